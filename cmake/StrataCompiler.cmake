@@ -1,0 +1,40 @@
+# Warnings, -Werror (STRATA_STRICT), sanitizers and the SIMD target, applied to Strata's
+# own targets through the strata_options interface library (never to dependencies).
+add_library(strata_options INTERFACE)
+target_compile_options(strata_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-missing-field-initializers>)
+if(STRATA_STRICT)
+  target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+if(STRATA_ARCH)
+  # SIMD width is chosen at build time; STRATA_ARCH="" gives a portable (SSE2) build.
+  target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=${STRATA_ARCH}>)
+endif()
+if(STRATA_SANITIZE)
+  if(NOT STRATA_SANITIZE MATCHES "^(address|undefined|thread)$")
+    message(FATAL_ERROR "STRATA_SANITIZE='${STRATA_SANITIZE}': use address, undefined or thread")
+  endif()
+  set(_san -fsanitize=${STRATA_SANITIZE} -fno-omit-frame-pointer)
+  if(STRATA_SANITIZE STREQUAL "undefined")
+    list(APPEND _san -fno-sanitize-recover=all)
+  endif()
+  target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX,C>:${_san}>)
+  target_link_options(strata_options INTERFACE ${_san})
+endif()
+
+find_program(STRATA_CCACHE ccache)
+if(STRATA_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${STRATA_CCACHE})
+  set(CMAKE_C_COMPILER_LAUNCHER ${STRATA_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${STRATA_CCACHE})
+endif()
+
+# Targets with xsimd kernels link strata_simd. GCC 12 reports false maybe-uninitialized
+# warnings inside its own AVX-512 intrinsic headers (GCC bug 105593), which -Werror would
+# turn into build failures; the warning stays on for every other target.
+add_library(strata_simd INTERFACE)
+# xsimd's headers are in the default include path; its CMake target drags in -lxtl.
+target_compile_options(strata_simd INTERFACE $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
+# At -O0 GCC turns some AVX-512 intrinsics into casting macros that xsimd 8's select()
+# cannot pass its batch types through; SIMD kernels are compiled with -O1 in Debug builds.
+target_compile_options(strata_simd INTERFACE $<$<CONFIG:Debug>:-O1>)

@@ -1,0 +1,163 @@
+// Buffer conversions between dtypes with xsimd batches (the rules live in
+// detail/small_float.h). Work proceeds in chunks of kChunk elements through an aligned
+// uint32 scratch so loads, the batch transform and the narrowing stores stay simple; large
+// buffers are split over TBB workers (the body cannot throw).
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <xsimd/xsimd.hpp>
+
+#include "engine/core/detail/small_float.h"
+#include "engine/core/dtype.h"
+
+namespace strata {
+namespace {
+
+using BU = xsimd::batch<std::uint32_t>;
+using BF = xsimd::batch<float>;
+using detail::SmallFloat;
+
+constexpr std::size_t kLanes = BU::size;
+constexpr std::size_t kChunk = 1024;  // multiple of every batch width
+constexpr std::size_t kParallelMin = std::size_t{1} << 20;
+constexpr std::size_t kGrain = std::size_t{1} << 16;
+
+inline BU encode_batch(const SmallFloat& f, const BU& u, bool saturate) {
+  const BU sign = (u >> 31) << f.sign_shift();
+  const BU a = u & BU(0x7fffffffu);
+  const BU mb(f.magic_bits());
+  const BU sub = xsimd::bitwise_cast<BU>(xsimd::bitwise_cast<BF>(a) + xsimd::bitwise_cast<BF>(mb)) - mb;
+  const BU odd = (a >> f.shift()) & BU(1u);
+  const BU norm = (a + BU(f.rebias_round()) + odd) >> f.shift();
+  BU r = xsimd::select(a < BU(f.min_normal_bits()), sub, norm);
+  r = xsimd::select(r > BU(f.max_code), BU(saturate ? f.max_code : f.inf_code), r);
+  r = xsimd::select(a > BU(0x7f800000u), BU(f.nan_code), r);
+  return r | sign;
+}
+
+inline BU decode_batch(const SmallFloat& f, const BU& c) {
+  const BU sign = ((c >> f.sign_shift()) & BU(1u)) << 31;
+  const BU mag = c & BU((1u << f.sign_shift()) - 1);
+  const BU e = mag >> f.man_bits;
+  const BU m = mag & BU(f.man_mask());
+  const BU mb(f.magic_bits());
+  const BU sub = xsimd::bitwise_cast<BU>(xsimd::bitwise_cast<BF>(mb | m) - xsimd::bitwise_cast<BF>(mb));
+  const BU norm = ((e + BU(static_cast<std::uint32_t>(127 - f.bias))) << 23) | (m << f.shift());
+  BU r = xsimd::select(e == BU(0u), sub, norm);
+  if (f.has_inf) {
+    const BU quiet = xsimd::select(m != BU(0u), BU(0x00400000u), BU(0u));
+    const BU special = BU(0x7f800000u) | (m << f.shift()) | quiet;
+    r = xsimd::select(e == BU(f.exp_mask()), special, r);
+  } else {
+    r = xsimd::select(mag == BU(f.nan_code), BU(0x7fc00000u), r);
+  }
+  return r | sign;
+}
+
+const SmallFloat& format_of(DType t) {
+  switch (t) {
+    case DType::bf16: return detail::kBF16;
+    case DType::fp16: return detail::kFP16;
+    case DType::fp8_e4m3: return detail::kE4M3;
+    default: return detail::kE5M2;
+  }
+}
+
+template <class Code>
+void encode_span(const SmallFloat& f, const float* src, Code* dst, std::size_t n, bool saturate) {
+  alignas(64) std::uint32_t tmp[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t len = std::min(kChunk, n - i);
+    std::size_t j = 0;
+    for (; j + kLanes <= len; j += kLanes) {
+      const BU u = xsimd::bitwise_cast<BU>(BF::load_unaligned(src + i + j));
+      encode_batch(f, u, saturate).store_aligned(tmp + j);
+    }
+    if (j < len) {
+      alignas(64) float pad[kLanes] = {};
+      std::memcpy(pad, src + i + j, (len - j) * sizeof(float));
+      encode_batch(f, xsimd::bitwise_cast<BU>(BF::load_aligned(pad)), saturate).store_aligned(tmp + j);
+    }
+    for (std::size_t k = 0; k < len; ++k) dst[i + k] = static_cast<Code>(tmp[k]);
+  }
+}
+
+template <class Code>
+void decode_span(const SmallFloat& f, const Code* src, float* dst, std::size_t n) {
+  alignas(64) std::uint32_t tmp[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t len = std::min(kChunk, n - i);
+    for (std::size_t k = 0; k < len; ++k) tmp[k] = src[i + k];
+    std::size_t j = 0;
+    for (; j + kLanes <= len; j += kLanes) {
+      xsimd::bitwise_cast<BF>(decode_batch(f, BU::load_aligned(tmp + j))).store_unaligned(dst + i + j);
+    }
+    if (j < len) {
+      alignas(64) float pad[kLanes];
+      for (std::size_t k = len; k < j + kLanes; ++k) tmp[k] = 0;
+      xsimd::bitwise_cast<BF>(decode_batch(f, BU::load_aligned(tmp + j))).store_aligned(pad);
+      std::memcpy(dst + i + j, pad, (len - j) * sizeof(float));
+    }
+  }
+}
+
+void bf16_decode_span(const std::uint16_t* src, float* dst, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(src[k]) << 16;
+    std::memcpy(dst + k, &bits, sizeof bits);
+  }
+}
+
+void from_fp32(const float* src, DType to, void* dst, std::size_t n, bool saturate) {
+  if (dtype_size(to) == 2) encode_span(format_of(to), src, static_cast<std::uint16_t*>(dst), n, saturate);
+  else encode_span(format_of(to), src, static_cast<std::uint8_t*>(dst), n, saturate);
+}
+
+void to_fp32(const void* src, DType from, float* dst, std::size_t n) {
+  if (from == DType::bf16) bf16_decode_span(static_cast<const std::uint16_t*>(src), dst, n);
+  else if (dtype_size(from) == 2) decode_span(format_of(from), static_cast<const std::uint16_t*>(src), dst, n);
+  else decode_span(format_of(from), static_cast<const std::uint8_t*>(src), dst, n);
+}
+
+void convert_serial(const void* src, DType from, void* dst, DType to, std::size_t n, bool saturate) {
+  if (from == DType::fp32) {
+    from_fp32(static_cast<const float*>(src), to, dst, n, saturate);
+  } else if (to == DType::fp32) {
+    to_fp32(src, from, static_cast<float*>(dst), n);
+  } else {
+    float mid[kChunk];
+    const auto* s = static_cast<const unsigned char*>(src);
+    auto* d = static_cast<unsigned char*>(dst);
+    for (std::size_t i = 0; i < n; i += kChunk) {
+      const std::size_t len = std::min(kChunk, n - i);
+      to_fp32(s + i * dtype_size(from), from, mid, len);
+      from_fp32(mid, to, d + i * dtype_size(to), len, saturate);
+    }
+  }
+}
+
+}  // namespace
+
+void convert(const void* src, DType from, void* dst, DType to, std::size_t count, ConvertOptions options) {
+  if (count == 0) return;
+  if (from == to) {
+    if (src != dst) std::memmove(dst, src, count * dtype_size(from));
+    return;
+  }
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  const std::size_t sb = dtype_size(from), db = dtype_size(to);
+  if (count < kParallelMin) {
+    convert_serial(src, from, dst, to, count, options.saturate_fp8);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, kGrain),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      convert_serial(s + r.begin() * sb, from, d + r.begin() * db, to, r.size(),
+                                     options.saturate_fp8);
+                    });
+}
+
+}  // namespace strata

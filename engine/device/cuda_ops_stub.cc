@@ -1,0 +1,11 @@
+// Built without CUDA: the CUDA kernels of ops.h report why they cannot run.
+#include "engine/core/error.h"
+#include "engine/device/ops.h"
+
+namespace strata::device::detail {
+
+void cuda_convert_async(void*, const void*, DType, void*, DType, std::size_t, bool) {
+  STRATA_THROW(Errc::unsupported, "cuda convert_async: unsupported: built without CUDA");
+}
+
+}  // namespace strata::device::detail

@@ -1,0 +1,24 @@
+// Device-side operations every backend provides, enqueued on a Stream: dtype conversion of
+// device buffers. Host backend: runs strata::convert on the stream's worker. CUDA: a kernel
+// built on the CUDA toolkit's own conversion intrinsics (an independent implementation that
+// the [cuda] tests compare bit for bit with the host one).
+#pragma once
+
+#include <cstddef>
+
+#include "engine/core/dtype.h"
+#include "engine/device/device.h"
+
+namespace strata::device {
+
+// One of `from`/`to` must be fp32 on the CUDA backend; any pair on the host backend.
+void convert_async(Stream& stream, const void* src, DType from, void* dst, DType to, std::size_t count,
+                   ConvertOptions options = {});
+
+namespace detail {
+// Implemented in cuda_ops.cu, or by the stub when built without CUDA.
+void cuda_convert_async(void* cuda_stream, const void* src, DType from, void* dst, DType to, std::size_t count,
+                        bool saturate_fp8);
+}  // namespace detail
+
+}  // namespace strata::device

@@ -1,0 +1,13 @@
+// Hardware requirements of tagged tests: missing_hardware("cuda") is empty when a GPU is
+// usable, else the reason ("no GPU (cudaGetDeviceCount: ...)"). Known tags: cuda, uring.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace strata::test {
+
+std::string missing_hardware(std::string_view tag);
+inline constexpr const char* kHardwareTags[] = {"cuda", "uring"};
+
+}  // namespace strata::test

@@ -1,0 +1,46 @@
+// Catch2 runner for every Strata suite. Tests tagged with hardware ([cuda], [uring]) are
+// reported as skipped, never passed or failed, where the hardware is missing: a run asking
+// for such a tag exits 77 (ctest's SKIP_RETURN_CODE) printing the reason, and a run with no
+// test spec excludes the missing tags and says so.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/support/skip.h"
+
+int main(int argc, char** argv) {
+  bool has_spec = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;
+    has_spec = true;
+    for (const char* tag : strata::test::kHardwareTags) {
+      const std::string t = std::string("[") + tag + "]";
+      const auto pos = arg.find(t);
+      if (pos == std::string::npos || (pos > 0 && arg[pos - 1] == '~')) continue;
+      const std::string why = strata::test::missing_hardware(tag);
+      if (!why.empty()) {
+        std::printf("SKIPPED %s tests: %s\n", t.c_str(), why.c_str());
+        return 77;
+      }
+    }
+  }
+  std::vector<std::string> extra;
+  if (!has_spec) {
+    std::string exclude;
+    for (const char* tag : strata::test::kHardwareTags) {
+      const std::string why = strata::test::missing_hardware(tag);
+      if (!why.empty()) {
+        std::printf("note: skipping [%s] tests: %s\n", tag, why.c_str());
+        exclude += std::string("~[") + tag + "]";
+      }
+    }
+    if (!exclude.empty()) extra.push_back(exclude);
+  }
+  std::vector<char*> args(argv, argv + argc);
+  for (auto& e : extra) args.push_back(e.data());
+  return Catch::Session().run(static_cast<int>(args.size()), args.data());
+}

@@ -1,0 +1,60 @@
+// `strata` entry point: builds the command tree from the registry, parses, runs the chosen
+// command and turns a strata::Error into one clear line on stderr and exit code 1.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "tools/cli/command.h"
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  CLI::App app{"strata: train models larger than GPU memory (ZeRO 0-3, GPU/pinned/NVMe tiers)", "strata"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "strata 0.1.0");
+  std::string level;
+  app.add_option("--log-level", level, "error|warn|info|debug (default: $STRATA_LOG_LEVEL or info)");
+
+  auto specs = cli::command_registry();
+  std::stable_sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) {
+    return a.parent.size() < b.parent.size() || (a.parent.size() == b.parent.size() && a.name < b.name);
+  });
+  std::map<std::string, CLI::App*> groups;
+  std::map<CLI::App*, cli::Action> actions;
+  for (const auto& spec : specs) {
+    CLI::App* parent = &app;
+    if (!spec.parent.empty()) {
+      auto it = groups.find(spec.parent);
+      if (it == groups.end()) {
+        CLI::App* g = app.add_subcommand(spec.parent, spec.parent == "bench" ? "Measure this machine (device, io, adam, comm)" : spec.parent);
+        g->require_subcommand(1);
+        it = groups.emplace(spec.parent, g).first;
+      }
+      parent = it->second;
+    }
+    CLI::App* cmd = parent->add_subcommand(spec.name, spec.help);
+    actions[cmd] = spec.setup(*cmd);
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (!level.empty()) set_log_level(parse_log_level(level));
+    for (auto& [cmd, action] : actions) {
+      if (cmd->parsed()) return action();
+    }
+    std::fprintf(stderr, "strata: no command given; see strata --help\n");
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    if (log_level() >= LogLevel::debug) std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  }
+}
