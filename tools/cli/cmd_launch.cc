@@ -1,0 +1,39 @@
+// `strata launch -n N [--rendezvous DIR] -- CMD ARGS...`: N local ranks of CMD with the
+// rendezvous environment set; exits non-zero naming the first rank that failed.
+#include <cstdio>
+
+#include "engine/comm/launch.h"
+#include "tools/cli/command.h"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  comm::LaunchOptions launch;
+  int grace_ms = 5000;
+  bool no_prefix = false;
+};
+
+Action setup(CLI::App& cmd) {
+  auto o = std::make_shared<Options>();
+  cmd.add_option("-n,--nprocs", o->launch.nprocs, "Number of ranks")->required()->check(CLI::Range(1, 4096));
+  cmd.add_option("--rendezvous", o->launch.rendezvous_dir, "Directory for the file store (default: $TMPDIR or /tmp)");
+  cmd.add_option("--grace-ms", o->grace_ms, "After a rank fails, time the others get before SIGTERM")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--no-prefix", o->no_prefix, "Do not prefix output lines with [rank r]");
+  cmd.add_option("command", o->launch.command, "Command and arguments (after --)")->required();
+  return [o] {
+    o->launch.grace = std::chrono::milliseconds(o->grace_ms);
+    o->launch.prefix_output = !o->no_prefix;
+    const auto result = comm::launch_local(o->launch);
+    if (result.exit_code != 0) {
+      std::fprintf(stderr, "strata launch: failed: %s\n", result.summary.c_str());
+    }
+    return result.exit_code;
+  };
+}
+
+const Registration reg("", "launch", "Start N local ranks of a command (like torchrun)", setup);
+
+}  // namespace
+}  // namespace strata::cli
