@@ -1,0 +1,93 @@
+// The engine's private state, shared by engine.cc (setup, step), reduce.cc (gradient
+// buffers and reductions) and gather.cc (stage-3 gathers, the trace and prefetch).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/device/device.h"
+#include "engine/zero/engine.h"
+#include "optim/loss_scaler.h"
+
+namespace strata::zero {
+
+struct LayerState {
+  // Stages 0-2: the layer's compute-dtype parameters, padded, persistent. Stage 3: the
+  // gathered buffer while the layer is live (null otherwise), or persistent for layers below
+  // stage3_param_persistence_threshold.
+  void* params_full = nullptr;
+  void* params_shard = nullptr;          // stage 3: this rank's shards, concatenated
+  float* acc = nullptr;                  // fp32 gradient accumulator: padded (0-1) or shards (2-3)
+  float* master = nullptr;               // fp32 master: padded (stage 0) or shards (1-3)
+  float* m = nullptr;
+  float* v = nullptr;
+  void* grad_buf = nullptr;              // the trainer's gradient buffer while handed out
+  std::vector<std::size_t> shard_off;    // per bucket of the layer: offset in the shard arrays
+  std::size_t shard_total = 0;
+  int reductions = 0;                    // reduce_grads calls this step
+
+  // Stage 3 residency.
+  bool persistent = false;
+  int in_use = 0;                        // gather() calls not yet released
+  bool retained = false;                 // released but kept for a near reuse
+  std::shared_ptr<device::Event> ready;  // gather complete (recorded on the gather stream)
+  void* staging = nullptr;               // pinned staging while a gather is in flight
+  std::shared_ptr<std::atomic<bool>> gather_ok;  // set by the gather's last stream task
+};
+
+struct Engine::Impl {
+  EngineOptions options;
+  EngineConfig& cfg = options.config;
+  device::Device& dev;
+  comm::Communicator* comm;
+  int rank = 0, world = 1;
+  DType cdt = DType::fp32;
+  std::size_t cbytes = 4;
+  std::vector<ParamSpec> pending;
+  std::unique_ptr<Layout> layout;
+  std::unique_ptr<MemoryLedger> ledger;
+  std::vector<LayerState> layers;
+  float* scratch = nullptr;              // fp32, largest bucket (reductions)
+  float* scratch_shard = nullptr;        // fp32, largest shard
+  optim::LossScaler scaler;
+  std::int64_t steps_taken = 0;
+  std::int64_t step_calls = 0;
+  bool in_step = false;
+
+  // Stage 3.
+  std::unique_ptr<device::Stream> gather_stream;
+  std::vector<int> trace;                // dense layer indices in gather order, recorded
+  std::vector<int> recording;            // this step's gathers while recording
+  bool trace_valid = false;
+  bool diverged = false;
+  std::size_t cursor = 0;
+  std::uint64_t live_elems = 0, peak_live_elems = 0;
+
+  Impl(const EngineOptions& o);
+  bool setup_done() const noexcept { return layout != nullptr; }
+  void require_setup(const char* op) const;
+
+  // Layout helpers.
+  std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(rank) * b.shard; }
+  std::size_t bucket_pos(const Bucket& b, const LayerLayout& L) const { return b.flat_offset - L.flat_offset; }
+  void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
+  std::vector<TensorView> views(int li, void* base, DType t) const;
+
+  // reduce.cc
+  std::vector<TensorView> grad_buffers(int li);
+  void reduce_grads(int li);
+  // gather.cc (stage 3; stages 0-2 return the persistent buffer)
+  std::vector<TensorView> gather(int li);
+  void release(int li);
+  void issue_gather(int li);
+  void wait_gather(int li);
+  void evict(int li);
+  void prefetch_after(std::size_t position);
+  void end_step_trace();
+  std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
+};
+
+}  // namespace strata::zero

@@ -1,0 +1,449 @@
+// Engine setup, the optimizer step and queries (the protocol is in engine.h; reductions
+// are in reduce.cc, stage-3 gathers in gather.cc).
+#include "engine/zero/engine.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/core/units.h"
+#include "engine/zero/detail/engine_impl.h"
+#include "optim/adagrad.h"
+#include "optim/adam.h"
+#include "optim/grad_norm.h"
+#include "optim/lion.h"
+#include "optim/step_plan.h"
+
+namespace strata::zero {
+namespace {
+
+optim::LossScalerConfig scaler_config(const EngineConfig& c) {
+  if (!c.fp16.enabled) {
+    optim::LossScalerConfig s;
+    s.dynamic = false;
+    s.static_scale = 1.0;
+    return s;
+  }
+  return optim::loss_scaler_config_from_deepspeed(c.fp16.loss_scale, c.fp16.initial_scale_power,
+                                                  c.fp16.loss_scale_window, c.fp16.hysteresis, c.fp16.min_loss_scale);
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const EngineOptions& o)
+    : options(o), dev(*o.device), comm(o.comm), scaler(scaler_config(o.config)) {
+  if (comm != nullptr) {
+    rank = comm->rank();
+    world = comm->world_size();
+  }
+  cdt = cfg.bf16 ? DType::bf16 : cfg.fp16.enabled ? DType::fp16 : DType::fp32;
+  cbytes = dtype_size(cdt);
+  STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument, "zero_optimization.stage = ",
+               cfg.zero.stage, ": use 0, 1, 2 or 3");
+  STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme && cfg.offload_param.device == OffloadDevice::none,
+               Errc::unsupported,
+               "offload to NVMe and offload_param are not available yet in this build: use "
+               "offload_optimizer.device none or cpu and offload_param.device none");
+  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
+               "the ZeRO engine runs on the host device in this build (device '", dev.name(),
+               "'): the CUDA path of the engine is not implemented yet; use --device host");
+}
+
+void Engine::Impl::require_setup(const char* op) const {
+  STRATA_CHECK(setup_done(), Errc::invalid_argument, op, "() before setup(): register the parameters and call setup() first");
+}
+
+void Engine::Impl::fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const {
+  std::size_t pos = begin;
+  const std::size_t end = begin + count;
+  for (int pi : L.params) {
+    const auto& p = layout->params()[pi];
+    const std::size_t lo = std::max(pos, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo < hi) init_values(p, options.seed, lo - p.offset, hi - lo, out + (lo - begin));
+  }
+  // Padding past the layer's last parameter is zero.
+  if (end > L.numel) {
+    const std::size_t z0 = std::max(begin, L.numel);
+    std::fill(out + (z0 - begin), out + count, 0.0f);
+  }
+}
+
+std::vector<TensorView> Engine::Impl::views(int li, void* base, DType t) const {
+  std::vector<TensorView> out;
+  const auto& L = layout->layers()[li];
+  for (int pi : L.params) {
+    const auto& p = layout->params()[pi];
+    out.push_back({static_cast<char*>(base) + p.offset * dtype_size(t), t, p.shape, p.numel, &p.name});
+  }
+  return out;
+}
+
+Engine::Engine(const EngineOptions& options) {
+  STRATA_CHECK(options.device != nullptr, Errc::invalid_argument, "EngineOptions.device is required");
+  impl_ = std::make_unique<Impl>(options);
+}
+
+Engine::~Engine() {
+  if (!impl_ || !impl_->setup_done()) return;
+  try {
+    if (impl_->gather_stream) impl_->gather_stream->synchronize();
+  } catch (const std::exception& e) {
+    STRATA_LOG(warn, "engine shutdown: ", e.what());
+  }
+  auto& I = *impl_;
+  for (auto& s : I.layers) {
+    for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
+                    static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging}) {
+      I.ledger->free(p);
+    }
+  }
+  I.ledger->free(I.scratch);
+  I.ledger->free(I.scratch_shard);
+}
+
+int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init) {
+  STRATA_CHECK(!impl_->setup_done(), Errc::invalid_argument, "register_param('", name, "') after setup()");
+  ParamSpec p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.layer = layer;
+  p.init = init;
+  impl_->pending.push_back(std::move(p));
+  return static_cast<int>(impl_->pending.size()) - 1;
+}
+
+void Engine::setup() {
+  auto& I = *impl_;
+  STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "setup() called twice");
+  const int stage = I.cfg.zero.stage;
+  I.layout = std::make_unique<Layout>(std::move(I.pending), I.world, I.cfg.zero.reduce_bucket_size);
+  const Layout& lay = *I.layout;
+
+  // Every rank must have registered the same model: compare fingerprints.
+  if (I.comm != nullptr && I.world > 1) {
+    std::uint64_t mine = lay.fingerprint();
+    std::vector<std::uint64_t> all(I.world);
+    I.comm->all_gather(&mine, all.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
+    for (int r = 0; r < I.world; ++r) {
+      STRATA_CHECK(all[r] == all[0], Errc::invalid_argument, "rank ", I.rank,
+                   ": the registered parameters differ between ranks (rank ", r, " registered a different model than "
+                   "rank 0: names, shapes, layers or init). Every rank must register the same parameters in the same order");
+    }
+  }
+
+  // What must fit on the device, before anything is allocated.
+  const bool opt_on_device = I.cfg.offload_optimizer.device == OffloadDevice::none;
+  const std::uint64_t padded = lay.total_padded(), shard = lay.total_shard();
+  const std::uint64_t largest = lay.largest_layer_padded();
+  std::uint64_t persistent = 0;
+  persistent += (stage == 3 ? shard : padded) * I.cbytes;        // params
+  persistent += (stage <= 1 ? padded : shard) * 4;               // fp32 grads
+  if (opt_on_device) persistent += (stage == 0 ? padded : shard) * 12;
+  std::uint64_t small_layers = 0;
+  if (stage == 3) {
+    for (const auto& L : lay.layers()) {
+      if (L.numel < I.cfg.zero.stage3_param_persistence_threshold) small_layers += L.padded;
+    }
+    persistent += small_layers * I.cbytes;
+    STRATA_CHECK(I.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
+                 "zero_optimization.stage3_max_live_parameters = ", I.cfg.zero.stage3_max_live_parameters,
+                 " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
+  }
+  const std::uint64_t window = largest * I.cbytes * 2;  // one gathered layer and its gradient buffer
+  const std::uint64_t minimum = persistent + window;
+  const std::uint64_t budget = I.dev.options().budget_bytes;
+  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
+               stage, " of this model on rank ", I.rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
+               " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
+               " for the live window of the largest layer, ", largest, " elements). Raise the device budget",
+               stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "");
+
+  I.ledger = std::make_unique<MemoryLedger>(I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
+                                            I.cfg.offload_optimizer.pin_memory);
+  const Tier opt_tier = opt_on_device ? Tier::device : Tier::host;
+  std::size_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max(max_bucket, b.padded);
+    max_shard = std::max(max_shard, b.shard);
+  }
+  I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+  I.scratch_shard = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+
+  I.layers.resize(lay.layers().size());
+  std::vector<float> init;
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const auto& L = lay.layers()[li];
+    auto& S = I.layers[li];
+    for (int bi : L.buckets) {
+      S.shard_off.push_back(S.shard_total);
+      S.shard_total += lay.buckets()[bi].shard;
+    }
+    const std::string name = str_cat("layer ", L.id);
+    const std::size_t opt_elems = stage == 0 ? L.padded : S.shard_total;
+    S.master = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
+    S.m = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
+    S.v = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
+    std::memset(S.m, 0, opt_elems * 4);
+    std::memset(S.v, 0, opt_elems * 4);
+    const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
+    S.acc = static_cast<float*>(I.ledger->allocate(Tier::device, Kind::grads, acc_elems * 4, name + " gradients"));
+    std::memset(S.acc, 0, acc_elems * 4);
+
+    // Master weights: the whole layer (stage 0) or this rank's shard of every bucket.
+    init.resize(L.padded);
+    I.fill_init(L, 0, L.padded, init.data());
+    if (stage == 0) {
+      std::memcpy(S.master, init.data(), L.padded * 4);
+    } else {
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = lay.buckets()[L.buckets[k]];
+        std::memcpy(S.master + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
+      }
+    }
+    S.persistent = stage == 3 && L.numel < I.cfg.zero.stage3_param_persistence_threshold;
+    if (stage <= 2 || S.persistent) {
+      S.params_full = I.ledger->allocate(Tier::device, Kind::params, L.padded * I.cbytes, name + " parameters");
+      convert(init.data(), DType::fp32, S.params_full, I.cdt, L.padded);
+    }
+    if (stage == 3) {
+      S.params_shard = I.ledger->allocate(Tier::device, Kind::params, S.shard_total * I.cbytes, name + " parameter shards");
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = lay.buckets()[L.buckets[k]];
+        convert(init.data() + I.bucket_pos(b, L) + I.own_begin(b), DType::fp32,
+                static_cast<char*>(S.params_shard) + S.shard_off[k] * I.cbytes, I.cdt, b.shard);
+      }
+    }
+  }
+  if (stage == 3) I.gather_stream = I.dev.create_stream();
+  STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (", padded,
+             " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
+}
+
+void Engine::begin_step() {
+  auto& I = *impl_;
+  I.require_setup("begin_step");
+  STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
+  I.in_step = true;
+  for (auto& S : I.layers) S.reductions = 0;
+  I.cursor = 0;
+  I.diverged = false;
+  I.recording.clear();
+}
+
+std::vector<TensorView> Engine::gather(int layer) {
+  impl_->require_setup("gather");
+  return impl_->gather(impl_->layout->layer_index(layer));
+}
+void Engine::release(int layer) {
+  impl_->require_setup("release");
+  impl_->release(impl_->layout->layer_index(layer));
+}
+std::vector<TensorView> Engine::grad_buffers(int layer) {
+  impl_->require_setup("grad_buffers");
+  return impl_->grad_buffers(impl_->layout->layer_index(layer));
+}
+void Engine::reduce_grads(int layer) {
+  impl_->require_setup("reduce_grads");
+  impl_->reduce_grads(impl_->layout->layer_index(layer));
+}
+
+StepResult Engine::step() {
+  auto& I = *impl_;
+  I.require_setup("step");
+  STRATA_CHECK(I.in_step, Errc::invalid_argument, "step() without begin_step()");
+  const auto accum = I.cfg.gradient_accumulation_steps > 0 ? I.cfg.gradient_accumulation_steps : 1;
+  const Layout& lay = *I.layout;
+  const int stage = I.cfg.zero.stage;
+  for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    STRATA_CHECK(I.layers[li].reductions == accum, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
+                 " reduced its gradients ", I.layers[li].reductions, " times this step; gradient_accumulation_steps is ",
+                 accum, ": call reduce_grads once per layer per micro-batch");
+    STRATA_CHECK(I.layers[li].in_use == 0, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
+                 " is still gathered: release() every gather() before step()");
+  }
+  Tracer::Span span(I.options.tracer, "optimizer", "step");
+  I.end_step_trace();
+  ++I.step_calls;
+
+  // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order.
+  optim::GradNorm local;
+  for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = I.layers[li];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = lay.buckets()[L.buckets[k]];
+      const float* g = stage <= 1 ? S.acc + I.bucket_pos(b, L) + I.own_begin(b) : S.acc + S.shard_off[k];
+      local += optim::grad_norm_sq(g, DType::fp32, b.shard);
+    }
+  }
+  // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
+  optim::GradNorm global = local;
+  if (I.comm != nullptr && I.world > 1) {
+    double mine[2] = {local.sumsq, local.finite ? 1.0 : 0.0};
+    std::vector<double> all(2 * I.world);
+    I.comm->all_gather(mine, all.data(), 4, DType::fp32);  // 16 bytes as four fp32 words
+    global = {};
+    for (int r = 0; r < I.world; ++r) global += optim::GradNorm{all[2 * r], all[2 * r + 1] != 0.0};
+  }
+  // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
+  const double avg = static_cast<double>(I.world) * static_cast<double>(accum);
+  global.sumsq /= avg * avg;
+  const optim::StepPlan plan = optim::plan_step(global, I.scaler, I.cfg.gradient_clipping);
+  StepResult result;
+  result.skipped = plan.skip;
+  result.grad_norm = plan.grad_norm;
+  result.loss_scale = plan.loss_scale;
+  result.clip_coef = plan.clip_coef;
+
+  if (!plan.skip) {
+    ++I.steps_taken;
+    const float lr = scheduled_lr(I.cfg, I.steps_taken);
+    result.lr = lr;
+    optim::StepArgs a;
+    a.grad_dtype = DType::fp32;
+    a.state_dtype = DType::fp32;
+    a.copy_dtype = I.cdt;
+    a.grad_scale = static_cast<float>(plan.grad_scale / avg);
+    a.step = I.steps_taken;
+    const auto& oc = I.cfg.optimizer;
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      const auto& L = lay.layers()[li];
+      auto& S = I.layers[li];
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = lay.buckets()[L.buckets[k]];
+        const std::size_t pos = I.bucket_pos(b, L);
+        const std::size_t off = stage == 0 ? pos : S.shard_off[k];
+        a.n = stage == 0 ? b.padded : b.shard;
+        a.master = S.master + off;
+        a.m = S.m + off;
+        a.v = S.v + off;
+        a.grad = stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : I.own_begin(b)) : S.acc + S.shard_off[k];
+        void* copy_base = stage == 3 ? S.params_shard : S.params_full;
+        const std::size_t copy_off = stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b));
+        a.copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
+        if (I.cdt == DType::fp32) {
+          a.copy = nullptr;  // the fp32 compute copy is refreshed from the master below
+        }
+        switch (oc.type) {
+          case OptimizerType::adam:
+          case OptimizerType::adamw:
+            optim::adam_step({lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw,
+                              oc.bias_correction},
+                             a);
+            break;
+          case OptimizerType::lion: optim::lion_step({lr, oc.beta1, oc.beta2, oc.weight_decay}, a); break;
+          case OptimizerType::adagrad: optim::adagrad_step({lr, 0.0f, oc.eps, oc.weight_decay}, a); break;
+        }
+        if (I.cdt == DType::fp32) std::memcpy(static_cast<char*>(copy_base) + copy_off * 4, a.master, a.n * 4);
+        // Stages 1-2: every rank refreshes its replica of the bucket from the owners.
+        if ((stage == 1 || stage == 2) && I.world > 1) {
+          char* full = static_cast<char*>(S.params_full) + pos * I.cbytes;
+          I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
+        }
+      }
+      // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
+      if (stage == 3 && S.persistent) {
+        for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+          const auto& b = lay.buckets()[L.buckets[k]];
+          char* full = static_cast<char*>(S.params_full) + I.bucket_pos(b, L) * I.cbytes;
+          const char* mine = static_cast<char*>(S.params_shard) + S.shard_off[k] * I.cbytes;
+          if (I.world > 1) I.comm->all_gather(mine, full, b.shard, I.cdt);
+          else std::memcpy(full, mine, b.shard * I.cbytes);
+        }
+      }
+    }
+  } else {
+    STRATA_LOG(info, "rank ", I.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
+                " (next scale ", I.scaler.scale(), ")");
+  }
+  for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    std::memset(I.layers[li].acc, 0, (stage <= 1 ? L.padded : I.layers[li].shard_total) * 4);
+  }
+  I.in_step = false;
+  result.step = I.steps_taken;
+  return result;
+}
+
+float Engine::loss_scale() const noexcept { return static_cast<float>(impl_->scaler.scale()); }
+DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
+int Engine::rank() const noexcept { return impl_->rank; }
+int Engine::world_size() const noexcept { return impl_->world; }
+const EngineConfig& Engine::config() const noexcept { return impl_->cfg; }
+const Layout& Engine::layout() const {
+  impl_->require_setup("layout");
+  return *impl_->layout;
+}
+
+std::vector<int> Engine::layer_ids() const {
+  std::vector<int> ids;
+  for (const auto& L : layout().layers()) ids.push_back(L.id);
+  return ids;
+}
+
+MemoryReport Engine::memory() const {
+  MemoryReport r;
+  if (!impl_->setup_done()) return r;
+  r.device = impl_->ledger->usage(Tier::device);
+  r.host = impl_->ledger->usage(Tier::host);
+  r.live_gathered_elems = impl_->live_elems;
+  r.peak_gathered_elems = impl_->peak_live_elems;
+  return r;
+}
+
+std::vector<float> Engine::full_parameters() {
+  auto& I = *impl_;
+  I.require_setup("full_parameters");
+  const Layout& lay = *I.layout;
+  std::vector<std::vector<float>> per_layer(lay.layers().size());
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = I.layers[li];
+    auto& full = per_layer[li];
+    full.resize(L.padded);
+    if (I.cfg.zero.stage == 0) {
+      std::memcpy(full.data(), S.master, L.padded * 4);
+      continue;
+    }
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = lay.buckets()[L.buckets[k]];
+      float* dst = full.data() + I.bucket_pos(b, L);
+      if (I.world > 1) I.comm->all_gather(S.master + S.shard_off[k], dst, b.shard, DType::fp32);
+      else std::memcpy(dst, S.master + S.shard_off[k], b.shard * 4);
+    }
+  }
+  std::vector<float> out;
+  out.reserve(lay.total_numel());
+  for (const auto& p : lay.params()) {
+    const int li = lay.layer_index(p.layer);
+    const float* src = per_layer[li].data() + p.offset;
+    out.insert(out.end(), src, src + p.numel);
+  }
+  return out;
+}
+
+StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids) {
+  STRATA_CHECK(layers.size() == layer_ids.size(), Errc::invalid_argument, "train_step: ", layers.size(), " layers but ",
+               layer_ids.size(), " layer ids");
+  const auto accum = std::max<std::int64_t>(1, engine.config().gradient_accumulation_steps);
+  engine.begin_step();
+  for (int mb = 0; mb < accum; ++mb) {
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const auto params = engine.gather(layer_ids[i]);
+      layers[i]->forward(mb, params);
+      engine.release(layer_ids[i]);
+    }
+    for (std::size_t i = layers.size(); i-- > 0;) {
+      const auto params = engine.gather(layer_ids[i]);
+      const auto grads = engine.grad_buffers(layer_ids[i]);
+      layers[i]->backward(mb, params, grads, engine.loss_scale());
+      engine.reduce_grads(layer_ids[i]);
+      engine.release(layer_ids[i]);
+    }
+  }
+  return engine.step();
+}
+
+}  // namespace strata::zero

@@ -1,0 +1,125 @@
+// The ZeRO engine: Strata's memory manager (DESIGN.md "engine/zero", "The host-trainer
+// contract"). It owns every parameter, gradient and optimizer shard, places them on tiers,
+// gathers parameters before a layer runs and releases them after, reduces gradients in
+// buckets during backward, and runs the optimizer where the state lives.
+//
+// Protocol (one rank; every rank makes the same calls in the same order):
+//   register_param(...) for every parameter, then setup() (checks that every rank
+//   registered the same model, lays it out, allocates and initialises it);
+//   per step: begin_step(); for each of gradient_accumulation_steps micro-batches:
+//     forward:  views = gather(layer) ... trainer's forward ... release(layer)
+//     backward: views = gather(layer); grads = grad_buffers(layer) ... trainer writes dL/dW
+//               (times loss_scale()) into grads ...; reduce_grads(layer); release(layer)
+//   step(): global gradient norm, overflow skip (fp16), clipping, the optimizer on this
+//   rank's shards, and the re-gather of updated parameters (stages 1-2).
+// Views point into device memory of the engine's Device and stay valid until release()
+// (gather) or reduce_grads() (grad buffers). Stages 0-3 follow DeepSpeed: 0 replicates
+// everything, 1 shards optimizer state and master weights, 2 also gradients, 3 also
+// parameters. All stages share one reduction path (per-micro-batch bucket reductions of
+// equal length accumulated in fp32), so their parameters are bitwise identical.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/dtype.h"
+#include "engine/core/trace.h"
+#include "engine/zero/config.h"
+#include "engine/zero/layout.h"
+#include "engine/zero/memory.h"
+
+namespace strata::comm {
+class Communicator;
+}
+namespace strata::device {
+class Device;
+}
+
+namespace strata::zero {
+
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::fp32;
+  std::vector<std::int64_t> shape;
+  std::size_t numel = 0;
+  const std::string* name = nullptr;
+  template <class T> T* as() const noexcept { return static_cast<T*>(data); }
+};
+
+struct StepResult {
+  std::int64_t step = 0;     // optimizer steps taken so far (skipped ones not counted)
+  bool skipped = false;      // overflow: parameters untouched
+  double grad_norm = 0.0;    // global norm of the averaged, unscaled gradient
+  double loss_scale = 1.0;   // the scale this step's gradients carried
+  double clip_coef = 1.0;
+  float lr = 0.0f;
+};
+
+struct MemoryReport {
+  TierUsage device, host;
+  std::uint64_t live_gathered_elems = 0;  // stage 3: parameters gathered right now
+  std::uint64_t peak_gathered_elems = 0;
+};
+
+struct EngineOptions {
+  EngineConfig config;
+  device::Device* device = nullptr;        // required
+  comm::Communicator* comm = nullptr;      // null: a single rank
+  std::uint64_t seed = 0;
+  Tracer* tracer = nullptr;                // optional timeline ("compute" lane is the trainer's)
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init = {});
+  void setup();
+
+  void begin_step();
+  std::vector<TensorView> gather(int layer);
+  void release(int layer);
+  std::vector<TensorView> grad_buffers(int layer);
+  void reduce_grads(int layer);
+  StepResult step();
+
+  // The factor the trainer multiplies the loss gradient by (fp16 dynamic scaling; else 1).
+  float loss_scale() const noexcept;
+  DType compute_dtype() const noexcept;
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  const EngineConfig& config() const noexcept;
+  const Layout& layout() const;  // after setup()
+  std::vector<int> layer_ids() const;
+  MemoryReport memory() const;
+
+  // The whole model's fp32 master weights in registration order (unpadded), gathered to
+  // every rank; for saving and comparing runs. Collective: every rank must call it.
+  std::vector<float> full_parameters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The layer-callback form: the engine drives the host-trainer loop itself.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  // params: the gathered views. The micro-batch's activations are the layer's own business.
+  virtual void forward(int micro_batch, const std::vector<TensorView>& params) = 0;
+  // Writes dL/dparam (times loss_scale) into grads.
+  virtual void backward(int micro_batch, const std::vector<TensorView>& params, const std::vector<TensorView>& grads,
+                        float loss_scale) = 0;
+};
+
+// Runs one step: for each micro-batch, forward through `layers` in order (layer i uses the
+// engine layer id layer_ids[i]), then backward in reverse; then engine.step().
+StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids);
+
+}  // namespace strata::zero

@@ -1,0 +1,234 @@
+// Stage-3 parameter gathers. A gather moves this rank's shards of a layer device -> pinned
+// staging, all-gathers them across ranks there (Gloo, stream-ordered on the gather stream),
+// and copies the whole layer staging -> device: both link directions, so a throttled host
+// link models PCIe. The order of gathers in the first step is recorded, checked identical
+// on every rank at step(), and replayed in later steps to prefetch ahead within
+// stage3_prefetch_bucket_size and stage3_max_live_parameters; a released layer whose next
+// use is within stage3_max_reuse_distance elements stays gathered. A step whose gathers
+// leave the recorded order turns prefetch off, warns, and is recorded anew.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/zero/detail/engine_impl.h"
+
+namespace strata::zero {
+namespace {
+
+std::uint64_t hash_trace(const std::vector<int>& t) {
+  std::uint64_t h = 1469598103934665603ull ^ t.size();
+  for (int x : t) h = (h ^ static_cast<std::uint64_t>(x + 1)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+std::vector<TensorView> Engine::Impl::gather(int li) {
+  auto& S = layers[li];
+  const auto& L = layout->layers()[li];
+  STRATA_CHECK(in_step, Errc::invalid_argument, "gather(", L.id, ") outside begin_step()/step()");
+  if (cfg.zero.stage < 3) return views(li, S.params_full, cdt);
+  if (trace_valid && !diverged) {
+    if (cursor < trace.size() && trace[cursor] == li) {
+      ++cursor;
+    } else {
+      diverged = true;
+      STRATA_LOG(warn, "rank ", rank, ": step ", step_calls + 1, ": gather #", recording.size() + 1, " is layer ", L.id,
+                 " but the recorded trace expects ",
+                 cursor < trace.size() ? "layer " + std::to_string(layout->layers()[trace[cursor]].id) : std::string("no more gathers"),
+                 "; prefetch is off for this step and the trace is recorded again");
+    }
+  }
+  recording.push_back(li);
+  if (!S.persistent) {
+    if (S.params_full == nullptr) issue_gather(li);
+    S.retained = false;
+    ++S.in_use;
+    wait_gather(li);
+    if (trace_valid && !diverged) prefetch_after(cursor);
+  } else {
+    ++S.in_use;
+  }
+  return views(li, S.params_full, cdt);
+}
+
+void Engine::Impl::issue_gather(int li) {
+  auto& S = layers[li];
+  const auto& L = layout->layers()[li];
+  const std::uint64_t need = L.padded;
+  const std::uint64_t max_live = cfg.zero.stage3_max_live_parameters;
+  // Make room under max_live by dropping retained layers, furthest next use first.
+  auto drop_one_retained = [&]() -> bool {
+    int victim = -1;
+    std::size_t victim_next = 0;
+    for (std::size_t j = 0; j < layers.size(); ++j) {
+      if (!layers[j].retained) continue;
+      std::size_t next = trace.size() + 1;
+      for (std::size_t k = cursor; k < trace.size(); ++k) {
+        if (trace[k] == static_cast<int>(j)) {
+          next = k;
+          break;
+        }
+      }
+      if (victim < 0 || next > victim_next) {
+        victim = static_cast<int>(j);
+        victim_next = next;
+      }
+    }
+    if (victim < 0) return false;
+    evict(victim);
+    return true;
+  };
+  while (live_elems + need > max_live) {
+    if (!drop_one_retained()) {
+      STRATA_THROW(Errc::out_of_budget, "rank ", rank, ": gathering layer ", L.id, " (", need,
+                   " elements) would exceed zero_optimization.stage3_max_live_parameters = ", max_live, " with ",
+                   live_elems, " elements gathered and in use: release layers after use or raise the limit");
+    }
+  }
+  const std::string what = str_cat("layer ", L.id, " gathered parameters");
+  for (;;) {
+    try {
+      S.params_full = ledger->allocate(Tier::device, Kind::buffers, need * cbytes, what);
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_budget || !drop_one_retained()) throw;
+    }
+  }
+  try {
+    S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, str_cat("layer ", L.id, " gather staging"));
+  } catch (...) {
+    ledger->free(S.params_full);
+    S.params_full = nullptr;
+    throw;
+  }
+  live_elems += need;
+  peak_live_elems = std::max(peak_live_elems, live_elems);
+
+  auto& st = *gather_stream;
+  char* staging = static_cast<char*>(S.staging);
+  auto started = std::make_shared<Tracer::Clock::time_point>();
+  Tracer* tracer = options.tracer;
+  st.launch_host([started] { *started = Tracer::Clock::now(); });
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = layout->buckets()[L.buckets[k]];
+    char* region = staging + bucket_pos(b, L) * cbytes;
+    st.copy_async(region + own_begin(b) * cbytes, static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes,
+                  b.shard * cbytes, device::CopyKind::device_to_host);
+    if (world > 1) comm->all_gather(region + own_begin(b) * cbytes, region, b.shard, cdt, st);
+  }
+  auto copied = std::make_shared<Tracer::Clock::time_point>();
+  st.launch_host([copied] { *copied = Tracer::Clock::now(); });
+  st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
+  S.gather_ok = std::make_shared<std::atomic<bool>>(false);
+  st.launch_host([ok = S.gather_ok, started, copied, tracer, id = L.id] {
+    if (tracer != nullptr && tracer->enabled()) {
+      tracer->record("gather", str_cat("all_gather L", id), *started, *copied);
+      tracer->record("copy", str_cat("H2D L", id), *copied, Tracer::Clock::now());
+    }
+    ok->store(true);
+  });
+  S.ready = dev.create_event();
+  st.record(*S.ready);
+}
+
+void Engine::Impl::wait_gather(int li) {
+  auto& S = layers[li];
+  if (!S.ready) return;
+  {
+    Tracer::Span span(options.tracer, "compute", str_cat("wait L", layout->layers()[li].id));
+    S.ready->synchronize();
+  }
+  if (!S.gather_ok->load()) gather_stream->synchronize();  // rethrows the gather's error
+  S.ready.reset();
+  ledger->free(S.staging);
+  S.staging = nullptr;
+}
+
+void Engine::Impl::release(int li) {
+  auto& S = layers[li];
+  const auto& L = layout->layers()[li];
+  if (cfg.zero.stage < 3) return;
+  STRATA_CHECK(S.in_use > 0, Errc::invalid_argument, "release(", L.id, ") without a matching gather(", L.id, ")");
+  if (--S.in_use > 0 || S.persistent) return;
+  if (trace_valid && !diverged) {
+    std::uint64_t distance = 0;
+    for (std::size_t k = cursor; k < trace.size(); ++k) {
+      if (trace[k] == li) {
+        if (distance <= cfg.zero.stage3_max_reuse_distance) {
+          S.retained = true;
+          return;
+        }
+        break;
+      }
+      distance += padded_elems(trace[k]);
+    }
+  }
+  evict(li);
+}
+
+void Engine::Impl::evict(int li) {
+  auto& S = layers[li];
+  if (S.ready) {
+    S.ready->synchronize();
+    S.ready.reset();
+  }
+  ledger->free(S.staging);
+  S.staging = nullptr;
+  if (S.params_full != nullptr) {
+    ledger->free(S.params_full);
+    S.params_full = nullptr;
+    live_elems -= padded_elems(li);
+  }
+  S.retained = false;
+}
+
+void Engine::Impl::prefetch_after(std::size_t position) {
+  const std::uint64_t window = cfg.zero.stage3_prefetch_bucket_size;
+  if (window == 0) return;
+  std::uint64_t issued = 0;
+  for (std::size_t k = position; k < trace.size(); ++k) {
+    const int li = trace[k];
+    auto& S = layers[li];
+    if (S.persistent || S.params_full != nullptr) continue;
+    const std::uint64_t need = padded_elems(li);
+    if (issued + need > window || live_elems + need > cfg.zero.stage3_max_live_parameters) break;
+    try {
+      issue_gather(li);
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_budget) throw;
+      break;  // no room now: the gather happens on demand
+    }
+    S.retained = true;  // resident but not in use until gather() claims it
+    issued += need;
+  }
+}
+
+void Engine::Impl::end_step_trace() {
+  if (cfg.zero.stage < 3) return;
+  // Updated shards make every gathered copy stale.
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (!layers[li].persistent) evict(static_cast<int>(li));
+  }
+  const bool rerecord = !trace_valid || diverged || cursor != trace.size();
+  if (!rerecord) return;
+  if (trace_valid && !diverged) {
+    STRATA_LOG(warn, "rank ", rank, ": step ", step_calls + 1, " made ", recording.size(), " gathers but the recorded trace has ",
+               trace.size(), "; the trace is recorded again");
+  }
+  if (comm != nullptr && world > 1) {
+    std::uint64_t mine = hash_trace(recording);
+    std::vector<std::uint64_t> all(world);
+    comm->all_gather(&mine, all.data(), 2, DType::fp32);
+    for (int r = 0; r < world; ++r) {
+      STRATA_CHECK(all[r] == all[0], Errc::invalid_argument, "rank ", rank, ": the order of parameter gathers in step ",
+                   step_calls + 1, " differs between ranks (rank ", r, " differs from rank 0): every rank must run the "
+                   "same layers in the same order");
+    }
+  }
+  trace = recording;
+  trace_valid = true;
+}
+
+}  // namespace strata::zero

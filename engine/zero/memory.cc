@@ -1,0 +1,92 @@
+// MemoryLedger (see memory.h).
+#include "engine/zero/memory.h"
+
+#include <cstdlib>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/core/units.h"
+
+namespace strata::zero {
+
+const char* tier_name(Tier t) noexcept { return t == Tier::device ? "device" : "host"; }
+const char* kind_name(Kind k) noexcept {
+  static const char* const names[] = {"params", "grads", "optimizer", "buffers"};
+  return names[static_cast<int>(k)];
+}
+
+MemoryLedger::MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host)
+    : dev_(dev), pin_host_(pin_host), host_budget_("host", host_budget_bytes) {
+  usage_[0].budget_bytes = dev.options().budget_bytes;
+  usage_[1].budget_bytes = pin_host ? dev.options().pinned_budget_bytes : host_budget_bytes;
+}
+
+MemoryLedger::~MemoryLedger() {
+  if (!live_.empty()) STRATA_LOG(warn, "memory ledger destroyed with ", live_.size(), " live allocations; freeing them");
+  for (auto& [p, e] : live_) {
+    if (e.tier == Tier::device) dev_.free(p);
+    else if (pin_host_) dev_.free_pinned(p);
+    else std::free(p);
+  }
+}
+
+void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+  void* p = nullptr;
+  if (tier == Tier::device) {
+    p = dev_.allocate(bytes, what);
+  } else if (pin_host_) {
+    p = dev_.allocate_pinned(bytes, what);
+  } else {
+    host_budget_.reserve(bytes, what, "Raise memory_budget.host or offload less to host RAM");
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (p == nullptr) {
+      host_budget_.release(bytes);
+      STRATA_THROW(Errc::out_of_budget, "host tier: cannot allocate ", format_bytes(bytes), " for ", what,
+                   ": the machine is out of memory");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.emplace(p, Entry{tier, kind, bytes});
+  auto& u = usage_[static_cast<int>(tier)];
+  u.used_bytes += bytes;
+  u.peak_bytes = std::max(u.peak_bytes, u.used_bytes);
+  auto k = static_cast<std::size_t>(kind);
+  u.kind_used[k] += bytes;
+  u.kind_peak[k] = std::max(u.kind_peak[k], u.kind_used[k]);
+  return p;
+}
+
+void MemoryLedger::free(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) {
+      STRATA_LOG(error, "memory ledger: free of an unknown pointer (ignored)");
+      return;
+    }
+    e = it->second;
+    live_.erase(it);
+    auto& u = usage_[static_cast<int>(e.tier)];
+    u.used_bytes -= e.bytes;
+    u.kind_used[static_cast<std::size_t>(e.kind)] -= e.bytes;
+  }
+  try {
+    if (e.tier == Tier::device) dev_.free(ptr);
+    else if (pin_host_) dev_.free_pinned(ptr);
+    else {
+      std::free(ptr);
+      host_budget_.release(e.bytes);
+    }
+  } catch (const std::exception& ex) {
+    STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
+  }
+}
+
+TierUsage MemoryLedger::usage(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return usage_[static_cast<int>(tier)];
+}
+
+}  // namespace strata::zero

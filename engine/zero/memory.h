@@ -1,0 +1,59 @@
+// The engine's memory ledger: every byte of model state is allocated through it, on a tier
+// (device, host) and as a kind (params, grads, optimizer state, buffers), so per-tier and
+// per-kind use and peaks are known at any time and every tier's hard budget holds (the
+// device tier's through the Device, the host tier's through a Budget here).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+
+#include "engine/device/budget.h"
+#include "engine/device/device.h"
+
+namespace strata::zero {
+
+enum class Tier { device = 0, host = 1 };
+enum class Kind { params = 0, grads = 1, optimizer = 2, buffers = 3 };
+inline constexpr int kTiers = 2;
+inline constexpr int kKinds = 4;
+const char* tier_name(Tier t) noexcept;
+const char* kind_name(Kind k) noexcept;
+
+struct TierUsage {
+  std::uint64_t used_bytes = 0, peak_bytes = 0, budget_bytes = 0;
+  std::array<std::uint64_t, kKinds> kind_used{}, kind_peak{};
+};
+
+class MemoryLedger {
+ public:
+  // Host-tier memory is pinned through `dev` when pin_host (its pinned budget applies),
+  // else page-aligned pageable memory under host_budget_bytes.
+  MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host);
+  ~MemoryLedger();
+  MemoryLedger(const MemoryLedger&) = delete;
+  MemoryLedger& operator=(const MemoryLedger&) = delete;
+
+  void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
+  void free(void* ptr) noexcept;
+  TierUsage usage(Tier tier) const;
+  device::Device& device() noexcept { return dev_; }
+
+ private:
+  struct Entry {
+    Tier tier;
+    Kind kind;
+    std::size_t bytes;
+  };
+  device::Device& dev_;
+  bool pin_host_;
+  device::Budget host_budget_;
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, Entry> live_;
+  std::array<TierUsage, kTiers> usage_{};
+};
+
+}  // namespace strata::zero

@@ -1,0 +1,64 @@
+// Engine test support (see engine_support.h).
+#include "tests/engine/zero/engine_support.h"
+
+#include <chrono>
+#include <mutex>
+
+#include "engine/device/device.h"
+#include "tests/support/ranks.h"
+#include "tools/model/mlp.h"
+
+namespace strata::test {
+
+zero::EngineConfig mlp_config(int stage, int world, DType compute, int micro, int accum) {
+  zero::EngineConfig c;
+  c.zero.stage = stage;
+  c.train_micro_batch_size_per_gpu = micro;
+  c.gradient_accumulation_steps = accum;
+  c.train_batch_size = static_cast<std::int64_t>(micro) * accum * world;
+  c.bf16 = compute == DType::bf16;
+  c.fp16.enabled = compute == DType::fp16;
+  c.gradient_clipping = 1.0f;
+  c.optimizer.type = zero::OptimizerType::adamw;
+  c.optimizer.lr = 1e-3f;
+  c.optimizer.weight_decay = 0.01f;
+  c.zero.reduce_bucket_size = 300;  // several buckets per layer
+  return c;
+}
+
+TrainRun train_mlp(const TrainSpec& spec) {
+  TrainRun out;
+  std::mutex m;
+  rethrow_first(run_thread_ranks(spec.world, [&](comm::Communicator& c) {
+    device::DeviceOptions d;
+    d.budget_bytes = spec.device_budget;
+    d.link_gbps = spec.link_gbps;
+    auto dev = device::Device::create(d);
+    zero::EngineOptions eo;
+    eo.config = spec.config;
+    eo.device = dev.get();
+    eo.comm = &c;
+    eo.seed = 7;
+    eo.tracer = c.rank() == 0 ? spec.tracer : nullptr;
+    zero::Engine engine(eo);
+    model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7}, &c, eo.tracer);
+    engine.setup();
+    std::vector<double> losses, ms;
+    for (int s = 0; s < spec.steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      losses.push_back(mlp.train_step(s).loss);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    auto params = engine.full_parameters();
+    if (c.rank() == 0) {
+      std::lock_guard<std::mutex> lock(m);
+      out.params = std::move(params);
+      out.losses = losses;
+      out.step_ms = ms;
+      out.memory = engine.memory();
+    }
+  }));
+  return out;
+}
+
+}  // namespace strata::test

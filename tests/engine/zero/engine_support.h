@@ -1,0 +1,37 @@
+// Shared by the engine tests: a config builder, and a runner that trains the demo MLP on
+// N thread ranks (each with its own host device and Gloo communicator) and returns rank 0's
+// final fp32 parameters and memory report.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "engine/zero/config.h"
+#include "engine/zero/engine.h"
+
+namespace strata::test {
+
+zero::EngineConfig mlp_config(int stage, int world, DType compute, int micro = 2, int accum = 4);
+
+struct TrainRun {
+  std::vector<float> params;       // rank 0's full_parameters() after training
+  std::vector<double> losses;      // per step
+  zero::MemoryReport memory;       // rank 0, after the last step
+  std::vector<double> step_ms;     // rank 0
+};
+
+struct TrainSpec {
+  zero::EngineConfig config;
+  int world = 1;
+  int layers = 3;
+  int hidden = 32;
+  int steps = 10;
+  double layer_ms = 0;
+  double link_gbps = 0;
+  std::uint64_t device_budget = std::uint64_t{256} << 20;
+  Tracer* tracer = nullptr;  // rank 0 only
+};
+
+TrainRun train_mlp(const TrainSpec& spec);
+
+}  // namespace strata::test

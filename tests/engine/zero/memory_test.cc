@@ -1,0 +1,62 @@
+// Strata's own accounting against ANCHORS.md's per-rank model-state formulas (counted with
+// fp32 gradients, the "18 B" form): Psi is the padded parameter count, N the world size.
+//   stage 0: 2Psi + 4Psi + 12Psi      stage 1: 2Psi + 4Psi + 12Psi/N
+//   stage 2: 2Psi + 16Psi/N           stage 3: 18Psi/N
+// and stage 3 never holds more than stage3_max_live_parameters gathered.
+#include <catch2/catch.hpp>
+
+#include "engine/device/device.h"
+#include "tests/engine/zero/engine_support.h"
+
+using namespace strata;
+
+TEST_CASE("per-rank model-state bytes match the ZeRO formulas for every stage", "[zero][memory]") {
+  const int stage = GENERATE(0, 1, 2, 3);
+  const int world = GENERATE(1, 2, 4);
+  test::TrainSpec spec;
+  spec.world = world;
+  spec.steps = 2;
+  spec.config = test::mlp_config(stage, world, DType::bf16);
+  spec.config.zero.stage3_param_persistence_threshold = 0;  // no layer kept whole
+  const auto run = test::train_mlp(spec);
+  // 3 layers of 32x32 + 32 = 1056 elements in buckets of <= 300 (rounded to whole units of
+  // world x 16): padding is per bucket.
+  std::uint64_t psi = 0;
+  const std::size_t unit = static_cast<std::size_t>(world) * 16;
+  const std::size_t bucket = std::max(unit, 300 / unit * unit);
+  for (int l = 0; l < 3; ++l) {
+    for (std::size_t off = 0; off < 1056; off += bucket) psi += (std::min(bucket, 1056 - off) + unit - 1) / unit * unit;
+  }
+  const std::uint64_t n = static_cast<std::uint64_t>(world);
+  const auto& used = run.memory.device.kind_used;
+  const std::uint64_t params = used[static_cast<int>(zero::Kind::params)];
+  const std::uint64_t grads = used[static_cast<int>(zero::Kind::grads)];
+  const std::uint64_t optim = used[static_cast<int>(zero::Kind::optimizer)];
+  INFO("stage " << stage << " world " << world << " psi " << psi);
+  CHECK(params == (stage == 3 ? 2 * psi / n : 2 * psi));
+  CHECK(grads == (stage <= 1 ? 4 * psi : 4 * psi / n));
+  CHECK(optim == (stage == 0 ? 12 * psi : 12 * psi / n));
+  const std::uint64_t total = params + grads + optim;
+  const std::uint64_t formula[] = {18 * psi, 6 * psi + 12 * psi / n, 2 * psi + 16 * psi / n, 18 * psi / n};
+  CHECK(total == formula[stage]);
+  // Transient buffers (gradient buffers, gathered layers) are back to zero after a step.
+  CHECK(used[static_cast<int>(zero::Kind::buffers)] == 0);
+  CHECK(run.memory.device.peak_bytes <= run.memory.device.budget_bytes);
+}
+
+TEST_CASE("stage 3 never holds more than stage3_max_live_parameters gathered", "[zero][memory]") {
+  const std::uint64_t max_live = GENERATE(1056u + 32u, 2u * 1088u, 1000000u);
+  test::TrainSpec spec;
+  spec.world = 2;
+  spec.layers = 4;
+  spec.steps = 3;
+  spec.config = test::mlp_config(3, 2, DType::bf16);
+  spec.config.zero.reduce_bucket_size = 100000;  // one bucket per layer: 1056 -> 1088 padded
+  spec.config.zero.stage3_param_persistence_threshold = 0;
+  spec.config.zero.stage3_max_live_parameters = max_live;
+  const auto run = test::train_mlp(spec);
+  INFO("max_live " << max_live << " peak " << run.memory.peak_gathered_elems);
+  CHECK(run.memory.peak_gathered_elems <= max_live);
+  CHECK(run.memory.peak_gathered_elems >= 1088);
+  if (max_live >= 2 * 1088) CHECK(run.memory.peak_gathered_elems >= 2 * 1088);  // prefetch did run ahead
+}
