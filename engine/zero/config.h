@@ -112,10 +112,13 @@ struct ModelFacts {
 
 // Parses and validates. `source` names the file in errors ("ds_config.json"). Throws
 // Errc::invalid_argument. Prints the one notice for accepted-but-ignored keys (log info).
+// A JSON null means "not set" (DeepSpeed's default applies).
 EngineConfig parse_config(const std::string& json_text, const std::string& source, const ModelFacts& facts);
 EngineConfig load_config(const std::string& path, const ModelFacts& facts);  // reads the file
 
 // lr at 1-based step `step` for the configured scheduler (optimizer lr when none).
+// Step `step` uses DeepSpeed's value at last_batch_iteration = step - 1, so step 1 runs at
+// the warmup's start (DeepSpeed's engine lags this by one step; see lr_schedule.cc).
 float scheduled_lr(const EngineConfig& config, std::int64_t step);
 
 }  // namespace strata::zero
