@@ -44,7 +44,7 @@ Schedule gpipe(int p, int m) {
   Order order(p);
   for (auto& list : order) {
     for (int i = 0; i < m; ++i) list.push_back(fwd(i));
-    for (int i = m - 1; i >= 0; --i) list.push_back(bwd(i));
+    for (int i = 0; i < m; ++i) list.push_back(bwd(i));
   }
   return add_communication("gpipe", p, m, 1, order);
 }

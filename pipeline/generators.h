@@ -19,8 +19,9 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zb_auto
 const char* schedule_kind_name(ScheduleKind k) noexcept;  // "gpipe", "1f1b", ...
 ScheduleKind parse_schedule_kind(std::string_view text);   // throws listing the kinds
 
-// All forwards, then all full backwards (reverse micro-batch order, as in the GPipe
-// paper). Any m; keeps m micro-batches of activations on every stage.
+// All forwards, then all full backwards. Any m; keeps m micro-batches of activations on
+// every stage. Backwards run in micro-batch order (the GPipe paper draws them reversed;
+// the bubble is the same), so weight gradients accumulate in order with nothing held back.
 Schedule gpipe(int stages, int micro_batches);
 // One forward one backward (PipeDream-flush): stage r warms up with min(p-r-1, m) forwards.
 // Any m; stage r keeps at most min(p-r, m) micro-batches of activations.
