@@ -67,6 +67,8 @@ struct StageExecutor::Impl {
   std::vector<int> ready;                      // layers whose gradient completed in this action
   int step = 0;
   int live = 0, peak_live = 0, recomputed = 0;
+  std::vector<std::size_t> recv_at;  // positions of RA/RG in the stage's list
+  std::size_t next_expect = 0, recvs_done = 0;
 
   Impl(const Schedule& sched, int st, const PipelineModel& mdl, ParameterStore& ps, Transport& tr,
        const ExecutorOptions& o)
@@ -83,6 +85,27 @@ struct StageExecutor::Impl {
     stream = dev->create_stream();
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
     micro.resize(static_cast<std::size_t>(m) * v);
+    const auto& list = s.actions[stage];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (list[i].kind == ActionKind::recv_activation || list[i].kind == ActionKind::recv_gradient) recv_at.push_back(i);
+    }
+  }
+
+  // The transport tag and size of receive action `a`.
+  std::pair<std::uint32_t, std::size_t> recv_shape(const Action& a) const {
+    const int vs = s.virtual_stage(stage, a.chunk);
+    const auto& ids = chunk_layers[a.chunk];
+    if (a.kind == ActionKind::recv_activation) return {tag(0, vs - 1, a.micro), floats_in(ids.front()) * sizeof(float)};
+    return {tag(1, vs + 1, a.micro), floats_out(ids.back()) * sizeof(float)};
+  }
+
+  // Announces receives up to recv_window beyond the ones already taken.
+  void expect_ahead() {
+    while (next_expect < recv_at.size() && next_expect < recvs_done + static_cast<std::size_t>(options.recv_window)) {
+      const Action& a = s.actions[stage][recv_at[next_expect++]];
+      const auto [t, bytes] = recv_shape(a);
+      transport.expect(a.peer, t, bytes);
+    }
   }
 
   ~Impl() {
@@ -284,16 +307,16 @@ struct StageExecutor::Impl {
     Micro& st = at(a.micro, a.chunk);
     const int vs = s.virtual_stage(stage, a.chunk);
     switch (a.kind) {
-      case ActionKind::recv_activation: {
-        st.x.resize(1);
-        st.x[0] = alloc(floats_in(chunk_layers[a.chunk].front()), "pipeline received activation");
-        transport.recv(a.peer, tag(0, vs - 1, a.micro), st.x[0].get(), st.x[0].bytes());
+      case ActionKind::recv_activation:
+      case ActionKind::recv_gradient: {
+        const auto [t, bytes] = recv_shape(a);
+        DeviceBuffer& into = a.kind == ActionKind::recv_activation ? (st.x.resize(1), st.x[0]) : st.grad_out;
+        into = DeviceBuffer(*dev, bytes, "pipeline received tensor");
+        transport.recv(a.peer, t, into.get(), bytes);
+        ++recvs_done;
+        expect_ahead();
         break;
       }
-      case ActionKind::recv_gradient:
-        st.grad_out = alloc(floats_out(chunk_layers[a.chunk].back()), "pipeline received gradient");
-        transport.recv(a.peer, tag(1, vs + 1, a.micro), st.grad_out.get(), st.grad_out.bytes());
-        break;
       case ActionKind::send_activation: {
         DeviceBuffer& out = st.x.back();
         STRATA_CHECK(out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a), " has no output");
@@ -318,6 +341,8 @@ struct StageExecutor::Impl {
     acc.clear();
     for (auto& st : micro) st = Micro{};
     live = peak_live = recomputed = 0;
+    next_expect = recvs_done = 0;
+    expect_ahead();
     for (const Action& a : s.actions[stage]) {
       const auto t0 = Clock::now();
       if (is_compute(a.kind)) {

@@ -36,6 +36,9 @@ Remat parse_remat(std::string_view text);  // "never" | "always" | "except_last"
 
 struct ExecutorOptions {
   Remat remat = Remat::never;
+  // Receives announced to the transport ahead of the one being waited on (Gloo posts them
+  // early, so data moves while the stage computes). 0: post each when it is reached.
+  int recv_window = 8;
   device::DeviceOptions device;  // the stage's device; activations and gradients live there
 };
 

@@ -69,16 +69,38 @@ void CommTransport::send(int peer, std::uint32_t tag, const void* data, std::siz
   pending_.push_back(std::move(p));
 }
 
+void CommTransport::expect(int peer, std::uint32_t tag, std::size_t bytes) {
+  STRATA_CHECK(tag <= 0x7fffffffu, Errc::invalid_argument, "pipeline: message tag ", tag, " does not fit Gloo's tags");
+  auto p = std::make_unique<Pending>();
+  p->bytes.resize(bytes);
+  p->work = comm_.recv_async(p->bytes.data(), bytes, peer, static_cast<int>(tag));
+  const bool fresh = posted_.emplace(std::make_pair(peer, tag), std::move(p)).second;
+  STRATA_CHECK(fresh, Errc::internal, "pipeline: receive ", tag, " from rank ", peer, " posted twice");
+}
+
 void CommTransport::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
   STRATA_CHECK(tag <= 0x7fffffffu, Errc::invalid_argument, "pipeline: message tag ", tag, " does not fit Gloo's tags");
-  comm_.recv_async(data, bytes, peer, static_cast<int>(tag))->wait();
+  const auto it = posted_.find({peer, tag});
+  if (it == posted_.end()) {
+    comm_.recv_async(data, bytes, peer, static_cast<int>(tag))->wait();
+    return;
+  }
+  const auto p = std::move(it->second);
+  posted_.erase(it);
+  p->work->wait();
+  STRATA_CHECK(p->bytes.size() == bytes, Errc::internal, "pipeline: receive ", tag, " from rank ", peer, " expected ",
+               p->bytes.size(), " bytes, asked for ", bytes);
+  if (bytes > 0) std::memcpy(data, p->bytes.data(), bytes);
 }
 
 void CommTransport::flush() {
   // Every send's buffer lives until its transfer is done.
-  // On a failure, still wait for the others before their buffers go.
+  // On a failure, still wait for the others before their buffers go. Early receives
+  // nobody asked for (a failed step) are waited for too, for the same reason.
   auto pending = std::move(pending_);
   pending_.clear();
+  for (auto& [key, p] : posted_) pending.push_back(std::move(p));
+  posted_.clear();
   std::exception_ptr first;
   for (auto& p : pending) {
     try {

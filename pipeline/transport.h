@@ -5,7 +5,10 @@
 // Protocol. send() copies the bytes and returns at once (the executor never blocks on a
 // send, as the validator assumes); recv() blocks until the message with that (peer, tag)
 // arrives, the timeout passes (Errc::timeout) or the run is aborted (Errc::comm). flush()
-// waits until every send has been delivered. A Transport belongs to one stage's thread.
+// waits until every send has been delivered. expect() announces a receive to come, so a
+// transport whose sends wait for the receiver (Gloo's rendezvous: data moves only once the
+// receive is posted) can post it early and let the data land while the stage computes.
+// A Transport belongs to one stage's thread.
 #pragma once
 
 #include <chrono>
@@ -30,6 +33,7 @@ class Transport {
   virtual ~Transport() = default;
   virtual void send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) = 0;
   virtual void recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) = 0;
+  virtual void expect(int peer, std::uint32_t tag, std::size_t bytes) { (void)peer, (void)tag, (void)bytes; }
   virtual void flush() = 0;
 };
 
@@ -68,6 +72,8 @@ class CommTransport final : public Transport {
   ~CommTransport() override;
   void send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) override;
   void recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) override;
+  // Posts the receive into a buffer of its own; recv() of the same (peer, tag) copies out.
+  void expect(int peer, std::uint32_t tag, std::size_t bytes) override;
   void flush() override;
 
  private:
@@ -76,7 +82,8 @@ class CommTransport final : public Transport {
     std::vector<unsigned char> bytes;
   };
   comm::Communicator& comm_;
-  std::vector<std::unique_ptr<Pending>> pending_;
+  std::vector<std::unique_ptr<Pending>> pending_;  // sends
+  std::map<std::pair<int, std::uint32_t>, std::unique_ptr<Pending>> posted_;  // early receives
 };
 
 }  // namespace strata::pipeline
