@@ -5,9 +5,10 @@
 // The greedy list scheduler advances the stage that is free earliest. Before a stage's
 // first B it runs forwards while memory (and the warm-up cap) allows and no B is about to
 // arrive; afterwards it alternates F and B (1F1B); when the one it wants is not ready it
-// runs a pending W if the gap is at least a W long (or always, with fill_small), and a
-// stage whose memory is full recycles it with W's. Ready times of passes not yet placed on
-// a neighbouring stage are estimated from that stage's clock (a lower bound).
+// runs the other if that is ready and the wanted one's producer is not even placed yet, a
+// pending W if memory is full, or a pending W if the gap is at least a W long (or always,
+// with fill_small). Ready times of passes not yet placed on a neighbouring stage are
+// estimated from that stage's clock (a lower bound).
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -159,8 +160,12 @@ class Greedy {
     }
     const Ready want = want_f ? rf : rb, other = want_f ? rb : rf;
     if (want.exists && want.known && want.at <= now) return want_f ? run_f(s, want.at) : run_b(s, want.at);
-    if (c_.flexible && other.exists && other.known && other.at <= now)
+    // The other pass, when it is ready and the wanted one's producer has not even been
+    // placed (waiting for it could wait on this very stage), or always when flexible.
+    if ((c_.flexible || !want.known) && other.exists && other.known && other.at <= now)
       return want_f ? run_b(s, other.at) : run_f(s, other.at);
+    // Memory is full: recycle it with a W rather than wait (the paper's rule).
+    if (nf_[s] < m_ && !rf.exists && !wq_[s].empty()) return run_w(s);
     const double wait_until = want.exists ? want.at : kInf;
     if (!wq_[s].empty() && (wait_until - now >= costs_.w(s) || c_.fill_small)) return run_w(s);
     double next = wait_until;
@@ -199,17 +204,27 @@ Schedule zb_auto(const AutoOptions& o, AutoReport* report) {
 
   std::vector<detail::Candidate> seeds;
   detail::Candidate best_heuristic;
+  int stuck = 0;
   for (WarmupCap cap : {WarmupCap::memory, WarmupCap::one_f_one_b, WarmupCap::zb_h2}) {
     for (int bits = 0; bits < 8; ++bits) {
       const GreedyChoice choice{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, cap};
-      detail::Candidate c{describe(choice), Greedy(o, limit, choice).run(), {}};
+      detail::Candidate c{describe(choice), {}, {}};
+      try {
+        c.order = Greedy(o, limit, choice).run();
+      } catch (const Error& e) {
+        // A heuristic variant that gets stuck is a bug, but the other candidates still
+        // give a valid schedule: count it (tests require none) and go on.
+        if (e.code() != Errc::internal) throw;
+        ++stuck;
+        continue;
+      }
       c.score = eval(c.order);
       STRATA_CHECK(c.score.feasible, Errc::internal, "zb-auto: ", c.name, " produced an order over the memory limit");
       if (best_heuristic.order.empty() || c.score.better_than(best_heuristic.score)) best_heuristic = c;
     }
   }
-  seeds.push_back(best_heuristic);
-  if (o.seed_handcrafted) {
+  if (!best_heuristic.order.empty()) seeds.push_back(best_heuristic);
+  if (o.seed_handcrafted || seeds.empty()) {
     const int p = o.stages, m = o.micro_batches;
     if (m >= p) {
       seeds.push_back({"zb-h1", compute_order(zb_h1(p, m)), {}});
@@ -236,6 +251,7 @@ Schedule zb_auto(const AutoOptions& o, AutoReport* report) {
     report->heuristic_makespan = best_heuristic.score.makespan;
     report->makespan = best.score.makespan;
     report->evaluations = eval.evaluations();
+    report->stuck_variants = stuck;
   }
   return add_communication("zb-auto", o.stages, o.micro_batches, 1, best.order);
 }

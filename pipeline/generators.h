@@ -52,6 +52,7 @@ struct AutoReport {
   double heuristic_makespan = 0;  // best of the heuristic alone
   double makespan = 0;            // of the returned schedule
   int evaluations = 0;
+  int stuck_variants = 0;         // heuristic variants that made no progress (a bug; 0)
 };
 
 // The automatic zero-bubble scheduler. A greedy list scheduler following the paper's
