@@ -310,7 +310,8 @@ struct StageExecutor::Impl {
       case ActionKind::recv_activation:
       case ActionKind::recv_gradient: {
         const auto [t, bytes] = recv_shape(a);
-        DeviceBuffer& into = a.kind == ActionKind::recv_activation ? (st.x.resize(1), st.x[0]) : st.grad_out;
+        if (a.kind == ActionKind::recv_activation) st.x.resize(1);
+        DeviceBuffer& into = a.kind == ActionKind::recv_activation ? st.x[0] : st.grad_out;
         into = DeviceBuffer(*dev, bytes, "pipeline received tensor");
         transport.recv(a.peer, t, into.get(), bytes);
         ++recvs_done;
@@ -318,8 +319,9 @@ struct StageExecutor::Impl {
         break;
       }
       case ActionKind::send_activation: {
+        STRATA_CHECK(!st.x.empty() && st.x.back().get() != nullptr, Errc::internal, "stage ", stage, ": ",
+                     format_action(a), " has no output");
         DeviceBuffer& out = st.x.back();
-        STRATA_CHECK(out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a), " has no output");
         transport.send(a.peer, tag(0, vs, a.micro), out.get(), out.bytes());
         retire(out);
         break;

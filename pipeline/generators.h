@@ -63,8 +63,9 @@ struct AutoReport {
 // drops. The result never exceeds the memory limit.
 Schedule zb_auto(const AutoOptions& options, AutoReport* report = nullptr);
 
-// Exhaustive search for tiny cases (p * m <= 8): the minimum makespan over every order of
-// F/B/W on every stage within the memory limit. For testing the heuristic against an optimum.
+// Exhaustive search for tiny cases (about p * m <= 9; refused above 3 million orders): the
+// minimum makespan over every per-stage interleaving of in-order F, B and W passes within
+// the memory limit. For measuring the heuristic against an optimum.
 Schedule zb_exact(const AutoOptions& options, double* makespan = nullptr);
 
 struct GenerateOptions {
