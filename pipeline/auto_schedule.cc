@@ -238,8 +238,10 @@ Schedule zb_auto(const AutoOptions& o, AutoReport* report) {
   STRATA_CHECK(seeds.front().score.feasible, Errc::internal, "zb-auto: no feasible seed");
   detail::Candidate best = seeds.front();
   if (o.local_search) {
-    // Refine the two best feasible seeds; the budget is shared.
-    const int budget = std::max(0, o.search_evaluations);
+    // Refine the two best feasible seeds; the budget is shared, and capped so that the
+    // search replays at most ~2e8 actions (about a second) however large the schedule.
+    const double actions = 3.0 * o.stages * o.micro_batches;
+    const int budget = static_cast<int>(std::min<double>(std::max(0, o.search_evaluations), 2e8 / actions));
     for (std::size_t i = 0; i < seeds.size() && i < 2 && seeds[i].score.feasible; ++i) {
       detail::Candidate c = seeds[i];
       detail::local_search(c, eval, eval.evaluations() + budget / 2);

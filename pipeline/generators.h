@@ -43,7 +43,7 @@ struct AutoOptions {
   // empty: p (1F1B's peak). Values below 1 are an error.
   std::vector<double> memory_limit;
   bool local_search = true;        // refine the best candidate by moving actions
-  int search_evaluations = 20000;  // simulator runs the refinement may spend
+  int search_evaluations = 20000;  // simulator runs the refinement may spend (fewer on big schedules)
   bool seed_handcrafted = true;    // also consider ZB-H1/ZB-H2/1F1B where they fit
 };
 

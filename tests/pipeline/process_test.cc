@@ -92,6 +92,7 @@ TEST_CASE("pipelined gradients equal a sequential loop bit for bit, stages as pr
   const Run r = GENERATE(values<Run>({{"1f1b", 4, 8, 1, "never"},
                                       {"zb-h1", 3, 6, 1, "except_last"},
                                       {"interleaved", 2, 4, 2, "always"},
+                                      {"zb-h2", 3, 6, 1, "never"},
                                       {"zb-auto", 3, 5, 1, "never"},
                                       {"gpipe", 2, 3, 1, "always"}}));
   INFO(r.kind << " p=" << r.p << " m=" << r.m << " v=" << r.v << " remat=" << r.remat);
