@@ -31,12 +31,19 @@ std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const P
         LocalTransport transport(boxes, s);
         StageExecutor exec(schedule, s, model, *stores[s], transport, options);
         for (int k = 0; k < steps; ++k) reports[s] = exec.run_step();
-      } catch (const std::exception& e) {
+      } catch (...) {  // nothing may leave a thread body: hand it to the caller
+        std::string what = "unknown exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
         {
           std::lock_guard<std::mutex> lock(mutex);
           if (!first) first = std::current_exception();
         }
-        boxes.abort(str_cat("stage ", s, " failed: ", e.what()));
+        boxes.abort(str_cat("stage ", s, " failed: ", what));
       }
     });
   }
