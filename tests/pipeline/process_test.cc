@@ -120,7 +120,7 @@ TEST_CASE("measured bubbles match the simulated ones with stages as processes", 
   const char* kind = GENERATE("1f1b", "zb-h1");
   const auto res = test::run_pipeline_ranks(4, {{"STRATA_TEST_KIND", kind},
                                                 {"STRATA_TEST_MICRO", "8"},
-                                                {"STRATA_TEST_UNIT_MS", "12"}});
+                                                {"STRATA_TEST_UNIT_MS", "24"}});
   REQUIRE(res.exit_code == 0);
   const auto& out = res.ranks[0].output;
   const auto pos = out.find("BUBBLE ");
