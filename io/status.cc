@@ -28,7 +28,7 @@ std::string errno_hint(int err) {
     case EACCES:
     case EPERM: return "Permission denied: use a directory this user can write (check its mode, owner and attributes)";
     case EROFS: return "The filesystem is mounted read-only: use a writable directory";
-    case ENOENT: return "No such file or directory: create the directory first";
+    case ENOENT: return "Check the path: its directory must exist";
     case EIO: return "The device reported an I/O error: check the kernel log (dmesg) and the drive's health";
     default: return "";
   }
