@@ -8,8 +8,9 @@
 // block_bytes pieces and keeps queue_depth pieces in flight across all requests (round
 // robin between requests, so reads and writes progress together), submitting every
 // submit_batch prepared pieces. Short transfers are resubmitted for the remainder, EINTR
-// and EAGAIN are retried; the first failure ends the request (pieces already in flight
-// drain first) with a message naming the path, offset, length and errno text. The caller
+// and EAGAIN are retried; a failure ends the request (no new pieces; those in flight drain
+// first) with the failure at the lowest offset, its message naming the path, offset,
+// length and errno text. The caller
 // owns the buffer and keeps it alive and untouched until the request completes. A buffer
 // inside a registered region (register_buffer, BufferPool) is used with READ/WRITE_FIXED.
 // The destructor waits for every queued request to complete.
@@ -46,9 +47,11 @@ struct EngineStats {
   std::uint64_t pieces = 0;            // SQEs for data (resubmissions included)
   std::uint64_t fixed_buffer_pieces = 0;
   std::uint64_t fixed_file_pieces = 0;
+  std::uint64_t buffered_pieces = 0;   // on a buffered descriptor (tails, unaligned, no O_DIRECT)
   std::uint64_t submit_calls = 0;      // io_uring_submit / submit_and_wait calls
   std::uint64_t short_transfers = 0;   // resubmitted remainders
   std::uint64_t retries = 0;           // EINTR / EAGAIN resubmissions
+  std::uint64_t interrupted_calls = 0; // io_uring_enter calls ended by a signal (EINTR), repeated
   std::uint64_t max_in_flight = 0;     // most pieces in flight at once
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;

@@ -22,7 +22,7 @@
 namespace strata::io {
 
 struct IoResult {
-  int err = 0;              // 0 or -errno; the first failure of the request
+  int err = 0;              // 0 or -errno: the request's failure at the lowest offset
   std::uint64_t bytes = 0;  // bytes transferred (all of the region when err == 0)
   std::string message;      // names the operation, path, offset, length and errno text
   bool ok() const noexcept { return err == 0; }

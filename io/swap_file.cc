@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/aligned.h"
+
 namespace strata::io {
 
 SwapOp::SwapOp(IoFuture data, IoFuture table, std::function<Status()> finish)
@@ -129,10 +131,20 @@ Result<SwapFile> SwapFile::open(Engine& engine, const std::string& path, Access 
   return SwapFile(engine, std::move(file).value(), *layout, std::move(table));
 }
 
-SwapOp SwapFile::swap_out(const void* src) {
+namespace {
+
+// The payload, or its 4 KiB round-up when the buffer has room: the padding lies inside the
+// file's last block, and a whole-4 KiB transfer stays O_DIRECT.
+std::uint64_t transfer_bytes(std::uint64_t payload, std::uint64_t buffer_bytes) {
+  return buffer_bytes >= align_up(payload) ? align_up(payload) : payload;
+}
+
+}  // namespace
+
+SwapOp SwapFile::swap_out(const void* src, std::uint64_t buffer_bytes) {
   const SwapLayout& l = layout_;
   if (src == nullptr && l.payload_bytes > 0) return SwapOp(Status(-EFAULT, "swap_out '" + path() + "': null source"));
-  IoFuture data = engine_->write(file_, l.data_offset, src, l.payload_bytes);
+  IoFuture data = engine_->write(file_, l.data_offset, src, transfer_bytes(l.payload_bytes, buffer_bytes));
   // Checksums are computed here while the data transfer runs, into a new table, so a
   // concurrent reader of the old table is never confused by a half-updated one.
   auto table = std::make_shared<AlignedBuffer>(l.table_bytes);
@@ -151,9 +163,11 @@ SwapOp SwapFile::swap_out(const void* src) {
   return SwapOp(std::move(data), std::move(sums_io), [table] { return Status(); });
 }
 
-SwapOp SwapFile::swap_in(void* dst) { return read_blocks(0, layout_.block_count, dst); }
+SwapOp SwapFile::swap_in(void* dst, std::uint64_t buffer_bytes) {
+  return read_blocks(0, layout_.block_count, dst, buffer_bytes);
+}
 
-SwapOp SwapFile::read_blocks(std::uint64_t first, std::uint64_t count, void* dst) {
+SwapOp SwapFile::read_blocks(std::uint64_t first, std::uint64_t count, void* dst, std::uint64_t buffer_bytes) {
   const SwapLayout& l = layout_;
   if (first > l.block_count || count > l.block_count - first) {
     return SwapOp(Status(-EINVAL, "read_blocks '" + path() + "': blocks [" + std::to_string(first) + ", " +
@@ -165,7 +179,7 @@ SwapOp SwapFile::read_blocks(std::uint64_t first, std::uint64_t count, void* dst
   const std::uint64_t bytes = (first + count) * l.spec.block_bytes > l.payload_bytes
                                   ? l.payload_bytes - first * l.spec.block_bytes
                                   : count * l.spec.block_bytes;
-  IoFuture data = engine_->read(file_, l.block_offset(first), dst, bytes);
+  IoFuture data = engine_->read(file_, l.block_offset(first), dst, transfer_bytes(bytes, buffer_bytes));
   auto table = table_;
   auto finish = [l, p = path(), table, first, count, dst] {
     return verify_blocks(l, p, *table, first, count, static_cast<const std::byte*>(dst));

@@ -7,8 +7,10 @@
 // the data transfer runs, the new checksum table; swap_in(dst) and read_blocks() read and
 // then verify, on the thread that calls SwapOp::wait() (never on the io thread), so a
 // mismatch is reported as an error naming the file, block and offset. src/dst must hold
-// the payload (or the blocks asked for) and stay untouched until wait() returns; 4 KiB
-// aligned buffers (BufferPool) keep every transfer O_DIRECT.
+// the payload (or the blocks asked for) and stay untouched until wait() returns. With a
+// 4 KiB-aligned buffer whose size (buffer_bytes) covers the payload rounded up to 4 KiB,
+// as pool buffers do, every transfer is O_DIRECT (the padding travels too, outside the
+// checksums); otherwise the last partial 4 KiB goes through the page cache.
 // One swap_out must not overlap other operations on the same SwapFile.
 #pragma once
 
@@ -50,10 +52,11 @@ class SwapFile {
   const std::string& path() const { return file_.path(); }
   bool direct() const noexcept { return file_.direct(); }
 
-  SwapOp swap_out(const void* src);
-  SwapOp swap_in(void* dst);
+  // buffer_bytes: the size of src/dst (0: exactly the payload).
+  SwapOp swap_out(const void* src, std::uint64_t buffer_bytes = 0);
+  SwapOp swap_in(void* dst, std::uint64_t buffer_bytes = 0);
   // Blocks [first, first + count): dst receives their payload bytes, contiguous.
-  SwapOp read_blocks(std::uint64_t first, std::uint64_t count, void* dst);
+  SwapOp read_blocks(std::uint64_t first, std::uint64_t count, void* dst, std::uint64_t buffer_bytes = 0);
 
  private:
   SwapFile(Engine& engine, File file, const SwapLayout& layout, std::shared_ptr<AlignedBuffer> table);

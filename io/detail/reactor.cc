@@ -1,7 +1,7 @@
 // The io thread (see reactor.h). Life of a request: submit() pushes it to the inbox and
 // rings the doorbell; the io thread moves it to the round-robin queue, issues block-size
 // pieces while fewer than queue_depth are in flight, and on each completion either
-// resubmits the piece (EINTR/EAGAIN, short transfer), records the first failure, or
+// resubmits the piece (EINTR/EAGAIN, short transfer), records the failure, or
 // counts the bytes. A request finishes when nothing of it is left to issue or in flight.
 #include "io/detail/reactor.h"
 
@@ -228,6 +228,7 @@ void Reactor::prep(std::uint32_t index) {
     sqe->flags |= IOSQE_FIXED_FILE;
     counters_.fixed_file_pieces.fetch_add(1, std::memory_order_relaxed);
   }
+  if (p.buffered || !f.direct) counters_.buffered_pieces.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe_set_data64(sqe, std::uint64_t{index} + 1);
   counters_.pieces.fetch_add(1, std::memory_order_relaxed);
   if (++prepared_ >= options_.submit_batch) submit_prepared(false);
@@ -245,7 +246,8 @@ void Reactor::submit_prepared(bool wait) {
   if (rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) {
     warn_once("uring-submit", "io engine: io_uring_submit failed: " + errno_text(rc) + "; retrying");
   }
-  if (rc != -EINTR) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (rc == -EINTR) counters_.interrupted_calls.fetch_add(1, std::memory_order_relaxed);
+  else std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 void Reactor::reap() {
@@ -290,14 +292,15 @@ void Reactor::on_piece(std::uint32_t index, int res) {
     p.buf += res;
     p.len -= static_cast<std::uint32_t>(res);
     p.retries = 0;
-    if (r->err == 0) {
-      // An unaligned remainder cannot go O_DIRECT; the buffered descriptor takes any.
-      if (!p.buffered && r->file->direct && !(is_aligned(p.offset) && is_aligned(p.len) && is_aligned(p.buf))) {
-        p.buffered = true;
-      }
-      prep(index);
-      return;
+    // The remainder is resubmitted even when another piece has failed: each piece runs to
+    // success or its own error, so the failure reported is exactly the lowest offset not
+    // transferred. An unaligned remainder cannot go O_DIRECT; the buffered descriptor
+    // takes any.
+    if (!p.buffered && r->file->direct && !(is_aligned(p.offset) && is_aligned(p.len) && is_aligned(p.buf))) {
+      p.buffered = true;
     }
+    prep(index);
+    return;
   } else {
     r->done += p.total;
     (r->op == Op::read ? counters_.bytes_read : counters_.bytes_written).fetch_add(p.total, std::memory_order_relaxed);
@@ -306,8 +309,11 @@ void Reactor::on_piece(std::uint32_t index, int res) {
 }
 
 void Reactor::fail(Request* r, const Piece& p, int err, const std::string& what) {
-  if (r->err != 0) return;  // the first failure is the one reported
+  // Pieces run concurrently, so several may fail; the one at the lowest offset is reported:
+  // everything before it was transferred (or failed later in the file).
+  if (r->err != 0 && p.offset >= r->fail_offset) return;
   r->err = err;
+  r->fail_offset = p.offset;
   const char* op = r->op == Op::read ? "read" : "write";
   r->message = describe_failure(op, r->file->path, p.offset, p.len, err);
   if (!what.empty()) r->message += ": " + what;
@@ -419,8 +425,8 @@ EngineStats Reactor::stats() const noexcept {
   auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const Counters& c = counters_;
   return {ld(c.requests),     ld(c.failed_requests), ld(c.pieces),         ld(c.fixed_buffer_pieces),
-          ld(c.fixed_file_pieces), ld(c.submit_calls), ld(c.short_transfers), ld(c.retries),
-          ld(c.max_in_flight), ld(c.bytes_read),      ld(c.bytes_written)};
+          ld(c.fixed_file_pieces), ld(c.buffered_pieces), ld(c.submit_calls), ld(c.short_transfers), ld(c.retries),
+          ld(c.interrupted_calls), ld(c.max_in_flight), ld(c.bytes_read), ld(c.bytes_written)};
 }
 
 }  // namespace strata::io::detail

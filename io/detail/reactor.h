@@ -42,7 +42,8 @@ struct Request {
   std::uint64_t done = 0;           // bytes completed
   unsigned in_flight = 0;
   bool queued = false;              // in the round-robin queue
-  int err = 0;
+  int err = 0;                      // the failure at the lowest offset (see Reactor::fail)
+  std::uint64_t fail_offset = 0;
   std::string message;
   std::shared_ptr<FutureState> future;
   Callback callback;
@@ -128,7 +129,8 @@ class Reactor {
 
   struct Counters {
     std::atomic<std::uint64_t> requests{0}, failed_requests{0}, pieces{0}, fixed_buffer_pieces{0},
-        fixed_file_pieces{0}, submit_calls{0}, short_transfers{0}, retries{0}, max_in_flight{0}, bytes_read{0},
+        fixed_file_pieces{0}, buffered_pieces{0}, submit_calls{0}, short_transfers{0}, retries{0}, interrupted_calls{0}, max_in_flight{0},
+        bytes_read{0},
         bytes_written{0};
   };
   Counters counters_;

@@ -1,7 +1,11 @@
 // The io_uring engine on real files under /var/tmp (a disk: O_DIRECT works): round trips
 // of any size and alignment, queue depths 1..128, batching, fixed files and buffers,
 // SQPOLL, callbacks and multi-waits, and many concurrent requests.
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -348,4 +352,44 @@ TEST_CASE("invalid engine options are refused naming the option", "[negative]") 
   o = {};
   o.submit_batch = 0;
   CHECK_THAT(message(o), Catch::Contains("submit_batch"));
+}
+
+TEST_CASE("signals arriving during I/O interrupt waits but never the transfers", "[uring][stress]") {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = [](int) {};  // no SA_RESTART: interrupted system calls return EINTR
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
+  TempDir dir;
+  io::EngineOptions o;
+  o.block_bytes = 64 << 10;
+  o.queue_depth = 8;
+  auto engine = make_engine(o);
+  auto file = open_file(engine, dir.file("f"));
+  constexpr std::uint64_t kBytes = 16 << 20;
+  io::AlignedBuffer src(kBytes), dst(kBytes);
+  fill_pattern(src.data(), kBytes, 23);
+  std::atomic<bool> stop{false};
+  std::thread pest([&] {
+    // Every thread of the process, the io thread included, gets signals.
+    while (!stop) {
+      if (DIR* d = opendir("/proc/self/task")) {
+        while (dirent* e = readdir(d)) {
+          if (e->d_name[0] != '.') syscall(SYS_tgkill, getpid(), std::atoi(e->d_name), SIGUSR1);
+        }
+        closedir(d);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  bool all_ok = true;
+  for (int round = 0; round < 4 && all_ok; ++round) {
+    std::memset(dst.data(), 0, kBytes);
+    all_ok = engine.write(file, 0, src.data(), kBytes).wait().ok() && engine.read(file, 0, dst.data(), kBytes).wait().ok() &&
+             first_mismatch(dst.data(), kBytes, 23) == -1;
+  }
+  stop = true;
+  pest.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  INFO("interrupted io_uring_enter calls: " << engine.stats().interrupted_calls);
+  CHECK(all_ok);
 }

@@ -208,3 +208,27 @@ TEST_CASE("blocks never swapped out are reported as never written", "[uring][neg
   CHECK(swap->read_blocks(1, 1, back.data()).wait().err() == -EINVAL);  // only block 0 exists
   CHECK(swap->read_blocks(0, 0, back.data()).wait().ok());
 }
+
+TEST_CASE("swap buffers with room for the 4 KiB padding keep every transfer O_DIRECT", "[uring][boundary]") {
+  TempDir dir;
+  auto engine = make_engine();
+  auto swap = io::SwapFile::create(engine, dir.file("pad.swap"), spec_of(3 * kBlock / 4 + 1001));  // odd tail
+  REQUIRE(swap.ok());
+  REQUIRE(swap->direct());
+  const std::uint64_t payload = swap->layout().payload_bytes;
+  REQUIRE(payload % 4096 != 0);
+  io::AlignedBuffer src(payload), dst(payload);  // AlignedBuffer rounds up to 4 KiB
+  fill_pattern(src.data(), payload, 31);
+  const std::uint64_t before = engine.stats().buffered_pieces;
+  REQUIRE(swap->swap_out(src.data(), src.bytes()).wait().ok());
+  const io::Status s = swap->swap_in(dst.data(), dst.bytes()).wait();
+  INFO(s.message());
+  REQUIRE(s.ok());
+  CHECK(first_mismatch(dst.data(), payload, 31) == -1);
+  CHECK(engine.stats().buffered_pieces == before);
+  // Without the room, the tail goes through the page cache, and the data is the same.
+  std::memset(dst.data(), 0, dst.bytes());
+  REQUIRE(swap->swap_in(dst.data()).wait().ok());
+  CHECK(first_mismatch(dst.data(), payload, 31) == -1);
+  CHECK(engine.stats().buffered_pieces > before);
+}
