@@ -3,6 +3,8 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <condition_variable>
@@ -17,6 +19,15 @@
 #include "io/warn.h"
 
 namespace strata::io {
+namespace {
+
+// mlock/munlock as system calls: AddressSanitizer intercepts the libc wrappers and makes
+// them succeed without locking, which would hide a refusal.
+int lock_pages(void* p, std::size_t n) { return static_cast<int>(::syscall(SYS_mlock, p, n)); }
+void unlock_pages(void* p, std::size_t n) { ::syscall(SYS_munlock, p, n); }
+
+}  // namespace
+
 namespace detail {
 
 struct PoolState {
@@ -44,7 +55,7 @@ struct PoolState {
     }
     if (pinned && hooks.unpin) hooks.unpin(base, mapped_bytes);
     if (base != nullptr) {
-      if (locked) munlock(base, mapped_bytes);
+      if (locked) unlock_pages(base, mapped_bytes);
       munmap(base, mapped_bytes);
     }
   }
@@ -116,7 +127,7 @@ Result<BufferPool> BufferPool::create(Engine* engine, const PoolOptions& o) {
   }
   st->base = static_cast<std::byte*>(p);
   if (o.lock_memory) {
-    if (mlock(st->base, st->mapped_bytes) == 0) {
+    if (lock_pages(st->base, st->mapped_bytes) == 0) {
       st->locked = true;
     } else {
       const int err = errno;

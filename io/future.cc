@@ -63,7 +63,7 @@ bool any_ready(std::span<const IoFuture> futures, int* index) {
 
 bool IoFuture::ready() const noexcept { return state_ && state_->done.load(std::memory_order_acquire); }
 
-const IoResult& IoFuture::wait() const {
+IoResult IoFuture::wait() const {
   if (!state_) return invalid_result();
   if (!ready()) {
     std::unique_lock<std::mutex> lock(detail::wake_mutex());
@@ -83,7 +83,7 @@ IoResult wait_all(std::span<const IoFuture> futures) {
   IoResult total;
   bool failed = false;
   for (const IoFuture& f : futures) {
-    const IoResult& r = f.wait();
+    const IoResult r = f.wait();
     if (!r.ok() && !failed) {
       failed = true;
       total = r;

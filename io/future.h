@@ -44,7 +44,8 @@ class IoFuture {
   bool valid() const noexcept { return state_ != nullptr; }
   bool ready() const noexcept;  // never blocks; an invalid future is not ready
   // Blocks until the request completes; an invalid future returns -EINVAL at once.
-  const IoResult& wait() const;
+  // Returns a copy, so `engine.read(...).wait()` on a temporary future is safe.
+  IoResult wait() const;
   // False on timeout.
   bool wait_for(std::chrono::milliseconds timeout) const;
 

@@ -24,10 +24,10 @@ Status SwapOp::wait() {
   if (done_) return status_;
   done_ = true;
   if (data_.valid()) {
-    if (const IoResult& r = data_.wait(); !r.ok()) status_ = r.status();
+    if (const IoResult r = data_.wait(); !r.ok()) status_ = r.status();
   }
   if (table_.valid()) {
-    if (const IoResult& r = table_.wait(); !r.ok() && status_.ok()) status_ = r.status();
+    if (const IoResult r = table_.wait(); !r.ok() && status_.ok()) status_ = r.status();
   }
   if (status_.ok() && finish_) status_ = finish_();
   finish_ = nullptr;
