@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 
@@ -37,6 +38,7 @@ bool write_file(const char* path, const std::string& text) {
 ChildResult run_in_child(const std::function<std::string()>& body) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return {-1, 0, std::string("pipe: ") + std::strerror(errno)};
+  std::fflush(nullptr);  // or buffered output would be printed by both processes
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
