@@ -37,7 +37,7 @@ struct EngineOptions {
   unsigned submit_batch = 8;              // prepared pieces per io_uring_submit, >= 1
   bool sqpoll = false;                    // a kernel thread polls the submission queue
   unsigned sqpoll_idle_ms = 100;
-  unsigned max_files = 64;                // fixed-file slots (0: none)
+  unsigned max_files = 1024;              // fixed-file slots (0: none); swap files are many
   unsigned max_buffers = 256;             // fixed-buffer slots (0: none)
 };
 

@@ -181,3 +181,26 @@ TEST_CASE("a pool may outlive its engine and an engine may outlive its pool", "[
   auto p1 = make_pool(&engine, 2, 4096);
   CHECK(p1.registered() == 2);
 }
+
+TEST_CASE("a pool larger than the fixed-buffer table registers what fits and still works", "[uring][boundary]") {
+  TempDir dir;
+  io::EngineOptions o;
+  o.max_buffers = 2;
+  WarningCatcher warnings;
+  auto engine = make_engine(o);
+  auto pool = make_pool(&engine, 3, 64 << 10);
+  CHECK(pool.registered() == 2);
+  CHECK_THAT(warnings.joined(), Catch::Contains("ENOBUFS"));
+  auto file = open_file(engine, dir.file("f"));
+  std::vector<io::PoolBuffer> all;
+  for (int i = 0; i < 3; ++i) all.push_back(pool.acquire());
+  for (int i = 0; i < 3; ++i) {
+    fill_pattern(all[i].data(), all[i].bytes(), 50 + i);
+    REQUIRE(engine.write(file, i * all[i].bytes(), all[i].data(), all[i].bytes()).wait().ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::memset(all[i].data(), 0, all[i].bytes());
+    REQUIRE(engine.read(file, i * all[i].bytes(), all[i].data(), all[i].bytes()).wait().ok());
+    CHECK(first_mismatch(all[i].data(), all[i].bytes(), 50 + i) == -1);
+  }
+}

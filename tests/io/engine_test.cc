@@ -393,3 +393,29 @@ TEST_CASE("signals arriving during I/O interrupt waits but never the transfers",
   INFO("interrupted io_uring_enter calls: " << engine.stats().interrupted_calls);
   CHECK(all_ok);
 }
+
+TEST_CASE("files beyond the fixed-file slots use plain descriptors after one warning", "[uring][boundary]") {
+  TempDir dir;
+  io::EngineOptions o;
+  o.max_files = 2;
+  WarningCatcher warnings;
+  auto engine = make_engine(o);
+  std::vector<io::File> files;
+  for (int i = 0; i < 4; ++i) files.push_back(open_file(engine, dir.file("f" + std::to_string(i))));
+  CHECK(files[0].registered());
+  CHECK(files[1].registered());
+  CHECK_FALSE(files[2].registered());
+  CHECK_FALSE(files[3].registered());
+  io::AlignedBuffer buf(8192);
+  for (int i = 0; i < 4; ++i) {
+    fill_pattern(buf.data(), 8192, 40 + i);
+    REQUIRE(engine.write(files[i], 0, buf.data(), 8192).wait().ok());
+  }
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(engine.read(files[i], 0, buf.data(), 8192).wait().ok());
+    CHECK(first_mismatch(buf.data(), 8192, 40 + i) == -1);
+  }
+  CHECK_THAT(warnings.joined(), Catch::Contains("fixed-file slots") && Catch::Contains("max_files"));
+  files[0].close();  // frees a slot for the next file
+  CHECK(open_file(engine, dir.file("g")).registered());
+}
