@@ -142,12 +142,14 @@ void Reactor::run() noexcept {
   for (;;) {
     take_inbox();
     fill();
-    if (stopping_.load() && live_ == 0) {
+    bool more = false;
+    {
       std::lock_guard<std::mutex> lock(inbox_mutex_);
-      if (inbox_.empty()) break;
-      continue;
+      more = !inbox_.empty();
     }
-    submit_prepared(true);
+    if (stopping_.load() && live_ == 0 && !more) break;
+    // Requests queued from this thread (callbacks) ring no doorbell: never sleep on them.
+    submit_prepared(!more);
     reap();
   }
 }

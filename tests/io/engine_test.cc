@@ -419,3 +419,26 @@ TEST_CASE("files beyond the fixed-file slots use plain descriptors after one war
   files[0].close();  // frees a slot for the next file
   CHECK(open_file(engine, dir.file("g")).registered());
 }
+
+TEST_CASE("a callback of a request that completes at once may queue more I/O without stalling",
+          "[uring][regression]") {
+  // Regression: requests queued by a callback run from the inbox step (zero-length or
+  // invalid requests complete there) rang no doorbell, and the io thread went to sleep
+  // with them queued.
+  TempDir dir;
+  auto engine = make_engine();
+  auto file = open_file(engine, dir.file("f"));
+  io::AlignedBuffer buf(4096);
+  fill_pattern(buf.data(), 4096, 60);
+  auto done = std::make_shared<std::promise<io::IoResult>>();
+  auto result = done->get_future();
+  engine.write(file, 0, buf.data(), 0, [&, done](const io::IoResult& empty) {
+    if (!empty.ok()) {
+      done->set_value(empty);
+      return;
+    }
+    engine.write(file, 0, buf.data(), 4096, [done](const io::IoResult& r) { done->set_value(r); });
+  });
+  REQUIRE(result.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(result.get().ok());
+}
