@@ -74,8 +74,10 @@ void bf16_decode_span(const std::uint16_t* src, float* dst, std::size_t n) {
   }
 }
 
+// `saturate` is ConvertOptions::saturate_fp8: bf16 and fp16 always overflow to inf, as IEEE
+// (and as the scalar fp32_to_bf16/fp32_to_fp16 do).
 void from_fp32(const float* src, DType to, void* dst, std::size_t n, bool saturate) {
-  if (dtype_size(to) == 2) encode_span(format_of(to), src, static_cast<std::uint16_t*>(dst), n, saturate);
+  if (dtype_size(to) == 2) encode_span(format_of(to), src, static_cast<std::uint16_t*>(dst), n, false);
   else encode_span(format_of(to), src, static_cast<std::uint8_t*>(dst), n, saturate);
 }
 
