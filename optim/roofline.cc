@@ -29,13 +29,19 @@ template <DType G, DType S, class Copy, bool kM, bool kV>
 struct StreamKernel {
   UB zero;  // 0 at run time; opaque to the compiler
 
+  // All loads before any store, as in the optimizer kernels: the buffers share their offsets
+  // modulo 4 KiB, and a load issued behind a store to the same 4 KiB offset waits on it
+  // (4K aliasing), which would make this ceiling artificially low.
   template <bool kNonTemporal>
   void apply(const detail::Slots& s, std::size_t i) const noexcept {
     const UB touch = load_bits<G>(s.ptr[detail::kGrad], i) & zero;
     const UB p = load_bits<DType::fp32>(s.ptr[detail::kMaster], i) | touch;
+    UB m, v;
+    if constexpr (kM) m = load_bits<S>(s.ptr[detail::kM], i) | touch;
+    if constexpr (kV) v = load_bits<S>(s.ptr[detail::kV], i) | touch;
     store_bits<DType::fp32>(s.ptr[detail::kMaster], i, p);
-    if constexpr (kM) store_bits<S>(s.ptr[detail::kM], i, load_bits<S>(s.ptr[detail::kM], i) | touch);
-    if constexpr (kV) store_bits<S>(s.ptr[detail::kV], i, load_bits<S>(s.ptr[detail::kV], i) | touch);
+    if constexpr (kM) store_bits<S>(s.ptr[detail::kM], i, m);
+    if constexpr (kV) store_bits<S>(s.ptr[detail::kV], i, v);
     if constexpr (Copy::has) {
       detail::store_u16<kNonTemporal>(static_cast<std::uint16_t*>(s.ptr[detail::kCopy]) + i, p >> 16);
     }
