@@ -47,9 +47,9 @@ struct AdagradKernel {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     FB p = FB::load_unaligned(master + i);
     FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;
-    if constexpr (kL2) g = xsimd::fma(p, l2_decay, g);
-    const FB v = xsimd::fma(g, g, load_lanes<S>(s.ptr[kV], i));
-    p = xsimd::fma(g / (xsimd::sqrt(v) + eps), neg_clr, p);
+    if constexpr (kL2) g = fmadd(p, l2_decay, g);
+    const FB v = fmadd(g, g, load_lanes<S>(s.ptr[kV], i));
+    p = fmadd(g / (xsimd::sqrt(v) + eps), neg_clr, p);
     p.store_unaligned(master + i);
     store_lanes<S>(s.ptr[kV], i, v);
     if constexpr (Copy::has) store_lanes<Copy::dtype, kNonTemporal>(s.ptr[kCopy], i, p);

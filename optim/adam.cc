@@ -60,11 +60,11 @@ struct AdamKernel {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     FB p = FB::load_unaligned(master + i);
     FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;
-    if constexpr (kL2) g = xsimd::fma(p, l2_decay, g);
-    const FB m = xsimd::fma(beta1, load_lanes<S>(s.ptr[kM], i), one_minus_beta1 * g);
-    const FB v = xsimd::fma(beta2, load_lanes<S>(s.ptr[kV], i), one_minus_beta2 * (g * g));
-    const FB d = xsimd::fma(xsimd::sqrt(v), inv_sqrt_bc2, eps);
-    p = xsimd::fma(m / d, neg_step_size, p * decay);
+    if constexpr (kL2) g = fmadd(p, l2_decay, g);
+    const FB m = fmadd(beta1, load_lanes<S>(s.ptr[kM], i), one_minus_beta1 * g);
+    const FB v = fmadd(beta2, load_lanes<S>(s.ptr[kV], i), one_minus_beta2 * (g * g));
+    const FB d = fmadd(xsimd::sqrt(v), inv_sqrt_bc2, eps);
+    p = fmadd(m / d, neg_step_size, p * decay);
     p.store_unaligned(master + i);
     store_lanes<S>(s.ptr[kM], i, m);
     store_lanes<S>(s.ptr[kV], i, v);

@@ -26,7 +26,8 @@ inline GradNorm& operator+=(GradNorm& a, const GradNorm& b) noexcept {
 // from its first element (the last may be short). Within a block, squares are formed in
 // double (exact: a float's square has at most 48 significant bits, and no finite float's
 // square overflows a double) and accumulated lane by lane in batch order into four vector
-// accumulators, which are then combined in a fixed order. Block partials are added in block
+// accumulators (even batches into two, odd batches into the other two), which are then
+// combined in a fixed order. Block partials are added in block
 // index order. TBB decides only who computes a block, never the order of any addition; the
 // result depends on the build's vector width, not on threads or scheduling.
 inline constexpr std::size_t kNormBlockElems = 4096;

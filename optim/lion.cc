@@ -48,12 +48,12 @@ struct LionKernel {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     const FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;
     const FB m = load_lanes<S>(s.ptr[kM], i);
-    const FB c = xsimd::fma(beta1, m, one_minus_beta1 * g);
+    const FB c = fmadd(beta1, m, one_minus_beta1 * g);
     const FB zero(0.0f), one(1.0f);
     const FB sign = xsimd::select(c > zero, one, zero) - xsimd::select(c < zero, one, zero);
-    const FB p = xsimd::fma(sign, neg_lr, FB::load_unaligned(master + i) * decay);
+    const FB p = fmadd(sign, neg_lr, FB::load_unaligned(master + i) * decay);
     p.store_unaligned(master + i);
-    store_lanes<S>(s.ptr[kM], i, xsimd::fma(beta2, m, one_minus_beta2 * g));
+    store_lanes<S>(s.ptr[kM], i, fmadd(beta2, m, one_minus_beta2 * g));
     if constexpr (Copy::has) store_lanes<Copy::dtype, kNonTemporal>(s.ptr[kCopy], i, p);
   }
 };

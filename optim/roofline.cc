@@ -61,8 +61,6 @@ const char* update_rule_name(UpdateRule rule) noexcept {
   return "?";
 }
 
-const char* kernel_isa() noexcept { return xsimd::default_arch::name(); }
-
 StateUse state_use(UpdateRule rule) noexcept {
   switch (rule) {
     case UpdateRule::lion: return {true, false};

@@ -11,8 +11,6 @@ namespace strata::optim {
 enum class UpdateRule { adam, lion, adagrad };
 
 const char* update_rule_name(UpdateRule rule) noexcept;
-// The instruction set the CPU kernels were built for ("avx512bw", "avx2", "sse2", ...).
-const char* kernel_isa() noexcept;
 StateUse state_use(UpdateRule rule) noexcept;  // adam: m and v; lion: m; adagrad: v
 
 // Reads master, grad and the rule's state, writes master, state and the copy (if any), all

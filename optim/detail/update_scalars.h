@@ -5,7 +5,8 @@
 
 namespace strata::optim::detail {
 
-// Adam/AdamW, per element, in this order (fma = one rounding):
+// Adam/AdamW, per element, in this order (fma: one rounding where the ISA has FMA, see
+// simd_io.h fmadd; the CUDA kernel uses __fmaf_rn):
 //   g  = grad * grad_scale;            if l2: g = fma(p, l2_decay, g)
 //   m' = fma(beta1, m, one_minus_beta1 * g)
 //   v' = fma(beta2, v, one_minus_beta2 * (g * g))

@@ -23,6 +23,7 @@
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/grad_norm.h"
+#include "optim/kernel_info.h"
 #include "optim/lion.h"
 #include "optim/roofline.h"
 #include "tools/cli/command.h"
