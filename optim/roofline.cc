@@ -36,7 +36,7 @@ struct StreamKernel {
   void apply(const detail::Slots& s, std::size_t i) const noexcept {
     const UB touch = load_bits<G>(s.ptr[detail::kGrad], i) & zero;
     const UB p = load_bits<DType::fp32>(s.ptr[detail::kMaster], i) | touch;
-    UB m, v;
+    UB m(0u), v(0u);
     if constexpr (kM) m = load_bits<S>(s.ptr[detail::kM], i) | touch;
     if constexpr (kV) v = load_bits<S>(s.ptr[detail::kV], i) | touch;
     store_bits<DType::fp32>(s.ptr[detail::kMaster], i, p);

@@ -74,11 +74,15 @@ void run_range(const Shard& sh, std::size_t begin, std::size_t end, const Kernel
   const std::size_t head = head_elems(sh, i, end);
   if (head) apply_padded(sh, i, head, kernel);
   i += head;
+  // Local copies: the stores through the buffers cannot alias them, so the pointers and the
+  // kernel's constants stay in registers instead of being reloaded every batch.
+  const Slots base = sh.base;
+  const Kernel k = kernel;
   if (sh.align_slot >= 0) {
-    for (; i + kLanes <= end; i += kLanes) kernel.template apply<true>(sh.base, i);
+    for (; i + kLanes <= end; i += kLanes) k.template apply<true>(base, i);
     fence_streaming_stores();
   } else {
-    for (; i + kLanes <= end; i += kLanes) kernel.template apply<false>(sh.base, i);
+    for (; i + kLanes <= end; i += kLanes) k.template apply<false>(base, i);
   }
   if (i < end) apply_padded(sh, i, end - i, kernel);
 }
