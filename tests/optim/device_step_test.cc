@@ -20,13 +20,13 @@ namespace {
 // The shard's buffers mirrored in device memory.
 struct DeviceShard {
   DeviceShard(device::Device& dev, const TestShard& sh) {
-    const auto a = const_cast<TestShard&>(sh).args(1);
+    const ShardSpec& s = sh.spec();
     const std::size_t n = sh.size();
     master = device::DeviceBuffer(dev, n * 4, "test master");
-    grad = device::DeviceBuffer(dev, n * dtype_size(a.grad_dtype), "test grad");
-    m = device::DeviceBuffer(dev, n * dtype_size(a.state_dtype), "test m");
-    v = device::DeviceBuffer(dev, n * dtype_size(a.state_dtype), "test v");
-    if (a.copy) copy = device::DeviceBuffer(dev, n * dtype_size(a.copy_dtype), "test copy");
+    grad = device::DeviceBuffer(dev, n * dtype_size(s.grad), "test grad");
+    m = device::DeviceBuffer(dev, n * dtype_size(s.state), "test m");
+    v = device::DeviceBuffer(dev, n * dtype_size(s.state), "test v");
+    if (s.copy) copy = device::DeviceBuffer(dev, n * dtype_size(s.copy_dtype), "test copy");
   }
   void upload(device::Stream& s, TestShard& sh) {
     const auto a = sh.args(1);
