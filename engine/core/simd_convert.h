@@ -40,6 +40,18 @@ inline BU encode_batch(const SmallFloat& f, const BU& u, bool saturate) noexcept
   return r | sign;
 }
 
+// encode_batch(kBF16, u, false) in five integer operations and one select, for kernels that
+// write bf16 in their inner loop. bf16 keeps fp32's exponent range, so adding 0x7fff plus the
+// kept LSB to the fp32 bits and keeping the upper half rounds to nearest even for normals,
+// subnormals and overflow to inf alike (the carry never reaches the sign for |x| <= inf);
+// only NaN needs a select, to the canonical quiet NaN with its sign. The core tests check
+// it against encode_batch for all 2^32 inputs.
+inline BU encode_bf16_batch(const BU& u) noexcept {
+  const BU rounded = (u + BU(0x7fffu) + ((u >> 16) & BU(1u))) >> 16;
+  const BU nan = ((u >> 16) & BU(0x8000u)) | BU(detail::kBF16.nan_code);
+  return xsimd::select((u & BU(0x7fffffffu)) > BU(0x7f800000u), nan, rounded);
+}
+
 // Small-format code -> fp32 bits, exact (same rule as decode_scalar).
 inline BU decode_batch(const SmallFloat& f, const BU& c) noexcept {
   const BU sign = ((c >> f.sign_shift()) & BU(1u)) << 31;

@@ -103,9 +103,10 @@ inline void store_lanes(void* base, std::size_t i, const FB& x) noexcept {
     store_f32<kNonTemporal>(static_cast<float*>(base) + i, x);
   } else {
     static_assert(T == DType::bf16 || T == DType::fp16, "optimizer buffers are fp32, bf16 or fp16");
-    const auto& f = T == DType::bf16 ? strata::detail::kBF16 : strata::detail::kFP16;
+    const UB bits = xsimd::bitwise_cast<UB>(x);
     store_u16<kNonTemporal>(static_cast<std::uint16_t*>(base) + i,
-                            simd::encode_batch(f, xsimd::bitwise_cast<UB>(x), /*saturate=*/false));
+                            T == DType::bf16 ? simd::encode_bf16_batch(bits)
+                                             : simd::encode_batch(strata::detail::kFP16, bits, /*saturate=*/false));
   }
 }
 
