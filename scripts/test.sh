@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test suite (ctest), then the stream/event tests again
-# under ThreadSanitizer. Installs missing Debian packages first. Environment:
+# Builds everything and runs every test suite (ctest), then the stream/event and io tests
+# again under ThreadSanitizer and the io suite under AddressSanitizer (leaks: every buffer and
+# descriptor released). Installs missing Debian packages first. Environment:
 #   STRATA_STRICT=ON   warnings are errors (CI sets it)
 #   STRATA_TSAN=0      skip the ThreadSanitizer pass
+#   STRATA_ASAN=0      skip the AddressSanitizer pass
 #   STRATA_JOBS=N      build parallelism (default 2)
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
@@ -18,12 +20,23 @@ echo "== tests"
 (cd "$STRATA_ROOT/build" && ctest --output-on-failure -j"$jobs")
 
 if [ "${STRATA_TSAN:-1}" != "0" ]; then
-  echo "== ThreadSanitizer: device streams and events"
+  echo "== ThreadSanitizer: device streams and events, io engine"
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
-  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests
+  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests
   # Timing assertions (throttle) are meaningless under TSan's slowdown; everything else runs.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
     "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
+    "$STRATA_ROOT/build-tsan/bin/strata_io_tests"
+fi
+if [ "${STRATA_ASAN:-1}" != "0" ]; then
+  echo "== AddressSanitizer (leak check included): io engine, buffer pool, swap files"
+  strata_configure "$STRATA_ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=address \
+    -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
+  cmake --build "$STRATA_ROOT/build-asan" -j"$jobs" --target strata_io_tests
+  # No test spec: the runner skips (and names) [uring]/[mount] tests this machine cannot run.
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
+    "$STRATA_ROOT/build-asan/bin/strata_io_tests"
 fi
 echo "== all test stages passed"

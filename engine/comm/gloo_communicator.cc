@@ -15,6 +15,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -41,6 +43,14 @@ using Clock = std::chrono::steady_clock;
                timed_out ? " (" + what + ")" : ")",
                ". A peer rank died, hung or issued a different collective: every rank must issue the same "
                "collectives in the same order");
+}
+
+// A peer that dies mid-transfer must become an error, not kill this process: Gloo writes
+// to its sockets without MSG_NOSIGNAL on some paths, and SIGPIPE's default action is to
+// terminate. Only a default handler is replaced; a program's own handler is left alone.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
 }
 
 std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) {
@@ -98,6 +108,7 @@ class GlooCommunicator final : public Communicator {
     STRATA_CHECK(cfg_.world_size >= 1 && cfg_.rank >= 0 && cfg_.rank < cfg_.world_size, Errc::invalid_argument, "rank ",
                  cfg_.rank, " / world size ", cfg_.world_size, " is not a valid rank");
     if (cfg_.world_size == 1) return;  // nothing to connect; ops are local copies
+    ignore_sigpipe();
     try {
       store_ = open_run_store(cfg_);
       gloo::transport::tcp::attr attr;

@@ -1,7 +1,8 @@
 // Buffer conversions between dtypes with xsimd batches (the rules live in
-// detail/small_float.h). Work proceeds in chunks of kChunk elements through an aligned
-// uint32 scratch so loads, the batch transform and the narrowing stores stay simple; large
-// buffers are split over TBB workers (the body cannot throw).
+// detail/small_float.h, their batch form in simd_convert.h). Work proceeds in chunks of
+// kChunk elements through an aligned uint32 scratch so loads, the batch transform and the
+// narrowing stores stay simple; large buffers are split over TBB workers (the body cannot
+// throw).
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -9,14 +10,16 @@
 #include <cstring>
 #include <xsimd/xsimd.hpp>
 
-#include "engine/core/detail/small_float.h"
 #include "engine/core/dtype.h"
+#include "engine/core/simd_convert.h"
 
 namespace strata {
 namespace {
 
-using BU = xsimd::batch<std::uint32_t>;
-using BF = xsimd::batch<float>;
+using simd::BF;
+using simd::BU;
+using simd::decode_batch;
+using simd::encode_batch;
 using detail::SmallFloat;
 
 constexpr std::size_t kLanes = BU::size;
@@ -24,46 +27,7 @@ constexpr std::size_t kChunk = 1024;  // multiple of every batch width
 constexpr std::size_t kParallelMin = std::size_t{1} << 20;
 constexpr std::size_t kGrain = std::size_t{1} << 16;
 
-inline BU encode_batch(const SmallFloat& f, const BU& u, bool saturate) {
-  const BU sign = (u >> 31) << f.sign_shift();
-  const BU a = u & BU(0x7fffffffu);
-  const BU mb(f.magic_bits());
-  const BU sub = xsimd::bitwise_cast<BU>(xsimd::bitwise_cast<BF>(a) + xsimd::bitwise_cast<BF>(mb)) - mb;
-  const BU odd = (a >> f.shift()) & BU(1u);
-  const BU norm = (a + BU(f.rebias_round()) + odd) >> f.shift();
-  BU r = xsimd::select(a < BU(f.min_normal_bits()), sub, norm);
-  r = xsimd::select(r > BU(f.max_code), BU(saturate ? f.max_code : f.inf_code), r);
-  r = xsimd::select(a > BU(0x7f800000u), BU(f.nan_code), r);
-  return r | sign;
-}
-
-inline BU decode_batch(const SmallFloat& f, const BU& c) {
-  const BU sign = ((c >> f.sign_shift()) & BU(1u)) << 31;
-  const BU mag = c & BU((1u << f.sign_shift()) - 1);
-  const BU e = mag >> f.man_bits;
-  const BU m = mag & BU(f.man_mask());
-  const BU mb(f.magic_bits());
-  const BU sub = xsimd::bitwise_cast<BU>(xsimd::bitwise_cast<BF>(mb | m) - xsimd::bitwise_cast<BF>(mb));
-  const BU norm = ((e + BU(static_cast<std::uint32_t>(127 - f.bias))) << 23) | (m << f.shift());
-  BU r = xsimd::select(e == BU(0u), sub, norm);
-  if (f.has_inf) {
-    const BU quiet = xsimd::select(m != BU(0u), BU(0x00400000u), BU(0u));
-    const BU special = BU(0x7f800000u) | (m << f.shift()) | quiet;
-    r = xsimd::select(e == BU(f.exp_mask()), special, r);
-  } else {
-    r = xsimd::select(mag == BU(f.nan_code), BU(0x7fc00000u), r);
-  }
-  return r | sign;
-}
-
-const SmallFloat& format_of(DType t) {
-  switch (t) {
-    case DType::bf16: return detail::kBF16;
-    case DType::fp16: return detail::kFP16;
-    case DType::fp8_e4m3: return detail::kE4M3;
-    default: return detail::kE5M2;
-  }
-}
+const SmallFloat& format_of(DType t) { return simd::small_format(t); }
 
 template <class Code>
 void encode_span(const SmallFloat& f, const float* src, Code* dst, std::size_t n, bool saturate) {
@@ -110,8 +74,10 @@ void bf16_decode_span(const std::uint16_t* src, float* dst, std::size_t n) {
   }
 }
 
+// `saturate` is ConvertOptions::saturate_fp8: bf16 and fp16 always overflow to inf, as IEEE
+// (and as the scalar fp32_to_bf16/fp32_to_fp16 do).
 void from_fp32(const float* src, DType to, void* dst, std::size_t n, bool saturate) {
-  if (dtype_size(to) == 2) encode_span(format_of(to), src, static_cast<std::uint16_t*>(dst), n, saturate);
+  if (dtype_size(to) == 2) encode_span(format_of(to), src, static_cast<std::uint16_t*>(dst), n, false);
   else encode_span(format_of(to), src, static_cast<std::uint8_t*>(dst), n, saturate);
 }
 

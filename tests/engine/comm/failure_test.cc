@@ -22,6 +22,9 @@ TEST_CASE("a rank killed between collectives makes the others fail within the ti
   for (int rank : {0, 2}) {
     const auto& out = r.ranks[rank].output;
     INFO("rank " << rank << " output: " << out);
+    // [regression] survivors used to die of SIGPIPE when they wrote to the dead rank.
+    CHECK(r.ranks[rank].signal == 0);
+    CHECK(r.ranks[rank].exit_code == 0);
     CHECK_THAT(out, Catch::Contains("CAUGHT") && Catch::Contains("rank " + std::to_string(rank) + "/3") &&
                         Catch::Contains("all_reduce"));
     CHECK_FALSE(r.ranks[rank].terminated_by_launcher);  // it ended by itself, with the error

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -112,5 +113,26 @@ TEST_CASE("parse_dtype names the bad value and the accepted names", "[dtype][neg
   } catch (const Error& e) {
     CHECK(e.code() == Errc::invalid_argument);
     CHECK_THAT(e.what(), Catch::Contains("'fp12'") && Catch::Contains("bf16"));
+  }
+}
+
+TEST_CASE("buffer conversion to bf16 and fp16 overflows to inf with default options",
+          "[dtype][regression]") {
+  // Broke: convert() passed ConvertOptions::saturate_fp8 (default true) to the 16-bit
+  // formats too, so +-inf and overflowing values became the largest finite bf16/fp16, unlike
+  // fp32_to_bf16/fp32_to_fp16 and dtype.h's contract; optim's overflow check then missed an
+  // Inf gradient stored in bf16/fp16.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType t : {DType::bf16, DType::fp16}) {
+    const std::vector<float> src = {inf, -inf, 3.0e38f, -3.0e38f};
+    std::vector<std::uint16_t> dst(src.size());
+    convert(src.data(), DType::fp32, dst.data(), t, src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const float back = load_as_fp32(dst.data(), t, i);
+      const bool overflows = std::fabs(src[i]) > dtype_info(t).max_finite * 1.01f;
+      if (overflows || std::isinf(src[i])) CHECK(std::isinf(back));
+      const std::uint16_t scalar = t == DType::bf16 ? fp32_to_bf16(src[i]) : fp32_to_fp16(src[i]);
+      CHECK(dst[i] == scalar);
+    }
   }
 }

@@ -1,0 +1,68 @@
+// The pipeline executor: runs one stage's list of a schedule with real layer compute on
+// that stage's device (host backend: an emulated GPU whose stream runs the layer code),
+// exchanging activations and gradients through a Transport, and records when each action
+// started and ended so the measured bubble can be set against the simulated one.
+//
+// Protocol. One StageExecutor per stage, owned and driven by that stage's thread (or
+// process). run_step() runs the stage's actions in order: F and B/W/BW through the stage's
+// layers of the action's chunk, RA/RG receive (blocking), SA/SG send (never blocking), OPT
+// calls the ParameterStore. Weight gradients are accumulated in micro-batch order whatever
+// order the schedule runs W in: a micro-batch's dW that comes early waits in a buffer until
+// the ones before it are added, so the sums are the bits of a sequential loop over the
+// micro-batches (run_sequential). Re-materialization (GPipe/torchgpipe's checkpointing)
+// keeps only a chunk's input after F and recomputes the rest before B. An error in layer
+// code (a sticky stream error) or in a transfer leaves run_step with a strata::Error; the
+// executor is not usable afterwards.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "engine/device/device.h"
+#include "pipeline/model.h"
+#include "pipeline/schedule.h"
+#include "pipeline/timeline.h"
+#include "pipeline/transport.h"
+
+namespace strata::pipeline {
+
+// always: every micro-batch; except_last: all but the last (whose backward follows its
+// forward soonest); never: keep every activation.
+enum class Remat { never, always, except_last };
+const char* remat_name(Remat r) noexcept;
+Remat parse_remat(std::string_view text);  // "never" | "always" | "except_last"
+
+struct ExecutorOptions {
+  Remat remat = Remat::never;
+  // Receives announced to the transport ahead of the one being waited on (Gloo posts them
+  // early, so data moves while the stage computes). 0: post each when it is reached.
+  int recv_window = 8;
+  device::DeviceOptions device;  // the stage's device; activations and gradients live there
+};
+
+struct StageReport {
+  int stage = 0;
+  std::vector<TimedAction> timings;  // every action of the step, steady-clock seconds
+  double peak_activations = 0;       // micro-batches live at once (a chunk counts 1/v)
+  std::uint64_t peak_device_bytes = 0;
+  int recomputed = 0;                // forwards re-run by re-materialization
+};
+
+class StageExecutor {
+ public:
+  StageExecutor(const Schedule& schedule, int stage, const PipelineModel& model, ParameterStore& store,
+                Transport& transport, const ExecutorOptions& options = {});
+  ~StageExecutor();
+  StageExecutor(const StageExecutor&) = delete;
+  StageExecutor& operator=(const StageExecutor&) = delete;
+
+  StageReport run_step();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::pipeline

@@ -1,0 +1,98 @@
+// What the executor runs: a PipelineModel (the layers in forward order, the micro-batch
+// inputs and the loss gradient) split evenly over the schedule's virtual stages, and per
+// stage a ParameterStore that hands out the stage's parameters and gradient buffers.
+//
+// ParameterStore protocol (called from the stage's own thread only). Per step:
+// begin_step() once; for every compute action, before_action(action, layers) with the
+// global ids of the layers it touches, then parameters()/gradient() of those layers, then
+// after_action(action, layers); gradients_ready(layer) once that layer's weight gradient
+// holds every micro-batch; optimizer_step() at the schedule's OPT. A ZeRO engine plugs in
+// here: gather a layer's parameters in before_action, release them in after_action,
+// reduce-scatter in gradients_ready, step its shards in optimizer_step. The pointers from
+// parameters() and gradient() stay valid until after_action.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "pipeline/action.h"
+#include "pipeline/layer.h"
+
+namespace strata::pipeline {
+
+struct PipelineModel {
+  std::vector<std::shared_ptr<const Layer>> layers;  // forward order
+  std::size_t rows = 1;                              // rows per micro-batch
+  // Writes micro-batch `micro`'s input: rows * layers.front()->in_features() floats.
+  std::function<void(int micro, float* x)> input;
+  // Writes dL/dy for micro-batch `micro` from the last layer's output y (rows * out floats).
+  std::function<void(int micro, const float* y, float* dy)> loss_grad;
+
+  // Throws Errc::invalid_argument when the layers do not split evenly into
+  // `virtual_stages` groups, features do not chain, or a callback is missing.
+  void check(int virtual_stages) const;
+  // Global ids of virtual stage vs's layers (contiguous, forward order).
+  std::vector<int> layers_of(int vs, int virtual_stages) const;
+};
+
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  virtual void begin_step() = 0;
+  virtual void before_action(const Action& action, const std::vector<int>& layers) { (void)action, (void)layers; }
+  virtual const float* parameters(int layer) = 0;
+  virtual float* gradient(int layer) = 0;
+  virtual void after_action(const Action& action, const std::vector<int>& layers) { (void)action, (void)layers; }
+  virtual void gradients_ready(int layer) { (void)layer; }
+  virtual void optimizer_step() {}
+};
+
+// Parameters and gradients of some layers in host memory: parameters from each layer's
+// init_params(seed, id), gradients zeroed by begin_step(). optimizer_step() does nothing
+// (the gradients stay for inspection) unless a learning rate is set (plain SGD).
+class LocalParameterStore final : public ParameterStore {
+ public:
+  LocalParameterStore(const PipelineModel& model, std::vector<int> layers, std::uint64_t seed, float sgd_lr = 0);
+  void begin_step() override;
+  const float* parameters(int layer) override;
+  float* gradient(int layer) override;
+  void gradients_ready(int layer) override;
+  void optimizer_step() override;
+
+  const std::vector<int>& layers() const noexcept { return ids_; }
+  const std::vector<float>& params_of(int layer) const;
+  const std::vector<float>& grads_of(int layer) const;
+  int ready_count(int layer) const;  // gradients_ready calls this step
+
+ private:
+  std::size_t index(int layer) const;
+  std::vector<int> ids_;
+  std::vector<std::vector<float>> params_, grads_;
+  std::vector<int> ready_;
+  float lr_;
+};
+
+// The deterministic model the tests and `strata pipeline` use: `layers` layers, each a
+// TanhLinear(width, width) (every `unsplittable_every`-th one cannot split its backward,
+// 0: none) or, with layer_time > 0, a TimedLayer whose F, B, W take layer_time * (f, b, w).
+struct SyntheticModelSpec {
+  int layers = 8;
+  std::size_t width = 16;
+  std::size_t rows = 4;
+  int micro_batches = 8;   // for the loss scale 1 / (rows m)
+  std::uint64_t seed = 1;
+  int unsplittable_every = 0;
+  double layer_time_s = 0;
+  double f = 1, b = 1, w = 1;
+};
+PipelineModel synthetic_model(const SyntheticModelSpec& spec);
+
+// The plain sequential loop the pipeline must match bit for bit: for each micro-batch in
+// order, forward through every layer, loss gradient, backward through every layer (B then
+// W, or the full backward), accumulating each layer's weight gradient into
+// store.gradient(layer). `store` must hold every layer.
+void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store);
+
+}  // namespace strata::pipeline

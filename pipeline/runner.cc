@@ -1,0 +1,171 @@
+// Thread and process runners and the measured timeline (see runner.h).
+#include "pipeline/runner.h"
+
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "engine/core/error.h"
+#include "pipeline/simulate.h"
+
+namespace strata::pipeline {
+
+std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const PipelineModel& model,
+                                               const std::vector<ParameterStore*>& stores,
+                                               const ExecutorOptions& options, int steps,
+                                               std::chrono::milliseconds recv_timeout) {
+  STRATA_CHECK(static_cast<int>(stores.size()) == schedule.stages, Errc::invalid_argument, "pipeline: ",
+               stores.size(), " parameter stores for ", schedule.stages, " stages");
+  STRATA_CHECK(steps >= 1, Errc::invalid_argument, "pipeline: steps=", steps, " must be at least 1");
+  check_valid(schedule);
+  LocalMailboxes boxes(recv_timeout);
+  std::vector<StageReport> reports(schedule.stages);
+  std::mutex mutex;
+  std::exception_ptr first;  // the root cause: later failures are the abort it caused
+  std::vector<std::thread> threads;
+  for (int s = 0; s < schedule.stages; ++s) {
+    threads.emplace_back([&, s] {
+      try {
+        LocalTransport transport(boxes, s);
+        StageExecutor exec(schedule, s, model, *stores[s], transport, options);
+        for (int k = 0; k < steps; ++k) reports[s] = exec.run_step();
+      } catch (...) {  // nothing may leave a thread body: hand it to the caller
+        std::string what = "unknown exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!first) first = std::current_exception();
+        }
+        boxes.abort(str_cat("stage ", s, " failed: ", what));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+  return reports;
+}
+
+StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& model, ParameterStore& store,
+                              comm::Communicator& comm, const ExecutorOptions& options, int steps) {
+  STRATA_CHECK(comm.world_size() == schedule.stages, Errc::invalid_argument, "pipeline: a ", schedule.stages,
+               "-stage schedule needs ", schedule.stages, " ranks, not ", comm.world_size(),
+               " (strata launch -n ", schedule.stages, ")");
+  CommTransport transport(comm);
+  StageExecutor exec(schedule, comm.rank(), model, store, transport, options);
+  StageReport report;
+  for (int k = 0; k < steps; ++k) report = exec.run_step();
+  return report;
+}
+
+namespace {
+
+// A report as bytes: header (stage, recomputed, count), doubles (peak activations, peak
+// bytes), then per action kind, micro, chunk, peer as int32 and start, end as doubles.
+std::vector<unsigned char> encode(const StageReport& r) {
+  std::vector<unsigned char> out;
+  auto put = [&](const auto& x) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&x);
+    out.insert(out.end(), p, p + sizeof x);
+  };
+  put(static_cast<std::int32_t>(r.stage));
+  put(static_cast<std::int32_t>(r.recomputed));
+  put(static_cast<std::int32_t>(r.timings.size()));
+  put(r.peak_activations);
+  put(static_cast<double>(r.peak_device_bytes));
+  for (const auto& t : r.timings) {
+    put(static_cast<std::int32_t>(t.action.kind));
+    put(static_cast<std::int32_t>(t.action.micro));
+    put(static_cast<std::int32_t>(t.action.chunk));
+    put(static_cast<std::int32_t>(t.action.peer));
+    put(t.start);
+    put(t.end);
+  }
+  return out;
+}
+
+StageReport decode(const std::vector<unsigned char>& in) {
+  std::size_t off = 0;
+  auto get = [&](auto& x) {
+    STRATA_CHECK(off + sizeof x <= in.size(), Errc::comm, "pipeline: a stage report arrived truncated");
+    std::memcpy(&x, in.data() + off, sizeof x);
+    off += sizeof x;
+  };
+  std::int32_t stage = 0, recomputed = 0, count = 0;
+  double peak_bytes = 0;
+  StageReport r;
+  get(stage);
+  get(recomputed);
+  get(count);
+  get(r.peak_activations);
+  get(peak_bytes);
+  r.stage = stage;
+  r.recomputed = recomputed;
+  r.peak_device_bytes = static_cast<std::uint64_t>(peak_bytes);
+  for (std::int32_t i = 0; i < count; ++i) {
+    std::int32_t kind = 0, micro = 0, chunk = 0, peer = 0;
+    TimedAction t;
+    get(kind);
+    get(micro);
+    get(chunk);
+    get(peer);
+    get(t.start);
+    get(t.end);
+    t.stage = stage;
+    t.action = {static_cast<ActionKind>(kind), micro, chunk, peer};
+    r.timings.push_back(t);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<StageReport> gather_reports(comm::Communicator& comm, const StageReport& mine) {
+  constexpr int kSizeTag = 0x7ff00000, kDataTag = 0x7ff00001;  // above every executor tag in use
+  if (comm.rank() != 0) {
+    const auto bytes = encode(mine);
+    const std::uint64_t n = bytes.size();
+    comm.send(&n, sizeof n, 0, kSizeTag);
+    comm.send(bytes.data(), bytes.size(), 0, kDataTag);
+    return {};
+  }
+  std::vector<StageReport> all(comm.world_size());
+  all[0] = mine;
+  for (int r = 1; r < comm.world_size(); ++r) {
+    std::uint64_t n = 0;
+    comm.recv(&n, sizeof n, r, kSizeTag);
+    std::vector<unsigned char> bytes(n);
+    comm.recv(bytes.data(), bytes.size(), r, kDataTag);
+    all[r] = decode(bytes);
+  }
+  return all;
+}
+
+Timeline measured_timeline(const Schedule& schedule, const std::vector<StageReport>& reports) {
+  Timeline t;
+  t.stages = schedule.stages;
+  t.micro_batches = schedule.micro_batches;
+  t.chunks = schedule.chunks;
+  t.kind = schedule.kind;
+  t.unit = "s";
+  t.unit_us = 1e6;
+  double origin = std::numeric_limits<double>::infinity();
+  for (const auto& r : reports)
+    for (const auto& a : r.timings) origin = std::min(origin, a.start);
+  for (const auto& r : reports) {
+    for (auto a : r.timings) {
+      a.start -= origin;
+      a.end -= origin;
+      t.actions.push_back(a);
+    }
+  }
+  return t;
+}
+
+}  // namespace strata::pipeline

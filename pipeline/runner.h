@@ -1,0 +1,32 @@
+// Running a whole pipeline: every stage as a thread of this process (LocalMailboxes), or
+// this process as one stage of a launched job (rank = stage, Gloo send/recv), plus the
+// measured timeline both produce, in the simulator's format.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "pipeline/executor.h"
+
+namespace strata::pipeline {
+
+// Runs `steps` steps with one thread per stage; stores[s] holds stage s's layers. Returns
+// the last step's reports, by stage. The first stage to fail aborts the others' receives
+// and its error is rethrown here (after every thread has ended).
+std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const PipelineModel& model,
+                                               const std::vector<ParameterStore*>& stores,
+                                               const ExecutorOptions& options = {}, int steps = 1,
+                                               std::chrono::milliseconds recv_timeout = std::chrono::milliseconds(60000));
+
+// Runs `steps` steps of stage comm.rank() (the world size must equal the stage count).
+StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& model, ParameterStore& store,
+                              comm::Communicator& comm, const ExecutorOptions& options = {}, int steps = 1);
+
+// Collects every rank's report on rank 0 (by stage); other ranks get an empty list.
+std::vector<StageReport> gather_reports(comm::Communicator& comm, const StageReport& mine);
+
+// The measured timeline: times in seconds from the earliest action's start.
+Timeline measured_timeline(const Schedule& schedule, const std::vector<StageReport>& reports);
+
+}  // namespace strata::pipeline

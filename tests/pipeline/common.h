@@ -1,0 +1,32 @@
+// Shared pieces of the executor tests: per-stage parameter stores for a schedule, the
+// sequential reference, a bitwise gradient comparison, and the process-rank launcher.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/launch.h"
+#include "pipeline/model.h"
+#include "pipeline/schedule.h"
+
+namespace strata::test {
+
+// One LocalParameterStore per stage holding that stage's layers (all chunks).
+std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stage_stores(const pipeline::Schedule& s,
+                                                                         const pipeline::PipelineModel& model,
+                                                                         std::uint64_t seed);
+std::vector<pipeline::ParameterStore*> pointers(const std::vector<std::unique_ptr<pipeline::LocalParameterStore>>& v);
+
+// The layers of stage `stage` (every chunk), global ids.
+std::vector<int> stage_layers(const pipeline::Schedule& s, const pipeline::PipelineModel& model, int stage);
+
+// "" when every layer `store` holds has the same gradient bits as `reference`, else the
+// first difference (layer, index, both values).
+std::string compare_grads(const pipeline::LocalParameterStore& store, const pipeline::LocalParameterStore& reference);
+
+// Launches `world` processes of this test binary running the hidden pipeline worker with
+// the given environment (STRATA_TEST_* variables) and returns the launcher's result.
+comm::LaunchResult run_pipeline_ranks(int world, std::vector<std::pair<std::string, std::string>> env);
+
+}  // namespace strata::test

@@ -1,0 +1,206 @@
+// `strata bench adam`: the CPU optimizer step at the memory-bandwidth limit. Times the fused
+// step on a shard of --params parameters filled with non-trivial data, and in the same run a
+// streaming pass with exactly the step's traffic (optim/roofline.h) over the same buffers, so
+// fraction_of_roofline says how close the step comes to what this machine's memory allows.
+// Step and roofline alternate, and the fraction is the median of the per-iteration ratios:
+// on a shared machine both halves of a pair see the same background load.
+#include <sys/mman.h>
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
+#include "engine/core/stats.h"
+#include "engine/core/units.h"
+#include "optim/adagrad.h"
+#include "optim/adam.h"
+#include "optim/grad_norm.h"
+#include "optim/kernel_info.h"
+#include "optim/lion.h"
+#include "optim/roofline.h"
+#include "tools/cli/command.h"
+
+namespace strata::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string params = "256M";
+  std::string optimizer = "adamw";
+  std::string grad_dtype = "fp32";
+  std::string state_dtype = "fp32";
+  std::string copy_out = "none";
+  int threads = 0;
+  int iters = 7;
+  bool json = false;
+};
+
+// Page-aligned buffer asking for transparent huge pages (fewer TLB misses on GBs of state).
+struct HostArray {
+  explicit HostArray(std::size_t bytes) : bytes_(bytes) {
+    constexpr std::size_t kAlign = std::size_t{2} << 20;
+    const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    ptr_ = std::aligned_alloc(kAlign, rounded);
+    STRATA_CHECK(ptr_, Errc::out_of_budget, "bench adam: cannot allocate ", format_bytes(rounded),
+                 " of host memory: lower --params");
+    madvise(ptr_, rounded, MADV_HUGEPAGE);  // advisory; failure only costs speed
+  }
+  ~HostArray() { std::free(ptr_); }
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+  void* get() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_;
+};
+
+// Deterministic pseudo-random values in [lo, hi) (splitmix64 of the index), written in
+// parallel so every page is first touched by the workers that will stream it.
+void fill(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 16), [&](const auto& r) {
+    constexpr std::size_t kChunk = 4096;
+    float tmp[kChunk];
+    for (std::size_t i = r.begin(); i < r.end(); i += kChunk) {
+      const std::size_t len = std::min(kChunk, r.end() - i);
+      for (std::size_t k = 0; k < len; ++k) {
+        std::uint64_t z = (i + k) * 0x9E3779B97F4A7C15ull + seed;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        tmp[k] = lo + (hi - lo) * static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+      }
+      convert(tmp, DType::fp32, static_cast<unsigned char*>(dst) + i * dtype_size(t), t, len);
+    }
+  });
+}
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto t0 = Clock::now();
+  fn();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+optim::UpdateRule parse_rule(const std::string& name) {
+  if (name == "adamw" || name == "adam") return optim::UpdateRule::adam;
+  if (name == "lion") return optim::UpdateRule::lion;
+  if (name == "adagrad") return optim::UpdateRule::adagrad;
+  STRATA_THROW(Errc::invalid_argument, "--optimizer '", name, "': use adamw, adam, lion or adagrad");
+}
+
+Action setup(CLI::App& cmd) {
+  auto o = std::make_shared<Options>();
+  cmd.add_option("--params", o->params, "Parameters in the shard (e.g. 256M, 1e9)");
+  cmd.add_option("--optimizer", o->optimizer, "adamw|adam|lion|adagrad");
+  cmd.add_option("--grad-dtype", o->grad_dtype, "Gradient dtype: fp32|bf16|fp16");
+  cmd.add_option("--state-dtype", o->state_dtype, "Optimizer state dtype: fp32|bf16");
+  cmd.add_option("--copy-out", o->copy_out, "16-bit parameter copy written in the same pass: none|bf16|fp16");
+  cmd.add_option("--threads", o->threads, "Worker threads (0: all hardware threads)")->check(CLI::Range(0, 4096));
+  cmd.add_option("--iters", o->iters, "Timed repetitions; figures are medians")->check(CLI::Range(1, 1000));
+  cmd.add_flag("--json", o->json, "Print JSON");
+  return [o] {
+    const std::size_t n = parse_count(o->params, "--params");
+    STRATA_CHECK(n > 0, Errc::invalid_argument, "--params must be > 0");
+    const optim::UpdateRule rule = parse_rule(o->optimizer);
+    const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+
+    optim::StepArgs a;
+    a.n = n;
+    a.grad_dtype = parse_dtype(o->grad_dtype);
+    a.state_dtype = parse_dtype(o->state_dtype);
+    const bool copy = o->copy_out != "none";
+    if (copy) a.copy_dtype = parse_dtype(o->copy_out);
+    const optim::StateUse use = optim::state_use(rule);
+    HostArray master(n * 4), grad(n * dtype_size(a.grad_dtype));
+    std::unique_ptr<HostArray> m, v, out;
+    if (use.m) m = std::make_unique<HostArray>(n * dtype_size(a.state_dtype));
+    if (use.v) v = std::make_unique<HostArray>(n * dtype_size(a.state_dtype));
+    if (copy) out = std::make_unique<HostArray>(n * dtype_size(a.copy_dtype));
+    a.master = master.as<float>();
+    a.grad = grad.get();
+    a.m = m ? m->get() : nullptr;
+    a.v = v ? v->get() : nullptr;
+    a.copy = out ? out->get() : nullptr;
+    fill(a.master, DType::fp32, n, 1, -0.05f, 0.05f);
+    fill(grad.get(), a.grad_dtype, n, 2, -1e-3f, 1e-3f);
+    if (m) fill(m->get(), a.state_dtype, n, 3, -1e-4f, 1e-4f);
+    if (v) fill(v->get(), a.state_dtype, n, 4, 0.0f, 1e-6f);
+    if (out) fill(out->get(), a.copy_dtype, n, 5, 0.0f, 1.0f);
+    a.grad_scale = 0.5f;  // as if clipping: exercises the fused multiply
+    a.step = 100;
+
+    optim::AdamConfig adam;
+    adam.adamw_mode = o->optimizer != "adam";
+    std::function<void()> step = [&] {
+      switch (rule) {
+        case optim::UpdateRule::adam: optim::adam_step(adam, a); break;
+        case optim::UpdateRule::lion: optim::lion_step({}, a); break;
+        case optim::UpdateRule::adagrad: optim::adagrad_step({}, a); break;
+      }
+      ++a.step;
+    };
+    const auto roofline = [&] { optim::roofline_pass(rule, a); };
+    step();  // warm-up: every page touched by both kernels
+    roofline();
+    std::vector<double> t_step, t_roof, ratio, t_norm;
+    for (int i = 0; i < o->iters; ++i) {
+      t_step.push_back(seconds_of(step));
+      t_roof.push_back(seconds_of(roofline));
+      ratio.push_back(t_roof.back() / t_step.back());
+      t_norm.push_back(seconds_of([&] { (void)optim::grad_norm_sq(a.grad, a.grad_dtype, n); }));
+    }
+    const optim::TrafficBytes traffic = optim::traffic_per_param(a, use);
+    const double bpp = static_cast<double>(traffic.total());
+    const double step_s = median(t_step), roof_s = median(t_roof);
+    nlohmann::json j = {{"optimizer", o->optimizer},
+                        {"params", n},
+                        {"grad_dtype", dtype_name(a.grad_dtype)},
+                        {"state_dtype", dtype_name(a.state_dtype)},
+                        {"copy_out", copy ? dtype_name(a.copy_dtype) : "none"},
+                        {"threads", threads},
+                        {"iters", o->iters},
+                        {"isa", optim::kernel_isa()},
+                        {"bytes_per_param", traffic.total()},
+                        {"bytes_read_per_param", traffic.read},
+                        {"bytes_written_per_param", traffic.written},
+                        {"step_ms", step_s * 1e3},
+                        {"gparams_per_s", static_cast<double>(n) / step_s / 1e9},
+                        {"gbps", static_cast<double>(n) * bpp / step_s / 1e9},
+                        {"roofline_ms", roof_s * 1e3},
+                        {"roofline_gbps", static_cast<double>(n) * bpp / roof_s / 1e9},
+                        {"fraction_of_roofline", median(ratio)},
+                        {"grad_norm_gbps", static_cast<double>(n * dtype_size(a.grad_dtype)) / median(t_norm) / 1e9}};
+    if (o->json) {
+      print_json(j.dump(2));
+      return 0;
+    }
+    std::printf("%s step, %zu params, grad %s, state %s, copy-out %s, %d threads, %s kernels\n", o->optimizer.c_str(),
+                n, dtype_name(a.grad_dtype), dtype_name(a.state_dtype), copy ? dtype_name(a.copy_dtype) : "none",
+                threads, optim::kernel_isa());
+    std::printf("bytes per param:    %zu (read %zu, written %zu)\n", traffic.total(), traffic.read, traffic.written);
+    std::printf("step:               %8.2f ms  %6.3f Gparam/s  %6.2f GB/s   (median of %d)\n", step_s * 1e3,
+                j["gparams_per_s"].get<double>(), j["gbps"].get<double>(), o->iters);
+    std::printf("roofline (stream):  %8.2f ms                   %6.2f GB/s\n", roof_s * 1e3,
+                j["roofline_gbps"].get<double>());
+    std::printf("fraction of roofline: %.3f (median of paired ratios)\n", median(ratio));
+    std::printf("grad norm pass:     %6.2f GB/s read\n", j["grad_norm_gbps"].get<double>());
+    return 0;
+  };
+}
+
+const Registration reg("bench", "adam", "CPU optimizer step throughput against a same-traffic streaming roofline",
+                       setup);
+
+}  // namespace
+}  // namespace strata::cli

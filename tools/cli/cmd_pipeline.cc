@@ -1,0 +1,233 @@
+// `strata pipeline`: runs a schedule with the executor on a synthetic model and sets the
+// measured timeline against the simulated one. Stages are threads of this process, or --
+// under `strata launch -n p` -- one process per stage talking through Gloo send/recv
+// (rank 0 prints the report). --layer-ms gives layers with fixed F/B/W times (steady, for
+// bubble measurements); without it the layers are real tanh-linear compute. --verify
+// checks the gradients bit for bit against a sequential loop over the micro-batches.
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/error.h"
+#include "pipeline/generators.h"
+#include "pipeline/runner.h"
+#include "pipeline/simulate.h"
+#include "tools/cli/command.h"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  std::string kind = "1f1b";
+  int stages = 4, micro = 8, chunks = 1, layers = 0, width = 64, rows = 8, steps = 2;
+  double layer_ms = 0;
+  std::string ratios = "1,1,1";
+  std::string remat = "never";
+  std::string trace, svg;
+  bool json = false, verify = false;
+};
+
+std::vector<double> parse_ratios(const std::string& text) {
+  std::vector<double> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const double x = std::strtod(item.c_str(), &end);
+    STRATA_CHECK(end != item.c_str() && *end == '\0' && x >= 0, Errc::invalid_argument, "--times '", text, "': '",
+                 item, "' is not a number >= 0");
+    v.push_back(x);
+  }
+  STRATA_CHECK(v.size() == 3, Errc::invalid_argument, "--times '", text, "' needs F,B,W (relative layer times)");
+  return v;
+}
+
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100 * x);
+  return buf;
+}
+
+// Per-stage mean F, B, W times of a measured run (a BW counts towards B and W in the
+// proportion of the nominal ratios), for the simulation "with measured times".
+pipeline::Costs measured_costs(const pipeline::Schedule& s, const std::vector<pipeline::StageReport>& reports,
+                               const std::vector<double>& ratio) {
+  pipeline::Costs c;
+  c.forward.assign(s.stages, 0);
+  c.backward_input.assign(s.stages, 0);
+  c.backward_weight.assign(s.stages, 0);
+  const double bw_share = ratio[1] + ratio[2] > 0 ? ratio[1] / (ratio[1] + ratio[2]) : 0.5;
+  for (const auto& r : reports) {
+    double f = 0, b = 0, w = 0;
+    int nf = 0, nb = 0, nw = 0;
+    for (const auto& t : r.timings) {
+      const double d = t.end - t.start;
+      switch (t.action.kind) {
+        case pipeline::ActionKind::forward: f += d, ++nf; break;
+        case pipeline::ActionKind::backward_input: b += d, ++nb; break;
+        case pipeline::ActionKind::backward_weight: w += d, ++nw; break;
+        case pipeline::ActionKind::backward_full: b += d * bw_share, ++nb, w += d * (1 - bw_share), ++nw; break;
+        default: break;
+      }
+    }
+    // Per action of one chunk -> per stage (all chunks).
+    c.forward[r.stage] = nf ? f / nf * s.chunks : 0;
+    c.backward_input[r.stage] = nb ? b / nb * s.chunks : 0;
+    c.backward_weight[r.stage] = nw ? w / nw * s.chunks : 0;
+  }
+  return c;
+}
+
+int run(const Options& o) {
+  const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
+  const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
+  pipeline::GenerateOptions g;
+  g.kind = pipeline::parse_schedule_kind(o.kind);
+  g.stages = o.stages;
+  g.micro_batches = o.micro;
+  g.chunks = o.chunks;
+  const auto ratio = parse_ratios(o.ratios);
+  const int layers = o.layers > 0 ? o.layers : o.stages * o.chunks;
+  const double unit_s = o.layer_ms / 1e3 * layers / o.stages;  // a whole stage's F at ratio 1
+  g.costs = pipeline::Costs::uniform(ratio[0], ratio[1], ratio[2]);
+  const pipeline::Schedule s = pipeline::generate(g);
+
+  pipeline::SyntheticModelSpec spec;
+  spec.layers = layers;
+  spec.width = static_cast<std::size_t>(o.width);
+  spec.rows = static_cast<std::size_t>(o.rows);
+  spec.micro_batches = o.micro;
+  spec.layer_time_s = o.layer_ms / 1e3;
+  spec.f = ratio[0];
+  spec.b = ratio[1];
+  spec.w = ratio[2];
+  const pipeline::PipelineModel model = pipeline::synthetic_model(spec);
+  pipeline::ExecutorOptions eo;
+  eo.remat = pipeline::parse_remat(o.remat);
+  auto layers_of_stage = [&](int st) {
+    std::vector<int> ids;
+    for (int c = 0; c < s.chunks; ++c) {
+      const auto part = model.layers_of(s.virtual_stage(st, c), s.virtual_stages());
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    return ids;
+  };
+
+  std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stores;
+  std::vector<pipeline::StageReport> reports;
+  std::unique_ptr<comm::Communicator> comm;
+  if (as_ranks) {
+    comm::CommOptions co;
+    co.rendezvous = rdzv;
+    comm = comm::Communicator::create(co);
+    stores.push_back(std::make_unique<pipeline::LocalParameterStore>(model, layers_of_stage(comm->rank()), spec.seed));
+    const auto mine = pipeline::run_stage_as_rank(s, model, *stores[0], *comm, eo, o.steps);
+    reports = pipeline::gather_reports(*comm, mine);
+  } else {
+    std::vector<pipeline::ParameterStore*> ptrs;
+    for (int st = 0; st < s.stages; ++st) {
+      stores.push_back(std::make_unique<pipeline::LocalParameterStore>(model, layers_of_stage(st), spec.seed));
+      ptrs.push_back(stores.back().get());
+    }
+    reports = pipeline::run_stages_as_threads(s, model, ptrs, eo, o.steps);
+  }
+
+  std::string verdict = "not checked (--verify)";
+  bool equal = true;
+  if (o.verify) {
+    std::vector<int> all(model.layers.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    pipeline::LocalParameterStore reference(model, all, spec.seed);
+    pipeline::run_sequential(model, o.micro, reference);
+    for (const auto& st : stores) {
+      for (int id : st->layers()) equal = equal && st->grads_of(id) == reference.grads_of(id);
+    }
+    if (comm) {  // every rank checked its own layers; rank 0 reports them all
+      float differs = equal ? 0.0f : 1.0f;
+      comm->all_reduce(&differs, 1, DType::fp32, comm::ReduceOp::max);
+      if (!equal) std::fprintf(stderr, "rank %d: gradients differ from the sequential loop\n", comm->rank());
+      equal = differs == 0.0f;
+    }
+    verdict = equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
+  }
+  if (reports.empty()) return equal ? 0 : 1;  // not rank 0
+
+  const pipeline::Timeline measured = pipeline::measured_timeline(s, reports);
+  const pipeline::TimelineStats got = pipeline::summarize(measured);
+  const auto from_measured = pipeline::simulate(s, measured_costs(s, reports, ratio)).stats;
+  pipeline::TimelineStats nominal;
+  if (o.layer_ms > 0) {
+    nominal = pipeline::simulate(s, pipeline::Costs::uniform(unit_s * ratio[0], unit_s * ratio[1], unit_s * ratio[2]))
+                  .stats;
+  }
+  const std::string mode = as_ranks ? str_cat(s.stages, " processes (Gloo)") : str_cat(s.stages, " threads");
+  if (!o.trace.empty()) pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
+  if (!o.svg.empty())
+    pipeline::write_file(o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
+                                                                   "  m=", s.micro_batches, "   bubble ",
+                                                                   percent(got.bubble_rate))));
+  if (o.json) {
+    nlohmann::json j = {{"kind", s.kind},
+                        {"stages", s.stages},
+                        {"micro_batches", s.micro_batches},
+                        {"chunks", s.chunks},
+                        {"mode", as_ranks ? "processes" : "threads"},
+                        {"remat", o.remat},
+                        {"measured", {{"makespan_s", got.makespan}, {"bubble_rate", got.bubble_rate},
+                                      {"bubble_rate_per_stage", got.bubble_rate_per_stage}}},
+                        {"simulated_from_measured_times",
+                         {{"makespan_s", from_measured.makespan}, {"bubble_rate", from_measured.bubble_rate}}},
+                        {"peak_activations", [&] {
+                           std::vector<double> v;
+                           for (const auto& r : reports) v.push_back(r.peak_activations);
+                           return v;
+                         }()}};
+    if (o.layer_ms > 0)
+      j["simulated_nominal"] = {{"makespan_s", nominal.makespan}, {"bubble_rate", nominal.bubble_rate}};
+    if (o.verify) j["gradients_bitwise_equal"] = equal;
+    print_json(j.dump(2));
+  } else {
+    std::printf("pipeline %s: p=%d m=%d v=%d, %d layers, %s, remat %s\n", s.kind.c_str(), s.stages, s.micro_batches,
+                s.chunks, layers, mode.c_str(), o.remat.c_str());
+    std::printf("measured           makespan %.4f s  bubble %s\n", got.makespan, percent(got.bubble_rate).c_str());
+    if (o.layer_ms > 0)
+      std::printf("simulated nominal  makespan %.4f s  bubble %s\n", nominal.makespan,
+                  percent(nominal.bubble_rate).c_str());
+    std::printf("simulated measured makespan %.4f s  bubble %s (per-stage mean F/B/W from this run)\n",
+                from_measured.makespan, percent(from_measured.bubble_rate).c_str());
+    for (const auto& r : reports)
+      std::printf("stage %d: bubble %s, peak activations %g micro-batches, %d recomputed\n", r.stage,
+                  percent(got.bubble_rate_per_stage[r.stage]).c_str(), r.peak_activations, r.recomputed);
+    std::printf("gradients: %s\n", verdict.c_str());
+  }
+  return equal ? 0 : 1;
+}
+
+Action setup(CLI::App& cmd) {
+  auto o = std::make_shared<Options>();
+  cmd.add_option("--kind", o->kind, "gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto");
+  cmd.add_option("--stages,-p", o->stages, "Stages p (under strata launch: the number of ranks)")
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--micro,-m", o->micro, "Micro-batches m")->check(CLI::Range(1, 4096));
+  cmd.add_option("--chunks,-v", o->chunks, "Chunks per stage (interleaved)")->check(CLI::Range(1, 16));
+  cmd.add_option("--layers", o->layers, "Layers in all (default p*v); must divide into p*v")->check(CLI::Range(0, 4096));
+  cmd.add_option("--layer-ms", o->layer_ms, "Fixed forward time per layer in ms (0: real tanh-linear compute)")
+      ->check(CLI::Range(0.0, 10000.0));
+  cmd.add_option("--times", o->ratios, "F,B,W times relative to --layer-ms (default 1,1,1)");
+  cmd.add_option("--width", o->width, "Features per layer")->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--rows", o->rows, "Rows per micro-batch")->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--remat", o->remat, "Re-materialization: never|always|except_last");
+  cmd.add_option("--steps", o->steps, "Steps to run (default 2); the last is reported, the first warms up")->check(CLI::Range(1, 1000));
+  cmd.add_flag("--verify", o->verify, "Check gradients against a sequential loop, bit for bit");
+  cmd.add_flag("--json", o->json, "Print JSON");
+  cmd.add_option("--trace", o->trace, "Write the measured Chrome trace (Perfetto)");
+  cmd.add_option("--svg", o->svg, "Write the measured timeline as SVG");
+  return [o] { return run(*o); };
+}
+
+const Registration reg("", "pipeline", "Run a pipeline schedule on a synthetic model and measure its bubble", setup);
+
+}  // namespace
+}  // namespace strata::cli
