@@ -11,13 +11,14 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/random.h"
 #include "engine/zero/detail/engine_impl.h"
 
 namespace strata::zero {
 namespace {
 
 std::uint64_t hash_trace(const std::vector<int>& t) {
-  std::uint64_t h = 1469598103934665603ull ^ t.size();
+  std::uint64_t h = kFnvOffset ^ t.size();
   for (int x : t) h = (h ^ static_cast<std::uint64_t>(x + 1)) * 1099511628211ull;
   return h;
 }

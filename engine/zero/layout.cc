@@ -7,26 +7,9 @@
 #include <set>
 
 #include "engine/core/error.h"
+#include "engine/core/random.h"
 
 namespace strata::zero {
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t hash_bytes(const std::string& s, std::uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// Uniform in (0, 1): 53 random bits, never exactly 0.
-double unit(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-}  // namespace
 
 Layout::Layout(std::vector<ParamSpec> params, int world_size, std::size_t bucket_elems)
     : params_(std::move(params)), world_(world_size) {
@@ -94,9 +77,9 @@ int Layout::layer_index(int layer_id) const {
 }
 
 std::uint64_t Layout::fingerprint() const noexcept {
-  std::uint64_t h = 1469598103934665603ull;
+  std::uint64_t h = kFnvOffset;
   for (const auto& p : params_) {
-    h = hash_bytes(p.name, h);
+    h = fnv1a(p.name, h);
     for (auto d : p.shape) h = splitmix64(h ^ static_cast<std::uint64_t>(d));
     h = splitmix64(h ^ static_cast<std::uint64_t>(p.layer) ^ (static_cast<std::uint64_t>(p.init.kind) << 32));
     std::uint32_t s;
@@ -108,7 +91,7 @@ std::uint64_t Layout::fingerprint() const noexcept {
 }
 
 void init_values(const ParamSpec& p, std::uint64_t seed, std::size_t begin, std::size_t count, float* out) {
-  const std::uint64_t key = splitmix64(seed ^ hash_bytes(p.name));
+  const std::uint64_t key = splitmix64(seed ^ fnv1a(p.name));
   for (std::size_t k = 0; k < count; ++k) {
     const std::uint64_t i = begin + k;
     float v = 0.0f;
@@ -116,10 +99,9 @@ void init_values(const ParamSpec& p, std::uint64_t seed, std::size_t begin, std:
       case InitKind::zeros: v = 0.0f; break;
       case InitKind::ones: v = 1.0f; break;
       case InitKind::constant: v = p.init.scale; break;
-      case InitKind::uniform: v = static_cast<float>((2.0 * unit(splitmix64(key + 2 * i)) - 1.0) * p.init.scale); break;
+      case InitKind::uniform: v = static_cast<float>((2.0 * unit_open(splitmix64(key + 2 * i)) - 1.0) * p.init.scale); break;
       case InitKind::normal: {
-        const double u1 = unit(splitmix64(key + 2 * i)), u2 = unit(splitmix64(key + 2 * i + 1));
-        v = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2) * p.init.scale);
+        v = static_cast<float>(box_muller(splitmix64(key + 2 * i), splitmix64(key + 2 * i + 1)) * p.init.scale);
         break;
       }
     }

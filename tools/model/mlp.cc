@@ -8,22 +8,14 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/error.h"
+#include "engine/core/random.h"
 
 namespace strata::model {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-float gaussian(std::uint64_t key) {
-  const double u1 = (static_cast<double>(mix(key) >> 11) + 0.5) / 9007199254740992.0;
-  const double u2 = (static_cast<double>(mix(key ^ 0x5bd1e995ull) >> 11) + 0.5) / 9007199254740992.0;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-}
+// Inputs and the teacher are keyed by seed and index: the same at any world size.
+std::uint64_t mix(std::uint64_t x) { return splitmix64(x); }
+float gaussian(std::uint64_t key) { return static_cast<float>(box_muller(mix(key), mix(key ^ 0x5bd1e995ull))); }
 
 void simulate(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
