@@ -9,6 +9,8 @@
 
 #include "engine/device/device.h"
 #include "tests/engine/zero/engine_support.h"
+#include "tests/support/ranks.h"
+#include "tools/model/mlp.h"
 
 using namespace strata;
 
@@ -148,13 +150,43 @@ TEST_CASE("the layer-callback form runs exactly the loop of the explicit contrac
 }
 
 TEST_CASE("fp16 overflow skips the step on every rank and lowers the loss scale", "[zero]") {
-  test::TrainSpec spec;
-  spec.world = 2;
-  spec.steps = 3;
-  spec.config = test::mlp_config(2, 2, DType::fp16);
-  spec.config.fp16.initial_scale_power = 40;  // 2^40 overflows fp16 gradients at once
-  spec.config.fp16.hysteresis = 1;
-  const auto run = test::train_mlp(spec);
-  // Parameters after three skipped-or-not steps are finite, and training still moved on.
-  for (float v : run.params) REQUIRE(std::isfinite(v));
+  // 2^40 makes fp16 gradients overflow; with hysteresis 1 each overflow halves the scale,
+  // until the gradients fit and steps are taken.
+  std::vector<std::vector<zero::StepResult>> results(2);
+  std::vector<std::vector<std::vector<float>>> params(2);
+  test::rethrow_first(test::run_thread_ranks(2, [&](comm::Communicator& c) {
+    device::DeviceOptions d;
+    auto dev = device::Device::create(d);
+    zero::EngineOptions o;
+    o.config = test::mlp_config(2, 2, DType::fp16);
+    o.config.fp16.initial_scale_power = 40;
+    o.config.fp16.hysteresis = 1;
+    o.device = dev.get();
+    o.comm = &c;
+    zero::Engine engine(o);
+    model::Mlp mlp(engine, {3, 32, 0, 7}, &c);
+    engine.setup();
+    for (int s = 0; s < 40; ++s) {
+      results[c.rank()].push_back(mlp.train_step(s).result);
+      params[c.rank()].push_back(engine.full_parameters());
+    }
+  }));
+  const auto& r = results[0];
+  REQUIRE(r.front().skipped);
+  double scale = std::ldexp(1.0, 40);
+  int skipped = 0;
+  for (std::size_t s = 0; s < r.size(); ++s) {
+    INFO("step " << s);
+    CHECK(r[s].skipped == results[1][s].skipped);  // every rank agrees
+    CHECK(r[s].loss_scale == scale);
+    if (r[s].skipped) {
+      ++skipped;
+      scale /= 2;
+      if (s > 0) CHECK(params[0][s] == params[0][s - 1]);  // a skipped step changes nothing
+    }
+  }
+  CHECK(skipped >= 10);             // 2^40 down to below fp16's range took many halvings
+  CHECK_FALSE(r.back().skipped);    // and then training went on
+  CHECK(r.back().step == static_cast<std::int64_t>(r.size()) - skipped);
+  for (float v : params[0].back()) REQUIRE(std::isfinite(v));
 }
