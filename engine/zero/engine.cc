@@ -89,6 +89,7 @@ Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   try {
     if (impl_->gather_stream) impl_->gather_stream->synchronize();
+    if (impl_->reduce_stream) impl_->reduce_stream->synchronize();
   } catch (const std::exception& e) {
     STRATA_LOG(warn, "engine shutdown: ", e.what());
   }
@@ -217,6 +218,7 @@ void Engine::setup() {
     }
   }
   if (stage == 3) I.gather_stream = I.dev.create_stream();
+  if (I.cfg.zero.overlap_comm) I.reduce_stream = I.dev.create_stream();
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (", padded,
              " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }
@@ -263,6 +265,7 @@ StepResult Engine::step() {
     STRATA_CHECK(I.layers[li].in_use == 0, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
                  " is still gathered: release() every gather() before step()");
   }
+  if (I.reduce_stream) I.reduce_stream->synchronize();  // every reduction of the step is in
   Tracer::Span span(I.options.tracer, "optimizer", "step");
   I.end_step_trace();
   ++I.step_calls;

@@ -2,7 +2,8 @@
 // widen the layer's gradient buffer to fp32 bucket by bucket, sum it over ranks (all-reduce
 // for stages 0-1, reduce-scatter for 2-3: with Gloo both are the same all-reduce of the same
 // length, so the sums are bitwise equal) and add it to the fp32 accumulator. The buffer is
-// freed at once, so stages 2-3 never hold more than one layer's 16-bit gradients.
+// freed once reduced. With overlap_comm the reduction runs on a reduce stream while the
+// trainer goes on with the next layer's backward; step() waits for it.
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -21,40 +22,64 @@ std::vector<TensorView> Engine::Impl::grad_buffers(int li) {
   return views(li, S.grad_buf, cdt);
 }
 
+// One bucket: widen to fp32, sum over ranks, add to the accumulator. Runs in the caller
+// (overlap_comm off) or as a task on the reduce stream; either way in the same order.
+void Engine::Impl::reduce_bucket(LayerState& S, const LayerLayout& L, std::size_t k, const void* grads) {
+  const auto& b = layout->buckets()[L.buckets[k]];
+  const std::size_t pos = bucket_pos(b, L);
+  convert(static_cast<const char*>(grads) + pos * cbytes, cdt, scratch, DType::fp32, b.padded);
+  const bool stage01 = cfg.zero.stage <= 1;
+  if (world > 1) {
+    if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum);
+    else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum);
+  }
+  const float* reduced = (stage01 || world == 1) ? scratch : scratch_shard;
+  float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
+  const std::size_t n = stage01 ? b.padded : b.shard;
+  for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
+}
+
 void Engine::Impl::reduce_grads(int li) {
   auto& S = layers[li];
   const auto& L = layout->layers()[li];
   STRATA_CHECK(S.grad_buf != nullptr, Errc::invalid_argument, "reduce_grads(", L.id,
                ") without grad_buffers(", L.id, ") in this micro-batch");
-  Tracer::Span span(options.tracer, "reduce", str_cat("reduce L", L.id));
-  const int stage = cfg.zero.stage;
+  void* grads = S.grad_buf;
+  S.grad_buf = nullptr;
+  ++S.reductions;
+  if (!reduce_stream) {
+    Tracer::Span span(options.tracer, "reduce", str_cat("reduce L", L.id));
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) reduce_bucket(S, L, k, grads);
+    ledger->free(grads);
+    return;
+  }
+  // With overlap_comm the work goes to the reduce stream, but every collective is issued
+  // now, in call order (stream-ordered form: queued at once, started when the stream gets
+  // there), so the sequence of collectives is the same on every rank whatever the timing.
+  // The stream runs widen -> collective -> accumulate per bucket in FIFO order, which is
+  // what lets all buckets share one scratch buffer.
+  const bool stage01 = cfg.zero.stage <= 1;
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = layout->buckets()[L.buckets[k]];
     const std::size_t pos = bucket_pos(b, L);
-    convert(static_cast<char*>(S.grad_buf) + pos * cbytes, cdt, scratch, DType::fp32, b.padded);
-    const float* reduced;
-    float* acc;
-    std::size_t n;
-    if (stage <= 1) {
-      if (world > 1) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum);
-      reduced = scratch;
-      acc = S.acc + pos;
-      n = b.padded;
-    } else {
-      if (world > 1) {
-        comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum);
-        reduced = scratch_shard;
-      } else {
-        reduced = scratch;
-      }
-      acc = S.acc + S.shard_off[k];
-      n = b.shard;
+    reduce_stream->launch_host([this, pos, n = b.padded, grads] {
+      convert(static_cast<const char*>(grads) + pos * cbytes, cdt, scratch, DType::fp32, n);
+    });
+    if (world > 1) {
+      if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum, *reduce_stream);
+      else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum, *reduce_stream);
     }
-    for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
+    const float* reduced = (stage01 || world == 1) ? scratch : scratch_shard;
+    float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
+    const std::size_t n = stage01 ? b.padded : b.shard;
+    reduce_stream->launch_host([reduced, acc, n] {
+      for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
+    });
   }
-  ledger->free(S.grad_buf);
-  S.grad_buf = nullptr;
-  ++S.reductions;
+  reduce_stream->launch_host([this, grads, id = L.id, t0 = Tracer::Clock::now()] {
+    ledger->free(grads);
+    if (options.tracer != nullptr) options.tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+  });
 }
 
 }  // namespace strata::zero

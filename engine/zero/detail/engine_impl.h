@@ -57,6 +57,10 @@ struct Engine::Impl {
   std::int64_t step_calls = 0;
   bool in_step = false;
 
+  // overlap_comm: reductions run on this stream while the trainer computes.
+  std::unique_ptr<device::Stream> reduce_stream;
+  void reduce_bucket(LayerState& S, const LayerLayout& L, std::size_t k, const void* grads);
+
   // Stage 3.
   std::unique_ptr<device::Stream> gather_stream;
   std::vector<int> trace;                // dense layer indices in gather order, recorded

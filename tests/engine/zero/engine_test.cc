@@ -32,6 +32,20 @@ TEST_CASE("parameters are bitwise identical across stages 0-3 after 10 steps of 
   }
 }
 
+TEST_CASE("overlap_comm runs reductions on a stream without changing a bit", "[zero]") {
+  const int stage = GENERATE(0, 1, 2, 3);
+  test::TrainSpec spec;
+  spec.world = 2;
+  spec.steps = 5;
+  spec.config = test::mlp_config(stage, 2, DType::bf16);
+  const auto inline_reduce = test::train_mlp(spec);
+  spec.config.zero.overlap_comm = true;
+  const auto overlapped = test::train_mlp(spec);
+  CHECK(std::memcmp(inline_reduce.params.data(), overlapped.params.data(), overlapped.params.size() * 4) == 0);
+  CHECK(overlapped.losses == inline_reduce.losses);
+  CHECK(overlapped.memory.device.kind_used[static_cast<int>(zero::Kind::buffers)] == 0);
+}
+
 TEST_CASE("the optimizer state may live in host RAM without changing a bit", "[zero]") {
   const int stage = GENERATE(0, 1, 2, 3);
   test::TrainSpec spec;
