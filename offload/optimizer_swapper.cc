@@ -216,11 +216,16 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
   std::vector<int> free_buffers;
   for (int i = static_cast<int>(I.buffers.size()); i-- > 0;) free_buffers.push_back(i);
   std::size_t next_read = 0;
+  // At most half the buffers read ahead, the rest drain writes: the engine round-robins its
+  // queue depth over requests, so this keeps reads and writes about equally in flight (as
+  // bench io's mixed run does); with every free buffer reading, the reads of 3-4 sub-groups
+  // finished together and the first one, which the optimizer waits for, finished last.
+  const std::size_t max_reads = std::max<std::size_t>(1, I.buffers.size() / 2);
   SwapperStats st;
   const auto t0 = Clock::now();
-  // Reads run ahead into every free buffer; a buffer comes back when its write completes.
+  // Reads run ahead into free buffers; a buffer comes back when its write completes.
   auto pump = [&] {
-    while (next_read < I.chunks.size() && !free_buffers.empty()) {
+    while (next_read < I.chunks.size() && !free_buffers.empty() && reads.size() < max_reads) {
       const int b = free_buffers.back();
       free_buffers.pop_back();
       Chunk& c = I.chunks[next_read];
