@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "tests/engine/zero/engine_support.h"
+#include "tests/offload/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -80,4 +81,24 @@ TEST_CASE("a host budget below one swap buffer fails at setup, naming the minimu
   CHECK(m.find("host tier") != std::string::npos);
   CHECK(m.find("at least 12.00 KiB (12288 B)") != std::string::npos);
   CHECK(m.find("memory_budget.host") != std::string::npos);
+}
+
+TEST_CASE("a device too full for the swap files fails at setup, naming the layer and the file",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(3, 1, DType::bf16);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.zero.sub_group_size = 100;
+  std::string m;
+  {
+    test::FileSizeLimit limit(8192);  // room for a header and checksum table, none for data
+    m = train_error(spec);
+  }
+  INFO(m);
+  CHECK(m.find("optimizer state of layer 0") != std::string::npos);
+  CHECK(m.find(dir.path() + "/rank0/layer_0.sg0.a.swap") != std::string::npos);
+  CHECK(m.find("EFBIG") != std::string::npos);
 }

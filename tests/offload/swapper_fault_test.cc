@@ -1,10 +1,6 @@
 // The swapper's faults: a flipped byte in a swap file (the error names the tensor, the file
 // and the block), a full device mid-step (RLIMIT_FSIZE: the step fails, the last good state
 // stays readable and the next step works), and swap directories that cannot be created.
-#include <signal.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -12,6 +8,7 @@
 
 #include "engine/core/error.h"
 #include "offload/optimizer_swapper.h"
+#include "tests/offload/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -27,28 +24,6 @@ offload::SwapperOptions options_in(const std::string& dir) {
   o.block_bytes = 4096;  // several checksum blocks per sub-group
   return o;
 }
-
-// Lowers RLIMIT_FSIZE for the process and ignores SIGXFSZ (which would kill it) while alive.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    REQUIRE(getrlimit(RLIMIT_FSIZE, &old_) == 0);
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &old_);
-    signal(SIGXFSZ, old_handler_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit old_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
 
 void add_one(const offload::SubGroup& g) {
   for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
@@ -109,7 +84,7 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   {
     // Writes of swap data start at offset 8192: every write-back of this step fails (EFBIG),
     // while the reads still work.
-    FileSizeLimit limit(8192);
+    test::FileSizeLimit limit(8192);
     m = error_of([&] { sw.step(add_one); });
   }
   INFO(m);
