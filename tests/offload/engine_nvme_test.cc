@@ -55,6 +55,22 @@ TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state 
   CHECK(on_nvme.memory.host.kind_used[buf] - on_host.memory.host.kind_used[buf] == 3 * 4096);
 }
 
+TEST_CASE("Lion and Adagrad give the same bits with their state on NVMe", "[offload][uring]") {
+  const auto type = GENERATE(zero::OptimizerType::lion, zero::OptimizerType::adagrad);
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.world = 2;
+  spec.config = test::mlp_config(2, 2, DType::bf16);
+  spec.config.optimizer.type = type;
+  spec.config.zero.sub_group_size = 128;
+  const auto on_device = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  const auto on_nvme = test::train_mlp(spec);
+  REQUIRE(on_nvme.params.size() == on_device.params.size());
+  CHECK(std::memcmp(on_device.params.data(), on_nvme.params.data(), on_nvme.params.size() * 4) == 0);
+}
+
 TEST_CASE("an nvme_path that cannot hold swap files fails at setup, naming the key", "[offload][uring][negative]") {
   test::TrainSpec spec;
   spec.steps = 1;
