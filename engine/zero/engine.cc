@@ -42,10 +42,10 @@ Engine::Impl::Impl(const EngineOptions& o)
   cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument, "zero_optimization.stage = ",
                cfg.zero.stage, ": use 0, 1, 2 or 3");
-  STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme && cfg.offload_param.device == OffloadDevice::none,
-               Errc::unsupported,
-               "offload to NVMe and offload_param are not available yet in this build: use "
-               "offload_optimizer.device none or cpu and offload_param.device none");
+  STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none, Errc::unsupported,
+               "offload_param is not available yet in this build: use offload_param.device none");
+  STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
+               "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ", cfg.zero.stage);
   STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
                "the ZeRO engine runs on the host device in this build (device '", dev.name(),
                "'): the CUDA path of the engine is not implemented yet; use --device host");
@@ -94,6 +94,8 @@ Engine::~Engine() {
     STRATA_LOG(warn, "engine shutdown: ", e.what());
   }
   auto& I = *impl_;
+  I.swapper.reset();
+  if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
   for (auto& s : I.layers) {
     for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
                     static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging}) {
@@ -173,21 +175,28 @@ void Engine::setup() {
   I.scratch_shard = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
 
   I.layers.resize(lay.layers().size());
-  std::vector<float> init;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    const auto& L = lay.layers()[li];
     auto& S = I.layers[li];
-    for (int bi : L.buckets) {
+    for (int bi : lay.layers()[li].buckets) {
       S.shard_off.push_back(S.shard_total);
       S.shard_total += lay.buckets()[bi].shard;
     }
+  }
+  const bool on_nvme = I.cfg.offload_optimizer.device == OffloadDevice::nvme;
+  if (on_nvme) I.setup_swapper();
+  std::vector<float> init, master_shard;
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const auto& L = lay.layers()[li];
+    auto& S = I.layers[li];
     const std::string name = str_cat("layer ", L.id);
     const std::size_t opt_elems = stage == 0 ? L.padded : S.shard_total;
-    S.master = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
-    S.m = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
-    S.v = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
-    std::memset(S.m, 0, opt_elems * 4);
-    std::memset(S.v, 0, opt_elems * 4);
+    if (!on_nvme) {
+      S.master = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
+      S.m = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
+      S.v = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
+      std::memset(S.m, 0, opt_elems * 4);
+      std::memset(S.v, 0, opt_elems * 4);
+    }
     const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
     S.acc = static_cast<float*>(I.ledger->allocate(Tier::device, Kind::grads, acc_elems * 4, name + " gradients"));
     std::memset(S.acc, 0, acc_elems * 4);
@@ -198,10 +207,13 @@ void Engine::setup() {
     if (stage == 0) {
       std::memcpy(S.master, init.data(), L.padded * 4);
     } else {
+      master_shard.resize(S.shard_total);
+      float* master = on_nvme ? master_shard.data() : S.master;
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
-        std::memcpy(S.master + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
+        std::memcpy(master + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
       }
+      if (on_nvme) I.swapper->initialize(li, master_shard.data());
     }
     S.persistent = stage == 3 && L.numel < I.cfg.zero.stage3_param_persistence_threshold;
     if (stage <= 2 || S.persistent) {
@@ -311,40 +323,70 @@ StepResult Engine::step() {
     a.grad_scale = static_cast<float>(plan.grad_scale / avg);
     a.step = I.steps_taken;
     const auto& oc = I.cfg.optimizer;
+    // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole
+    // bucket at stage 0, this rank's shard of it above), with master/m/v wherever they live.
+    auto update = [&](std::size_t li, std::size_t k, std::size_t e0, std::size_t n, float* master, float* m, float* v) {
+      const auto& L = lay.layers()[li];
+      auto& S = I.layers[li];
+      const auto& b = lay.buckets()[L.buckets[k]];
+      const std::size_t pos = I.bucket_pos(b, L);
+      a.n = n;
+      a.master = master;
+      a.m = m;
+      a.v = v;
+      a.grad = (stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : I.own_begin(b)) : S.acc + S.shard_off[k]) + e0;
+      void* copy_base = stage == 3 ? S.params_shard : S.params_full;
+      const std::size_t copy_off = (stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b))) + e0;
+      a.copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
+      if (I.cdt == DType::fp32) {
+        a.copy = nullptr;  // the fp32 compute copy is refreshed from the master below
+      }
+      switch (oc.type) {
+        case OptimizerType::adam:
+        case OptimizerType::adamw:
+          optim::adam_step({lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw,
+                            oc.bias_correction},
+                           a);
+          break;
+        case OptimizerType::lion: optim::lion_step({lr, oc.beta1, oc.beta2, oc.weight_decay}, a); break;
+        case OptimizerType::adagrad: optim::adagrad_step({lr, 0.0f, oc.eps, oc.weight_decay}, a); break;
+      }
+      if (I.cdt == DType::fp32) std::memcpy(static_cast<char*>(copy_base) + copy_off * 4, a.master, n * 4);
+    };
+    // Stages 1-2: every rank refreshes its replica of the bucket from the owners.
+    auto regather = [&](std::size_t li, std::size_t k) {
+      if ((stage != 1 && stage != 2) || I.world == 1) return;
+      const auto& L = lay.layers()[li];
+      const auto& b = lay.buckets()[L.buckets[k]];
+      char* full = static_cast<char*>(I.layers[li].params_full) + I.bucket_pos(b, L) * I.cbytes;
+      I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
+    };
+    if (I.swapper) {
+      // Sub-groups come in layer then offset order; a sub-group may cover parts of several
+      // buckets and a bucket may span sub-groups: the optimizer is elementwise, so the bits
+      // do not depend on where the state is cut.
+      I.swapper->step([&](const offload::SubGroup& g) {
+        const auto& L = lay.layers()[g.tensor];
+        const auto& S = I.layers[g.tensor];
+        for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+          const std::size_t b0 = S.shard_off[k], b1 = b0 + lay.buckets()[L.buckets[k]].shard;
+          const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
+          if (lo >= hi) continue;
+          const std::size_t at = lo - g.offset;
+          update(g.tensor, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+        }
+      });
+    }
     for (std::size_t li = 0; li < I.layers.size(); ++li) {
       const auto& L = lay.layers()[li];
       auto& S = I.layers[li];
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-        const auto& b = lay.buckets()[L.buckets[k]];
-        const std::size_t pos = I.bucket_pos(b, L);
-        const std::size_t off = stage == 0 ? pos : S.shard_off[k];
-        a.n = stage == 0 ? b.padded : b.shard;
-        a.master = S.master + off;
-        a.m = S.m + off;
-        a.v = S.v + off;
-        a.grad = stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : I.own_begin(b)) : S.acc + S.shard_off[k];
-        void* copy_base = stage == 3 ? S.params_shard : S.params_full;
-        const std::size_t copy_off = stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b));
-        a.copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
-        if (I.cdt == DType::fp32) {
-          a.copy = nullptr;  // the fp32 compute copy is refreshed from the master below
+        if (!I.swapper) {
+          const auto& b = lay.buckets()[L.buckets[k]];
+          const std::size_t off = stage == 0 ? I.bucket_pos(b, L) : S.shard_off[k];
+          update(li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
         }
-        switch (oc.type) {
-          case OptimizerType::adam:
-          case OptimizerType::adamw:
-            optim::adam_step({lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw,
-                              oc.bias_correction},
-                             a);
-            break;
-          case OptimizerType::lion: optim::lion_step({lr, oc.beta1, oc.beta2, oc.weight_decay}, a); break;
-          case OptimizerType::adagrad: optim::adagrad_step({lr, 0.0f, oc.eps, oc.weight_decay}, a); break;
-        }
-        if (I.cdt == DType::fp32) std::memcpy(static_cast<char*>(copy_base) + copy_off * 4, a.master, a.n * 4);
-        // Stages 1-2: every rank refreshes its replica of the bucket from the owners.
-        if ((stage == 1 || stage == 2) && I.world > 1) {
-          char* full = static_cast<char*>(S.params_full) + pos * I.cbytes;
-          I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
-        }
+        regather(li, k);
       }
       // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
       if (stage == 3 && S.persistent) {
@@ -410,11 +452,18 @@ std::vector<float> Engine::full_parameters() {
       std::memcpy(full.data(), S.master, L.padded * 4);
       continue;
     }
+    std::vector<float> from_nvme;
+    const float* master = S.master;
+    if (I.swapper) {
+      from_nvme.resize(S.shard_total);
+      I.read_master_shard(static_cast<int>(li), from_nvme.data());
+      master = from_nvme.data();
+    }
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
       float* dst = full.data() + I.bucket_pos(b, L);
-      if (I.world > 1) I.comm->all_gather(S.master + S.shard_off[k], dst, b.shard, DType::fp32);
-      else std::memcpy(dst, S.master + S.shard_off[k], b.shard * 4);
+      if (I.world > 1) I.comm->all_gather(master + S.shard_off[k], dst, b.shard, DType::fp32);
+      else std::memcpy(dst, master + S.shard_off[k], b.shard * 4);
     }
   }
   std::vector<float> out;

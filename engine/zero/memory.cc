@@ -84,6 +84,33 @@ void MemoryLedger::free(void* ptr) noexcept {
   }
 }
 
+void MemoryLedger::charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+  STRATA_CHECK(bytes <= available(tier), Errc::out_of_budget, tier_name(tier), " tier: ", what, " needs ",
+               format_bytes(bytes), " but only ", format_bytes(available(tier)), " of the budget is left");
+  if (tier == Tier::host && !pin_host_) host_budget_.reserve(bytes, what, "Raise memory_budget.host");
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& u = usage_[static_cast<int>(tier)];
+  u.used_bytes += bytes;
+  u.peak_bytes = std::max(u.peak_bytes, u.used_bytes);
+  auto k = static_cast<std::size_t>(kind);
+  u.kind_used[k] += bytes;
+  u.kind_peak[k] = std::max(u.kind_peak[k], u.kind_used[k]);
+}
+
+void MemoryLedger::discharge(Tier tier, Kind kind, std::size_t bytes) noexcept {
+  if (tier == Tier::host && !pin_host_) host_budget_.release(bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& u = usage_[static_cast<int>(tier)];
+  u.used_bytes -= bytes;
+  u.kind_used[static_cast<std::size_t>(kind)] -= bytes;
+}
+
+std::uint64_t MemoryLedger::available(Tier tier) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto& u = usage_[static_cast<int>(tier)];
+  return u.budget_bytes > u.used_bytes ? u.budget_bytes - u.used_bytes : 0;
+}
+
 TierUsage MemoryLedger::usage(Tier tier) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return usage_[static_cast<int>(tier)];

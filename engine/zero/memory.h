@@ -39,6 +39,11 @@ class MemoryLedger {
 
   void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
   void free(void* ptr) noexcept;
+  // Bytes allocated outside the ledger (the NVMe swapper's pinned buffer pool), counted in a
+  // tier's use and held against its budget like the ledger's own allocations.
+  void charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
+  void discharge(Tier tier, Kind kind, std::size_t bytes) noexcept;
+  std::uint64_t available(Tier tier) const;  // budget left
   TierUsage usage(Tier tier) const;
   device::Device& device() noexcept { return dev_; }
 

@@ -10,6 +10,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/device/device.h"
 #include "engine/zero/engine.h"
+#include "offload/optimizer_swapper.h"
 #include "optim/loss_scaler.h"
 
 namespace strata::zero {
@@ -53,6 +54,10 @@ struct Engine::Impl {
   float* scratch = nullptr;              // fp32, largest bucket (reductions)
   float* scratch_shard = nullptr;        // fp32, largest shard
   optim::LossScaler scaler;
+  // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
+  // master, m and v stay null); its buffers are charged to the host tier.
+  std::unique_ptr<offload::OptimizerSwapper> swapper;
+  std::uint64_t swap_buffer_bytes = 0;
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
@@ -91,6 +96,9 @@ struct Engine::Impl {
   void evict(int li);
   void prefetch_after(std::size_t position);
   void end_step_trace();
+  // engine_nvme.cc
+  void setup_swapper();
+  void read_master_shard(int li, float* out);
   std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };
 

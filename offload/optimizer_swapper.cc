@@ -1,0 +1,309 @@
+// OptimizerSwapper (see optimizer_swapper.h): sub-group layout, the two swap-file
+// generations, the buffer budget and the read/compute/write pipeline of step().
+#include "offload/optimizer_swapper.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <optional>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "io/aligned.h"
+#include "io/buffer_pool.h"
+#include "io/engine.h"
+#include "io/swap_file.h"
+#include "offload/detail/io_error.h"
+
+namespace strata::offload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint64_t kBytesPerElem = 12;  // fp32 master + exp_avg + exp_avg_sq
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::uint64_t buffer_elems_for(const SwapperOptions& o, const std::vector<SwapTensor>& tensors) {
+  std::uint64_t largest = 1;
+  for (const auto& t : tensors) largest = std::max(largest, t.elems);
+  return std::max<std::uint64_t>(1, std::min(o.sub_group_elems, largest));
+}
+
+std::string file_stem(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  return s.empty() ? std::string("tensor") : s;
+}
+
+// Reserves the file's blocks so a full device fails at setup, not in the middle of a step.
+void reserve_blocks(const std::string& path, std::uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    STRATA_OFFLOAD_IO_CHECK(io::Status(-errno, "open '" + path + "': " + io::errno_text(errno)), "optimizer swapper");
+  }
+  int err;
+  do {
+    err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  ::close(fd);
+  if (err != 0 && err != EOPNOTSUPP) {
+    STRATA_OFFLOAD_IO_CHECK(io::Status(-err, "reserving " + std::to_string(bytes) + " bytes for swap file '" + path +
+                                                 "': " + io::errno_text(err) + ". " + io::errno_hint(err)),
+                            "NVMe tier");
+  }
+}
+
+}  // namespace
+
+struct Chunk {
+  std::size_t tensor = 0;
+  std::size_t index = 0;  // sub-group index within the tensor
+  std::uint64_t offset = 0, elems = 0;
+  std::string path[2];
+  std::unique_ptr<io::SwapFile> file[2];
+  std::uint64_t payload() const { return elems * kBytesPerElem; }
+};
+
+struct OptimizerSwapper::Impl {
+  SwapperOptions options;
+  std::vector<SwapTensor> tensors;
+  std::uint64_t buffer_elems = 0, buffer_bytes = 0;
+  bool created_dir = false;
+  std::optional<io::Engine> engine;
+  std::optional<io::BufferPool> pool;
+  std::vector<io::PoolBuffer> buffers;  // all leased for the swapper's lifetime
+  std::vector<Chunk> chunks;
+  std::vector<std::size_t> first_chunk;  // per tensor
+  int current = 0;                       // the generation holding the last good state
+  SwapperStats stats;
+
+  std::string where(const Chunk& c) const {
+    return str_cat("optimizer state of ", tensors[c.tensor].name, " (sub-group ", c.index, ", elements [", c.offset,
+                   ", ", c.offset + c.elems, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
+  }
+  SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
+    float* base = b.as<float>();
+    return {c.tensor, c.offset, c.elems, base, base + c.elems, base + 2 * c.elems};
+  }
+};
+
+std::uint64_t OptimizerSwapper::min_budget_bytes(const SwapperOptions& o, const std::vector<SwapTensor>& tensors) {
+  return io::align_up(buffer_elems_for(o, tensors) * kBytesPerElem);
+}
+
+OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<SwapTensor> tensors)
+    : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.options = options;
+  I.tensors = std::move(tensors);
+  STRATA_CHECK(!options.dir.empty(), Errc::invalid_argument, "optimizer swapper: offload_optimizer.nvme_path is empty");
+  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument, "offload_optimizer.buffer_count = ",
+               options.buffer_count, ": use at least 1 (4 lets reads, the optimizer and writes overlap)");
+  I.buffer_elems = buffer_elems_for(options, I.tensors);
+  I.buffer_bytes = min_budget_bytes(options, I.tensors);
+  const std::uint64_t fit = options.budget_bytes / I.buffer_bytes;
+  STRATA_CHECK(fit >= 1, Errc::out_of_budget, "host tier: the NVMe optimizer swapper needs at least ",
+               format_bytes(I.buffer_bytes), " (", I.buffer_bytes, " B) of pinned host memory for one swap buffer of ",
+               I.buffer_elems, " elements (fp32 master, exp_avg, exp_avg_sq), but the budget leaves ",
+               format_bytes(options.budget_bytes), " (", options.budget_bytes,
+               " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
+  const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
+
+  std::error_code ec;
+  I.created_dir = std::filesystem::create_directories(options.dir, ec);
+  if (ec || !std::filesystem::is_directory(options.dir, ec)) {
+    STRATA_THROW(Errc::io, "offload_optimizer.nvme_path: cannot create the swap directory '", options.dir, "' (",
+                 ec ? ec.message() : std::string("not a directory"),
+                 "): point offload_optimizer.nvme_path at a writable directory on the NVMe device");
+  }
+
+  io::EngineOptions eo;
+  eo.queue_depth = std::max(1u, options.queue_depth);
+  eo.block_bytes = options.block_bytes;
+  auto engine = io::Engine::create(eo);
+  STRATA_OFFLOAD_IO_CHECK(engine.status(), "optimizer swapper: starting the io_uring engine");
+  I.engine.emplace(std::move(engine).value());
+  io::PoolOptions po;
+  po.buffer_bytes = I.buffer_bytes;
+  po.count = static_cast<std::size_t>(count);
+  po.lock_memory = options.lock_memory;
+  auto pool = io::BufferPool::create(&*I.engine, po);
+  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " swap buffers of ",
+                                                 format_bytes(I.buffer_bytes)));
+  I.pool.emplace(std::move(pool).value());
+  for (int i = 0; i < count; ++i) I.buffers.push_back(I.pool->acquire());
+
+  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+    I.first_chunk.push_back(I.chunks.size());
+    const std::uint64_t n = I.tensors[t].elems;
+    for (std::uint64_t off = 0, k = 0; off < n; off += I.buffer_elems, ++k) {
+      Chunk c;
+      c.tensor = t;
+      c.index = k;
+      c.offset = off;
+      c.elems = std::min(I.buffer_elems, n - off);
+      io::SwapSpec spec;
+      spec.element_bytes = 4;
+      spec.element_count = 3 * c.elems;
+      spec.block_bytes = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.payload())));
+      for (int g = 0; g < 2; ++g) {
+        c.path[g] = str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k, g == 0 ? ".a" : ".b", ".swap");
+        auto f = io::SwapFile::create(*I.engine, c.path[g], spec);
+        STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c));
+        reserve_blocks(c.path[g], f->layout().file_bytes);
+        c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+      }
+      I.chunks.push_back(std::move(c));
+    }
+  }
+  I.first_chunk.push_back(I.chunks.size());
+}
+
+OptimizerSwapper::~OptimizerSwapper() {
+  auto& I = *impl_;
+  for (auto& c : I.chunks) {
+    for (int g = 0; g < 2; ++g) {
+      c.file[g].reset();
+      if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
+    }
+  }
+  if (I.created_dir) ::rmdir(I.options.dir.c_str());  // only if now empty
+}
+
+void OptimizerSwapper::initialize(std::size_t tensor, const float* master) {
+  auto& I = *impl_;
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
+  const io::PoolBuffer& b = I.buffers[0];
+  for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
+    Chunk& c = I.chunks[ci];
+    std::memcpy(b.data(), master + c.offset, c.elems * 4);
+    std::memset(b.data() + c.elems * 4, 0, b.bytes() - c.elems * 4);
+    STRATA_OFFLOAD_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
+  }
+}
+
+void OptimizerSwapper::read_master(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* out) {
+  auto& I = *impl_;
+  STRATA_CHECK(tensor < I.tensors.size() && offset + elems <= I.tensors[tensor].elems, Errc::invalid_argument,
+               "optimizer swapper: read_master outside tensor ", tensor);
+  const io::PoolBuffer& b = I.buffers[0];
+  for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
+    Chunk& c = I.chunks[ci];
+    const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.elems);
+    if (lo >= hi) continue;
+    STRATA_OFFLOAD_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
+    std::memcpy(out + (lo - offset), b.as<float>() + (lo - c.offset), (hi - lo) * 4);
+  }
+}
+
+void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
+  auto& I = *impl_;
+  const int rd = I.current, wr = 1 - I.current;
+  struct Pending {
+    std::size_t chunk;
+    int buffer;
+    io::SwapOp op;
+  };
+  std::deque<Pending> reads, writes;
+  std::vector<int> free_buffers;
+  for (int i = static_cast<int>(I.buffers.size()); i-- > 0;) free_buffers.push_back(i);
+  std::size_t next_read = 0;
+  // At most half the buffers read ahead, the rest drain writes: the engine round-robins its
+  // queue depth over requests, so this keeps reads and writes about equally in flight (as
+  // bench io's mixed run does); with every free buffer reading, the reads of 3-4 sub-groups
+  // finished together and the first one, which the optimizer waits for, finished last.
+  const std::size_t max_reads = std::max<std::size_t>(1, I.buffers.size() / 2);
+  SwapperStats st;
+  const auto t0 = Clock::now();
+  // Reads run ahead into free buffers; a buffer comes back when its write completes.
+  auto pump = [&] {
+    while (next_read < I.chunks.size() && !free_buffers.empty() && reads.size() < max_reads) {
+      const int b = free_buffers.back();
+      free_buffers.pop_back();
+      Chunk& c = I.chunks[next_read];
+      reads.push_back({next_read++, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+    }
+  };
+  auto finish_write = [&] {
+    Pending w = std::move(writes.front());
+    writes.pop_front();
+    const auto tw = Clock::now();
+    const io::Status s = w.op.wait();
+    st.wait_seconds += since(tw);
+    free_buffers.push_back(w.buffer);
+    STRATA_OFFLOAD_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
+  };
+  try {
+    for (std::size_t i = 0; i < I.chunks.size(); ++i) {
+      while (!writes.empty() && writes.front().op.ready()) finish_write();
+      pump();
+      while (reads.empty()) {  // every buffer is draining: wait for the oldest write
+        finish_write();
+        pump();
+      }
+      Pending r = std::move(reads.front());
+      reads.pop_front();
+      Chunk& c = I.chunks[r.chunk];
+      const auto tw = Clock::now();
+      const io::Status s = r.op.wait();
+      st.wait_seconds += since(tw);
+      if (!s.ok()) {
+        free_buffers.push_back(r.buffer);
+        STRATA_OFFLOAD_IO_CHECK(s, I.where(c));
+      }
+      const auto tc = Clock::now();
+      try {
+        fn(I.view(c, I.buffers[r.buffer]));
+      } catch (...) {
+        free_buffers.push_back(r.buffer);
+        throw;
+      }
+      st.compute_seconds += since(tc);
+      st.bytes_read += c.payload();
+      writes.push_back({r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
+      st.bytes_written += c.payload();
+      pump();
+    }
+    while (!writes.empty()) finish_write();
+  } catch (...) {
+    // Nothing may still be reading or writing a buffer when the error leaves: drain.
+    for (auto& p : reads) (void)p.op.wait();
+    for (auto& p : writes) (void)p.op.wait();
+    throw;
+  }
+  I.current = wr;  // every sub-group of the new state is on disk
+  st.step_seconds = since(t0);
+  I.stats = st;
+}
+
+std::uint64_t OptimizerSwapper::buffer_bytes() const noexcept { return impl_->buffer_bytes; }
+int OptimizerSwapper::buffer_count() const noexcept { return static_cast<int>(impl_->buffers.size()); }
+std::uint64_t OptimizerSwapper::buffer_elems() const noexcept { return impl_->buffer_elems; }
+std::size_t OptimizerSwapper::sub_groups() const noexcept { return impl_->chunks.size(); }
+const std::string& OptimizerSwapper::dir() const noexcept { return impl_->options.dir; }
+SwapperStats OptimizerSwapper::stats() const noexcept { return impl_->stats; }
+
+std::uint64_t OptimizerSwapper::state_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& t : impl_->tensors) n += t.elems * kBytesPerElem;
+  return n;
+}
+
+std::string OptimizerSwapper::file_of(std::size_t tensor, std::uint64_t elem) const {
+  const auto& I = *impl_;
+  for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
+    const Chunk& c = I.chunks[ci];
+    if (elem >= c.offset && elem < c.offset + c.elems) return c.path[I.current];
+  }
+  return {};
+}
+
+}  // namespace strata::offload

@@ -1,0 +1,92 @@
+// OptimizerSwapper: one rank's fp32 optimizer state (master weights, exp_avg, exp_avg_sq)
+// kept on NVMe in checksummed swap files and stepped in sub-groups through a pipeline of
+// pinned buffers: sub-group i+1 is read while the caller's optimizer runs on i and i-1 is
+// written back (ANCHORS.md "How ZeRO-3 moves parameters"; DeepSpeed's pipelined swapper).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::offload {
+
+// Protocol. create() sizes the buffers, checks them against the budget, creates the
+// directory and, per sub-group, two swap files (generations A and B) with their blocks
+// reserved (fallocate), so a full device fails here rather than mid-training. Then
+// initialize(t, master) once per tensor writes its master weights (exp_avg and exp_avg_sq
+// start at zero). Each step(fn) reads every sub-group from the current generation, calls
+// fn on it (on the calling thread, in tensor then offset order) and writes the updated
+// state to the other generation; only when every write has completed does the other
+// generation become current. A step that fails (I/O error, checksum mismatch, fn threw)
+// drains its in-flight I/O, throws strata::Error and leaves the current generation, the
+// last good state, untouched and readable. read_master() reads a range of master weights.
+// A tensor is split into sub-groups of at most sub_group_elems elements, each one swap
+// file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always
+// one whole-file transfer that fits one buffer, and any tensor size works. Not thread-safe:
+// one caller at a time. Files are removed when the swapper is destroyed.
+struct SwapperOptions {
+  std::string dir;                             // created if missing (one per rank)
+  std::uint64_t sub_group_elems = 1000000000;  // zero_optimization.sub_group_size
+  int buffer_count = 4;                        // offload_optimizer.buffer_count
+  std::uint64_t budget_bytes = ~std::uint64_t{0};  // host/pinned bytes the buffers may take
+  bool lock_memory = true;                     // mlock the buffers (pinned)
+  unsigned queue_depth = 32;                   // aio.queue_depth
+  std::uint32_t block_bytes = 1u << 20;        // aio.block_size: I/O piece and checksum block
+};
+
+struct SwapTensor {
+  std::string name;          // for messages ("layer 3")
+  std::uint64_t elems = 0;   // elements of this rank's shard
+};
+
+// One sub-group handed to the caller's optimizer: pointers into a swap buffer.
+struct SubGroup {
+  std::size_t tensor = 0;
+  std::uint64_t offset = 0;  // first element within the tensor
+  std::uint64_t elems = 0;
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+struct SwapperStats {
+  std::uint64_t bytes_read = 0, bytes_written = 0;  // payload, last step
+  double step_seconds = 0;                          // last step, wall
+  double compute_seconds = 0;                       // last step, inside fn
+  double wait_seconds = 0;                          // last step, waiting on I/O
+};
+
+class OptimizerSwapper {
+ public:
+  // Throws strata::Error: budget below one buffer (naming the minimum), directory or file
+  // not creatable or writable, not enough space.
+  OptimizerSwapper(const SwapperOptions& options, std::vector<SwapTensor> tensors);
+  ~OptimizerSwapper();
+  OptimizerSwapper(const OptimizerSwapper&) = delete;
+  OptimizerSwapper& operator=(const OptimizerSwapper&) = delete;
+
+  void initialize(std::size_t tensor, const float* master);
+  void step(const std::function<void(const SubGroup&)>& fn);
+  void read_master(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* out);
+
+  std::uint64_t buffer_bytes() const noexcept;  // per buffer
+  int buffer_count() const noexcept;            // buffers actually allocated
+  std::uint64_t buffer_elems() const noexcept;  // elements per sub-group at most
+  std::size_t sub_groups() const noexcept;
+  std::uint64_t state_bytes() const noexcept;   // payload of one generation
+  const std::string& dir() const noexcept;
+  // The current generation's swap file of the sub-group holding `elem` of `tensor`.
+  std::string file_of(std::size_t tensor, std::uint64_t elem) const;
+  SwapperStats stats() const noexcept;
+
+  // The smallest budget that fits one buffer for these tensors and options.
+  static std::uint64_t min_budget_bytes(const SwapperOptions& options, const std::vector<SwapTensor>& tensors);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::offload

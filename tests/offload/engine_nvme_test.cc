@@ -1,0 +1,120 @@
+// The ZeRO engine with offload_optimizer.device = nvme: bitwise-identical parameters after 10
+// steps whether the optimizer state lives on the device, in host RAM or on NVMe (stages 1-3,
+// world sizes 1 and 2, sub-groups cut across buckets), and the setup-time refusals.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "engine/core/error.h"
+#include "tests/engine/zero/engine_support.h"
+#include "tests/offload/file_size_limit.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+
+namespace {
+
+std::string train_error(const test::TrainSpec& spec) {
+  try {
+    (void)test::train_mlp(spec);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state on device, host or NVMe",
+          "[offload][uring]") {
+  const int world = GENERATE(1, 2);
+  const int stage = GENERATE(1, 2, 3);
+  INFO("world " << world << " stage " << stage);
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.world = world;
+  spec.steps = 10;
+  spec.config = test::mlp_config(stage, world, DType::bf16);
+  spec.config.zero.sub_group_size = 100;  // buckets are 300 elements: sub-groups cut across them
+  const auto on_device = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::cpu;
+  const auto on_host = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.offload_optimizer.buffer_count = 3;
+  const auto on_nvme = test::train_mlp(spec);
+  REQUIRE(on_nvme.params.size() == on_device.params.size());
+  CHECK(std::memcmp(on_device.params.data(), on_host.params.data(), on_host.params.size() * 4) == 0);
+  CHECK(std::memcmp(on_device.params.data(), on_nvme.params.data(), on_nvme.params.size() * 4) == 0);
+  CHECK(on_nvme.losses == on_device.losses);
+  CHECK(on_nvme.losses.back() < on_nvme.losses.front());
+  // No copy of the state outside the swap buffers: 3 buffers of 100 x 12 B (4 KiB each).
+  const auto opt = static_cast<int>(zero::Kind::optimizer), buf = static_cast<int>(zero::Kind::buffers);
+  CHECK(on_nvme.memory.device.kind_used[opt] == 0);
+  CHECK(on_nvme.memory.host.kind_used[opt] == 0);
+  CHECK(on_nvme.memory.host.kind_used[buf] - on_host.memory.host.kind_used[buf] == 3 * 4096);
+}
+
+TEST_CASE("Lion and Adagrad give the same bits with their state on NVMe", "[offload][uring]") {
+  const auto type = GENERATE(zero::OptimizerType::lion, zero::OptimizerType::adagrad);
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.world = 2;
+  spec.config = test::mlp_config(2, 2, DType::bf16);
+  spec.config.optimizer.type = type;
+  spec.config.zero.sub_group_size = 128;
+  const auto on_device = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  const auto on_nvme = test::train_mlp(spec);
+  REQUIRE(on_nvme.params.size() == on_device.params.size());
+  CHECK(std::memcmp(on_device.params.data(), on_nvme.params.data(), on_nvme.params.size() * 4) == 0);
+}
+
+TEST_CASE("an nvme_path that cannot hold swap files fails at setup, naming the key", "[offload][uring][negative]") {
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(2, 1, DType::bf16);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = "/proc/strata-offload-test";
+  const std::string m = train_error(spec);
+  INFO(m);
+  CHECK(m.find("offload_optimizer.nvme_path") != std::string::npos);
+  CHECK(m.find("/proc/strata-offload-test/rank0") != std::string::npos);
+}
+
+TEST_CASE("a host budget below one swap buffer fails at setup, naming the minimum", "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(1, 1, DType::bf16);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.zero.sub_group_size = 1000;    // one buffer: 1000 x 12 B -> 12288 B
+  spec.config.memory_budget.host = 8192;     // the reduction scratch takes part of it
+  const std::string m = train_error(spec);
+  INFO(m);
+  CHECK(m.find("host tier") != std::string::npos);
+  CHECK(m.find("at least 12.00 KiB (12288 B)") != std::string::npos);
+  CHECK(m.find("memory_budget.host") != std::string::npos);
+}
+
+TEST_CASE("a device too full for the swap files fails at setup, naming the layer and the file",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(3, 1, DType::bf16);
+  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.zero.sub_group_size = 100;
+  std::string m;
+  {
+    test::FileSizeLimit limit(8192);  // room for a header and checksum table, none for data
+    m = train_error(spec);
+  }
+  INFO(m);
+  CHECK(m.find("optimizer state of layer 0") != std::string::npos);
+  CHECK(m.find(dir.path() + "/rank0/layer_0.sg0.a.swap") != std::string::npos);
+  CHECK(m.find("EFBIG") != std::string::npos);
+}

@@ -1,0 +1,115 @@
+// OptimizerSwapper on real files: every element stepped exactly once per step in sub-groups
+// no larger than a buffer (a tensor larger than a buffer is chunked), the state (master and
+// both moments) carried from step to step through the files, and the buffer budget.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "offload/optimizer_swapper.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+
+namespace {
+
+offload::SwapperOptions small_options(const std::string& dir, std::uint64_t sub_group, int buffers) {
+  offload::SwapperOptions o;
+  o.dir = dir;
+  o.sub_group_elems = sub_group;
+  o.buffer_count = buffers;
+  o.queue_depth = 8;
+  o.block_bytes = 16 << 10;
+  return o;
+}
+
+std::vector<float> ramp(std::uint64_t n, float base) {
+  std::vector<float> v(n);
+  for (std::uint64_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the swapper steps every element once per step, chunking tensors larger than a buffer", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  const int buffers = GENERATE(1, 2, 4);
+  const std::vector<offload::SwapTensor> tensors = {{"layer 0", 10000}, {"layer 1", 37}, {"layer 2", 2500}};
+  offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 1024, buffers), tensors);
+  CHECK(sw.buffer_elems() == 1024);
+  CHECK(sw.buffer_count() == buffers);
+  CHECK(sw.sub_groups() == 10u + 1u + 3u);
+  for (std::size_t t = 0; t < tensors.size(); ++t) sw.initialize(t, ramp(tensors[t].elems, 1000.0f * t).data());
+
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<std::vector<int>> seen(tensors.size());
+    for (std::size_t t = 0; t < tensors.size(); ++t) seen[t].assign(tensors[t].elems, 0);
+    std::size_t last_tensor = 0;
+    std::uint64_t next_offset = 0;
+    sw.step([&](const offload::SubGroup& g) {
+      REQUIRE(g.elems >= 1);
+      REQUIRE(g.elems <= sw.buffer_elems());
+      if (g.tensor != last_tensor) next_offset = 0;
+      CHECK(g.offset == next_offset);  // tensor then offset order
+      next_offset = g.offset + g.elems;
+      last_tensor = g.tensor;
+      for (std::uint64_t i = 0; i < g.elems; ++i) {
+        const float x = 1000.0f * g.tensor + static_cast<float>(g.offset + i);
+        // The moments written last step came back: exp_avg = step - 1, exp_avg_sq = x * (step - 1).
+        if (g.exp_avg[i] != static_cast<float>(step - 1) || g.exp_avg_sq[i] != x * static_cast<float>(step - 1)) {
+          FAIL("moments of tensor " << g.tensor << " element " << g.offset + i << " not carried over");
+        }
+        g.master[i] += 1.0f;
+        g.exp_avg[i] = static_cast<float>(step);
+        g.exp_avg_sq[i] = x * static_cast<float>(step);
+        ++seen[g.tensor][g.offset + i];
+      }
+    });
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      CHECK(std::count(seen[t].begin(), seen[t].end(), 1) == static_cast<long>(tensors[t].elems));
+    }
+    CHECK(sw.stats().bytes_read == sw.state_bytes());
+    CHECK(sw.stats().bytes_written == sw.state_bytes());
+  }
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    std::vector<float> got(tensors[t].elems);
+    sw.read_master(t, 0, got.size(), got.data());
+    CHECK(got == ramp(tensors[t].elems, 1000.0f * t + 3.0f));
+  }
+  std::vector<float> part(700);
+  sw.read_master(0, 900, part.size(), part.data());  // across a sub-group boundary
+  const auto all = ramp(10000, 3.0f);
+  CHECK(part == std::vector<float>(all.begin() + 900, all.begin() + 1600));
+}
+
+TEST_CASE("a sub-group never exceeds the largest tensor, so a huge sub_group_size costs no memory", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  offload::OptimizerSwapper sw(small_options(dir.file("r"), 1000000000, 4), {{"a", 3000}, {"b", 5000}});
+  CHECK(sw.buffer_elems() == 5000);
+  CHECK(sw.buffer_bytes() == 61440);  // 5000 x 12 B rounded up to 4 KiB
+  CHECK(sw.sub_groups() == 2);
+}
+
+TEST_CASE("a budget smaller than one buffer is refused, naming the minimum", "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  auto o = small_options(dir.file("r"), 1024, 4);
+  const std::vector<offload::SwapTensor> tensors = {{"layer 5", 4096}};
+  const std::uint64_t min = offload::OptimizerSwapper::min_budget_bytes(o, tensors);
+  CHECK(min == 12288);
+  o.budget_bytes = min - 1;
+  try {
+    offload::OptimizerSwapper sw(o, tensors);
+    FAIL("a budget of " << o.budget_bytes << " B was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::out_of_budget);
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("at least 12.00 KiB (12288 B)") != std::string::npos);
+    CHECK(m.find("sub_group_size") != std::string::npos);
+  }
+  o.budget_bytes = min * 5 / 2;  // two and a half buffers: two, and the pipeline still works
+  offload::OptimizerSwapper sw(o, tensors);
+  CHECK(sw.buffer_count() == 2);
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `strata bench offload` end to end: the JSON keys (swapper_gbps, mixed_gbps, ratio as the
+# median of per-pair ratios), the sub-group layout it reports, and no swap or bench file
+# left in the directory afterwards. Exits 77 (skipped) where io_uring is unavailable.
+set -euo pipefail
+strata=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+if ! "$strata" info --json | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["io_uring"]["available"] else 1)'; then
+  echo "SKIPPED: io_uring unavailable here (see strata info)"
+  exit 77
+fi
+dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-bench-offload-test-XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+
+out=$("$strata" bench offload --dir "$dir" --params 1M --sub-group 300K --buffers 3 --qd 8 --iters 3 --json)
+python3 - "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+for k in ("swapper_gbps", "mixed_gbps", "ratio"):
+    assert j[k] > 0, (k, j[k])
+    assert len(j["runs"][k]) == 3, j["runs"]
+    assert sorted(j["runs"][k])[1] == j[k], (k, j)  # the median of three
+assert j["sub_groups"] == 4 and j["sub_group_elems"] == 300000, j  # 1M = 3 x 300K + 100K
+assert j["buffers"] == 3 and j["state_bytes"] == 12 * 1000000, j
+print("ok:", {k: round(j[k], 3) for k in ("swapper_gbps", "mixed_gbps", "ratio")})
+PY
+[ -z "$(ls -A "$dir")" ] || fail "files left behind: $(ls -R "$dir")"
+echo "all bench offload checks passed"
