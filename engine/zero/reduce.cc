@@ -5,6 +5,7 @@
 // freed once reduced. With overlap_comm the reduction runs on a reduce stream while the
 // trainer goes on with the next layer's backward; step() waits for it.
 #include <cstring>
+#include <functional>
 
 #include "engine/core/error.h"
 #include "engine/zero/detail/engine_impl.h"
@@ -22,23 +23,6 @@ std::vector<TensorView> Engine::Impl::grad_buffers(int li) {
   return views(li, S.grad_buf, cdt);
 }
 
-// One bucket: widen to fp32, sum over ranks, add to the accumulator. Runs in the caller
-// (overlap_comm off) or as a task on the reduce stream; either way in the same order.
-void Engine::Impl::reduce_bucket(LayerState& S, const LayerLayout& L, std::size_t k, const void* grads) {
-  const auto& b = layout->buckets()[L.buckets[k]];
-  const std::size_t pos = bucket_pos(b, L);
-  convert(static_cast<const char*>(grads) + pos * cbytes, cdt, scratch, DType::fp32, b.padded);
-  const bool stage01 = cfg.zero.stage <= 1;
-  if (world > 1) {
-    if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum);
-    else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum);
-  }
-  const float* reduced = (stage01 || world == 1) ? scratch : scratch_shard;
-  float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
-  const std::size_t n = stage01 ? b.padded : b.shard;
-  for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
-}
-
 void Engine::Impl::reduce_grads(int li) {
   auto& S = layers[li];
   const auto& L = layout->layers()[li];
@@ -47,36 +31,42 @@ void Engine::Impl::reduce_grads(int li) {
   void* grads = S.grad_buf;
   S.grad_buf = nullptr;
   ++S.reductions;
-  if (!reduce_stream) {
-    Tracer::Span span(options.tracer, "reduce", str_cat("reduce L", L.id));
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) reduce_bucket(S, L, k, grads);
-    ledger->free(grads);
-    return;
-  }
-  // With overlap_comm the work goes to the reduce stream, but every collective is issued
-  // now, in call order (stream-ordered form: queued at once, started when the stream gets
-  // there), so the sequence of collectives is the same on every rank whatever the timing.
-  // The stream runs widen -> collective -> accumulate per bucket in FIFO order, which is
-  // what lets all buckets share one scratch buffer.
+  const auto t0 = Tracer::Clock::now();
+  // One sequence for both modes: per bucket widen -> collective -> accumulate, then free.
+  // Inline, each step runs now. With overlap_comm each step is a task on the reduce
+  // stream, and every collective is still issued now, in call order (stream-ordered form:
+  // queued at once, started when the stream gets there), so the sequence of collectives is
+  // the same on every rank whatever the timing; the stream's FIFO order is what lets all
+  // buckets share one scratch buffer.
+  device::Stream* st = reduce_stream.get();
+  auto run = [st](std::function<void()> f) {
+    if (st != nullptr) st->launch_host(std::move(f));
+    else f();
+  };
   const bool stage01 = cfg.zero.stage <= 1;
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = layout->buckets()[L.buckets[k]];
     const std::size_t pos = bucket_pos(b, L);
-    reduce_stream->launch_host([this, pos, n = b.padded, grads] {
+    run([this, pos, n = b.padded, grads] {
       convert(static_cast<const char*>(grads) + pos * cbytes, cdt, scratch, DType::fp32, n);
     });
     if (world > 1) {
-      if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum, *reduce_stream);
-      else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum, *reduce_stream);
+      if (st != nullptr) {
+        if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum, *st);
+        else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum, *st);
+      } else {
+        if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum);
+        else comm->reduce_scatter(scratch, scratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum);
+      }
     }
     const float* reduced = (stage01 || world == 1) ? scratch : scratch_shard;
     float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
     const std::size_t n = stage01 ? b.padded : b.shard;
-    reduce_stream->launch_host([reduced, acc, n] {
+    run([reduced, acc, n] {
       for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
     });
   }
-  reduce_stream->launch_host([this, grads, id = L.id, t0 = Tracer::Clock::now()] {
+  run([this, grads, id = L.id, t0] {
     ledger->free(grads);
     if (options.tracer != nullptr) options.tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
   });

@@ -19,32 +19,13 @@
 #include "io/swap_file.h"
 #include "tests/io/io_test_util.h"
 #include "tests/support/child.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
 using namespace strata::test;
 
 namespace {
-
-// Lowers RLIMIT_FSIZE for the process and ignores SIGXFSZ (which would kill it) while alive.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    REQUIRE(getrlimit(RLIMIT_FSIZE, &old_) == 0);
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &old_);
-    signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
 
 // Drops to an unprivileged uid/gid (root bypasses permission bits); no-op for non-root.
 std::string drop_privileges() {

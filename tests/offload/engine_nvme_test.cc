@@ -7,7 +7,7 @@
 
 #include "engine/core/error.h"
 #include "tests/engine/zero/engine_support.h"
-#include "tests/offload/file_size_limit.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;

@@ -8,7 +8,7 @@
 
 #include "engine/core/error.h"
 #include "offload/optimizer_swapper.h"
-#include "tests/offload/file_size_limit.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;

@@ -64,7 +64,6 @@ struct Engine::Impl {
 
   // overlap_comm: reductions run on this stream while the trainer computes.
   std::unique_ptr<device::Stream> reduce_stream;
-  void reduce_bucket(LayerState& S, const LayerLayout& L, std::size_t k, const void* grads);
 
   // Stage 3.
   std::unique_ptr<device::Stream> gather_stream;
