@@ -15,15 +15,19 @@
 #include <optional>
 
 #include "engine/core/error.h"
+#include "engine/core/trace.h"
 #include "engine/core/units.h"
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
 #include "io/engine.h"
 #include "io/swap_file.h"
 #include "offload/detail/io_error.h"
+#include "offload/detail/swap_files.h"
 
 namespace strata::offload {
 namespace {
+
+using detail::file_stem;
 
 using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kBytesPerElem = 12;  // fp32 master + exp_avg + exp_avg_sq
@@ -34,30 +38,6 @@ std::uint64_t buffer_elems_for(const SwapperOptions& o, const std::vector<SwapTe
   std::uint64_t largest = 1;
   for (const auto& t : tensors) largest = std::max(largest, t.elems);
   return std::max<std::uint64_t>(1, std::min(o.sub_group_elems, largest));
-}
-
-std::string file_stem(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
-  return s.empty() ? std::string("tensor") : s;
-}
-
-// Reserves the file's blocks so a full device fails at setup, not in the middle of a step.
-void reserve_blocks(const std::string& path, std::uint64_t bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    STRATA_OFFLOAD_IO_CHECK(io::Status(-errno, "open '" + path + "': " + io::errno_text(errno)), "optimizer swapper");
-  }
-  int err;
-  do {
-    err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  } while (err == EINTR);
-  ::close(fd);
-  if (err != 0 && err != EOPNOTSUPP) {
-    STRATA_OFFLOAD_IO_CHECK(io::Status(-err, "reserving " + std::to_string(bytes) + " bytes for swap file '" + path +
-                                                 "': " + io::errno_text(err) + ". " + io::errno_hint(err)),
-                            "NVMe tier");
-  }
 }
 
 }  // namespace
@@ -75,7 +55,7 @@ struct OptimizerSwapper::Impl {
   SwapperOptions options;
   std::vector<SwapTensor> tensors;
   std::uint64_t buffer_elems = 0, buffer_bytes = 0;
-  bool created_dir = false;
+  std::vector<std::string> created_dirs;
   std::optional<io::Engine> engine;
   std::optional<io::BufferPool> pool;
   std::vector<io::PoolBuffer> buffers;  // all leased for the swapper's lifetime
@@ -116,13 +96,7 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
                " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
   const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
 
-  std::error_code ec;
-  I.created_dir = std::filesystem::create_directories(options.dir, ec);
-  if (ec || !std::filesystem::is_directory(options.dir, ec)) {
-    STRATA_THROW(Errc::io, "offload_optimizer.nvme_path: cannot create the swap directory '", options.dir, "' (",
-                 ec ? ec.message() : std::string("not a directory"),
-                 "): point offload_optimizer.nvme_path at a writable directory on the NVMe device");
-  }
+  I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 
   io::EngineOptions eo;
   eo.queue_depth = std::max(1u, options.queue_depth);
@@ -158,7 +132,7 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
         c.path[g] = str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k, g == 0 ? ".a" : ".b", ".swap");
         auto f = io::SwapFile::create(*I.engine, c.path[g], spec);
         STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c));
-        reserve_blocks(c.path[g], f->layout().file_bytes);
+        detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier");
         c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
       }
       I.chunks.push_back(std::move(c));
@@ -175,7 +149,7 @@ OptimizerSwapper::~OptimizerSwapper() {
       if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
     }
   }
-  if (I.created_dir) ::rmdir(I.options.dir.c_str());  // only if now empty
+  detail::remove_swap_dirs(I.created_dirs);  // each only if now empty
 }
 
 void OptimizerSwapper::initialize(std::size_t tensor, const float* master) {
@@ -211,6 +185,11 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
     std::size_t chunk;
     int buffer;
     io::SwapOp op;
+    Clock::time_point issued = Clock::now();
+  };
+  Tracer* tracer = I.options.tracer;
+  auto trace = [tracer](const char* lane, const std::string& name, Clock::time_point t0) {
+    if (tracer != nullptr && tracer->enabled()) tracer->record(lane, name, t0, Clock::now());
   };
   std::deque<Pending> reads, writes;
   std::vector<int> free_buffers;
@@ -238,6 +217,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
     const auto tw = Clock::now();
     const io::Status s = w.op.wait();
     st.wait_seconds += since(tw);
+    trace("nvme write", str_cat("write ", I.tensors[I.chunks[w.chunk].tensor].name, " sg", I.chunks[w.chunk].index), w.issued);
     free_buffers.push_back(w.buffer);
     STRATA_OFFLOAD_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
   };
@@ -255,6 +235,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
       const auto tw = Clock::now();
       const io::Status s = r.op.wait();
       st.wait_seconds += since(tw);
+      trace("nvme read", str_cat("read ", I.tensors[c.tensor].name, " sg", c.index), r.issued);
       if (!s.ok()) {
         free_buffers.push_back(r.buffer);
         STRATA_OFFLOAD_IO_CHECK(s, I.where(c));
@@ -267,6 +248,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
         throw;
       }
       st.compute_seconds += since(tc);
+      trace("optimizer", str_cat("adam ", I.tensors[c.tensor].name, " sg", c.index), tc);
       st.bytes_read += c.payload();
       writes.push_back({r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
       st.bytes_written += c.payload();
@@ -294,6 +276,14 @@ SwapperStats OptimizerSwapper::stats() const noexcept { return impl_->stats; }
 std::uint64_t OptimizerSwapper::state_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& t : impl_->tensors) n += t.elems * kBytesPerElem;
+  return n;
+}
+
+std::uint64_t OptimizerSwapper::file_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& c : impl_->chunks) {
+    for (const auto& f : c.file) n += f ? f->layout().file_bytes : 0;
+  }
   return n;
 }
 

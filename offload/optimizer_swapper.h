@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+namespace strata {
+class Tracer;
+}
+
 namespace strata::offload {
 
 // Protocol. create() sizes the buffers, checks them against the budget, creates the
@@ -34,6 +38,7 @@ struct SwapperOptions {
   bool lock_memory = true;                     // mlock the buffers (pinned)
   unsigned queue_depth = 32;                   // aio.queue_depth
   std::uint32_t block_bytes = 1u << 20;        // aio.block_size: I/O piece and checksum block
+  Tracer* tracer = nullptr;                    // optional: "nvme read", "nvme write", "optimizer" rows
 };
 
 struct SwapTensor {
@@ -76,6 +81,7 @@ class OptimizerSwapper {
   std::uint64_t buffer_elems() const noexcept;  // elements per sub-group at most
   std::size_t sub_groups() const noexcept;
   std::uint64_t state_bytes() const noexcept;   // payload of one generation
+  std::uint64_t file_bytes() const noexcept;    // both generations on disk, headers included
   const std::string& dir() const noexcept;
   // The current generation's swap file of the sub-group holding `elem` of `tensor`.
   std::string file_of(std::size_t tensor, std::uint64_t elem) const;

@@ -2,6 +2,7 @@
 // are in reduce.cc, stage-3 gathers in gather.cc).
 #include "engine/zero/engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -42,8 +43,9 @@ Engine::Impl::Impl(const EngineOptions& o)
   cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument, "zero_optimization.stage = ",
                cfg.zero.stage, ": use 0, 1, 2 or 3");
-  STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none, Errc::unsupported,
-               "offload_param is not available yet in this build: use offload_param.device none");
+  STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none || cfg.zero.stage == 3, Errc::invalid_argument,
+               "offload_param.device needs zero_optimization.stage 3 (only stage 3 partitions parameters); stage is ",
+               cfg.zero.stage);
   STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
                "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ", cfg.zero.stage);
   STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
@@ -90,20 +92,26 @@ Engine::~Engine() {
   try {
     if (impl_->gather_stream) impl_->gather_stream->synchronize();
     if (impl_->reduce_stream) impl_->reduce_stream->synchronize();
+    if (impl_->xfer_stream) impl_->xfer_stream->synchronize();
   } catch (const std::exception& e) {
     STRATA_LOG(warn, "engine shutdown: ", e.what());
   }
   auto& I = *impl_;
+  I.param_store.reset();
   I.swapper.reset();
   if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
+  if (I.swap_file_bytes) I.ledger->discharge(Tier::nvme, Kind::optimizer, I.swap_file_bytes);
+  if (I.store_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.store_buffer_bytes);
+  if (I.store_file_bytes) I.ledger->discharge(Tier::nvme, Kind::params, I.store_file_bytes);
   for (auto& s : I.layers) {
     for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
-                    static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging}) {
+                    static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging, s.copy_stage}) {
       I.ledger->free(p);
     }
   }
   I.ledger->free(I.scratch);
   I.ledger->free(I.scratch_shard);
+  I.ledger->free(I.grad_stage);
 }
 
 int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init) {
@@ -136,44 +144,9 @@ void Engine::setup() {
     }
   }
 
-  // What must fit on the device, before anything is allocated.
-  const bool opt_on_device = I.cfg.offload_optimizer.device == OffloadDevice::none;
-  const std::uint64_t padded = lay.total_padded(), shard = lay.total_shard();
-  const std::uint64_t largest = lay.largest_layer_padded();
-  std::uint64_t persistent = 0;
-  persistent += (stage == 3 ? shard : padded) * I.cbytes;        // params
-  persistent += (stage <= 1 ? padded : shard) * 4;               // fp32 grads
-  if (opt_on_device) persistent += (stage == 0 ? padded : shard) * 12;
-  std::uint64_t small_layers = 0;
-  if (stage == 3) {
-    for (const auto& L : lay.layers()) {
-      if (L.numel < I.cfg.zero.stage3_param_persistence_threshold) small_layers += L.padded;
-    }
-    persistent += small_layers * I.cbytes;
-    STRATA_CHECK(I.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
-                 "zero_optimization.stage3_max_live_parameters = ", I.cfg.zero.stage3_max_live_parameters,
-                 " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
-  }
-  const std::uint64_t window = largest * I.cbytes * 2;  // one gathered layer and its gradient buffer
-  const std::uint64_t minimum = persistent + window;
-  const std::uint64_t budget = I.dev.options().budget_bytes;
-  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
-               stage, " of this model on rank ", I.rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
-               " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
-               " for the live window of the largest layer, ", largest, " elements). Raise the device budget",
-               stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "");
-
-  I.ledger = std::make_unique<MemoryLedger>(I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
-                                            I.cfg.offload_optimizer.pin_memory);
-  const Tier opt_tier = opt_on_device ? Tier::device : Tier::host;
-  std::size_t max_bucket = 0, max_shard = 0;
-  for (const auto& b : lay.buckets()) {
-    max_bucket = std::max(max_bucket, b.padded);
-    max_shard = std::max(max_shard, b.shard);
-  }
-  I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
-  I.scratch_shard = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
-
+  I.ledger = std::make_unique<MemoryLedger>(
+      I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
+      I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
   I.layers.resize(lay.layers().size());
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     auto& S = I.layers[li];
@@ -181,24 +154,50 @@ void Engine::setup() {
       S.shard_off.push_back(S.shard_total);
       S.shard_total += lay.buckets()[bi].shard;
     }
+    S.persistent = stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold;
   }
-  const bool on_nvme = I.cfg.offload_optimizer.device == OffloadDevice::nvme;
-  if (on_nvme) I.setup_swapper();
+  // Where every layer's state lives, checked against the device budget before anything is
+  // allocated (engine_place.cc).
+  I.place_layers();
+
+  std::size_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max(max_bucket, b.padded);
+    max_shard = std::max(max_shard, b.shard);
+  }
+  I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+  I.scratch_shard = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+  bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
+  for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    any_acc_on_host |= I.acc_on_host(static_cast<int>(li));
+    any_opt_nvme |= I.layers[li].opt_tier == Tier::nvme;
+    any_param_nvme |= I.layers[li].param_tier == Tier::nvme;
+  }
+  if (any_acc_on_host) {
+    I.grad_stage = I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * I.cbytes, "gradient staging (device -> host)");
+  }
+  if (any_acc_on_host) I.xfer_stream = I.dev.create_stream();
+  if (any_opt_nvme) I.setup_swapper();
+  if (any_param_nvme) I.setup_param_store();
+
   std::vector<float> init, master_shard;
+  std::vector<char> shard_bytes;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const auto& L = lay.layers()[li];
     auto& S = I.layers[li];
     const std::string name = str_cat("layer ", L.id);
     const std::size_t opt_elems = stage == 0 ? L.padded : S.shard_total;
-    if (!on_nvme) {
-      S.master = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
-      S.m = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
-      S.v = static_cast<float*>(I.ledger->allocate(opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
+    const bool opt_nvme = S.opt_tier == Tier::nvme;
+    if (!opt_nvme) {
+      S.master = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
+      S.m = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
+      S.v = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
       std::memset(S.m, 0, opt_elems * 4);
       std::memset(S.v, 0, opt_elems * 4);
     }
     const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
-    S.acc = static_cast<float*>(I.ledger->allocate(Tier::device, Kind::grads, acc_elems * 4, name + " gradients"));
+    const Tier acc_tier = I.acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device;
+    S.acc = static_cast<float*>(I.ledger->allocate(acc_tier, Kind::grads, acc_elems * 4, name + " gradients"));
     std::memset(S.acc, 0, acc_elems * 4);
 
     // Master weights: the whole layer (stage 0) or this rank's shard of every bucket.
@@ -208,30 +207,38 @@ void Engine::setup() {
       std::memcpy(S.master, init.data(), L.padded * 4);
     } else {
       master_shard.resize(S.shard_total);
-      float* master = on_nvme ? master_shard.data() : S.master;
+      float* master = opt_nvme ? master_shard.data() : S.master;
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
         std::memcpy(master + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
       }
-      if (on_nvme) I.swapper->initialize(li, master_shard.data());
+      if (opt_nvme) I.swapper->initialize(static_cast<std::size_t>(S.swap_index), master_shard.data());
     }
-    S.persistent = stage == 3 && L.numel < I.cfg.zero.stage3_param_persistence_threshold;
     if (stage <= 2 || S.persistent) {
       S.params_full = I.ledger->allocate(Tier::device, Kind::params, L.padded * I.cbytes, name + " parameters");
       convert(init.data(), DType::fp32, S.params_full, I.cdt, L.padded);
     }
     if (stage == 3) {
-      S.params_shard = I.ledger->allocate(Tier::device, Kind::params, S.shard_total * I.cbytes, name + " parameter shards");
+      void* shard = nullptr;
+      if (S.param_tier == Tier::nvme) {
+        shard_bytes.resize(S.shard_total * I.cbytes);
+        shard = shard_bytes.data();
+      } else {
+        S.params_shard = I.ledger->allocate(S.param_tier, Kind::params, S.shard_total * I.cbytes, name + " parameter shards");
+        shard = S.params_shard;
+      }
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
         convert(init.data() + I.bucket_pos(b, L) + I.own_begin(b), DType::fp32,
-                static_cast<char*>(S.params_shard) + S.shard_off[k] * I.cbytes, I.cdt, b.shard);
+                static_cast<char*>(shard) + S.shard_off[k] * I.cbytes, I.cdt, b.shard);
       }
+      if (S.param_tier == Tier::nvme) I.param_store->write(static_cast<std::size_t>(S.store_index), shard);
     }
   }
+  if (I.param_store) I.param_store->commit();
   if (stage == 3) I.gather_stream = I.dev.create_stream();
   if (I.cfg.zero.overlap_comm) I.reduce_stream = I.dev.create_stream();
-  STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (", padded,
+  STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (", lay.total_padded(),
              " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }
 
@@ -240,6 +247,9 @@ void Engine::begin_step() {
   I.require_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   I.in_step = true;
+  I.io = {};
+  I.step_start = std::chrono::steady_clock::now();
+  if (I.param_store) I.store_mark = I.param_store->stats();
   for (auto& S : I.layers) S.reductions = 0;
   I.cursor = 0;
   I.diverged = false;
@@ -335,8 +345,12 @@ StepResult Engine::step() {
       a.m = m;
       a.v = v;
       a.grad = (stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : I.own_begin(b)) : S.acc + S.shard_off[k]) + e0;
-      void* copy_base = stage == 3 ? S.params_shard : S.params_full;
-      const std::size_t copy_off = (stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b))) + e0;
+      // Updated compute copies go where the parameters live, or through the host staging
+      // (engine_nvme.cc) that carries them there once the whole layer is updated.
+      void* staged = I.copy_target(static_cast<int>(li));
+      void* copy_base = staged != nullptr ? staged : stage == 3 ? S.params_shard : S.params_full;
+      const std::size_t copy_off =
+          (staged != nullptr || stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b))) + e0;
       a.copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
       if (I.cdt == DType::fp32) {
         a.copy = nullptr;  // the fp32 compute copy is refreshed from the master below
@@ -352,6 +366,7 @@ StepResult Engine::step() {
         case OptimizerType::adagrad: optim::adagrad_step({lr, 0.0f, oc.eps, oc.weight_decay}, a); break;
       }
       if (I.cdt == DType::fp32) std::memcpy(static_cast<char*>(copy_base) + copy_off * 4, a.master, n * 4);
+      if (staged != nullptr) I.copy_updated(static_cast<int>(li), n);
     };
     // Stages 1-2: every rank refreshes its replica of the bucket from the owners.
     auto regather = [&](std::size_t li, std::size_t k) {
@@ -361,33 +376,54 @@ StepResult Engine::step() {
       char* full = static_cast<char*>(I.layers[li].params_full) + I.bucket_pos(b, L) * I.cbytes;
       I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
     };
-    if (I.swapper) {
-      // Sub-groups come in layer then offset order; a sub-group may cover parts of several
-      // buckets and a bucket may span sub-groups: the optimizer is elementwise, so the bits
-      // do not depend on where the state is cut.
-      I.swapper->step([&](const offload::SubGroup& g) {
-        const auto& L = lay.layers()[g.tensor];
-        const auto& S = I.layers[g.tensor];
+    try {
+      if (I.swapper) {
+        // Sub-groups come in layer then offset order; a sub-group may cover parts of several
+        // buckets and a bucket may span sub-groups: the optimizer is elementwise, so the bits
+        // do not depend on where the state is cut.
+        I.swapper->step([&](const offload::SubGroup& g) {
+          const std::size_t li = static_cast<std::size_t>(I.swap_layers[g.tensor]);
+          const auto& L = lay.layers()[li];
+          const auto& S = I.layers[li];
+          for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+            const std::size_t b0 = S.shard_off[k], b1 = b0 + lay.buckets()[L.buckets[k]].shard;
+            const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
+            if (lo >= hi) continue;
+            const std::size_t at = lo - g.offset;
+            update(li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+          }
+        });
+        const auto ss = I.swapper->stats();
+        I.io.nvme_read_bytes += ss.bytes_read;
+        I.io.nvme_write_bytes += ss.bytes_written;
+        I.io.io_wait_seconds += ss.wait_seconds;
+      }
+      for (std::size_t li = 0; li < I.layers.size(); ++li) {
+        const auto& L = lay.layers()[li];
+        auto& S = I.layers[li];
+        if (S.opt_tier == Tier::nvme) continue;
         for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-          const std::size_t b0 = S.shard_off[k], b1 = b0 + lay.buckets()[L.buckets[k]].shard;
-          const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
-          if (lo >= hi) continue;
-          const std::size_t at = lo - g.offset;
-          update(g.tensor, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
-        }
-      });
-    }
-    for (std::size_t li = 0; li < I.layers.size(); ++li) {
-      const auto& L = lay.layers()[li];
-      auto& S = I.layers[li];
-      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-        if (!I.swapper) {
           const auto& b = lay.buckets()[L.buckets[k]];
           const std::size_t off = stage == 0 ? I.bucket_pos(b, L) : S.shard_off[k];
           update(li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
         }
-        regather(li, k);
       }
+      if (I.param_store) I.param_store->commit();
+    } catch (...) {
+      // The last good parameter shards on NVMe stay current; staged copies are dropped.
+      if (I.param_store) I.param_store->abort();
+      for (auto& S : I.layers) {
+        I.ledger->free(S.copy_stage);
+        S.copy_stage = nullptr;
+        S.copy_done = 0;
+      }
+      I.in_step = false;
+      throw;
+    }
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      const auto& L = lay.layers()[li];
+      auto& S = I.layers[li];
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(li, k);
       // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
       if (stage == 3 && S.persistent) {
         for (std::size_t k = 0; k < L.buckets.size(); ++k) {
@@ -409,6 +445,13 @@ StepResult Engine::step() {
   }
   I.in_step = false;
   result.step = I.steps_taken;
+  if (I.param_store) {
+    const auto now = I.param_store->stats();
+    I.io.nvme_read_bytes += now.bytes_read - I.store_mark.bytes_read;
+    I.io.nvme_write_bytes += now.bytes_written - I.store_mark.bytes_written;
+  }
+  I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
+  I.last_io = I.io;
   return result;
 }
 
@@ -433,9 +476,17 @@ MemoryReport Engine::memory() const {
   if (!impl_->setup_done()) return r;
   r.device = impl_->ledger->usage(Tier::device);
   r.host = impl_->ledger->usage(Tier::host);
+  r.nvme = impl_->ledger->usage(Tier::nvme);
   r.live_gathered_elems = impl_->live_elems;
   r.peak_gathered_elems = impl_->peak_live_elems;
   return r;
+}
+
+IoStats Engine::io_stats() const { return impl_->last_io; }
+
+std::string Engine::explain_placement() const {
+  impl_->require_setup("explain_placement");
+  return impl_->placement_text;
 }
 
 std::vector<float> Engine::full_parameters() {
@@ -454,7 +505,7 @@ std::vector<float> Engine::full_parameters() {
     }
     std::vector<float> from_nvme;
     const float* master = S.master;
-    if (I.swapper) {
+    if (S.opt_tier == Tier::nvme) {
       from_nvme.resize(S.shard_total);
       I.read_master_shard(static_cast<int>(li), from_nvme.data());
       master = from_nvme.data();

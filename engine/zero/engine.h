@@ -58,9 +58,20 @@ struct StepResult {
 };
 
 struct MemoryReport {
-  TierUsage device, host;
+  TierUsage device, host, nvme;
   std::uint64_t live_gathered_elems = 0;  // stage 3: parameters gathered right now
   std::uint64_t peak_gathered_elems = 0;
+};
+
+// One step's traffic between tiers (begin_step() to the end of step()), counted where the
+// engine issues it: host<->device copies (gathers, gradients leaving the device, updated
+// shards returning), NVMe reads and writes (optimizer swapper, parameter store), and the
+// time the trainer's thread waited on gathers, swaps and parameter writes.
+struct IoStats {
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  double io_wait_seconds = 0;
+  double step_seconds = 0;   // begin_step() to the end of step()
 };
 
 struct EngineOptions {
@@ -97,6 +108,10 @@ class Engine {
   const Layout& layout() const;  // after setup()
   std::vector<int> layer_ids() const;
   MemoryReport memory() const;
+  IoStats io_stats() const;          // the last completed step
+  // After setup(): what lives on which tier and why (static DeepSpeed placement or the
+  // budget-driven plan), a few lines of text.
+  std::string explain_placement() const;
 
   // The whole model's fp32 master weights in registration order (unpadded), gathered to
   // every rank; for saving and comparing runs. Collective: every rank must call it.

@@ -1,16 +1,24 @@
-// The engine's NVMe tier for optimizer state (offload_optimizer.device nvme): the swapper
-// that holds this rank's fp32 master, exp_avg and exp_avg_sq shards, one tensor per layer,
-// under offload_optimizer.nvme_path/rank<R>, with its buffers charged to the host tier.
+// The engine's NVMe tier: the optimizer swapper that holds the fp32 master, exp_avg and
+// exp_avg_sq shards of the layers whose optimizer state lives on NVMe (one swapper tensor
+// per layer, under offload_optimizer.nvme_path/rank<R>), the parameter store that holds the
+// stage-3 compute-dtype shards of the layers whose parameters live on NVMe (under
+// offload_param.nvme_path/rank<R>/params), and the staging of updated shards on their way
+// from the CPU optimizer to the tier they live on. Buffers are charged to the host tier,
+// swap files (both generations) to the NVMe tier.
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/units.h"
 #include "engine/zero/detail/engine_impl.h"
 
 namespace strata::zero {
 
 void Engine::Impl::setup_swapper() {
   const OffloadConfig& oc = cfg.offload_optimizer;
+  STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
+               "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the NVMe drive");
   offload::SwapperOptions so;
   so.dir = oc.nvme_path + "/rank" + std::to_string(rank);
   so.sub_group_elems = cfg.zero.sub_group_size;
@@ -18,17 +26,90 @@ void Engine::Impl::setup_swapper() {
   so.budget_bytes = ledger->available(Tier::host);
   so.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
   so.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+  so.tracer = options.tracer;
   std::vector<offload::SwapTensor> tensors;
   for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (layers[li].opt_tier != Tier::nvme) continue;
+    layers[li].swap_index = static_cast<int>(swap_layers.size());
+    swap_layers.push_back(static_cast<int>(li));
     tensors.push_back({str_cat("layer ", layout->layers()[li].id), layers[li].shard_total});
   }
   swapper = std::make_unique<offload::OptimizerSwapper>(so, std::move(tensors));
   swap_buffer_bytes = swapper->buffer_bytes() * static_cast<std::uint64_t>(swapper->buffer_count());
   ledger->charge(Tier::host, Kind::buffers, swap_buffer_bytes, "the NVMe optimizer swap buffers");
+  ledger->charge(Tier::nvme, Kind::optimizer, swapper->file_bytes(),
+                 str_cat("the optimizer swap files in ", so.dir, " (two generations)"));
+  swap_file_bytes = swapper->file_bytes();
+}
+
+void Engine::Impl::setup_param_store() {
+  const OffloadConfig& pc = cfg.offload_param;
+  STRATA_CHECK(!pc.nvme_path.empty(), Errc::invalid_argument,
+               "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
+  offload::ParamStoreOptions po;
+  po.dir = pc.nvme_path + "/rank" + std::to_string(rank) + "/params";
+  po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
+  po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
+  po.budget_bytes = ledger->available(Tier::host);
+  po.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
+  po.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+  std::vector<offload::ParamTensor> tensors;
+  int n = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (layers[li].param_tier != Tier::nvme) continue;
+    layers[li].store_index = n++;
+    tensors.push_back({str_cat("layer ", layout->layers()[li].id), layers[li].shard_total * cbytes});
+  }
+  param_store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
+  store_buffer_bytes = param_store->buffer_bytes() * static_cast<std::uint64_t>(param_store->buffer_count());
+  ledger->charge(Tier::host, Kind::buffers, store_buffer_bytes, "the NVMe parameter buffers");
+  ledger->charge(Tier::nvme, Kind::params, param_store->file_bytes(),
+                 str_cat("the parameter swap files in ", po.dir, " (two generations)"));
+  store_file_bytes = param_store->file_bytes();
 }
 
 void Engine::Impl::read_master_shard(int li, float* out) {
-  swapper->read_master(static_cast<std::size_t>(li), 0, layers[li].shard_total, out);
+  swapper->read_master(static_cast<std::size_t>(layers[li].swap_index), 0, layers[li].shard_total, out);
+}
+
+void* Engine::Impl::copy_target(int li) {
+  auto& S = layers[li];
+  const bool staged = S.param_tier == Tier::nvme || (acc_on_host(li) && S.param_tier == Tier::device);
+  if (!staged || cfg.zero.stage == 0) return nullptr;
+  if (S.copy_stage == nullptr) {
+    S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes,
+                                    str_cat("layer ", layout->layers()[li].id, " updated parameter staging"));
+    S.copy_done = 0;
+  }
+  return S.copy_stage;
+}
+
+void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
+  auto& S = layers[li];
+  S.copy_done += elems;
+  if (S.copy_done < S.shard_total) return;
+  const auto& L = layout->layers()[li];
+  const auto t0 = std::chrono::steady_clock::now();
+  if (S.param_tier == Tier::nvme) {
+    Tracer::Span span(options.tracer, "nvme write", str_cat("params L", L.id));
+    param_store->write(static_cast<std::size_t>(S.store_index), S.copy_stage);
+  } else {
+    Tracer::Span span(options.tracer, "copy", str_cat("H2D updated L", L.id));
+    // Stage 3: the shard as it is laid out; stages 1-2: this rank's part of each bucket.
+    const char* src = static_cast<const char*>(S.copy_stage);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = layout->buckets()[L.buckets[k]];
+      char* dst = cfg.zero.stage == 3 ? static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes
+                                      : static_cast<char*>(S.params_full) + (bucket_pos(b, L) + own_begin(b)) * cbytes;
+      xfer_stream->copy_async(dst, src + S.shard_off[k] * cbytes, b.shard * cbytes, device::CopyKind::host_to_device);
+    }
+    xfer_stream->synchronize();
+    io.h2d_bytes += S.shard_total * cbytes;
+  }
+  io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ledger->free(S.copy_stage);
+  S.copy_stage = nullptr;
+  S.copy_done = 0;
 }
 
 }  // namespace strata::zero

@@ -7,6 +7,7 @@
 // use is within stage3_max_reuse_distance elements stays gathered. A step whose gathers
 // leave the recorded order turns prefetch off, warns, and is recorded anew.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -112,13 +113,13 @@ void Engine::Impl::issue_gather(int li) {
   auto started = std::make_shared<Tracer::Clock::time_point>();
   Tracer* tracer = options.tracer;
   st.launch_host([started] { *started = Tracer::Clock::now(); });
+  stage_params_in(li, staging);
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = layout->buckets()[L.buckets[k]];
     char* region = staging + bucket_pos(b, L) * cbytes;
-    st.copy_async(region + own_begin(b) * cbytes, static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes,
-                  b.shard * cbytes, device::CopyKind::device_to_host);
     if (world > 1) comm->all_gather(region + own_begin(b) * cbytes, region, b.shard, cdt, st);
   }
+  io.h2d_bytes += need * cbytes;
   auto copied = std::make_shared<Tracer::Clock::time_point>();
   st.launch_host([copied] { *copied = Tracer::Clock::now(); });
   st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
@@ -134,12 +135,52 @@ void Engine::Impl::issue_gather(int li) {
   st.record(*S.ready);
 }
 
+// This rank's shards of every bucket of layer li into their places in the staging buffer,
+// as gather-stream work: a D2H copy from device shards, a host copy from host shards, or a
+// read from the parameter store (checksums verified; an error becomes the stream's sticky
+// error, which wait_gather rethrows).
+void Engine::Impl::stage_params_in(int li, char* staging) {
+  auto& S = layers[li];
+  const auto& L = layout->layers()[li];
+  auto& st = *gather_stream;
+  if (S.param_tier == Tier::nvme) {
+    // The store's bytes are the shards of the layer's buckets, concatenated.
+    st.launch_host([this, &L, &S, staging] {
+      Tracer::Span span(options.tracer, "nvme read", str_cat("params L", L.id));
+      param_store->read(static_cast<std::size_t>(S.store_index), [&](std::uint64_t off, const void* data, std::uint64_t n) {
+        const char* src = static_cast<const char*>(data);
+        for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+          const auto& b = layout->buckets()[L.buckets[k]];
+          const std::uint64_t b0 = S.shard_off[k] * cbytes, b1 = b0 + b.shard * cbytes;
+          const std::uint64_t lo = std::max(b0, off), hi = std::min(b1, off + n);
+          if (lo >= hi) continue;
+          std::memcpy(staging + (bucket_pos(b, L) + own_begin(b)) * cbytes + (lo - b0), src + (lo - off), hi - lo);
+        }
+      });
+    });
+    return;
+  }
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = layout->buckets()[L.buckets[k]];
+    char* dst = staging + (bucket_pos(b, L) + own_begin(b)) * cbytes;
+    const char* src = static_cast<const char*>(S.params_shard) + S.shard_off[k] * cbytes;
+    if (S.param_tier == Tier::device) {
+      st.copy_async(dst, src, b.shard * cbytes, device::CopyKind::device_to_host);
+    } else {
+      st.launch_host([dst, src, n = b.shard * cbytes] { std::memcpy(dst, src, n); });
+    }
+  }
+  if (S.param_tier == Tier::device) io.d2h_bytes += S.shard_total * cbytes;
+}
+
 void Engine::Impl::wait_gather(int li) {
   auto& S = layers[li];
   if (!S.ready) return;
   {
     Tracer::Span span(options.tracer, "compute", str_cat("wait L", layout->layers()[li].id));
+    const auto t0 = std::chrono::steady_clock::now();
     S.ready->synchronize();
+    io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   if (!S.gather_ok->load()) gather_stream->synchronize();  // rethrows the gather's error
   S.ready.reset();

@@ -9,16 +9,21 @@
 
 namespace strata::zero {
 
-const char* tier_name(Tier t) noexcept { return t == Tier::device ? "device" : "host"; }
+const char* tier_name(Tier t) noexcept {
+  static const char* const names[] = {"device", "host", "nvme"};
+  return names[static_cast<int>(t)];
+}
 const char* kind_name(Kind k) noexcept {
   static const char* const names[] = {"params", "grads", "optimizer", "buffers"};
   return names[static_cast<int>(k)];
 }
 
-MemoryLedger::MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host)
+MemoryLedger::MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host,
+                           std::uint64_t nvme_budget_bytes)
     : dev_(dev), pin_host_(pin_host), host_budget_("host", host_budget_bytes) {
   usage_[0].budget_bytes = dev.options().budget_bytes;
   usage_[1].budget_bytes = pin_host ? dev.options().pinned_budget_bytes : host_budget_bytes;
+  usage_[2].budget_bytes = nvme_budget_bytes ? nvme_budget_bytes : ~std::uint64_t{0} / 2;
 }
 
 MemoryLedger::~MemoryLedger() {
@@ -31,6 +36,7 @@ MemoryLedger::~MemoryLedger() {
 }
 
 void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+  STRATA_CHECK(tier != Tier::nvme, Errc::internal, "memory ledger: ", what, ": the NVMe tier holds files; charge() it");
   void* p = nullptr;
   if (tier == Tier::device) {
     p = dev_.allocate(bytes, what);
@@ -86,7 +92,8 @@ void MemoryLedger::free(void* ptr) noexcept {
 
 void MemoryLedger::charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
   STRATA_CHECK(bytes <= available(tier), Errc::out_of_budget, tier_name(tier), " tier: ", what, " needs ",
-               format_bytes(bytes), " but only ", format_bytes(available(tier)), " of the budget is left");
+               format_bytes(bytes), " (", bytes, " B) but only ", format_bytes(available(tier)), " of its budget of ",
+               format_bytes(usage(tier).budget_bytes), " is left: raise memory_budget.", tier_name(tier));
   if (tier == Tier::host && !pin_host_) host_budget_.reserve(bytes, what, "Raise memory_budget.host");
   std::lock_guard<std::mutex> lock(mutex_);
   auto& u = usage_[static_cast<int>(tier)];

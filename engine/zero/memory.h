@@ -1,7 +1,9 @@
 // The engine's memory ledger: every byte of model state is allocated through it, on a tier
-// (device, host) and as a kind (params, grads, optimizer state, buffers), so per-tier and
-// per-kind use and peaks are known at any time and every tier's hard budget holds (the
-// device tier's through the Device, the host tier's through a Budget here).
+// (device, host) and as a kind (params, grads, optimizer state, buffers), or, for the NVMe
+// tier and memory that io/ allocates itself, charged to it; so per-tier and per-kind use
+// and peaks are known at any time and every tier's hard budget holds (the device tier's
+// through the Device, the host tier's through a Budget here, the NVMe tier's here: its
+// bytes are the swap files, both generations, reserved when they are created).
 #pragma once
 
 #include <array>
@@ -16,9 +18,9 @@
 
 namespace strata::zero {
 
-enum class Tier { device = 0, host = 1 };
+enum class Tier { device = 0, host = 1, nvme = 2 };
 enum class Kind { params = 0, grads = 1, optimizer = 2, buffers = 3 };
-inline constexpr int kTiers = 2;
+inline constexpr int kTiers = 3;
 inline constexpr int kKinds = 4;
 const char* tier_name(Tier t) noexcept;
 const char* kind_name(Kind k) noexcept;
@@ -32,15 +34,17 @@ class MemoryLedger {
  public:
   // Host-tier memory is pinned through `dev` when pin_host (its pinned budget applies),
   // else page-aligned pageable memory under host_budget_bytes.
-  MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host);
+  // nvme_budget_bytes 0: no limit but the file system's.
+  MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host, std::uint64_t nvme_budget_bytes = 0);
   ~MemoryLedger();
   MemoryLedger(const MemoryLedger&) = delete;
   MemoryLedger& operator=(const MemoryLedger&) = delete;
 
   void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
   void free(void* ptr) noexcept;
-  // Bytes allocated outside the ledger (the NVMe swapper's pinned buffer pool), counted in a
-  // tier's use and held against its budget like the ledger's own allocations.
+  // Bytes allocated outside the ledger (the NVMe swapper's pinned buffer pool, swap files on
+  // the NVMe tier), counted in a tier's use and held against its budget like the ledger's
+  // own allocations. A refusal names the tier, the bytes and the budget key.
   void charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
   void discharge(Tier tier, Kind kind, std::size_t bytes) noexcept;
   std::uint64_t available(Tier tier) const;  // budget left

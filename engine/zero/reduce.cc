@@ -3,7 +3,8 @@
 // for stages 0-1, reduce-scatter for 2-3: with Gloo both are the same all-reduce of the same
 // length, so the sums are bitwise equal) and add it to the fp32 accumulator. The buffer is
 // freed once reduced. With overlap_comm the reduction runs on a reduce stream while the
-// trainer goes on with the next layer's backward; step() waits for it.
+// trainer goes on with the next layer's backward; step() waits for it. Gradients whose
+// accumulator lives in host RAM (optimizer offloaded) cross the link first.
 #include <cstring>
 #include <functional>
 
@@ -44,12 +45,27 @@ void Engine::Impl::reduce_grads(int li) {
     else f();
   };
   const bool stage01 = cfg.zero.stage <= 1;
+  // With the optimizer state off the device, the accumulator lives in host RAM: each bucket
+  // leaves the device (D2H into the pinned gradient staging) before it is widened. Without a
+  // reduce stream the copy runs on the transfer stream and is waited for at once.
+  const bool to_host = acc_on_host(li);
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = layout->buckets()[L.buckets[k]];
     const std::size_t pos = bucket_pos(b, L);
-    run([this, pos, n = b.padded, grads] {
-      convert(static_cast<const char*>(grads) + pos * cbytes, cdt, scratch, DType::fp32, n);
-    });
+    const char* src = static_cast<const char*>(grads) + pos * cbytes;
+    if (to_host) {
+      const std::size_t bytes = b.padded * cbytes;
+      io.d2h_bytes += bytes;
+      if (st != nullptr) {
+        st->copy_async(grad_stage, src, bytes, device::CopyKind::device_to_host);
+      } else {
+        Tracer::Span span(options.tracer, "copy", str_cat("D2H grads L", L.id));
+        xfer_stream->copy_async(grad_stage, src, bytes, device::CopyKind::device_to_host);
+        xfer_stream->synchronize();
+      }
+      src = static_cast<const char*>(grad_stage);
+    }
+    run([this, src, n = b.padded] { convert(src, cdt, scratch, DType::fp32, n); });
     if (world > 1) {
       if (st != nullptr) {
         if (stage01) comm->all_reduce(scratch, b.padded, DType::fp32, comm::ReduceOp::sum, *st);

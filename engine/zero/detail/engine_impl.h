@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "engine/device/device.h"
 #include "engine/zero/engine.h"
 #include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
 #include "optim/loss_scaler.h"
 
 namespace strata::zero {
@@ -20,8 +22,10 @@ struct LayerState {
   // gathered buffer while the layer is live (null otherwise), or persistent for layers below
   // stage3_param_persistence_threshold.
   void* params_full = nullptr;
-  void* params_shard = nullptr;          // stage 3: this rank's shards, concatenated
-  float* acc = nullptr;                  // fp32 gradient accumulator: padded (0-1) or shards (2-3)
+  void* params_shard = nullptr;          // stage 3: this rank's shards, concatenated (device or host
+                                         // tier; null when they live in the parameter store on NVMe)
+  float* acc = nullptr;                  // fp32 gradient accumulator: padded (0-1) or shards (2-3), on
+                                         // the device, or in host RAM when the optimizer is offloaded
   float* master = nullptr;               // fp32 master: padded (stage 0) or shards (1-3)
   float* m = nullptr;
   float* v = nullptr;
@@ -29,6 +33,18 @@ struct LayerState {
   std::vector<std::size_t> shard_off;    // per bucket of the layer: offset in the shard arrays
   std::size_t shard_total = 0;
   int reductions = 0;                    // reduce_grads calls this step
+
+  // Placement (offload/placement.h): where this layer's optimizer state (and with it the
+  // gradient accumulator: device, else host) and, at stage 3, its parameter shards live.
+  Tier opt_tier = Tier::device;
+  Tier param_tier = Tier::device;
+  int swap_index = -1;                   // tensor index in the optimizer swapper (opt_tier nvme)
+  int store_index = -1;                  // tensor index in the parameter store (param_tier nvme)
+  // step(): updated compute-dtype shards land here (host) when they cannot be written where
+  // they live directly (NVMe shards, or device shards updated by the CPU optimizer), and go
+  // to their tier once the whole layer is updated.
+  void* copy_stage = nullptr;
+  std::uint64_t copy_done = 0;           // elements of copy_stage updated this step
 
   // Stage 3 residency.
   bool persistent = false;
@@ -57,7 +73,20 @@ struct Engine::Impl {
   // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
   // master, m and v stay null); its buffers are charged to the host tier.
   std::unique_ptr<offload::OptimizerSwapper> swapper;
-  std::uint64_t swap_buffer_bytes = 0;
+  std::uint64_t swap_buffer_bytes = 0, swap_file_bytes = 0;
+  std::vector<int> swap_layers;          // swapper tensor -> dense layer index
+  // offload_param.device nvme: stage-3 shards in checksummed swap files, buffers on the host tier.
+  std::unique_ptr<offload::ParamStore> param_store;
+  std::uint64_t store_buffer_bytes = 0, store_file_bytes = 0;
+  std::string placement_text;            // explain(): what lives where and why
+  // Link and NVMe traffic of the current step (counted where issued), and the wait on it.
+  IoStats io, last_io;
+  offload::ParamStoreStats store_mark;   // param_store->stats() at begin_step
+  std::chrono::steady_clock::time_point step_start;
+  // Host <-> device copies that step() and reductions make synchronously (gradients out,
+  // updated shards in) when no stream of their own carries them.
+  std::unique_ptr<device::Stream> xfer_stream;
+  void* grad_stage = nullptr;            // pinned, largest bucket in compute dtype (gradients D2H)
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
@@ -96,7 +125,13 @@ struct Engine::Impl {
   void prefetch_after(std::size_t position);
   void end_step_trace();
   // engine_nvme.cc
+  void place_layers();
   void setup_swapper();
+  void setup_param_store();
+  void stage_params_in(int li, char* staging);   // gather: this rank's shards -> staging regions
+  void* copy_target(int li);                     // step(): where update() writes compute copies
+  void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
+  bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
   void read_master_shard(int li, float* out);
   std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };

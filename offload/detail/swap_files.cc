@@ -1,0 +1,60 @@
+// See swap_files.h.
+#include "offload/detail/swap_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <filesystem>
+
+#include "engine/core/error.h"
+#include "io/status.h"
+#include "offload/detail/io_error.h"
+
+namespace strata::offload::detail {
+
+std::string file_stem(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  return s.empty() ? std::string("tensor") : s;
+}
+
+void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* tier) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) STRATA_OFFLOAD_IO_CHECK(io::Status(-errno, "open '" + path + "': " + io::errno_text(errno)), tier);
+  int err;
+  do {
+    err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  ::close(fd);
+  if (err != 0 && err != EOPNOTSUPP) {
+    STRATA_OFFLOAD_IO_CHECK(io::Status(-err, "reserving " + std::to_string(bytes) + " bytes for swap file '" + path +
+                                                 "': " + io::errno_text(err) + ". " + io::errno_hint(err)),
+                            tier);
+  }
+}
+
+std::vector<std::string> create_swap_dir(const std::string& dir, const char* key) {
+  std::error_code ec;
+  std::vector<std::string> created;
+  for (std::filesystem::path p = std::filesystem::path(dir).lexically_normal(); !p.empty() && p != p.root_path();
+       p = p.parent_path()) {
+    if (std::filesystem::exists(p, ec)) break;
+    created.insert(created.begin(), p.string());
+    if (p.parent_path() == p) break;
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec)) {
+    STRATA_THROW(Errc::io, key, ": cannot create the swap directory '", dir, "' (",
+                 ec ? ec.message() : std::string("not a directory"), "): point ", key,
+                 " at a writable directory on the NVMe device");
+  }
+  return created;
+}
+
+void remove_swap_dirs(const std::vector<std::string>& created) noexcept {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+}
+
+}  // namespace strata::offload::detail

@@ -1,0 +1,263 @@
+// ParamStore (see param_store.h): chunk layout, the two generations per chunk, and reads
+// kept buffer_count chunks deep.
+#include "offload/param_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "io/aligned.h"
+#include "io/buffer_pool.h"
+#include "io/engine.h"
+#include "io/swap_file.h"
+#include "offload/detail/io_error.h"
+#include "offload/detail/swap_files.h"
+
+namespace strata::offload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::uint64_t chunk_bytes_for(const ParamStoreOptions& o, const std::vector<ParamTensor>& tensors) {
+  std::uint64_t largest = 1;
+  for (const auto& t : tensors) largest = std::max(largest, t.bytes);
+  return io::align_up(std::max<std::uint64_t>(1, std::min(o.chunk_bytes, largest)));
+}
+
+}  // namespace
+
+struct ParamStore::Impl {
+  struct Chunk {
+    std::size_t tensor = 0, index = 0;
+    std::uint64_t offset = 0, bytes = 0;
+    std::string path[2];
+    std::unique_ptr<io::SwapFile> file[2];
+  };
+  ParamStoreOptions options;
+  std::vector<ParamTensor> tensors;
+  std::uint64_t chunk_bytes = 0, file_bytes = 0;
+  std::vector<std::string> created_dirs;
+  std::optional<io::Engine> engine;
+  std::optional<io::BufferPool> pool;
+  std::vector<io::PoolBuffer> buffers;
+  std::vector<Chunk> chunks;
+  std::vector<std::size_t> first_chunk;  // per tensor, plus the end
+  std::vector<int> current;              // per tensor: the generation holding the last commit
+  std::vector<char> written;             // per tensor: the other generation holds a newer write
+  mutable std::mutex mutex;
+  ParamStoreStats stats;
+
+  std::string where(const Chunk& c, int gen) const {
+    return str_cat("parameter shard of ", tensors[c.tensor].name, " (chunk ", c.index, ", bytes [", c.offset, ", ",
+                   c.offset + c.bytes, "), generation ", gen == 0 ? "a" : "b", ") on the NVMe tier");
+  }
+};
+
+std::uint64_t ParamStore::min_budget_bytes(const ParamStoreOptions& o, const std::vector<ParamTensor>& tensors) {
+  return chunk_bytes_for(o, tensors);
+}
+
+ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor> tensors)
+    : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.options = options;
+  I.tensors = std::move(tensors);
+  STRATA_CHECK(!options.dir.empty(), Errc::invalid_argument, "parameter store: offload_param.nvme_path is empty");
+  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument, "offload_param.buffer_count = ", options.buffer_count,
+               ": use at least 1 (2 or more lets chunk reads overlap)");
+  I.chunk_bytes = chunk_bytes_for(options, I.tensors);
+  const std::uint64_t fit = options.budget_bytes / I.chunk_bytes;
+  STRATA_CHECK(fit >= 1, Errc::out_of_budget, "host tier: NVMe parameter offload needs at least ",
+               format_bytes(I.chunk_bytes), " (", I.chunk_bytes, " B) of pinned host memory for one parameter buffer, but the "
+               "budget leaves ", format_bytes(options.budget_bytes), " (", options.budget_bytes,
+               " B): raise memory_budget.host (or the pinned budget) or lower offload_param.buffer_size");
+  const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
+  I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
+
+  io::EngineOptions eo;
+  eo.queue_depth = std::max(1u, options.queue_depth);
+  eo.block_bytes = options.block_bytes;
+  auto engine = io::Engine::create(eo);
+  STRATA_OFFLOAD_IO_CHECK(engine.status(), "parameter store: starting the io_uring engine");
+  I.engine.emplace(std::move(engine).value());
+  io::PoolOptions po;
+  po.buffer_bytes = I.chunk_bytes;
+  po.count = static_cast<std::size_t>(count);
+  po.lock_memory = options.lock_memory;
+  auto pool = io::BufferPool::create(&*I.engine, po);
+  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " parameter buffers of ",
+                                                 format_bytes(I.chunk_bytes)));
+  I.pool.emplace(std::move(pool).value());
+  for (int i = 0; i < count; ++i) I.buffers.push_back(I.pool->acquire());
+
+  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+    I.first_chunk.push_back(I.chunks.size());
+    const std::uint64_t n = I.tensors[t].bytes;
+    for (std::uint64_t off = 0, k = 0; off < n; off += I.chunk_bytes, ++k) {
+      Impl::Chunk c;
+      c.tensor = t;
+      c.index = k;
+      c.offset = off;
+      c.bytes = std::min(I.chunk_bytes, n - off);
+      io::SwapSpec spec;
+      spec.element_bytes = 1;
+      spec.element_count = c.bytes;
+      spec.block_bytes = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.bytes)));
+      for (int g = 0; g < 2; ++g) {
+        c.path[g] = str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k, g == 0 ? ".a" : ".b",
+                            ".swap");
+        auto f = io::SwapFile::create(*I.engine, c.path[g], spec);
+        STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c, g));
+        detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier (parameters)");
+        I.file_bytes += f->layout().file_bytes;
+        c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+      }
+      I.chunks.push_back(std::move(c));
+    }
+  }
+  I.first_chunk.push_back(I.chunks.size());
+  I.current.assign(I.tensors.size(), 0);
+  I.written.assign(I.tensors.size(), 0);
+}
+
+ParamStore::~ParamStore() {
+  auto& I = *impl_;
+  for (auto& c : I.chunks) {
+    for (int g = 0; g < 2; ++g) {
+      c.file[g].reset();
+      if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
+    }
+  }
+  detail::remove_swap_dirs(I.created_dirs);  // each only if now empty
+}
+
+void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
+  const int gen = I.current[tensor];
+  const auto t0 = Clock::now();
+  struct Pending {
+    std::size_t chunk;
+    std::size_t buffer;
+    io::SwapOp op;
+  };
+  std::deque<Pending> inflight;
+  std::size_t next = I.first_chunk[tensor];
+  const std::size_t end = I.first_chunk[tensor + 1];
+  std::vector<std::size_t> free_buffers;
+  for (std::size_t b = I.buffers.size(); b-- > 0;) free_buffers.push_back(b);
+  try {
+    while (next < end || !inflight.empty()) {
+      while (next < end && !free_buffers.empty()) {
+        const std::size_t b = free_buffers.back();
+        free_buffers.pop_back();
+        inflight.push_back({next, b, I.chunks[next].file[gen]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+        ++next;
+      }
+      Pending p = std::move(inflight.front());
+      inflight.pop_front();
+      const io::Status s = p.op.wait();
+      free_buffers.push_back(p.buffer);
+      const Impl::Chunk& c = I.chunks[p.chunk];
+      STRATA_OFFLOAD_IO_CHECK(s, I.where(c, gen));
+      fn(c.offset, I.buffers[p.buffer].data(), c.bytes);
+      I.stats.bytes_read += c.bytes;
+    }
+  } catch (...) {
+    for (auto& p : inflight) (void)p.op.wait();  // no transfer may outlive the error into a reused buffer
+    I.stats.read_seconds += since(t0);
+    throw;
+  }
+  I.stats.read_seconds += since(t0);
+}
+
+void ParamStore::write(std::size_t tensor, const void* src) {
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
+  const int gen = 1 - I.current[tensor];
+  const auto t0 = Clock::now();
+  struct Pending {
+    std::size_t chunk;
+    std::size_t buffer;
+    io::SwapOp op;
+  };
+  std::deque<Pending> inflight;
+  std::vector<std::size_t> free_buffers;
+  for (std::size_t b = I.buffers.size(); b-- > 0;) free_buffers.push_back(b);
+  I.written[tensor] = 0;  // a failed write leaves the other generation unusable until rewritten
+  auto finish = [&] {
+    Pending p = std::move(inflight.front());
+    inflight.pop_front();
+    const io::Status s = p.op.wait();
+    free_buffers.push_back(p.buffer);
+    STRATA_OFFLOAD_IO_CHECK(s, I.where(I.chunks[p.chunk], gen));
+  };
+  try {
+    for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
+      if (free_buffers.empty()) finish();
+      const std::size_t b = free_buffers.back();
+      free_buffers.pop_back();
+      const Impl::Chunk& c = I.chunks[ci];
+      auto& buf = I.buffers[b];
+      std::memcpy(buf.data(), static_cast<const char*>(src) + c.offset, c.bytes);
+      std::memset(buf.data() + c.bytes, 0, buf.bytes() - c.bytes);
+      inflight.push_back({ci, b, c.file[gen]->swap_out(buf.data(), buf.bytes())});
+      I.stats.bytes_written += c.bytes;
+    }
+    while (!inflight.empty()) finish();
+  } catch (...) {
+    for (auto& p : inflight) (void)p.op.wait();
+    I.stats.write_seconds += since(t0);
+    throw;
+  }
+  I.written[tensor] = 1;
+  I.stats.write_seconds += since(t0);
+}
+
+void ParamStore::commit() {
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+    if (I.written[t]) I.current[t] = 1 - I.current[t];
+    I.written[t] = 0;
+  }
+}
+
+void ParamStore::abort() {
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  std::fill(I.written.begin(), I.written.end(), 0);
+}
+
+std::uint64_t ParamStore::buffer_bytes() const noexcept { return impl_->chunk_bytes; }
+int ParamStore::buffer_count() const noexcept { return static_cast<int>(impl_->buffers.size()); }
+std::uint64_t ParamStore::file_bytes() const noexcept { return impl_->file_bytes; }
+std::size_t ParamStore::chunks() const noexcept { return impl_->chunks.size(); }
+
+ParamStoreStats ParamStore::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
+}
+
+std::string ParamStore::file_of(std::size_t tensor, std::uint64_t offset) const {
+  const auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
+    const auto& c = I.chunks[ci];
+    if (offset >= c.offset && offset < c.offset + c.bytes) return c.path[I.current[tensor]];
+  }
+  return {};
+}
+
+}  // namespace strata::offload

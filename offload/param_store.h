@@ -1,0 +1,75 @@
+// ParamStore: stage-3 parameter shards (compute-dtype bytes, one tensor per layer) on the
+// NVMe tier (offload_param.device = nvme), read ahead of use by the engine's gathers and
+// rewritten once per step after the optimizer (ANCHORS.md "How ZeRO-3 moves parameters").
+//
+// Protocol. The constructor sizes a pool of buffer_count pinned buffers of chunk_bytes
+// (offload_param.buffer_size elements, rounded up to 4 KiB), checks it against the budget
+// (naming the minimum), creates the directory and, per chunk, two checksummed swap files
+// (generations a and b) with their blocks reserved, so a full device fails here. A tensor
+// larger than a buffer is split into chunks: nothing is asserted on size. write(t, src)
+// writes tensor t's new bytes into its other generation; commit() makes every write since
+// the last commit current, abort() drops them, so a step that fails halfway leaves the last
+// good state readable. read(t, fn) reads the current generation chunk by chunk (up to
+// buffer_count chunks in flight), verifies checksums and hands each chunk to fn(offset,
+// data, bytes) in offset order on the calling thread; a mismatch is an error naming the
+// tensor, the file and the block. Thread-safe (one operation at a time; the engine reads
+// on its gather stream and writes from step()). Files are removed on destruction.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::offload {
+
+struct ParamStoreOptions {
+  std::string dir;                             // created if missing (one per rank)
+  std::uint64_t chunk_bytes = 200000000;       // offload_param.buffer_size x element bytes
+  int buffer_count = 5;                        // offload_param.buffer_count
+  std::uint64_t budget_bytes = ~std::uint64_t{0};  // host bytes the buffers may take
+  bool lock_memory = true;
+  unsigned queue_depth = 32;                   // aio.queue_depth
+  std::uint32_t block_bytes = 1u << 20;        // aio.block_size
+};
+
+struct ParamTensor {
+  std::string name;          // "layer 3", for messages and file names
+  std::uint64_t bytes = 0;   // this rank's shard in compute dtype
+};
+
+struct ParamStoreStats {  // cumulative since creation
+  std::uint64_t bytes_read = 0, bytes_written = 0;
+  double read_seconds = 0, write_seconds = 0;  // wall time inside read() / write()
+};
+
+class ParamStore {
+ public:
+  ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor> tensors);
+  ~ParamStore();
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  using ChunkFn = std::function<void(std::uint64_t offset, const void* data, std::uint64_t bytes)>;
+  void read(std::size_t tensor, const ChunkFn& fn);
+  void write(std::size_t tensor, const void* src);
+  void commit();
+  void abort();
+
+  std::uint64_t buffer_bytes() const noexcept;
+  int buffer_count() const noexcept;
+  std::uint64_t file_bytes() const noexcept;  // both generations, headers included
+  std::size_t chunks() const noexcept;
+  // The current generation's file holding byte `offset` of `tensor`.
+  std::string file_of(std::size_t tensor, std::uint64_t offset) const;
+  ParamStoreStats stats() const;
+
+  static std::uint64_t min_budget_bytes(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::offload
