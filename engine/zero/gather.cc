@@ -60,30 +60,8 @@ void Engine::Impl::issue_gather(int li) {
   const auto& L = layout->layers()[li];
   const std::uint64_t need = L.padded;
   const std::uint64_t max_live = cfg.zero.stage3_max_live_parameters;
-  // Make room under max_live by dropping retained layers, furthest next use first.
-  auto drop_one_retained = [&]() -> bool {
-    int victim = -1;
-    std::size_t victim_next = 0;
-    for (std::size_t j = 0; j < layers.size(); ++j) {
-      if (!layers[j].retained) continue;
-      std::size_t next = trace.size() + 1;
-      for (std::size_t k = cursor; k < trace.size(); ++k) {
-        if (trace[k] == static_cast<int>(j)) {
-          next = k;
-          break;
-        }
-      }
-      if (victim < 0 || next > victim_next) {
-        victim = static_cast<int>(j);
-        victim_next = next;
-      }
-    }
-    if (victim < 0) return false;
-    evict(victim);
-    return true;
-  };
   while (live_elems + need > max_live) {
-    if (!drop_one_retained()) {
+    if (!drop_retained()) {
       STRATA_THROW(Errc::out_of_budget, "rank ", rank, ": gathering layer ", L.id, " (", need,
                    " elements) would exceed zero_optimization.stage3_max_live_parameters = ", max_live, " with ",
                    live_elems, " elements gathered and in use: release layers after use or raise the limit");
@@ -95,7 +73,7 @@ void Engine::Impl::issue_gather(int li) {
       S.params_full = ledger->allocate(Tier::device, Kind::buffers, need * cbytes, what);
       break;
     } catch (const Error& e) {
-      if (e.code() != Errc::out_of_budget || !drop_one_retained()) throw;
+      if (e.code() != Errc::out_of_budget || !drop_retained()) throw;
     }
   }
   try {
@@ -171,6 +149,31 @@ void Engine::Impl::stage_params_in(int li, char* staging) {
     }
   }
   if (S.param_tier == Tier::device) io.d2h_bytes += S.shard_total * cbytes;
+}
+
+// Drops the retained (gathered, not in use) layer whose next use in the recorded trace is
+// furthest away; false when none is retained. Used to make room under max_live and under
+// the device budget (gathers, prefetches, gradient buffers).
+bool Engine::Impl::drop_retained() {
+  int victim = -1;
+  std::size_t victim_next = 0;
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    if (!layers[j].retained) continue;
+    std::size_t next = trace.size() + 1;
+    for (std::size_t k = cursor; k < trace.size(); ++k) {
+      if (trace[k] == static_cast<int>(j)) {
+        next = k;
+        break;
+      }
+    }
+    if (victim < 0 || next > victim_next) {
+      victim = static_cast<int>(j);
+      victim_next = next;
+    }
+  }
+  if (victim < 0) return false;
+  evict(victim);
+  return true;
 }
 
 void Engine::Impl::wait_gather(int li) {

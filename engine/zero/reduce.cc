@@ -18,7 +18,15 @@ std::vector<TensorView> Engine::Impl::grad_buffers(int li) {
   const auto& L = layout->layers()[li];
   STRATA_CHECK(in_step, Errc::invalid_argument, "grad_buffers(", L.id, ") outside begin_step()/step()");
   if (S.grad_buf == nullptr) {
-    S.grad_buf = ledger->allocate(Tier::device, Kind::buffers, L.padded * cbytes, str_cat("layer ", L.id, " gradient buffer"));
+    // Prefetched or retained layers give way (furthest next use first) when the device is full.
+    for (;;) {
+      try {
+        S.grad_buf = ledger->allocate(Tier::device, Kind::buffers, L.padded * cbytes, str_cat("layer ", L.id, " gradient buffer"));
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Errc::out_of_budget || !drop_retained()) throw;
+      }
+    }
     std::memset(S.grad_buf, 0, L.padded * cbytes);
   }
   return views(li, S.grad_buf, cdt);

@@ -93,12 +93,23 @@ int run(const Options& o) {
     const auto r = mlp.train_step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const auto mem = engine.memory();
+    const auto io = engine.io_stats();
     if (rank != 0) continue;
-    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak %s)\n",
+    // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
+    const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
+    const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
+    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak %s)%s\n",
                 static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, ms, r.result.grad_norm,
                 r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
                 format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
-                format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str());
+                format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
+                mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "");
+    if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
+      std::printf("           io: H2D %s  D2H %s  NVMe read %s  write %s  (%.2f GB/s over the step)  waited on I/O %.1f ms\n",
+                  format_bytes(io.h2d_bytes).c_str(), format_bytes(io.d2h_bytes).c_str(),
+                  format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
+                  io.io_wait_seconds * 1e3);
+    }
     std::fflush(stdout);
     if (log.is_open()) {
       nlohmann::json j = {{"step", s + 1},
@@ -108,7 +119,12 @@ int run(const Options& o) {
                           {"loss_scale", r.result.loss_scale},
                           {"lr", r.result.lr},
                           {"skipped", r.result.skipped},
-                          {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}}},
+                          {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)},
+                                     {"nvme", tier_json(mem.nvme)}}},
+                          {"io", {{"h2d_bytes", io.h2d_bytes}, {"d2h_bytes", io.d2h_bytes},
+                                  {"nvme_read_bytes", io.nvme_read_bytes}, {"nvme_write_bytes", io.nvme_write_bytes},
+                                  {"nvme_gbps", nvme_gbps}, {"io_wait_ms", io.io_wait_seconds * 1e3},
+                                  {"engine_step_ms", io.step_seconds * 1e3}}},
                           {"gathered_elems_peak", mem.peak_gathered_elems}};
       log << j.dump() << "\n";
       log.flush();

@@ -122,6 +122,7 @@ struct Engine::Impl {
   void issue_gather(int li);
   void wait_gather(int li);
   void evict(int li);
+  bool drop_retained();
   void prefetch_after(std::size_t position);
   void end_step_trace();
   // engine_nvme.cc

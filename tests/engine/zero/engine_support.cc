@@ -33,6 +33,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
     device::DeviceOptions d;
     d.budget_bytes = spec.device_budget;
     d.link_gbps = spec.link_gbps;
+    if (spec.pinned_budget) d.pinned_budget_bytes = spec.pinned_budget;
     auto dev = device::Device::create(d);
     zero::EngineOptions eo;
     eo.config = spec.config;
@@ -44,10 +45,12 @@ TrainRun train_mlp(const TrainSpec& spec) {
     model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7}, &c, eo.tracer);
     engine.setup();
     std::vector<double> losses, ms;
+    std::vector<zero::IoStats> io;
     for (int s = 0; s < spec.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       losses.push_back(mlp.train_step(s).loss);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      io.push_back(engine.io_stats());
     }
     auto params = engine.full_parameters();
     if (c.rank() == 0) {
@@ -56,6 +59,8 @@ TrainRun train_mlp(const TrainSpec& spec) {
       out.losses = losses;
       out.step_ms = ms;
       out.memory = engine.memory();
+      out.io = io;
+      out.placement = engine.explain_placement();
     }
   }));
   return out;

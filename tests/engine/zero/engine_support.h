@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/zero/config.h"
@@ -18,6 +19,8 @@ struct TrainRun {
   std::vector<double> losses;      // per step
   zero::MemoryReport memory;       // rank 0, after the last step
   std::vector<double> step_ms;     // rank 0
+  std::vector<zero::IoStats> io;   // rank 0, per step
+  std::string placement;           // rank 0's explain_placement()
 };
 
 struct TrainSpec {
@@ -29,6 +32,7 @@ struct TrainSpec {
   double layer_ms = 0;
   double link_gbps = 0;
   std::uint64_t device_budget = std::uint64_t{256} << 20;
+  std::uint64_t pinned_budget = 0;   // 0: the device's default
   Tracer* tracer = nullptr;  // rank 0 only
 };
 
