@@ -249,7 +249,6 @@ void Engine::begin_step() {
   I.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
-  if (I.param_store) I.store_mark = I.param_store->stats();
   for (auto& S : I.layers) S.reductions = 0;
   I.cursor = 0;
   I.diverged = false;
@@ -408,10 +407,17 @@ StepResult Engine::step() {
           update(li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
         }
       }
-      if (I.param_store) I.param_store->commit();
+      if (I.param_store) I.gather_stream->launch_host([store = I.param_store.get()] { store->commit(); });
     } catch (...) {
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
-      if (I.param_store) I.param_store->abort();
+      if (I.param_store) {
+        try {
+          I.gather_stream->synchronize();  // queued write-backs finish before they are dropped
+        } catch (const std::exception& e) {
+          STRATA_LOG(warn, "rank ", I.rank, ": parameter write-back after a failed step: ", e.what());
+        }
+        I.param_store->abort();
+      }
       for (auto& S : I.layers) {
         I.ledger->free(S.copy_stage);
         S.copy_stage = nullptr;
@@ -445,11 +451,6 @@ StepResult Engine::step() {
   }
   I.in_step = false;
   result.step = I.steps_taken;
-  if (I.param_store) {
-    const auto now = I.param_store->stats();
-    I.io.nvme_read_bytes += now.bytes_read - I.store_mark.bytes_read;
-    I.io.nvme_write_bytes += now.bytes_written - I.store_mark.bytes_written;
-  }
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
   return result;
@@ -483,6 +484,14 @@ MemoryReport Engine::memory() const {
 }
 
 IoStats Engine::io_stats() const { return impl_->last_io; }
+
+void Engine::synchronize() {
+  auto& I = *impl_;
+  if (!I.setup_done()) return;
+  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+    if (st != nullptr) st->synchronize();
+  }
+}
 
 std::string Engine::explain_placement() const {
   impl_->require_setup("explain_placement");

@@ -109,6 +109,10 @@ class Engine {
   std::vector<int> layer_ids() const;
   MemoryReport memory() const;
   IoStats io_stats() const;          // the last completed step
+  // Waits for the engine's background work: prefetched gathers, reductions and the NVMe
+  // write-back of updated parameter shards that step() leaves running into the next step.
+  // Rethrows a failure of that work. Call it before touching swap files or the process ends.
+  void synchronize();
   // After setup(): what lives on which tier and why (static DeepSpeed placement or the
   // budget-driven plan), a few lines of text.
   std::string explain_placement() const;

@@ -91,8 +91,26 @@ void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
   const auto& L = layout->layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (S.param_tier == Tier::nvme) {
-    Tracer::Span span(options.tracer, "nvme write", str_cat("params L", L.id));
-    param_store->write(static_cast<std::size_t>(S.store_index), S.copy_stage);
+    // Written behind the optimizer, on the gather stream: FIFO order puts the write (and the
+    // commit step() queues after the last one) before the next step's read of the layer,
+    // so the next forward overlaps the write-back. A failed write becomes the gather
+    // stream's sticky error: the commit is skipped (the last good shards stay current) and
+    // the next gather reports it.
+    void* buf = S.copy_stage;
+    io.nvme_write_bytes += S.shard_total * cbytes;
+    S.copy_stage = nullptr;
+    S.copy_done = 0;
+    gather_stream->launch_host([this, buf, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
+      Tracer::Span span(options.tracer, "nvme write", str_cat("params L", id));
+      try {
+        param_store->write(idx, buf);
+      } catch (...) {
+        ledger->free(buf);
+        throw;
+      }
+      ledger->free(buf);
+    });
+    return;
   } else {
     Tracer::Span span(options.tracer, "copy", str_cat("H2D updated L", L.id));
     // Stage 3: the shard as it is laid out; stages 1-2: this rank's part of each bucket.

@@ -122,6 +122,7 @@ void Engine::Impl::stage_params_in(int li, char* staging) {
   const auto& L = layout->layers()[li];
   auto& st = *gather_stream;
   if (S.param_tier == Tier::nvme) {
+    io.nvme_read_bytes += S.shard_total * cbytes;
     // The store's bytes are the shards of the layer's buckets, concatenated.
     st.launch_host([this, &L, &S, staging] {
       Tracer::Span span(options.tracer, "nvme read", str_cat("params L", L.id));

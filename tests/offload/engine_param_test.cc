@@ -203,6 +203,7 @@ TEST_CASE("a corrupted parameter swap block fails the gather naming the tensor, 
   c.offload_param.buffer_size = 4096;  // one chunk per layer: 2112 B in one block
   Trainer t(c);
   (void)t.mlp->train_step(0);
+  t.engine->synchronize();  // the step's parameter write-back runs on into the next step
   // Flip a byte of layer 1's shard in both generations (whichever is current is read).
   for (const char* gen : {"a", "b"}) {
     const std::string file = dir.path() + "/rank0/params/layer_1.params.c0." + gen + ".swap";

@@ -18,6 +18,7 @@
 #include "io/aligned.h"
 #include "offload/optimizer_swapper.h"
 #include "optim/adam.h"
+#include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/io_boundary.h"
 
@@ -35,28 +36,13 @@ struct Options {
   bool json = false;
 };
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Runs `strata bench io --json` once on dir and returns its mixed_gbps.
 double bench_io_mixed(const Options& o, std::uint64_t size) {
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  STRATA_CHECK(n > 0, Errc::io, "bench offload: cannot find this executable (/proc/self/exe)");
-  self[n] = '\0';
-  const std::string cmd = str_cat(shell_quote(self), " bench io --json --iters 1 --dir ", shell_quote(o.dir),
-                                  " --size ", size, " --qd ", o.qd, " --block ", shell_quote(o.block));
-  FILE* p = ::popen(cmd.c_str(), "r");
-  STRATA_CHECK(p != nullptr, Errc::io, "bench offload: cannot run '", cmd, "'");
-  std::string out;
-  char buf[4096];
-  for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, got);
-  const int rc = ::pclose(p);
-  STRATA_CHECK(rc == 0, Errc::io, "bench offload: '", cmd, "' failed (status ", rc, "): ", out);
-  return nlohmann::json::parse(out).at("mixed_gbps").get<double>();
+  return run_self_json(str_cat("bench io --json --iters 1 --dir ", shell_quote(o.dir), " --size ", size, " --qd ", o.qd,
+                               " --block ", shell_quote(o.block)),
+                       "bench offload")
+      .at("mixed_gbps")
+      .get<double>();
 }
 
 Action setup(CLI::App& cmd) {

@@ -79,9 +79,9 @@ struct Engine::Impl {
   std::unique_ptr<offload::ParamStore> param_store;
   std::uint64_t store_buffer_bytes = 0, store_file_bytes = 0;
   std::string placement_text;            // explain(): what lives where and why
-  // Link and NVMe traffic of the current step (counted where issued), and the wait on it.
+  // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
+  // complete on the gather stream during the next step), and the time waited on it.
   IoStats io, last_io;
-  offload::ParamStoreStats store_mark;   // param_store->stats() at begin_step
   std::chrono::steady_clock::time_point step_start;
   // Host <-> device copies that step() and reductions make synchronously (gradients out,
   // updated shards in) when no stream of their own carries them.

@@ -1,0 +1,34 @@
+// See bench_child.h.
+#include "tools/cli/bench_child.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "engine/core/error.h"
+
+namespace strata::cli {
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+nlohmann::json run_self_json(const std::string& args, const char* who) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  STRATA_CHECK(n > 0, Errc::io, who, ": cannot find this executable (/proc/self/exe)");
+  self[n] = '\0';
+  const std::string cmd = shell_quote(self) + " " + args;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  STRATA_CHECK(p != nullptr, Errc::io, who, ": cannot run '", cmd, "'");
+  std::string out;
+  char buf[4096];
+  for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, got);
+  const int rc = ::pclose(p);
+  STRATA_CHECK(rc == 0, Errc::io, who, ": '", cmd, "' failed (status ", rc, "): ", out);
+  return nlohmann::json::parse(out);
+}
+
+}  // namespace strata::cli
