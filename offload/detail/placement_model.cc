@@ -1,0 +1,154 @@
+// The placement problem in item form (see placement_model.h): validation, the cost model
+// of placement.h turned into per-item bytes and flows, and the incremental tier accounting.
+#include "offload/detail/placement_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/core/error.h"
+
+namespace strata::offload::detail {
+namespace {
+
+Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t accum) {
+  const auto& L = p.layers[layer];
+  const std::uint64_t E = L.shard_elems, P = L.padded_elems, c = p.compute_bytes;
+  const std::uint64_t A = static_cast<std::uint64_t>(p.accumulation_steps);
+  Item it;
+  it.layer = layer;
+  it.optimizer = true;
+  it.bytes[kDevice][kDevice] = 12 * E + accum;
+  it.bytes[kHost][kHost] = 12 * E + accum;
+  it.bytes[kNvme][kHost] = accum;
+  it.bytes[kNvme][kNvme] = 12 * E;
+  it.flow[kHost] = {c * E, A * P * c, 0, 0};
+  it.flow[kNvme] = {c * E, A * P * c, 12 * E, 12 * E};
+  return it;
+}
+
+Item make_params(const PlacementProblem& p, std::size_t layer) {
+  const auto& L = p.layers[layer];
+  const std::uint64_t E = L.shard_elems, P = L.padded_elems, c = p.compute_bytes;
+  const std::uint64_t G = static_cast<std::uint64_t>(L.gathers_per_step);
+  Item it;
+  it.layer = layer;
+  for (int t = 0; t < 3; ++t) it.bytes[t][t] = c * E;
+  it.flow[kDevice] = {G * c * P, G * c * E, 0, 0};
+  it.flow[kHost] = {G * c * P, 0, 0, 0};
+  it.flow[kNvme] = {G * c * P, 0, G * c * E, c * E};
+  return it;
+}
+
+}  // namespace
+
+const char* config_value(Place p) { return p == Place::device ? "none" : p == Place::host ? "cpu" : "nvme"; }
+
+Model build_model(const PlacementProblem& p) {
+  STRATA_CHECK(p.stage >= 0 && p.stage <= 3, Errc::invalid_argument, "placement: zero_optimization.stage = ", p.stage,
+               " is not a ZeRO stage: use 0, 1, 2 or 3");
+  STRATA_CHECK(
+      p.compute_bytes > 0, Errc::invalid_argument,
+      "placement: compute_bytes = 0: give the bytes per element of the compute dtype (2 for bf16/fp16, 4 for fp32)");
+  STRATA_CHECK(p.accumulation_steps >= 1, Errc::invalid_argument,
+               "placement: gradient_accumulation_steps = ", p.accumulation_steps, ": use 1 or more");
+  if (p.optimizer_fixed && *p.optimizer_fixed != Place::device && p.stage == 0) {
+    STRATA_THROW(Errc::invalid_argument, "offload_optimizer.device = \"", config_value(*p.optimizer_fixed),
+                 "\" needs zero_optimization.stage >= 1: at stage 0 the optimizer state stays on the device");
+  }
+  if (p.params_fixed && *p.params_fixed != Place::device && p.stage < 3) {
+    STRATA_THROW(Errc::invalid_argument, "offload_param.device = \"", config_value(*p.params_fixed),
+                 "\" needs zero_optimization.stage = 3 (it is ", p.stage,
+                 "): below stage 3 parameters stay on the device");
+  }
+  STRATA_CHECK(!(p.optimizer_fixed == Place::nvme && !p.nvme_available), Errc::invalid_argument,
+               "offload_optimizer.device = \"nvme\" needs offload_optimizer.nvme_path");
+  STRATA_CHECK(!(p.params_fixed == Place::nvme && !p.nvme_available), Errc::invalid_argument,
+               "offload_param.device = \"nvme\" needs offload_param.nvme_path");
+  Model m;
+  const std::uint64_t c = p.compute_bytes;
+  m.opt_item.assign(p.layers.size(), -1);
+  m.param_item.assign(p.layers.size(), -1);
+  const std::uint8_t free_places = p.nvme_available ? 0b111 : 0b011;
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& L = p.layers[i];
+    STRATA_CHECK(L.shard_elems <= L.padded_elems, Errc::invalid_argument, "placement: ", L.name, ": shard of ",
+                 L.shard_elems, " elements is larger than the padded layer (", L.padded_elems, ")");
+    STRATA_CHECK(p.stage > 0 || L.shard_elems == L.padded_elems, Errc::invalid_argument, "placement: ", L.name,
+                 ": at ZeRO stage 0 the shard is the whole padded layer (", L.padded_elems, " elements), not ",
+                 L.shard_elems);
+    STRATA_CHECK(L.gathers_per_step >= 0, Errc::invalid_argument, "placement: ", L.name,
+                 ": gathers_per_step = ", L.gathers_per_step);
+    const std::uint64_t E = L.shard_elems, P = L.padded_elems;
+    if (p.stage == 0) {
+      m.immovable[kDevice] += 12 * P + 4 * P;
+    } else {
+      Item it = make_optimizer(p, i, p.stage >= 2 ? 4 * E : 4 * P);
+      it.fixed = p.optimizer_fixed.has_value();
+      it.allowed = it.fixed ? static_cast<std::uint8_t>(1u << static_cast<int>(*p.optimizer_fixed)) : free_places;
+      m.opt_item[i] = static_cast<int>(m.items.size());
+      m.items.push_back(it);
+    }
+    if (p.stage < 3) {
+      m.immovable[kDevice] += c * P;
+    } else {
+      Item it = make_params(p, i);
+      it.fixed = p.params_fixed.has_value();
+      it.allowed = it.fixed ? static_cast<std::uint8_t>(1u << static_cast<int>(*p.params_fixed)) : free_places;
+      m.param_item[i] = static_cast<int>(m.items.size());
+      m.items.push_back(it);
+    }
+  }
+  for (auto& it : m.items) {
+    for (int q = 0; q < 3; ++q) it.moved[q] = std::accumulate(it.flow[q].begin(), it.flow[q].end(), std::uint64_t{0});
+  }
+  m.base = m.immovable;
+  m.base[kDevice] += p.device_fixed_bytes;
+  m.base[kHost] += p.host_fixed_bytes;
+  m.cap = {p.device_budget, p.host_budget, !p.nvme_available ? 0 : p.nvme_budget == 0 ? kUnlimited : p.nvme_budget};
+  m.buffer = p.nvme_buffer_bytes;
+  return m;
+}
+
+State empty_state(const Model& m) {
+  State s;
+  s.place.assign(m.items.size(), -1);
+  s.used = m.base;
+  return s;
+}
+
+bool fits(const Model& m, const State& s, std::size_t item, int place) {
+  const Item& it = m.items[item];
+  if (!it.can(place)) return false;
+  for (int t = 0; t < 3; ++t) {
+    std::uint64_t need = sat_add(s.used[t], it.bytes[place][t]);
+    if (t == kHost && place == kNvme && s.on_nvme == 0) need = sat_add(need, m.buffer);
+    if (need > m.cap[t]) return false;
+  }
+  return true;
+}
+
+void put(const Model& m, State& s, std::size_t item, int place) {
+  const Item& it = m.items[item];
+  for (int t = 0; t < 3; ++t) s.used[t] += it.bytes[place][t];
+  if (place == kNvme && s.on_nvme++ == 0) s.used[kHost] += m.buffer;
+  s.moved += it.moved[place];
+  s.place[item] = place;
+}
+
+void take(const Model& m, State& s, std::size_t item) {
+  const Item& it = m.items[item];
+  const int place = s.place[item];
+  for (int t = 0; t < 3; ++t) s.used[t] -= it.bytes[place][t];
+  if (place == kNvme && --s.on_nvme == 0) s.used[kHost] -= m.buffer;
+  s.moved -= it.moved[place];
+  s.place[item] = -1;
+}
+
+bool complete(const Model& m, const State& s) {
+  for (int t = 0; t < 3; ++t) {
+    if (s.used[t] > m.cap[t]) return false;  // the fixed parts alone, when there are no items
+  }
+  return std::none_of(s.place.begin(), s.place.end(), [](int q) { return q < 0; });
+}
+
+}  // namespace strata::offload::detail
