@@ -29,6 +29,9 @@ struct PlacementProblem {
   std::vector<PlacementLayer> layers;
   std::uint64_t device_budget = 0, host_budget = 0, nvme_budget = 0;  // bytes; 0 = unlimited for nvme only
   bool nvme_available = false;  // an nvme_path is configured (otherwise nothing may go to NVMe)
+  // NVMe bytes per byte of state placed there: the engine keeps two generations of every
+  // swap file (the last good state survives a failed step), so it passes 2.
+  std::uint32_t nvme_copies = 1;
   // Always on device: live window (gathered layers, gradient buffers), persistent layers.
   std::uint64_t device_fixed_bytes = 0;
   std::uint64_t host_fixed_bytes = 0;   // always on host: reduction scratch, gather staging

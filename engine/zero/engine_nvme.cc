@@ -77,8 +77,21 @@ void* Engine::Impl::copy_target(int li) {
   const bool staged = S.param_tier == Tier::nvme || (acc_on_host(li) && S.param_tier == Tier::device);
   if (!staged || cfg.zero.stage == 0) return nullptr;
   if (S.copy_stage == nullptr) {
-    S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes,
-                                    str_cat("layer ", layout->layers()[li].id, " updated parameter staging"));
+    const std::string what = str_cat("layer ", layout->layers()[li].id, " updated parameter staging");
+    try {
+      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
+    } catch (const Error& e) {
+      // Write-backs queued on the gather stream hold their staging until written: when the
+      // host tier is full, wait for them to drain (bounding them by the budget) and retry.
+      if (e.code() != Errc::out_of_budget || gather_stream == nullptr) throw;
+      {
+        Tracer::Span span(options.tracer, "optimizer", "wait write-back");
+        const auto t0 = std::chrono::steady_clock::now();
+        gather_stream->synchronize();
+        io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
+    }
     S.copy_done = 0;
   }
   return S.copy_stage;

@@ -2,14 +2,22 @@
 // accumulator: on the device with device optimizer state, in host RAM otherwise) and, at
 // stage 3, its parameter shards. The static form follows DeepSpeed: offload_optimizer.device
 // and offload_param.device for every layer, with offload_param.max_in_cpu elements of NVMe
-// parameter shards kept in host RAM instead (layers in order). Before anything is allocated
-// the device budget is checked against what the placement leaves there, naming the minimum.
+// parameter shards kept in host RAM instead (layers in order). With memory_budget set, the
+// kinds whose offload device is left at "none" are placed by the budget-driven planner
+// (offload/placement.h): per layer, the tiers that move the fewest bytes per step within
+// the budgets, assuming the host-trainer contract's gathers (forward and backward of every
+// micro-batch); the first recorded trace is checked against that assumption. A model that
+// fits no placement is refused here, naming the smallest budget that would fit. Before
+// anything is allocated the device budget is checked against what the placement leaves
+// there, naming the minimum.
 #include <algorithm>
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/log.h"
 #include "engine/core/units.h"
 #include "engine/zero/detail/engine_impl.h"
+#include "offload/placement.h"
 
 namespace strata::zero {
 namespace {
@@ -17,14 +25,83 @@ namespace {
 Tier tier_of(OffloadDevice d) {
   return d == OffloadDevice::cpu ? Tier::host : d == OffloadDevice::nvme ? Tier::nvme : Tier::device;
 }
+offload::Place place_of(OffloadDevice d) { return static_cast<offload::Place>(tier_of(d)); }
 
 }  // namespace
 
-void Engine::Impl::place_layers() {
+bool Engine::Impl::budget_driven() const {
+  const auto& b = cfg.memory_budget;
+  return (b.device || b.host || b.nvme) &&
+         (cfg.offload_optimizer.device == OffloadDevice::none ||
+          (cfg.zero.stage == 3 && cfg.offload_param.device == OffloadDevice::none));
+}
+
+offload::PlacementProblem Engine::Impl::placement_problem(const std::vector<int>& gathers) const {
   const int stage = cfg.zero.stage;
   const Layout& lay = *layout;
+  offload::PlacementProblem p;
+  p.stage = stage;
+  p.compute_bytes = static_cast<std::uint32_t>(cbytes);
+  p.accumulation_steps = static_cast<int>(std::max<std::int64_t>(1, cfg.gradient_accumulation_steps));
+  std::uint64_t persistent = 0, max_bucket = 0, max_shard = 0, largest_shard = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = layers[li];
+    offload::PlacementLayer pl;
+    pl.name = str_cat("layer ", L.id);
+    pl.shard_elems = stage == 0 ? L.padded : S.shard_total;
+    pl.padded_elems = L.padded;
+    pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
+    p.layers.push_back(pl);
+    if (S.persistent) persistent += L.padded * cbytes;
+    largest_shard = std::max<std::uint64_t>(largest_shard, S.shard_total);
+  }
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
+    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
+  }
+  const std::uint64_t largest = lay.largest_layer_padded();
+  p.device_budget = dev.options().budget_bytes;
+  p.host_budget = cfg.memory_budget.host ? cfg.memory_budget.host : ~std::uint64_t{0};
+  p.nvme_budget = cfg.memory_budget.nvme;
+  p.nvme_copies = 2;  // swap files hold two generations
+  p.nvme_available = !cfg.offload_optimizer.nvme_path.empty() || !cfg.offload_param.nvme_path.empty();
+  p.device_fixed_bytes = largest * cbytes * 2 + persistent;  // live window + persistent layers
+  // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
+  p.host_fixed_bytes = (max_bucket + max_shard) * 4 + max_bucket * cbytes + (stage == 3 ? largest * cbytes : 0) +
+                       largest_shard * cbytes;
+  const int opt_buffers = cfg.offload_optimizer.buffer_count > 0 ? cfg.offload_optimizer.buffer_count : 4;
+  const std::uint64_t sub_group = std::min<std::uint64_t>(cfg.zero.sub_group_size, std::max<std::uint64_t>(1, largest_shard));
+  p.nvme_buffer_bytes = static_cast<std::uint64_t>(opt_buffers) * ((sub_group * 12 + 4095) / 4096 * 4096);
+  if (stage == 3) {
+    const int par_buffers = cfg.offload_param.buffer_count > 0 ? cfg.offload_param.buffer_count : 5;
+    const std::uint64_t chunk = std::min<std::uint64_t>(cfg.offload_param.buffer_size, largest_shard) * cbytes;
+    p.nvme_buffer_bytes += static_cast<std::uint64_t>(par_buffers) * ((chunk + 4095) / 4096 * 4096);
+  }
+  if (cfg.offload_optimizer.device != OffloadDevice::none) p.optimizer_fixed = place_of(cfg.offload_optimizer.device);
+  if (stage < 3) p.params_fixed = offload::Place::device;
+  else if (cfg.offload_param.device != OffloadDevice::none) p.params_fixed = place_of(cfg.offload_param.device);
+  return p;
+}
+
+void Engine::Impl::place_layers() {
+  const int stage = cfg.zero.stage;
   const Tier opt = tier_of(cfg.offload_optimizer.device);
   const Tier par = stage == 3 ? tier_of(cfg.offload_param.device) : Tier::device;
+  if (budget_driven()) {
+    const offload::PlacementProblem problem = placement_problem({});
+    const offload::Placement plan = offload::plan_placement(problem);  // refuses, naming the budget to raise
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      auto& S = layers[li];
+      S.opt_tier = static_cast<Tier>(plan.layers[li].optimizer);
+      S.param_tier = static_cast<Tier>(plan.layers[li].params);
+      if (S.persistent && S.param_tier == Tier::nvme) S.param_tier = Tier::host;
+    }
+    placement_text = str_cat("placement (budget-driven, memory_budget), rank ", rank, ":\n", plan.explain(problem));
+    planned_moved_bytes = plan.moved_bytes();
+    check_device_fit(opt == Tier::device, false);
+    return;
+  }
   std::uint64_t in_cpu = 0;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     auto& S = layers[li];
@@ -38,33 +115,7 @@ void Engine::Impl::place_layers() {
     }
   }
 
-  // What the placement leaves on the device, against its budget.
-  std::uint64_t persistent = 0, largest = lay.largest_layer_padded();
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    const auto& L = lay.layers()[li];
-    const auto& S = layers[li];
-    if (stage <= 2) persistent += L.padded * cbytes;
-    if (stage == 3 && S.param_tier == Tier::device) persistent += S.shard_total * cbytes;
-    if (S.persistent) persistent += L.padded * cbytes;
-    if (S.opt_tier == Tier::device) persistent += (stage <= 1 ? L.padded : S.shard_total) * 4 +
-                                                  (stage == 0 ? L.padded : S.shard_total) * 12;
-  }
-  if (stage == 3) {
-    STRATA_CHECK(cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
-                 "zero_optimization.stage3_max_live_parameters = ", cfg.zero.stage3_max_live_parameters,
-                 " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
-  }
-  const std::uint64_t window = largest * cbytes * 2;  // one gathered layer and its gradient buffer
-  const std::uint64_t minimum = persistent + window;
-  const std::uint64_t budget = dev.options().budget_bytes;
-  const bool opt_on_device = opt == Tier::device;
-  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
-               stage, " of this model on rank ", rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
-               " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
-               " for the live window of the largest layer, ", largest, " elements). Raise the device budget",
-               stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "",
-               stage == 3 && par == Tier::device ? " or offload the parameters (offload_param)" : "");
-
+  const std::uint64_t minimum = check_device_fit(opt == Tier::device, stage == 3 && par == Tier::device);
   std::ostringstream out;
   std::array<int, kTiers> opt_n{}, par_n{};
   for (const auto& S : layers) {
@@ -83,8 +134,66 @@ void Engine::Impl::place_layers() {
       << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)\n";
   out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
   if (stage == 3 && par == Tier::nvme) out << " (offload_param.device nvme, max_in_cpu " << cfg.offload_param.max_in_cpu << " elements kept in host RAM)";
-  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(budget) << "\n";
+  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(dev.options().budget_bytes) << "\n";
   placement_text = out.str();
+}
+
+// Budget-driven placement assumed the host-trainer contract's gathers per layer; once the
+// first trace is recorded, plan again with the real counts and say so if it would differ
+// (state is not moved between tiers while training: the new plan applies at the next start).
+void Engine::Impl::check_plan_against_trace() {
+  if (!budget_driven() || cfg.zero.stage != 3 || plan_checked) return;
+  plan_checked = true;
+  std::vector<int> gathers(layers.size(), 0);
+  for (int li : trace) ++gathers[static_cast<std::size_t>(li)];
+  try {
+    const auto problem = placement_problem(gathers);
+    const auto plan = offload::plan_placement(problem);
+    bool same = true;
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      same = same && static_cast<Tier>(plan.layers[li].optimizer) == layers[li].opt_tier &&
+             (static_cast<Tier>(plan.layers[li].params) == layers[li].param_tier || layers[li].persistent);
+    }
+    if (!same) {
+      STRATA_LOG(warn, "rank ", rank, ": the recorded gather trace differs from the host-trainer contract the placement "
+                 "assumed (forward and backward of every micro-batch); with the recorded counts Strata would place:\n",
+                 plan.explain(problem), "This run keeps its placement; the new one applies when training starts again.");
+    }
+  } catch (const Error& e) {
+    STRATA_LOG(warn, "rank ", rank, ": re-planning with the recorded gather trace failed: ", e.what());
+  }
+}
+
+// What the placement leaves on the device, against its budget; returns the minimum.
+std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_device) const {
+  const int stage = cfg.zero.stage;
+  const Layout& lay = *layout;
+  std::uint64_t persistent = 0, largest = lay.largest_layer_padded();
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = layers[li];
+    if (stage <= 2) persistent += L.padded * cbytes;
+    if (stage == 3 && S.param_tier == Tier::device) persistent += S.shard_total * cbytes;
+    if (S.persistent) persistent += L.padded * cbytes;
+    if (S.opt_tier == Tier::device) persistent += (stage <= 1 ? L.padded : S.shard_total) * 4 +
+                                                  (stage == 0 ? L.padded : S.shard_total) * 12;
+  }
+  if (stage == 3) {
+    STRATA_CHECK(cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
+                 "zero_optimization.stage3_max_live_parameters = ", cfg.zero.stage3_max_live_parameters,
+                 " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
+  }
+  const std::uint64_t window = largest * cbytes * 2;  // one gathered layer and its gradient buffer
+  const std::uint64_t minimum = persistent + window;
+  const std::uint64_t budget = dev.options().budget_bytes;
+  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
+               stage, " of this model on rank ", rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
+               " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
+               " for the live window of the largest layer, ", largest, " elements). Raise the device budget",
+               stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "",
+               params_on_device ? " or offload the parameters (offload_param)" : "");
+  return minimum;
+
 }
 
 }  // namespace strata::zero

@@ -240,6 +240,11 @@ void Engine::Impl::prefetch_after(std::size_t position) {
     if (S.persistent || S.params_full != nullptr) continue;
     const std::uint64_t need = padded_elems(li);
     if (issued + need > window || live_elems + need > cfg.zero.stage3_max_live_parameters) break;
+    // Leave the device room for the gradient buffers of backward (the current one, and the
+    // one a running reduction still holds): a prefetch that a gradient buffer then evicts
+    // is read twice.
+    const std::uint64_t reserve = layout->largest_layer_padded() * cbytes * (reduce_stream ? 2 : 1);
+    if (ledger->available(Tier::device) < need * cbytes + reserve) break;
     try {
       issue_gather(li);
     } catch (const Error& e) {
@@ -275,6 +280,7 @@ void Engine::Impl::end_step_trace() {
   }
   trace = recording;
   trace_valid = true;
+  check_plan_against_trace();
 }
 
 }  // namespace strata::zero

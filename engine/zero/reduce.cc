@@ -18,13 +18,21 @@ std::vector<TensorView> Engine::Impl::grad_buffers(int li) {
   const auto& L = layout->layers()[li];
   STRATA_CHECK(in_step, Errc::invalid_argument, "grad_buffers(", L.id, ") outside begin_step()/step()");
   if (S.grad_buf == nullptr) {
-    // Prefetched or retained layers give way (furthest next use first) when the device is full.
+    // When the device is full, prefetched or retained layers give way (furthest next use
+    // first), then the buffers of reductions still running on the reduce stream are waited
+    // for (each is freed when its reduction completes).
+    bool waited = false;
     for (;;) {
       try {
         S.grad_buf = ledger->allocate(Tier::device, Kind::buffers, L.padded * cbytes, str_cat("layer ", L.id, " gradient buffer"));
         break;
       } catch (const Error& e) {
-        if (e.code() != Errc::out_of_budget || !drop_retained()) throw;
+        if (e.code() != Errc::out_of_budget) throw;
+        if (drop_retained()) continue;
+        if (reduce_stream == nullptr || waited) throw;
+        Tracer::Span span(options.tracer, "compute", str_cat("wait reductions L", L.id));
+        reduce_stream->synchronize();
+        waited = true;
       }
     }
     std::memset(S.grad_buf, 0, L.padded * cbytes);

@@ -20,7 +20,7 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   it.bytes[kDevice][kDevice] = 12 * E + accum;
   it.bytes[kHost][kHost] = 12 * E + accum;
   it.bytes[kNvme][kHost] = accum;
-  it.bytes[kNvme][kNvme] = 12 * E;
+  it.bytes[kNvme][kNvme] = 12 * E * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
   it.flow[kNvme] = {c * E, A * P * c, 12 * E, 12 * E};
   return it;
@@ -32,7 +32,7 @@ Item make_params(const PlacementProblem& p, std::size_t layer) {
   const std::uint64_t G = static_cast<std::uint64_t>(L.gathers_per_step);
   Item it;
   it.layer = layer;
-  for (int t = 0; t < 3; ++t) it.bytes[t][t] = c * E;
+  for (int t = 0; t < 3; ++t) it.bytes[t][t] = c * E * (t == kNvme ? p.nvme_copies : 1);
   it.flow[kDevice] = {G * c * P, G * c * E, 0, 0};
   it.flow[kHost] = {G * c * P, 0, 0, 0};
   it.flow[kNvme] = {G * c * P, 0, G * c * E, c * E};

@@ -248,9 +248,9 @@ TEST_CASE("a host budget below one parameter buffer fails at setup, naming the m
   test::TrainSpec spec;
   spec.steps = 1;
   spec.config = stage3_config(1);
-  place(spec.config, OffloadDevice::none, OffloadDevice::nvme, dir.path());
+  place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());  // static: both kinds named
   spec.config.offload_param.buffer_size = 100000;  // 200000 B -> one layer's 2112 B rounded to 4 KiB
-  spec.config.memory_budget.host = 6000;            // the reduction scratch (2 x 1200 B) leaves 3600 B
+  spec.config.memory_budget.host = 6000;            // scratch and gradient staging (3000 B) leave 3000 B
   std::string m;
   try {
     (void)test::train_mlp(spec);
@@ -261,4 +261,56 @@ TEST_CASE("a host budget below one parameter buffer fails at setup, naming the m
   CHECK(m.find("host tier") != std::string::npos);
   CHECK(m.find("at least 4.00 KiB (4096 B)") != std::string::npos);
   CHECK(m.find("memory_budget.host") != std::string::npos);
+}
+
+TEST_CASE("memory_budget places each layer's state so every tier fits, without changing a bit", "[offload][uring]") {
+  const int world = GENERATE(1, 2);
+  const std::uint64_t host_budget = GENERATE(96 << 10, 40 << 10);
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.world = world;
+  spec.steps = 10;
+  spec.config = stage3_config(world);
+  const auto base = test::train_mlp(spec);
+  // Budget-driven: no offload device named, a device with room for the live window and a
+  // little more, a host that cannot take everything, NVMe behind it.
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.offload_param.nvme_path = dir.path();
+  spec.device_budget = 24 << 10;
+  spec.config.memory_budget.device = 24 << 10;
+  spec.config.offload_optimizer.buffer_count = 2;  // swap buffers: 2 x 4 KiB + 2 x 4 KiB
+  spec.config.offload_param.buffer_count = 2;
+  spec.config.memory_budget.host = host_budget;
+  spec.config.memory_budget.nvme = 1 << 20;
+  const auto run = test::train_mlp(spec);
+  INFO(run.placement);
+  CHECK(run.placement.find("budget-driven") != std::string::npos);
+  CHECK(std::memcmp(run.params.data(), base.params.data(), base.params.size() * 4) == 0);
+  CHECK(run.losses == base.losses);
+  CHECK(run.memory.device.peak_bytes <= spec.config.memory_budget.device);
+  CHECK(run.memory.host.peak_bytes <= spec.config.memory_budget.host);
+  CHECK(run.memory.nvme.peak_bytes <= spec.config.memory_budget.nvme);
+  // The budgets force state off the device: some of it is elsewhere.
+  const auto opt = static_cast<int>(zero::Kind::optimizer);
+  CHECK(run.memory.host.kind_used[opt] + run.memory.nvme.kind_used[opt] > 0);
+  if (world == 1) CHECK((run.memory.nvme.peak_bytes > 0) == (host_budget < (96u << 10)));
+}
+
+TEST_CASE("a memory_budget nothing fits is refused before training, naming the smallest budget that would",
+          "[offload][negative]") {
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = stage3_config(1);
+  spec.device_budget = 4 << 10;  // below the live window (2 x 2112 B)
+  spec.config.memory_budget.device = 4 << 10;
+  spec.config.memory_budget.host = 1 << 20;
+  std::string m;
+  try {
+    (void)test::train_mlp(spec);
+  } catch (const std::exception& e) {
+    m = e.what();
+  }
+  INFO(m);
+  CHECK(m.find("memory_budget.device = 4.00 KiB is too small") != std::string::npos);
+  CHECK(m.find("Raise memory_budget.device to at least") != std::string::npos);
 }

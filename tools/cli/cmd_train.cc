@@ -35,6 +35,7 @@ struct Options {
   std::string device_budget = "1GiB";
   double link_gbps = 0;
   double layer_ms = 0;
+  bool explain = false;
 };
 
 nlohmann::json tier_json(const zero::TierUsage& u) {
@@ -76,6 +77,7 @@ int run(const Options& o) {
   zero::Engine engine(eo);
   model::Mlp mlp(engine, {o.layers, o.hidden, o.layer_ms, o.seed}, comm.get(), &tracer);
   engine.setup();
+  if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
 
   std::ofstream log;
   if (rank == 0 && !o.log_json.empty()) {
@@ -167,6 +169,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--device", o->device, "host|cuda (auto: host; the engine's CUDA path is not built yet)");
   cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", o->layer_ms, "Simulated compute per layer forward (backward: twice)")->check(CLI::NonNegativeNumber);
   return [o] { return run(*o); };
 }

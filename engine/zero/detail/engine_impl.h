@@ -13,6 +13,7 @@
 #include "engine/zero/engine.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
+#include "offload/placement.h"
 #include "optim/loss_scaler.h"
 
 namespace strata::zero {
@@ -79,6 +80,8 @@ struct Engine::Impl {
   std::unique_ptr<offload::ParamStore> param_store;
   std::uint64_t store_buffer_bytes = 0, store_file_bytes = 0;
   std::string placement_text;            // explain(): what lives where and why
+  std::uint64_t planned_moved_bytes = 0; // budget-driven: the plan's bytes moved per step
+  bool plan_checked = false;             // the plan was compared with the first recorded trace
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
   // complete on the gather stream during the next step), and the time waited on it.
   IoStats io, last_io;
@@ -127,6 +130,11 @@ struct Engine::Impl {
   void end_step_trace();
   // engine_nvme.cc
   void place_layers();
+  bool budget_driven() const;
+  // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
+  offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
+  std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
+  void check_plan_against_trace();
   void setup_swapper();
   void setup_param_store();
   void stage_params_in(int li, char* staging);   // gather: this rank's shards -> staging regions
