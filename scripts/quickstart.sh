@@ -3,7 +3,10 @@
 # trains the demo MLP with ZeRO stage 3 (bf16, optimizer state in pinned host RAM, CPU
 # AdamW) on two local ranks through `strata launch`, printing step, loss, step time and
 # memory per tier; writes the per-step log, the final parameters (safetensors) and a
-# Perfetto trace under build/demo/.
+# Perfetto trace under build/demo/. Then trains a model 16x larger than its device budget
+# and 2x its host budget with budget-driven placement (memory_budget): the plan (--explain),
+# then per step the bytes moved over the link and to/from NVMe (swap files under
+# build/demo/nvme, removed at the end).
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
 strata_install_deps
@@ -19,3 +22,9 @@ echo
   --log-json "$out/train.jsonl" --save-params "$out/mlp.safetensors" --trace "$out/trace.json"
 echo
 echo "per-step log: $out/train.jsonl; parameters: $out/mlp.safetensors; trace: $out/trace.json.rank0"
+echo
+echo "== offload: a model 16x the device budget and 2x the host budget, the rest on NVMe"
+sed "s#build/demo/nvme#$out/nvme#g" "$STRATA_ROOT/scripts/configs/zero3-budget-nvme.json" > "$out/zero3-budget-nvme.json"
+"$strata" train --model mlp --layers 16 --hidden 256 --config "$out/zero3-budget-nvme.json" --steps 5 --explain \
+  --log-json "$out/offload.jsonl" --trace "$out/offload-trace.json"
+echo "per-step log: $out/offload.jsonl; trace: $out/offload-trace.json"

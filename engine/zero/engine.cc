@@ -89,14 +89,17 @@ Engine::Engine(const EngineOptions& options) {
 
 Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
-  try {
-    if (impl_->gather_stream) impl_->gather_stream->synchronize();
-    if (impl_->reduce_stream) impl_->reduce_stream->synchronize();
-    if (impl_->xfer_stream) impl_->xfer_stream->synchronize();
-  } catch (const std::exception& e) {
-    STRATA_LOG(warn, "engine shutdown: ", e.what());
-  }
   auto& I = *impl_;
+  // Every stream drains before what its work touches (stores, buffers) goes away, whatever
+  // another one failed with.
+  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+    if (st == nullptr) continue;
+    try {
+      st->synchronize();
+    } catch (const std::exception& e) {
+      STRATA_LOG(warn, "engine shutdown: ", e.what());
+    }
+  }
   I.param_store.reset();
   I.swapper.reset();
   if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
@@ -178,7 +181,10 @@ void Engine::setup() {
   }
   if (any_acc_on_host) I.xfer_stream = I.dev.create_stream();
   if (any_opt_nvme) I.setup_swapper();
-  if (any_param_nvme) I.setup_param_store();
+  if (any_param_nvme) {
+    I.setup_param_store();
+    I.io_stream = I.dev.create_stream();
+  }
 
   std::vector<float> init, master_shard;
   std::vector<char> shard_bytes;
@@ -407,12 +413,12 @@ StepResult Engine::step() {
           update(li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
         }
       }
-      if (I.param_store) I.gather_stream->launch_host([store = I.param_store.get()] { store->commit(); });
+      if (I.param_store) I.io_stream->launch_host([store = I.param_store.get()] { store->commit(); });
     } catch (...) {
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
       if (I.param_store) {
         try {
-          I.gather_stream->synchronize();  // queued write-backs finish before they are dropped
+          I.io_stream->synchronize();  // queued write-backs finish before they are dropped
         } catch (const std::exception& e) {
           STRATA_LOG(warn, "rank ", I.rank, ": parameter write-back after a failed step: ", e.what());
         }
@@ -488,7 +494,7 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
-  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
     if (st != nullptr) st->synchronize();
   }
 }

@@ -83,11 +83,11 @@ void* Engine::Impl::copy_target(int li) {
     } catch (const Error& e) {
       // Write-backs queued on the gather stream hold their staging until written: when the
       // host tier is full, wait for them to drain (bounding them by the budget) and retry.
-      if (e.code() != Errc::out_of_budget || gather_stream == nullptr) throw;
+      if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
       {
         Tracer::Span span(options.tracer, "optimizer", "wait write-back");
         const auto t0 = std::chrono::steady_clock::now();
-        gather_stream->synchronize();
+        io_stream->synchronize();
         io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
@@ -104,16 +104,16 @@ void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
   const auto& L = layout->layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (S.param_tier == Tier::nvme) {
-    // Written behind the optimizer, on the gather stream: FIFO order puts the write (and the
+    // Written behind the optimizer, on the io stream: FIFO order puts the write (and the
     // commit step() queues after the last one) before the next step's read of the layer,
-    // so the next forward overlaps the write-back. A failed write becomes the gather
-    // stream's sticky error: the commit is skipped (the last good shards stay current) and
-    // the next gather reports it.
+    // so the next forward overlaps the write-back. A failed write becomes the io stream's
+    // sticky error: the commit is skipped (the last good shards stay current) and the
+    // next gather reports it.
     void* buf = S.copy_stage;
     io.nvme_write_bytes += S.shard_total * cbytes;
     S.copy_stage = nullptr;
     S.copy_done = 0;
-    gather_stream->launch_host([this, buf, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
+    io_stream->launch_host([this, buf, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
       Tracer::Span span(options.tracer, "nvme write", str_cat("params L", id));
       try {
         param_store->write(idx, buf);

@@ -102,12 +102,12 @@ void Engine::Impl::issue_gather(int li) {
   st.launch_host([copied] { *copied = Tracer::Clock::now(); });
   st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
   S.gather_ok = std::make_shared<std::atomic<bool>>(false);
-  st.launch_host([ok = S.gather_ok, started, copied, tracer, id = L.id] {
+  st.launch_host([ok = S.gather_ok, read_ok = S.read_ok, started, copied, tracer, id = L.id] {
     if (tracer != nullptr && tracer->enabled()) {
       tracer->record("gather", str_cat("all_gather L", id), *started, *copied);
       tracer->record("copy", str_cat("H2D L", id), *copied, Tracer::Clock::now());
     }
-    ok->store(true);
+    ok->store(read_ok == nullptr || read_ok->load());
   });
   S.ready = dev.create_event();
   st.record(*S.ready);
@@ -123,8 +123,9 @@ void Engine::Impl::stage_params_in(int li, char* staging) {
   auto& st = *gather_stream;
   if (S.param_tier == Tier::nvme) {
     io.nvme_read_bytes += S.shard_total * cbytes;
+    S.read_ok = std::make_shared<std::atomic<bool>>(false);
     // The store's bytes are the shards of the layer's buckets, concatenated.
-    st.launch_host([this, &L, &S, staging] {
+    io_stream->launch_host([this, &L, &S, staging, ok = S.read_ok] {
       Tracer::Span span(options.tracer, "nvme read", str_cat("params L", L.id));
       param_store->read(static_cast<std::size_t>(S.store_index), [&](std::uint64_t off, const void* data, std::uint64_t n) {
         const char* src = static_cast<const char*>(data);
@@ -136,7 +137,11 @@ void Engine::Impl::stage_params_in(int li, char* staging) {
           std::memcpy(staging + (bucket_pos(b, L) + own_begin(b)) * cbytes + (lo - b0), src + (lo - off), hi - lo);
         }
       });
+      ok->store(true);
     });
+    S.read_done = dev.create_event();
+    io_stream->record(*S.read_done);
+    st.wait(*S.read_done);  // events fire after a failed read too: read_ok tells
     return;
   }
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
@@ -186,7 +191,13 @@ void Engine::Impl::wait_gather(int li) {
     S.ready->synchronize();
     io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (!S.gather_ok->load()) gather_stream->synchronize();  // rethrows the gather's error
+  if (!S.gather_ok->load()) {  // rethrow the gather's error, or the read's it waited for
+    gather_stream->synchronize();
+    if (io_stream) io_stream->synchronize();
+    STRATA_THROW(Errc::internal, "rank ", rank, ": the gather of layer ", layout->layers()[li].id, " failed without an error");
+  }
+  S.read_ok.reset();
+  S.read_done.reset();
   S.ready.reset();
   ledger->free(S.staging);
   S.staging = nullptr;

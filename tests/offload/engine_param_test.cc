@@ -314,3 +314,39 @@ TEST_CASE("a memory_budget nothing fits is refused before training, naming the s
   CHECK(m.find("memory_budget.device = 4.00 KiB is too small") != std::string::npos);
   CHECK(m.find("Raise memory_budget.device to at least") != std::string::npos);
 }
+
+TEST_CASE("an offload_param.nvme_path that cannot hold swap files fails at setup, naming the key and the file",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = stage3_config(1);
+  SECTION("a directory that cannot be created") {
+    place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, "/proc/strata-offload-test");
+    std::string m;
+    try {
+      (void)test::train_mlp(spec);
+    } catch (const std::exception& e) {
+      m = e.what();
+    }
+    INFO(m);
+    CHECK(m.find("offload_param.nvme_path") != std::string::npos);
+    CHECK(m.find("/proc/strata-offload-test/rank0/params") != std::string::npos);
+  }
+  SECTION("a device too full for the files") {
+    place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());
+    std::string m;
+    {
+      test::FileSizeLimit limit(8192);  // room for a header and checksum table, none for data
+      try {
+        (void)test::train_mlp(spec);
+      } catch (const std::exception& e) {
+        m = e.what();
+      }
+    }
+    INFO(m);
+    CHECK(m.find("parameter shard of layer 0") != std::string::npos);
+    CHECK(m.find(dir.path() + "/rank0/params/layer_0.params.c0.a.swap") != std::string::npos);
+    CHECK(m.find("EFBIG") != std::string::npos);
+  }
+}

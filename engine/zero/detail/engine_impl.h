@@ -54,6 +54,8 @@ struct LayerState {
   std::shared_ptr<device::Event> ready;  // gather complete (recorded on the gather stream)
   void* staging = nullptr;               // pinned staging while a gather is in flight
   std::shared_ptr<std::atomic<bool>> gather_ok;  // set by the gather's last stream task
+  std::shared_ptr<std::atomic<bool>> read_ok;    // NVMe shards: set by the read on the io stream
+  std::shared_ptr<device::Event> read_done;      // recorded on the io stream after the read
 };
 
 struct Engine::Impl {
@@ -99,6 +101,10 @@ struct Engine::Impl {
 
   // Stage 3.
   std::unique_ptr<device::Stream> gather_stream;
+  // NVMe parameter reads and write-backs: a stream of their own, so the read of the next
+  // layer overlaps the all-gather and H2D copy of this one; FIFO order keeps each layer's
+  // write-back (and the commit after the last) ahead of its next read.
+  std::unique_ptr<device::Stream> io_stream;
   std::vector<int> trace;                // dense layer indices in gather order, recorded
   std::vector<int> recording;            // this step's gathers while recording
   bool trace_valid = false;
