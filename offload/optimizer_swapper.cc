@@ -56,9 +56,8 @@ struct OptimizerSwapper::Impl {
   std::vector<SwapTensor> tensors;
   std::uint64_t buffer_elems = 0, buffer_bytes = 0;
   std::vector<std::string> created_dirs;
-  std::optional<io::Engine> engine;
-  std::optional<io::BufferPool> pool;
-  std::vector<io::PoolBuffer> buffers;  // all leased for the swapper's lifetime
+  detail::SwapIo sio;  // engine and buffers: declared before the chunks, so destroyed after their files
+  std::vector<io::PoolBuffer>& buffers = sio.buffers;
   std::vector<Chunk> chunks;
   std::vector<std::size_t> first_chunk;  // per tensor
   int current = 0;                       // the generation holding the last good state
@@ -98,21 +97,8 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
 
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 
-  io::EngineOptions eo;
-  eo.queue_depth = std::max(1u, options.queue_depth);
-  eo.block_bytes = options.block_bytes;
-  auto engine = io::Engine::create(eo);
-  STRATA_OFFLOAD_IO_CHECK(engine.status(), "optimizer swapper: starting the io_uring engine");
-  I.engine.emplace(std::move(engine).value());
-  io::PoolOptions po;
-  po.buffer_bytes = I.buffer_bytes;
-  po.count = static_cast<std::size_t>(count);
-  po.lock_memory = options.lock_memory;
-  auto pool = io::BufferPool::create(&*I.engine, po);
-  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " swap buffers of ",
-                                                 format_bytes(I.buffer_bytes)));
-  I.pool.emplace(std::move(pool).value());
-  for (int i = 0; i < count; ++i) I.buffers.push_back(I.pool->acquire());
+  detail::start_swap_io(I.sio, options.queue_depth, options.block_bytes, I.buffer_bytes, count, options.lock_memory,
+                        "optimizer swapper", "swap buffers");
 
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {
     I.first_chunk.push_back(I.chunks.size());
@@ -130,7 +116,7 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
           std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.payload())));
       for (int g = 0; g < 2; ++g) {
         c.path[g] = str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k, g == 0 ? ".a" : ".b", ".swap");
-        auto f = io::SwapFile::create(*I.engine, c.path[g], spec);
+        auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
         STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c));
         detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier");
         c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());

@@ -45,9 +45,8 @@ struct ParamStore::Impl {
   std::vector<ParamTensor> tensors;
   std::uint64_t chunk_bytes = 0, file_bytes = 0;
   std::vector<std::string> created_dirs;
-  std::optional<io::Engine> engine;
-  std::optional<io::BufferPool> pool;
-  std::vector<io::PoolBuffer> buffers;
+  detail::SwapIo sio;  // engine and buffers: declared before the chunks, so destroyed after their files
+  std::vector<io::PoolBuffer>& buffers = sio.buffers;
   std::vector<Chunk> chunks;
   std::vector<std::size_t> first_chunk;  // per tensor, plus the end
   std::vector<int> current;              // per tensor: the generation holding the last commit
@@ -82,21 +81,8 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
 
-  io::EngineOptions eo;
-  eo.queue_depth = std::max(1u, options.queue_depth);
-  eo.block_bytes = options.block_bytes;
-  auto engine = io::Engine::create(eo);
-  STRATA_OFFLOAD_IO_CHECK(engine.status(), "parameter store: starting the io_uring engine");
-  I.engine.emplace(std::move(engine).value());
-  io::PoolOptions po;
-  po.buffer_bytes = I.chunk_bytes;
-  po.count = static_cast<std::size_t>(count);
-  po.lock_memory = options.lock_memory;
-  auto pool = io::BufferPool::create(&*I.engine, po);
-  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " parameter buffers of ",
-                                                 format_bytes(I.chunk_bytes)));
-  I.pool.emplace(std::move(pool).value());
-  for (int i = 0; i < count; ++i) I.buffers.push_back(I.pool->acquire());
+  detail::start_swap_io(I.sio, options.queue_depth, options.block_bytes, I.chunk_bytes, count, options.lock_memory,
+                        "parameter store", "parameter buffers");
 
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {
     I.first_chunk.push_back(I.chunks.size());
@@ -115,7 +101,7 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
       for (int g = 0; g < 2; ++g) {
         c.path[g] = str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k, g == 0 ? ".a" : ".b",
                             ".swap");
-        auto f = io::SwapFile::create(*I.engine, c.path[g], spec);
+        auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
         STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c, g));
         detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier (parameters)");
         I.file_bytes += f->layout().file_bytes;

@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/core/units.h"
 #include "io/status.h"
 #include "offload/detail/io_error.h"
 
@@ -55,6 +57,25 @@ std::vector<std::string> create_swap_dir(const std::string& dir, const char* key
 
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept {
   for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+}
+
+void start_swap_io(SwapIo& out, unsigned queue_depth, std::uint32_t block_bytes, std::uint64_t buffer_bytes, int count,
+                   bool lock_memory, const char* who, const char* buffers_what) {
+  io::EngineOptions eo;
+  eo.queue_depth = std::max(1u, queue_depth);
+  eo.block_bytes = block_bytes;
+  auto engine = io::Engine::create(eo);
+  STRATA_OFFLOAD_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));
+  out.engine.emplace(std::move(engine).value());
+  io::PoolOptions po;
+  po.buffer_bytes = buffer_bytes;
+  po.count = static_cast<std::size_t>(count);
+  po.lock_memory = lock_memory;
+  auto pool = io::BufferPool::create(&*out.engine, po);
+  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " ", buffers_what, " of ",
+                                                 format_bytes(buffer_bytes)));
+  out.pool.emplace(std::move(pool).value());
+  for (int i = 0; i < count; ++i) out.buffers.push_back(out.pool->acquire());
 }
 
 }  // namespace strata::offload::detail

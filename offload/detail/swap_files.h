@@ -4,8 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "io/buffer_pool.h"
+#include "io/engine.h"
 
 namespace strata::offload::detail {
 
@@ -19,5 +23,16 @@ void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* ti
 std::vector<std::string> create_swap_dir(const std::string& dir, const char* key);
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept;
+
+// An io_uring engine and `count` pool buffers of `buffer_bytes`, all leased for the owner's
+// lifetime (registered with the ring, mlocked when lock_memory). `who` and `buffers_what`
+// name them in errors ("optimizer swapper", "swap buffers").
+struct SwapIo {
+  std::optional<io::Engine> engine;
+  std::optional<io::BufferPool> pool;
+  std::vector<io::PoolBuffer> buffers;
+};
+void start_swap_io(SwapIo& out, unsigned queue_depth, std::uint32_t block_bytes, std::uint64_t buffer_bytes, int count,
+                   bool lock_memory, const char* who, const char* buffers_what);
 
 }  // namespace strata::offload::detail

@@ -8,6 +8,7 @@
 #include "engine/core/error.h"
 #include "tests/engine/zero/engine_support.h"
 #include "tests/support/file_size_limit.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -15,12 +16,7 @@ using namespace strata;
 namespace {
 
 std::string train_error(const test::TrainSpec& spec) {
-  try {
-    (void)test::train_mlp(spec);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { (void)test::train_mlp(spec); });
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/device/device.h"
 #include "tests/engine/zero/engine_support.h"
 #include "tests/support/file_size_limit.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 #include "tools/model/mlp.h"
 
@@ -184,12 +185,11 @@ struct Trainer {
 };
 
 std::string step_error(Trainer& t, std::int64_t step) {
-  try {
-    (void)t.mlp->train_step(step);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { (void)t.mlp->train_step(step); });
+}
+
+std::string train_error(const test::TrainSpec& spec) {
+  return test::error_of([&] { (void)test::train_mlp(spec); });
 }
 
 }  // namespace
@@ -251,12 +251,7 @@ TEST_CASE("a host budget below one parameter buffer fails at setup, naming the m
   place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());  // static: both kinds named
   spec.config.offload_param.buffer_size = 100000;  // 200000 B -> one layer's 2112 B rounded to 4 KiB
   spec.config.memory_budget.host = 6000;            // scratch and gradient staging (3000 B) leave 3000 B
-  std::string m;
-  try {
-    (void)test::train_mlp(spec);
-  } catch (const std::exception& e) {
-    m = e.what();
-  }
+  const std::string m = train_error(spec);
   INFO(m);
   CHECK(m.find("host tier") != std::string::npos);
   CHECK(m.find("at least 4.00 KiB (4096 B)") != std::string::npos);
@@ -304,12 +299,7 @@ TEST_CASE("a memory_budget nothing fits is refused before training, naming the s
   spec.device_budget = 4 << 10;  // below the live window (2 x 2112 B)
   spec.config.memory_budget.device = 4 << 10;
   spec.config.memory_budget.host = 1 << 20;
-  std::string m;
-  try {
-    (void)test::train_mlp(spec);
-  } catch (const std::exception& e) {
-    m = e.what();
-  }
+  const std::string m = train_error(spec);
   INFO(m);
   CHECK(m.find("memory_budget.device = 4.00 KiB is too small") != std::string::npos);
   CHECK(m.find("Raise memory_budget.device to at least") != std::string::npos);
@@ -323,12 +313,7 @@ TEST_CASE("an offload_param.nvme_path that cannot hold swap files fails at setup
   spec.config = stage3_config(1);
   SECTION("a directory that cannot be created") {
     place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, "/proc/strata-offload-test");
-    std::string m;
-    try {
-      (void)test::train_mlp(spec);
-    } catch (const std::exception& e) {
-      m = e.what();
-    }
+    const std::string m = train_error(spec);
     INFO(m);
     CHECK(m.find("offload_param.nvme_path") != std::string::npos);
     CHECK(m.find("/proc/strata-offload-test/rank0/params") != std::string::npos);
@@ -338,11 +323,7 @@ TEST_CASE("an offload_param.nvme_path that cannot hold swap files fails at setup
     std::string m;
     {
       test::FileSizeLimit limit(8192);  // room for a header and checksum table, none for data
-      try {
-        (void)test::train_mlp(spec);
-      } catch (const std::exception& e) {
-        m = e.what();
-      }
+      m = train_error(spec);
     }
     INFO(m);
     CHECK(m.find("parameter shard of layer 0") != std::string::npos);

@@ -11,9 +11,11 @@
 #include "engine/core/error.h"
 #include "offload/param_store.h"
 #include "tests/support/file_size_limit.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
+using test::error_of;
 
 namespace {
 
@@ -45,14 +47,6 @@ std::vector<char> read_all(offload::ParamStore& s, std::size_t t, std::size_t n)
   return out;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -9,9 +9,11 @@
 #include "engine/core/error.h"
 #include "offload/optimizer_swapper.h"
 #include "tests/support/file_size_limit.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
+using test::error_of;
 
 namespace {
 
@@ -29,14 +31,6 @@ void add_one(const offload::SubGroup& g) {
   for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
