@@ -147,8 +147,20 @@ strata_status strata_memory(const strata_engine* e, strata_memory_report* out) {
     const auto m = e->engine->memory();
     out->device = {m.device.used_bytes, m.device.peak_bytes, m.device.budget_bytes};
     out->host = {m.host.used_bytes, m.host.peak_bytes, m.host.budget_bytes};
+    out->nvme = {m.nvme.used_bytes, m.nvme.peak_bytes, m.nvme.budget_bytes};
   });
 }
+
+strata_status strata_io_stats(const strata_engine* e, strata_io_report* out) {
+  return guarded([&] {
+    STRATA_CHECK(e != nullptr && e->engine && out != nullptr, strata::Errc::invalid_argument,
+                 "strata_io_stats: engine and out must not be NULL");
+    const auto s = e->engine->io_stats();
+    *out = {s.h2d_bytes, s.d2h_bytes, s.nvme_read_bytes, s.nvme_write_bytes, s.io_wait_seconds, s.step_seconds};
+  });
+}
+
+strata_status strata_synchronize(strata_engine* e) { return guarded([&] { engine_of(e).synchronize(); }); }
 
 strata_status strata_full_parameters(strata_engine* e, float* out, size_t capacity, size_t* count) {
   return guarded([&] {

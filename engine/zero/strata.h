@@ -51,8 +51,14 @@ typedef struct {
 } strata_tier_usage;
 
 typedef struct {
-  strata_tier_usage device, host;
+  strata_tier_usage device, host, nvme;
 } strata_memory_report;
+
+/* The last completed step's traffic between tiers and the time it waited on it. */
+typedef struct {
+  uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+  double io_wait_seconds, step_seconds;
+} strata_io_report;
 
 const char* strata_last_error(void);
 
@@ -76,6 +82,9 @@ float strata_loss_scale(const strata_engine* e);
 int strata_rank(const strata_engine* e);
 int strata_world_size(const strata_engine* e);
 strata_status strata_memory(const strata_engine* e, strata_memory_report* out);
+strata_status strata_io_stats(const strata_engine* e, strata_io_report* out);
+/* Waits for background work (prefetches, reductions, NVMe write-backs); reports its failure. */
+strata_status strata_synchronize(strata_engine* e);
 /* The whole model's fp32 parameters in registration order; collective across ranks. */
 strata_status strata_full_parameters(strata_engine* e, float* out, size_t capacity, size_t* count);
 

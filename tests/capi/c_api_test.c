@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   strata_memory_report m;
   EXPECT(strata_memory(e, &m) == STRATA_OK && m.device.used_bytes > 0 && m.device.peak_bytes <= m.device.budget_bytes,
          "memory report");
+  EXPECT(m.nvme.used_bytes == 0, "nothing on NVMe without offload");
+  strata_io_report io;
+  EXPECT(strata_io_stats(e, &io) == STRATA_OK && io.step_seconds > 0 && io.nvme_read_bytes == 0, "io stats");
+  EXPECT(strata_synchronize(e) == STRATA_OK, "synchronize");
 
   /* Errors come back as codes with a message naming the problem. */
   EXPECT(strata_gather(e, 42, view, 2, &n) == STRATA_ERR_INVALID, "unknown layer is refused");
