@@ -331,3 +331,20 @@ TEST_CASE("an offload_param.nvme_path that cannot hold swap files fails at setup
     CHECK(m.find("EFBIG") != std::string::npos);
   }
 }
+
+TEST_CASE("a pinned budget below one swap buffer fails at setup, naming the minimum", "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = stage3_config(1);
+  place(spec.config, OffloadDevice::nvme, OffloadDevice::none, dir.path());
+  spec.config.offload_optimizer.pin_memory = true;  // the host tier is the device's pinned budget
+  spec.config.zero.sub_group_size = 1000;           // one buffer: 1000 x 12 B -> 12288 B
+  spec.pinned_budget = 14 << 10;                     // scratch and gradient staging (3000 B) leave 11336 B
+  const std::string m = train_error(spec);
+  INFO(m);
+  CHECK(m.find("host tier") != std::string::npos);
+  CHECK(m.find("pinned host memory") != std::string::npos);
+  CHECK(m.find("at least 12.00 KiB (12288 B)") != std::string::npos);
+  CHECK(m.find("pinned budget") != std::string::npos);
+}
