@@ -97,7 +97,7 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
 
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 
-  detail::start_swap_io(I.sio, options.queue_depth, options.block_bytes, I.buffer_bytes, count, options.lock_memory,
+  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.buffer_bytes, count, options.lock_memory,
                         "optimizer swapper", "swap buffers");
 
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {

@@ -37,6 +37,7 @@ struct SwapperOptions {
   std::uint64_t budget_bytes = ~std::uint64_t{0};  // host/pinned bytes the buffers may take
   bool lock_memory = true;                     // mlock the buffers (pinned)
   unsigned queue_depth = 32;                   // aio.queue_depth
+  unsigned submit_batch = 8;                   // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;        // aio.block_size: I/O piece and checksum block
   Tracer* tracer = nullptr;                    // optional: "nvme read", "nvme write", "optimizer" rows
 };

@@ -81,7 +81,7 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
 
-  detail::start_swap_io(I.sio, options.queue_depth, options.block_bytes, I.chunk_bytes, count, options.lock_memory,
+  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count, options.lock_memory,
                         "parameter store", "parameter buffers");
 
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {

@@ -31,6 +31,7 @@ struct ParamStoreOptions {
   std::uint64_t budget_bytes = ~std::uint64_t{0};  // host bytes the buffers may take
   bool lock_memory = true;
   unsigned queue_depth = 32;                   // aio.queue_depth
+  unsigned submit_batch = 8;                   // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;        // aio.block_size
 };
 

@@ -10,10 +10,24 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/log.h"
 #include "engine/core/units.h"
 #include "engine/zero/detail/engine_impl.h"
 
 namespace strata::zero {
+
+// DeepSpeed's libaio knobs that io_uring makes moot are said so, once, rather than ignored.
+void Engine::Impl::warn_aio_knobs() const {
+  if (cfg.aio.intra_op_parallelism != 1) {
+    warn_once("aio.intra_op_parallelism", str_cat("aio.intra_op_parallelism = ", cfg.aio.intra_op_parallelism,
+                                                  " has no effect: Strata's io_uring engine needs no I/O threads (aio.queue_depth "
+                                                  "keeps the drive busy)"));
+  }
+  if (!cfg.aio.overlap_events) {
+    warn_once("aio.overlap_events", "aio.overlap_events = false has no effect: io_uring always overlaps submission and "
+                                    "completion");
+  }
+}
 
 void Engine::Impl::setup_swapper() {
   const OffloadConfig& oc = cfg.offload_optimizer;
@@ -26,7 +40,9 @@ void Engine::Impl::setup_swapper() {
   so.budget_bytes = ledger->available(Tier::host);
   so.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
   so.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+  so.submit_batch = cfg.aio.single_submit ? 1 : 8;
   so.tracer = options.tracer;
+  warn_aio_knobs();
   std::vector<offload::SwapTensor> tensors;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     if (layers[li].opt_tier != Tier::nvme) continue;
@@ -53,6 +69,8 @@ void Engine::Impl::setup_param_store() {
   po.budget_bytes = ledger->available(Tier::host);
   po.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
   po.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+  po.submit_batch = cfg.aio.single_submit ? 1 : 8;
+  warn_aio_knobs();
   std::vector<offload::ParamTensor> tensors;
   int n = 0;
   for (std::size_t li = 0; li < layers.size(); ++li) {

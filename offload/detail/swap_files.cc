@@ -59,10 +59,11 @@ void remove_swap_dirs(const std::vector<std::string>& created) noexcept {
   for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
 }
 
-void start_swap_io(SwapIo& out, unsigned queue_depth, std::uint32_t block_bytes, std::uint64_t buffer_bytes, int count,
-                   bool lock_memory, const char* who, const char* buffers_what) {
+void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std::uint32_t block_bytes,
+                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what) {
   io::EngineOptions eo;
   eo.queue_depth = std::max(1u, queue_depth);
+  eo.submit_batch = std::max(1u, submit_batch);
   eo.block_bytes = block_bytes;
   auto engine = io::Engine::create(eo);
   STRATA_OFFLOAD_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));

@@ -32,7 +32,7 @@ struct SwapIo {
   std::optional<io::BufferPool> pool;
   std::vector<io::PoolBuffer> buffers;
 };
-void start_swap_io(SwapIo& out, unsigned queue_depth, std::uint32_t block_bytes, std::uint64_t buffer_bytes, int count,
-                   bool lock_memory, const char* who, const char* buffers_what);
+void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std::uint32_t block_bytes,
+                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what);
 
 }  // namespace strata::offload::detail

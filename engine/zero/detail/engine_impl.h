@@ -142,6 +142,7 @@ struct Engine::Impl {
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
   void check_plan_against_trace();
   void setup_swapper();
+  void warn_aio_knobs() const;
   void setup_param_store();
   void stage_params_in(int li, char* staging);   // gather: this rank's shards -> staging regions
   void* copy_target(int li);                     // step(): where update() writes compute copies
