@@ -11,6 +11,7 @@
 // anything is allocated the device budget is checked against what the placement leaves
 // there, naming the minimum.
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -139,8 +140,10 @@ void Engine::Impl::place_layers() {
 }
 
 // Budget-driven placement assumed the host-trainer contract's gathers per layer; once the
-// first trace is recorded, plan again with the real counts and say so if it would differ
-// (state is not moved between tiers while training: the new plan applies at the next start).
+// first trace is recorded (step() of step 1, before the optimizer runs), plan again with
+// the recorded counts. Only parameter shards depend on them: when the new plan differs in
+// parameter shards alone, they move to their new tiers now; a plan that would also move
+// optimizer state is reported and applies at the next start.
 void Engine::Impl::check_plan_against_trace() {
   if (!budget_driven() || cfg.zero.stage != 3 || plan_checked) return;
   plan_checked = true;
@@ -149,12 +152,21 @@ void Engine::Impl::check_plan_against_trace() {
   try {
     const auto problem = placement_problem(gathers);
     const auto plan = offload::plan_placement(problem);
-    bool same = true;
+    bool same_opt = true, same_params = true;
+    std::vector<Tier> to(layers.size());
     for (std::size_t li = 0; li < layers.size(); ++li) {
-      same = same && static_cast<Tier>(plan.layers[li].optimizer) == layers[li].opt_tier &&
-             (static_cast<Tier>(plan.layers[li].params) == layers[li].param_tier || layers[li].persistent);
+      same_opt = same_opt && static_cast<Tier>(plan.layers[li].optimizer) == layers[li].opt_tier;
+      to[li] = static_cast<Tier>(plan.layers[li].params);
+      if (layers[li].persistent && to[li] == Tier::nvme) to[li] = Tier::host;
+      same_params = same_params && to[li] == layers[li].param_tier;
     }
-    if (!same) {
+    if (same_opt && !same_params) {
+      migrate_params(to);
+      placement_text = str_cat("placement (budget-driven, memory_budget, re-placed after step ", step_calls + 1,
+                               " from the recorded gather trace), rank ", rank, ":\n", plan.explain(problem));
+      planned_moved_bytes = plan.moved_bytes();
+      STRATA_LOG(info, "rank ", rank, ": parameter shards re-placed from the recorded gather trace:\n", plan.explain(problem));
+    } else if (!same_opt) {
       STRATA_LOG(warn, "rank ", rank, ": the recorded gather trace differs from the host-trainer contract the placement "
                  "assumed (forward and backward of every micro-batch); with the recorded counts Strata would place:\n",
                  plan.explain(problem), "This run keeps its placement; the new one applies when training starts again.");
@@ -162,6 +174,71 @@ void Engine::Impl::check_plan_against_trace() {
   } catch (const Error& e) {
     STRATA_LOG(warn, "rank ", rank, ": re-planning with the recorded gather trace failed: ", e.what());
   }
+}
+
+// Moves stage-3 parameter shards to the tiers `to` names. Runs between a step's gathers and
+// its optimizer: nothing is gathered and no write-back is in flight. The NVMe store is
+// rebuilt (every NVMe shard read out and written back) when its set of layers changes.
+void Engine::Impl::migrate_params(const std::vector<Tier>& to) {
+  if (io_stream) io_stream->synchronize();
+  gather_stream->synchronize();
+  bool store_changes = false;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const Tier from = layers[li].param_tier;
+    store_changes |= from != to[li] && (from == Tier::nvme || to[li] == Tier::nvme);
+  }
+  auto kind_of = [](Tier from, Tier dst) {
+    return from == Tier::device ? device::CopyKind::device_to_host
+           : dst == Tier::device ? device::CopyKind::host_to_device
+                                 : device::CopyKind::host_to_host;
+  };
+  std::vector<std::vector<char>> held(layers.size());
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    auto& S = layers[li];
+    if (to[li] == S.param_tier && !(store_changes && S.param_tier == Tier::nvme)) continue;
+    auto& h = held[li];
+    h.resize(S.shard_total * cbytes);
+    if (S.param_tier == Tier::nvme) {
+      param_store->read(static_cast<std::size_t>(S.store_index),
+                        [&](std::uint64_t off, const void* data, std::uint64_t n) { std::memcpy(h.data() + off, data, n); });
+      io.nvme_read_bytes += h.size();
+    } else {
+      gather_stream->copy_async(h.data(), S.params_shard, h.size(), kind_of(S.param_tier, Tier::host));
+      gather_stream->synchronize();
+      ledger->free(S.params_shard);
+      S.params_shard = nullptr;
+    }
+  }
+  if (store_changes && param_store) {
+    param_store.reset();
+    ledger->discharge(Tier::host, Kind::buffers, store_buffer_bytes);
+    ledger->discharge(Tier::nvme, Kind::params, store_file_bytes);
+    store_buffer_bytes = store_file_bytes = 0;
+  }
+  bool any_nvme = false;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (store_changes) layers[li].store_index = -1;
+    layers[li].param_tier = to[li];
+    any_nvme |= to[li] == Tier::nvme;
+  }
+  if (store_changes && any_nvme) {
+    setup_param_store();
+    if (!io_stream) io_stream = dev.create_stream();
+  }
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    auto& S = layers[li];
+    if (held[li].empty()) continue;
+    if (S.param_tier == Tier::nvme) {
+      param_store->write(static_cast<std::size_t>(S.store_index), held[li].data());
+      io.nvme_write_bytes += held[li].size();
+    } else {
+      S.params_shard = ledger->allocate(S.param_tier, Kind::params, held[li].size(),
+                                        str_cat("layer ", layout->layers()[li].id, " parameter shards"));
+      gather_stream->copy_async(S.params_shard, held[li].data(), held[li].size(), kind_of(Tier::host, S.param_tier));
+      gather_stream->synchronize();
+    }
+  }
+  if (param_store) param_store->commit();
 }
 
 // What the placement leaves on the device, against its budget; returns the minimum.

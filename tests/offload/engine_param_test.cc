@@ -7,10 +7,13 @@
 // parameter buffer).
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <filesystem>
 #include <fstream>
 
+#include "engine/core/dtype.h"
 #include "engine/core/error.h"
 #include "engine/device/device.h"
 #include "tests/engine/zero/engine_support.h"
@@ -347,4 +350,103 @@ TEST_CASE("a pinned budget below one swap buffer fails at setup, naming the mini
   CHECK(m.find("pinned host memory") != std::string::npos);
   CHECK(m.find("at least 12.00 KiB (12288 B)") != std::string::npos);
   CHECK(m.find("pinned budget") != std::string::npos);
+}
+
+namespace {
+
+// A trainer that uses one layer again in every micro-batch's forward (as tied weights do):
+// its gathers per step are not the host-trainer contract's forward + backward.
+struct TiedRun {
+  std::vector<float> params;
+  std::string placement;
+  zero::MemoryReport memory;
+};
+
+TiedRun train_tied(const zero::EngineConfig& c, std::uint64_t device_budget, int reused, int steps) {
+  device::DeviceOptions d;
+  d.budget_bytes = device_budget;
+  auto dev = device::Device::create(d);
+  zero::EngineOptions eo;
+  eo.config = c;
+  eo.device = dev.get();
+  eo.seed = 7;
+  zero::Engine e(eo);
+  for (int l = 0; l < 3; ++l) e.register_param(str_cat("layers.", l, ".weight"), {32, 32}, l);
+  e.setup();
+  std::vector<float> p(1024), g(1024);
+  for (int s = 0; s < steps; ++s) {
+    e.begin_step();
+    for (std::int64_t mb = 0; mb < c.gradient_accumulation_steps; ++mb) {
+      for (int l = 0; l < 3; ++l) {
+        (void)e.gather(l);
+        e.release(l);
+      }
+      for (int k = 0; reused >= 0 && k < 4; ++k) {
+        (void)e.gather(reused);
+        e.release(reused);
+      }
+      for (int l = 3; l-- > 0;) {
+        const auto pv = e.gather(l);
+        const auto gv = e.grad_buffers(l);
+        convert(pv[0].data, pv[0].dtype, p.data(), DType::fp32, 1024);
+        for (std::size_t i = 0; i < 1024; ++i) g[i] = 0.1f * p[i] + 0.01f * static_cast<float>(mb + 1 + (i % 7));
+        convert(g.data(), DType::fp32, gv[0].data, gv[0].dtype, 1024);
+        e.reduce_grads(l);
+        e.release(l);
+      }
+    }
+    (void)e.step();
+  }
+  return {e.full_parameters(), e.explain_placement(), e.memory()};
+}
+
+// The params column of layer l's row in explain_placement() ("layer 0" or "layer 1 .. layer 2").
+std::string layer_params_place(const std::string& text, int l) {
+  std::size_t pos = 0;
+  while ((pos = text.find("\n  layer ", pos)) != std::string::npos) {
+    const std::size_t end = text.find('\n', pos + 1);
+    const std::string row = text.substr(pos + 3, end - pos - 3);
+    pos = end;
+    int first = -1, last = -1;
+    if (std::sscanf(row.c_str(), "layer %d .. layer %d", &first, &last) < 2) last = first;
+    if (first < 0 || l < first || l > last) continue;
+    std::istringstream cols(row.substr(row.find("  ")));
+    std::string opt, params;
+    cols >> opt >> params;
+    return params;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("budget-driven placement re-places parameter shards from the recorded gather trace", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  auto c = stage3_config(1);
+  // Optimizer state pinned to NVMe; parameter shards placed by budget: the host has room
+  // for two of the three layers' shards beyond its fixed parts, the device for none
+  // beyond its live window.
+  auto budgeted = c;
+  place(budgeted, OffloadDevice::nvme, OffloadDevice::none, dir.path());
+  budgeted.memory_budget.host = 56248 + 2048 + 3000;
+  budgeted.memory_budget.device = 4096 + 1000;
+  budgeted.memory_budget.nvme = 8 << 20;
+  // The contract's trace (every layer gathered alike): which layer's shard is left on NVMe?
+  const auto plain = train_tied(budgeted, budgeted.memory_budget.device, -1, 2);
+  int left = -1;
+  for (int l = 0; l < 3; ++l) {
+    if (layer_params_place(plain.placement, l) == "nvme") left = l;
+  }
+  INFO(plain.placement);
+  REQUIRE(left >= 0);
+  CHECK(plain.placement.find("re-placed") == std::string::npos);
+  // That layer used 4 more times per micro-batch: the recorded trace moves it to host RAM.
+  const auto ref = train_tied(c, 64 << 20, left, 6);
+  const auto run = train_tied(budgeted, budgeted.memory_budget.device, left, 6);
+  INFO(run.placement);
+  CHECK(run.placement.find("re-placed after step 1 from the recorded gather trace") != std::string::npos);
+  CHECK(layer_params_place(run.placement, left) == "host");
+  CHECK(std::memcmp(run.params.data(), ref.params.data(), ref.params.size() * 4) == 0);
+  CHECK(run.memory.host.peak_bytes <= budgeted.memory_budget.host);
+  CHECK(run.memory.device.peak_bytes <= budgeted.memory_budget.device);
 }

@@ -141,6 +141,7 @@ struct Engine::Impl {
   offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
   void check_plan_against_trace();
+  void migrate_params(const std::vector<Tier>& to);
   void setup_swapper();
   void warn_aio_knobs() const;
   void setup_param_store();
