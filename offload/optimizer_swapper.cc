@@ -100,6 +100,9 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
   detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.buffer_bytes, count, options.lock_memory,
                         "optimizer swapper", "swap buffers");
 
+  // A failure here (a full device, a file that cannot be created) leaves nothing behind.
+  std::vector<std::string> created;
+  try {
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {
     I.first_chunk.push_back(I.chunks.size());
     const std::uint64_t n = I.tensors[t].elems;
@@ -116,6 +119,7 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
           std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.payload())));
       for (int g = 0; g < 2; ++g) {
         c.path[g] = str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k, g == 0 ? ".a" : ".b", ".swap");
+        created.push_back(c.path[g]);
         auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
         STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c));
         detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier");
@@ -123,6 +127,12 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
       }
       I.chunks.push_back(std::move(c));
     }
+  }
+  } catch (...) {
+    I.chunks.clear();
+    detail::remove_swap_files(created);
+    detail::remove_swap_dirs(I.created_dirs);
+    throw;
   }
   I.first_chunk.push_back(I.chunks.size());
 }

@@ -84,6 +84,9 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count, options.lock_memory,
                         "parameter store", "parameter buffers");
 
+  // A failure here (a full device, a file that cannot be created) leaves nothing behind.
+  std::vector<std::string> created;
+  try {
   for (std::size_t t = 0; t < I.tensors.size(); ++t) {
     I.first_chunk.push_back(I.chunks.size());
     const std::uint64_t n = I.tensors[t].bytes;
@@ -101,6 +104,7 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
       for (int g = 0; g < 2; ++g) {
         c.path[g] = str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k, g == 0 ? ".a" : ".b",
                             ".swap");
+        created.push_back(c.path[g]);
         auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
         STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c, g));
         detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier (parameters)");
@@ -109,6 +113,12 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
       }
       I.chunks.push_back(std::move(c));
     }
+  }
+  } catch (...) {
+    I.chunks.clear();
+    detail::remove_swap_files(created);
+    detail::remove_swap_dirs(I.created_dirs);
+    throw;
   }
   I.first_chunk.push_back(I.chunks.size());
   I.current.assign(I.tensors.size(), 0);
@@ -207,6 +217,43 @@ void ParamStore::write(std::size_t tensor, const void* src) {
     I.stats.write_seconds += since(t0);
     throw;
   }
+  I.written[tensor] = 1;
+  I.stats.write_seconds += since(t0);
+}
+
+void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src_tensor) {
+  auto& I = *impl_;
+  STRATA_CHECK(&src != this, Errc::invalid_argument, "parameter store: write_from needs another store");
+  std::lock_guard<std::mutex> lock(I.mutex);
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
+  const int gen = 1 - I.current[tensor];
+  I.written[tensor] = 0;
+  const auto t0 = Clock::now();
+  std::size_t ci = I.first_chunk[tensor];
+  std::uint64_t filled = 0;
+  auto& buf = I.buffers[0];
+  src.read(src_tensor, [&](std::uint64_t, const void* data, std::uint64_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument, "parameter store: write_from: ",
+                   I.tensors[tensor].name, " is smaller than its source");
+      const Impl::Chunk& c = I.chunks[ci];
+      const std::uint64_t take = std::min(n, c.bytes - filled);
+      std::memcpy(buf.data() + filled, p, take);
+      filled += take;
+      p += take;
+      n -= take;
+      if (filled == c.bytes) {
+        std::memset(buf.data() + c.bytes, 0, buf.bytes() - c.bytes);
+        STRATA_OFFLOAD_IO_CHECK(c.file[gen]->swap_out(buf.data(), buf.bytes()).wait(), I.where(c, gen));
+        I.stats.bytes_written += c.bytes;
+        ++ci;
+        filled = 0;
+      }
+    }
+  });
+  STRATA_CHECK(ci == I.first_chunk[tensor + 1], Errc::invalid_argument, "parameter store: write_from: ",
+               I.tensors[tensor].name, " is larger than its source");
   I.written[tensor] = 1;
   I.stats.write_seconds += since(t0);
 }

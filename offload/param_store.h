@@ -55,6 +55,9 @@ class ParamStore {
   using ChunkFn = std::function<void(std::uint64_t offset, const void* data, std::uint64_t bytes)>;
   void read(std::size_t tensor, const ChunkFn& fn);
   void write(std::size_t tensor, const void* src);
+  // Writes tensor `tensor` from `src_tensor` of another store (same byte size), chunk by
+  // chunk through this store's buffers: no other memory is needed.
+  void write_from(std::size_t tensor, ParamStore& src, std::size_t src_tensor);
   void commit();
   void abort();
 

@@ -100,12 +100,11 @@ Engine::~Engine() {
       STRATA_LOG(warn, "engine shutdown: ", e.what());
     }
   }
-  I.param_store.reset();
+  if (!I.ledger) return;  // setup() failed before allocating anything
+  I.drop_param_store(I.store);
   I.swapper.reset();
   if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
   if (I.swap_file_bytes) I.ledger->discharge(Tier::nvme, Kind::optimizer, I.swap_file_bytes);
-  if (I.store_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.store_buffer_bytes);
-  if (I.store_file_bytes) I.ledger->discharge(Tier::nvme, Kind::params, I.store_file_bytes);
   for (auto& s : I.layers) {
     for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
                     static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging, s.copy_stage}) {

@@ -51,19 +51,23 @@ void Engine::Impl::setup_swapper() {
     tensors.push_back({str_cat("layer ", layout->layers()[li].id), layers[li].shard_total});
   }
   swapper = std::make_unique<offload::OptimizerSwapper>(so, std::move(tensors));
-  swap_buffer_bytes = swapper->buffer_bytes() * static_cast<std::uint64_t>(swapper->buffer_count());
-  ledger->charge(Tier::host, Kind::buffers, swap_buffer_bytes, "the NVMe optimizer swap buffers");
+  const std::uint64_t buffers = swapper->buffer_bytes() * static_cast<std::uint64_t>(swapper->buffer_count());
+  ledger->charge(Tier::host, Kind::buffers, buffers, "the NVMe optimizer swap buffers");
+  swap_buffer_bytes = buffers;
   ledger->charge(Tier::nvme, Kind::optimizer, swapper->file_bytes(),
                  str_cat("the optimizer swap files in ", so.dir, " (two generations)"));
   swap_file_bytes = swapper->file_bytes();
 }
 
-void Engine::Impl::setup_param_store() {
+// A parameter store for the layers `tiers` puts on NVMe, under nvme_path/rank<R>/<subdir>,
+// its buffers charged to the host tier and its files to the NVMe tier (both released again
+// if either charge fails).
+Engine::Impl::StoreBuild Engine::Impl::build_param_store(const std::vector<Tier>& tiers, const std::string& subdir) {
   const OffloadConfig& pc = cfg.offload_param;
   STRATA_CHECK(!pc.nvme_path.empty(), Errc::invalid_argument,
                "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
   offload::ParamStoreOptions po;
-  po.dir = pc.nvme_path + "/rank" + std::to_string(rank) + "/params";
+  po.dir = pc.nvme_path + "/rank" + std::to_string(rank) + "/" + subdir;
   po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
   po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
   po.budget_bytes = ledger->available(Tier::host);
@@ -71,19 +75,42 @@ void Engine::Impl::setup_param_store() {
   po.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
   po.submit_batch = cfg.aio.single_submit ? 1 : 8;
   warn_aio_knobs();
+  StoreBuild b;
+  b.subdir = subdir;
+  b.index.assign(layers.size(), -1);
   std::vector<offload::ParamTensor> tensors;
-  int n = 0;
   for (std::size_t li = 0; li < layers.size(); ++li) {
-    if (layers[li].param_tier != Tier::nvme) continue;
-    layers[li].store_index = n++;
+    if (tiers[li] != Tier::nvme) continue;
+    b.index[li] = static_cast<int>(tensors.size());
     tensors.push_back({str_cat("layer ", layout->layers()[li].id), layers[li].shard_total * cbytes});
   }
-  param_store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
-  store_buffer_bytes = param_store->buffer_bytes() * static_cast<std::uint64_t>(param_store->buffer_count());
-  ledger->charge(Tier::host, Kind::buffers, store_buffer_bytes, "the NVMe parameter buffers");
-  ledger->charge(Tier::nvme, Kind::params, param_store->file_bytes(),
-                 str_cat("the parameter swap files in ", po.dir, " (two generations)"));
-  store_file_bytes = param_store->file_bytes();
+  b.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
+  const std::uint64_t buffers = b.store->buffer_bytes() * static_cast<std::uint64_t>(b.store->buffer_count());
+  ledger->charge(Tier::host, Kind::buffers, buffers, "the NVMe parameter buffers");
+  try {
+    ledger->charge(Tier::nvme, Kind::params, b.store->file_bytes(),
+                   str_cat("the parameter swap files in ", po.dir, " (two generations)"));
+  } catch (...) {
+    ledger->discharge(Tier::host, Kind::buffers, buffers);
+    throw;
+  }
+  b.buffer_bytes = buffers;
+  b.file_bytes = b.store->file_bytes();
+  return b;
+}
+
+void Engine::Impl::drop_param_store(StoreBuild& b) noexcept {
+  b.store.reset();
+  if (b.buffer_bytes) ledger->discharge(Tier::host, Kind::buffers, b.buffer_bytes);
+  if (b.file_bytes) ledger->discharge(Tier::nvme, Kind::params, b.file_bytes);
+  b.buffer_bytes = b.file_bytes = 0;
+}
+
+void Engine::Impl::setup_param_store() {
+  std::vector<Tier> tiers;
+  for (const auto& S : layers) tiers.push_back(S.param_tier);
+  store = build_param_store(tiers, "params");
+  for (std::size_t li = 0; li < layers.size(); ++li) layers[li].store_index = store.index[li];
 }
 
 void Engine::Impl::read_master_shard(int li, float* out) {

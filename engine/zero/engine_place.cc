@@ -161,9 +161,21 @@ void Engine::Impl::check_plan_against_trace() {
       same_params = same_params && to[li] == layers[li].param_tier;
     }
     if (same_opt && !same_params) {
-      migrate_params(to);
+      std::vector<int> stayed;
+      try {
+        stayed = migrate_params(to);
+      } catch (const Error& e) {
+        STRATA_LOG(warn, "rank ", rank, ": moving parameter shards to the placement the recorded trace favours failed; "
+                   "the placement stays as it was: ", e.what());
+        return;
+      }
+      std::string kept;
+      for (int li : stayed) {
+        kept += str_cat("  layer ", layout->layers()[li].id, ": parameter shards stay on ", tier_name(layers[li].param_tier),
+                        " (no room on ", tier_name(to[li]), ")\n");
+      }
       placement_text = str_cat("placement (budget-driven, memory_budget, re-placed after step ", step_calls + 1,
-                               " from the recorded gather trace), rank ", rank, ":\n", plan.explain(problem));
+                               " from the recorded gather trace), rank ", rank, ":\n", plan.explain(problem), kept);
       planned_moved_bytes = plan.moved_bytes();
       STRATA_LOG(info, "rank ", rank, ": parameter shards re-placed from the recorded gather trace:\n", plan.explain(problem));
     } else if (!same_opt) {
@@ -176,69 +188,105 @@ void Engine::Impl::check_plan_against_trace() {
   }
 }
 
-// Moves stage-3 parameter shards to the tiers `to` names. Runs between a step's gathers and
-// its optimizer: nothing is gathered and no write-back is in flight. The NVMe store is
-// rebuilt (every NVMe shard read out and written back) when its set of layers changes.
-void Engine::Impl::migrate_params(const std::vector<Tier>& to) {
+// Moves stage-3 parameter shards to the tiers `to` names; returns the layers that could not
+// move (they stay where they were, intact). Runs between a step's gathers and its optimizer:
+// nothing is gathered and no write-back is in flight. When the set of NVMe layers changes, a
+// new store is built for every layer that is or will be on NVMe and filled from the old
+// homes first (a failure there drops it and throws, nothing changed); the engine then
+// switches to it, so a layer leaving NVMe can always fall back to it. Then each layer that
+// goes to the device or host gets its new home on its own: one that does not fit stays.
+std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
   if (io_stream) io_stream->synchronize();
   gather_stream->synchronize();
+  const std::size_t n = layers.size();
   bool store_changes = false;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  std::uint64_t largest = 0;
+  std::vector<Tier> in_store(n, Tier::host);
+  for (std::size_t li = 0; li < n; ++li) {
     const Tier from = layers[li].param_tier;
     store_changes |= from != to[li] && (from == Tier::nvme || to[li] == Tier::nvme);
+    if (from == Tier::nvme || to[li] == Tier::nvme) in_store[li] = Tier::nvme;
+    largest = std::max<std::uint64_t>(largest, layers[li].shard_total * cbytes);
   }
   auto kind_of = [](Tier from, Tier dst) {
     return from == Tier::device ? device::CopyKind::device_to_host
            : dst == Tier::device ? device::CopyKind::host_to_device
                                  : device::CopyKind::host_to_host;
   };
-  std::vector<std::vector<char>> held(layers.size());
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    auto& S = layers[li];
-    if (to[li] == S.param_tier && !(store_changes && S.param_tier == Tier::nvme)) continue;
-    auto& h = held[li];
-    h.resize(S.shard_total * cbytes);
-    if (S.param_tier == Tier::nvme) {
-      param_store->read(static_cast<std::size_t>(S.store_index),
-                        [&](std::uint64_t off, const void* data, std::uint64_t n) { std::memcpy(h.data() + off, data, n); });
-      io.nvme_read_bytes += h.size();
-    } else {
-      gather_stream->copy_async(h.data(), S.params_shard, h.size(), kind_of(S.param_tier, Tier::host));
-      gather_stream->synchronize();
+  if (store_changes) {
+    StoreBuild fresh;
+    void* bounce = nullptr;
+    try {
+      fresh = build_param_store(in_store, store.subdir == "params" ? "params.1" : "params");
+      for (std::size_t li = 0; li < n; ++li) {
+        auto& S = layers[li];
+        if (in_store[li] != Tier::nvme) continue;
+        const std::uint64_t bytes = S.shard_total * cbytes;
+        const auto idx = static_cast<std::size_t>(fresh.index[li]);
+        if (S.param_tier == Tier::nvme) {
+          fresh.store->write_from(idx, *param_store, static_cast<std::size_t>(S.store_index));
+          io.nvme_read_bytes += bytes;
+        } else if (S.param_tier == Tier::host) {
+          fresh.store->write(idx, S.params_shard);
+        } else {
+          if (bounce == nullptr) bounce = ledger->allocate(Tier::host, Kind::buffers, largest, "parameter migration bounce buffer");
+          gather_stream->copy_async(bounce, S.params_shard, bytes, device::CopyKind::device_to_host);
+          gather_stream->synchronize();
+          fresh.store->write(idx, bounce);
+        }
+        io.nvme_write_bytes += bytes;
+      }
+      fresh.store->commit();
+    } catch (...) {
+      ledger->free(bounce);
+      if (fresh.store) drop_param_store(fresh);
+      throw;
+    }
+    ledger->free(bounce);
+    // Switch stores: every layer in it has its bytes there now.
+    drop_param_store(store);
+    store = std::move(fresh);
+    if (!io_stream) io_stream = dev.create_stream();
+    for (std::size_t li = 0; li < n; ++li) {
+      auto& S = layers[li];
+      S.store_index = store.index[li];
+      if (in_store[li] != Tier::nvme || S.param_tier == Tier::nvme) continue;
       ledger->free(S.params_shard);
       S.params_shard = nullptr;
+      S.param_tier = Tier::nvme;
     }
   }
-  if (store_changes && param_store) {
-    param_store.reset();
-    ledger->discharge(Tier::host, Kind::buffers, store_buffer_bytes);
-    ledger->discharge(Tier::nvme, Kind::params, store_file_bytes);
-    store_buffer_bytes = store_file_bytes = 0;
-  }
-  bool any_nvme = false;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    if (store_changes) layers[li].store_index = -1;
-    layers[li].param_tier = to[li];
-    any_nvme |= to[li] == Tier::nvme;
-  }
-  if (store_changes && any_nvme) {
-    setup_param_store();
-    if (!io_stream) io_stream = dev.create_stream();
-  }
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  std::vector<int> stayed;
+  for (std::size_t li = 0; li < n; ++li) {
     auto& S = layers[li];
-    if (held[li].empty()) continue;
-    if (S.param_tier == Tier::nvme) {
-      param_store->write(static_cast<std::size_t>(S.store_index), held[li].data());
-      io.nvme_write_bytes += held[li].size();
-    } else {
-      S.params_shard = ledger->allocate(S.param_tier, Kind::params, held[li].size(),
-                                        str_cat("layer ", layout->layers()[li].id, " parameter shards"));
-      gather_stream->copy_async(S.params_shard, held[li].data(), held[li].size(), kind_of(Tier::host, S.param_tier));
-      gather_stream->synchronize();
+    if (to[li] == Tier::nvme || to[li] == S.param_tier) continue;
+    const std::uint64_t bytes = S.shard_total * cbytes;
+    void* home = nullptr;
+    try {
+      home = ledger->allocate(to[li], Kind::params, bytes, str_cat("layer ", layout->layers()[li].id, " parameter shards"));
+      if (S.param_tier == Tier::nvme) {
+        char* dst = static_cast<char*>(home);
+        param_store->read(static_cast<std::size_t>(S.store_index), [&](std::uint64_t off, const void* data, std::uint64_t len) {
+          gather_stream->copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
+          gather_stream->synchronize();  // `data` is the store's buffer, reused after this call
+        });
+        io.nvme_read_bytes += bytes;
+      } else {
+        gather_stream->copy_async(home, S.params_shard, bytes, kind_of(S.param_tier, to[li]));
+        gather_stream->synchronize();
+      }
+    } catch (const Error& e) {
+      ledger->free(home);
+      STRATA_LOG(warn, "rank ", rank, ": layer ", layout->layers()[li].id, "'s parameter shards stay on ",
+                 tier_name(S.param_tier), ": ", e.what());
+      stayed.push_back(static_cast<int>(li));
+      continue;
     }
+    if (S.param_tier != Tier::nvme) ledger->free(S.params_shard);
+    S.params_shard = home;
+    S.param_tier = to[li];
   }
-  if (param_store) param_store->commit();
+  return stayed;
 }
 
 // What the placement leaves on the device, against its budget; returns the minimum.

@@ -77,7 +77,15 @@ void Engine::Impl::issue_gather(int li) {
     }
   }
   try {
-    S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, str_cat("layer ", L.id, " gather staging"));
+    const std::string staging_what = str_cat("layer ", L.id, " gather staging");
+    try {
+      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what);
+    } catch (const Error& e) {
+      // Write-backs queued on the io stream hold host staging until written: wait for them.
+      if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
+      io_stream->synchronize();
+      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what);
+    }
   } catch (...) {
     ledger->free(S.params_full);
     S.params_full = nullptr;

@@ -55,6 +55,10 @@ std::vector<std::string> create_swap_dir(const std::string& dir, const char* key
   return created;
 }
 
+void remove_swap_files(const std::vector<std::string>& paths) noexcept {
+  for (const auto& p : paths) ::unlink(p.c_str());
+}
+
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept {
   for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
 }

@@ -21,6 +21,8 @@ void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* ti
 // for remove_swap_dirs. Throws naming `key` (the config key that chose the directory) when
 // it cannot be created.
 std::vector<std::string> create_swap_dir(const std::string& dir, const char* key);
+// Unlinks the files (missing ones are fine).
+void remove_swap_files(const std::vector<std::string>& paths) noexcept;
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept;
 

@@ -78,9 +78,16 @@ struct Engine::Impl {
   std::unique_ptr<offload::OptimizerSwapper> swapper;
   std::uint64_t swap_buffer_bytes = 0, swap_file_bytes = 0;
   std::vector<int> swap_layers;          // swapper tensor -> dense layer index
-  // offload_param.device nvme: stage-3 shards in checksummed swap files, buffers on the host tier.
-  std::unique_ptr<offload::ParamStore> param_store;
-  std::uint64_t store_buffer_bytes = 0, store_file_bytes = 0;
+  // offload_param.device nvme: stage-3 shards in checksummed swap files, buffers on the host
+  // tier, files on the NVMe tier.
+  struct StoreBuild {
+    std::unique_ptr<offload::ParamStore> store;
+    std::uint64_t buffer_bytes = 0, file_bytes = 0;  // charged to the ledger
+    std::vector<int> index;                          // per layer: tensor index, or -1
+    std::string subdir;
+  };
+  StoreBuild store;
+  std::unique_ptr<offload::ParamStore>& param_store = store.store;
   std::string placement_text;            // explain(): what lives where and why
   std::uint64_t planned_moved_bytes = 0; // budget-driven: the plan's bytes moved per step
   bool plan_checked = false;             // the plan was compared with the first recorded trace
@@ -141,10 +148,12 @@ struct Engine::Impl {
   offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
   void check_plan_against_trace();
-  void migrate_params(const std::vector<Tier>& to);
+  std::vector<int> migrate_params(const std::vector<Tier>& to);
   void setup_swapper();
   void warn_aio_knobs() const;
   void setup_param_store();
+  StoreBuild build_param_store(const std::vector<Tier>& tiers, const std::string& subdir);
+  void drop_param_store(StoreBuild& b) noexcept;
   void stage_params_in(int li, char* staging);   // gather: this rank's shards -> staging regions
   void* copy_target(int li);                     // step(): where update() writes compute copies
   void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
