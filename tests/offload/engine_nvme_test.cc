@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 
 #include "engine/core/error.h"
 #include "tests/engine/zero/engine_support.h"
@@ -113,4 +114,6 @@ TEST_CASE("a device too full for the swap files fails at setup, naming the layer
   CHECK(m.find("optimizer state of layer 0") != std::string::npos);
   CHECK(m.find(dir.path() + "/rank0/layer_0.sg0.a.swap") != std::string::npos);
   CHECK(m.find("EFBIG") != std::string::npos);
+  std::error_code ec;
+  CHECK(std::filesystem::is_empty(dir.path(), ec));  // nothing reserved is left behind
 }

@@ -332,6 +332,8 @@ TEST_CASE("an offload_param.nvme_path that cannot hold swap files fails at setup
     CHECK(m.find("parameter shard of layer 0") != std::string::npos);
     CHECK(m.find(dir.path() + "/rank0/params/layer_0.params.c0.a.swap") != std::string::npos);
     CHECK(m.find("EFBIG") != std::string::npos);
+    std::error_code ec;
+    CHECK(std::filesystem::is_empty(dir.path(), ec));  // nothing reserved is left behind
   }
 }
 
