@@ -101,6 +101,10 @@ Engine::~Engine() {
     }
   }
   if (!I.ledger) return;  // setup() failed before allocating anything
+  try {
+    I.drain_io();  // already drained above: this frees write-back staging a failure skipped
+  } catch (const std::exception&) {
+  }
   I.drop_param_store(I.store);
   I.swapper.reset();
   if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
@@ -254,6 +258,7 @@ void Engine::begin_step() {
   I.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
+  std::erase_if(I.writebacks, [](const Engine::Impl::Writeback& w) { return w.freed->load(); });
   for (auto& S : I.layers) S.reductions = 0;
   I.cursor = 0;
   I.diverged = false;
@@ -417,7 +422,7 @@ StepResult Engine::step() {
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
       if (I.param_store) {
         try {
-          I.io_stream->synchronize();  // queued write-backs finish before they are dropped
+          I.drain_io();  // queued write-backs finish before they are dropped
         } catch (const std::exception& e) {
           STRATA_LOG(warn, "rank ", I.rank, ": parameter write-back after a failed step: ", e.what());
         }
@@ -493,9 +498,10 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
-  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
     if (st != nullptr) st->synchronize();
   }
+  I.drain_io();
 }
 
 std::string Engine::explain_placement() const {

@@ -113,6 +113,23 @@ void Engine::Impl::setup_param_store() {
   for (std::size_t li = 0; li < layers.size(); ++li) layers[li].store_index = store.index[li];
 }
 
+void Engine::Impl::drain_io() {
+  if (!io_stream) return;
+  auto reap = [this] {
+    for (auto& w : writebacks) {
+      if (!w.freed->load()) ledger->free(w.buf);  // skipped after an earlier failure
+    }
+    writebacks.clear();
+  };
+  try {
+    io_stream->synchronize();
+  } catch (...) {
+    reap();
+    throw;
+  }
+  reap();
+}
+
 void Engine::Impl::read_master_shard(int li, float* out) {
   swapper->read_master(static_cast<std::size_t>(layers[li].swap_index), 0, layers[li].shard_total, out);
 }
@@ -132,7 +149,7 @@ void* Engine::Impl::copy_target(int li) {
       {
         Tracer::Span span(options.tracer, "optimizer", "wait write-back");
         const auto t0 = std::chrono::steady_clock::now();
-        io_stream->synchronize();
+        drain_io();
         io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
@@ -158,15 +175,19 @@ void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
     io.nvme_write_bytes += S.shard_total * cbytes;
     S.copy_stage = nullptr;
     S.copy_done = 0;
-    io_stream->launch_host([this, buf, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
+    auto freed = std::make_shared<std::atomic<bool>>(false);
+    writebacks.push_back({buf, freed});
+    io_stream->launch_host([this, buf, freed, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
       Tracer::Span span(options.tracer, "nvme write", str_cat("params L", id));
       try {
         param_store->write(idx, buf);
       } catch (...) {
         ledger->free(buf);
+        freed->store(true);
         throw;
       }
       ledger->free(buf);
+      freed->store(true);
     });
     return;
   } else {

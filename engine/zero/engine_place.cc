@@ -196,7 +196,7 @@ void Engine::Impl::check_plan_against_trace() {
 // switches to it, so a layer leaving NVMe can always fall back to it. Then each layer that
 // goes to the device or host gets its new home on its own: one that does not fit stays.
 std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
-  if (io_stream) io_stream->synchronize();
+  drain_io();
   gather_stream->synchronize();
   const std::size_t n = layers.size();
   bool store_changes = false;

@@ -83,7 +83,7 @@ void Engine::Impl::issue_gather(int li) {
     } catch (const Error& e) {
       // Write-backs queued on the io stream hold host staging until written: wait for them.
       if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
-      io_stream->synchronize();
+      drain_io();
       S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what);
     }
   } catch (...) {
@@ -201,7 +201,7 @@ void Engine::Impl::wait_gather(int li) {
   }
   if (!S.gather_ok->load()) {  // rethrow the gather's error, or the read's it waited for
     gather_stream->synchronize();
-    if (io_stream) io_stream->synchronize();
+    drain_io();
     STRATA_THROW(Errc::internal, "rank ", rank, ": the gather of layer ", layout->layers()[li].id, " failed without an error");
   }
   S.read_ok.reset();

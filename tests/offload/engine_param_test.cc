@@ -459,3 +459,25 @@ TEST_CASE("budget-driven placement re-places parameter shards from the recorded 
   CHECK(run.memory.host.peak_bytes <= budgeted.memory_budget.host);
   CHECK(run.memory.device.peak_bytes <= budgeted.memory_budget.device);
 }
+
+TEST_CASE("a parameter write-back that fails is reported, and its staging is not leaked", "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  auto c = stage3_config(1);
+  place(c, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());
+  c.aio.block_size = 4096;
+  Trainer t(c);
+  (void)t.mlp->train_step(0);
+  t.engine->synchronize();
+  const auto buffers = static_cast<int>(zero::Kind::buffers);
+  const auto before = t.engine->memory().host.kind_used[buffers];
+  std::string m;
+  {
+    test::FileSizeLimit limit(8192);  // every write-back of step 2 fails (or is skipped after the first)
+    (void)t.mlp->train_step(1);       // write-backs run behind the step
+    m = test::error_of([&] { t.engine->synchronize(); });
+  }
+  INFO(m);
+  CHECK(m.find("EFBIG") != std::string::npos);
+  CHECK(m.find("parameter shard of layer") != std::string::npos);
+  CHECK(t.engine->memory().host.kind_used[buffers] == before);
+}

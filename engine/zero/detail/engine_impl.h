@@ -112,6 +112,14 @@ struct Engine::Impl {
   // layer overlaps the all-gather and H2D copy of this one; FIFO order keeps each layer's
   // write-back (and the commit after the last) ahead of its next read.
   std::unique_ptr<device::Stream> io_stream;
+  // Write-backs queued on the io stream: each frees its staging when it runs; one skipped
+  // after a failure on the stream is freed here once the stream has drained (drain_io).
+  struct Writeback {
+    void* buf;
+    std::shared_ptr<std::atomic<bool>> freed;
+  };
+  std::vector<Writeback> writebacks;
+  void drain_io();                       // io_stream->synchronize(), then reap what it left
   std::vector<int> trace;                // dense layer indices in gather order, recorded
   std::vector<int> recording;            // this step's gathers while recording
   bool trace_valid = false;
