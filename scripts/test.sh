@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test suite (ctest), then the stream/event and io tests
-# again under ThreadSanitizer and the io suite under AddressSanitizer (leaks: every buffer and
+# Builds everything and runs every test suite (ctest), then the stream/event, io and offload
+# tests again under ThreadSanitizer and the io suite under AddressSanitizer (leaks: every buffer and
 # descriptor released). Installs missing Debian packages first. Environment:
 #   STRATA_STRICT=ON   warnings are errors (CI sets it)
 #   STRATA_TSAN=0      skip the ThreadSanitizer pass
@@ -20,15 +20,19 @@ echo "== tests"
 (cd "$STRATA_ROOT/build" && ctest --output-on-failure -j"$jobs")
 
 if [ "${STRATA_TSAN:-1}" != "0" ]; then
-  echo "== ThreadSanitizer: device streams and events, io engine"
+  echo "== ThreadSanitizer: device streams and events, io engine, offload (engine with NVMe tiers)"
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
-  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests
+  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests strata_offload_tests
   # Timing assertions (throttle) are meaningless under TSan's slowdown; everything else runs.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
     "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
     "$STRATA_ROOT/build-tsan/bin/strata_io_tests"
+  # The engine's gather, io, reduce and transfer streams against its ledger and stores; the
+  # planner's brute-force comparisons are single-threaded and slow under TSan.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
+    "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
   echo "== AddressSanitizer (leak check included): io engine, buffer pool, swap files"
