@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `strata bench offload` end to end: the JSON keys (swapper_gbps, mixed_gbps, ratio as the
 # median of per-pair ratios), the sub-group layout it reports, and no swap or bench file
-# left in the directory afterwards. Exits 77 (skipped) where io_uring is unavailable.
+# left in the directory afterwards, also when Ctrl-C ends it. Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 strata=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -26,4 +26,17 @@ assert j["buffers"] == 3 and j["state_bytes"] == 12 * 1000000, j
 print("ok:", {k: round(j[k], 3) for k in ("swapper_gbps", "mixed_gbps", "ratio")})
 PY
 [ -z "$(ls -A "$dir")" ] || fail "files left behind: $(ls -R "$dir")"
+
+# Ctrl-C ends the run at the next step with its swap files removed.
+"$strata" bench offload --dir "$dir" --params 4M --sub-group 1M --iters 100 --json > "$dir.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -n "$(ls -A "$dir")" ] && break; sleep 0.05; done
+sleep 0.5
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -ne 0 ] || fail "an interrupted run exited 0"
+grep -q "interrupted by signal" "$dir.out" || fail "no interruption message: $(tail -3 "$dir.out")"
+rm -f "$dir.out"
+[ -z "$(ls -A "$dir")" ] || fail "files left behind after Ctrl-C: $(ls -R "$dir")"
 echo "all bench offload checks passed"

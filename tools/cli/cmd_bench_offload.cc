@@ -20,6 +20,7 @@
 #include "optim/adam.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
 #include "tools/cli/io_boundary.h"
 
 namespace strata::cli {
@@ -67,6 +68,7 @@ Action setup(CLI::App& cmd) {
     so.buffer_count = o->buffers;
     so.queue_depth = o->qd;
     so.block_bytes = static_cast<std::uint32_t>(block);
+    InterruptScope interrupt;  // Ctrl-C ends at the next step, so the swap files are removed
     offload::OptimizerSwapper sw(so, {{"bench params", n}});
 
     std::vector<float> grad(n), master(n);
@@ -102,7 +104,9 @@ Action setup(CLI::App& cmd) {
     const std::uint64_t io_size = std::max<std::uint64_t>(io::align_up(sw.state_bytes(), block), 2 * block);
     std::vector<double> mixed, swap, ratio, compute_s, wait_s, step_s;
     for (int it = 0; it < o->iters; ++it) {
+      check_interrupted("bench offload");
       mixed.push_back(bench_io_mixed(*o, io_size));
+      check_interrupted("bench offload");
       swap.push_back(run_step());
       ratio.push_back(swap.back() / mixed.back());
       compute_s.push_back(sw.stats().compute_seconds);

@@ -23,6 +23,7 @@
 #include "engine/zero/engine.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
 #include "tools/model/mlp.h"
 
 namespace strata::cli {
@@ -82,6 +83,7 @@ Run train(const Options& o, bool offload) {
   engine.setup();
   Run r;
   for (int s = 0; s < o.steps; ++s) {
+    check_interrupted("bench overlap");
     const auto t0 = std::chrono::steady_clock::now();
     (void)mlp.train_step(s);
     if (s == 0) continue;  // step 1 records the gather trace: no prefetch yet
@@ -109,6 +111,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--io-size", o->io_size, "File size for the NVMe bandwidth measurement");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
+    InterruptScope interrupt;  // Ctrl-C ends at the next step, so the swap files are removed
     const auto bw = run_self_json(str_cat("bench io --json --iters 1 --dir ", shell_quote(o->dir), " --size ",
                                           shell_quote(o->io_size)),
                                   "bench overlap");

@@ -17,6 +17,7 @@
 #include "engine/zero/config.h"
 #include "engine/zero/engine.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
 #include "tools/model/mlp.h"
 #include "tools/model/safetensors.h"
 
@@ -90,7 +91,9 @@ int run(const Options& o) {
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
   }
+  InterruptScope interrupt;  // Ctrl-C ends at the next step: swap files are removed on the way out
   for (std::int64_t s = 0; s < o.steps; ++s) {
+    check_interrupted("train");
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = mlp.train_step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
