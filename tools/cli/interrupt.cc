@@ -26,6 +26,7 @@ InterruptScope::InterruptScope() {
   g_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = note_signal;
+  sa.sa_flags = SA_RESTART;  // reads (a child bench's pipe) and waits go on; the loop checks the flag
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
 }
