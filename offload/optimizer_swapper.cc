@@ -103,31 +103,21 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;
   try {
-  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
-    I.first_chunk.push_back(I.chunks.size());
-    const std::uint64_t n = I.tensors[t].elems;
-    for (std::uint64_t off = 0, k = 0; off < n; off += I.buffer_elems, ++k) {
-      Chunk c;
-      c.tensor = t;
-      c.index = k;
-      c.offset = off;
-      c.elems = std::min(I.buffer_elems, n - off);
-      io::SwapSpec spec;
-      spec.element_bytes = 4;
-      spec.element_count = 3 * c.elems;
-      spec.block_bytes = static_cast<std::uint32_t>(
-          std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.payload())));
-      for (int g = 0; g < 2; ++g) {
-        c.path[g] = str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k, g == 0 ? ".a" : ".b", ".swap");
-        created.push_back(c.path[g]);
-        auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
-        STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c));
-        detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier");
-        c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+    for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+      I.first_chunk.push_back(I.chunks.size());
+      const std::uint64_t n = I.tensors[t].elems;
+      for (std::uint64_t off = 0, k = 0; off < n; off += I.buffer_elems, ++k) {
+        Chunk c;
+        c.tensor = t;
+        c.index = k;
+        c.offset = off;
+        c.elems = std::min(I.buffer_elems, n - off);
+        detail::create_swap_pair(*I.sio.engine, str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k), 4,
+                                 c.payload(), options.block_bytes, c.path, c.file, created,
+                                 [&](int) { return I.where(c); }, "NVMe tier");
+        I.chunks.push_back(std::move(c));
       }
-      I.chunks.push_back(std::move(c));
     }
-  }
   } catch (...) {
     I.chunks.clear();
     detail::remove_swap_files(created);

@@ -54,6 +54,18 @@ struct ParamStore::Impl {
   mutable std::mutex mutex;
   ParamStoreStats stats;
 
+  // A chunk transfer in flight in one of the buffers.
+  struct Pending {
+    std::size_t chunk;
+    std::size_t buffer;
+    io::SwapOp op;
+  };
+  std::vector<std::size_t> all_buffers() const {  // as a free list, buffer 0 taken first
+    std::vector<std::size_t> v;
+    for (std::size_t b = buffers.size(); b-- > 0;) v.push_back(b);
+    return v;
+  }
+
   std::string where(const Chunk& c, int gen) const {
     return str_cat("parameter shard of ", tensors[c.tensor].name, " (chunk ", c.index, ", bytes [", c.offset, ", ",
                    c.offset + c.bytes, "), generation ", gen == 0 ? "a" : "b", ") on the NVMe tier");
@@ -87,33 +99,21 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;
   try {
-  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
-    I.first_chunk.push_back(I.chunks.size());
-    const std::uint64_t n = I.tensors[t].bytes;
-    for (std::uint64_t off = 0, k = 0; off < n; off += I.chunk_bytes, ++k) {
-      Impl::Chunk c;
-      c.tensor = t;
-      c.index = k;
-      c.offset = off;
-      c.bytes = std::min(I.chunk_bytes, n - off);
-      io::SwapSpec spec;
-      spec.element_bytes = 1;
-      spec.element_count = c.bytes;
-      spec.block_bytes = static_cast<std::uint32_t>(
-          std::min<std::uint64_t>(io::align_up(options.block_bytes), io::align_up(c.bytes)));
-      for (int g = 0; g < 2; ++g) {
-        c.path[g] = str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k, g == 0 ? ".a" : ".b",
-                            ".swap");
-        created.push_back(c.path[g]);
-        auto f = io::SwapFile::create(*I.sio.engine, c.path[g], spec);
-        STRATA_OFFLOAD_IO_CHECK(f.status(), I.where(c, g));
-        detail::reserve_blocks(c.path[g], f->layout().file_bytes, "NVMe tier (parameters)");
-        I.file_bytes += f->layout().file_bytes;
-        c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+    for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+      I.first_chunk.push_back(I.chunks.size());
+      const std::uint64_t n = I.tensors[t].bytes;
+      for (std::uint64_t off = 0, k = 0; off < n; off += I.chunk_bytes, ++k) {
+        Impl::Chunk c;
+        c.tensor = t;
+        c.index = k;
+        c.offset = off;
+        c.bytes = std::min(I.chunk_bytes, n - off);
+        I.file_bytes += detail::create_swap_pair(
+            *I.sio.engine, str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k), 1, c.bytes,
+            options.block_bytes, c.path, c.file, created, [&](int g) { return I.where(c, g); }, "NVMe tier (parameters)");
+        I.chunks.push_back(std::move(c));
       }
-      I.chunks.push_back(std::move(c));
     }
-  }
   } catch (...) {
     I.chunks.clear();
     detail::remove_swap_files(created);
@@ -142,16 +142,10 @@ void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
   const int gen = I.current[tensor];
   const auto t0 = Clock::now();
-  struct Pending {
-    std::size_t chunk;
-    std::size_t buffer;
-    io::SwapOp op;
-  };
-  std::deque<Pending> inflight;
+  std::deque<Impl::Pending> inflight;
   std::size_t next = I.first_chunk[tensor];
   const std::size_t end = I.first_chunk[tensor + 1];
-  std::vector<std::size_t> free_buffers;
-  for (std::size_t b = I.buffers.size(); b-- > 0;) free_buffers.push_back(b);
+  std::vector<std::size_t> free_buffers = I.all_buffers();
   try {
     while (next < end || !inflight.empty()) {
       while (next < end && !free_buffers.empty()) {
@@ -160,7 +154,7 @@ void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
         inflight.push_back({next, b, I.chunks[next].file[gen]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
         ++next;
       }
-      Pending p = std::move(inflight.front());
+      Impl::Pending p = std::move(inflight.front());
       inflight.pop_front();
       const io::Status s = p.op.wait();
       free_buffers.push_back(p.buffer);
@@ -183,17 +177,11 @@ void ParamStore::write(std::size_t tensor, const void* src) {
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
   const int gen = 1 - I.current[tensor];
   const auto t0 = Clock::now();
-  struct Pending {
-    std::size_t chunk;
-    std::size_t buffer;
-    io::SwapOp op;
-  };
-  std::deque<Pending> inflight;
-  std::vector<std::size_t> free_buffers;
-  for (std::size_t b = I.buffers.size(); b-- > 0;) free_buffers.push_back(b);
+  std::deque<Impl::Pending> inflight;
+  std::vector<std::size_t> free_buffers = I.all_buffers();
   I.written[tensor] = 0;  // a failed write leaves the other generation unusable until rewritten
   auto finish = [&] {
-    Pending p = std::move(inflight.front());
+    Impl::Pending p = std::move(inflight.front());
     inflight.pop_front();
     const io::Status s = p.op.wait();
     free_buffers.push_back(p.buffer);

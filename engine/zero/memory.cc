@@ -26,6 +26,15 @@ MemoryLedger::MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes,
   usage_[2].budget_bytes = nvme_budget_bytes ? nvme_budget_bytes : ~std::uint64_t{0} / 2;
 }
 
+void MemoryLedger::add_use(Tier tier, Kind kind, std::size_t bytes) {
+  auto& u = usage_[static_cast<int>(tier)];
+  u.used_bytes += bytes;
+  u.peak_bytes = std::max(u.peak_bytes, u.used_bytes);
+  auto k = static_cast<std::size_t>(kind);
+  u.kind_used[k] += bytes;
+  u.kind_peak[k] = std::max(u.kind_peak[k], u.kind_used[k]);
+}
+
 MemoryLedger::~MemoryLedger() {
   if (!live_.empty()) STRATA_LOG(warn, "memory ledger destroyed with ", live_.size(), " live allocations; freeing them");
   for (auto& [p, e] : live_) {
@@ -53,12 +62,7 @@ void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::strin
   }
   std::lock_guard<std::mutex> lock(mutex_);
   live_.emplace(p, Entry{tier, kind, bytes});
-  auto& u = usage_[static_cast<int>(tier)];
-  u.used_bytes += bytes;
-  u.peak_bytes = std::max(u.peak_bytes, u.used_bytes);
-  auto k = static_cast<std::size_t>(kind);
-  u.kind_used[k] += bytes;
-  u.kind_peak[k] = std::max(u.kind_peak[k], u.kind_used[k]);
+  add_use(tier, kind, bytes);
   return p;
 }
 
@@ -96,12 +100,7 @@ void MemoryLedger::charge(Tier tier, Kind kind, std::size_t bytes, std::string_v
                format_bytes(usage(tier).budget_bytes), " is left: raise memory_budget.", tier_name(tier));
   if (tier == Tier::host && !pin_host_) host_budget_.reserve(bytes, what, "Raise memory_budget.host");
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& u = usage_[static_cast<int>(tier)];
-  u.used_bytes += bytes;
-  u.peak_bytes = std::max(u.peak_bytes, u.used_bytes);
-  auto k = static_cast<std::size_t>(kind);
-  u.kind_used[k] += bytes;
-  u.kind_peak[k] = std::max(u.kind_peak[k], u.kind_used[k]);
+  add_use(tier, kind, bytes);
 }
 
 void MemoryLedger::discharge(Tier tier, Kind kind, std::size_t bytes) noexcept {

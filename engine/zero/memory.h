@@ -57,6 +57,8 @@ class MemoryLedger {
     Kind kind;
     std::size_t bytes;
   };
+  void add_use(Tier tier, Kind kind, std::size_t bytes);  // mutex_ held
+
   device::Device& dev_;
   bool pin_host_;
   device::Budget host_budget_;

@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "io/aligned.h"
 #include "io/status.h"
 #include "offload/detail/io_error.h"
 
@@ -53,6 +54,27 @@ std::vector<std::string> create_swap_dir(const std::string& dir, const char* key
                  " at a writable directory on the NVMe device");
   }
   return created;
+}
+
+std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
+                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
+                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
+                               const std::function<std::string(int gen)>& where, const char* tier) {
+  io::SwapSpec spec;
+  spec.element_bytes = element_bytes;
+  spec.element_count = payload_bytes / element_bytes;
+  spec.block_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(io::align_up(block_bytes), io::align_up(payload_bytes)));
+  std::uint64_t total = 0;
+  for (int g = 0; g < 2; ++g) {
+    path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
+    created.push_back(path[g]);
+    auto f = io::SwapFile::create(engine, path[g], spec);
+    STRATA_OFFLOAD_IO_CHECK(f.status(), where(g));
+    reserve_blocks(path[g], f->layout().file_bytes, tier);
+    total += f->layout().file_bytes;
+    file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+  }
+  return total;
 }
 
 void remove_swap_files(const std::vector<std::string>& paths) noexcept {

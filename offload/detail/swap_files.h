@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "io/buffer_pool.h"
 #include "io/engine.h"
+#include "io/swap_file.h"
 
 namespace strata::offload::detail {
 
@@ -21,6 +24,15 @@ void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* ti
 // for remove_swap_dirs. Throws naming `key` (the config key that chose the directory) when
 // it cannot be created.
 std::vector<std::string> create_swap_dir(const std::string& dir, const char* key);
+// Creates both generations of one chunk's swap file, `base` + ".a.swap" and ".b.swap", for
+// `payload_bytes` of `element_bytes`-sized elements in checksum blocks of at most
+// `block_bytes`, with their blocks reserved. Each path goes into `created` before its file
+// is made, so the caller can remove_swap_files() on failure. `where(gen)` names the chunk
+// in errors, `tier` the tier. Returns the bytes of both files.
+std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
+                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
+                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
+                               const std::function<std::string(int gen)>& where, const char* tier);
 // Unlinks the files (missing ones are fine).
 void remove_swap_files(const std::vector<std::string>& paths) noexcept;
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.

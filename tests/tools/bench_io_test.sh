@@ -3,15 +3,7 @@
 # removed after a run, after an error (a file size limit: EFBIG) and after Ctrl-C.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
-strata=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-if ! "$strata" info --json | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["io_uring"]["available"] else 1)'; then
-  echo "SKIPPED: io_uring unavailable here (see strata info)"
-  exit 77
-fi
-dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-bench-io-test-XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/common.sh" "$1" bench-io
 
 echo "== a run: keys, settings, medians of --iters runs; no file left"
 out=$("$strata" bench io --dir "$dir" --size 16MiB --block 1MiB --qd 4 --batch 2 --iters 3 --json)

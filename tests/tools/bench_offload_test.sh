@@ -3,15 +3,7 @@
 # median of per-pair ratios), the sub-group layout it reports, and no swap or bench file
 # left in the directory afterwards, also when Ctrl-C ends it. Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
-strata=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-if ! "$strata" info --json | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["io_uring"]["available"] else 1)'; then
-  echo "SKIPPED: io_uring unavailable here (see strata info)"
-  exit 77
-fi
-dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-bench-offload-test-XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/common.sh" "$1" bench-offload
 
 out=$("$strata" bench offload --dir "$dir" --params 1M --sub-group 300K --buffers 3 --qd 8 --iters 3 --json)
 python3 - "$out" <<'PY'

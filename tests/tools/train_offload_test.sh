@@ -4,15 +4,7 @@
 # fits is refused naming the key to raise, Ctrl-C ends at the next step, and no swap file
 # is left behind in any of these. Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
-strata=$1
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-if ! "$strata" info --json | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["io_uring"]["available"] else 1)'; then
-  echo "SKIPPED: io_uring unavailable here (see strata info)"
-  exit 77
-fi
-dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-train-offload-test-XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/common.sh" "$1" train-offload
 config() {  # $1: device budget
   cat > "$dir/ds.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
