@@ -48,6 +48,18 @@ __global__ void convert_kernel(const void* src, DType from, void* dst, DType to,
   }
 }
 
+__global__ void accumulate_kernel(float* acc, const void* src, DType t, std::size_t n) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    acc[i] = __fadd_rn(acc[i], decode(src, t, i));  // no contraction: one rounded add, as on the CPU
+  }
+}
+
+int grid_for(std::size_t count, int threads) {
+  const std::size_t blocks_needed = (count + threads - 1) / threads;
+  return static_cast<int>(blocks_needed < 65535 ? blocks_needed : 65535);
+}
+
 }  // namespace
 
 void cuda_convert_async(void* cuda_stream, const void* src, DType from, void* dst, DType to, std::size_t count,
@@ -61,6 +73,14 @@ void cuda_convert_async(void* cuda_stream, const void* src, DType from, void* ds
   convert_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(src, from, dst, to, count,
                                                                                    saturate_fp8);
   STRATA_CUDA_CHECK(cudaGetLastError(), "convert_async kernel launch");
+}
+
+void cuda_accumulate_async(void* cuda_stream, float* acc, const void* src, DType src_dtype, std::size_t count) {
+  if (count == 0) return;
+  constexpr int kThreads = 256;
+  accumulate_kernel<<<grid_for(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(acc, src, src_dtype,
+                                                                                                     count);
+  STRATA_CUDA_CHECK(cudaGetLastError(), "accumulate_async kernel launch");
 }
 
 }  // namespace strata::device::detail

@@ -8,4 +8,8 @@ void cuda_convert_async(void*, const void*, DType, void*, DType, std::size_t, bo
   STRATA_THROW(Errc::unsupported, "cuda convert_async: unsupported: built without CUDA");
 }
 
+void cuda_accumulate_async(void*, float*, const void*, DType, std::size_t) {
+  STRATA_THROW(Errc::unsupported, "cuda accumulate_async: unsupported: built without CUDA");
+}
+
 }  // namespace strata::device::detail

@@ -13,6 +13,7 @@
 #include "engine/zero/detail/engine_impl.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/device_step.h"
 #include "optim/grad_norm.h"
 #include "optim/lion.h"
 #include "optim/step_plan.h"
@@ -48,9 +49,57 @@ Engine::Impl::Impl(const EngineOptions& o)
                cfg.zero.stage);
   STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
                "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ", cfg.zero.stage);
-  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
-               "the ZeRO engine runs on the host device in this build (device '", dev.name(),
-               "'): the CUDA path of the engine is not implemented yet; use --device host");
+  // Reductions of gradients that stay on the device take the communicator's collectives on
+  // device memory: Gloo's work on host memory only, and the NCCL path of the engine is not
+  // written yet.
+  STRATA_CHECK(dev.backend() == device::Backend::host || world == 1, Errc::unsupported, "rank ", rank,
+               ": the ZeRO engine on a CUDA device ('", dev.name(), "') runs one rank in this build; multi-rank "
+               "training on GPUs (NCCL reductions of device gradients) is not implemented yet: run one rank per "
+               "process with --device cuda, or several ranks with --device host");
+}
+
+std::size_t Engine::Impl::copy_elems(int li) const {
+  return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
+}
+
+std::size_t Engine::Impl::copy_offset(int li, std::size_t k) const {
+  const auto& L = layout->layers()[li];
+  return cfg.zero.stage == 0 ? bucket_pos(layout->buckets()[L.buckets[k]], L) : layers[li].shard_off[k];
+}
+
+void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) {
+  if (tier == Tier::device) dev_stream->memset_async(p, 0, bytes);
+  else std::memset(p, 0, bytes);
+}
+
+void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes) {
+  if (dst_tier != Tier::device && src_tier != Tier::device) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const auto kind = dst_tier != Tier::device ? device::CopyKind::device_to_host
+                    : src_tier != Tier::device ? device::CopyKind::host_to_device
+                                               : device::CopyKind::device_to_device;
+  dev_stream->copy_async(dst, src, bytes, kind);
+}
+
+// The device optimizer wrote the layer's updated compute copies to device_copy (its shards
+// live on the host or NVMe): they go to the host shards, or through the staging to NVMe.
+void Engine::Impl::flush_device_copy(int li) {
+  auto& S = layers[li];
+  if (S.device_copy == nullptr) return;
+  void* staged = copy_target(li);
+  const std::size_t bytes = S.shard_total * cbytes;
+  {
+    Tracer::Span span(options.tracer, "copy", str_cat("D2H updated L", layout->layers()[li].id));
+    dev_stream->copy_async(staged != nullptr ? staged : S.params_shard, S.device_copy, bytes,
+                           device::CopyKind::device_to_host);
+    dev_stream->synchronize();
+  }
+  io.d2h_bytes += bytes;
+  ledger->free(S.device_copy);
+  S.device_copy = nullptr;
+  if (staged != nullptr) copy_updated(li, S.shard_total);
 }
 
 void Engine::Impl::require_setup(const char* op) const {
@@ -92,7 +141,8 @@ Engine::~Engine() {
   auto& I = *impl_;
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
-  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(),
+                   I.dev_stream.get()}) {
     if (st == nullptr) continue;
     try {
       st->synchronize();
@@ -111,7 +161,8 @@ Engine::~Engine() {
   if (I.swap_file_bytes) I.ledger->discharge(Tier::nvme, Kind::optimizer, I.swap_file_bytes);
   for (auto& s : I.layers) {
     for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
-                    static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging, s.copy_stage}) {
+                    static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging, s.copy_stage,
+                    s.device_copy}) {
       I.ledger->free(p);
     }
   }
@@ -153,6 +204,7 @@ void Engine::setup() {
   I.ledger = std::make_unique<MemoryLedger>(
       I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
       I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
+  I.dev_stream = I.dev.create_stream();
   I.layers.resize(lay.layers().size());
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     auto& S = I.layers[li];
@@ -165,6 +217,15 @@ void Engine::setup() {
   // Where every layer's state lives, checked against the device budget before anything is
   // allocated (engine_place.cc).
   I.place_layers();
+  const auto& oc = I.cfg.optimizer;
+  if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      STRATA_CHECK(I.layers[li].opt_tier != Tier::device, Errc::unsupported, "optimizer.type ",
+                   oc.type == OptimizerType::lion ? "Lion" : "Adagrad", " has no CUDA kernel yet, and layer ",
+                   lay.layers()[li].id, "'s optimizer state is placed on the GPU: use Adam/AdamW, or run it on the "
+                   "CPU with offload_optimizer.device = \"cpu\"");
+    }
+  }
 
   std::size_t max_bucket = 0, max_shard = 0;
   for (const auto& b : lay.buckets()) {
@@ -190,7 +251,7 @@ void Engine::setup() {
   }
 
   std::vector<float> init, master_shard;
-  std::vector<char> shard_bytes;
+  std::vector<char> shard_bytes, full_bytes;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const auto& L = lay.layers()[li];
     auto& S = I.layers[li];
@@ -201,48 +262,50 @@ void Engine::setup() {
       S.master = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
       S.m = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
       S.v = static_cast<float*>(I.ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
-      std::memset(S.m, 0, opt_elems * 4);
-      std::memset(S.v, 0, opt_elems * 4);
+      I.fill_zero(S.m, opt_elems * 4, S.opt_tier);
+      I.fill_zero(S.v, opt_elems * 4, S.opt_tier);
     }
     const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
     const Tier acc_tier = I.acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device;
     S.acc = static_cast<float*>(I.ledger->allocate(acc_tier, Kind::grads, acc_elems * 4, name + " gradients"));
-    std::memset(S.acc, 0, acc_elems * 4);
+    I.fill_zero(S.acc, acc_elems * 4, acc_tier);
 
-    // Master weights: the whole layer (stage 0) or this rank's shard of every bucket.
+    // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
+    // in host memory and copied to their tier.
     init.resize(L.padded);
     I.fill_init(L, 0, L.padded, init.data());
     if (stage == 0) {
-      std::memcpy(S.master, init.data(), L.padded * 4);
+      I.copy_bytes(S.master, S.opt_tier, init.data(), Tier::host, L.padded * 4);
     } else {
       master_shard.resize(S.shard_total);
-      float* master = opt_nvme ? master_shard.data() : S.master;
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
-        std::memcpy(master + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
+        std::memcpy(master_shard.data() + S.shard_off[k], init.data() + I.bucket_pos(b, L) + I.own_begin(b), b.shard * 4);
       }
       if (opt_nvme) I.swapper->initialize(static_cast<std::size_t>(S.swap_index), master_shard.data());
+      else I.copy_bytes(S.master, S.opt_tier, master_shard.data(), Tier::host, S.shard_total * 4);
     }
     if (stage <= 2 || S.persistent) {
       S.params_full = I.ledger->allocate(Tier::device, Kind::params, L.padded * I.cbytes, name + " parameters");
-      convert(init.data(), DType::fp32, S.params_full, I.cdt, L.padded);
+      full_bytes.resize(L.padded * I.cbytes);
+      convert(init.data(), DType::fp32, full_bytes.data(), I.cdt, L.padded);
+      I.copy_bytes(S.params_full, Tier::device, full_bytes.data(), Tier::host, full_bytes.size());
     }
     if (stage == 3) {
-      void* shard = nullptr;
-      if (S.param_tier == Tier::nvme) {
-        shard_bytes.resize(S.shard_total * I.cbytes);
-        shard = shard_bytes.data();
-      } else {
-        S.params_shard = I.ledger->allocate(S.param_tier, Kind::params, S.shard_total * I.cbytes, name + " parameter shards");
-        shard = S.params_shard;
-      }
+      shard_bytes.resize(S.shard_total * I.cbytes);
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
         convert(init.data() + I.bucket_pos(b, L) + I.own_begin(b), DType::fp32,
-                static_cast<char*>(shard) + S.shard_off[k] * I.cbytes, I.cdt, b.shard);
+                shard_bytes.data() + S.shard_off[k] * I.cbytes, I.cdt, b.shard);
       }
-      if (S.param_tier == Tier::nvme) I.param_store->write(static_cast<std::size_t>(S.store_index), shard);
+      if (S.param_tier == Tier::nvme) {
+        I.param_store->write(static_cast<std::size_t>(S.store_index), shard_bytes.data());
+      } else {
+        S.params_shard = I.ledger->allocate(S.param_tier, Kind::params, S.shard_total * I.cbytes, name + " parameter shards");
+        I.copy_bytes(S.params_shard, S.param_tier, shard_bytes.data(), Tier::host, shard_bytes.size());
+      }
     }
+    I.dev_stream->synchronize();  // the host buffers above are reused for the next layer
   }
   if (I.param_store) I.param_store->commit();
   if (stage == 3) I.gather_stream = I.dev.create_stream();
@@ -297,6 +360,7 @@ StepResult Engine::step() {
                  " is still gathered: release() every gather() before step()");
   }
   if (I.reduce_stream) I.reduce_stream->synchronize();  // every reduction of the step is in
+  I.dev_stream->synchronize();
   Tracer::Span span(I.options.tracer, "optimizer", "step");
   I.end_step_trace();
   ++I.step_calls;
@@ -309,7 +373,8 @@ StepResult Engine::step() {
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
       const float* g = stage <= 1 ? S.acc + I.bucket_pos(b, L) + I.own_begin(b) : S.acc + S.shard_off[k];
-      local += optim::grad_norm_sq(g, DType::fp32, b.shard);
+      local += I.acc_on_host(static_cast<int>(li)) ? optim::grad_norm_sq(g, DType::fp32, b.shard)
+                                                   : optim::grad_norm_sq(I.dev, *I.dev_stream, g, DType::fp32, b.shard);
     }
   }
   // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
@@ -355,26 +420,53 @@ StepResult Engine::step() {
       a.v = v;
       a.grad = (stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : I.own_begin(b)) : S.acc + S.shard_off[k]) + e0;
       // Updated compute copies go where the parameters live, or through the host staging
-      // (engine_nvme.cc) that carries them there once the whole layer is updated.
-      void* staged = I.copy_target(static_cast<int>(li));
-      void* copy_base = staged != nullptr ? staged : stage == 3 ? S.params_shard : S.params_full;
-      const std::size_t copy_off =
-          (staged != nullptr || stage == 3 ? S.shard_off[k] : pos + (stage == 0 ? 0 : I.own_begin(b))) + e0;
-      a.copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
-      if (I.cdt == DType::fp32) {
-        a.copy = nullptr;  // the fp32 compute copy is refreshed from the master below
+      // (engine_nvme.cc) that carries them there once the whole layer is updated. The device
+      // optimizer of a stage-3 layer whose shards live off the device writes them to a device
+      // buffer first (flush_device_copy).
+      const bool on_device = S.opt_tier == Tier::device;
+      void* staged = nullptr;
+      void* copy_base = nullptr;
+      std::size_t copy_off = 0;
+      if (on_device && stage == 3 && S.param_tier != Tier::device) {
+        if (S.device_copy == nullptr) {
+          S.device_copy = I.ledger->allocate(Tier::device, Kind::buffers, S.shard_total * I.cbytes,
+                                             str_cat("layer ", L.id, " updated parameters (device)"));
+        }
+        copy_base = S.device_copy;
+        copy_off = S.shard_off[k] + e0;
+      } else {
+        staged = I.copy_target(static_cast<int>(li));
+        copy_base = staged != nullptr ? staged : stage == 3 ? S.params_shard : S.params_full;
+        copy_off = (staged != nullptr ? I.copy_offset(static_cast<int>(li), k)
+                    : stage == 3      ? S.shard_off[k]
+                                      : pos + (stage == 0 ? 0 : I.own_begin(b))) +
+                   e0;
       }
-      switch (oc.type) {
-        case OptimizerType::adam:
-        case OptimizerType::adamw:
-          optim::adam_step({lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw,
-                            oc.bias_correction},
-                           a);
-          break;
-        case OptimizerType::lion: optim::lion_step({lr, oc.beta1, oc.beta2, oc.weight_decay}, a); break;
-        case OptimizerType::adagrad: optim::adagrad_step({lr, 0.0f, oc.eps, oc.weight_decay}, a); break;
+      char* copy = static_cast<char*>(copy_base) + copy_off * I.cbytes;
+      a.copy = I.cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
+      const optim::AdamConfig adam{lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw,
+                                   oc.bias_correction};
+      const optim::LionConfig lion{lr, oc.beta1, oc.beta2, oc.weight_decay};
+      const optim::AdagradConfig adagrad{lr, 0.0f, oc.eps, oc.weight_decay};
+      if (on_device) {
+        // On the device's stream: the CUDA kernels, or the same CPU kernels on the host
+        // backend's worker (Lion and Adagrad have no CUDA kernel: setup() refuses them there).
+        switch (oc.type) {
+          case OptimizerType::adam:
+          case OptimizerType::adamw: optim::adam_step_async(*I.dev_stream, adam, a); break;
+          case OptimizerType::lion: I.dev_stream->launch_host([lion, a] { optim::lion_step(lion, a); }); break;
+          case OptimizerType::adagrad: I.dev_stream->launch_host([adagrad, a] { optim::adagrad_step(adagrad, a); }); break;
+        }
+        if (I.cdt == DType::fp32) I.copy_bytes(copy, Tier::device, a.master, Tier::device, n * 4);
+      } else {
+        switch (oc.type) {
+          case OptimizerType::adam:
+          case OptimizerType::adamw: optim::adam_step(adam, a); break;
+          case OptimizerType::lion: optim::lion_step(lion, a); break;
+          case OptimizerType::adagrad: optim::adagrad_step(adagrad, a); break;
+        }
+        if (I.cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
       }
-      if (I.cdt == DType::fp32) std::memcpy(static_cast<char*>(copy_base) + copy_off * 4, a.master, n * 4);
       if (staged != nullptr) I.copy_updated(static_cast<int>(li), n);
     };
     // Stages 1-2: every rank refreshes its replica of the bucket from the owners.
@@ -416,7 +508,9 @@ StepResult Engine::step() {
           const std::size_t off = stage == 0 ? I.bucket_pos(b, L) : S.shard_off[k];
           update(li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
         }
+        I.flush_device_copy(static_cast<int>(li));
       }
+      I.dev_stream->synchronize();  // the device optimizer's updates are in
       if (I.param_store) I.io_stream->launch_host([store = I.param_store.get()] { store->commit(); });
     } catch (...) {
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
@@ -432,6 +526,8 @@ StepResult Engine::step() {
         I.ledger->free(S.copy_stage);
         S.copy_stage = nullptr;
         S.copy_done = 0;
+        I.ledger->free(S.device_copy);
+        S.device_copy = nullptr;
       }
       I.in_step = false;
       throw;
@@ -447,18 +543,21 @@ StepResult Engine::step() {
           char* full = static_cast<char*>(S.params_full) + I.bucket_pos(b, L) * I.cbytes;
           const char* mine = static_cast<char*>(S.params_shard) + S.shard_off[k] * I.cbytes;
           if (I.world > 1) I.comm->all_gather(mine, full, b.shard, I.cdt);
-          else std::memcpy(full, mine, b.shard * I.cbytes);
+          else I.copy_bytes(full, Tier::device, mine, S.param_tier, b.shard * I.cbytes);
         }
       }
     }
+    I.dev_stream->synchronize();
   } else {
     STRATA_LOG(info, "rank ", I.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
                 " (next scale ", I.scaler.scale(), ")");
   }
   for (std::size_t li = 0; li < I.layers.size(); ++li) {
     const auto& L = lay.layers()[li];
-    std::memset(I.layers[li].acc, 0, (stage <= 1 ? L.padded : I.layers[li].shard_total) * 4);
+    I.fill_zero(I.layers[li].acc, (stage <= 1 ? L.padded : I.layers[li].shard_total) * 4,
+                I.acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
   }
+  I.dev_stream->synchronize();
   I.in_step = false;
   result.step = I.steps_taken;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
@@ -498,7 +597,7 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
-  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get()}) {
+  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}) {
     if (st != nullptr) st->synchronize();
   }
   I.drain_io();
@@ -520,15 +619,18 @@ std::vector<float> Engine::full_parameters() {
     auto& full = per_layer[li];
     full.resize(L.padded);
     if (I.cfg.zero.stage == 0) {
-      std::memcpy(full.data(), S.master, L.padded * 4);
+      I.copy_bytes(full.data(), Tier::host, S.master, S.opt_tier, L.padded * 4);
+      I.dev_stream->synchronize();
       continue;
     }
-    std::vector<float> from_nvme;
+    std::vector<float> copied;
     const float* master = S.master;
-    if (S.opt_tier == Tier::nvme) {
-      from_nvme.resize(S.shard_total);
-      I.read_master_shard(static_cast<int>(li), from_nvme.data());
-      master = from_nvme.data();
+    if (S.opt_tier != Tier::host) {
+      copied.resize(S.shard_total);
+      if (S.opt_tier == Tier::nvme) I.read_master_shard(static_cast<int>(li), copied.data());
+      else I.copy_bytes(copied.data(), Tier::host, S.master, Tier::device, S.shard_total * 4);
+      I.dev_stream->synchronize();
+      master = copied.data();
     }
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];

@@ -137,11 +137,11 @@ void Engine::Impl::read_master_shard(int li, float* out) {
 void* Engine::Impl::copy_target(int li) {
   auto& S = layers[li];
   const bool staged = S.param_tier == Tier::nvme || (acc_on_host(li) && S.param_tier == Tier::device);
-  if (!staged || cfg.zero.stage == 0) return nullptr;
+  if (!staged) return nullptr;
   if (S.copy_stage == nullptr) {
     const std::string what = str_cat("layer ", layout->layers()[li].id, " updated parameter staging");
     try {
-      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
+      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, copy_elems(li) * cbytes, what);
     } catch (const Error& e) {
       // Write-backs queued on the gather stream hold their staging until written: when the
       // host tier is full, wait for them to drain (bounding them by the budget) and retry.
@@ -152,7 +152,7 @@ void* Engine::Impl::copy_target(int li) {
         drain_io();
         io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
-      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, S.shard_total * cbytes, what);
+      S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, copy_elems(li) * cbytes, what);
     }
     S.copy_done = 0;
   }
@@ -162,7 +162,7 @@ void* Engine::Impl::copy_target(int li) {
 void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
   auto& S = layers[li];
   S.copy_done += elems;
-  if (S.copy_done < S.shard_total) return;
+  if (S.copy_done < copy_elems(li)) return;
   const auto& L = layout->layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (S.param_tier == Tier::nvme) {
@@ -182,26 +182,30 @@ void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
       try {
         param_store->write(idx, buf);
       } catch (...) {
-        ledger->free(buf);
+        ledger->retire(buf);
         freed->store(true);
         throw;
       }
-      ledger->free(buf);
+      ledger->retire(buf);
       freed->store(true);
     });
     return;
   } else {
     Tracer::Span span(options.tracer, "copy", str_cat("H2D updated L", L.id));
-    // Stage 3: the shard as it is laid out; stages 1-2: this rank's part of each bucket.
+    // Stage 3: the shard as it is laid out; stages 1-2: this rank's part of each bucket;
+    // stage 0: the whole layer.
     const char* src = static_cast<const char*>(S.copy_stage);
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    if (cfg.zero.stage == 0) {
+      xfer_stream->copy_async(S.params_full, src, L.padded * cbytes, device::CopyKind::host_to_device);
+    }
+    for (std::size_t k = 0; k < L.buckets.size() && cfg.zero.stage > 0; ++k) {
       const auto& b = layout->buckets()[L.buckets[k]];
       char* dst = cfg.zero.stage == 3 ? static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes
                                       : static_cast<char*>(S.params_full) + (bucket_pos(b, L) + own_begin(b)) * cbytes;
       xfer_stream->copy_async(dst, src + S.shard_off[k] * cbytes, b.shard * cbytes, device::CopyKind::host_to_device);
     }
     xfer_stream->synchronize();
-    io.h2d_bytes += S.shard_total * cbytes;
+    io.h2d_bytes += copy_elems(li) * cbytes;
   }
   io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ledger->free(S.copy_stage);

@@ -36,6 +36,7 @@ void MemoryLedger::add_use(Tier tier, Kind kind, std::size_t bytes) {
 }
 
 MemoryLedger::~MemoryLedger() {
+  reap();
   if (!live_.empty()) STRATA_LOG(warn, "memory ledger destroyed with ", live_.size(), " live allocations; freeing them");
   for (auto& [p, e] : live_) {
     if (e.tier == Tier::device) dev_.free(p);
@@ -45,6 +46,7 @@ MemoryLedger::~MemoryLedger() {
 }
 
 void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+  reap();
   STRATA_CHECK(tier != Tier::nvme, Errc::internal, "memory ledger: ", what, ": the NVMe tier holds files; charge() it");
   void* p = nullptr;
   if (tier == Tier::device) {
@@ -66,22 +68,21 @@ void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::strin
   return p;
 }
 
-void MemoryLedger::free(void* ptr) noexcept {
-  if (ptr == nullptr) return;
-  Entry e;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.find(ptr);
-    if (it == live_.end()) {
-      STRATA_LOG(error, "memory ledger: free of an unknown pointer (ignored)");
-      return;
-    }
-    e = it->second;
-    live_.erase(it);
-    auto& u = usage_[static_cast<int>(e.tier)];
-    u.used_bytes -= e.bytes;
-    u.kind_used[static_cast<std::size_t>(e.kind)] -= e.bytes;
+bool MemoryLedger::take(void* ptr, Entry& e) noexcept {
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    STRATA_LOG(error, "memory ledger: free of an unknown pointer (ignored)");
+    return false;
   }
+  e = it->second;
+  live_.erase(it);
+  auto& u = usage_[static_cast<int>(e.tier)];
+  u.used_bytes -= e.bytes;
+  u.kind_used[static_cast<std::size_t>(e.kind)] -= e.bytes;
+  return true;
+}
+
+void MemoryLedger::release(void* ptr, const Entry& e) noexcept {
   try {
     if (e.tier == Tier::device) dev_.free(ptr);
     else if (pin_host_) dev_.free_pinned(ptr);
@@ -94,7 +95,41 @@ void MemoryLedger::free(void* ptr) noexcept {
   }
 }
 
+void MemoryLedger::free(void* ptr) noexcept {
+  reap();
+  if (ptr == nullptr) return;
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!take(ptr, e)) return;
+  }
+  release(ptr, e);
+}
+
+void MemoryLedger::retire(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Entry e;
+  if (!take(ptr, e)) return;
+  try {
+    retired_.emplace_back(ptr, e);
+  } catch (...) {
+    STRATA_LOG(error, "memory ledger: out of memory retiring an allocation (leaked)");
+  }
+}
+
+void MemoryLedger::reap() noexcept {
+  std::vector<std::pair<void*, Entry>> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (retired_.empty()) return;
+    done.swap(retired_);
+  }
+  for (auto& [p, e] : done) release(p, e);
+}
+
 void MemoryLedger::charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+  reap();
   STRATA_CHECK(bytes <= available(tier), Errc::out_of_budget, tier_name(tier), " tier: ", what, " needs ",
                format_bytes(bytes), " (", bytes, " B) but only ", format_bytes(available(tier)), " of its budget of ",
                format_bytes(usage(tier).budget_bytes), " is left: raise memory_budget.", tier_name(tier));

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "engine/device/budget.h"
 #include "engine/device/device.h"
@@ -42,6 +44,11 @@ class MemoryLedger {
 
   void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
   void free(void* ptr) noexcept;
+  // free() for stream work (a host function on a CUDA stream must not call CUDA): the bytes
+  // leave the tier's use now; the memory goes back to the Device at the next allocate(),
+  // free() or reap() on the owner's thread.
+  void retire(void* ptr) noexcept;
+  void reap() noexcept;
   // Bytes allocated outside the ledger (the NVMe swapper's pinned buffer pool, swap files on
   // the NVMe tier), counted in a tier's use and held against its budget like the ledger's
   // own allocations. A refusal names the tier, the bytes and the budget key.
@@ -58,12 +65,15 @@ class MemoryLedger {
     std::size_t bytes;
   };
   void add_use(Tier tier, Kind kind, std::size_t bytes);  // mutex_ held
+  bool take(void* ptr, Entry& e) noexcept;                // mutex_ held: unregisters ptr
+  void release(void* ptr, const Entry& e) noexcept;       // hands the memory back
 
   device::Device& dev_;
   bool pin_host_;
   device::Budget host_budget_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, Entry> live_;
+  std::vector<std::pair<void*, Entry>> retired_;
   std::array<TierUsage, kTiers> usage_{};
 };
 

@@ -4,11 +4,13 @@
 // length, so the sums are bitwise equal) and add it to the fp32 accumulator. The buffer is
 // freed once reduced. With overlap_comm the reduction runs on a reduce stream while the
 // trainer goes on with the next layer's backward; step() waits for it. Gradients whose
-// accumulator lives in host RAM (optimizer offloaded) cross the link first.
+// accumulator lives in host RAM (optimizer offloaded) cross the link first. On one rank, an
+// accumulator on the device is updated there by a device op (the CUDA path).
 #include <cstring>
 #include <functional>
 
 #include "engine/core/error.h"
+#include "engine/device/ops.h"
 #include "engine/zero/detail/engine_impl.h"
 
 namespace strata::zero {
@@ -35,7 +37,8 @@ std::vector<TensorView> Engine::Impl::grad_buffers(int li) {
         waited = true;
       }
     }
-    std::memset(S.grad_buf, 0, L.padded * cbytes);
+    dev_stream->memset_async(S.grad_buf, 0, L.padded * cbytes);
+    dev_stream->synchronize();
   }
   return views(li, S.grad_buf, cdt);
 }
@@ -65,6 +68,24 @@ void Engine::Impl::reduce_grads(int li) {
   // leaves the device (D2H into the pinned gradient staging) before it is widened. Without a
   // reduce stream the copy runs on the transfer stream and is waited for at once.
   const bool to_host = acc_on_host(li);
+  // One rank with the accumulator on the device: nothing crosses the link and there is no
+  // collective, so each bucket is widened and added in device memory by one device op
+  // (the same bits as widening into the scratch and adding).
+  if (!to_host && world == 1) {
+    device::Stream& ds = st != nullptr ? *st : *dev_stream;
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = layout->buckets()[L.buckets[k]];
+      const std::size_t pos = bucket_pos(b, L);
+      float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
+      device::accumulate_async(ds, acc, static_cast<const char*>(grads) + pos * cbytes, cdt, b.padded);
+    }
+    ds.launch_host([this, grads, id = L.id, t0] {
+      ledger->retire(grads);
+      if (options.tracer != nullptr) options.tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+    });
+    if (st == nullptr) dev_stream->synchronize();
+    return;
+  }
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = layout->buckets()[L.buckets[k]];
     const std::size_t pos = bucket_pos(b, L);
@@ -99,7 +120,7 @@ void Engine::Impl::reduce_grads(int li) {
     });
   }
   run([this, grads, id = L.id, t0] {
-    ledger->free(grads);
+    ledger->retire(grads);
     if (options.tracer != nullptr) options.tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
   });
 }

@@ -46,6 +46,9 @@ struct LayerState {
   // to their tier once the whole layer is updated.
   void* copy_stage = nullptr;
   std::uint64_t copy_done = 0;           // elements of copy_stage updated this step
+  // step(): the device optimizer's compute copies of a stage-3 layer whose shards live off
+  // the device (host or NVMe), on the device until the layer is updated, then copied out.
+  void* device_copy = nullptr;
 
   // Stage 3 residency.
   bool persistent = false;
@@ -95,6 +98,11 @@ struct Engine::Impl {
   // complete on the gather stream during the next step), and the time waited on it.
   IoStats io, last_io;
   std::chrono::steady_clock::time_point step_start;
+  // The engine's own device work, in order: initial values, zeroing, accumulation of
+  // gradients that stay on the device, the device optimizer, copies between device buffers.
+  // Nothing in the engine touches device memory from the CPU, so every path runs on a real
+  // GPU; the host backend runs the same stream work on its worker.
+  std::unique_ptr<device::Stream> dev_stream;
   // Host <-> device copies that step() and reductions make synchronously (gradients out,
   // updated shards in) when no stream of their own carries them.
   std::unique_ptr<device::Stream> xfer_stream;
@@ -166,6 +174,15 @@ struct Engine::Impl {
   void* copy_target(int li);                     // step(): where update() writes compute copies
   void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
   bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
+  // Updated compute copies of layer li that pass through host staging (copy_target): the
+  // whole padded layer at stage 0, this rank's shards above; bucket k's offset in them.
+  std::size_t copy_elems(int li) const;
+  std::size_t copy_offset(int li, std::size_t k) const;
+  // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
+  // before host memory they read or write is reused.
+  void fill_zero(void* p, std::size_t bytes, Tier tier);
+  void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
+  void flush_device_copy(int li);  // step(): device_copy -> the layer's shards off the device
   void read_master_shard(int li, float* out);
   std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };
