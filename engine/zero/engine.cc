@@ -570,6 +570,7 @@ DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
 int Engine::rank() const noexcept { return impl_->rank; }
 int Engine::world_size() const noexcept { return impl_->world; }
 const EngineConfig& Engine::config() const noexcept { return impl_->cfg; }
+device::Device& Engine::device() const noexcept { return impl_->dev; }
 const Layout& Engine::layout() const {
   impl_->require_setup("layout");
   return *impl_->layout;

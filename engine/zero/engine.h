@@ -13,7 +13,9 @@
 //   step(): global gradient norm, overflow skip (fp16), clipping, the optimizer on this
 //   rank's shards, and the re-gather of updated parameters (stages 1-2).
 // Views point into device memory of the engine's Device and stay valid until release()
-// (gather) or reduce_grads() (grad buffers). Stages 0-3 follow DeepSpeed: 0 replicates
+// (gather) or reduce_grads() (grad buffers). On a CUDA device the trainer's kernels that
+// read a view or write a gradient buffer must have completed (its stream synchronized)
+// before it calls release() or reduce_grads() on it. Stages 0-3 follow DeepSpeed: 0 replicates
 // everything, 1 shards optimizer state and master weights, 2 also gradients, 3 also
 // parameters. All stages share one reduction path (per-micro-batch bucket reductions of
 // equal length accumulated in fp32), so their parameters are bitwise identical.
@@ -105,6 +107,7 @@ class Engine {
   int rank() const noexcept;
   int world_size() const noexcept;
   const EngineConfig& config() const noexcept;
+  device::Device& device() const noexcept;  // where gather() and grad_buffers() views point
   const Layout& layout() const;  // after setup()
   std::vector<int> layer_ids() const;
   MemoryReport memory() const;

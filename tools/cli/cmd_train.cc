@@ -1,5 +1,6 @@
 // `strata train --model mlp --config FILE.json`: trains the demo MLP through the ZeRO
-// engine on the host device, alone or as one rank of `strata launch`. Shows progress
+// engine on a CUDA device (one rank) or the host device (alone or as one rank of
+// `strata launch`); --device auto takes the GPU when there is one and the run has one rank. Shows progress
 // (step, loss, step time, memory per tier), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
 // the gathered whole), and a Chrome trace with --trace.
@@ -62,7 +63,19 @@ int run(const Options& o) {
   const zero::EngineConfig cfg = zero::load_config(o.config, facts);
 
   device::DeviceOptions dopt;
-  dopt.backend = o.device == "auto" ? device::Backend::host : device::parse_backend(o.device);
+  if (o.device == "auto") {
+    dopt.backend = world == 1 ? device::default_backend() : device::Backend::host;
+    if (world > 1 && rank == 0 && device::default_backend() == device::Backend::cuda) {
+      std::printf("strata train: --device auto uses the host device: the engine runs one rank per GPU run in this "
+                  "build (multi-rank NCCL reductions are not implemented yet)\n");
+    }
+  } else {
+    dopt.backend = device::parse_backend(o.device);
+  }
+  STRATA_CHECK(o.link_gbps == 0 || dopt.backend == device::Backend::host, Errc::invalid_argument, "--link-gbps ",
+               o.link_gbps, " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
+               "or use --device host");
+  dopt.ordinal = co.rendezvous.local_rank;
   dopt.budget_bytes = cfg.memory_budget.device ? cfg.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
   dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
   dopt.link_gbps = o.link_gbps;
@@ -169,7 +182,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");
   cmd.add_option("--save-params", o->save_params, "Write the final fp32 parameters (safetensors)");
   cmd.add_option("--trace", o->trace, "Write a Chrome trace (Perfetto) of the run");
-  cmd.add_option("--device", o->device, "host|cuda (auto: host; the engine's CUDA path is not built yet)");
+  cmd.add_option("--device", o->device, "auto|host|cuda (auto: cuda when a GPU is present and the run has one rank)");
   cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");

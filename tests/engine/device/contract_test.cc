@@ -196,3 +196,47 @@ CONTRACT_TEST("device-side dtype conversion matches the host conversion bit for 
     CHECK(std::memcmp(want_round.data(), round.get(), n * 4) == 0);
   }
 }
+
+CONTRACT_TEST("device-side accumulation adds the widened source with one fp32 rounding", device_accumulate) {
+  auto dev = make(backend);
+  auto s = dev->create_stream();
+  constexpr std::size_t n = 100003;  // not a multiple of the host's 4096-element blocks
+  std::vector<float> acc0(n), x(n);
+  std::uint32_t state = 777;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<std::int32_t>(state)) * 1e-9f;  // |v| < ~2.2: exact double sums
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    acc0[i] = next();
+    x[i] = next() * (i % 3 == 0 ? 1e-3f : 1.0f);
+  }
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16}) {
+    INFO(dtype_name(t));
+    const std::size_t bytes = n * dtype_size(t);
+    std::vector<std::uint8_t> src(bytes);
+    convert(x.data(), DType::fp32, src.data(), t, n);
+    std::vector<float> wide(n);
+    convert(src.data(), t, wide.data(), DType::fp32, n);
+    PinnedBuffer hacc(*dev, n * 4), hsrc(*dev, bytes);
+    DeviceBuffer dacc(*dev, n * 4), dsrc(*dev, bytes);
+    std::memcpy(hacc.get(), acc0.data(), n * 4);
+    std::memcpy(hsrc.get(), src.data(), bytes);
+    s->copy_async(dacc.get(), hacc.get(), n * 4, CopyKind::host_to_device);
+    s->copy_async(dsrc.get(), hsrc.get(), bytes, CopyKind::host_to_device);
+    accumulate_async(*s, dacc.as<float>(), dsrc.get(), t, n);
+    accumulate_async(*s, dacc.as<float>(), dsrc.get(), t, n);  // twice: acc + w + w
+    s->copy_async(hacc.get(), dacc.get(), n * 4, CopyKind::device_to_host);
+    s->synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      // The sum of two such floats is exact in double: rounding it once is the fp32 add.
+      const float once = static_cast<float>(static_cast<double>(acc0[i]) + static_cast<double>(wide[i]));
+      const float twice = static_cast<float>(static_cast<double>(once) + static_cast<double>(wide[i]));
+      wrong += std::memcmp(&twice, hacc.as<float>() + i, 4) != 0;
+    }
+    CHECK(wrong == 0);
+  }
+  CHECK_THROWS_WITH(accumulate_async(*s, nullptr, nullptr, DType::fp8_e4m3, 4),
+                    Catch::Contains("fp8_e4m3") && Catch::Contains("fp32, bf16 or fp16"));
+}

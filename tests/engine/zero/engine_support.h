@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device/device.h"
 #include "engine/zero/config.h"
 #include "engine/zero/engine.h"
 
@@ -33,6 +34,7 @@ struct TrainSpec {
   double link_gbps = 0;
   std::uint64_t device_budget = std::uint64_t{256} << 20;
   std::uint64_t pinned_budget = 0;   // 0: the device's default
+  device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU
   Tracer* tracer = nullptr;  // rank 0 only
 };
 

@@ -60,3 +60,30 @@ TEST_CASE("stage 3 never holds more than stage3_max_live_parameters gathered", "
   CHECK(run.memory.peak_gathered_elems >= 1056);
   if (max_live >= 2 * 1056) CHECK(run.memory.peak_gathered_elems >= 2 * 1056);  // prefetch did run ahead
 }
+
+TEST_CASE("retire() frees from stream work: use drops at once, the memory returns on the owner's thread",
+          "[zero][memory]") {
+  device::DeviceOptions d;
+  d.budget_bytes = 1 << 20;
+  auto dev = device::Device::create(d);
+  zero::MemoryLedger ledger(*dev, 1 << 20, false);
+  void* p = ledger.allocate(zero::Tier::device, zero::Kind::buffers, 768 << 10, "test buffer");
+  void* h = ledger.allocate(zero::Tier::host, zero::Kind::buffers, 768 << 10, "host buffer");
+  auto stream = dev->create_stream();
+  stream->launch_host([&] {
+    ledger.retire(p);
+    ledger.retire(h);
+  });
+  stream->synchronize();
+  CHECK(ledger.usage(zero::Tier::device).used_bytes == 0);
+  CHECK(ledger.usage(zero::Tier::host).used_bytes == 0);
+  CHECK(ledger.usage(zero::Tier::device).kind_peak[static_cast<int>(zero::Kind::buffers)] == 768u << 10);
+  CHECK(dev->memory_stats().used_bytes >= 768u << 10);  // still held by the Device until reaped
+  // The next allocation reaps first, so the budget has room for it again.
+  void* q = ledger.allocate(zero::Tier::device, zero::Kind::buffers, 768 << 10, "second buffer");
+  void* g = ledger.allocate(zero::Tier::host, zero::Kind::buffers, 768 << 10, "second host buffer");
+  CHECK(dev->memory_stats().used_bytes < (1u << 20));
+  ledger.free(q);
+  ledger.free(g);
+  CHECK(dev->memory_stats().used_bytes == 0);
+}

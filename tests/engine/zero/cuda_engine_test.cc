@@ -1,0 +1,115 @@
+// The engine on a CUDA device ([cuda]: skipped with the reason where no GPU is present).
+// The demo MLP runs its forward and backward with cuBLAS; the engine keeps its state on the
+// GPU, in host RAM or on NVMe, reduces gradients and runs AdamW on the GPU or the CPU. The
+// invariants are the host device's: every stage and every placement gives the same bits,
+// and the GPU run agrees with the host run to float tolerance.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tests/engine/zero/engine_support.h"
+
+using namespace strata;
+
+namespace {
+
+test::TrainSpec cuda_spec(int stage, DType compute) {
+  test::TrainSpec spec;
+  spec.backend = device::Backend::cuda;
+  spec.config = test::mlp_config(stage, 1, compute);
+  return spec;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("on a CUDA device stages 0-3 give bitwise-identical parameters", "[zero][cuda]") {
+  const DType compute = GENERATE(DType::bf16, DType::fp32);
+  CAPTURE(dtype_name(compute));
+  const auto stage0 = test::train_mlp(cuda_spec(0, compute));
+  REQUIRE(stage0.losses.size() == 10);
+  CHECK(stage0.losses.back() < stage0.losses.front());
+  for (int stage = 1; stage <= 3; ++stage) {
+    INFO("stage " << stage);
+    const auto run = test::train_mlp(cuda_spec(stage, compute));
+    CHECK(same_bits(run.params, stage0.params));
+    CHECK(run.losses == stage0.losses);
+  }
+  auto overlapped = cuda_spec(2, compute);
+  overlapped.config.zero.overlap_comm = true;
+  CHECK(same_bits(test::train_mlp(overlapped).params, stage0.params));
+}
+
+TEST_CASE("on a CUDA device optimizer state and parameter shards off the GPU change no bit", "[zero][cuda]") {
+  const DType compute = GENERATE(DType::bf16, DType::fp32);
+  CAPTURE(dtype_name(compute));
+  const auto on_gpu = test::train_mlp(cuda_spec(3, compute));
+  struct Case {
+    const char* name;
+    zero::OffloadDevice optimizer, params;
+  };
+  for (const Case c : {Case{"optimizer in host RAM", zero::OffloadDevice::cpu, zero::OffloadDevice::none},
+                       Case{"parameter shards in host RAM", zero::OffloadDevice::none, zero::OffloadDevice::cpu},
+                       Case{"both in host RAM", zero::OffloadDevice::cpu, zero::OffloadDevice::cpu}}) {
+    for (bool pinned : {true, false}) {
+      INFO(c.name << (pinned ? ", pinned" : ", pageable"));
+      auto spec = cuda_spec(3, compute);
+      spec.config.offload_optimizer.device = c.optimizer;
+      spec.config.offload_optimizer.pin_memory = pinned;
+      spec.config.offload_param.device = c.params;
+      spec.config.offload_param.pin_memory = pinned;
+      spec.config.zero.stage3_param_persistence_threshold = 0;
+      const auto run = test::train_mlp(spec);
+      CHECK(same_bits(run.params, on_gpu.params));
+      const auto& dev_used = run.memory.device.kind_used;
+      if (c.optimizer != zero::OffloadDevice::none) CHECK(dev_used[static_cast<int>(zero::Kind::optimizer)] == 0);
+      if (c.params != zero::OffloadDevice::none) CHECK(dev_used[static_cast<int>(zero::Kind::params)] == 0);
+      CHECK(run.io.back().h2d_bytes > 0);
+    }
+  }
+  // Stage 1 with the optimizer in host RAM: the updated copies return through the staging.
+  auto stage1 = cuda_spec(1, compute);
+  stage1.config.offload_optimizer.device = zero::OffloadDevice::cpu;
+  CHECK(same_bits(test::train_mlp(stage1).params, on_gpu.params));
+}
+
+TEST_CASE("the GPU run agrees with the host-device run to float tolerance", "[zero][cuda]") {
+  const int stage = GENERATE(0, 3);
+  CAPTURE(stage);
+  auto spec = cuda_spec(stage, DType::fp32);
+  spec.config = test::mlp_config(stage, 1, DType::fp32, /*micro=*/8, /*accum=*/2);
+  const auto gpu = test::train_mlp(spec);
+  spec.backend = device::Backend::host;
+  const auto host = test::train_mlp(spec);
+  // Only the order of the fp32 sums (cuBLAS against the host loops, over H = 32 inputs and
+  // B = 8 samples) and tanh's last bit differ: a gradient differs by ~(H + B) eps relative
+  // per layer (3 layers), and Adam turns that into at most lr * that * (1/(1-beta1) = 10)
+  // per step, over 10 steps.
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double bound = 10 * 1e-3 * (32 + 8) * 3 * eps * 10;
+  double worst = 0;
+  for (std::size_t i = 0; i < gpu.params.size(); ++i) worst = std::max(worst, std::fabs(double(gpu.params[i]) - host.params[i]));
+  INFO("largest difference " << worst << " (bound " << bound << ")");
+  CHECK(worst <= bound);
+  for (std::size_t s = 0; s < host.losses.size(); ++s) {
+    INFO("step " << s);
+    CHECK(gpu.losses[s] == Approx(host.losses[s]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("the engine refuses what its CUDA path does not do, by name", "[zero][cuda]") {
+  auto lion = cuda_spec(2, DType::bf16);
+  lion.config.optimizer.type = zero::OptimizerType::lion;
+  CHECK_THROWS_WITH(test::train_mlp(lion), Catch::Contains("Lion") && Catch::Contains("offload_optimizer.device"));
+  lion.config.offload_optimizer.device = zero::OffloadDevice::cpu;  // the CPU Lion is fine
+  CHECK_NOTHROW(test::train_mlp(lion));
+  auto two = cuda_spec(2, DType::bf16);
+  two.world = 2;
+  two.config = test::mlp_config(2, 2, DType::bf16);
+  CHECK_THROWS_WITH(test::train_mlp(two), Catch::Contains("one rank") && Catch::Contains("--device host"));
+}

@@ -1,0 +1,19 @@
+// Built without CUDA: the demo MLP's GPU arithmetic reports why it cannot run.
+#include "engine/core/error.h"
+#include "tools/model/detail/mlp_cuda.h"
+
+namespace strata::model::detail {
+
+void* cuda_blas_create(void*) {
+  STRATA_THROW(Errc::unsupported, "mlp on cuda: unsupported: built without CUDA");
+}
+void cuda_blas_destroy(void*) noexcept {}
+void cuda_mlp_forward(void*, void*, const float*, const float*, const float*, float*, std::size_t, std::size_t, bool) {
+  STRATA_THROW(Errc::unsupported, "mlp on cuda: unsupported: built without CUDA");
+}
+void cuda_mlp_backward(void*, void*, const float*, const float*, const float*, float*, float*, float*, float*,
+                       std::size_t, std::size_t, bool) {
+  STRATA_THROW(Errc::unsupported, "mlp on cuda: unsupported: built without CUDA");
+}
+
+}  // namespace strata::model::detail
