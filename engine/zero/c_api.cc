@@ -78,9 +78,14 @@ const char* strata_last_error(void) { return g_last_error.c_str(); }
 
 strata_status strata_engine_create(const char* config_path, uint64_t device_budget_bytes, uint64_t seed,
                                    strata_engine** out) {
+  return strata_engine_create_on(config_path, "host", device_budget_bytes, seed, out);
+}
+
+strata_status strata_engine_create_on(const char* config_path, const char* device, uint64_t device_budget_bytes,
+                                      uint64_t seed, strata_engine** out) {
   return guarded([&] {
-    STRATA_CHECK(config_path != nullptr && out != nullptr, strata::Errc::invalid_argument,
-                 "strata_engine_create: config_path and out must not be NULL");
+    STRATA_CHECK(config_path != nullptr && out != nullptr && device != nullptr, strata::Errc::invalid_argument,
+                 "strata_engine_create_on: config_path, device and out must not be NULL");
     *out = nullptr;
     auto e = std::make_unique<strata_engine>();
     strata::comm::CommOptions co;
@@ -90,6 +95,13 @@ strata_status strata_engine_create(const char* config_path, uint64_t device_budg
     facts.world_size = co.rendezvous.world_size;
     const auto cfg = strata::zero::load_config(config_path, facts);
     strata::device::DeviceOptions d;
+    const std::string_view which = device;
+    if (which == "auto") {
+      d.backend = co.rendezvous.world_size == 1 ? strata::device::default_backend() : strata::device::Backend::host;
+    } else {
+      d.backend = strata::device::parse_backend(which);  // names the text when it is neither
+    }
+    d.ordinal = co.rendezvous.local_rank;
     d.budget_bytes = device_budget_bytes ? device_budget_bytes
                      : cfg.memory_budget.device ? cfg.memory_budget.device : (uint64_t{1} << 30);
     if (cfg.memory_budget.host) d.pinned_budget_bytes = cfg.memory_budget.host;
