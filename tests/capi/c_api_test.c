@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
 
   strata_engine* bad = NULL;
   EXPECT(strata_engine_create("/nonexistent/ds.json", 0, 0, &bad) != STRATA_OK && bad == NULL, "missing config");
+  EXPECT(strstr(strata_last_error(), "/nonexistent/ds.json") != NULL, "message names the file");
   EXPECT(strata_engine_create_on(path, "tpu", 0, 0, &bad) != STRATA_OK && bad == NULL &&
              strstr(strata_last_error(), "'tpu'") != NULL,
          "unknown device named");
@@ -88,7 +89,6 @@ int main(int argc, char** argv) {
   EXPECT(strata_engine_create_on(path, "host", 0, 0, &bad) == STRATA_OK && bad != NULL, "create on host");
   strata_engine_destroy(bad);
   bad = NULL;
-  EXPECT(strstr(strata_last_error(), "/nonexistent/ds.json") != NULL, "message names the file");
   remove(path);
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
