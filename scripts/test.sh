@@ -24,15 +24,16 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
   cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests strata_offload_tests
-  # Timing assertions (throttle) are meaningless under TSan's slowdown; everything else runs.
+  # Timing assertions (throttle) are meaningless under TSan's slowdown, and the guard's
+  # tests fork; everything else runs.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
-    "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]"
+    "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]~[pku]"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
     "$STRATA_ROOT/build-tsan/bin/strata_io_tests"
   # The engine's gather, io, reduce and transfer streams against its ledger and stores; the
   # planner's brute-force comparisons are single-threaded and slow under TSan.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
-    "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]"
+    "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
   echo "== AddressSanitizer (leak check included): io engine, buffer pool, swap files"

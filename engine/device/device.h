@@ -36,6 +36,12 @@ struct DeviceOptions {
   std::uint64_t budget_bytes = std::uint64_t{1} << 30;  // device tier budget
   std::uint64_t pinned_budget_bytes = std::uint64_t{1} << 30;
   double link_gbps = 0;  // host backend: H2D and D2H bandwidth per direction; 0 = unthrottled
+  // Host backend: device memory as out of the CPU's reach as a GPU's. An x86 memory
+  // protection key lets only the device's stream work (each task on its worker thread
+  // alone) and code inside a CpuAccessScope touch it; any other CPU access is a SIGSEGV.
+  // Runs code written for both backends under the CUDA backend's rules on a machine without
+  // a GPU. Throws Errc::unsupported where the CPU or kernel has no protection keys.
+  bool guard_memory = false;
 };
 
 struct MemoryStats {
@@ -102,11 +108,34 @@ class Device {
   virtual std::unique_ptr<Event> create_event() = 0;
   virtual void synchronize() = 0;  // every stream of this device
 
+  // Whether the calling thread may touch device memory from the CPU (see guard_memory):
+  // sets it and returns the previous setting. Only a guarded host device changes anything;
+  // use CpuAccessScope.
+  virtual bool set_cpu_access(bool allow) noexcept {
+    (void)allow;
+    return true;
+  }
+
  protected:
   explicit Device(const DeviceOptions& options) : options_(options) {}
 
  private:
   DeviceOptions options_;
+};
+
+// For the scope's life the calling thread may read and write the device's memory from the
+// CPU: what a trainer on the host device does with the engine's views. A no-op unless the
+// device guards its memory (DeviceOptions::guard_memory).
+class CpuAccessScope {
+ public:
+  explicit CpuAccessScope(Device& dev) noexcept : dev_(dev), previous_(dev.set_cpu_access(true)) {}
+  ~CpuAccessScope() { dev_.set_cpu_access(previous_); }
+  CpuAccessScope(const CpuAccessScope&) = delete;
+  CpuAccessScope& operator=(const CpuAccessScope&) = delete;
+
+ private:
+  Device& dev_;
+  bool previous_;
 };
 
 // RAII owner of one device allocation.

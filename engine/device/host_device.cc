@@ -47,6 +47,29 @@ class HostDevice final : public Device {
       }
       base_ = static_cast<unsigned char*>(p);
     }
+    if (o.guard_memory) guard();
+  }
+
+  // Tags the arena with a protection key that no thread may use until it asks
+  // (set_cpu_access) or is this device's stream worker.
+  void guard() {
+    key_ = pkey_alloc(0, PKEY_DISABLE_ACCESS);
+    const int err = errno;
+    if (key_ < 0 || (base_ != nullptr && pkey_mprotect(base_, options().budget_bytes, PROT_READ | PROT_WRITE, key_) != 0)) {
+      const int err2 = key_ < 0 ? err : errno;
+      if (key_ >= 0) pkey_free(key_);
+      key_ = -1;
+      if (base_ != nullptr) munmap(base_, options().budget_bytes);
+      STRATA_THROW(Errc::unsupported, "host device: guard_memory needs memory protection keys (x86 PKU with kernel "
+                   "support): ", errno_text(err2), ". Run without guard_memory");
+    }
+  }
+
+  bool set_cpu_access(bool allow) noexcept override {
+    if (key_ < 0) return true;
+    const bool previous = (pkey_get(key_) & PKEY_DISABLE_ACCESS) == 0;
+    pkey_set(key_, allow ? 0 : PKEY_DISABLE_ACCESS);
+    return previous;
   }
 
   ~HostDevice() override {
@@ -62,13 +85,15 @@ class HostDevice final : public Device {
     if (!pinned_.empty()) STRATA_LOG(warn, name(), " destroyed with ", pinned_.size(), " pinned allocations not freed");
     for (auto& [ptr, a] : pinned_) pinned_unmap(a);
     if (base_ != nullptr) munmap(base_, options().budget_bytes);
+    if (key_ >= 0) pkey_free(key_);
   }
 
   Backend backend() const noexcept override { return Backend::host; }
 
   std::string name() const override {
     return str_cat("host:", options().ordinal, " (emulated; ", format_bytes(options().budget_bytes), " budget",
-                   options().link_gbps > 0 ? str_cat("; link ", options().link_gbps, " GB/s") : std::string(), ")");
+                   options().link_gbps > 0 ? str_cat("; link ", options().link_gbps, " GB/s") : std::string(),
+                   key_ >= 0 ? "; memory guarded" : "", ")");
   }
 
   void* allocate(std::size_t bytes, std::string_view what) override {
@@ -160,10 +185,13 @@ class HostDevice final : public Device {
   }
 
   std::unique_ptr<Stream> create_stream() override {
-    auto s = std::make_unique<HostStream>(h2d_, d2h_, [this](HostStream* gone) {
-      std::lock_guard<std::mutex> lock(streams_mutex_);
-      streams_.erase(gone);
-    });
+    auto s = std::make_unique<HostStream>(
+        h2d_, d2h_,
+        [this](HostStream* gone) {
+          std::lock_guard<std::mutex> lock(streams_mutex_);
+          streams_.erase(gone);
+        },
+        key_);
     std::lock_guard<std::mutex> lock(streams_mutex_);
     streams_.insert(s.get());
     return s;
@@ -185,6 +213,7 @@ class HostDevice final : public Device {
   }
 
   unsigned char* base_ = nullptr;
+  int key_ = -1;  // guard_memory: the arena's protection key
   Arena arena_;
   Budget budget_;
   Budget pinned_budget_;

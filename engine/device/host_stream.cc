@@ -2,8 +2,12 @@
 // order; events are completion marks enqueued behind the work they capture.
 #include "engine/device/detail/host_stream.h"
 
+#include <sys/mman.h>
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
@@ -80,8 +84,8 @@ void Link::transfer(void* dst, const void* src, std::size_t bytes) {
   std::this_thread::sleep_until(end);
 }
 
-HostStream::HostStream(Link& h2d, Link& d2h, Unregister unregister)
-    : h2d_(h2d), d2h_(d2h), unregister_(std::move(unregister)), worker_([this] { run(); }) {}
+HostStream::HostStream(Link& h2d, Link& d2h, Unregister unregister, int guard_key)
+    : h2d_(h2d), d2h_(d2h), unregister_(std::move(unregister)), guard_key_(guard_key), worker_([this] { run(); }) {}
 
 HostStream::~HostStream() {
   {
@@ -110,6 +114,13 @@ void HostStream::enqueue(std::function<void()> fn, bool always) {
 }
 
 void HostStream::run() {
+  // A guarded device's worker may touch its memory; TBB's worker threads may not, so each
+  // task runs in an arena of this thread alone.
+  std::optional<tbb::task_arena> alone;
+  if (guard_key_ >= 0) {
+    pkey_set(guard_key_, 0);
+    alone.emplace(1);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -122,7 +133,8 @@ void HostStream::run() {
     std::exception_ptr failure;
     if (!skip) {
       try {
-        task.fn();
+        if (alone) alone->execute([&] { task.fn(); });
+        else task.fn();
       } catch (...) {
         failure = std::current_exception();
       }

@@ -19,6 +19,7 @@
 #include "tests/engine/zero/engine_support.h"
 #include "tests/support/file_size_limit.h"
 #include "tests/support/error_of.h"
+#include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
 #include "tools/model/mlp.h"
 
@@ -367,9 +368,10 @@ struct TiedRun {
 constexpr int kTiedH = 64;  // 64 x 64 layers: 8 KiB bf16 shards, two 4 KiB parameter-store chunks each
 constexpr std::size_t kTiedN = kTiedH * kTiedH;
 
-TiedRun train_tied(const zero::EngineConfig& c, std::uint64_t device_budget, int reused, int steps) {
+TiedRun train_tied(const zero::EngineConfig& c, std::uint64_t device_budget, int reused, int steps, bool guard = false) {
   device::DeviceOptions d;
   d.budget_bytes = device_budget;
+  d.guard_memory = guard;
   auto dev = device::Device::create(d);
   zero::EngineOptions eo;
   eo.config = c;
@@ -393,6 +395,7 @@ TiedRun train_tied(const zero::EngineConfig& c, std::uint64_t device_budget, int
       for (int l = 3; l-- > 0;) {
         const auto pv = e.gather(l);
         const auto gv = e.grad_buffers(l);
+        device::CpuAccessScope cpu(*dev);  // the views are device memory
         convert(pv[0].data, pv[0].dtype, p.data(), DType::fp32, kTiedN);
         for (std::size_t i = 0; i < kTiedN; ++i) g[i] = 0.1f * p[i] + 0.01f * static_cast<float>(mb + 1 + (i % 7));
         convert(g.data(), DType::fp32, gv[0].data, gv[0].dtype, kTiedN);
@@ -458,6 +461,47 @@ TEST_CASE("budget-driven placement re-places parameter shards from the recorded 
   CHECK(std::memcmp(run.params.data(), ref.params.data(), ref.params.size() * 4) == 0);
   CHECK(run.memory.host.peak_bytes <= budgeted.memory_budget.host);
   CHECK(run.memory.device.peak_bytes <= budgeted.memory_budget.device);
+  if (test::missing_hardware("pku").empty()) {
+    // The shards' move between tiers touches device memory only through streams.
+    const auto guarded = train_tied(budgeted, budgeted.memory_budget.device, left, 6, /*guard=*/true);
+    CHECK(guarded.placement == run.placement);
+    CHECK(std::memcmp(guarded.params.data(), ref.params.data(), ref.params.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("with NVMe tiers the engine never touches device memory from the CPU (guarded host device)",
+          "[offload][uring][pku]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 6;
+  spec.config = stage3_config(1);
+  const auto base = test::train_mlp(spec);
+  spec.guard_memory = true;
+  const std::pair<OffloadDevice, OffloadDevice> placements[] = {
+      {OffloadDevice::none, OffloadDevice::nvme}, {OffloadDevice::cpu, OffloadDevice::nvme},
+      {OffloadDevice::nvme, OffloadDevice::none}, {OffloadDevice::nvme, OffloadDevice::cpu},
+      {OffloadDevice::nvme, OffloadDevice::nvme}};
+  for (const auto& [opt, par] : placements) {
+    INFO("optimizer on " << name(opt) << ", parameters on " << name(par));
+    spec.config = stage3_config(1);
+    place(spec.config, opt, par, dir.path());
+    const auto run = test::train_mlp(spec);
+    CHECK(std::memcmp(run.params.data(), base.params.data(), base.params.size() * 4) == 0);
+  }
+  // Budget-driven, as in the test above.
+  spec.config = stage3_config(1);
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.offload_param.nvme_path = dir.path();
+  spec.device_budget = 24 << 10;
+  spec.config.memory_budget.device = 24 << 10;
+  spec.config.offload_optimizer.buffer_count = 2;
+  spec.config.offload_param.buffer_count = 2;
+  spec.config.memory_budget.host = 40 << 10;
+  spec.config.memory_budget.nvme = 1 << 20;
+  const auto run = test::train_mlp(spec);
+  INFO(run.placement);
+  CHECK(run.memory.nvme.peak_bytes > 0);
+  CHECK(std::memcmp(run.params.data(), base.params.data(), base.params.size() * 4) == 0);
 }
 
 TEST_CASE("a parameter write-back that fails is reported, and its staging is not leaked", "[offload][uring][negative]") {

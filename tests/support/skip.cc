@@ -1,6 +1,7 @@
 // Hardware probes for test skipping (see skip.h).
 #include "tests/support/skip.h"
 
+#include <sys/mman.h>
 #include <sys/mount.h>
 
 #include <cerrno>
@@ -21,6 +22,12 @@ std::string missing_hardware(std::string_view tag) {
   if (tag == "uring") {
     const auto p = io::probe_uring();
     return p.available ? std::string() : "io_uring unavailable: " + p.why;
+  }
+  if (tag == "pku") {
+    const int key = pkey_alloc(0, 0);
+    if (key < 0) return std::string("no memory protection keys (pkey_alloc: ") + std::strerror(errno) + ")";
+    pkey_free(key);
+    return {};
   }
   if (tag == "mount") {
     static const std::string why = [] {

@@ -10,6 +10,6 @@
 namespace strata::test {
 
 std::string missing_hardware(std::string_view tag);
-inline constexpr const char* kHardwareTags[] = {"cuda", "uring", "mount"};
+inline constexpr const char* kHardwareTags[] = {"cuda", "uring", "mount", "pku"};
 
 }  // namespace strata::test

@@ -135,7 +135,12 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
   for (int l = 0; l < L; ++l) {
     const auto p = engine_.gather(ids[l]);
     Tracer::Span span(tracer_, "compute", "F L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
-    const auto W = to_float(p[0]), b = to_float(p[1]);
+    std::vector<float> W, b;
+    {
+      device::CpuAccessScope cpu(engine_.device());  // views are device memory, read here
+      W = to_float(p[0]);
+      b = to_float(p[1]);
+    }
     auto& out = acts[l + 1];
     out.assign(B * H, 0.0f);
     for (std::size_t s = 0; s < B; ++s) {
@@ -157,7 +162,11 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
     const auto g = engine_.grad_buffers(ids[l]);
     {
       Tracer::Span span(tracer_, "compute", "B L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
-      const auto W = to_float(p[0]);
+      std::vector<float> W;
+      {
+        device::CpuAccessScope cpu(engine_.device());
+        W = to_float(p[0]);
+      }
       const auto& in = acts[l];
       const auto& out = acts[l + 1];
       std::vector<float> dz(B * H), dW(H * H, 0.0f), db(H, 0.0f), din(B * H, 0.0f);
@@ -172,8 +181,11 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
           }
         }
       }
-      convert(dW.data(), DType::fp32, g[0].data, g[0].dtype, H * H);
-      convert(db.data(), DType::fp32, g[1].data, g[1].dtype, H);
+      {
+        device::CpuAccessScope cpu(engine_.device());
+        convert(dW.data(), DType::fp32, g[0].data, g[0].dtype, H * H);
+        convert(db.data(), DType::fp32, g[1].data, g[1].dtype, H);
+      }
       grad.swap(din);
       simulate(2 * cfg_.layer_ms);
     }

@@ -60,7 +60,9 @@ class Link {
 class HostStream final : public Stream {
  public:
   using Unregister = std::function<void(HostStream*)>;
-  HostStream(Link& h2d, Link& d2h, Unregister unregister);
+  // guard_key >= 0: the device guards its memory with this protection key; the worker may
+  // touch it, and runs each task alone (no TBB worker threads, which may not).
+  HostStream(Link& h2d, Link& d2h, Unregister unregister, int guard_key = -1);
   ~HostStream() override;
 
   void copy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
@@ -95,6 +97,7 @@ class HostStream final : public Stream {
   bool stop_ = false;
   std::exception_ptr error_;
   bool error_reported_ = false;  // synchronize() has rethrown it at least once
+  int guard_key_;
   std::thread worker_;
 };
 

@@ -113,3 +113,47 @@ TEST_CASE("the engine refuses what its CUDA path does not do, by name", "[zero][
   two.config = test::mlp_config(2, 2, DType::bf16);
   CHECK_THROWS_WITH(test::train_mlp(two), Catch::Contains("one rank") && Catch::Contains("--device host"));
 }
+
+// The CUDA path's rule, checked without a GPU: on a host device whose memory only stream
+// work may touch (guard_memory, memory protection keys), one-rank training in every stage,
+// dtype, placement and optimizer runs, and gives the bits of the unguarded run. A CPU access
+// to device memory anywhere in the engine would end the test with SIGSEGV.
+TEST_CASE("the engine never touches device memory from the CPU (guarded host device)", "[zero][pku]") {
+  struct Case {
+    int stage;
+    DType compute;
+    zero::OffloadDevice optimizer, params;
+    zero::OptimizerType type;
+    bool overlap;
+  };
+  using OD = zero::OffloadDevice;
+  using OT = zero::OptimizerType;
+  std::vector<Case> cases;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType t : {DType::bf16, DType::fp32, DType::fp16}) cases.push_back({stage, t, OD::none, OD::none, OT::adamw, false});
+    cases.push_back({stage, DType::bf16, stage == 0 ? OD::none : OD::cpu, OD::none, OT::adamw, true});
+  }
+  for (OD opt : {OD::none, OD::cpu}) {
+    for (DType t : {DType::bf16, DType::fp32}) cases.push_back({3, t, opt, OD::cpu, OT::adamw, false});
+  }
+  cases.push_back({0, DType::fp32, OD::cpu, OD::none, OT::adamw, false});  // stage 0's staged copies
+  cases.push_back({2, DType::bf16, OD::none, OD::none, OT::lion, false});
+  cases.push_back({3, DType::fp32, OD::none, OD::cpu, OT::adagrad, true});
+  for (const auto& c : cases) {
+    INFO("stage " << c.stage << " " << dtype_name(c.compute) << " optimizer " << static_cast<int>(c.optimizer)
+                  << " params " << static_cast<int>(c.params) << " type " << static_cast<int>(c.type) << " overlap "
+                  << c.overlap);
+    test::TrainSpec spec;
+    spec.steps = 4;
+    spec.config = test::mlp_config(c.stage, 1, c.compute);
+    spec.config.offload_optimizer.device = c.optimizer;
+    spec.config.offload_param.device = c.params;
+    spec.config.optimizer.type = c.type;
+    spec.config.zero.overlap_comm = c.overlap;
+    const auto plain = test::train_mlp(spec);
+    spec.guard_memory = true;
+    const auto guarded = test::train_mlp(spec);
+    CHECK(same_bits(guarded.params, plain.params));
+    CHECK(guarded.losses == plain.losses);
+  }
+}

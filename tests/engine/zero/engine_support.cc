@@ -32,6 +32,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
   rethrow_first(run_thread_ranks(spec.world, [&](comm::Communicator& c) {
     device::DeviceOptions d;
     d.backend = spec.backend;
+    d.guard_memory = spec.guard_memory;
     d.budget_bytes = spec.device_budget;
     d.link_gbps = spec.link_gbps;
     if (spec.pinned_budget) d.pinned_budget_bytes = spec.pinned_budget;

@@ -35,6 +35,7 @@ struct TrainSpec {
   std::uint64_t device_budget = std::uint64_t{256} << 20;
   std::uint64_t pinned_budget = 0;   // 0: the device's default
   device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU
+  bool guard_memory = false;  // host: device memory out of the CPU's reach (DeviceOptions)
   Tracer* tracer = nullptr;  // rank 0 only
 };
 
