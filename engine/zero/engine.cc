@@ -35,11 +35,15 @@ optim::LossScalerConfig scaler_config(const EngineConfig& c) {
 }  // namespace
 
 Engine::Impl::Impl(const EngineOptions& o)
-    : options(o), dev(*o.device), comm(o.comm), scaler(scaler_config(o.config)) {
+    : options(o), dev(*o.device), comm(o.comm), dcomm(o.device_comm), scaler(scaler_config(o.config)) {
   if (comm != nullptr) {
     rank = comm->rank();
     world = comm->world_size();
   }
+  STRATA_CHECK(dcomm == nullptr || (comm != nullptr && dcomm->rank() == rank && dcomm->world_size() == world),
+               Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
+               dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
+               world, ")");
   cdt = cfg.bf16 ? DType::bf16 : cfg.fp16.enabled ? DType::fp16 : DType::fp32;
   cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument, "zero_optimization.stage = ",
@@ -49,13 +53,25 @@ Engine::Impl::Impl(const EngineOptions& o)
                cfg.zero.stage);
   STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
                "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ", cfg.zero.stage);
-  // Reductions of gradients that stay on the device take the communicator's collectives on
-  // device memory: Gloo's work on host memory only, and the NCCL path of the engine is not
-  // written yet.
-  STRATA_CHECK(dev.backend() == device::Backend::host || world == 1, Errc::unsupported, "rank ", rank,
-               ": the ZeRO engine on a CUDA device ('", dev.name(), "') runs one rank in this build; multi-rank "
-               "training on GPUs (NCCL reductions of device gradients) is not implemented yet: run one rank per "
-               "process with --device cuda, or several ranks with --device host");
+  // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
+  // on host memory only.
+  STRATA_CHECK(dev.backend() == device::Backend::host || world == 1 || dcomm != nullptr, Errc::invalid_argument,
+               "rank ", rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", world,
+               " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL): `strata launch -- "
+               "strata train --device cuda` creates one");
+  STRATA_CHECK(dev.backend() == device::Backend::host || dcomm == nullptr || dcomm->backend() == comm::Backend::nccl,
+               Errc::invalid_argument, "rank ", rank, ": EngineOptions.device_comm is a gloo communicator, which "
+               "cannot reach the memory of a CUDA device ('", dev.name(), "'): use an NCCL communicator");
+}
+
+std::uint64_t Engine::Impl::device_scratch_bytes() const {
+  if (!device_collectives()) return 0;
+  std::uint64_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : layout->buckets()) {
+    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
+    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
+  }
+  return (max_bucket + max_shard) * 4;
 }
 
 std::size_t Engine::Impl::copy_elems(int li) const {
@@ -168,6 +184,8 @@ Engine::~Engine() {
   }
   I.ledger->free(I.scratch);
   I.ledger->free(I.scratch_shard);
+  I.ledger->free(I.dscratch);
+  I.ledger->free(I.dscratch_shard);
   I.ledger->free(I.grad_stage);
 }
 
@@ -234,6 +252,11 @@ void Engine::setup() {
   }
   I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
   I.scratch_shard = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+  if (I.device_collectives()) {
+    I.dscratch = static_cast<float*>(I.ledger->allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
+    I.dscratch_shard =
+        static_cast<float*>(I.ledger->allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
+  }
   bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
   for (std::size_t li = 0; li < I.layers.size(); ++li) {
     any_acc_on_host |= I.acc_on_host(static_cast<int>(li));
@@ -475,7 +498,8 @@ StepResult Engine::step() {
       const auto& L = lay.layers()[li];
       const auto& b = lay.buckets()[L.buckets[k]];
       char* full = static_cast<char*>(I.layers[li].params_full) + I.bucket_pos(b, L) * I.cbytes;
-      I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
+      if (I.device_collectives()) I.dcomm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt, *I.dev_stream);
+      else I.comm->all_gather(full + I.own_begin(b) * I.cbytes, full, b.shard, I.cdt);
     };
     try {
       if (I.swapper) {
@@ -542,8 +566,16 @@ StepResult Engine::step() {
           const auto& b = lay.buckets()[L.buckets[k]];
           char* full = static_cast<char*>(S.params_full) + I.bucket_pos(b, L) * I.cbytes;
           const char* mine = static_cast<char*>(S.params_shard) + S.shard_off[k] * I.cbytes;
-          if (I.world > 1) I.comm->all_gather(mine, full, b.shard, I.cdt);
-          else I.copy_bytes(full, Tier::device, mine, S.param_tier, b.shard * I.cbytes);
+          if (I.device_collectives()) {
+            // This rank's shard into its place, then all-gathered in place on the device.
+            char* own = full + I.own_begin(b) * I.cbytes;
+            I.copy_bytes(own, Tier::device, mine, S.param_tier, b.shard * I.cbytes);
+            I.dcomm->all_gather(own, full, b.shard, I.cdt, *I.dev_stream);
+          } else if (I.world > 1) {
+            I.comm->all_gather(mine, full, b.shard, I.cdt);
+          } else {
+            I.copy_bytes(full, Tier::device, mine, S.param_tier, b.shard * I.cbytes);
+          }
         }
       }
     }

@@ -80,6 +80,14 @@ struct EngineOptions {
   EngineConfig config;
   device::Device* device = nullptr;        // required
   comm::Communicator* comm = nullptr;      // null: a single rank
+  // Collectives on device memory (NCCL on GPUs), for world > 1: the reduction of gradients
+  // whose accumulator is on the device (reduce-scatter, then all-gather at stages 0-1, so
+  // every stage sums alike), stage-3 gathers (each rank's shards cross the link, the layer
+  // is all-gathered in device memory), stages 1-2's re-gather and the refresh of persistent
+  // layers. `comm` keeps the collectives on host memory (gradients of offloaded optimizers,
+  // the global norm, checks, full_parameters). Same ranks as `comm`. Required on a CUDA
+  // device with world > 1; optional on the host device (where it gives the same bits).
+  comm::Communicator* device_comm = nullptr;
   std::uint64_t seed = 0;
   Tracer* tracer = nullptr;                // optional timeline ("compute" lane is the trainer's)
 };

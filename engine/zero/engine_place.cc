@@ -67,7 +67,8 @@ offload::PlacementProblem Engine::Impl::placement_problem(const std::vector<int>
   p.nvme_budget = cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations
   p.nvme_available = !cfg.offload_optimizer.nvme_path.empty() || !cfg.offload_param.nvme_path.empty();
-  p.device_fixed_bytes = largest * cbytes * 2 + persistent;  // live window + persistent layers
+  // Live window + persistent layers (+ the device reduction scratch with device collectives).
+  p.device_fixed_bytes = largest * cbytes * 2 + persistent + device_scratch_bytes();
   // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
   p.host_fixed_bytes = (max_bucket + max_shard) * 4 + max_bucket * cbytes + (stage == 3 ? largest * cbytes : 0) +
                        largest_shard * cbytes;
@@ -309,12 +310,15 @@ std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_
                  " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
   }
   const std::uint64_t window = largest * cbytes * 2;  // one gathered layer and its gradient buffer
-  const std::uint64_t minimum = persistent + window;
+  const std::uint64_t minimum = persistent + window + device_scratch_bytes();
   const std::uint64_t budget = dev.options().budget_bytes;
   STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
                stage, " of this model on rank ", rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
                " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
-               " for the live window of the largest layer, ", largest, " elements). Raise the device budget",
+               " for the live window of the largest layer, ", largest, " elements",
+               device_scratch_bytes() ? str_cat(" + ", format_bytes(device_scratch_bytes()), " of device reduction scratch")
+                                      : std::string(),
+               "). Raise the device budget",
                stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "",
                params_on_device ? " or offload the parameters (offload_param)" : "");
   return minimum;

@@ -97,23 +97,51 @@ void Engine::Impl::issue_gather(int li) {
   auto& st = *gather_stream;
   char* staging = static_cast<char*>(S.staging);
   auto started = std::make_shared<Tracer::Clock::time_point>();
+  auto copied = std::make_shared<Tracer::Clock::time_point>();
   Tracer* tracer = options.tracer;
   st.launch_host([started] { *started = Tracer::Clock::now(); });
-  stage_params_in(li, staging);
-  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-    const auto& b = layout->buckets()[L.buckets[k]];
-    char* region = staging + bucket_pos(b, L) * cbytes;
-    if (world > 1) comm->all_gather(region + own_begin(b) * cbytes, region, b.shard, cdt, st);
+  char* full = static_cast<char*>(S.params_full);
+  const bool on_device = device_collectives();
+  if (on_device) {
+    // This rank's shards into their places in the device buffer (only they cross the link),
+    // then all-gathered there by the device communicator.
+    if (S.param_tier == Tier::nvme) stage_params_in(li, staging);  // read into their staging places
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = layout->buckets()[L.buckets[k]];
+      const std::size_t own = (bucket_pos(b, L) + own_begin(b)) * cbytes;
+      const char* src = S.param_tier == Tier::nvme
+                            ? staging + own
+                            : static_cast<const char*>(S.params_shard) + S.shard_off[k] * cbytes;
+      st.copy_async(full + own, src, b.shard * cbytes,
+                    S.param_tier == Tier::device ? device::CopyKind::device_to_device : device::CopyKind::host_to_device);
+    }
+    if (S.param_tier != Tier::device) io.h2d_bytes += S.shard_total * cbytes;
+    st.launch_host([copied] { *copied = Tracer::Clock::now(); });
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = layout->buckets()[L.buckets[k]];
+      char* region = full + bucket_pos(b, L) * cbytes;
+      dcomm->all_gather(region + own_begin(b) * cbytes, region, b.shard, cdt, st);
+    }
+  } else {
+    stage_params_in(li, staging);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = layout->buckets()[L.buckets[k]];
+      char* region = staging + bucket_pos(b, L) * cbytes;
+      if (world > 1) comm->all_gather(region + own_begin(b) * cbytes, region, b.shard, cdt, st);
+    }
+    io.h2d_bytes += need * cbytes;
+    st.launch_host([copied] { *copied = Tracer::Clock::now(); });
+    st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
   }
-  io.h2d_bytes += need * cbytes;
-  auto copied = std::make_shared<Tracer::Clock::time_point>();
-  st.launch_host([copied] { *copied = Tracer::Clock::now(); });
-  st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
   S.gather_ok = std::make_shared<std::atomic<bool>>(false);
-  st.launch_host([ok = S.gather_ok, read_ok = S.read_ok, started, copied, tracer, id = L.id] {
+  st.launch_host([ok = S.gather_ok, read_ok = S.read_ok, started, copied, tracer, on_device, id = L.id] {
     if (tracer != nullptr && tracer->enabled()) {
-      tracer->record("gather", str_cat("all_gather L", id), *started, *copied);
-      tracer->record("copy", str_cat("H2D L", id), *copied, Tracer::Clock::now());
+      const auto end = Tracer::Clock::now();
+      // Without device collectives: all-gather in host staging, then the layer's H2D copy;
+      // with them: the shards' H2D (or D2D) copy, then the all-gather on the device.
+      tracer->record(on_device ? "copy" : "gather", str_cat(on_device ? "H2D shards L" : "all_gather L", id), *started,
+                     *copied);
+      tracer->record(on_device ? "gather" : "copy", str_cat(on_device ? "all_gather L" : "H2D L", id), *copied, end);
     }
     ok->store(read_ok == nullptr || read_ok->load());
   });

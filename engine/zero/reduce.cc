@@ -59,6 +59,10 @@ void Engine::Impl::reduce_grads(int li) {
   // the same on every rank whatever the timing; the stream's FIFO order is what lets all
   // buckets share one scratch buffer.
   device::Stream* st = reduce_stream.get();
+  // A collective on host memory (Gloo) cannot wait inside a CUDA host function (the driver
+  // may run them one at a time, so a gated op could wait on another stream's callback):
+  // on a CUDA device, reductions into host accumulators at world > 1 run inline.
+  if (acc_on_host(li) && world > 1 && dev.backend() == device::Backend::cuda) st = nullptr;
   auto run = [st](std::function<void()> f) {
     if (st != nullptr) st->launch_host(std::move(f));
     else f();
@@ -68,16 +72,27 @@ void Engine::Impl::reduce_grads(int li) {
   // leaves the device (D2H into the pinned gradient staging) before it is widened. Without a
   // reduce stream the copy runs on the transfer stream and is waited for at once.
   const bool to_host = acc_on_host(li);
-  // One rank with the accumulator on the device: nothing crosses the link and there is no
-  // collective, so each bucket is widened and added in device memory by one device op
-  // (the same bits as widening into the scratch and adding).
-  if (!to_host && world == 1) {
+  // The accumulator on the device and one rank: nothing crosses the link and there is no
+  // collective, so each bucket is widened and added in device memory by one device op (the
+  // same bits as widening into the scratch and adding). Several ranks with device
+  // collectives: widened into the device scratch, reduce-scattered (then all-gathered back
+  // at stages 0-1: the same sums as an all-reduce at every stage, whatever the backend's
+  // algorithms) and added, all in device memory.
+  if (!to_host && (world == 1 || device_collectives())) {
     device::Stream& ds = st != nullptr ? *st : *dev_stream;
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = layout->buckets()[L.buckets[k]];
       const std::size_t pos = bucket_pos(b, L);
       float* acc = stage01 ? S.acc + pos : S.acc + S.shard_off[k];
-      device::accumulate_async(ds, acc, static_cast<const char*>(grads) + pos * cbytes, cdt, b.padded);
+      const char* src = static_cast<const char*>(grads) + pos * cbytes;
+      if (world == 1) {
+        device::accumulate_async(ds, acc, src, cdt, b.padded);
+        continue;
+      }
+      device::convert_async(ds, src, cdt, dscratch, DType::fp32, b.padded);
+      dcomm->reduce_scatter(dscratch, dscratch_shard, b.shard, DType::fp32, comm::ReduceOp::sum, ds);
+      if (stage01) dcomm->all_gather(dscratch_shard, dscratch, b.shard, DType::fp32, ds);
+      device::accumulate_async(ds, acc, stage01 ? dscratch : dscratch_shard, DType::fp32, stage01 ? b.padded : b.shard);
     }
     ds.launch_host([this, grads, id = L.id, t0] {
       ledger->retire(grads);

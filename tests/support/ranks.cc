@@ -11,6 +11,13 @@ namespace strata::test {
 
 std::vector<RankOutcome> run_thread_ranks(int world, std::function<void(comm::Communicator&)> body,
                                           std::chrono::milliseconds timeout, std::vector<int> absent) {
+  return run_thread_ranks_with(
+      world, [&](comm::Communicator& c, const comm::CommOptions&) { body(c); }, timeout, std::move(absent));
+}
+
+std::vector<RankOutcome> run_thread_ranks_with(
+    int world, std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
+    std::chrono::milliseconds timeout, std::vector<int> absent) {
   static std::atomic<int> run_counter{0};
   TempDir dir("strata-rdzv");
   const std::string run_id = "t" + std::to_string(run_counter++);
@@ -28,7 +35,7 @@ std::vector<RankOutcome> run_thread_ranks(int world, std::function<void(comm::Co
         o.rendezvous.run_id = run_id;
         o.rendezvous.timeout = timeout;
         auto c = comm::Communicator::create(o);
-        body(*c);
+        body(*c, o);
       } catch (...) {
         out[r].error = std::current_exception();
       }

@@ -22,6 +22,12 @@ std::vector<RankOutcome> run_thread_ranks(int world, std::function<void(comm::Co
                                           std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
                                           std::vector<int> absent = {});
 
+// The same, handing each rank its rendezvous options too (to create a second communicator
+// over the same directory with another run_id).
+std::vector<RankOutcome> run_thread_ranks_with(
+    int world, std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000), std::vector<int> absent = {});
+
 // Rethrows the first failure of a run.
 void rethrow_first(const std::vector<RankOutcome>& outcomes);
 

@@ -66,6 +66,7 @@ struct Engine::Impl {
   EngineConfig& cfg = options.config;
   device::Device& dev;
   comm::Communicator* comm;
+  comm::Communicator* dcomm;             // device-memory collectives (EngineOptions::device_comm)
   int rank = 0, world = 1;
   DType cdt = DType::fp32;
   std::size_t cbytes = 4;
@@ -75,6 +76,10 @@ struct Engine::Impl {
   std::vector<LayerState> layers;
   float* scratch = nullptr;              // fp32, largest bucket (reductions)
   float* scratch_shard = nullptr;        // fp32, largest shard
+  float* dscratch = nullptr;             // the same two on the device, for device_comm reductions
+  float* dscratch_shard = nullptr;
+  bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
+  std::uint64_t device_scratch_bytes() const;  // what dscratch and dscratch_shard take
   optim::LossScaler scaler;
   // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
   // master, m and v stay null); its buffers are charged to the host tier.

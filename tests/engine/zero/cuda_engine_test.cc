@@ -111,7 +111,9 @@ TEST_CASE("the engine refuses what its CUDA path does not do, by name", "[zero][
   auto two = cuda_spec(2, DType::bf16);
   two.world = 2;
   two.config = test::mlp_config(2, 2, DType::bf16);
-  CHECK_THROWS_WITH(test::train_mlp(two), Catch::Contains("one rank") && Catch::Contains("--device host"));
+  CHECK_THROWS_WITH(test::train_mlp(two), Catch::Contains("needs EngineOptions.device_comm") && Catch::Contains("NCCL"));
+  two.device_comm = true;  // a Gloo communicator: it cannot reach GPU memory
+  CHECK_THROWS_WITH(test::train_mlp(two), Catch::Contains("device_comm") && Catch::Contains("gloo"));
 }
 
 // The CUDA path's rule, checked without a GPU: on a host device whose memory only stream
@@ -155,5 +157,37 @@ TEST_CASE("the engine never touches device memory from the CPU (guarded host dev
     const auto guarded = test::train_mlp(spec);
     CHECK(same_bits(guarded.params, plain.params));
     CHECK(guarded.losses == plain.losses);
+  }
+}
+
+// Several ranks under the same rule: device memory is reached only by stream work and the
+// device communicator (NCCL on GPUs, a second Gloo communicator here, its threads created
+// with access); the host communicator (Gloo) and the engine's own thread never touch it.
+TEST_CASE("with device collectives several ranks never touch device memory from the CPU (guarded)", "[zero][pku]") {
+  struct Case {
+    int stage;
+    zero::OffloadDevice optimizer, params;
+    bool overlap;
+  };
+  using OD = zero::OffloadDevice;
+  const Case cases[] = {{0, OD::none, OD::none, false}, {1, OD::none, OD::none, true},  {2, OD::none, OD::none, false},
+                        {2, OD::cpu, OD::none, true},   {3, OD::none, OD::none, true},  {3, OD::cpu, OD::cpu, false},
+                        {3, OD::none, OD::cpu, true},   {1, OD::cpu, OD::none, false}};
+  for (const auto& c : cases) {
+    INFO("stage " << c.stage << " optimizer " << static_cast<int>(c.optimizer) << " params " << static_cast<int>(c.params)
+                  << " overlap " << c.overlap);
+    test::TrainSpec spec;
+    spec.world = 2;
+    spec.steps = 3;
+    spec.config = test::mlp_config(c.stage, 2, DType::bf16);
+    spec.config.offload_optimizer.device = c.optimizer;
+    spec.config.offload_param.device = c.params;
+    spec.config.zero.overlap_comm = c.overlap;
+    spec.config.zero.stage3_param_persistence_threshold = c.params == OD::none ? 100000 : 0;
+    spec.device_comm = true;
+    const auto plain = test::train_mlp(spec);
+    spec.guard_memory = true;
+    const auto guarded = test::train_mlp(spec);
+    CHECK(same_bits(guarded.params, plain.params));
   }
 }

@@ -29,7 +29,7 @@ zero::EngineConfig mlp_config(int stage, int world, DType compute, int micro, in
 TrainRun train_mlp(const TrainSpec& spec) {
   TrainRun out;
   std::mutex m;
-  rethrow_first(run_thread_ranks(spec.world, [&](comm::Communicator& c) {
+  rethrow_first(run_thread_ranks_with(spec.world, [&](comm::Communicator& c, const comm::CommOptions& co) {
     device::DeviceOptions d;
     d.backend = spec.backend;
     d.guard_memory = spec.guard_memory;
@@ -37,7 +37,17 @@ TrainRun train_mlp(const TrainSpec& spec) {
     d.link_gbps = spec.link_gbps;
     if (spec.pinned_budget) d.pinned_budget_bytes = spec.pinned_budget;
     auto dev = device::Device::create(d);
+    std::unique_ptr<comm::Communicator> dcomm;
+    if (spec.device_comm) {
+      // Its threads are created with access to a guarded device's memory, as NCCL's kernels
+      // have to a GPU's.
+      device::CpuAccessScope access(*dev);
+      auto o = co;
+      o.rendezvous.run_id += ".device";
+      dcomm = comm::Communicator::create(o);
+    }
     zero::EngineOptions eo;
+    eo.device_comm = dcomm.get();
     eo.config = spec.config;
     eo.device = dev.get();
     eo.comm = &c;

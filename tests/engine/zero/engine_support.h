@@ -36,6 +36,9 @@ struct TrainSpec {
   std::uint64_t pinned_budget = 0;   // 0: the device's default
   device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU
   bool guard_memory = false;  // host: device memory out of the CPU's reach (DeviceOptions)
+  // A second Gloo communicator as EngineOptions::device_comm (what NCCL is on GPUs): the
+  // engine's collectives on device memory go through it.
+  bool device_comm = false;
   Tracer* tracer = nullptr;  // rank 0 only
 };
 

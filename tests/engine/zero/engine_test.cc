@@ -204,3 +204,32 @@ TEST_CASE("fp16 overflow skips the step on every rank and lowers the loss scale"
   CHECK(r.back().step == static_cast<std::int64_t>(r.size()) - skipped);
   for (float v : params[0].back()) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("collectives on device memory (EngineOptions::device_comm) change no bit", "[zero]") {
+  const int stage = GENERATE(0, 1, 2, 3);
+  const auto [world, overlap] = GENERATE(std::pair{2, false}, std::pair{2, true}, std::pair{4, true});
+  // Stage 3: every layer gathered and released (threshold 0), or kept whole and refreshed
+  // after each step (the default threshold is above the 1056-element layers).
+  for (std::uint64_t persistence : {std::uint64_t{0}, std::uint64_t{100000}}) {
+    if (stage < 3 && persistence == 0) continue;
+    INFO("world " << world << " stage " << stage << " overlap_comm " << overlap << " persistence " << persistence);
+    test::TrainSpec spec;
+    spec.world = world;
+    spec.steps = 3;
+    spec.config = test::mlp_config(stage, world, DType::bf16);
+    spec.config.zero.overlap_comm = overlap;
+    spec.config.zero.stage3_param_persistence_threshold = persistence;
+    const auto host = test::train_mlp(spec);
+    spec.device_comm = true;
+    const auto dev = test::train_mlp(spec);
+    CHECK(std::memcmp(dev.params.data(), host.params.data(), host.params.size() * 4) == 0);
+    CHECK(dev.losses == host.losses);
+    // The device scratch is charged to the device; stage-3 gathers move only this rank's
+    // shards over the link (none at all from device shards).
+    CHECK(dev.memory.device.peak_bytes > host.memory.device.peak_bytes);
+    if (stage == 3 && persistence == 0) {
+      CHECK(host.io.back().h2d_bytes > 0);
+      CHECK(dev.io.back().h2d_bytes == 0);
+    }
+  }
+}
