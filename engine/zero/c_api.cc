@@ -11,6 +11,7 @@
 
 struct strata_engine {
   std::unique_ptr<strata::comm::Communicator> comm;
+  std::unique_ptr<strata::comm::Communicator> device_comm;  // NCCL, for ranks on GPUs
   std::unique_ptr<strata::device::Device> device;
   std::unique_ptr<strata::zero::Engine> engine;
   std::vector<std::string> names;  // keeps the view names alive
@@ -97,7 +98,9 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     strata::device::DeviceOptions d;
     const std::string_view which = device;
     if (which == "auto") {
-      d.backend = co.rendezvous.world_size == 1 ? strata::device::default_backend() : strata::device::Backend::host;
+      const auto gpus = strata::device::cuda_inventory().devices.size();
+      d.backend = static_cast<std::size_t>(co.rendezvous.local_rank) < gpus ? strata::device::Backend::cuda
+                                                                             : strata::device::Backend::host;
     } else {
       d.backend = strata::device::parse_backend(which);  // names the text when it is neither
     }
@@ -109,7 +112,15 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     strata::zero::EngineOptions o;
     o.config = cfg;
     o.device = e->device.get();
+    if (co.rendezvous.world_size > 1 && d.backend == strata::device::Backend::cuda) {
+      auto nco = co;
+      nco.backend = strata::comm::Backend::nccl;
+      nco.device_ordinal = d.ordinal;
+      nco.rendezvous.run_id += ".nccl";
+      e->device_comm = strata::comm::Communicator::create(nco);
+    }
     o.comm = e->comm.get();
+    o.device_comm = e->device_comm.get();
     o.seed = seed;
     e->engine = std::make_unique<strata::zero::Engine>(o);
     *out = e.release();

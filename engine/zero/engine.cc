@@ -57,8 +57,8 @@ Engine::Impl::Impl(const EngineOptions& o)
   // on host memory only.
   STRATA_CHECK(dev.backend() == device::Backend::host || world == 1 || dcomm != nullptr, Errc::invalid_argument,
                "rank ", rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", world,
-               " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL): `strata launch -- "
-               "strata train --device cuda` creates one");
+               " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL; `strata launch -- "
+               "strata train --device cuda` creates one)");
   STRATA_CHECK(dev.backend() == device::Backend::host || dcomm == nullptr || dcomm->backend() == comm::Backend::nccl,
                Errc::invalid_argument, "rank ", rank, ": EngineOptions.device_comm is a gloo communicator, which "
                "cannot reach the memory of a CUDA device ('", dev.name(), "'): use an NCCL communicator");

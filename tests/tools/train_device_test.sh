@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `strata train --device`: auto takes the GPU when one is present (one rank) and the host
-# device otherwise; --device cuda trains on the GPU with the MLP's forward and backward in
-# cuBLAS, or, without a GPU, is refused naming the device and why; --link-gbps is refused
-# with a CUDA device. Runs everywhere: the GPU half of each check runs where there is one.
+# `strata train --device`: auto takes the GPU when one is present and the host device
+# otherwise; --device cuda trains on the GPU with the MLP's forward and backward in cuBLAS
+# (two ranks on two GPUs with NCCL beside Gloo), or, without a GPU, is refused naming the
+# device and why; --link-gbps is refused with a CUDA device. Runs everywhere: the GPU half
+# of each check runs where there is one.
 set -euo pipefail
 strata=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -44,6 +45,28 @@ PY
 else
   if msg=$("$strata" train "${model[@]}" --device cuda 2>&1); then fail "--device cuda ran without a GPU: $msg"; fi
   grep -q "cuda device 0" <<<"$msg" || fail "the refusal does not name the device: $msg"
+fi
+
+# Two ranks: Gloo on the host device; on two GPUs, NCCL joins for device memory.
+gpus=$("$strata" info --json | python3 -c 'import json, sys
+b = {x["name"]: x for x in json.load(sys.stdin)["backends"]}
+print(len(b["cuda"].get("devices", [])))')
+"$strata" launch -n 2 -- "$strata" train "${model[@]}" --device host --log-json "$dir/host2.jsonl" > /dev/null
+if [ "$gpus" -ge 2 ]; then
+  "$strata" launch -n 2 -- "$strata" train "${model[@]}" --device cuda --log-json "$dir/cuda2.jsonl" > /dev/null
+  python3 - "$dir/host2.jsonl" "$dir/cuda2.jsonl" <<'PY'
+import json, sys
+host = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+gpu = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(host) == len(gpu) == 4, (host, gpu)
+for h, g in zip(host, gpu):
+    assert abs(h - g) <= 1e-3 * abs(h), (host, gpu)
+print("ok: 2 GPU ranks", gpu, "host", host)
+PY
+elif msg=$("$strata" launch -n 2 -- "$strata" train "${model[@]}" --device cuda 2>&1); then
+  fail "two ranks ran with --device cuda on $gpus GPU(s): $msg"
+else
+  grep -q "cuda device" <<<"$msg" || fail "the two-rank refusal does not name the device: $msg"
 fi
 
 if msg=$("$strata" train "${model[@]}" --device cuda --link-gbps 1 2>&1); then fail "--link-gbps was accepted with cuda"; fi

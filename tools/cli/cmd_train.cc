@@ -1,6 +1,7 @@
 // `strata train --model mlp --config FILE.json`: trains the demo MLP through the ZeRO
-// engine on a CUDA device (one rank) or the host device (alone or as one rank of
-// `strata launch`); --device auto takes the GPU when there is one and the run has one rank. Shows progress
+// engine on a CUDA device or the host device, alone or as one rank of `strata launch`
+// (ranks on GPUs add an NCCL communicator for collectives on device memory; Gloo keeps
+// those on host memory); --device auto takes GPU local_rank when there is one. Shows progress
 // (step, loss, step time, memory per tier), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
 // the gathered whole), and a Chrome trace with --trace.
@@ -64,10 +65,11 @@ int run(const Options& o) {
 
   device::DeviceOptions dopt;
   if (o.device == "auto") {
-    dopt.backend = world == 1 ? device::default_backend() : device::Backend::host;
-    if (world > 1 && rank == 0 && device::default_backend() == device::Backend::cuda) {
-      std::printf("strata train: --device auto uses the host device: the engine runs one rank per GPU run in this "
-                  "build (multi-rank NCCL reductions are not implemented yet)\n");
+    const auto gpus = device::cuda_inventory().devices.size();
+    dopt.backend = static_cast<std::size_t>(co.rendezvous.local_rank) < gpus ? device::Backend::cuda : device::Backend::host;
+    if (gpus > 0 && dopt.backend == device::Backend::host && rank == 0) {
+      std::printf("strata train: --device auto uses the host device: local rank %d has no GPU of its own (%zu present)\n",
+                  co.rendezvous.local_rank, gpus);
     }
   } else {
     dopt.backend = device::parse_backend(o.device);
@@ -80,12 +82,21 @@ int run(const Options& o) {
   dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
   dopt.link_gbps = o.link_gbps;
   auto dev = device::Device::create(dopt);
+  std::unique_ptr<comm::Communicator> device_comm;
+  if (world > 1 && dopt.backend == device::Backend::cuda) {
+    comm::CommOptions nco = co;
+    nco.backend = comm::Backend::nccl;
+    nco.device_ordinal = dopt.ordinal;
+    nco.rendezvous.run_id += ".nccl";
+    device_comm = comm::Communicator::create(nco);
+  }
 
   Tracer tracer(!o.trace.empty(), rank);
   zero::EngineOptions eo;
   eo.config = cfg;
   eo.device = dev.get();
   eo.comm = comm.get();
+  eo.device_comm = device_comm.get();
   eo.seed = o.seed;
   eo.tracer = &tracer;
   zero::Engine engine(eo);
@@ -182,7 +193,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");
   cmd.add_option("--save-params", o->save_params, "Write the final fp32 parameters (safetensors)");
   cmd.add_option("--trace", o->trace, "Write a Chrome trace (Perfetto) of the run");
-  cmd.add_option("--device", o->device, "auto|host|cuda (auto: cuda when a GPU is present and the run has one rank)");
+  cmd.add_option("--device", o->device, "auto|host|cuda (auto: GPU local_rank when there is one, else host)");
   cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
