@@ -79,12 +79,13 @@ void Engine::Impl::issue_gather(int li) {
   try {
     const std::string staging_what = str_cat("layer ", L.id, " gather staging");
     try {
-      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what);
+      // Page-locked: copies read it after stream work (an NVMe read, a host copy) fills it.
+      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what, /*pinned=*/true);
     } catch (const Error& e) {
       // Write-backs queued on the io stream hold host staging until written: wait for them.
       if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
       drain_io();
-      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what);
+      S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what, /*pinned=*/true);
     }
   } catch (...) {
     ledger->free(S.params_full);

@@ -37,24 +37,80 @@ void MemoryLedger::add_use(Tier tier, Kind kind, std::size_t bytes) {
 
 MemoryLedger::~MemoryLedger() {
   reap();
+  flush_cache();
   if (!live_.empty()) STRATA_LOG(warn, "memory ledger destroyed with ", live_.size(), " live allocations; freeing them");
   for (auto& [p, e] : live_) {
     if (e.tier == Tier::device) dev_.free(p);
-    else if (pin_host_) dev_.free_pinned(p);
+    else if (e.pinned) dev_.free_pinned(p);
     else std::free(p);
   }
 }
 
-void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
+void MemoryLedger::flush_cache() noexcept {
+  std::vector<std::pair<void*, std::size_t>> cached;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cached.swap(pinned_cache_);
+  }
+  for (auto& [p, bytes] : cached) {
+    try {
+      dev_.free_pinned(p);
+    } catch (const std::exception& ex) {
+      STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
+    }
+    if (!pin_host_) host_budget_.release(bytes);
+  }
+}
+
+void MemoryLedger::reserve_host(std::size_t bytes, std::string_view what) {
+  const char* hint = "Raise memory_budget.host or offload less to host RAM";
+  try {
+    host_budget_.reserve(bytes, what, hint);
+  } catch (const Error& e) {
+    if (e.code() != Errc::out_of_budget) throw;
+    flush_cache();
+    host_budget_.reserve(bytes, what, hint);
+  }
+}
+
+// Page-locked host memory: a cached buffer of the same size, else a new one (with the
+// cache handed back first when the budget is short).
+void* MemoryLedger::host_pinned(std::size_t bytes, std::string_view what) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = pinned_cache_.begin(); it != pinned_cache_.end(); ++it) {
+      if (it->second != bytes) continue;
+      void* p = it->first;
+      pinned_cache_.erase(it);
+      return p;  // its budget reservation comes with it
+    }
+  }
+  if (!pin_host_) reserve_host(bytes, what);
+  try {
+    try {
+      return dev_.allocate_pinned(bytes, what);
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_budget) throw;
+      flush_cache();
+      return dev_.allocate_pinned(bytes, what);
+    }
+  } catch (...) {
+    if (!pin_host_) host_budget_.release(bytes);
+    throw;
+  }
+}
+
+void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what, bool pinned) {
   reap();
   STRATA_CHECK(tier != Tier::nvme, Errc::internal, "memory ledger: ", what, ": the NVMe tier holds files; charge() it");
   void* p = nullptr;
+  const bool lock_pages = tier == Tier::host && (pin_host_ || pinned);
   if (tier == Tier::device) {
     p = dev_.allocate(bytes, what);
-  } else if (pin_host_) {
-    p = dev_.allocate_pinned(bytes, what);
+  } else if (lock_pages) {
+    p = host_pinned(bytes, what);
   } else {
-    host_budget_.reserve(bytes, what, "Raise memory_budget.host or offload less to host RAM");
+    reserve_host(bytes, what);
     p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (p == nullptr) {
       host_budget_.release(bytes);
@@ -63,7 +119,7 @@ void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::strin
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  live_.emplace(p, Entry{tier, kind, bytes});
+  live_.emplace(p, Entry{tier, kind, bytes, lock_pages});
   add_use(tier, kind, bytes);
   return p;
 }
@@ -83,9 +139,33 @@ bool MemoryLedger::take(void* ptr, Entry& e) noexcept {
 }
 
 void MemoryLedger::release(void* ptr, const Entry& e) noexcept {
+  if (e.pinned) {
+    // Kept for reuse; the oldest cached buffer goes when the cache is full.
+    std::pair<void*, std::size_t> evicted{nullptr, 0};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      try {
+        pinned_cache_.emplace_back(ptr, e.bytes);
+        if (pinned_cache_.size() > kCacheEntries) {
+          evicted = pinned_cache_.front();
+          pinned_cache_.erase(pinned_cache_.begin());
+        }
+      } catch (...) {
+        evicted = {ptr, e.bytes};
+      }
+    }
+    if (evicted.first != nullptr) {
+      try {
+        dev_.free_pinned(evicted.first);
+      } catch (const std::exception& ex) {
+        STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
+      }
+      if (!pin_host_) host_budget_.release(evicted.second);
+    }
+    return;
+  }
   try {
     if (e.tier == Tier::device) dev_.free(ptr);
-    else if (pin_host_) dev_.free_pinned(ptr);
     else {
       std::free(ptr);
       host_budget_.release(e.bytes);
@@ -130,10 +210,11 @@ void MemoryLedger::reap() noexcept {
 
 void MemoryLedger::charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what) {
   reap();
+  if (tier == Tier::host) flush_cache();  // memory allocated elsewhere: the cache gives way
   STRATA_CHECK(bytes <= available(tier), Errc::out_of_budget, tier_name(tier), " tier: ", what, " needs ",
                format_bytes(bytes), " (", bytes, " B) but only ", format_bytes(available(tier)), " of its budget of ",
                format_bytes(usage(tier).budget_bytes), " is left: raise memory_budget.", tier_name(tier));
-  if (tier == Tier::host && !pin_host_) host_budget_.reserve(bytes, what, "Raise memory_budget.host");
+  if (tier == Tier::host && !pin_host_) reserve_host(bytes, what);
   std::lock_guard<std::mutex> lock(mutex_);
   add_use(tier, kind, bytes);
 }

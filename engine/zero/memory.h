@@ -42,7 +42,13 @@ class MemoryLedger {
   MemoryLedger(const MemoryLedger&) = delete;
   MemoryLedger& operator=(const MemoryLedger&) = delete;
 
-  void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
+  // pinned: a host-tier buffer that a stream copy reads after stream work filled it (a CUDA
+  // copy from pageable memory may read it when it is queued, not when the stream gets
+  // there), page-locked whatever pin_host says. Freed page-locked buffers are kept for reuse
+  // by the next request of the same size (locking pages is slow, and cudaFreeHost waits for
+  // the whole device); they keep their place in the tier's Budget, are not counted in its
+  // use, and are handed back whenever a host allocation or charge would not fit.
+  void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what, bool pinned = false);
   void free(void* ptr) noexcept;
   // free() for stream work (a host function on a CUDA stream must not call CUDA): the bytes
   // leave the tier's use now; the memory goes back to the Device at the next allocate(),
@@ -63,7 +69,11 @@ class MemoryLedger {
     Tier tier;
     Kind kind;
     std::size_t bytes;
+    bool pinned = false;  // page-locked host memory (pin_host, or asked for)
   };
+  void* host_pinned(std::size_t bytes, std::string_view what);
+  void reserve_host(std::size_t bytes, std::string_view what);  // host_budget_, flushing the cache if short
+  void flush_cache() noexcept;
   void add_use(Tier tier, Kind kind, std::size_t bytes);  // mutex_ held
   bool take(void* ptr, Entry& e) noexcept;                // mutex_ held: unregisters ptr
   void release(void* ptr, const Entry& e) noexcept;       // hands the memory back
@@ -74,6 +84,8 @@ class MemoryLedger {
   mutable std::mutex mutex_;
   std::unordered_map<void*, Entry> live_;
   std::vector<std::pair<void*, Entry>> retired_;
+  std::vector<std::pair<void*, std::size_t>> pinned_cache_;  // freed page-locked buffers, bytes asked
+  static constexpr std::size_t kCacheEntries = 16;
   std::array<TierUsage, kTiers> usage_{};
 };
 

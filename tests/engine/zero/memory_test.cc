@@ -87,3 +87,24 @@ TEST_CASE("retire() frees from stream work: use drops at once, the memory return
   ledger.free(g);
   CHECK(dev->memory_stats().used_bytes == 0);
 }
+
+TEST_CASE("freed page-locked staging is reused, and handed back when the host budget runs short", "[zero][memory]") {
+  device::DeviceOptions d;
+  d.budget_bytes = 1 << 20;
+  auto dev = device::Device::create(d);
+  zero::MemoryLedger ledger(*dev, 1 << 20, /*pin_host=*/false);
+  void* a = ledger.allocate(zero::Tier::host, zero::Kind::buffers, 600 << 10, "staging", /*pinned=*/true);
+  CHECK(dev->pinned_stats().allocations == 1);
+  ledger.free(a);
+  CHECK(ledger.usage(zero::Tier::host).used_bytes == 0);
+  CHECK(dev->pinned_stats().allocations == 1);  // cached, not unlocked
+  void* b = ledger.allocate(zero::Tier::host, zero::Kind::buffers, 600 << 10, "staging again", true);
+  CHECK(b == a);
+  CHECK(dev->pinned_stats().allocations == 1);
+  ledger.free(b);
+  // 600 KiB cached + 600 KiB asked > the 1 MiB budget: the cache gives way.
+  void* c = ledger.allocate(zero::Tier::host, zero::Kind::optimizer, 600 << 10, "state");
+  CHECK(dev->pinned_stats().allocations == 0);
+  CHECK(ledger.usage(zero::Tier::host).used_bytes == 600u << 10);
+  ledger.free(c);
+}
