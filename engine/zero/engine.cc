@@ -537,6 +537,15 @@ StepResult Engine::step() {
       I.dev_stream->synchronize();  // the device optimizer's updates are in
       if (I.param_store) I.io_stream->launch_host([store = I.param_store.get()] { store->commit(); });
     } catch (...) {
+      // Device work already queued may still write the buffers dropped below: let it finish.
+      for (auto* st : {I.dev_stream.get(), I.xfer_stream.get()}) {
+        if (st == nullptr) continue;
+        try {
+          st->synchronize();
+        } catch (const std::exception& e) {
+          STRATA_LOG(warn, "rank ", I.rank, ": device work after a failed step: ", e.what());
+        }
+      }
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
       if (I.param_store) {
         try {

@@ -94,6 +94,37 @@ void Engine::Impl::issue_gather(int li) {
   }
   live_elems += need;
   peak_live_elems = std::max(peak_live_elems, live_elems);
+  try {
+    submit_gather(li);
+  } catch (...) {
+    // Work queued before the failure may still touch the buffers: let the streams drain
+    // (their errors are this one's consequences), then drop the half-issued gather so the
+    // next gather() issues it anew rather than handing out what it left.
+    for (auto* s : {gather_stream.get(), io_stream.get()}) {
+      if (s == nullptr) continue;
+      try {
+        s->synchronize();
+      } catch (const std::exception&) {
+      }
+    }
+    S.ready.reset();
+    S.gather_ok.reset();
+    S.read_ok.reset();
+    S.read_done.reset();
+    ledger->free(S.staging);
+    S.staging = nullptr;
+    ledger->free(S.params_full);
+    S.params_full = nullptr;
+    live_elems -= need;
+    throw;
+  }
+}
+
+// The gather's stream work (issue_gather has allocated its buffers).
+void Engine::Impl::submit_gather(int li) {
+  auto& S = layers[li];
+  const auto& L = layout->layers()[li];
+  const std::uint64_t need = L.padded;
 
   auto& st = *gather_stream;
   char* staging = static_cast<char*>(S.staging);

@@ -1,6 +1,7 @@
 // MemoryLedger (see memory.h).
 #include "engine/zero/memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "engine/core/error.h"
@@ -227,10 +228,19 @@ void MemoryLedger::discharge(Tier tier, Kind kind, std::size_t bytes) noexcept {
   u.kind_used[static_cast<std::size_t>(kind)] -= bytes;
 }
 
-std::uint64_t MemoryLedger::available(Tier tier) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto& u = usage_[static_cast<int>(tier)];
-  return u.budget_bytes > u.used_bytes ? u.budget_bytes - u.used_bytes : 0;
+std::uint64_t MemoryLedger::available(Tier tier) {
+  if (tier == Tier::device) reap();  // retired device memory goes back to the Device first
+  std::uint64_t left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto& u = usage_[static_cast<int>(tier)];
+    left = u.budget_bytes > u.used_bytes ? u.budget_bytes - u.used_bytes : 0;
+  }
+  if (tier == Tier::device) {
+    const auto m = dev_.memory_stats();
+    left = std::min<std::uint64_t>(left, m.budget_bytes > m.used_bytes ? m.budget_bytes - m.used_bytes : 0);
+  }
+  return left;
 }
 
 TierUsage MemoryLedger::usage(Tier tier) const {

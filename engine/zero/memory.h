@@ -60,7 +60,9 @@ class MemoryLedger {
   // own allocations. A refusal names the tier, the bytes and the budget key.
   void charge(Tier tier, Kind kind, std::size_t bytes, std::string_view what);
   void discharge(Tier tier, Kind kind, std::size_t bytes) noexcept;
-  std::uint64_t available(Tier tier) const;  // budget left
+  // Budget left. The device tier's also counts what others hold on the Device (a trainer's
+  // activations): the smaller of the ledger's and the Device's view.
+  std::uint64_t available(Tier tier);
   TierUsage usage(Tier tier) const;
   device::Device& device() noexcept { return dev_; }
 

@@ -157,6 +157,7 @@ struct Engine::Impl {
   std::vector<TensorView> gather(int li);
   void release(int li);
   void issue_gather(int li);
+  void submit_gather(int li);
   void wait_gather(int li);
   void evict(int li);
   bool drop_retained();
