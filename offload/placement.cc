@@ -140,8 +140,8 @@ State greedy(const Model& m, int order) {
       for (int q = 0; q < 3; ++q) {
         if (it.can(q) && fits(m, s, i, q)) put(m, s, i, q);
       }
-    } else if (it.optimizer) {
-      opt.push_back(i);
+    } else if (it.optimizer || m.device_gathers) {
+      opt.push_back(i);  // with gathers on the device, a device shard saves the most per byte
     }
   }
   const int fallback = order == 1 ? kNvme : kHost;

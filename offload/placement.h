@@ -32,6 +32,10 @@ struct PlacementProblem {
   // NVMe bytes per byte of state placed there: the engine keeps two generations of every
   // swap file (the last good state survives a failed step), so it passes 2.
   std::uint32_t nvme_copies = 1;
+  // Stage-3 gathers all-gather in device memory (the engine's device collectives, NCCL on
+  // GPUs): only the shard crosses the link, c*E per gather from a host or NVMe shard and
+  // nothing from a device shard, instead of the whole layer through pinned staging.
+  bool device_gathers = false;
   // Always on device: live window (gathered layers, gradient buffers), persistent layers.
   std::uint64_t device_fixed_bytes = 0;
   std::uint64_t host_fixed_bytes = 0;   // always on host: reduction scratch, gather staging
@@ -70,14 +74,17 @@ struct Placement {
 //  * params (stage 3): the c*E shard on its place. A gather stages shards through pinned
 //    host memory (engine/zero/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,
 //    a host shard G*c*P h2d, an NVMe shard G*c*P h2d + G*c*E read + c*E written: host is
-//    cheapest, then device, then NVMe. Below stage 3 params are c*P on the device, unmoved.
+//    cheapest, then device, then NVMe. With device_gathers a device shard costs nothing,
+//    a host shard G*c*E h2d, an NVMe shard G*c*E h2d + G*c*E read + c*E written. Below
+//    stage 3 params are c*P on the device, unmoved.
 // nvme_buffer_bytes are charged to the host once any item lives on NVMe.
 //
 // Algorithm (minimise moved bytes subject to the budgets: a knapsack per tier).
 //  1. Fixed items (optimizer_fixed, params_fixed) go to their place.
 //  2. Device: optimizer items in one of three orders (traffic saved against the host per
 //     device byte; the same against NVMe; size), each where it still fits. Params only
-//     come later: a device shard moves more than a host one.
+//     come later: a device shard moves more than a host one (with device_gathers they
+//     join this pass, where a device shard moves nothing).
 //  3. Host: if everything left fits on the host, it all goes there. Otherwise the host
 //     keeps the accumulators of offloaded optimizers and the swap buffers, then takes the
 //     rest by NVMe traffic saved per host byte (params G+1, optimizer 2; ties larger

@@ -66,6 +66,7 @@ offload::PlacementProblem Engine::Impl::placement_problem(const std::vector<int>
   p.host_budget = cfg.memory_budget.host ? cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations
+  p.device_gathers = device_collectives();
   p.nvme_available = !cfg.offload_optimizer.nvme_path.empty() || !cfg.offload_param.nvme_path.empty();
   // Live window + persistent layers (+ the device reduction scratch with device collectives).
   p.device_fixed_bytes = largest * cbytes * 2 + persistent + device_scratch_bytes();

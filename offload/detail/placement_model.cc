@@ -33,6 +33,12 @@ Item make_params(const PlacementProblem& p, std::size_t layer) {
   Item it;
   it.layer = layer;
   for (int t = 0; t < 3; ++t) it.bytes[t][t] = c * E * (t == kNvme ? p.nvme_copies : 1);
+  if (p.device_gathers) {  // only the shard crosses the link; the layer is all-gathered on the device
+    it.flow[kDevice] = {0, 0, 0, 0};
+    it.flow[kHost] = {G * c * E, 0, 0, 0};
+    it.flow[kNvme] = {G * c * E, 0, G * c * E, c * E};
+    return it;
+  }
   it.flow[kDevice] = {G * c * P, G * c * E, 0, 0};
   it.flow[kHost] = {G * c * P, 0, 0, 0};
   it.flow[kNvme] = {G * c * P, 0, G * c * E, c * E};
@@ -65,6 +71,7 @@ Model build_model(const PlacementProblem& p) {
   STRATA_CHECK(!(p.params_fixed == Place::nvme && !p.nvme_available), Errc::invalid_argument,
                "offload_param.device = \"nvme\" needs offload_param.nvme_path");
   Model m;
+  m.device_gathers = p.device_gathers;
   const std::uint64_t c = p.compute_bytes;
   m.opt_item.assign(p.layers.size(), -1);
   m.param_item.assign(p.layers.size(), -1);

@@ -41,6 +41,7 @@ struct Model {
   std::array<std::uint64_t, 3> cap{};
   std::uint64_t buffer = 0;               // host bytes once anything is on NVMe
   std::vector<int> opt_item, param_item;  // per layer: item index or -1
+  bool device_gathers = false;            // PlacementProblem::device_gathers
 };
 
 // Validates (throws Errc::invalid_argument) and builds.
