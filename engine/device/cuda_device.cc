@@ -174,7 +174,14 @@ class CudaDevice final : public Device {
 
   void* allocate(std::size_t bytes, std::string_view what) override {
     void* p = allocate_on(bytes, alloc_stream_, what);
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(alloc_stream_), "allocate");
+    const cudaError_t e = cudaStreamSynchronize(alloc_stream_);
+    if (e != cudaSuccess) {
+      try {
+        free_on(p, alloc_stream_);  // not handed out: back to the pool and the budget
+      } catch (const std::exception&) {
+      }
+      STRATA_CUDA_CHECK(e, "allocate");
+    }
     return p;
   }
   void free(void* ptr) override {
@@ -259,6 +266,8 @@ class CudaDevice final : public Device {
  private:
   void* allocate_on(std::size_t bytes, cudaStream_t stream, std::string_view what) {
     const std::uint64_t size = Arena::round_up(bytes == 0 ? 1 : bytes);
+    // The calling thread's current device may be another (a thread per rank, say).
+    STRATA_CUDA_CHECK(cudaSetDevice(options().ordinal), "cuda device ", options().ordinal);
     budget_.reserve(size, what);
     void* p = nullptr;
     const cudaError_t e = cudaMallocFromPoolAsync(&p, size, pool_, stream);
@@ -284,8 +293,9 @@ class CudaDevice final : public Device {
       size = it->second;
       sizes_.erase(it);
     }
-    STRATA_CUDA_CHECK(cudaFreeAsync(ptr, stream), "free");
+    const cudaError_t e = cudaFreeAsync(ptr, stream);
     budget_.release(size);  // charged back at submission: the pool reuses it in stream order
+    STRATA_CUDA_CHECK(e, "free");
   }
 
   Budget budget_;

@@ -98,8 +98,9 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     strata::device::DeviceOptions d;
     const std::string_view which = device;
     if (which == "auto") {
+      // Alike on every rank: GPUs only when there is one for each rank.
       const auto gpus = strata::device::cuda_inventory().devices.size();
-      d.backend = static_cast<std::size_t>(co.rendezvous.local_rank) < gpus ? strata::device::Backend::cuda
+      d.backend = gpus >= static_cast<std::size_t>(co.rendezvous.world_size) ? strata::device::Backend::cuda
                                                                              : strata::device::Backend::host;
     } else {
       d.backend = strata::device::parse_backend(which);  // names the text when it is neither

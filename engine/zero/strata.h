@@ -67,8 +67,8 @@ const char* strata_last_error(void);
 strata_status strata_engine_create(const char* config_path, uint64_t device_budget_bytes, uint64_t seed,
                                    strata_engine** out);
 /* The same on a chosen device: "host" (the emulated device), "cuda" (GPU local_rank; with
-   several ranks an NCCL communicator joins the Gloo one), or "auto" (cuda when this local
-   rank has a GPU, else host). On
+   several ranks an NCCL communicator joins the Gloo one), or "auto" (cuda when there is a
+   GPU for every rank, else host). On
    cuda, views are device pointers: the trainer's kernels on a view must be complete before
    it calls strata_release or strata_reduce_grads on it. */
 strata_status strata_engine_create_on(const char* config_path, const char* device, uint64_t device_budget_bytes,

@@ -65,11 +65,14 @@ int run(const Options& o) {
 
   device::DeviceOptions dopt;
   if (o.device == "auto") {
+    // Every rank must choose alike (GPU ranks join an NCCL communicator): GPUs only when
+    // there is one for each of the run's ranks.
     const auto gpus = device::cuda_inventory().devices.size();
-    dopt.backend = static_cast<std::size_t>(co.rendezvous.local_rank) < gpus ? device::Backend::cuda : device::Backend::host;
+    dopt.backend = gpus >= static_cast<std::size_t>(world) ? device::Backend::cuda : device::Backend::host;
     if (gpus > 0 && dopt.backend == device::Backend::host && rank == 0) {
-      std::printf("strata train: --device auto uses the host device: local rank %d has no GPU of its own (%zu present)\n",
-                  co.rendezvous.local_rank, gpus);
+      std::printf("strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
+                  "to put each rank on GPU local_rank\n",
+                  world, gpus);
     }
   } else {
     dopt.backend = device::parse_backend(o.device);
@@ -193,7 +196,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");
   cmd.add_option("--save-params", o->save_params, "Write the final fp32 parameters (safetensors)");
   cmd.add_option("--trace", o->trace, "Write a Chrome trace (Perfetto) of the run");
-  cmd.add_option("--device", o->device, "auto|host|cuda (auto: GPU local_rank when there is one, else host)");
+  cmd.add_option("--device", o->device, "auto|host|cuda (auto: GPU local_rank when there is a GPU for every rank, else host)");
   cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
