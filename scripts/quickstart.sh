@@ -6,7 +6,8 @@
 # Perfetto trace under build/demo/. Then trains a model 16x larger than its device budget
 # and 2x its host budget with budget-driven placement (memory_budget): the plan (--explain),
 # then per step the bytes moved over the link and to/from NVMe (swap files under
-# build/demo/nvme, removed at the end).
+# build/demo/nvme, removed at the end). Both run on the host device (the emulated GPU whose
+# budgets the demo sets), with or without a GPU: `--device cuda` runs the first on GPUs.
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
 strata_install_deps
@@ -18,13 +19,13 @@ mkdir -p "$out"
 "$strata" info
 echo
 "$strata" launch -n 2 -- "$strata" train --model mlp --layers 8 --hidden 256 \
-  --config "$STRATA_ROOT/scripts/configs/zero3-bf16.json" --steps 20 \
+  --config "$STRATA_ROOT/scripts/configs/zero3-bf16.json" --steps 20 --device host \
   --log-json "$out/train.jsonl" --save-params "$out/mlp.safetensors" --trace "$out/trace.json"
 echo
 echo "per-step log: $out/train.jsonl; parameters: $out/mlp.safetensors; trace: $out/trace.json.rank0"
 echo
 echo "== offload: a model 16x the device budget and 2x the host budget, the rest on NVMe"
 sed "s#build/demo/nvme#$out/nvme#g" "$STRATA_ROOT/scripts/configs/zero3-budget-nvme.json" > "$out/zero3-budget-nvme.json"
-"$strata" train --model mlp --layers 16 --hidden 256 --config "$out/zero3-budget-nvme.json" --steps 5 --explain \
+"$strata" train --model mlp --layers 16 --hidden 256 --config "$out/zero3-budget-nvme.json" --steps 5 --explain --device host \
   --log-json "$out/offload.jsonl" --trace "$out/offload-trace.json"
 echo "per-step log: $out/offload.jsonl; trace: $out/offload-trace.json"

@@ -232,8 +232,9 @@ void Engine::setup() {
     }
     S.persistent = stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold;
   }
-  // Where every layer's state lives, checked against the device budget before anything is
-  // allocated (engine_place.cc).
+  // Where every layer's state lives, checked against the device budget (less what the
+  // trainer already holds there) before anything is allocated (engine_place.cc).
+  I.device_held_by_others = I.dev.memory_stats().used_bytes;
   I.place_layers();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {

@@ -62,7 +62,7 @@ offload::PlacementProblem Engine::Impl::placement_problem(const std::vector<int>
     max_shard = std::max<std::uint64_t>(max_shard, b.shard);
   }
   const std::uint64_t largest = lay.largest_layer_padded();
-  p.device_budget = dev.options().budget_bytes;
+  p.device_budget = device_room();
   p.host_budget = cfg.memory_budget.host ? cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations
@@ -137,7 +137,11 @@ void Engine::Impl::place_layers() {
       << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)\n";
   out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
   if (stage == 3 && par == Tier::nvme) out << " (offload_param.device nvme, max_in_cpu " << cfg.offload_param.max_in_cpu << " elements kept in host RAM)";
-  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(dev.options().budget_bytes) << "\n";
+  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(dev.options().budget_bytes);
+  if (device_room() < dev.options().budget_bytes) {
+    out << " (" << format_bytes(dev.options().budget_bytes - device_room()) << " of it held by the trainer)";
+  }
+  out << "\n";
   placement_text = out.str();
 }
 
@@ -291,6 +295,13 @@ std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
   return stayed;
 }
 
+// The device budget less what others (the trainer's activations) held on the Device when
+// setup() began.
+std::uint64_t Engine::Impl::device_room() const {
+  const std::uint64_t budget = dev.options().budget_bytes;
+  return budget > device_held_by_others ? budget - device_held_by_others : 0;
+}
+
 // What the placement leaves on the device, against its budget; returns the minimum.
 std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_device) const {
   const int stage = cfg.zero.stage;
@@ -312,8 +323,13 @@ std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_
   }
   const std::uint64_t window = largest * cbytes * 2;  // one gathered layer and its gradient buffer
   const std::uint64_t minimum = persistent + window + device_scratch_bytes();
-  const std::uint64_t budget = dev.options().budget_bytes;
-  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget), " is too small for ZeRO stage ",
+  const std::uint64_t budget = device_room();
+  const std::uint64_t held = dev.options().budget_bytes - budget;
+  STRATA_CHECK(minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget),
+               held ? str_cat(" (", format_bytes(dev.options().budget_bytes), " less ", format_bytes(held),
+                              " the trainer holds on the device)")
+                    : std::string(),
+               " is too small for ZeRO stage ",
                stage, " of this model on rank ", rank, ": it needs at least ", format_bytes(minimum), " (", minimum,
                " B: ", format_bytes(persistent), " of persistent shards and state + ", format_bytes(window),
                " for the live window of the largest layer, ", largest, " elements",

@@ -169,6 +169,8 @@ struct Engine::Impl {
   // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
   offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
+  std::uint64_t device_room() const;  // the device budget less what the trainer holds there
+  std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
   void check_plan_against_trace();
   std::vector<int> migrate_params(const std::vector<Tier>& to);
   void setup_swapper();

@@ -233,3 +233,27 @@ TEST_CASE("collectives on device memory (EngineOptions::device_comm) change no b
     }
   }
 }
+
+TEST_CASE("device memory the trainer holds before setup() is left out of the engine's budget", "[zero][negative]") {
+  auto setup_with = [](std::size_t held) {
+    device::DeviceOptions d;
+    d.budget_bytes = 128 << 10;
+    auto dev = device::Device::create(d);
+    device::DeviceBuffer activations;
+    if (held) activations = device::DeviceBuffer(*dev, held, "trainer activations");
+    zero::EngineOptions eo;
+    eo.config = test::mlp_config(3, 1, DType::bf16);
+    eo.config.zero.stage3_param_persistence_threshold = 0;
+    eo.device = dev.get();
+    zero::Engine engine(eo);
+    model::Mlp mlp(engine, {3, 32, 0, 7});
+    engine.setup();
+    return engine.explain_placement();
+  };
+  // About 70 KiB of state and live window fit in 128 KiB, but not beside 100 KiB of the trainer's.
+  CHECK(setup_with(0).find("held by the trainer") == std::string::npos);
+  CHECK(setup_with(16 << 10).find("16.00 KiB of it held by the trainer") != std::string::npos);
+  CHECK_THROWS_WITH(setup_with(100 << 10),
+                    Catch::Contains("128.00 KiB less 100.00 KiB the trainer holds on the device") &&
+                        Catch::Contains("is too small for ZeRO stage 3"));
+}
