@@ -4,8 +4,10 @@
 // length, so the sums are bitwise equal) and add it to the fp32 accumulator. The buffer is
 // freed once reduced. With overlap_comm the reduction runs on a reduce stream while the
 // trainer goes on with the next layer's backward; step() waits for it. Gradients whose
-// accumulator lives in host RAM (optimizer offloaded) cross the link first. On one rank, an
-// accumulator on the device is updated there by a device op (the CUDA path).
+// accumulator lives in host RAM (optimizer offloaded) cross the link first. An accumulator
+// on the device is updated there by device ops: directly on one rank; with the device
+// communicator (EngineOptions::device_comm) after a reduce-scatter in device memory (and an
+// all-gather at stages 0-1). These are the paths a GPU takes; they give the same bits.
 #include <cstring>
 #include <functional>
 
