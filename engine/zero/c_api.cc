@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/device/device.h"
 #include "engine/zero/engine.h"
+#include "engine/zero/rank_devices.h"
 #include "engine/zero/strata.h"
 
 struct strata_engine {
@@ -96,15 +97,7 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     facts.world_size = co.rendezvous.world_size;
     const auto cfg = strata::zero::load_config(config_path, facts);
     strata::device::DeviceOptions d;
-    const std::string_view which = device;
-    if (which == "auto") {
-      // Alike on every rank: GPUs only when there is one for each rank.
-      const auto gpus = strata::device::cuda_inventory().devices.size();
-      d.backend = gpus >= static_cast<std::size_t>(co.rendezvous.world_size) ? strata::device::Backend::cuda
-                                                                             : strata::device::Backend::host;
-    } else {
-      d.backend = strata::device::parse_backend(which);  // names the text when it is neither
-    }
+    d.backend = strata::zero::choose_backend(device, co.rendezvous.world_size);
     d.ordinal = co.rendezvous.local_rank;
     d.budget_bytes = device_budget_bytes ? device_budget_bytes
                      : cfg.memory_budget.device ? cfg.memory_budget.device : (uint64_t{1} << 30);
@@ -113,13 +106,7 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     strata::zero::EngineOptions o;
     o.config = cfg;
     o.device = e->device.get();
-    if (co.rendezvous.world_size > 1 && d.backend == strata::device::Backend::cuda) {
-      auto nco = co;
-      nco.backend = strata::comm::Backend::nccl;
-      nco.device_ordinal = d.ordinal;
-      nco.rendezvous.run_id += ".nccl";
-      e->device_comm = strata::comm::Communicator::create(nco);
-    }
+    e->device_comm = strata::zero::create_device_comm(co, d.backend, d.ordinal);
     o.comm = e->comm.get();
     o.device_comm = e->device_comm.get();
     o.seed = seed;

@@ -118,6 +118,17 @@ void Engine::Impl::flush_device_copy(int li) {
   if (staged != nullptr) copy_updated(li, S.shard_total);
 }
 
+void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {
+  for (auto* st : streams) {
+    if (st == nullptr) continue;
+    try {
+      st->synchronize();
+    } catch (const std::exception& e) {
+      if (*when != '\0') STRATA_LOG(warn, "rank ", rank, ": ", when, ": ", e.what());
+    }
+  }
+}
+
 void Engine::Impl::require_setup(const char* op) const {
   STRATA_CHECK(setup_done(), Errc::invalid_argument, op, "() before setup(): register the parameters and call setup() first");
 }
@@ -157,15 +168,8 @@ Engine::~Engine() {
   auto& I = *impl_;
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
-  for (auto* st : {I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(),
-                   I.dev_stream.get()}) {
-    if (st == nullptr) continue;
-    try {
-      st->synchronize();
-    } catch (const std::exception& e) {
-      STRATA_LOG(warn, "engine shutdown: ", e.what());
-    }
-  }
+  I.settle({I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(), I.dev_stream.get()},
+           "engine shutdown");
   if (!I.ledger) return;  // setup() failed before allocating anything
   try {
     I.drain_io();  // already drained above: this frees write-back staging a failure skipped
@@ -539,14 +543,7 @@ StepResult Engine::step() {
       if (I.param_store) I.io_stream->launch_host([store = I.param_store.get()] { store->commit(); });
     } catch (...) {
       // Device work already queued may still write the buffers dropped below: let it finish.
-      for (auto* st : {I.dev_stream.get(), I.xfer_stream.get()}) {
-        if (st == nullptr) continue;
-        try {
-          st->synchronize();
-        } catch (const std::exception& e) {
-          STRATA_LOG(warn, "rank ", I.rank, ": device work after a failed step: ", e.what());
-        }
-      }
+      I.settle({I.dev_stream.get(), I.xfer_stream.get()}, "device work after a failed step");
       // The last good parameter shards on NVMe stay current; staged copies are dropped.
       if (I.param_store) {
         try {

@@ -100,13 +100,7 @@ void Engine::Impl::issue_gather(int li) {
     // Work queued before the failure may still touch the buffers: let the streams drain
     // (their errors are this one's consequences), then drop the half-issued gather so the
     // next gather() issues it anew rather than handing out what it left.
-    for (auto* s : {gather_stream.get(), io_stream.get()}) {
-      if (s == nullptr) continue;
-      try {
-        s->synchronize();
-      } catch (const std::exception&) {
-      }
-    }
+    settle({gather_stream.get(), io_stream.get()}, "");
     S.ready.reset();
     S.gather_ok.reset();
     S.read_ok.reset();

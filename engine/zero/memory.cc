@@ -53,14 +53,16 @@ void MemoryLedger::flush_cache() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     cached.swap(pinned_cache_);
   }
-  for (auto& [p, bytes] : cached) {
-    try {
-      dev_.free_pinned(p);
-    } catch (const std::exception& ex) {
-      STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
-    }
-    if (!pin_host_) host_budget_.release(bytes);
+  for (auto& [p, bytes] : cached) unlock(p, bytes);
+}
+
+void MemoryLedger::unlock(void* ptr, std::size_t bytes) noexcept {
+  try {
+    dev_.free_pinned(ptr);
+  } catch (const std::exception& ex) {
+    STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
   }
+  if (!pin_host_) host_budget_.release(bytes);
 }
 
 void MemoryLedger::reserve_host(std::size_t bytes, std::string_view what) {
@@ -155,14 +157,7 @@ void MemoryLedger::release(void* ptr, const Entry& e) noexcept {
         evicted = {ptr, e.bytes};
       }
     }
-    if (evicted.first != nullptr) {
-      try {
-        dev_.free_pinned(evicted.first);
-      } catch (const std::exception& ex) {
-        STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
-      }
-      if (!pin_host_) host_budget_.release(evicted.second);
-    }
+    if (evicted.first != nullptr) unlock(evicted.first, evicted.second);
     return;
   }
   try {

@@ -76,6 +76,7 @@ class MemoryLedger {
   void* host_pinned(std::size_t bytes, std::string_view what);
   void reserve_host(std::size_t bytes, std::string_view what);  // host_budget_, flushing the cache if short
   void flush_cache() noexcept;
+  void unlock(void* ptr, std::size_t bytes) noexcept;  // a page-locked buffer back to the Device
   void add_use(Tier tier, Kind kind, std::size_t bytes);  // mutex_ held
   bool take(void* ptr, Entry& e) noexcept;                // mutex_ held: unregisters ptr
   void release(void* ptr, const Entry& e) noexcept;       // hands the memory back

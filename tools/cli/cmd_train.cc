@@ -18,6 +18,7 @@
 #include "engine/device/device.h"
 #include "engine/zero/config.h"
 #include "engine/zero/engine.h"
+#include "engine/zero/rank_devices.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
 #include "tools/model/mlp.h"
@@ -64,18 +65,14 @@ int run(const Options& o) {
   const zero::EngineConfig cfg = zero::load_config(o.config, facts);
 
   device::DeviceOptions dopt;
-  if (o.device == "auto") {
-    // Every rank must choose alike (GPU ranks join an NCCL communicator): GPUs only when
-    // there is one for each of the run's ranks.
+  dopt.backend = zero::choose_backend(o.device, world);
+  if (o.device == "auto" && dopt.backend == device::Backend::host && rank == 0) {
     const auto gpus = device::cuda_inventory().devices.size();
-    dopt.backend = gpus >= static_cast<std::size_t>(world) ? device::Backend::cuda : device::Backend::host;
-    if (gpus > 0 && dopt.backend == device::Backend::host && rank == 0) {
+    if (gpus > 0) {
       std::printf("strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
                   "to put each rank on GPU local_rank\n",
                   world, gpus);
     }
-  } else {
-    dopt.backend = device::parse_backend(o.device);
   }
   STRATA_CHECK(o.link_gbps == 0 || dopt.backend == device::Backend::host, Errc::invalid_argument, "--link-gbps ",
                o.link_gbps, " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
@@ -85,14 +82,7 @@ int run(const Options& o) {
   dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
   dopt.link_gbps = o.link_gbps;
   auto dev = device::Device::create(dopt);
-  std::unique_ptr<comm::Communicator> device_comm;
-  if (world > 1 && dopt.backend == device::Backend::cuda) {
-    comm::CommOptions nco = co;
-    nco.backend = comm::Backend::nccl;
-    nco.device_ordinal = dopt.ordinal;
-    nco.rendezvous.run_id += ".nccl";
-    device_comm = comm::Communicator::create(nco);
-  }
+  auto device_comm = zero::create_device_comm(co, dopt.backend, dopt.ordinal);
 
   Tracer tracer(!o.trace.empty(), rank);
   zero::EngineOptions eo;

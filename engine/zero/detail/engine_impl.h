@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -133,6 +134,9 @@ struct Engine::Impl {
   };
   std::vector<Writeback> writebacks;
   void drain_io();                       // io_stream->synchronize(), then reap what it left
+  // Waits for each stream's queued work (null ones skipped) before what it touches goes;
+  // a stream's failure is logged as `when` ("" : not logged), not thrown.
+  void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
   std::vector<int> trace;                // dense layer indices in gather order, recorded
   std::vector<int> recording;            // this step's gathers while recording
   bool trace_valid = false;
