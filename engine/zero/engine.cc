@@ -346,6 +346,7 @@ void Engine::begin_step() {
   auto& I = *impl_;
   I.require_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
+  STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
   I.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
@@ -354,6 +355,23 @@ void Engine::begin_step() {
   I.cursor = 0;
   I.diverged = false;
   I.recording.clear();
+}
+
+void Engine::begin_eval() {
+  auto& I = *impl_;
+  I.require_setup("begin_eval");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument, "begin_eval() inside a step or another evaluation");
+  I.in_eval = true;
+}
+
+void Engine::end_eval() {
+  auto& I = *impl_;
+  STRATA_CHECK(I.in_eval, Errc::invalid_argument, "end_eval() without begin_eval()");
+  for (const auto& S : I.layers) {
+    STRATA_CHECK(S.in_use == 0, Errc::invalid_argument,
+                 "end_eval() with a layer still gathered: release every gather first");
+  }
+  I.in_eval = false;
 }
 
 std::vector<TensorView> Engine::gather(int layer) {

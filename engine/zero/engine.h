@@ -105,6 +105,10 @@ class Engine {
   void begin_step();
   std::vector<TensorView> gather(int layer);
   void release(int layer);
+  // Forward-only passes (validation, generation) between steps: gather() and release() in
+  // any order, no gradients, the recorded trace and its prefetch untouched.
+  void begin_eval();
+  void end_eval();
   std::vector<TensorView> grad_buffers(int layer);
   void reduce_grads(int layer);
   StepResult step();

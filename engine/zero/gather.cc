@@ -29,8 +29,16 @@ std::uint64_t hash_trace(const std::vector<int>& t) {
 std::vector<TensorView> Engine::Impl::gather(int li) {
   auto& S = layers[li];
   const auto& L = layout->layers()[li];
-  STRATA_CHECK(in_step, Errc::invalid_argument, "gather(", L.id, ") outside begin_step()/step()");
+  STRATA_CHECK(in_step || in_eval, Errc::invalid_argument, "gather(", L.id,
+               ") outside begin_step()/step() and begin_eval()/end_eval()");
   if (cfg.zero.stage < 3) return views(li, S.params_full, cdt);
+  if (in_eval) {  // forward-only passes leave the recorded trace and its prefetch alone
+    if (!S.persistent && S.params_full == nullptr) issue_gather(li);
+    S.retained = false;
+    ++S.in_use;
+    if (!S.persistent) wait_gather(li);
+    return views(li, S.params_full, cdt);
+  }
   if (trace_valid && !diverged) {
     if (cursor < trace.size() && trace[cursor] == li) {
       ++cursor;
@@ -271,7 +279,7 @@ void Engine::Impl::release(int li) {
   if (cfg.zero.stage < 3) return;
   STRATA_CHECK(S.in_use > 0, Errc::invalid_argument, "release(", L.id, ") without a matching gather(", L.id, ")");
   if (--S.in_use > 0 || S.persistent) return;
-  if (trace_valid && !diverged) {
+  if (trace_valid && !diverged && !in_eval) {
     std::uint64_t distance = 0;
     for (std::size_t k = cursor; k < trace.size(); ++k) {
       if (trace[k] == li) {

@@ -21,7 +21,7 @@
 #include "tests/support/error_of.h"
 #include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
-#include "tools/model/mlp.h"
+#include "models/mlp.h"
 
 using namespace strata;
 

@@ -24,7 +24,7 @@
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
-#include "tools/model/mlp.h"
+#include "models/mlp.h"
 
 namespace strata::cli {
 namespace {

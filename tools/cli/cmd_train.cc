@@ -1,11 +1,13 @@
-// `strata train --model mlp --config FILE.json`: trains the demo MLP through the ZeRO
-// engine on a CUDA device or the host device, alone or as one rank of `strata launch`
+// `strata train --model mlp|gpt --config FILE.json`: trains the demo MLP or the GPT
+// (train_model.h) through the ZeRO engine on a CUDA device (MLP) or the host device, alone or
+// as one rank of `strata launch`
 // (ranks on GPUs add an NCCL communicator for collectives on device memory; Gloo keeps
 // those on host memory); --device auto takes GPU local_rank when there is one. Shows progress
-// (step, loss, step time, memory per tier), writes one JSON object per step with
+// (step, loss, tokens/s, step time, memory per tier; the GPT's validation loss), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
 // the gathered whole), and a Chrome trace with --trace.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,24 +23,20 @@
 #include "engine/zero/rank_devices.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
-#include "tools/model/mlp.h"
-#include "tools/model/safetensors.h"
+#include "tools/cli/train_model.h"
+#include "models/safetensors.h"
 
 namespace strata::cli {
 namespace {
 
 struct Options {
-  std::string model = "mlp";
+  ModelOptions m;
   std::string config;
-  int layers = 4;
-  int hidden = 64;
   std::int64_t steps = 10;
-  std::uint64_t seed = 0;
   std::string log_json, save_params, trace;
   std::string device = "auto";
   std::string device_budget = "1GiB";
   double link_gbps = 0;
-  double layer_ms = 0;
   bool explain = false;
 };
 
@@ -51,7 +49,8 @@ nlohmann::json tier_json(const zero::TierUsage& u) {
 }
 
 int run(const Options& o) {
-  STRATA_CHECK(o.model == "mlp", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp");
+  STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
+               " is not available: use mlp or gpt");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
   comm::CommOptions co;
   co.rendezvous = comm::rendezvous_from_env();
@@ -61,7 +60,7 @@ int run(const Options& o) {
 
   zero::ModelFacts facts;
   facts.world_size = world;
-  facts.hidden_size = static_cast<std::uint64_t>(o.hidden);
+  facts.hidden_size = static_cast<std::uint64_t>(o.m.model == "mlp" ? (o.m.hidden > 0 ? o.m.hidden : 64) : o.m.d_model);
   const zero::EngineConfig cfg = zero::load_config(o.config, facts);
 
   device::DeviceOptions dopt;
@@ -90,10 +89,10 @@ int run(const Options& o) {
   eo.device = dev.get();
   eo.comm = comm.get();
   eo.device_comm = device_comm.get();
-  eo.seed = o.seed;
+  eo.seed = o.m.seed;
   eo.tracer = &tracer;
   zero::Engine engine(eo);
-  model::Mlp mlp(engine, {o.layers, o.hidden, o.layer_ms, o.seed}, comm.get(), &tracer);
+  auto model = create_train_model(o.m, engine, comm.get(), &tracer);
   engine.setup();
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
 
@@ -103,8 +102,8 @@ int run(const Options& o) {
     STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json, "' cannot be opened for writing: ", errno_text(errno));
   }
   if (rank == 0) {
-    std::printf("strata train: mlp %d x %d (%zu parameters), ZeRO stage %d, %s, world %d, micro-batch %lld x %lld, device %s\n",
-                o.layers, o.hidden, mlp.parameter_count(), cfg.zero.stage, dtype_name(engine.compute_dtype()), world,
+    std::printf("strata train: %s\n  ZeRO stage %d, %s, world %d, micro-batch %lld x %lld, device %s\n",
+                model->describe().c_str(), cfg.zero.stage, dtype_name(engine.compute_dtype()), world,
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
   }
@@ -112,16 +111,21 @@ int run(const Options& o) {
   for (std::int64_t s = 0; s < o.steps; ++s) {
     check_interrupted("train");
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = mlp.train_step(s);
+    const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double val = model->validate(s + 1, o.steps);
     const auto mem = engine.memory();
     const auto io = engine.io_stats();
     if (rank != 0) continue;
     // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
     const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
     const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
-    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak %s)%s\n",
-                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, ms, r.result.grad_norm,
+    const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
+    char val_text[32] = "";
+    if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
+    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak %s)%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss,
+                val_text, ms, tokens_per_s, r.result.grad_norm,
                 r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
                 format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
                 format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
@@ -137,6 +141,7 @@ int run(const Options& o) {
       nlohmann::json j = {{"step", s + 1},
                           {"loss", r.loss},
                           {"step_ms", ms},
+                          {"tokens_per_s", tokens_per_s},
                           {"grad_norm", r.result.grad_norm},
                           {"loss_scale", r.result.loss_scale},
                           {"lr", r.result.lr},
@@ -148,9 +153,14 @@ int run(const Options& o) {
                                   {"nvme_gbps", nvme_gbps}, {"io_wait_ms", io.io_wait_seconds * 1e3},
                                   {"engine_step_ms", io.step_seconds * 1e3}}},
                           {"gathered_elems_peak", mem.peak_gathered_elems}};
+      if (!std::isnan(val)) j["val_loss"] = val;
       log << j.dump() << "\n";
       log.flush();
     }
+  }
+  {
+    const std::string text = model->finish();
+    if (rank == 0 && !text.empty()) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());
   }
   if (!o.save_params.empty()) {
     const auto flat = engine.full_parameters();  // collective
@@ -177,12 +187,27 @@ int run(const Options& o) {
 
 Action setup(CLI::App& cmd) {
   auto o = std::make_shared<Options>();
-  cmd.add_option("--model", o->model, "Model to train (mlp)");
+  auto& m = o->m;
+  cmd.add_option("--model", m.model, "Model to train: mlp (the demo) or gpt");
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
-  cmd.add_option("--layers", o->layers, "MLP layers")->check(CLI::Range(1, 100000));
-  cmd.add_option("--hidden", o->hidden, "MLP hidden size")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")->check(CLI::Range(1, 100000));
+  cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--preset", m.preset, "GPT size: tiny|124M|350M|774M|1.5B");
+  cmd.add_option("--heads", m.heads, "GPT attention heads")->check(CLI::Range(1, 4096));
+  cmd.add_option("--d-model", m.d_model, "GPT width")->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--seq-len", m.seq_len, "GPT training sequence length (default: the position table's)")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--positions", m.positions, "GPT position table rows (default: the preset's, else --seq-len)")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--vocab", m.vocab, "GPT vocabulary (default: the preset's; 256 for bytes)")->check(CLI::Range(2, 65536));
+  cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");
+  cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16 (see models/gpt/data.h)");
+  cmd.add_option("--val-fraction", m.val_fraction, "Share of the data held out for validation (default 0.1)");
+  cmd.add_option("--eval-every", m.eval_every, "GPT: validation loss every N steps (and after the last)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--eval-batches", m.eval_batches, "GPT: validation micro-batches per evaluation")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--sample", m.sample, "GPT: print N generated tokens (bytes) at the end")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--remat", m.remat, "GPT re-materialization: never|except_last|always (default: always when the config "
+                 "has activation_checkpointing, else never)");
   cmd.add_option("--steps", o->steps, "Optimizer steps");
-  cmd.add_option("--seed", o->seed, "Seed for initialisation and data");
+  cmd.add_option("--seed", m.seed, "Seed for initialisation and data");
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");
   cmd.add_option("--save-params", o->save_params, "Write the final fp32 parameters (safetensors)");
   cmd.add_option("--trace", o->trace, "Write a Chrome trace (Perfetto) of the run");
@@ -190,11 +215,11 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
-  cmd.add_option("--layer-ms", o->layer_ms, "Simulated compute per layer forward (backward: twice)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")->check(CLI::NonNegativeNumber);
   return [o] { return run(*o); };
 }
 
-const Registration reg("", "train", "Train the demo model through the ZeRO engine", setup);
+const Registration reg("", "train", "Train the demo MLP or the GPT through the ZeRO engine", setup);
 
 }  // namespace
 }  // namespace strata::cli

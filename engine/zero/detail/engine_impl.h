@@ -116,6 +116,7 @@ struct Engine::Impl {
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
+  bool in_eval = false;  // between begin_eval() and end_eval(): gathers only, no trace
 
   // overlap_comm: reductions run on this stream while the trainer computes.
   std::unique_ptr<device::Stream> reduce_stream;

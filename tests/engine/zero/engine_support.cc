@@ -6,7 +6,7 @@
 
 #include "engine/device/device.h"
 #include "tests/support/ranks.h"
-#include "tools/model/mlp.h"
+#include "models/mlp.h"
 
 namespace strata::test {
 

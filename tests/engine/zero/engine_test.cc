@@ -10,7 +10,7 @@
 #include "engine/device/device.h"
 #include "tests/engine/zero/engine_support.h"
 #include "tests/support/ranks.h"
-#include "tools/model/mlp.h"
+#include "models/mlp.h"
 
 using namespace strata;
 

@@ -7,7 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/device/cuda_check.h"
-#include "tools/model/detail/mlp_cuda.h"
+#include "models/detail/mlp_cuda.h"
 
 namespace strata::model::detail {
 namespace {

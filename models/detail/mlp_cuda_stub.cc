@@ -1,6 +1,6 @@
 // Built without CUDA: the demo MLP's GPU arithmetic reports why it cannot run.
 #include "engine/core/error.h"
-#include "tools/model/detail/mlp_cuda.h"
+#include "models/detail/mlp_cuda.h"
 
 namespace strata::model::detail {
 

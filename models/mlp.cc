@@ -1,6 +1,6 @@
 // The demo MLP's forward and backward (see mlp.h). Arithmetic is in fp32 on parameters
 // converted from the engine's compute dtype; gradients are written back in it.
-#include "tools/model/mlp.h"
+#include "models/mlp.h"
 
 #include <chrono>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "engine/core/random.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
-#include "tools/model/detail/mlp_cuda.h"
+#include "models/detail/mlp_cuda.h"
 
 namespace strata::model {
 namespace {

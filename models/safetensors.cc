@@ -1,5 +1,5 @@
 // safetensors writer and F32 reader (see safetensors.h).
-#include "tools/model/safetensors.h"
+#include "models/safetensors.h"
 
 #include <cstdio>
 #include <cstring>

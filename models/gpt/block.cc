@@ -1,0 +1,79 @@
+// The GPT block's forward and backward on the host (see block.h), composed from ops.h.
+#include "models/gpt/block.h"
+
+#include <algorithm>
+
+#include "models/gpt/config.h"
+#include "models/gpt/ops.h"
+
+namespace strata::model {
+
+std::size_t BlockActs::floats(const BlockDims& d) {
+  const std::size_t N = d.tokens(), C = static_cast<std::size_t>(d.C);
+  const std::size_t att = static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * d.T * d.T;
+  return 15 * N * C + 4 * N + att;
+}
+
+void BlockActs::carve(float* p, const BlockDims& d) {
+  const std::size_t N = d.tokens(), C = static_cast<std::size_t>(d.C);
+  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  ln1 = take(N * C);
+  ln1_mean = take(N);
+  ln1_rstd = take(N);
+  qkv = take(3 * N * C);
+  att = take(static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * d.T * d.T);
+  atty = take(N * C);
+  res1 = take(N * C);
+  ln2 = take(N * C);
+  ln2_mean = take(N);
+  ln2_rstd = take(N);
+  fch = take(4 * N * C);
+  gelu = take(4 * N * C);
+}
+
+std::size_t BlockScratch::floats(const BlockDims& d) { return 10 * d.tokens() * static_cast<std::size_t>(d.C); }
+
+void BlockScratch::carve(float* p, const BlockDims& d) {
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
+  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  dres1 = take(NC);
+  d4 = take(4 * NC);
+  dln = take(NC);
+  datty = take(NC);
+  dqkv = take(3 * NC);
+}
+
+void block_forward(float* out, const float* x, const BlockWeights& w, const BlockActs& a, const BlockDims& d) {
+  const int N = static_cast<int>(d.tokens()), C = d.C;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
+  ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
+  ops::matmul_forward(a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
+  ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH);
+  ops::matmul_forward(a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
+  ops::accumulate(a.res1, x, NC);
+  ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w[ln2_w], w[ln2_b], N, C);
+  ops::matmul_forward(a.fch, a.ln2, w[fc_w], w[fc_b], N, C, 4 * C);
+  ops::gelu_forward(a.gelu, a.fch, 4 * NC);
+  ops::matmul_forward(out, a.gelu, w[fcproj_w], w[fcproj_b], N, 4 * C, C);
+  ops::accumulate(out, a.res1, NC);
+}
+
+void block_backward(float* dres, const float* x, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
+                    const BlockScratch& s, const BlockDims& d) {
+  const int N = static_cast<int>(d.tokens()), C = d.C;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
+  // out = res1 + mlp(res1): dres1 = dout + (the MLP branch's gradient, added by ln_2's backward)
+  std::copy(dres, dres + NC, s.dres1);
+  ops::matmul_backward(s.d4, g[fcproj_w], g[fcproj_b], dres, a.gelu, w[fcproj_w], N, 4 * C, C, false);
+  ops::gelu_backward(s.d4, a.fch, s.d4, 4 * NC);
+  ops::matmul_backward(s.dln, g[fc_w], g[fc_b], s.d4, a.ln2, w[fc_w], N, C, 4 * C, false);
+  ops::layernorm_backward(s.dres1, g[ln2_w], g[ln2_b], s.dln, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
+  // res1 = x + attn(ln_1(x))
+  ops::matmul_backward(s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C, false);
+  ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
+  ops::matmul_backward(s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C, false);
+  std::copy(s.dres1, s.dres1 + NC, dres);
+  ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,41 @@
+// One GPT block on the host: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that)), with the
+// activations its backward needs (BlockActs) and the gradients it produces. Weights and
+// gradients come as fp32 pointers in BlockParam order (config.h); weight gradients are
+// accumulated (+=). Buffers are sized for at most B x T tokens and used for any smaller
+// batch: every offset is computed from the call's B and T.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+namespace strata::model {
+
+struct BlockDims {
+  int B = 1, T = 1, C = 1, NH = 1;
+  std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
+};
+
+using BlockWeights = std::array<const float*, 12>;
+using BlockGrads = std::array<float*, 12>;
+
+// Activations kept from forward for backward.
+struct BlockActs {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res1, *ln2, *ln2_mean, *ln2_rstd, *fch, *gelu;
+  static std::size_t floats(const BlockDims& d);  // for the largest B x T
+  void carve(float* base, const BlockDims& d);    // points the fields into base
+};
+
+// Backward's temporaries, shared by every block.
+struct BlockScratch {
+  float *dres1, *d4, *dln, *datty, *dqkv;
+  static std::size_t floats(const BlockDims& d);
+  void carve(float* base, const BlockDims& d);
+};
+
+// out = block(x); out must not alias x.
+void block_forward(float* out, const float* x, const BlockWeights& w, const BlockActs& a, const BlockDims& d);
+// dres holds dL/d(out) on entry and dL/dx on return; weight gradients are added into g.
+void block_backward(float* dres, const float* x, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
+                    const BlockScratch& s, const BlockDims& d);
+
+}  // namespace strata::model

@@ -1,0 +1,89 @@
+// GPT presets, validation and the parameter list (see config.h).
+#include "models/gpt/config.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace strata::model {
+
+GptShape gpt_preset(const std::string& name) {
+  if (name == "tiny") return {4, 4, 128, 256, 256};
+  if (name == "124M") return {12, 12, 768, 1024, 50257};
+  if (name == "350M") return {24, 16, 1024, 1024, 50257};
+  if (name == "774M") return {36, 20, 1280, 1024, 50257};
+  if (name == "1.5B") return {48, 25, 1600, 1024, 50257};
+  STRATA_THROW(Errc::invalid_argument, "--preset '", name, "' is not a GPT preset: use tiny, 124M, 350M, 774M or 1.5B");
+}
+
+Remat parse_remat(const std::string& s) {
+  if (s == "never") return Remat::never;
+  if (s == "except_last") return Remat::except_last;
+  if (s == "always") return Remat::always;
+  STRATA_THROW(Errc::invalid_argument, "--remat '", s, "' is not a re-materialization mode: use never, except_last or always");
+}
+
+const char* remat_name(Remat r) noexcept {
+  switch (r) {
+    case Remat::never: return "never";
+    case Remat::except_last: return "except_last";
+    case Remat::always: return "always";
+  }
+  return "?";
+}
+
+void validate(const GptConfig& c) {
+  const auto& s = c.shape;
+  STRATA_CHECK(s.layers >= 1, Errc::invalid_argument, "--layers ", s.layers, " must be >= 1");
+  STRATA_CHECK(s.heads >= 1 && s.d_model >= 1 && s.d_model % s.heads == 0, Errc::invalid_argument, "--d-model ",
+               s.d_model, " must be a positive multiple of --heads ", s.heads);
+  STRATA_CHECK(s.vocab >= 2 && s.vocab <= 65536, Errc::invalid_argument, "--vocab ", s.vocab,
+               " must be from 2 to 65536 (tokens are uint16)");
+  STRATA_CHECK(s.positions >= 1, Errc::invalid_argument, "the position table (--positions) must have >= 1 row");
+  STRATA_CHECK(c.seq_len >= 1, Errc::invalid_argument, "--seq-len ", c.seq_len, " must be >= 1");
+  STRATA_CHECK(c.seq_len <= s.positions, Errc::invalid_argument, "--seq-len ", c.seq_len,
+               " is above the model's position table (wpe.weight has ", s.positions,
+               " rows): use --seq-len <= ", s.positions, " or a larger --positions");
+}
+
+std::vector<GptParam> gpt_params(const GptShape& s) {
+  const std::int64_t C = s.d_model, V = s.vocab, P = s.positions;
+  const float std_w = 0.02f;
+  // GPT-2 scales the residual projections by 1/sqrt(2 L) at initialisation.
+  const auto std_proj = static_cast<float>(0.02 / std::sqrt(2.0 * s.layers));
+  const zero::ParamInit ones{zero::InitKind::ones, 0.0f}, zeros{zero::InitKind::zeros, 0.0f};
+  std::vector<GptParam> out;
+  out.push_back({"wte.weight", {V, C}, 0, {zero::InitKind::normal, std_w}});
+  out.push_back({"wpe.weight", {P, C}, 0, {zero::InitKind::normal, std_w}});
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const int layer = l + 1;
+    out.push_back({h + "ln_1.weight", {C}, layer, ones});
+    out.push_back({h + "ln_1.bias", {C}, layer, zeros});
+    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}, layer, {zero::InitKind::normal, std_w}});
+    out.push_back({h + "attn.c_attn.bias", {3 * C}, layer, zeros});
+    out.push_back({h + "attn.c_proj.weight", {C, C}, layer, {zero::InitKind::normal, std_proj}});
+    out.push_back({h + "attn.c_proj.bias", {C}, layer, zeros});
+    out.push_back({h + "ln_2.weight", {C}, layer, ones});
+    out.push_back({h + "ln_2.bias", {C}, layer, zeros});
+    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, layer, {zero::InitKind::normal, std_w}});
+    out.push_back({h + "mlp.c_fc.bias", {4 * C}, layer, zeros});
+    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}, layer, {zero::InitKind::normal, std_proj}});
+    out.push_back({h + "mlp.c_proj.bias", {C}, layer, zeros});
+  }
+  out.push_back({"ln_f.weight", {C}, s.layers + 1, ones});
+  out.push_back({"ln_f.bias", {C}, s.layers + 1, zeros});
+  return out;
+}
+
+std::uint64_t gpt_parameter_count(const GptShape& s) {
+  std::uint64_t n = 0;
+  for (const auto& p : gpt_params(s)) {
+    std::uint64_t e = 1;
+    for (auto d : p.shape) e *= static_cast<std::uint64_t>(d);
+    n += e;
+  }
+  return n;
+}
+
+}  // namespace strata::model

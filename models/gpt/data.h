@@ -1,0 +1,63 @@
+// Training text for the GPT: tokens from a file or a directory, a train/validation split,
+// and deterministic batches.
+//
+// Formats (--data-format, default auto):
+//   bytes   any file read as bytes; each byte is a token (vocabulary 256).
+//   tokens  llm.c's pre-tokenized file: a header of 256 little-endian int32 (magic 20240520,
+//           version 1, token count n), then n little-endian uint16 tokens; the file is
+//           exactly 1024 + 2n bytes.
+//   u16     a headerless file of little-endian uint16 tokens.
+//   auto    tokens where the file starts with llm.c's magic, else bytes.
+// A directory is read as its regular files (links followed, each file once) in name order,
+// concatenated; in bytes mode files holding a NUL byte (binary indexes, not text) are skipped
+// with a notice. The last `val_fraction` of the tokens is the validation split.
+//
+// Batches: sequence j of micro-batch k of step s on data-parallel rank r of `world` is the
+// global sample i = s * train_batch + (k * world + r) * micro + j, whose first token is at
+// offset splitmix64(key + i) mod (train_tokens - T) of the train split, key =
+// splitmix64(seed ^ 0x6770742d64617461); inputs are T tokens from there, targets the T
+// tokens one further. So ranks see different sequences, a step's global batch is the same at
+// any world size, and nothing depends on the ZeRO stage or placement. Validation batch v
+// sequence j starts at splitmix64(key ^ 0x76616c + v * micro + j) mod (val_tokens - T) of
+// the validation split.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::model {
+
+class TokenData {
+ public:
+  // Throws Errc::invalid_argument / Errc::corrupt / Errc::io naming the file for empty or
+  // unreadable input, a bad header, or a token id >= vocab.
+  static TokenData load(const std::string& path, int vocab, const std::string& format = "auto", bool quiet = false);
+  const std::vector<std::uint16_t>& tokens() const noexcept { return tokens_; }
+  const std::string& description() const noexcept { return description_; }
+
+ private:
+  std::vector<std::uint16_t> tokens_;
+  std::string description_;
+};
+
+class Batcher {
+ public:
+  // Throws Errc::invalid_argument naming `path` when a split is shorter than seq_len + 1.
+  Batcher(const TokenData& data, const std::string& path, int seq_len, double val_fraction, std::uint64_t seed);
+  // inputs and targets: micro x T tokens.
+  void train_batch(std::int64_t step, std::int64_t train_batch, int k, int world, int rank, int micro,
+                   std::int32_t* inputs, std::int32_t* targets) const;
+  void val_batch(int v, int micro, std::int32_t* inputs, std::int32_t* targets) const;
+  std::size_t train_tokens() const noexcept { return train_end_; }
+  std::size_t val_tokens() const noexcept { return data_.tokens().size() - train_end_; }
+
+ private:
+  void copy(std::size_t first, std::int32_t* inputs, std::int32_t* targets) const;
+  const TokenData& data_;
+  int T_;
+  std::size_t train_end_;
+  std::uint64_t key_;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,228 @@
+// The GPT on the engine (see gpt.h): the LayerAccess that turns the engine's gathered
+// compute-dtype views into fp32 weights and fp32 gradients into its gradient buffers, and the
+// step, validation and generation loops.
+#include "models/gpt/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+#include "engine/core/units.h"
+#include "engine/device/device.h"
+#include "models/gpt/pass.h"
+
+namespace strata::model {
+namespace {
+
+// Elements of each layer's parameters, in registration order.
+std::vector<std::vector<std::size_t>> layer_numels(const GptShape& s) {
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(s.layers + 2));
+  for (const auto& p : gpt_params(s)) {
+    std::size_t n = 1;
+    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
+    out[static_cast<std::size_t>(p.layer)].push_back(n);
+  }
+  return out;
+}
+
+std::size_t sum(const std::vector<std::size_t>& v) {
+  std::size_t n = 0;
+  for (auto x : v) n += x;
+  return n;
+}
+
+std::size_t largest_block(const std::vector<std::vector<std::size_t>>& n) {
+  std::size_t m = 0;
+  for (std::size_t l = 1; l < n.size(); ++l) m = std::max(m, sum(n[l]));
+  return m;
+}
+
+// fp32 conversion buffers: layer 0's and the largest other layer's weights (when the compute
+// dtype is not fp32), and the same two for gradients.
+std::uint64_t access_bytes(const GptShape& s, DType compute) {
+  const auto n = layer_numels(s);
+  const std::uint64_t two = (sum(n[0]) + largest_block(n)) * sizeof(float);
+  return compute == DType::fp32 ? two : 2 * two;
+}
+
+}  // namespace
+
+class Gpt::Access : public LayerAccess {
+ public:
+  Access(zero::Engine& engine, const GptShape& shape)
+      : engine_(engine), numels_(layer_numels(shape)), open_(numels_.size(), false) {
+    auto& dev = engine.device();
+    const std::size_t n0 = sum(numels_[0]), nl = largest_block(numels_);
+    convert_ = engine.compute_dtype() != DType::fp32;
+    if (convert_) {
+      w0_ = device::DeviceBuffer(dev, n0 * 4, "gpt fp32 weights (embeddings)");
+      wl_ = device::DeviceBuffer(dev, nl * 4, "gpt fp32 weights");
+    }
+    g0_ = device::DeviceBuffer(dev, n0 * 4, "gpt fp32 gradients (embeddings)");
+    gl_ = device::DeviceBuffer(dev, nl * 4, "gpt fp32 gradients");
+  }
+
+  std::vector<const float*> acquire(int layer) override {
+    const auto views = engine_.gather(layer);
+    std::vector<const float*> out;
+    float* dst = layer == 0 ? w0_.as<float>() : wl_.as<float>();
+    for (const auto& v : views) {
+      if (!convert_) {
+        out.push_back(v.as<float>());
+        continue;
+      }
+      convert(v.data, v.dtype, dst, DType::fp32, v.numel);
+      out.push_back(dst);
+      dst += v.numel;
+    }
+    return out;
+  }
+
+  void release(int layer) override { engine_.release(layer); }
+
+  std::vector<float*> grads(int layer) override {
+    float* base = layer == 0 ? g0_.as<float>() : gl_.as<float>();
+    const auto& n = numels_[static_cast<std::size_t>(layer)];
+    if (!open_[static_cast<std::size_t>(layer)]) {
+      std::memset(base, 0, sum(n) * sizeof(float));
+      open_[static_cast<std::size_t>(layer)] = true;
+    }
+    std::vector<float*> out;
+    for (auto e : n) {
+      out.push_back(base);
+      base += e;
+    }
+    return out;
+  }
+
+  void commit(int layer) override {
+    const float* src = layer == 0 ? g0_.as<float>() : gl_.as<float>();
+    for (const auto& g : engine_.grad_buffers(layer)) {
+      convert(src, DType::fp32, g.data, g.dtype, g.numel);
+      src += g.numel;
+    }
+    engine_.reduce_grads(layer);
+    open_[static_cast<std::size_t>(layer)] = false;
+  }
+
+ private:
+  zero::Engine& engine_;
+  std::vector<std::vector<std::size_t>> numels_;
+  std::vector<bool> open_;
+  bool convert_ = false;
+  device::DeviceBuffer w0_, wl_, g0_, gl_;
+};
+
+std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType compute) {
+  const auto n = layer_numels(c.shape);
+  const std::uint64_t cb = dtype_size(compute);
+  // Live at once: the head's two layers (ln_f and the embeddings) or one block, plus the
+  // gradient buffer of the layer being reduced.
+  const std::uint64_t live = (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
+  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) + access_bytes(c.shape, compute) + live;
+}
+
+Gpt::Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm,
+         Tracer* tracer)
+    : engine_(engine), cfg_(config), batcher_(batcher), comm_(comm), tracer_(tracer) {
+  validate(cfg_);
+  auto& dev = engine_.device();
+  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
+               "the GPT runs on the host device only (its CUDA kernels are not built yet): use --device host");
+  const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
+  const auto stats = dev.memory_stats();
+  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype());
+  const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
+  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
+               " is below one GPT block's live window plus its activations: activations and buffers ",
+               format_bytes(GptPass::device_bytes(cfg_.shape, micro, cfg_.seq_len, cfg_.remat) +
+                            access_bytes(cfg_.shape, engine_.compute_dtype())),
+               " (micro-batch ", micro, " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
+               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
+               "--device-budget) to at least ",
+               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch, --seq-len or --remat always");
+  for (const auto& p : gpt_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
+  access_ = std::make_unique<Access>(engine_, cfg_.shape);
+  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev);
+}
+
+Gpt::~Gpt() = default;
+
+std::uint64_t Gpt::parameter_count() const noexcept { return gpt_parameter_count(cfg_.shape); }
+
+std::uint64_t Gpt::activation_bytes() const noexcept {
+  const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
+  return GptPass::device_bytes(cfg_.shape, micro, cfg_.seq_len, cfg_.remat) +
+         access_bytes(cfg_.shape, engine_.compute_dtype());
+}
+
+GptStep Gpt::train_step(std::int64_t step) {
+  const auto& c = engine_.config();
+  const int accum = static_cast<int>(std::max<std::int64_t>(1, c.gradient_accumulation_steps));
+  const int B = static_cast<int>(c.train_micro_batch_size_per_gpu), T = cfg_.seq_len;
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  double loss_sum = 0.0;
+  engine_.begin_step();
+  for (int k = 0; k < accum; ++k) {
+    batcher_.train_batch(step, c.train_batch_size, k, engine_.world_size(), engine_.rank(), B, in.data(), tg.data());
+    Tracer::Span span(tracer_, "compute", str_cat("F+B mb", k));
+    loss_sum += pass_->train(*access_, in.data(), tg.data(), B, T, engine_.loss_scale());
+  }
+  GptStep out;
+  out.result = engine_.step();
+  double loss = loss_sum / (static_cast<double>(accum) * B * T);
+  if (comm_ != nullptr && comm_->world_size() > 1) {
+    float l = static_cast<float>(loss);
+    comm_->all_reduce(&l, 1, DType::fp32, comm::ReduceOp::avg);
+    loss = l;
+  }
+  out.loss = loss;
+  return out;
+}
+
+double Gpt::evaluate(int batches) {
+  const int B = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu), T = cfg_.seq_len;
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  double total = 0.0;
+  engine_.begin_eval();
+  for (int v = 0; v < batches; ++v) {
+    batcher_.val_batch(v, B, in.data(), tg.data());
+    total += pass_->loss(*access_, in.data(), tg.data(), B, T);
+  }
+  engine_.end_eval();
+  return total / (static_cast<double>(batches) * B * T);
+}
+
+std::vector<std::int32_t> Gpt::sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
+                                      std::uint64_t seed) {
+  STRATA_CHECK(!prompt.empty(), Errc::invalid_argument, "sample: the prompt needs at least one token");
+  const int V = cfg_.shape.vocab;
+  std::vector<std::int32_t> text = prompt;
+  std::vector<float> logits(static_cast<std::size_t>(V));
+  std::vector<double> p(static_cast<std::size_t>(V));
+  engine_.begin_eval();
+  for (int i = 0; i < count; ++i) {
+    const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg_.seq_len)));
+    pass_->last_logits(*access_, text.data() + text.size() - static_cast<std::size_t>(T), 1, T, logits.data());
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double total = 0.0;
+    for (int v = 0; v < V; ++v) total += (p[static_cast<std::size_t>(v)] = std::exp((logits[static_cast<std::size_t>(v)] - mx) / temperature));
+    double u = unit_open(splitmix64(seed + static_cast<std::uint64_t>(i))) * total;
+    int pick = V - 1;
+    for (int v = 0; v < V; ++v) {
+      u -= p[static_cast<std::size_t>(v)];
+      if (u <= 0) {
+        pick = v;
+        break;
+      }
+    }
+    text.push_back(pick);
+  }
+  engine_.end_eval();
+  return {text.begin() + static_cast<std::ptrdiff_t>(prompt.size()), text.end()};
+}
+
+}  // namespace strata::model

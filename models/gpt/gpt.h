@@ -1,0 +1,66 @@
+// The GPT trained through the ZeRO engine (the host-trainer contract): registers its
+// parameters (config.h), owns the pass's activations on the engine's device, draws each
+// rank's micro-batches from the Batcher and runs a step: begin_step, every micro-batch's
+// forward and backward (GptPass, with the engine's gathered weights converted to fp32 and
+// fp32 gradients handed back in the compute dtype), step. Validation and generation are
+// forward-only passes between steps (Engine::begin_eval).
+//
+// Protocol: construct (registers parameters and allocates activations: before
+// engine.setup(), so the engine plans around them), engine.setup(), then train_step(s) for
+// s = 0, 1, ...; evaluate() and sample() between steps. The host device only: on a CUDA
+// device the constructor refuses (the GPU path is not built yet).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/trace.h"
+#include "engine/zero/engine.h"
+#include "models/gpt/config.h"
+#include "models/gpt/data.h"
+
+namespace strata::comm {
+class Communicator;
+}
+
+namespace strata::model {
+
+struct GptStep {
+  double loss = 0.0;  // mean token loss over the whole step (every micro-batch of every rank)
+  zero::StepResult result;
+};
+
+class Gpt {
+ public:
+  Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm = nullptr,
+      Tracer* tracer = nullptr);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  GptStep train_step(std::int64_t step);
+  // Mean token loss over `batches` validation micro-batches (the same ones every call).
+  double evaluate(int batches);
+  // `count` tokens generated after `prompt` (sampled at `temperature`, seeded).
+  std::vector<std::int32_t> sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
+                                   std::uint64_t seed);
+
+  std::uint64_t parameter_count() const noexcept;
+  // Device bytes of activations, temporaries and fp32 conversion buffers.
+  std::uint64_t activation_bytes() const noexcept;
+  // Smallest device budget one block's live window plus the activations need (stage 3).
+  static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute);
+
+ private:
+  class Access;
+  zero::Engine& engine_;
+  GptConfig cfg_;
+  const Batcher& batcher_;
+  comm::Communicator* comm_;
+  Tracer* tracer_;
+  std::unique_ptr<Access> access_;
+  std::unique_ptr<class GptPass> pass_;
+};
+
+}  // namespace strata::model

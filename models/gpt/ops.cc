@@ -1,0 +1,238 @@
+// Host implementations of the GPT's operations (see ops.h). Parallel loops split rows into
+// fixed blocks; reductions across rows sum each block in row order, then the blocks in
+// block order, so no result depends on how TBB schedules the blocks.
+#include "models/gpt/ops.h"
+
+#include <cblas.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+namespace strata::model::ops {
+namespace {
+
+constexpr int kRowBlock = 32;
+
+template <class F> void for_rows(int N, F&& f) {
+  tbb::parallel_for(tbb::blocked_range<int>(0, N, kRowBlock), [&](const tbb::blocked_range<int>& r) {
+    for (int n = r.begin(); n < r.end(); ++n) f(n);
+  }, tbb::simple_partitioner());
+}
+
+// acc[k][c] += sum over rows n of contribution(n) into k outputs of C columns: each block of
+// kRowBlock rows sums into its own partial, then partials are added in block order.
+template <class F> void reduce_rows(int N, int C, int outputs, float* const* acc, F&& row_fn) {
+  const int blocks = (N + kRowBlock - 1) / kRowBlock;
+  const std::size_t stride = static_cast<std::size_t>(outputs) * static_cast<std::size_t>(C);
+  std::vector<float> partial(static_cast<std::size_t>(blocks) * stride, 0.0f);
+  tbb::parallel_for(0, blocks, [&](int b) {
+    float* p = partial.data() + static_cast<std::size_t>(b) * stride;
+    for (int n = b * kRowBlock; n < std::min(N, (b + 1) * kRowBlock); ++n) row_fn(n, p);
+  }, tbb::simple_partitioner());
+  for (int b = 0; b < blocks; ++b) {
+    const float* p = partial.data() + static_cast<std::size_t>(b) * stride;
+    for (int k = 0; k < outputs; ++k) {
+      if (acc[k] == nullptr) continue;
+      for (int c = 0; c < C; ++c) acc[k][c] += p[static_cast<std::size_t>(k) * C + c];
+    }
+  }
+}
+
+template <class F> void for_elems(std::size_t n, F&& f) {
+  constexpr std::size_t kGrain = 1 << 14;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kGrain), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
+  }, tbb::simple_partitioner());
+}
+
+int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int g_blas_threads = 0;
+
+}  // namespace
+
+void set_blas_threads(int n) {
+  g_blas_threads = std::max(1, n);
+  openblas_set_num_threads(g_blas_threads);
+}
+
+int blas_threads() {
+  if (g_blas_threads == 0) set_blas_threads(default_threads());
+  return g_blas_threads;
+}
+
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC) {
+  blas_threads();
+  float beta = 0.0f;
+  if (b != nullptr) {
+    for_rows(N, [&](int n) { std::copy(b, b + OC, out + static_cast<std::size_t>(n) * OC); });
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
+                     int IC, int OC, bool accumulate) {
+  blas_threads();
+  if (dinp != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f,
+                dinp, IC);
+  }
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
+  if (db != nullptr) {
+    float* acc[1] = {db};
+    reduce_rows(N, OC, 1, acc, [&](int n, float* p) {
+      const float* d = dout + static_cast<std::size_t>(n) * OC;
+      for (int o = 0; o < OC; ++o) p[o] += d[o];
+    });
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
+                       int C) {
+  for_rows(N, [&](int n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= static_cast<float>(C);
+    float v = 0.0f;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(v + kLayerNormEps);
+    float* y = out + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  });
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int N, int C) {
+  for_rows(N, [&](int n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* d = dout + static_cast<std::size_t>(n) * C;
+    float* dx = dinp + static_cast<std::size_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; ++c) {
+      const float dnorm = w[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (x[c] - m) * s;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  });
+  float* acc[2] = {dw, db};
+  reduce_rows(N, C, 2, acc, [&](int n, float* p) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* d = dout + static_cast<std::size_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    for (int c = 0; c < C; ++c) {
+      p[c] += d[c] * (x[c] - m) * s;
+      p[C + c] += d[c];
+    }
+  });
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+  for_elems(n, [&](std::size_t i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  });
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  for_elems(n, [&](std::size_t i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float t = std::tanh(u);
+    const float sech2 = 1.0f - t * t;
+    const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+  });
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::size_t n) {
+  for_elems(n, [&](std::size_t i) { out[i] = a[i] + b[i]; });
+}
+
+void accumulate(float* acc, const float* x, std::size_t n) {
+  for_elems(n, [&](std::size_t i) { acc[i] += x[i]; });
+}
+
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+  for_rows(B * T, [&](int n) {
+    const float* e = wte + static_cast<std::size_t>(tokens[n]) * C;
+    const float* p = wpe + static_cast<std::size_t>(n % T) * C;
+    float* y = out + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) y[c] = e[c] + p[c];
+  });
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
+  // Rows that share a token add into one row of dwte: split the channels, not the rows, and
+  // visit rows in order, so each element's sum has a fixed order.
+  constexpr int kCols = 16;
+  tbb::parallel_for(tbb::blocked_range<int>(0, C, kCols), [&](const tbb::blocked_range<int>& r) {
+    for (int n = 0; n < B * T; ++n) {
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      float* e = dwte + static_cast<std::size_t>(tokens[n]) * C;
+      float* p = dwpe + static_cast<std::size_t>(n % T) * C;
+      for (int c = r.begin(); c < r.end(); ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }, tbb::simple_partitioner());
+}
+
+double cross_entropy(float* logits, float* losses, const std::int32_t* targets, int N, int V, float grad_scale) {
+  for_rows(N, [&](int n) {
+    float* z = logits + static_cast<std::size_t>(n) * V;
+    float mx = z[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, z[v]);
+    const int t = targets[n];
+    const double zt = static_cast<double>(z[t]) - mx;
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) {
+      z[v] = std::exp(z[v] - mx);
+      sum += z[v];
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    losses[n] = static_cast<float>(std::log(sum) - zt);
+    for (int v = 0; v < V; ++v) z[v] = z[v] * inv * grad_scale;
+    z[t] -= grad_scale;
+  });
+  double total = 0.0;
+  for (int n = 0; n < N; ++n) total += losses[n];
+  return total;
+}
+
+}  // namespace strata::model::ops
+
+namespace strata::model::ops {
+
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
+  blas_threads();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+}
+
+void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
+                      int V) {
+  blas_threads();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
+}
+
+}  // namespace strata::model::ops

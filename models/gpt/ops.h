@@ -1,0 +1,76 @@
+// The GPT's operations on the host device: forward and backward of the linear layers
+// (OpenBLAS SGEMM), LayerNorm, tanh-GELU, causal multi-head attention (per-head SGEMMs in
+// parallel), the embeddings, residual adds and the fused softmax cross-entropy; the rest is
+// TBB-parallel loops. Every tensor is row-major fp32; N = rows (batch x sequence).
+// Backward functions accumulate (+=) into parameter gradients, so one buffer can collect
+// several uses of a weight (the tied embedding), and say for each input gradient whether it
+// is written or accumulated. Every reduction is split into fixed blocks summed in a fixed
+// order, so results are bitwise reproducible for any thread count and run.
+//
+// ops_reference.h has a plain loop version of each (double accumulation) that the tests
+// hold these against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::model::ops {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// Threads OpenBLAS may use for one product (the machine's cores by default). Attention
+// runs one single-threaded product per head in parallel instead.
+void set_blas_threads(int n);
+int blas_threads();
+
+// out[N,OC] = inp[N,IC] W[IC,OC] + b[OC]; b may be null.
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);
+// dinp[N,IC] = (or += with accumulate) dout W^T; dW[IC,OC] += inp^T dout; db[OC] += the
+// column sums of dout (db may be null).
+void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
+                     int IC, int OC, bool accumulate);
+
+// out = (inp - mean) * rstd * w + b per row; mean and rstd [N] kept for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
+                       int C);
+// dinp[N,C] += ..., dw[C] += ..., db[C] += ...
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int N, int C);
+
+// GELU with the tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(float* out, const float* inp, std::size_t n);
+// dinp = dout * GELU'(inp)
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+
+// out = a + b
+void residual_forward(float* out, const float* a, const float* b, std::size_t n);
+// acc += x
+void accumulate(float* acc, const float* x, std::size_t n);
+
+// out[B,T,C] = wte[tokens[b,t]] + wpe[t]
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+// dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum over b of dout[b,t]
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
+
+// Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (head h at
+// columns h*hs of each); att [B,NH,T,T] keeps the softmax probabilities (zero above the
+// diagonal); out [B,T,C] the heads' outputs side by side.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv [B,T,3C] = (written) the gradient of qkv.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
+                        int NH);
+
+// Softmax cross-entropy over logits [N,V] against targets [N], fused with its gradient:
+// writes each row's loss into losses[N] and replaces logits with
+// (softmax - onehot(target)) * grad_scale. Returns the sum of the losses (double).
+double cross_entropy(float* logits, float* losses, const std::int32_t* targets, int N, int V, float grad_scale);
+
+}  // namespace strata::model::ops
+
+namespace strata::model::ops {
+// The tied LM head: logits[N,V] = inp[N,C] wte[V,C]^T.
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+// dinp[N,C] = dlogits wte (written); dwte[V,C] += dlogits^T inp.
+void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
+                      int V);
+}  // namespace strata::model::ops

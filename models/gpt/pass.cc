@@ -1,0 +1,213 @@
+// The GPT's forward and backward over one micro-batch (see pass.h).
+#include "models/gpt/pass.h"
+
+#include <algorithm>
+
+#include "engine/core/error.h"
+#include "engine/device/device.h"
+#include "models/gpt/ops.h"
+
+namespace strata::model {
+namespace {
+
+int act_sets(Remat r, int layers) {
+  switch (r) {
+    case Remat::never: return layers;
+    case Remat::always: return 1;
+    case Remat::except_last: return std::min(layers, 2);
+  }
+  return layers;
+}
+
+struct Sizes {
+  std::size_t xs, acts_each, sets, scratch, nc, n, logits;
+  std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + n; }
+};
+
+Sizes sizes(const GptShape& s, const BlockDims& d, Remat r) {
+  Sizes z{};
+  z.nc = d.tokens() * static_cast<std::size_t>(s.d_model);
+  z.n = d.tokens();
+  z.xs = static_cast<std::size_t>(s.layers + 1) * z.nc;
+  z.acts_each = BlockActs::floats(d);
+  z.sets = static_cast<std::size_t>(act_sets(r, s.layers));
+  z.scratch = BlockScratch::floats(d);
+  z.logits = z.n * static_cast<std::size_t>(s.vocab);
+  return z;
+}
+
+}  // namespace
+
+struct GptPass::Buffers {
+  device::DeviceBuffer mem;
+  float* xs = nullptr;  // the residual stream: block l's input at l * NC (of the largest batch)
+  std::vector<BlockActs> acts;
+  BlockScratch scratch{};
+  float *dres = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
+        *losses = nullptr;
+  std::size_t nc = 0;
+};
+
+std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat) {
+  const BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
+  return sizes(shape, d, remat).total() * sizeof(float);
+}
+
+GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev)
+    : shape_(shape), remat_(remat), max_{max_batch, max_seq, shape.d_model, shape.heads}, dev_(dev),
+      buf_(std::make_unique<Buffers>()) {
+  const Sizes z = sizes(shape_, max_, remat_);
+  auto& b = *buf_;
+  b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
+  float* p = b.mem.as<float>();
+  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  b.nc = z.nc;
+  b.xs = take(z.xs);
+  b.acts.resize(z.sets);
+  for (auto& a : b.acts) a.carve(take(z.acts_each), max_);
+  b.scratch.carve(take(z.scratch), max_);
+  b.dres = take(z.nc);
+  b.lnf = take(z.nc);
+  b.lnf_mean = take(z.n);
+  b.lnf_rstd = take(z.n);
+  b.logits = take(z.logits);
+  b.losses = take(z.n);
+}
+
+GptPass::~GptPass() = default;
+
+int GptPass::act_set(int block) const noexcept {
+  switch (remat_) {
+    case Remat::never: return block;
+    case Remat::always: return 0;
+    case Remat::except_last: return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
+  }
+  return 0;
+}
+
+bool GptPass::recompute(int block) const noexcept {
+  return remat_ == Remat::always || (remat_ == Remat::except_last && block != shape_.layers - 1);
+}
+
+namespace {
+BlockWeights block_weights(const std::vector<const float*>& v) {
+  BlockWeights w{};
+  std::copy_n(v.begin(), kBlockParams, w.begin());
+  return w;
+}
+BlockGrads block_grads(const std::vector<float*>& v) {
+  BlockGrads g{};
+  std::copy_n(v.begin(), kBlockParams, g.begin());
+  return g;
+}
+}  // namespace
+
+// Embedding and blocks; with keep, each block's activations go to its set for backward,
+// otherwise every block uses set 0.
+void GptPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, const BlockDims& d, bool keep) {
+  auto& b = *buf_;
+  const int L = shape_.layers;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
+  {
+    const auto w = access.acquire(0);
+    ops::embedding_forward(b.xs, tokens, w[0], w[1], d.B, d.T, d.C);
+    access.release(0);
+  }
+  for (int l = 0; l < L; ++l) {
+    const auto w = access.acquire(l + 1);
+    block_forward(b.xs + static_cast<std::size_t>(l + 1) * NC, b.xs + static_cast<std::size_t>(l) * NC,
+                  block_weights(w), b.acts[static_cast<std::size_t>(keep ? act_set(l) : 0)], d);
+    access.release(l + 1);
+  }
+}
+
+// ln_f, the tied LM head and the loss; with backward, the head's gradients too (ln_f's
+// committed, wte's left open in layer 0's accumulators) and dres = dL/d(last block output).
+double GptPass::head(LayerAccess& access, const std::int32_t* targets, const BlockDims& d, float grad_scale,
+                     bool backward) {
+  auto& b = *buf_;
+  const int L = shape_.layers, N = static_cast<int>(d.tokens()), C = d.C, V = shape_.vocab;
+  const float* x = b.xs + static_cast<std::size_t>(L) * d.tokens() * static_cast<std::size_t>(C);
+  const auto wf = access.acquire(L + 1);
+  const auto we = access.acquire(0);
+  ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
+  ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V);
+  const double loss = ops::cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
+  if (backward) {
+    float* dlnf = b.scratch.dln;
+    ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V);
+    access.release(0);
+    const auto gf = access.grads(L + 1);
+    std::fill(b.dres, b.dres + d.tokens() * static_cast<std::size_t>(C), 0.0f);
+    ops::layernorm_backward(b.dres, gf[0], gf[1], dlnf, x, wf[0], b.lnf_mean, b.lnf_rstd, N, C);
+    access.commit(L + 1);
+  } else {
+    access.release(0);
+  }
+  access.release(L + 1);
+  return loss;
+}
+
+double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
+                      float loss_scale) {
+  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: micro-batch ", B, " x ",
+               T, " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  device::CpuAccessScope cpu(dev_);
+  auto& b = *buf_;
+  const BlockDims d{B, T, shape_.d_model, shape_.heads};
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
+  const int L = shape_.layers;
+  forward_blocks(access, tokens, d, true);
+  const double loss = head(access, targets, d, loss_scale / static_cast<float>(d.tokens()), true);
+  for (int l = L - 1; l >= 0; --l) {
+    const auto w = block_weights(access.acquire(l + 1));
+    const BlockActs& a = b.acts[static_cast<std::size_t>(act_set(l))];
+    float* x = b.xs + static_cast<std::size_t>(l) * NC;
+    // Recomputing writes the block's output again (the same bits); it is no longer read.
+    if (recompute(l)) block_forward(x + NC, x, w, a, d);
+    block_backward(b.dres, x, w, block_grads(access.grads(l + 1)), a, b.scratch, d);
+    access.commit(l + 1);
+    access.release(l + 1);
+  }
+  const auto w0 = access.acquire(0);
+  const auto g0 = access.grads(0);
+  ops::embedding_backward(g0[0], g0[1], b.dres, tokens, B, T, d.C);
+  access.commit(0);
+  access.release(0);
+  return loss;
+}
+
+double GptPass::loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
+  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
+               " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  device::CpuAccessScope cpu(dev_);
+  const BlockDims d{B, T, shape_.d_model, shape_.heads};
+  forward_blocks(access, tokens, d, false);
+  return head(access, targets, d, 0.0f, false);
+}
+
+void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out) {
+  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
+               " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  device::CpuAccessScope cpu(dev_);
+  auto& b = *buf_;
+  const BlockDims d{B, T, shape_.d_model, shape_.heads};
+  const int L = shape_.layers, C = d.C;
+  forward_blocks(access, tokens, d, false);
+  const auto wf = access.acquire(L + 1);
+  const auto we = access.acquire(0);
+  // Only each sequence's last position: gather those rows, then norm and project them.
+  float* rows = b.scratch.dln;
+  const float* x = b.xs + static_cast<std::size_t>(L) * d.tokens() * static_cast<std::size_t>(C);
+  for (int s = 0; s < B; ++s) {
+    const float* r = x + (static_cast<std::size_t>(s) * T + static_cast<std::size_t>(T - 1)) * C;
+    std::copy(r, r + C, rows + static_cast<std::size_t>(s) * C);
+  }
+  ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
+  ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab);
+  std::copy(b.logits, b.logits + static_cast<std::size_t>(B) * shape_.vocab, out);
+  access.release(0);
+  access.release(L + 1);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,118 @@
+// The MLP and the GPT behind TrainModel (see train_model.h): flag handling and the GPT's data,
+// validation and sample.
+#include "tools/cli/train_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "models/gpt/data.h"
+#include "models/gpt/gpt.h"
+#include "models/mlp.h"
+
+namespace strata::cli {
+namespace {
+
+class MlpModel : public TrainModel {
+ public:
+  MlpModel(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm, Tracer* tracer)
+      : engine_(engine), layers_(o.layers > 0 ? o.layers : 4), hidden_(o.hidden > 0 ? o.hidden : 64),
+        mlp_(engine, {layers_, hidden_, o.layer_ms, o.seed}, comm, tracer) {}
+  std::string describe() const override {
+    return str_cat("mlp ", layers_, " x ", hidden_, " (", mlp_.parameter_count(), " parameters)");
+  }
+  StepOutcome step(std::int64_t s) override {
+    const auto r = mlp_.train_step(s);
+    return {r.loss, r.result, static_cast<std::uint64_t>(engine_.config().train_batch_size)};
+  }
+  double validate(std::int64_t, std::int64_t) override { return NAN; }
+  std::string finish() override { return {}; }
+
+ private:
+  zero::Engine& engine_;
+  int layers_, hidden_;
+  model::Mlp mlp_;
+};
+
+model::GptConfig gpt_config(const ModelOptions& o, const zero::Engine& engine) {
+  model::GptConfig c;
+  if (!o.preset.empty()) c.shape = model::gpt_preset(o.preset);
+  auto set = [](int v, int& field) {
+    if (v > 0) field = v;
+  };
+  set(o.layers, c.shape.layers);
+  set(o.heads, c.shape.heads);
+  set(o.d_model, c.shape.d_model);
+  set(o.vocab, c.shape.vocab);
+  c.seq_len = o.seq_len > 0 ? o.seq_len : c.shape.positions;
+  // Without a preset or --positions the position table is as long as the sequence.
+  if (o.positions > 0) c.shape.positions = o.positions;
+  else if (o.preset.empty() && o.seq_len > 0) c.shape.positions = o.seq_len;
+  const auto& ignored = engine.config().ignored_keys;
+  const bool ds_ckpt = std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
+  c.remat = o.remat.empty() ? (ds_ckpt ? model::Remat::always : model::Remat::never) : model::parse_remat(o.remat);
+  c.seed = o.seed;
+  model::validate(c);
+  return c;
+}
+
+class GptModel : public TrainModel {
+ public:
+  GptModel(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm, Tracer* tracer)
+      : o_(o), engine_(engine), cfg_(gpt_config(o, engine)),
+        data_(model::TokenData::load(o.data, cfg_.shape.vocab, o.data_format, engine.rank() != 0)),
+        batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed), gpt_(engine, cfg_, batcher_, comm, tracer) {
+    STRATA_CHECK(o.eval_every == 0 || o.val_fraction > 0, Errc::invalid_argument,
+                 "--eval-every needs a validation split: set --val-fraction > 0");
+  }
+  std::string describe() const override {
+    const auto& s = cfg_.shape;
+    return str_cat("gpt ", s.layers, " layers x ", s.d_model, " (", s.heads, " heads, vocab ", s.vocab, ", seq ",
+                   cfg_.seq_len, ", remat ", model::remat_name(cfg_.remat), "; ", gpt_.parameter_count(),
+                   " parameters, activations ", format_bytes(gpt_.activation_bytes()), "), data ", data_.description());
+  }
+  StepOutcome step(std::int64_t s) override {
+    const auto r = gpt_.train_step(s);
+    return {r.loss, r.result, static_cast<std::uint64_t>(engine_.config().train_batch_size) * cfg_.seq_len};
+  }
+  double validate(std::int64_t s, std::int64_t steps) override {
+    if (o_.val_fraction <= 0) return NAN;
+    const bool due = (o_.eval_every > 0 && s % o_.eval_every == 0) || s == steps || (s == 1 && o_.eval_every > 0);
+    return due ? gpt_.evaluate(o_.eval_batches) : NAN;
+  }
+  std::string finish() override {
+    if (o_.sample <= 0) return {};
+    const auto out = gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull);
+    std::string text;
+    for (auto t : out) {
+      if (cfg_.shape.vocab <= 256) text.push_back(static_cast<char>(t));
+      else text += str_cat(t, " ");
+    }
+    return text;
+  }
+
+ private:
+  ModelOptions o_;
+  zero::Engine& engine_;
+  model::GptConfig cfg_;
+  model::TokenData data_;
+  model::Batcher batcher_;
+  model::Gpt gpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm,
+                                               Tracer* tracer) {
+  if (o.model == "mlp") return std::make_unique<MlpModel>(o, engine, comm, tracer);
+  if (o.model == "gpt") {
+    STRATA_CHECK(!o.data.empty(), Errc::invalid_argument,
+                 "--model gpt needs --data PATH: a text file, a directory of them, or a token file");
+    return std::make_unique<GptModel>(o, engine, comm, tracer);
+  }
+  STRATA_THROW(Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,56 @@
+// The models `strata train` can train, behind one interface: the demo MLP and the GPT.
+// create_train_model() registers the chosen model's parameters with the engine (call it
+// before engine.setup()); the loop in cmd_train.cc then calls step(s) for each step and
+// the hooks around it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/trace.h"
+#include "engine/zero/engine.h"
+
+namespace strata::comm {
+class Communicator;
+}
+
+namespace strata::cli {
+
+struct ModelOptions {
+  std::string model = "mlp";
+  // MLP
+  int layers = 0;  // 0: the model's default (MLP 4; GPT the preset's)
+  int hidden = 0;  // 0: 64
+  double layer_ms = 0;
+  // GPT
+  std::string preset;
+  int heads = 0, d_model = 0, seq_len = 0, vocab = 0, positions = 0;
+  std::string data, data_format = "auto", remat;
+  double val_fraction = 0.1;
+  int eval_every = 0, eval_batches = 8, sample = 0;
+  std::uint64_t seed = 0;
+};
+
+struct StepOutcome {
+  double loss = 0.0;
+  zero::StepResult result;
+  std::uint64_t tokens = 0;  // tokens (or samples) this step trained on, every rank together
+};
+
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+  virtual std::string describe() const = 0;  // one line: model, shape, parameters
+  virtual StepOutcome step(std::int64_t s) = 0;
+  // Validation loss after step s (1-based) when it is due, else NaN.
+  virtual double validate(std::int64_t s, std::int64_t steps) = 0;
+  // Printed after training (rank 0): generated text, or nothing.
+  virtual std::string finish() = 0;
+};
+
+// Throws Errc::invalid_argument naming the flag for a bad model option.
+std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm,
+                                               Tracer* tracer);
+
+}  // namespace strata::cli
