@@ -1,0 +1,91 @@
+// The GPT's data (models/gpt/data.h): the formats it reads, the errors bad files get, and the
+// batch order (per rank, independent of how the global batch is split).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "models/gpt/data.h"
+#include "tests/support/error_of.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+using strata::test::error_of;
+
+namespace {
+
+void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+std::string llmc(const std::vector<std::uint16_t>& tokens, int count_in_header) {
+  std::string b(1024, '\0');
+  const std::int32_t h[3] = {20240520, 1, count_in_header};
+  std::memcpy(b.data(), h, sizeof h);
+  b.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("text files, directories and llm.c token files load as tokens", "[gpt][data]") {
+  test::TempDir dir("strata-gpt-data");
+  write(dir.file("a.txt"), "hello");
+  auto d = model::TokenData::load(dir.file("a.txt"), 256);
+  CHECK(d.tokens() == std::vector<std::uint16_t>{'h', 'e', 'l', 'l', 'o'});
+  write(dir.file("b.txt"), " world");
+  write(dir.file("c.dat"), std::string("\x01\x00\x02", 3));  // binary: skipped in a directory
+  d = model::TokenData::load(dir.path(), 256, "auto", true);
+  CHECK(d.tokens().size() == 11);
+  CHECK(d.tokens()[5] == ' ');
+  write(dir.file("t.bin"), llmc({1, 50000, 3}, 3));
+  d = model::TokenData::load(dir.file("t.bin"), 50257);
+  CHECK(d.tokens() == std::vector<std::uint16_t>{1, 50000, 3});
+}
+
+TEST_CASE("bad data files are refused naming the file and what is wrong", "[gpt][data][negative]") {
+  test::TempDir dir("strata-gpt-data");
+  write(dir.file("empty.txt"), "");
+  auto e = error_of([&] { model::TokenData::load(dir.file("empty.txt"), 256); });
+  CHECK_THAT(e, Catch::Contains("empty.txt") && Catch::Contains("holds no tokens"));
+  e = error_of([&] { model::TokenData::load(dir.file("missing.txt"), 256); });
+  CHECK_THAT(e, Catch::Contains("missing.txt") && Catch::Contains("does not exist"));
+  write(dir.file("trunc.bin"), llmc({1, 2, 3}, 4));
+  e = error_of([&] { model::TokenData::load(dir.file("trunc.bin"), 256); });
+  CHECK_THAT(e, Catch::Contains("trunc.bin") && Catch::Contains("truncated"));
+  write(dir.file("big.bin"), llmc({1, 300, 3}, 3));
+  e = error_of([&] { model::TokenData::load(dir.file("big.bin"), 256); });
+  CHECK_THAT(e, Catch::Contains("big.bin") && Catch::Contains("token 1 is 300") && Catch::Contains("vocabulary of 256"));
+  write(dir.file("short.txt"), std::string(100, 'x'));
+  const auto d = model::TokenData::load(dir.file("short.txt"), 256);
+  e = error_of([&] { model::Batcher(d, dir.file("short.txt"), 128, 0.1, 0); });
+  CHECK_THAT(e, Catch::Contains("short.txt") && Catch::Contains("too short") && Catch::Contains("needs 129"));
+}
+
+TEST_CASE("a step's global batch is the same however it is split over ranks and micro-batches", "[gpt][data]") {
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text.push_back(static_cast<char>('a' + (i * 7919) % 26));
+  test::TempDir dir("strata-gpt-data");
+  write(dir.file("t.txt"), text);
+  const auto d = model::TokenData::load(dir.file("t.txt"), 256);
+  model::Batcher b(d, "t.txt", 16, 0.1, 3);
+  const int T = 16, micro = 2;
+  // world 1, 2 micro-batches of 2  ==  world 2, 1 micro-batch each  (train_batch 4)
+  std::vector<std::int32_t> one(4 * T), two(4 * T), tg(4 * T);
+  b.train_batch(5, 4, 0, 1, 0, micro, one.data(), tg.data());
+  b.train_batch(5, 4, 1, 1, 0, micro, one.data() + 2 * T, tg.data());
+  b.train_batch(5, 4, 0, 2, 0, micro, two.data(), tg.data());
+  b.train_batch(5, 4, 0, 2, 1, micro, two.data() + 2 * T, tg.data());
+  CHECK(one == two);
+  std::vector<std::int32_t> r0(2 * T), r1(2 * T);
+  b.train_batch(5, 4, 0, 2, 0, micro, r0.data(), tg.data());
+  b.train_batch(5, 4, 0, 2, 1, micro, r1.data(), tg.data());
+  CHECK(r0 != r1);  // ranks see different sequences
+  // targets are the inputs shifted by one
+  std::vector<std::int32_t> in(2 * T), t2(2 * T);
+  b.train_batch(0, 2, 0, 1, 0, micro, in.data(), t2.data());
+  for (int i = 0; i + 1 < T; ++i) CHECK(t2[i] == in[i + 1]);
+  // validation batches come from the held-out tail
+  b.val_batch(0, micro, in.data(), t2.data());
+  CHECK(b.val_tokens() == 500);
+}

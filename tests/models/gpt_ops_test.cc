@@ -1,0 +1,180 @@
+// The GPT's host operations (models/gpt/ops.h) against their plain double-accumulating
+// references (ops_reference.h). Tolerance: a length-K fp32 sum is within gamma_K = K u /
+// (1 - K u) of the exact one relative to the sum of |terms| (u = epsilon / 2); each check
+// uses the op's longest sum K and the inputs' magnitude. Also: bitwise reproducibility across
+// runs and thread counts.
+#include <catch2/catch.hpp>
+#include <tbb/global_control.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/core/random.h"
+#include "models/gpt/ops.h"
+#include "models/gpt/ops_reference.h"
+
+using namespace strata::model;
+
+namespace {
+
+std::vector<float> randn(std::size_t n, std::uint64_t key, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(strata::box_muller(strata::splitmix64(key + 2 * i), strata::splitmix64(key + 2 * i + 1))) * scale;
+  }
+  return v;
+}
+
+double gamma_k(std::size_t K) {
+  const double u = std::numeric_limits<float>::epsilon() / 2.0;
+  return static_cast<double>(K) * u / (1.0 - static_cast<double>(K) * u);
+}
+
+// max |a - b| <= gamma_K * scale, where scale bounds the sum of |terms| of one output.
+void require_close(const std::vector<float>& a, const std::vector<float>& b, std::size_t K, double scale,
+                   const char* what) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  INFO(what << ": worst " << worst << " bound " << gamma_k(K) * scale << " (K " << K << ")");
+  CHECK(worst <= gamma_k(K) * scale);
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("matmul forward and backward match the reference within the fp32 sum bound", "[gpt][ops]") {
+  const int N = 70, IC = 48, OC = 80;
+  auto x = randn(std::size_t(N) * IC, 1), W = randn(std::size_t(IC) * OC, 2, 0.2f), b = randn(OC, 3), dy = randn(std::size_t(N) * OC, 4);
+  std::vector<float> y(std::size_t(N) * OC), yr(y.size());
+  ops::matmul_forward(y.data(), x.data(), W.data(), b.data(), N, IC, OC);
+  ops::ref::matmul_forward(yr.data(), x.data(), W.data(), b.data(), N, IC, OC);
+  require_close(y, yr, IC + 1, (IC + 1) * max_abs(x) * max_abs(W) + max_abs(b), "forward");
+  for (bool acc : {false, true}) {
+    std::vector<float> dx(std::size_t(N) * IC, 0.5f), dxr = dx, dW = randn(W.size(), 5), dWr = dW, db = randn(OC, 6), dbr = db;
+    ops::matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC, acc);
+    ops::ref::matmul_backward(dxr.data(), dWr.data(), dbr.data(), dy.data(), x.data(), W.data(), N, IC, OC, acc);
+    require_close(dx, dxr, OC + 1, OC * max_abs(dy) * max_abs(W) + 0.5, "dinp");
+    require_close(dW, dWr, N + 1, N * max_abs(dy) * max_abs(x) + 4, "dW");
+    require_close(db, dbr, N + 1, N * max_abs(dy) + 4, "db");
+  }
+}
+
+TEST_CASE("layernorm forward and backward match the reference", "[gpt][ops]") {
+  const int N = 67, C = 96;
+  auto x = randn(std::size_t(N) * C, 11, 3.0f), w = randn(C, 12), b = randn(C, 13), dy = randn(std::size_t(N) * C, 14);
+  std::vector<float> y(x.size()), yr(x.size()), m(N), mr(N), r(N), rr(N);
+  ops::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C);
+  ops::ref::layernorm_forward(yr.data(), mr.data(), rr.data(), x.data(), w.data(), b.data(), N, C);
+  // xhat is O(sqrt(C)) at most; its error grows with the two length-C sums.
+  require_close(y, yr, 4 * C, std::sqrt(double(C)) * max_abs(w) + max_abs(b), "forward");
+  std::vector<float> dx(x.size(), 0.0f), dxr = dx, dw(C, 0.0f), dwr = dw, db(C, 0.0f), dbr = db;
+  ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  ops::ref::layernorm_backward(dxr.data(), dwr.data(), dbr.data(), dy.data(), x.data(), w.data(), mr.data(), rr.data(), N, C);
+  const double rs = max_abs(r);
+  require_close(dx, dxr, 4 * C, rs * 3 * C * max_abs(dy) * max_abs(w), "dinp");
+  require_close(dw, dwr, N + 2 * C, N * max_abs(dy) * std::sqrt(double(C)), "dw");
+  require_close(db, dbr, N, N * max_abs(dy), "db");
+}
+
+TEST_CASE("GELU, embeddings and the LM head match the reference", "[gpt][ops]") {
+  const std::size_t n = 5000;
+  auto x = randn(n, 21, 3.0f), dy = randn(n, 22);
+  std::vector<float> y(n), yr(n), dx(n), dxr(n);
+  ops::gelu_forward(y.data(), x.data(), n);
+  ops::ref::gelu_forward(yr.data(), x.data(), n);
+  require_close(y, yr, 16, max_abs(x), "gelu");  // a handful of roundings in tanh and the polynomial
+  ops::gelu_backward(dx.data(), x.data(), dy.data(), n);
+  ops::ref::gelu_backward(dxr.data(), x.data(), dy.data(), n);
+  require_close(dx, dxr, 16 * 8, max_abs(dy) * 2, "gelu'");  // |GELU'| < 1.13; x^2 terms in its derivative
+
+  const int B = 3, T = 20, C = 24, V = 50;
+  std::vector<std::int32_t> tok(std::size_t(B) * T);
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::int32_t>(strata::splitmix64(i) % 7);  // repeats
+  auto wte = randn(std::size_t(V) * C, 23), wpe = randn(std::size_t(T) * C, 24), d = randn(std::size_t(B) * T * C, 25);
+  std::vector<float> e(d.size()), er(d.size());
+  ops::embedding_forward(e.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  ops::ref::embedding_forward(er.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  CHECK(e == er);  // one addition: exact agreement
+  std::vector<float> g(wte.size(), 0.0f), gr = g, p(wpe.size(), 0.0f), pr = p;
+  ops::embedding_backward(g.data(), p.data(), d.data(), tok.data(), B, T, C);
+  ops::ref::embedding_backward(gr.data(), pr.data(), d.data(), tok.data(), B, T, C);
+  CHECK(g == gr);  // the same additions in the same order
+  CHECK(p == pr);
+
+  auto h = randn(std::size_t(B) * T * C, 26);
+  std::vector<float> lg(std::size_t(B) * T * V), lgr(lg.size());
+  ops::lm_head_forward(lg.data(), h.data(), wte.data(), B * T, C, V);
+  ops::ref::lm_head_forward(lgr.data(), h.data(), wte.data(), B * T, C, V);
+  require_close(lg, lgr, C, C * max_abs(h) * max_abs(wte), "head");
+  auto dl = randn(lg.size(), 27);
+  std::vector<float> dh(h.size()), dhr(h.size()), dw(wte.size(), 0.0f), dwr = dw;
+  ops::lm_head_backward(dh.data(), dw.data(), dl.data(), h.data(), wte.data(), B * T, C, V);
+  ops::ref::lm_head_backward(dhr.data(), dwr.data(), dl.data(), h.data(), wte.data(), B * T, C, V);
+  require_close(dh, dhr, V, V * max_abs(dl) * max_abs(wte), "head dinp");
+  require_close(dw, dwr, B * T, B * T * max_abs(dl) * max_abs(h), "head dwte");
+}
+
+TEST_CASE("causal attention forward and backward match the reference", "[gpt][ops]") {
+  const int B = 2, T = 33, C = 48, NH = 3;
+  auto qkv = randn(std::size_t(B) * T * 3 * C, 31), dy = randn(std::size_t(B) * T * C, 32);
+  std::vector<float> y(std::size_t(B) * T * C), yr(y.size()), att(std::size_t(B) * NH * T * T), attr(att.size());
+  ops::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
+  ops::ref::attention_forward(yr.data(), attr.data(), qkv.data(), B, T, C, NH);
+  const std::size_t hs = C / NH;
+  // Scores sum hs products; the exponentials amplify their error by |score|; outputs sum T.
+  require_close(att, attr, 4 * (hs + T), max_abs(qkv) * max_abs(qkv) * hs / std::sqrt(double(hs)), "probabilities");
+  require_close(y, yr, 4 * (hs + T), max_abs(qkv) * (1 + max_abs(qkv) * max_abs(qkv) * hs), "output");
+  for (std::size_t i = 0; i < std::size_t(T); ++i) {
+    for (std::size_t j = i + 1; j < std::size_t(T); ++j) REQUIRE(att[i * T + j] == 0.0f);  // causal
+  }
+  std::vector<float> dq(qkv.size()), dqr(qkv.size());
+  ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+  ops::ref::attention_backward(dqr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH);
+  require_close(dq, dqr, 4 * (hs + T), T * max_abs(dy) * std::pow(max_abs(qkv), 3) * hs, "dqkv");
+}
+
+TEST_CASE("cross-entropy matches the reference and its gradient rows sum to zero", "[gpt][ops]") {
+  const int N = 40, V = 300;
+  auto z = randn(std::size_t(N) * V, 41, 4.0f), zr = z;
+  std::vector<std::int32_t> t(N);
+  for (int n = 0; n < N; ++n) t[n] = static_cast<std::int32_t>(strata::splitmix64(n + 99) % V);
+  std::vector<float> l(N), lr(N);
+  const double s = ops::cross_entropy(z.data(), l.data(), t.data(), N, V, 1.0f / N);
+  const double sr = ops::ref::cross_entropy(zr.data(), lr.data(), t.data(), N, V, 1.0f / N);
+  CHECK(std::abs(s - sr) <= gamma_k(V + N) * std::abs(sr) * 8);
+  require_close(l, lr, V, 8 * max_abs(lr), "losses");
+  require_close(z, zr, V, 1.0 / N, "dlogits");
+  for (int n = 0; n < N; ++n) {
+    double row = 0;
+    for (int v = 0; v < V; ++v) row += z[std::size_t(n) * V + v];
+    CHECK(std::abs(row) <= gamma_k(V) / N * 2);
+  }
+}
+
+TEST_CASE("the host ops give the same bits on every run and with one or two threads", "[gpt][ops]") {
+  const int B = 2, T = 64, C = 64, NH = 4, N = B * T;
+  auto x = randn(std::size_t(N) * C, 51), w = randn(C, 52), dy = randn(std::size_t(N) * C, 53);
+  auto qkv = randn(std::size_t(N) * 3 * C, 54);
+  auto run = [&] {
+    std::vector<float> m(N), r(N), y(x.size()), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
+    ops::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), w.data(), N, C);
+    ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+    std::vector<float> out(x.size()), att(std::size_t(B) * NH * T * T), dq(qkv.size());
+    ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+    std::vector<float> all = y;
+    for (const auto* v : {&dx, &dw, &db, &out, &dq}) all.insert(all.end(), v->begin(), v->end());
+    return all;
+  };
+  const auto a = run();
+  CHECK(run() == a);
+  tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+  CHECK(run() == a);
+}
