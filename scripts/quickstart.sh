@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds Strata, shows what the machine offers, and
-# trains the demo MLP with ZeRO stage 3 (bf16, optimizer state in pinned host RAM, CPU
+# trains a byte-level GPT on the text of Debian's `fortunes` package (ZeRO-3, bf16, model
+# states larger than the device budget: budget-driven placement puts part of them on NVMe),
+# printing step, loss, tokens/s and memory per tier, validation loss every 50 steps and a
+# generated sample; writes build/demo/gpt.jsonl and the loss plot build/demo/gpt-loss.png.
+# Then it trains the demo MLP with ZeRO stage 3 (bf16, optimizer state in pinned host RAM, CPU
 # AdamW) on two local ranks through `strata launch`, printing step, loss, step time and
 # memory per tier; writes the per-step log, the final parameters (safetensors) and a
 # Perfetto trace under build/demo/. Then trains a model 16x larger than its device budget
@@ -10,13 +14,21 @@
 # budgets the demo sets), with or without a GPU: `--device cuda` runs the first on GPUs.
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
-strata_install_deps
+strata_install_deps fortunes python3-matplotlib
 strata_configure "$STRATA_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$STRATA_ROOT/build" -j"${STRATA_JOBS:-2}" --target strata
 strata="$STRATA_ROOT/build/bin/strata"
 out="$STRATA_ROOT/build/demo"
 mkdir -p "$out"
 "$strata" info
+echo
+echo "== GPT: a byte-level GPT on Debian's fortunes (the fortune files themselves, not their .dat indexes)"
+sed "s#build/demo/nvme#$out/nvme#g" "$STRATA_ROOT/scripts/configs/gpt-demo.json" > "$out/gpt-demo.json"
+"$strata" train --model gpt --data /usr/share/games/fortunes --layers 6 --d-model 192 --heads 6 --seq-len 64 \
+  --remat always --config "$out/gpt-demo.json" --steps 450 --eval-every 50 --sample 400 --device host \
+  --log-json "$out/gpt.jsonl" | grep --line-buffered -v '^           io:' | awk 'NR <= 12 || /val/ || !/^step/ {print; fflush()}'
+/usr/bin/python3 "$STRATA_ROOT/scripts/plot_loss.py" "$out/gpt.jsonl" "$out/gpt-loss.png" \
+  "GPT 6 x 192 on fortunes (byte level), ZeRO-3 bf16, states on device + host + NVMe"
 echo
 "$strata" launch -n 2 -- "$strata" train --model mlp --layers 8 --hidden 256 \
   --config "$STRATA_ROOT/scripts/configs/zero3-bf16.json" --steps 20 --device host \

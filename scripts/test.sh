@@ -8,7 +8,8 @@
 #   STRATA_JOBS=N      build parallelism (default 2)
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
-strata_install_deps
+# python3-torch: the GPT's PyTorch oracle (tests/models/gpt_oracle_test.py).
+strata_install_deps python3-torch
 jobs=${STRATA_JOBS:-2}
 strict=${STRATA_STRICT:-OFF}
 

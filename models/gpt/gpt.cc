@@ -143,7 +143,8 @@ Gpt::Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, 
                " (micro-batch ", micro, " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
                ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
                "--device-budget) to at least ",
-               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch, --seq-len or --remat always");
+               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
+               cfg_.remat == Remat::always ? "" : ", or --remat always");
   for (const auto& p : gpt_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
   pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev);
