@@ -23,7 +23,7 @@ for r in $(seq "$REPEAT"); do
     --config "$dir/fp32.json" --steps $((STEPS + 2)) --device host --val-fraction 0 --log-json "$dir/s.jsonl" > /dev/null
   s=$(python3 -c 'import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
-print(f"{statistics.median(r[\"tokens_per_s\"] for r in rows):.1f}")' "$dir/s.jsonl")
+print("%.1f" % statistics.median(r["tokens_per_s"] for r in rows))' "$dir/s.jsonl")
   t=$(/usr/bin/python3 "$root/scripts/bench_gpt_torch.py" "$L" "$NH" "$C" "$T" 256 "$B" "$STEPS" "$threads" | awk '{print $2}')
   echo "run $r: strata $s tokens/s, torch $t tokens/s"
   s_runs+=("$s") t_runs+=("$t")

@@ -76,6 +76,12 @@ std::vector<GptParam> gpt_params(const GptShape& s) {
   return out;
 }
 
+double gpt_train_flops_per_token(const GptShape& s, int seq_len) {
+  const double C = s.d_model, L = s.layers;
+  const double matmul_weights = L * 12.0 * C * C + static_cast<double>(s.vocab) * C;
+  return 6.0 * matmul_weights + 12.0 * L * seq_len * C;
+}
+
 std::uint64_t gpt_parameter_count(const GptShape& s) {
   std::uint64_t n = 0;
   for (const auto& p : gpt_params(s)) {

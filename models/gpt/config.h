@@ -56,6 +56,11 @@ struct GptParam {
 // ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (block_param indices).
 std::vector<GptParam> gpt_params(const GptShape& s);
 std::uint64_t gpt_parameter_count(const GptShape& s);
+// Model FLOPs of one training token (forward and backward, re-materialization not counted):
+// 6 per weight of every matrix product (the blocks' four and the tied head) plus the
+// attention products, 12 x layers x seq_len x d_model (scores and values over the full
+// T x T square, as the usual MFU accounting does).
+double gpt_train_flops_per_token(const GptShape& s, int seq_len);
 
 enum BlockParam { ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b,
                   kBlockParams };

@@ -74,4 +74,17 @@ grep -q "short.txt' is too short" <<<"$out" || fail "unclear: $out"
 out=$("$strata" train "${shape[@]}" --seq-len 16 --config "$dir/plain.json" --data "$dir/empty.txt" 2>&1) && fail "empty data accepted"
 grep -q "empty.txt' holds no tokens" <<<"$out" || fail "unclear: $out"
 echo "refusals: sequence above the position table, device budget below the minimum, short and empty data"
+# strata bench gpt: the figures agree with each other and with the model FLOPs of config.h
+# (6 per matrix weight plus 12 L T C per token; 2 blocks of 64, vocab 256, seq 32: 6 x (2 x 12 x 64^2 + 256 x 64)
+# + 12 x 2 x 32 x 64 = 737280 FLOPs per token).
+j=$("$strata" bench gpt --layers 2 --d-model 64 --heads 4 --seq-len 32 --micro-batch 2 --iters 3 --json)
+python3 - "$j" <<'PY' || fail "bench gpt: $j"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["model_flops_per_token"] == 737280, j["model_flops_per_token"]
+assert abs(j["tokens_per_s"] * j["pass_s"] - 2 * 32) < 1e-6 * 64
+assert abs(j["model_flops_per_s"] - j["tokens_per_s"] * 737280) < 1e-6 * j["model_flops_per_s"]
+assert j["sgemm_flops_per_s"] > 1e8 and 0 < j["fraction_of_sgemm"] < 2, j
+PY
+echo "bench gpt: tokens/s, model FLOP/s and the SGEMM fraction agree"
 echo "1 passed, 0 failed"

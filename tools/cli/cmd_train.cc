@@ -192,20 +192,13 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
   cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")->check(CLI::Range(1, 100000));
   cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--preset", m.preset, "GPT size: tiny|124M|350M|774M|1.5B");
-  cmd.add_option("--heads", m.heads, "GPT attention heads")->check(CLI::Range(1, 4096));
-  cmd.add_option("--d-model", m.d_model, "GPT width")->check(CLI::Range(1, 1 << 16));
-  cmd.add_option("--seq-len", m.seq_len, "GPT training sequence length (default: the position table's)")->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--positions", m.positions, "GPT position table rows (default: the preset's, else --seq-len)")->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--vocab", m.vocab, "GPT vocabulary (default: the preset's; 256 for bytes)")->check(CLI::Range(2, 65536));
+  add_gpt_shape_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");
   cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16 (see models/gpt/data.h)");
   cmd.add_option("--val-fraction", m.val_fraction, "Share of the data held out for validation (default 0.1)");
   cmd.add_option("--eval-every", m.eval_every, "GPT: validation loss every N steps (and after the last)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--eval-batches", m.eval_batches, "GPT: validation micro-batches per evaluation")->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--sample", m.sample, "GPT: print N generated tokens (bytes) at the end")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--remat", m.remat, "GPT re-materialization: never|except_last|always (default: always when the config "
-                 "has activation_checkpointing, else never)");
   cmd.add_option("--steps", o->steps, "Optimizer steps");
   cmd.add_option("--seed", m.seed, "Seed for initialisation and data");
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");

@@ -36,7 +36,23 @@ class MlpModel : public TrainModel {
   model::Mlp mlp_;
 };
 
-model::GptConfig gpt_config(const ModelOptions& o, const zero::Engine& engine) {
+}  // namespace
+
+void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
+  cmd.add_option("--preset", m.preset, "GPT size: tiny|124M|350M|774M|1.5B");
+  cmd.add_option("--heads", m.heads, "GPT attention heads")->check(CLI::Range(1, 4096));
+  cmd.add_option("--d-model", m.d_model, "GPT width")->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--seq-len", m.seq_len, "GPT training sequence length (default: the position table's)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--positions", m.positions, "GPT position table rows (default: the preset's, else --seq-len)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--vocab", m.vocab, "GPT vocabulary (default: the preset's; 256 for bytes)")
+      ->check(CLI::Range(2, 65536));
+  cmd.add_option("--remat", m.remat, "GPT re-materialization: never|except_last|always (default: always when the config "
+                 "has activation_checkpointing, else never)");
+}
+
+model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
   model::GptConfig c;
   if (!o.preset.empty()) c.shape = model::gpt_preset(o.preset);
   auto set = [](int v, int& field) {
@@ -50,18 +66,24 @@ model::GptConfig gpt_config(const ModelOptions& o, const zero::Engine& engine) {
   // Without a preset or --positions the position table is as long as the sequence.
   if (o.positions > 0) c.shape.positions = o.positions;
   else if (o.preset.empty() && o.seq_len > 0) c.shape.positions = o.seq_len;
-  const auto& ignored = engine.config().ignored_keys;
-  const bool ds_ckpt = std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
-  c.remat = o.remat.empty() ? (ds_ckpt ? model::Remat::always : model::Remat::never) : model::parse_remat(o.remat);
+  c.remat = o.remat.empty() ? (config_remat ? model::Remat::always : model::Remat::never) : model::parse_remat(o.remat);
   c.seed = o.seed;
   model::validate(c);
   return c;
 }
 
+namespace {
+
+// The config asks for re-materialization with DeepSpeed's activation_checkpointing block.
+bool config_remat(const zero::Engine& engine) {
+  const auto& ignored = engine.config().ignored_keys;
+  return std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
+}
+
 class GptModel : public TrainModel {
  public:
   GptModel(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm, Tracer* tracer)
-      : o_(o), engine_(engine), cfg_(gpt_config(o, engine)),
+      : o_(o), engine_(engine), cfg_(gpt_config(o, config_remat(engine))),
         data_(model::TokenData::load(o.data, cfg_.shape.vocab, o.data_format, engine.rank() != 0)),
         batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed), gpt_(engine, cfg_, batcher_, comm, tracer) {
     STRATA_CHECK(o.eval_every == 0 || o.val_fraction > 0, Errc::invalid_argument,

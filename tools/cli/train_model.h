@@ -4,12 +4,14 @@
 // the hooks around it.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "engine/core/trace.h"
 #include "engine/zero/engine.h"
+#include "models/gpt/config.h"
 
 namespace strata::comm {
 class Communicator;
@@ -48,6 +50,15 @@ class TrainModel {
   // Printed after training (rank 0): generated text, or nothing.
   virtual std::string finish() = 0;
 };
+
+// Adds the GPT's shape flags (--preset --heads --d-model --seq-len --positions --vocab
+// --remat; --layers is the caller's, shared with the MLP).
+void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
+
+// The GPT's shape and training length from the flags (a preset, then the dimensions given);
+// re-materialization from --remat, else `always` when config_remat. Throws
+// Errc::invalid_argument naming the flag for a shape that cannot work.
+model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 
 // Throws Errc::invalid_argument naming the flag for a bad model option.
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm,

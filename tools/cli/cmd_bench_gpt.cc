@@ -1,0 +1,141 @@
+// `strata bench gpt`: the GPT's host-device compute against the BLAS it runs on. Times the
+// training pass (forward, backward, every gradient; GptPass over plain arrays, so no engine
+// traffic is counted) on random tokens, and in the same run the BLAS's own SGEMM on the
+// block's three weight products (qkv, MLP up, MLP down) at the pass's row count. Reports
+// tokens/s, model FLOP/s (config.h's accounting) and their fraction of the SGEMM rate.
+// Pass and SGEMM alternate and the fraction is the median of the per-iteration ratios: on a
+// shared machine both halves of a pair see the same background load.
+#include <tbb/global_control.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "engine/core/stats.h"
+#include "engine/device/device.h"
+#include "models/gpt/array_access.h"
+#include "models/gpt/ops.h"
+#include "models/gpt/pass.h"
+#include "tools/cli/command.h"
+#include "tools/cli/train_model.h"
+
+namespace strata::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  ModelOptions model;
+  int micro = 8;
+  int iters = 5;
+  int threads = 0;
+  bool json = false;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The block's weight products at N rows, one after the other: returns seconds and FLOPs.
+struct GemmSet {
+  GemmSet(int rows, int width)
+      : N(rows), C(width), a(static_cast<std::size_t>(rows) * 4 * width, 0.01f),
+        w(std::size_t{16} * width * width, 0.02f), out(static_cast<std::size_t>(rows) * 4 * width) {}
+  double run() {
+    const auto t0 = Clock::now();
+    const int shapes[3][2] = {{C, 3 * C}, {C, 4 * C}, {4 * C, C}};  // {in, out}
+    for (const auto& s : shapes) {
+      model::ops::matmul_forward(out.data(), a.data(), w.data(), nullptr, N, s[0], s[1]);  // one SGEMM
+    }
+    return seconds_since(t0);
+  }
+  double flops() const { return 2.0 * N * (3.0 * C * C + 4.0 * C * C + 4.0 * C * C); }
+  int N, C;
+  std::vector<float> a, w, out;
+};
+
+int run(const Options& o) {
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+  model::ops::set_blas_threads(threads);
+  const model::GptConfig cfg = gpt_config(o.model, false);
+  const model::GptShape& s = cfg.shape;
+  const int B = o.micro, T = cfg.seq_len;
+
+  auto params = model::ArrayAccess::by_layer(s, model::gpt_initial_params(s, o.model.seed));
+  model::ArrayAccess access(params);
+  device::DeviceOptions dopt;
+  dopt.backend = device::Backend::host;
+  dopt.budget_bytes = model::GptPass::device_bytes(s, B, T, cfg.remat) + (std::uint64_t{1} << 20);
+  auto dev = device::Device::create(dopt);
+  model::GptPass pass(s, B, T, cfg.remat, *dev);
+  std::mt19937 gen(static_cast<std::uint32_t>(o.model.seed));
+  std::uniform_int_distribution<int> tok(0, s.vocab - 1);
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  for (auto& t : in) t = tok(gen);
+  for (auto& t : tg) t = tok(gen);
+  GemmSet gemm(B * T, s.d_model);
+
+  const double tokens = static_cast<double>(B) * T;
+  const double model_flops = model::gpt_train_flops_per_token(s, T) * tokens;
+  pass.train(access, in.data(), tg.data(), B, T, 1.0f);  // warm-up: first touch, BLAS buffers
+  gemm.run();
+  std::vector<double> pass_s, gemm_rate, fraction;
+  for (int i = 0; i < o.iters; ++i) {
+    const auto t0 = Clock::now();
+    pass.train(access, in.data(), tg.data(), B, T, 1.0f);
+    pass_s.push_back(seconds_since(t0));
+    gemm_rate.push_back(gemm.flops() / gemm.run());
+    fraction.push_back(model_flops / pass_s.back() / gemm_rate.back());
+  }
+  const double sec = median(pass_s), rate = median(gemm_rate), frac = median(fraction);
+  nlohmann::json j = {{"layers", s.layers},
+                      {"heads", s.heads},
+                      {"d_model", s.d_model},
+                      {"vocab", s.vocab},
+                      {"seq_len", T},
+                      {"micro_batch", B},
+                      {"remat", model::remat_name(cfg.remat)},
+                      {"parameters", model::gpt_parameter_count(s)},
+                      {"threads", threads},
+                      {"pass_s", sec},
+                      {"tokens_per_s", tokens / sec},
+                      {"model_flops_per_token", model::gpt_train_flops_per_token(s, T)},
+                      {"model_flops_per_s", model_flops / sec},
+                      {"sgemm_flops_per_s", rate},
+                      {"fraction_of_sgemm", frac}};
+  if (o.json) {
+    print_json(j.dump(2));
+    return 0;
+  }
+  std::printf("gpt %d x %d (%d heads, vocab %d, %llu parameters), micro-batch %d x seq %d, remat %s, %d threads\n",
+              s.layers, s.d_model, s.heads, s.vocab, static_cast<unsigned long long>(model::gpt_parameter_count(s)), B,
+              T, model::remat_name(cfg.remat), threads);
+  std::printf("training pass  %8.1f ms  %10.0f tokens/s  %7.2f model GFLOP/s\n", sec * 1e3, tokens / sec,
+              model_flops / sec / 1e9);
+  std::printf("BLAS SGEMM     %8s     %10s            %7.2f GFLOP/s (the block's weight products, %d rows)\n", "", "",
+              rate / 1e9, B * T);
+  std::printf("fraction of SGEMM  %.2f  (median of %d alternated iterations)\n", frac, o.iters);
+  return 0;
+}
+
+Action setup(CLI::App& cmd) {
+  auto o = std::make_shared<Options>();
+  o->model.model = "gpt";
+  cmd.add_option("--layers", o->model.layers, "GPT blocks (default: the preset's)")->check(CLI::Range(1, 100000));
+  add_gpt_shape_options(cmd, o->model);
+  cmd.add_option("--micro-batch", o->micro, "Sequences per pass (default 8)")->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--iters", o->iters, "Timed iterations (default 5; the median is reported)")->check(CLI::Range(1, 1000));
+  cmd.add_option("--threads", o->threads, "Threads for TBB and the BLAS (0: all hardware threads)")
+      ->check(CLI::Range(0, 4096));
+  cmd.add_option("--seed", o->model.seed, "Seed for the weights and tokens");
+  cmd.add_flag("--json", o->json, "Print JSON");
+  return [o] { return run(*o); };
+}
+
+const Registration reg("bench", "gpt", "The GPT's training pass on the host device: tokens/s, model FLOP/s, "
+                                       "fraction of the BLAS's SGEMM rate",
+                       setup);
+
+}  // namespace
+}  // namespace strata::cli
