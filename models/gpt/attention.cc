@@ -1,8 +1,6 @@
 // Causal multi-head self-attention on the host (see ops.h): each (batch, head) pair is one
-// task of single-threaded SGEMMs (OpenBLAS is held at one thread meanwhile, so the tasks
-// are the parallelism). Scores for the whole T x T square are computed and the upper
+// task of single-threaded SGEMMs (gemm_serial), so the tasks are the parallelism. Scores for the whole T x T square are computed and the upper
 // triangle masked: half the products are wasted, in exchange for plain GEMMs.
-#include <cblas.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
@@ -10,37 +8,21 @@
 #include <cmath>
 #include <vector>
 
+#include "models/gpt/gemm.h"
 #include "models/gpt/ops.h"
 
 namespace strata::model::ops {
-namespace {
-
-// Holds OpenBLAS at one thread for the lifetime of the scope.
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() : saved_(blas_threads()) { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(saved_); }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int saved_;
-};
-
-}  // namespace
-
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
-  SingleThreadedBlas one;
   tbb::parallel_for(0, B * NH, [&](int bh) {
     const int b = bh / NH, h = bh % NH;
     const float* q = qkv + static_cast<std::size_t>(b) * T * 3 * C + static_cast<std::size_t>(h) * hs;
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* p = att + static_cast<std::size_t>(bh) * TT;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, p, T);
+    gemm_serial(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, p, T);
     for (int i = 0; i < T; ++i) {
       float* row = p + static_cast<std::size_t>(i) * T;
       float mx = row[0];
@@ -55,7 +37,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       std::fill(row + i + 1, row + T, 0.0f);
     }
     float* y = out + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hs;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, 3 * C, 0.0f, y, C);
+    gemm_serial(false, false, T, hs, T, 1.0f, p, T, v, 3 * C, 0.0f, y, C);
   });
 }
 
@@ -65,7 +47,6 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   tbb::enumerable_thread_specific<std::vector<float>> scratch([TT] { return std::vector<float>(TT); });
-  SingleThreadedBlas one;
   tbb::parallel_for(0, B * NH, [&](int bh) {
     const int b = bh / NH, h = bh % NH;
     const std::size_t base = static_cast<std::size_t>(b) * T * 3 * C + static_cast<std::size_t>(h) * hs;
@@ -79,8 +60,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     const float* dy = dout + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hs;
     float* ds = scratch.local().data();
     // dP = dY V^T; dV = P^T dY
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, 3 * C);
+    gemm_serial(false, true, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f, ds, T);
+    gemm_serial(true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, 3 * C);
     // Softmax backward: dS = P * (dP - rowsum(P * dP)); zero above the diagonal.
     for (int i = 0; i < T; ++i) {
       const float* pr = p + static_cast<std::size_t>(i) * T;
@@ -91,8 +72,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       std::fill(dr + i + 1, dr + T, 0.0f);
     }
     // S = scale Q K^T: dQ = scale dS K; dK = scale dS^T Q
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, ds, T, k, 3 * C, 0.0f, dq, 3 * C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, ds, T, q, 3 * C, 0.0f, dk, 3 * C);
+    gemm_serial(false, false, T, hs, T, scale, ds, T, k, 3 * C, 0.0f, dq, 3 * C);
+    gemm_serial(true, false, T, hs, T, scale, ds, T, q, 3 * C, 0.0f, dk, 3 * C);
   });
 }
 

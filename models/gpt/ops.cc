@@ -3,7 +3,8 @@
 // block order, so no result depends on how TBB schedules the blocks.
 #include "models/gpt/ops.h"
 
-#include <cblas.h>
+#include "models/gpt/gemm.h"
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -49,39 +50,24 @@ template <class F> void for_elems(std::size_t n, F&& f) {
   }, tbb::simple_partitioner());
 }
 
-int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-int g_blas_threads = 0;
-
 }  // namespace
 
-void set_blas_threads(int n) {
-  g_blas_threads = std::max(1, n);
-  openblas_set_num_threads(g_blas_threads);
-}
-
-int blas_threads() {
-  if (g_blas_threads == 0) set_blas_threads(default_threads());
-  return g_blas_threads;
-}
 
 void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC) {
-  blas_threads();
   float beta = 0.0f;
   if (b != nullptr) {
     for_rows(N, [&](int n) { std::copy(b, b + OC, out + static_cast<std::size_t>(n) * OC); });
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
+  gemm(false, false, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
                      int IC, int OC, bool accumulate) {
-  blas_threads();
   if (dinp != nullptr) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f,
-                dinp, IC);
+    gemm(false, true, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
+  gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
   if (db != nullptr) {
     float* acc[1] = {db};
     reduce_rows(N, OC, 1, acc, [&](int n, float* p) {
@@ -224,15 +210,13 @@ double cross_entropy(float* logits, float* losses, const std::int32_t* targets, 
 namespace strata::model::ops {
 
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
-  blas_threads();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+  gemm(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
 }
 
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
                       int V) {
-  blas_threads();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
+  gemm(false, false, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
+  gemm(true, false, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
 }  // namespace strata::model::ops

@@ -1,5 +1,5 @@
 // The GPT's operations on the host device: forward and backward of the linear layers
-// (OpenBLAS SGEMM), LayerNorm, tanh-GELU, causal multi-head attention (per-head SGEMMs in
+// (oneDNN SGEMM through gemm.h), LayerNorm, tanh-GELU, causal multi-head attention (per-head SGEMMs in
 // parallel), the embeddings, residual adds and the fused softmax cross-entropy; the rest is
 // TBB-parallel loops. Every tensor is row-major fp32; N = rows (batch x sequence).
 // Backward functions accumulate (+=) into parameter gradients, so one buffer can collect
@@ -17,11 +17,6 @@
 namespace strata::model::ops {
 
 inline constexpr float kLayerNormEps = 1e-5f;
-
-// Threads OpenBLAS may use for one product (the machine's cores by default). Attention
-// runs one single-threaded product per head in parallel instead.
-void set_blas_threads(int n);
-int blas_threads();
 
 // out[N,OC] = inp[N,IC] W[IC,OC] + b[OC]; b may be null.
 void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);

@@ -169,8 +169,19 @@ TEST_CASE("the host ops give the same bits on every run and with one or two thre
     std::vector<float> out(x.size()), att(std::size_t(B) * NH * T * T), dq(qkv.size());
     ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
     ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+    // Products: forward, both backward products, and the head, at shapes split into panels.
+    const int OC = 3 * C, V = 200;
+    auto W = randn(std::size_t(C) * OC, 55), dz = randn(std::size_t(N) * OC, 56), wte = randn(std::size_t(V) * C, 57);
+    std::vector<float> z(std::size_t(N) * OC), dxm(x.size()), dW(W.size(), 0.0f), dbm(OC, 0.0f);
+    ops::matmul_forward(z.data(), x.data(), W.data(), w.data(), N, C, OC);
+    ops::matmul_backward(dxm.data(), dW.data(), dbm.data(), dz.data(), x.data(), W.data(), N, C, OC, false);
+    std::vector<float> logits(std::size_t(N) * V), dxh(x.size()), dwte(wte.size(), 0.0f);
+    ops::lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V);
+    ops::lm_head_backward(dxh.data(), dwte.data(), logits.data(), x.data(), wte.data(), N, C, V);
     std::vector<float> all = y;
-    for (const auto* v : {&dx, &dw, &db, &out, &dq}) all.insert(all.end(), v->begin(), v->end());
+    for (const auto* v : {&dx, &dw, &db, &out, &dq, &z, &dxm, &dW, &dbm, &logits, &dxh, &dwte}) {
+      all.insert(all.end(), v->begin(), v->end());
+    }
     return all;
   };
   const auto a = run();
