@@ -20,7 +20,7 @@ median() { python3 -c 'import statistics, sys; print(f"{statistics.median(float(
 s_runs=() t_runs=()
 for r in $(seq "$REPEAT"); do
   "$strata" train --model gpt --data "$root/README.md" --layers "$L" --d-model "$C" --heads "$NH" --seq-len "$T" \
-    --config "$dir/fp32.json" --steps $((STEPS + 2)) --device host --val-fraction 0 --log-json "$dir/s.jsonl" > /dev/null
+    --config "$dir/fp32.json" --steps $((STEPS + 2)) --device host --device-budget 16GiB --val-fraction 0 --log-json "$dir/s.jsonl" > /dev/null
   s=$(python3 -c 'import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print("%.1f" % statistics.median(r["tokens_per_s"] for r in rows))' "$dir/s.jsonl")

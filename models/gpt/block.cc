@@ -47,14 +47,14 @@ void block_forward(float* out, const float* x, const BlockWeights& w, const Bloc
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
-  ops::matmul_forward(a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
+  ops::matmul_forward(a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C, d.products);
   ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH);
-  ops::matmul_forward(a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
+  ops::matmul_forward(a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C, d.products);
   ops::accumulate(a.res1, x, NC);
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w[ln2_w], w[ln2_b], N, C);
-  ops::matmul_forward(a.fch, a.ln2, w[fc_w], w[fc_b], N, C, 4 * C);
+  ops::matmul_forward(a.fch, a.ln2, w[fc_w], w[fc_b], N, C, 4 * C, d.products);
   ops::gelu_forward(a.gelu, a.fch, 4 * NC);
-  ops::matmul_forward(out, a.gelu, w[fcproj_w], w[fcproj_b], N, 4 * C, C);
+  ops::matmul_forward(out, a.gelu, w[fcproj_w], w[fcproj_b], N, 4 * C, C, d.products);
   ops::accumulate(out, a.res1, NC);
 }
 
@@ -64,14 +64,14 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   // out = res1 + mlp(res1): dres1 = dout + (the MLP branch's gradient, added by ln_2's backward)
   std::copy(dres, dres + NC, s.dres1);
-  ops::matmul_backward(s.d4, g[fcproj_w], g[fcproj_b], dres, a.gelu, w[fcproj_w], N, 4 * C, C, false);
+  ops::matmul_backward(s.d4, g[fcproj_w], g[fcproj_b], dres, a.gelu, w[fcproj_w], N, 4 * C, C, false, d.products);
   ops::gelu_backward(s.d4, a.fch, s.d4, 4 * NC);
-  ops::matmul_backward(s.dln, g[fc_w], g[fc_b], s.d4, a.ln2, w[fc_w], N, C, 4 * C, false);
+  ops::matmul_backward(s.dln, g[fc_w], g[fc_b], s.d4, a.ln2, w[fc_w], N, C, 4 * C, false, d.products);
   ops::layernorm_backward(s.dres1, g[ln2_w], g[ln2_b], s.dln, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
   // res1 = x + attn(ln_1(x))
-  ops::matmul_backward(s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C, false);
+  ops::matmul_backward(s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C, false, d.products);
   ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
-  ops::matmul_backward(s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C, false);
+  ops::matmul_backward(s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C, false, d.products);
   std::copy(s.dres1, s.dres1 + NC, dres);
   ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }

@@ -8,10 +8,13 @@
 #include <array>
 #include <cstddef>
 
+#include "models/gpt/gemm.h"
+
 namespace strata::model {
 
 struct BlockDims {
   int B = 1, T = 1, C = 1, NH = 1;
+  ops::Products products = ops::Products::fp32;  // precision of the weight products
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -1,16 +1,23 @@
 // gemm() (see gemm.h) splits the product into row or column panels whose size depends only on
-// the shape, and runs one single-threaded oneDNN SGEMM per panel as a TBB task: every
+// the shape and runs one single-threaded oneDNN product per panel as a TBB task: every
 // element's sum runs over the whole K in the library's fixed order, so results are the same
 // bits for any thread count, and the GPT's compute has one thread pool (TBB) rather than an
-// OpenMP pool spinning beside it.
+// OpenMP pool spinning beside it. bf16 products convert A and B once (the whole strided span,
+// so panels keep their offsets) and run a oneDNN matmul primitive per panel shape, created
+// once per thread and kept (primitives are not shared across threads).
 #include "models/gpt/gemm.h"
 
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
 
+#include "engine/core/dtype.h"
 #include "engine/core/error.h"
 
 namespace strata::model::ops {
@@ -19,38 +26,127 @@ namespace {
 constexpr int kMinPanel = 64;   // rows or columns per task, at least
 constexpr int kMaxPanels = 16;  // tasks per product, at most
 
-void serial(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-            float beta, float* C, int ldc) {
+void one_thread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's OpenMP setting only
+}
+
+void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+           float beta, float* C, int ldc) {
+  one_thread();
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   STRATA_CHECK(st == dnnl_success, Errc::internal, "oneDNN sgemm ", M, "x", N, "x", K, " failed with status ",
                static_cast<int>(st));
+}
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// A row-major operand op(X) of rows x cols stored with leading dimension ld (transposed: X
+// holds cols x rows).
+dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dnnl::memory::data_type dt) {
+  return dnnl::memory::desc({rows, cols}, dt, trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+}
+
+// One bf16 product on the calling thread: A and B already bf16, C fp32. The primitive and its
+// memory objects are made once per shape and thread; each call only swaps the pointers.
+void bf16_panel(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda, const std::uint16_t* B,
+                int ldb, bool accumulate, float* C, int ldc) {
+  struct Prepared {
+    dnnl::matmul prim;
+    dnnl::memory a, b, c;
+  };
+  using Key = std::tuple<int, int, int, bool, bool, int, int, int, bool>;
+  thread_local std::map<Key, Prepared> prepared;
+  thread_local dnnl::stream stream(cpu_engine());
+  one_thread();
+  const Key key{M, N, K, ta, tb, lda, ldb, ldc, accumulate};
+  auto it = prepared.find(key);
+  if (it == prepared.end()) {
+    using dt = dnnl::memory::data_type;
+    const auto ad = operand(M, K, lda, ta, dt::bf16), bd = operand(K, N, ldb, tb, dt::bf16),
+               cd = operand(M, N, ldc, false, dt::f32);
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, cpu_engine()));
+    it = prepared.emplace(key, Prepared{prim, dnnl::memory(ad, cpu_engine(), DNNL_MEMORY_NONE),
+                                        dnnl::memory(bd, cpu_engine(), DNNL_MEMORY_NONE),
+                                        dnnl::memory(cd, cpu_engine(), DNNL_MEMORY_NONE)})
+             .first;
+  }
+  Prepared& p = it->second;
+  p.a.set_data_handle(const_cast<std::uint16_t*>(A));
+  p.b.set_data_handle(const_cast<std::uint16_t*>(B));
+  p.c.set_data_handle(C);
+  p.prim.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+  stream.wait();
+}
+
+// Rounds the stored span of a rows x cols operand (leading dimension ld) to bf16, in parallel
+// blocks (the conversion streams memory as long as a small product computes).
+const std::uint16_t* to_bf16(std::vector<std::uint16_t>& buf, const float* x, int rows, int cols, int ld) {
+  const std::size_t span = static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + cols;
+  if (buf.size() < span) buf.resize(span);
+  constexpr std::size_t kBlock = std::size_t{1} << 15;
+  std::uint16_t* out = buf.data();
+  tbb::parallel_for(std::size_t{0}, (span + kBlock - 1) / kBlock, [&](std::size_t k) {
+    const std::size_t at = k * kBlock;
+    convert(x + at, DType::fp32, out + at, DType::bf16, std::min(kBlock, span - at));
+  });
+  return out;
 }
 
 }  // namespace
 
 const char* blas_name() { return "oneDNN"; }
 
-void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
+bool bf16_products_available() {
+  static const bool v = [] {
+    const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto want = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & want) == want;
+  }();
+  return v;
+}
+
+void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  const bool bf16 = p == Products::bf16 && bf16_products_available();
+  const std::uint16_t *a16 = nullptr, *b16 = nullptr;
+  if (bf16) {
+    STRATA_CHECK(alpha == 1.0f && (beta == 0.0f || beta == 1.0f), Errc::invalid_argument,
+                 "bf16 products take alpha 1 and beta 0 or 1 (got ", alpha, ", ", beta, ")");
+    thread_local std::vector<std::uint16_t> abuf, bbuf;
+    a16 = ta ? to_bf16(abuf, A, K, M, lda) : to_bf16(abuf, A, M, K, lda);
+    b16 = tb ? to_bf16(bbuf, B, N, K, ldb) : to_bf16(bbuf, B, K, N, ldb);
+  }
   const bool rows = M >= N;
   const int extent = rows ? M : N;
   const int panel = std::max(kMinPanel, (extent + kMaxPanels - 1) / kMaxPanels);
   const int panels = (extent + panel - 1) / panel;
-  tbb::parallel_for(0, panels, [&](int p) {
-    const int i = p * panel, len = std::min(panel, extent - i);
-    const auto off = [](int at, int ld, bool along_rows) { return static_cast<std::size_t>(at) * (along_rows ? ld : 1); };
-    if (rows) {  // C rows i..: op(A) rows i..
-      serial(ta, tb, len, N, K, alpha, A + off(i, lda, !ta), lda, B, ldb, beta, C + off(i, ldc, true), ldc);
-    } else {  // C columns i..: op(B) columns i..
-      serial(ta, tb, M, len, K, alpha, A, lda, B + off(i, ldb, tb), ldb, beta, C + i, ldc);
+  // Offset of row or column `at` of op(X) in X's storage.
+  const auto off = [](int at, int ld, bool trans) { return static_cast<std::size_t>(at) * (trans ? 1 : ld); };
+  tbb::parallel_for(0, panels, [&](int k) {
+    const int i = k * panel, len = std::min(panel, extent - i);
+    const std::size_t ao = rows ? off(i, lda, ta) : 0, bo = rows ? 0 : off(i, ldb, !tb);
+    const int m = rows ? len : M, n = rows ? N : len;
+    float* c = C + (rows ? static_cast<std::size_t>(i) * ldc : static_cast<std::size_t>(i));
+    if (bf16) {
+      bf16_panel(ta, tb, m, n, K, a16 + ao, lda, b16 + bo, ldb, beta == 1.0f, c, ldc);
+    } else {
+      sgemm(ta, tb, m, n, K, alpha, A + ao, lda, B + bo, ldb, beta, c, ldc);
     }
   }, tbb::simple_partitioner());
 }
 
 void gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc) {
-  serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace strata::model::ops

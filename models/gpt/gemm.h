@@ -1,18 +1,27 @@
 // The one place the GPT's host compute calls a BLAS (oneDNN: scripts/bench_blas.sh measured
-// it against OpenBLAS and BLIS on the GPT's products). Row-major single-precision products
-// C = alpha op(A) op(B) + beta C, where op transposes when asked. gemm() runs as TBB tasks on
-// the threads TBB allows (tbb::global_control); gemm_serial() runs on the calling thread
-// only, for callers that are already one task of many (attention's per-head products).
-// Both give the same bits for any thread count.
+// it against OpenBLAS and BLIS on the GPT's products). Row-major products
+// C = alpha op(A) op(B) + beta C on fp32 buffers, where op transposes when asked.
+//
+// gemm() runs as TBB tasks on the threads TBB allows (tbb::global_control), split into panels
+// whose size depends only on the shape, so the same inputs give the same bits for any thread
+// count. With Products::bf16 it rounds A and B to bf16 (nearest even) and sums the products
+// in fp32 (oneDNN's bf16 matmul, the CPU's bf16 dot-product instructions), as PyTorch's bf16
+// autocast does for linear layers; bf16 takes alpha 1 and beta 0 or 1, and falls back to
+// fp32 where bf16_products_available() is false. gemm_serial() runs fp32 on the calling
+// thread only, for callers that are already one task of many (attention's per-head products).
 #pragma once
 
 namespace strata::model::ops {
 
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-          int ldb, float beta, float* C, int ldc);
+enum class Products { fp32, bf16 };
+
+void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc);
 
+// The CPU has bf16 dot products (avx512_bf16 or AMX) and oneDNN uses them.
+bool bf16_products_available();
 // The library behind gemm(), for reports.
 const char* blas_name();
 

@@ -147,7 +147,9 @@ Gpt::Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, 
                cfg_.remat == Remat::always ? "" : ", or --remat always");
   for (const auto& p : gpt_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
-  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev);
+  // bf16 compute multiplies in bf16 (fp32 sums) where the CPU can; fp16 and fp32 in fp32.
+  const auto products = engine_.compute_dtype() == DType::bf16 ? ops::Products::bf16 : ops::Products::fp32;
+  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products);
 }
 
 Gpt::~Gpt() = default;

@@ -53,26 +53,27 @@ template <class F> void for_elems(std::size_t n, F&& f) {
 }  // namespace
 
 
-void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC) {
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
+                    Products p) {
   float beta = 0.0f;
   if (b != nullptr) {
     for_rows(N, [&](int n) { std::copy(b, b + OC, out + static_cast<std::size_t>(n) * OC); });
     beta = 1.0f;
   }
-  gemm(false, false, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
+  gemm(p, false, false, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                     int IC, int OC, bool accumulate) {
+                     int IC, int OC, bool accumulate, Products p) {
   if (dinp != nullptr) {
-    gemm(false, true, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
+    gemm(p, false, true, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
   }
-  gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
+  gemm(p, true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
   if (db != nullptr) {
     float* acc[1] = {db};
-    reduce_rows(N, OC, 1, acc, [&](int n, float* p) {
+    reduce_rows(N, OC, 1, acc, [&](int n, float* part) {
       const float* d = dout + static_cast<std::size_t>(n) * OC;
-      for (int o = 0; o < OC; ++o) p[o] += d[o];
+      for (int o = 0; o < OC; ++o) part[o] += d[o];
     });
   }
 }
@@ -209,14 +210,14 @@ double cross_entropy(float* logits, float* losses, const std::int32_t* targets, 
 
 namespace strata::model::ops {
 
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
-  gemm(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, Products p) {
+  gemm(p, false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
 }
 
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                      int V) {
-  gemm(false, false, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
-  gemm(true, false, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
+                      int V, Products p) {
+  gemm(p, false, false, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
+  gemm(p, true, false, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
 }  // namespace strata::model::ops

@@ -14,16 +14,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "models/gpt/gemm.h"
+
 namespace strata::model::ops {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
 // out[N,OC] = inp[N,IC] W[IC,OC] + b[OC]; b may be null.
-void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
+                    Products p = Products::fp32);
 // dinp[N,IC] = (or += with accumulate) dout W^T; dW[IC,OC] += inp^T dout; db[OC] += the
 // column sums of dout (db may be null).
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                     int IC, int OC, bool accumulate);
+                     int IC, int OC, bool accumulate, Products p = Products::fp32);
 
 // out = (inp - mean) * rstd * w + b per row; mean and rstd [N] kept for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
@@ -64,8 +67,9 @@ double cross_entropy(float* logits, float* losses, const std::int32_t* targets, 
 
 namespace strata::model::ops {
 // The tied LM head: logits[N,V] = inp[N,C] wte[V,C]^T.
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                     Products p = Products::fp32);
 // dinp[N,C] = dlogits wte (written); dwte[V,C] += dlogits^T inp.
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                      int V);
+                      int V, Products p = Products::fp32);
 }  // namespace strata::model::ops

@@ -53,8 +53,9 @@ std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int ma
   return sizes(shape, d, remat).total() * sizeof(float);
 }
 
-GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev)
-    : shape_(shape), remat_(remat), max_{max_batch, max_seq, shape.d_model, shape.heads}, dev_(dev),
+GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
+                 ops::Products products)
+    : shape_(shape), remat_(remat), products_(products), max_{max_batch, max_seq, shape.d_model, shape.heads}, dev_(dev),
       buf_(std::make_unique<Buffers>()) {
   const Sizes z = sizes(shape_, max_, remat_);
   auto& b = *buf_;
@@ -131,11 +132,11 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   const auto wf = access.acquire(L + 1);
   const auto we = access.acquire(0);
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
-  ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V);
+  ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products);
   const double loss = ops::cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
   if (backward) {
     float* dlnf = b.scratch.dln;
-    ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V);
+    ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products);
     access.release(0);
     const auto gf = access.grads(L + 1);
     std::fill(b.dres, b.dres + d.tokens() * static_cast<std::size_t>(C), 0.0f);
@@ -148,13 +149,17 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   return loss;
 }
 
+BlockDims GptPass::dims(int B, int T) const {
+  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
+               " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  return {B, T, shape_.d_model, shape_.heads, products_};
+}
+
 double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                       float loss_scale) {
-  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: micro-batch ", B, " x ",
-               T, " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  const BlockDims d = dims(B, T);
   device::CpuAccessScope cpu(dev_);
   auto& b = *buf_;
-  const BlockDims d{B, T, shape_.d_model, shape_.heads};
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
   const int L = shape_.layers;
   forward_blocks(access, tokens, d, true);
@@ -178,20 +183,16 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
 }
 
 double GptPass::loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
-  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
-               " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  const BlockDims d = dims(B, T);
   device::CpuAccessScope cpu(dev_);
-  const BlockDims d{B, T, shape_.d_model, shape_.heads};
   forward_blocks(access, tokens, d, false);
   return head(access, targets, d, 0.0f, false);
 }
 
 void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out) {
-  STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
-               " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
+  const BlockDims d = dims(B, T);
   device::CpuAccessScope cpu(dev_);
   auto& b = *buf_;
-  const BlockDims d{B, T, shape_.d_model, shape_.heads};
   const int L = shape_.layers, C = d.C;
   forward_blocks(access, tokens, d, false);
   const auto wf = access.acquire(L + 1);
@@ -204,7 +205,7 @@ void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B
     std::copy(r, r + C, rows + static_cast<std::size_t>(s) * C);
   }
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
-  ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab);
+  ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products);
   std::copy(b.logits, b.logits + static_cast<std::size_t>(B) * shape_.vocab, out);
   access.release(0);
   access.release(L + 1);

@@ -38,8 +38,10 @@ class LayerAccess {
 
 class GptPass {
  public:
-  // Allocates the activations for micro-batches of up to max_batch x max_seq tokens on `dev`.
-  GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev);
+  // Allocates the activations for micro-batches of up to max_batch x max_seq tokens on `dev`;
+  // the weight products run in `products` precision (gemm.h).
+  GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
+          ops::Products products = ops::Products::fp32);
   ~GptPass();
   GptPass(const GptPass&) = delete;
   GptPass& operator=(const GptPass&) = delete;
@@ -58,6 +60,7 @@ class GptPass {
 
  private:
   struct Buffers;
+  BlockDims dims(int B, int T) const;  // checks B x T against the sizes allocated
   int act_set(int block) const noexcept;  // which BlockActs block `block` uses
   bool recompute(int block) const noexcept;
   void forward_blocks(LayerAccess& access, const std::int32_t* tokens, const BlockDims& d, bool keep);
@@ -65,6 +68,7 @@ class GptPass {
 
   GptShape shape_;
   Remat remat_;
+  ops::Products products_;
   BlockDims max_;
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
