@@ -31,10 +31,7 @@ class AlignedBuffer {
 
   std::byte* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
-  template <class T>
-  T* as() const noexcept {
-    return reinterpret_cast<T*>(data_);
-  }
+  template <class T> T* as() const noexcept { return reinterpret_cast<T*>(data_); }
 
  private:
   std::byte* data_ = nullptr;

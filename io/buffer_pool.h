@@ -37,8 +37,8 @@ struct PinHooks {
 struct PoolOptions {
   std::size_t buffer_bytes = 1u << 20;  // rounded up to 4 KiB
   std::size_t count = 4;
-  bool lock_memory = true;              // mlock (falls back to pageable memory with a warning)
-  bool register_buffers = true;         // fixed buffers in the engine's ring
+  bool lock_memory = true;       // mlock (falls back to pageable memory with a warning)
+  bool register_buffers = true;  // fixed buffers in the engine's ring
   PinHooks hooks;
 };
 
@@ -56,10 +56,7 @@ class PoolBuffer {
   std::byte* data() const noexcept;
   std::size_t bytes() const noexcept;  // the pool's buffer size (a multiple of 4 KiB)
   int index() const noexcept { return index_; }
-  template <class T>
-  T* as() const noexcept {
-    return reinterpret_cast<T*>(data());
-  }
+  template <class T> T* as() const noexcept { return reinterpret_cast<T*>(data()); }
   void release() noexcept;  // gives the buffer back; the lease becomes empty
 
  private:
@@ -72,15 +69,15 @@ class BufferPool {
   // engine may be null: then nothing is registered.
   static Result<BufferPool> create(Engine* engine, const PoolOptions& options);
 
-  PoolBuffer acquire();                                   // blocks until a buffer is free
-  PoolBuffer try_acquire();                               // empty if none is free
+  PoolBuffer acquire();                                       // blocks until a buffer is free
+  PoolBuffer try_acquire();                                   // empty if none is free
   PoolBuffer acquire_for(std::chrono::milliseconds timeout);  // empty on timeout
 
   std::size_t count() const noexcept;
   std::size_t buffer_bytes() const noexcept;
   std::size_t available() const noexcept;
-  bool locked() const noexcept;           // mlock succeeded
-  bool pinned() const noexcept;           // the pin hook succeeded
+  bool locked() const noexcept;             // mlock succeeded
+  bool pinned() const noexcept;             // the pin hook succeeded
   std::size_t registered() const noexcept;  // buffers registered with the ring
 
  private:

@@ -21,8 +21,7 @@ Result<Engine> Engine::create(const EngineOptions& options) {
   return Engine(std::move(reactor).value(), std::move(registry));
 }
 
-Engine::Engine(Engine&& other) noexcept
-    : reactor_(std::move(other.reactor_)), registry_(std::move(other.registry_)) {}
+Engine::Engine(Engine&& other) noexcept : reactor_(std::move(other.reactor_)), registry_(std::move(other.registry_)) {}
 
 Engine& Engine::operator=(Engine&& other) noexcept {
   if (this != &other) {
@@ -94,8 +93,10 @@ IoFuture Engine::read(const File& file, std::uint64_t offset, void* dst, std::ui
   auto r = make_request(detail::Op::read, file, offset, dst, bytes, reactor_.get());
   auto state = detail::make_future_state();
   r->future = state;
-  if (reactor_) reactor_->submit(std::move(r));
-  else detail::complete(*state, IoResult{r->err, 0, r->message});
+  if (reactor_)
+    reactor_->submit(std::move(r));
+  else
+    detail::complete(*state, IoResult{r->err, 0, r->message});
   return IoFuture(state);
 }
 
@@ -103,8 +104,10 @@ IoFuture Engine::write(const File& file, std::uint64_t offset, const void* src, 
   auto r = make_request(detail::Op::write, file, offset, const_cast<void*>(src), bytes, reactor_.get());
   auto state = detail::make_future_state();
   r->future = state;
-  if (reactor_) reactor_->submit(std::move(r));
-  else detail::complete(*state, IoResult{r->err, 0, r->message});
+  if (reactor_)
+    reactor_->submit(std::move(r));
+  else
+    detail::complete(*state, IoResult{r->err, 0, r->message});
   return IoFuture(state);
 }
 

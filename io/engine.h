@@ -32,27 +32,27 @@ struct Registry;
 }  // namespace detail
 
 struct EngineOptions {
-  unsigned queue_depth = 32;              // pieces in flight, 1..4096
-  std::uint32_t block_bytes = 1u << 20;   // piece size: a multiple of 4 KiB, at most 1 GiB
-  unsigned submit_batch = 8;              // prepared pieces per io_uring_submit, >= 1
-  bool sqpoll = false;                    // a kernel thread polls the submission queue
+  unsigned queue_depth = 32;             // pieces in flight, 1..4096
+  std::uint32_t block_bytes = 1u << 20;  // piece size: a multiple of 4 KiB, at most 1 GiB
+  unsigned submit_batch = 8;             // prepared pieces per io_uring_submit, >= 1
+  bool sqpoll = false;                   // a kernel thread polls the submission queue
   unsigned sqpoll_idle_ms = 100;
-  unsigned max_files = 1024;              // fixed-file slots (0: none); swap files are many
-  unsigned max_buffers = 256;             // fixed-buffer slots (0: none)
+  unsigned max_files = 1024;   // fixed-file slots (0: none); swap files are many
+  unsigned max_buffers = 256;  // fixed-buffer slots (0: none)
 };
 
 struct EngineStats {
-  std::uint64_t requests = 0;          // completed requests
+  std::uint64_t requests = 0;  // completed requests
   std::uint64_t failed_requests = 0;
-  std::uint64_t pieces = 0;            // SQEs for data (resubmissions included)
+  std::uint64_t pieces = 0;  // SQEs for data (resubmissions included)
   std::uint64_t fixed_buffer_pieces = 0;
   std::uint64_t fixed_file_pieces = 0;
-  std::uint64_t buffered_pieces = 0;   // on a buffered descriptor (tails, unaligned, no O_DIRECT)
-  std::uint64_t submit_calls = 0;      // io_uring_submit / submit_and_wait calls
-  std::uint64_t short_transfers = 0;   // resubmitted remainders
-  std::uint64_t retries = 0;           // EINTR / EAGAIN resubmissions
-  std::uint64_t interrupted_calls = 0; // io_uring_enter calls ended by a signal (EINTR), repeated
-  std::uint64_t max_in_flight = 0;     // most pieces in flight at once
+  std::uint64_t buffered_pieces = 0;    // on a buffered descriptor (tails, unaligned, no O_DIRECT)
+  std::uint64_t submit_calls = 0;       // io_uring_submit / submit_and_wait calls
+  std::uint64_t short_transfers = 0;    // resubmitted remainders
+  std::uint64_t retries = 0;            // EINTR / EAGAIN resubmissions
+  std::uint64_t interrupted_calls = 0;  // io_uring_enter calls ended by a signal (EINTR), repeated
+  std::uint64_t max_in_flight = 0;      // most pieces in flight at once
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
 };

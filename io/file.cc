@@ -38,9 +38,12 @@ int open_retry(const std::string& path, int flags, mode_t mode) {
 
 int access_flags(Access a) {
   switch (a) {
-    case Access::read: return O_RDONLY;
-    case Access::write: return O_WRONLY;
-    case Access::read_write: return O_RDWR;
+    case Access::read:
+      return O_RDONLY;
+    case Access::write:
+      return O_WRONLY;
+    case Access::read_write:
+      return O_RDWR;
   }
   return O_RDONLY;
 }
@@ -64,8 +67,7 @@ const std::string& empty_path() {
   return s;
 }
 
-template <class Fn>
-Status sys_status(const char* what, const std::string& path, Fn fn) {
+template <class Fn> Status sys_status(const char* what, const std::string& path, Fn fn) {
   for (;;) {
     if (fn() == 0) return {};
     const int err = errno;
@@ -103,11 +105,6 @@ Status File::allocate(std::uint64_t bytes) const {
   if (!state_) return not_open("fallocate");
   return sys_status("fallocate", state_->path,
                     [&] { return ::fallocate(state_->fd, 0, 0, static_cast<off_t>(bytes)); });
-}
-
-Status File::sync() const {
-  if (!state_) return not_open("fdatasync");
-  return sys_status("fdatasync", state_->path, [&] { return ::fdatasync(state_->fd); });
 }
 
 Result<File> Engine::open(const std::string& path, const OpenOptions& o) {

@@ -51,7 +51,6 @@ class File {
   Result<std::uint64_t> size() const;
   Status truncate(std::uint64_t bytes) const;  // ftruncate
   Status allocate(std::uint64_t bytes) const;  // fallocate (reserve blocks up to bytes)
-  Status sync() const;                         // fdatasync
   void close() noexcept { state_.reset(); }
   const std::shared_ptr<detail::FileState>& state() const noexcept { return state_; }
 

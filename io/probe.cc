@@ -24,10 +24,14 @@ UringProbe probe_uring() {
     const struct {
       int op;
       const char* name;
-    } ops[] = {{IORING_OP_READ, "READ"},         {IORING_OP_WRITE, "WRITE"},
-               {IORING_OP_READ_FIXED, "READ_FIXED"}, {IORING_OP_WRITE_FIXED, "WRITE_FIXED"},
-               {IORING_OP_READV, "READV"},       {IORING_OP_WRITEV, "WRITEV"},
-               {IORING_OP_FSYNC, "FSYNC"},       {IORING_OP_FALLOCATE, "FALLOCATE"}};
+    } ops[] = {{IORING_OP_READ, "READ"},
+               {IORING_OP_WRITE, "WRITE"},
+               {IORING_OP_READ_FIXED, "READ_FIXED"},
+               {IORING_OP_WRITE_FIXED, "WRITE_FIXED"},
+               {IORING_OP_READV, "READV"},
+               {IORING_OP_WRITEV, "WRITEV"},
+               {IORING_OP_FSYNC, "FSYNC"},
+               {IORING_OP_FALLOCATE, "FALLOCATE"}};
     for (const auto& o : ops) {
       if (io_uring_opcode_supported(probe, o.op)) p.opcodes.emplace_back(o.name);
     }

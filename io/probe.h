@@ -10,9 +10,9 @@ namespace strata::io {
 
 struct UringProbe {
   bool available = false;
-  std::string why;                      // when not available: the setup error
-  std::vector<std::string> opcodes;     // supported opcodes Strata uses (READ, WRITE, ...)
-  std::string kernel;                   // uname -r
+  std::string why;                   // when not available: the setup error
+  std::vector<std::string> opcodes;  // supported opcodes Strata uses (READ, WRITE, ...)
+  std::string kernel;                // uname -r
 };
 
 UringProbe probe_uring();

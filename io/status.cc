@@ -22,15 +22,23 @@ std::string describe_failure(const char* op, const std::string& path, std::uint6
 
 std::string errno_hint(int err) {
   switch (err < 0 ? -err : err) {
-    case ENOSPC: return "The device is full: free space or point the swap path at a larger device";
-    case EDQUOT: return "The disk quota is exhausted: free space or raise the quota";
-    case EFBIG: return "The file size limit was reached (ulimit -f, or the filesystem's maximum file size)";
+    case ENOSPC:
+      return "The device is full: free space or point the swap path at a larger device";
+    case EDQUOT:
+      return "The disk quota is exhausted: free space or raise the quota";
+    case EFBIG:
+      return "The file size limit was reached (ulimit -f, or the filesystem's maximum file size)";
     case EACCES:
-    case EPERM: return "Permission denied: use a directory this user can write (check its mode, owner and attributes)";
-    case EROFS: return "The filesystem is mounted read-only: use a writable directory";
-    case ENOENT: return "Check the path: its directory must exist";
-    case EIO: return "The device reported an I/O error: check the kernel log (dmesg) and the drive's health";
-    default: return "";
+    case EPERM:
+      return "Permission denied: use a directory this user can write (check its mode, owner and attributes)";
+    case EROFS:
+      return "The filesystem is mounted read-only: use a writable directory";
+    case ENOENT:
+      return "Check the path: its directory must exist";
+    case EIO:
+      return "The device reported an I/O error: check the kernel log (dmesg) and the drive's health";
+    default:
+      return "";
   }
 }
 

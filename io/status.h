@@ -15,7 +15,6 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(int err, std::string message) : err_(err), message_(std::move(message)) {}
-  static Status ok_status() { return {}; }
   bool ok() const noexcept { return err_ == 0; }
   explicit operator bool() const noexcept { return ok(); }
   int err() const noexcept { return err_; }
@@ -27,10 +26,9 @@ class [[nodiscard]] Status {
 };
 
 // A value or the Status saying why there is none.
-template <class T>
-class [[nodiscard]] Result {
+template <class T> class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit, like std::expected
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit, like std::expected
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const noexcept { return value_.has_value(); }
   explicit operator bool() const noexcept { return ok(); }

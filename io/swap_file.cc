@@ -53,21 +53,21 @@ Status check_overwrite(const std::string& path) {
   } while (n < 0 && errno == EINTR);
   ::close(fd);
   if (n > 0 && (n != static_cast<ssize_t>(sizeof magic) || std::memcmp(magic, kSwapMagic, sizeof magic) != 0)) {
-    return {-EEXIST, "swap file '" + path + "' exists and is not a Strata swap file: refusing to overwrite it; "
-                     "remove it or choose another path"};
+    return {-EEXIST, "swap file '" + path +
+                         "' exists and is not a Strata swap file: refusing to overwrite it; "
+                         "remove it or choose another path"};
   }
   return {};
 }
 
-Status verify_blocks(const SwapLayout& l, const std::string& path, const AlignedBuffer& table,
-                     std::uint64_t first, std::uint64_t count, const std::byte* data) {
+Status verify_blocks(const SwapLayout& l, const std::string& path, const AlignedBuffer& table, std::uint64_t first,
+                     std::uint64_t count, const std::byte* data) {
   const auto* sums = table.as<const std::uint64_t>();
   std::uint64_t pos = 0;
   for (std::uint64_t i = first; i < first + count; ++i) {
     const std::uint64_t len = l.block_length(i);
-    const std::string where = "block " + std::to_string(i) + " of " + std::to_string(l.block_count) +
-                              " (file offset " + std::to_string(l.block_offset(i)) + ", " + std::to_string(len) +
-                              " bytes)";
+    const std::string where = "block " + std::to_string(i) + " of " + std::to_string(l.block_count) + " (file offset " +
+                              std::to_string(l.block_offset(i)) + ", " + std::to_string(len) + " bytes)";
     if (sums[i] == 0) {
       return {-ENODATA, "swap file '" + path + "': " + where + " was never written (swap_out before swap_in)"};
     }
@@ -101,7 +101,8 @@ Result<SwapFile> SwapFile::create(Engine& engine, const std::string& path, const
   // the first swap_out, padded to whole blocks by the final size.
   AlignedBuffer head(kSwapHeaderBytes + layout->table_bytes);
   auto table = std::make_shared<AlignedBuffer>(layout->table_bytes);
-  if (head.data() == nullptr || table->data() == nullptr) return Status(-ENOMEM, "swap file '" + path + "': out of memory");
+  if (head.data() == nullptr || table->data() == nullptr)
+    return Status(-ENOMEM, "swap file '" + path + "': out of memory");
   encode_swap_header(*layout, head.data());
   if (Status s = engine.write(*file, 0, head.data(), head.bytes()).wait().status(); !s) return s;
   if (Status s = file->truncate(layout->file_bytes); !s) return s;

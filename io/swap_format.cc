@@ -24,20 +24,14 @@ constexpr std::size_t kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOff
                       kOffTableOffset = 48, kOffDataOffset = 56, kOffPayloadBytes = 64, kOffHeaderHash = 120;
 constexpr std::uint32_t kChecksumXxh3 = 1;
 
-template <class T>
-void put(std::byte* out, std::size_t off, T v) {
-  std::memcpy(out + off, &v, sizeof v);
-}
-template <class T>
-T get(const std::byte* in, std::size_t off) {
+template <class T> void put(std::byte* out, std::size_t off, T v) { std::memcpy(out + off, &v, sizeof v); }
+template <class T> T get(const std::byte* in, std::size_t off) {
   T v;
   std::memcpy(&v, in + off, sizeof v);
   return v;
 }
 
-Status bad(const std::string& path, const std::string& what) {
-  return {-EBADMSG, "swap file '" + path + "' " + what};
-}
+Status bad(const std::string& path, const std::string& what) { return {-EBADMSG, "swap file '" + path + "' " + what}; }
 
 std::string printable_magic(const std::byte* in) {
   std::string s;
@@ -66,8 +60,8 @@ std::uint64_t SwapLayout::block_length(std::uint64_t i) const noexcept {
 Result<SwapLayout> swap_layout(const SwapSpec& spec) {
   if (spec.element_bytes == 0) return Status(-EINVAL, "swap file: element_bytes must be positive");
   if (spec.block_bytes == 0 || !is_aligned(spec.block_bytes)) {
-    return Status(-EINVAL, "swap file: block_bytes " + std::to_string(spec.block_bytes) +
-                               " must be a positive multiple of 4096");
+    return Status(
+        -EINVAL, "swap file: block_bytes " + std::to_string(spec.block_bytes) + " must be a positive multiple of 4096");
   }
   constexpr std::uint64_t kMax = std::uint64_t{1} << 60;  // far beyond any device; keeps sums exact
   if (spec.element_count > kMax / spec.element_bytes) {
@@ -120,8 +114,9 @@ Result<SwapLayout> decode_swap_header(const std::byte* in, std::uint64_t file_by
                          std::to_string(kSwapVersion) + ": re-create it");
   }
   if (get<std::uint64_t>(in, kOffHeaderHash) != XXH3_64bits(in, kOffHeaderHash)) {
-    return bad(path, "has a corrupted header (its XXH3 checksum does not match): delete it and let Strata "
-                     "re-create it");
+    return bad(path,
+               "has a corrupted header (its XXH3 checksum does not match): delete it and let Strata "
+               "re-create it");
   }
   SwapSpec spec;
   spec.dtype_code = get<std::uint32_t>(in, kOffDtype);
@@ -145,7 +140,8 @@ Result<SwapLayout> decode_swap_header(const std::byte* in, std::uint64_t file_by
   }
   if (file_bytes > layout->file_bytes) {
     return bad(path, "is " + std::to_string(file_bytes) + " bytes, longer than the " +
-                         std::to_string(layout->file_bytes) + " its header describes: not written by Strata; "
+                         std::to_string(layout->file_bytes) +
+                         " its header describes: not written by Strata; "
                          "refusing to use it");
   }
   return layout;

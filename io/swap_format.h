@@ -37,9 +37,9 @@ struct SwapLayout {
   std::uint64_t payload_bytes = 0;  // element_count * element_bytes
   std::uint64_t block_count = 0;
   std::uint64_t table_offset = kSwapHeaderBytes;
-  std::uint64_t table_bytes = 0;    // block_count * 8 rounded up to 4 KiB
+  std::uint64_t table_bytes = 0;  // block_count * 8 rounded up to 4 KiB
   std::uint64_t data_offset = 0;
-  std::uint64_t file_bytes = 0;     // data_offset + block_count * block_bytes
+  std::uint64_t file_bytes = 0;  // data_offset + block_count * block_bytes
 
   // Payload bytes in block i (block_bytes except, possibly, the last).
   std::uint64_t block_length(std::uint64_t i) const noexcept;

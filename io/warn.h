@@ -1,5 +1,5 @@
 // Warnings from io/ (no O_DIRECT on a path, memlock refused, registration refused). io/
-// cannot use engine/core's logger, so it prints to stderr unless the layer above installs
+// cannot use runtime/core's logger, so it prints to stderr unless the layer above installs
 // a sink. warn_once() prints the first time its key is seen, for conditions that hold for
 // a whole run.
 #pragma once

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <thread>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
-#include "engine/core/random.h"
-#include "engine/device/device.h"
-#include "engine/device/ops.h"
 #include "models/detail/mlp_cuda.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/random.h"
+#include "runtime/device/device.h"
+#include "runtime/device/ops.h"
 
 namespace strata::model {
 namespace {
@@ -24,7 +24,7 @@ void simulate(double ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
-std::vector<float> to_float(const zero::TensorView& v) {
+std::vector<float> to_float(const engine::TensorView& v) {
   std::vector<float> out(v.numel);
   convert(v.data, v.dtype, out.data(), DType::fp32, v.numel);
   return out;
@@ -65,15 +65,15 @@ struct Mlp::Gpu {
 
 Mlp::~Mlp() = default;
 
-Mlp::Mlp(zero::Engine& engine, const MlpConfig& config, comm::Communicator* comm, Tracer* tracer)
+Mlp::Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* comm, Tracer* tracer)
     : engine_(engine), cfg_(config), comm_(comm), tracer_(tracer) {
   STRATA_CHECK(cfg_.layers >= 1 && cfg_.hidden >= 1, Errc::invalid_argument, "mlp: --layers ", cfg_.layers,
                " and --hidden ", cfg_.hidden, " must be >= 1");
   const auto h = static_cast<std::int64_t>(cfg_.hidden);
   for (int l = 0; l < cfg_.layers; ++l) {
     engine_.register_param("layers." + std::to_string(l) + ".weight", {h, h}, l,
-                           {zero::InitKind::normal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(h)))});
-    engine_.register_param("layers." + std::to_string(l) + ".bias", {h}, l, {zero::InitKind::zeros, 0.0f});
+                           {engine::InitKind::normal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(h)))});
+    engine_.register_param("layers." + std::to_string(l) + ".bias", {h}, l, {engine::InitKind::zeros, 0.0f});
   }
   if (engine_.device().backend() == device::Backend::cuda) {
     gpu_ = std::make_unique<Gpu>(engine_.device(), cfg_.layers,
@@ -82,7 +82,8 @@ Mlp::Mlp(zero::Engine& engine, const MlpConfig& config, comm::Communicator* comm
   }
   teacher_.resize(static_cast<std::size_t>(h * h));
   for (std::size_t i = 0; i < teacher_.size(); ++i) {
-    teacher_[i] = gaussian(mix(cfg_.seed ^ 0x7ea0c0ffeeull) + i) * static_cast<float>(2.0 / std::sqrt(static_cast<double>(h)));
+    teacher_[i] =
+        gaussian(mix(cfg_.seed ^ 0x7ea0c0ffeeull) + i) * static_cast<float>(2.0 / std::sqrt(static_cast<double>(h)));
   }
 }
 
@@ -98,7 +99,8 @@ void Mlp::make_batch(std::int64_t step, int k, std::vector<float>& x, std::vecto
   x.resize(static_cast<std::size_t>(micro) * H);
   target.resize(x.size());
   for (std::int64_t j = 0; j < micro; ++j) {
-    const std::uint64_t s = static_cast<std::uint64_t>(step * c.train_batch_size + (k * world + engine_.rank()) * micro + j);
+    const std::uint64_t s =
+        static_cast<std::uint64_t>(step * c.train_batch_size + (k * world + engine_.rank()) * micro + j);
     float* xs = x.data() + j * H;
     for (std::size_t i = 0; i < H; ++i) xs[i] = gaussian(mix(cfg_.seed ^ 0xda7aull) + s * H + i);
     for (std::size_t o = 0; o < H; ++o) {
@@ -210,8 +212,8 @@ double Mlp::cuda_micro_batch(int k, const std::vector<float>& x, const std::vect
     Tracer::Span span(tracer_, "compute", "F L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
     device::convert_async(st, p[0].data, p[0].dtype, G.w32.get(), DType::fp32, H * H);
     device::convert_async(st, p[1].data, p[1].dtype, G.b32.get(), DType::fp32, H);
-    detail::cuda_mlp_forward(G.blas, st.native_handle(), G.w32.as<float>(), G.b32.as<float>(), G.act(l), G.act(l + 1), B,
-                             H, l + 1 < L);
+    detail::cuda_mlp_forward(G.blas, st.native_handle(), G.w32.as<float>(), G.b32.as<float>(), G.act(l), G.act(l + 1),
+                             B, H, l + 1 < L);
     st.synchronize();
     simulate(cfg_.layer_ms);
     engine_.release(ids[l]);
@@ -228,8 +230,9 @@ double Mlp::cuda_micro_batch(int k, const std::vector<float>& x, const std::vect
     {
       Tracer::Span span(tracer_, "compute", "B L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
       device::convert_async(st, p[0].data, p[0].dtype, G.w32.get(), DType::fp32, H * H);
-      detail::cuda_mlp_backward(G.blas, st.native_handle(), G.w32.as<float>(), G.act(l), G.act(l + 1), G.grad.as<float>(),
-                                G.dw32.as<float>(), G.db32.as<float>(), G.din.as<float>(), B, H, l + 1 < L);
+      detail::cuda_mlp_backward(G.blas, st.native_handle(), G.w32.as<float>(), G.act(l), G.act(l + 1),
+                                G.grad.as<float>(), G.dw32.as<float>(), G.db32.as<float>(), G.din.as<float>(), B, H,
+                                l + 1 < L);
       device::convert_async(st, G.dw32.get(), DType::fp32, g[0].data, g[0].dtype, H * H);
       device::convert_async(st, G.db32.get(), DType::fp32, g[1].data, g[1].dtype, H);
       st.synchronize();

@@ -15,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/core/trace.h"
-#include "engine/zero/engine.h"
+#include "engine/engine.h"
+#include "runtime/core/trace.h"
 
 namespace strata::comm {
 class Communicator;
@@ -32,14 +32,14 @@ struct MlpConfig {
 };
 
 struct MlpStep {
-  double loss = 0.0;         // mean over the whole step's samples (all ranks), before the update
-  zero::StepResult result;
+  double loss = 0.0;  // mean over the whole step's samples (all ranks), before the update
+  engine::StepResult result;
 };
 
 class Mlp {
  public:
   // Registers the parameters; call engine.setup() afterwards.
-  Mlp(zero::Engine& engine, const MlpConfig& config, comm::Communicator* comm = nullptr, Tracer* tracer = nullptr);
+  Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* comm = nullptr, Tracer* tracer = nullptr);
   ~Mlp();
   MlpStep train_step(std::int64_t step);
   std::size_t parameter_count() const noexcept;
@@ -53,13 +53,13 @@ class Mlp {
   // mean, times the loss scale.
   double loss_and_grad(const float* y, const float* target, float* grad) const;
 
-  zero::Engine& engine_;
+  engine::Engine& engine_;
   MlpConfig cfg_;
   comm::Communicator* comm_;
   Tracer* tracer_;
   std::vector<float> teacher_;  // [H, H], fixed
   struct Gpu;
-  std::unique_ptr<Gpu> gpu_;    // the CUDA path's stream, cuBLAS handle and buffers
+  std::unique_ptr<Gpu> gpu_;  // the CUDA path's stream, cuBLAS handle and buffers
 };
 
 }  // namespace strata::model

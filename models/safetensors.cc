@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::model {
 
@@ -33,7 +33,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     f.write(reinterpret_cast<const char*>(le), 8);
     f.write(h.data(), static_cast<std::streamsize>(h.size()));
     for (const auto& t : tensors) {
-      f.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * sizeof(float)));
+      f.write(reinterpret_cast<const char*>(t.data.data()),
+              static_cast<std::streamsize>(t.data.size() * sizeof(float)));
     }
     f.flush();
     STRATA_CHECK(f.good(), Errc::io, "writing '", tmp, "' failed: ", errno_text(errno), " (disk full?)");

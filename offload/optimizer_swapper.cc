@@ -14,15 +14,15 @@
 #include <filesystem>
 #include <optional>
 
-#include "engine/core/error.h"
-#include "engine/core/trace.h"
-#include "engine/core/units.h"
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
 #include "io/engine.h"
 #include "io/swap_file.h"
-#include "offload/detail/io_error.h"
 #include "offload/detail/swap_files.h"
+#include "offload/io_error.h"
+#include "runtime/core/error.h"
+#include "runtime/core/trace.h"
+#include "runtime/core/units.h"
 
 namespace strata::offload {
 namespace {
@@ -83,8 +83,9 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
   I.options = options;
   I.tensors = std::move(tensors);
   STRATA_CHECK(!options.dir.empty(), Errc::invalid_argument, "optimizer swapper: offload_optimizer.nvme_path is empty");
-  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument, "offload_optimizer.buffer_count = ",
-               options.buffer_count, ": use at least 1 (4 lets reads, the optimizer and writes overlap)");
+  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument,
+               "offload_optimizer.buffer_count = ", options.buffer_count,
+               ": use at least 1 (4 lets reads, the optimizer and writes overlap)");
   I.buffer_elems = buffer_elems_for(options, I.tensors);
   I.buffer_bytes = min_budget_bytes(options, I.tensors);
   const std::uint64_t fit = options.budget_bytes / I.buffer_bytes;
@@ -97,8 +98,8 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
 
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 
-  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.buffer_bytes, count, options.lock_memory,
-                        "optimizer swapper", "swap buffers");
+  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.buffer_bytes, count,
+                        options.lock_memory, "optimizer swapper", "swap buffers");
 
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;
@@ -112,9 +113,9 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
         c.index = k;
         c.offset = off;
         c.elems = std::min(I.buffer_elems, n - off);
-        detail::create_swap_pair(*I.sio.engine, str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k), 4,
-                                 c.payload(), options.block_bytes, c.path, c.file, created,
-                                 [&](int) { return I.where(c); }, "NVMe tier");
+        detail::create_swap_pair(
+            *I.sio.engine, str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k), 4, c.payload(),
+            options.block_bytes, c.path, c.file, created, [&](int) { return I.where(c); }, "NVMe tier");
         I.chunks.push_back(std::move(c));
       }
     }
@@ -146,7 +147,7 @@ void OptimizerSwapper::initialize(std::size_t tensor, const float* master) {
     Chunk& c = I.chunks[ci];
     std::memcpy(b.data(), master + c.offset, c.elems * 4);
     std::memset(b.data() + c.elems * 4, 0, b.bytes() - c.elems * 4);
-    STRATA_OFFLOAD_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
+    STRATA_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
   }
 }
 
@@ -159,7 +160,7 @@ void OptimizerSwapper::read_master(std::size_t tensor, std::uint64_t offset, std
     Chunk& c = I.chunks[ci];
     const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.elems);
     if (lo >= hi) continue;
-    STRATA_OFFLOAD_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
+    STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
     std::memcpy(out + (lo - offset), b.as<float>() + (lo - c.offset), (hi - lo) * 4);
   }
 }
@@ -203,9 +204,10 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
     const auto tw = Clock::now();
     const io::Status s = w.op.wait();
     st.wait_seconds += since(tw);
-    trace("nvme write", str_cat("write ", I.tensors[I.chunks[w.chunk].tensor].name, " sg", I.chunks[w.chunk].index), w.issued);
+    trace("nvme write", str_cat("write ", I.tensors[I.chunks[w.chunk].tensor].name, " sg", I.chunks[w.chunk].index),
+          w.issued);
     free_buffers.push_back(w.buffer);
-    STRATA_OFFLOAD_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
+    STRATA_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
   };
   try {
     for (std::size_t i = 0; i < I.chunks.size(); ++i) {
@@ -224,7 +226,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
       trace("nvme read", str_cat("read ", I.tensors[c.tensor].name, " sg", c.index), r.issued);
       if (!s.ok()) {
         free_buffers.push_back(r.buffer);
-        STRATA_OFFLOAD_IO_CHECK(s, I.where(c));
+        STRATA_IO_CHECK(s, I.where(c));
       }
       const auto tc = Clock::now();
       try {
@@ -236,7 +238,8 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
       st.compute_seconds += since(tc);
       trace("optimizer", str_cat("adam ", I.tensors[c.tensor].name, " sg", c.index), tc);
       st.bytes_read += c.payload();
-      writes.push_back({r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
+      writes.push_back(
+          {r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
       st.bytes_written += c.payload();
       pump();
     }

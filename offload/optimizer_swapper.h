@@ -1,7 +1,7 @@
 // OptimizerSwapper: one rank's fp32 optimizer state (master weights, exp_avg, exp_avg_sq)
 // kept on NVMe in checksummed swap files and stepped in sub-groups through a pipeline of
 // pinned buffers: sub-group i+1 is read while the caller's optimizer runs on i and i-1 is
-// written back (ANCHORS.md "How ZeRO-3 moves parameters"; DeepSpeed's pipelined swapper).
+// written back (the pipelined swapping of ZeRO-Infinity and DeepSpeed).
 #pragma once
 
 #include <cstdint>
@@ -31,20 +31,20 @@ namespace strata::offload {
 // one whole-file transfer that fits one buffer, and any tensor size works. Not thread-safe:
 // one caller at a time. Files are removed when the swapper is destroyed.
 struct SwapperOptions {
-  std::string dir;                             // created if missing (one per rank)
-  std::uint64_t sub_group_elems = 1000000000;  // zero_optimization.sub_group_size
-  int buffer_count = 4;                        // offload_optimizer.buffer_count
+  std::string dir;                                 // created if missing (one per rank)
+  std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
+  int buffer_count = 4;                            // offload_optimizer.buffer_count
   std::uint64_t budget_bytes = ~std::uint64_t{0};  // host/pinned bytes the buffers may take
-  bool lock_memory = true;                     // mlock the buffers (pinned)
-  unsigned queue_depth = 32;                   // aio.queue_depth
-  unsigned submit_batch = 8;                   // pieces per io_uring_submit (aio.single_submit: 1)
-  std::uint32_t block_bytes = 1u << 20;        // aio.block_size: I/O piece and checksum block
-  Tracer* tracer = nullptr;                    // optional: "nvme read", "nvme write", "optimizer" rows
+  bool lock_memory = true;                         // mlock the buffers (pinned)
+  unsigned queue_depth = 32;                       // aio.queue_depth
+  unsigned submit_batch = 8;                       // pieces per io_uring_submit (aio.single_submit: 1)
+  std::uint32_t block_bytes = 1u << 20;            // aio.block_size: I/O piece and checksum block
+  Tracer* tracer = nullptr;                        // optional: "nvme read", "nvme write", "optimizer" rows
 };
 
 struct SwapTensor {
-  std::string name;          // for messages ("layer 3")
-  std::uint64_t elems = 0;   // elements of this rank's shard
+  std::string name;         // for messages ("layer 3")
+  std::uint64_t elems = 0;  // elements of this rank's shard
 };
 
 // One sub-group handed to the caller's optimizer: pointers into a swap buffer.
@@ -81,8 +81,8 @@ class OptimizerSwapper {
   int buffer_count() const noexcept;            // buffers actually allocated
   std::uint64_t buffer_elems() const noexcept;  // elements per sub-group at most
   std::size_t sub_groups() const noexcept;
-  std::uint64_t state_bytes() const noexcept;   // payload of one generation
-  std::uint64_t file_bytes() const noexcept;    // both generations on disk, headers included
+  std::uint64_t state_bytes() const noexcept;  // payload of one generation
+  std::uint64_t file_bytes() const noexcept;   // both generations on disk, headers included
   const std::string& dir() const noexcept;
   // The current generation's swap file of the sub-group holding `elem` of `tensor`.
   std::string file_of(std::size_t tensor, std::uint64_t elem) const;

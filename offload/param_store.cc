@@ -11,14 +11,14 @@
 #include <mutex>
 #include <optional>
 
-#include "engine/core/error.h"
-#include "engine/core/units.h"
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
 #include "io/engine.h"
 #include "io/swap_file.h"
-#include "offload/detail/io_error.h"
 #include "offload/detail/swap_files.h"
+#include "offload/io_error.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::offload {
 namespace {
@@ -87,14 +87,16 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   I.chunk_bytes = chunk_bytes_for(options, I.tensors);
   const std::uint64_t fit = options.budget_bytes / I.chunk_bytes;
   STRATA_CHECK(fit >= 1, Errc::out_of_budget, "host tier: NVMe parameter offload needs at least ",
-               format_bytes(I.chunk_bytes), " (", I.chunk_bytes, " B) of pinned host memory for one parameter buffer, but the "
-               "budget leaves ", format_bytes(options.budget_bytes), " (", options.budget_bytes,
+               format_bytes(I.chunk_bytes), " (", I.chunk_bytes,
+               " B) of pinned host memory for one parameter buffer, but the "
+               "budget leaves ",
+               format_bytes(options.budget_bytes), " (", options.budget_bytes,
                " B): raise memory_budget.host (or the pinned budget) or lower offload_param.buffer_size");
   const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
 
-  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count, options.lock_memory,
-                        "parameter store", "parameter buffers");
+  detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count,
+                        options.lock_memory, "parameter store", "parameter buffers");
 
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;
@@ -110,7 +112,8 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
         c.bytes = std::min(I.chunk_bytes, n - off);
         I.file_bytes += detail::create_swap_pair(
             *I.sio.engine, str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k), 1, c.bytes,
-            options.block_bytes, c.path, c.file, created, [&](int g) { return I.where(c, g); }, "NVMe tier (parameters)");
+            options.block_bytes, c.path, c.file, created, [&](int g) { return I.where(c, g); },
+            "NVMe tier (parameters)");
         I.chunks.push_back(std::move(c));
       }
     }
@@ -159,7 +162,7 @@ void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
       const io::Status s = p.op.wait();
       free_buffers.push_back(p.buffer);
       const Impl::Chunk& c = I.chunks[p.chunk];
-      STRATA_OFFLOAD_IO_CHECK(s, I.where(c, gen));
+      STRATA_IO_CHECK(s, I.where(c, gen));
       fn(c.offset, I.buffers[p.buffer].data(), c.bytes);
       I.stats.bytes_read += c.bytes;
     }
@@ -185,7 +188,7 @@ void ParamStore::write(std::size_t tensor, const void* src) {
     inflight.pop_front();
     const io::Status s = p.op.wait();
     free_buffers.push_back(p.buffer);
-    STRATA_OFFLOAD_IO_CHECK(s, I.where(I.chunks[p.chunk], gen));
+    STRATA_IO_CHECK(s, I.where(I.chunks[p.chunk], gen));
   };
   try {
     for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
@@ -223,8 +226,8 @@ void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src
   src.read(src_tensor, [&](std::uint64_t, const void* data, std::uint64_t n) {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
-      STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument, "parameter store: write_from: ",
-                   I.tensors[tensor].name, " is smaller than its source");
+      STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument,
+                   "parameter store: write_from: ", I.tensors[tensor].name, " is smaller than its source");
       const Impl::Chunk& c = I.chunks[ci];
       const std::uint64_t take = std::min(n, c.bytes - filled);
       std::memcpy(buf.data() + filled, p, take);
@@ -233,15 +236,15 @@ void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src
       n -= take;
       if (filled == c.bytes) {
         std::memset(buf.data() + c.bytes, 0, buf.bytes() - c.bytes);
-        STRATA_OFFLOAD_IO_CHECK(c.file[gen]->swap_out(buf.data(), buf.bytes()).wait(), I.where(c, gen));
+        STRATA_IO_CHECK(c.file[gen]->swap_out(buf.data(), buf.bytes()).wait(), I.where(c, gen));
         I.stats.bytes_written += c.bytes;
         ++ci;
         filled = 0;
       }
     }
   });
-  STRATA_CHECK(ci == I.first_chunk[tensor + 1], Errc::invalid_argument, "parameter store: write_from: ",
-               I.tensors[tensor].name, " is larger than its source");
+  STRATA_CHECK(ci == I.first_chunk[tensor + 1], Errc::invalid_argument,
+               "parameter store: write_from: ", I.tensors[tensor].name, " is larger than its source");
   I.written[tensor] = 1;
   I.stats.write_seconds += since(t0);
 }

@@ -1,6 +1,6 @@
 // ParamStore: stage-3 parameter shards (compute-dtype bytes, one tensor per layer) on the
 // NVMe tier (offload_param.device = nvme), read ahead of use by the engine's gathers and
-// rewritten once per step after the optimizer (ANCHORS.md "How ZeRO-3 moves parameters").
+// rewritten once per step after the optimizer (as ZeRO-Infinity keeps parameters on NVMe).
 //
 // Protocol. The constructor sizes a pool of buffer_count pinned buffers of chunk_bytes
 // (offload_param.buffer_size elements, rounded up to 4 KiB), checks it against the budget
@@ -25,19 +25,19 @@
 namespace strata::offload {
 
 struct ParamStoreOptions {
-  std::string dir;                             // created if missing (one per rank)
-  std::uint64_t chunk_bytes = 200000000;       // offload_param.buffer_size x element bytes
-  int buffer_count = 5;                        // offload_param.buffer_count
+  std::string dir;                                 // created if missing (one per rank)
+  std::uint64_t chunk_bytes = 200000000;           // offload_param.buffer_size x element bytes
+  int buffer_count = 5;                            // offload_param.buffer_count
   std::uint64_t budget_bytes = ~std::uint64_t{0};  // host bytes the buffers may take
   bool lock_memory = true;
-  unsigned queue_depth = 32;                   // aio.queue_depth
-  unsigned submit_batch = 8;                   // pieces per io_uring_submit (aio.single_submit: 1)
-  std::uint32_t block_bytes = 1u << 20;        // aio.block_size
+  unsigned queue_depth = 32;             // aio.queue_depth
+  unsigned submit_batch = 8;             // pieces per io_uring_submit (aio.single_submit: 1)
+  std::uint32_t block_bytes = 1u << 20;  // aio.block_size
 };
 
 struct ParamTensor {
-  std::string name;          // "layer 3", for messages and file names
-  std::uint64_t bytes = 0;   // this rank's shard in compute dtype
+  std::string name;         // "layer 3", for messages and file names
+  std::uint64_t bytes = 0;  // this rank's shard in compute dtype
 };
 
 struct ParamStoreStats {  // cumulative since creation

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/core/error.h"
 #include "offload/detail/placement_model.h"
+#include "runtime/core/error.h"
 
 namespace strata::offload {
 namespace detail {
@@ -252,25 +252,13 @@ std::optional<std::uint64_t> min_cap(Model m, int tier, std::uint64_t nodes) {
 
 using namespace detail;
 
-const char* place_name(Place p) noexcept {
-  switch (p) {
-    case Place::device:
-      return "device";
-    case Place::host:
-      return "host";
-    case Place::nvme:
-      return "nvme";
-  }
-  return "?";
-}
-
 std::uint64_t Placement::moved_bytes() const noexcept {
   return h2d_bytes + d2h_bytes + nvme_read_bytes + nvme_write_bytes;
 }
 
-std::optional<std::uint64_t> min_budget_bytes(const PlacementProblem& problem, Place tier) {
+std::optional<std::uint64_t> min_budget_bytes(const PlacementProblem& problem, Tier tier) {
   const Model m = build_model(problem);
-  if (tier == Place::nvme && !problem.nvme_available) return std::nullopt;
+  if (tier == Tier::nvme && !problem.nvme_available) return std::nullopt;
   return min_cap(m, static_cast<int>(tier), problem.search_nodes);
 }
 
@@ -281,8 +269,8 @@ Placement plan_placement(const PlacementProblem& problem) {
   Placement out;
   out.layers.resize(problem.layers.size());
   for (std::size_t i = 0; i < problem.layers.size(); ++i) {
-    if (m.opt_item[i] >= 0) out.layers[i].optimizer = static_cast<Place>(o.state.place[m.opt_item[i]]);
-    if (m.param_item[i] >= 0) out.layers[i].params = static_cast<Place>(o.state.place[m.param_item[i]]);
+    if (m.opt_item[i] >= 0) out.layers[i].optimizer = static_cast<Tier>(o.state.place[m.opt_item[i]]);
+    if (m.param_item[i] >= 0) out.layers[i].params = static_cast<Tier>(o.state.place[m.param_item[i]]);
   }
   out.tier_bytes = o.state.used;
   for (std::size_t i = 0; i < m.items.size(); ++i) {

@@ -10,10 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace strata::offload {
+#include "offload/tier.h"
 
-enum class Place { device = 0, host = 1, nvme = 2 };
-const char* place_name(Place p) noexcept;  // "device" "host" "nvme"
+namespace strata::offload {
 
 struct PlacementLayer {
   std::string name;                // "layer 3", for explain() and errors
@@ -40,15 +39,15 @@ struct PlacementProblem {
   std::uint64_t device_fixed_bytes = 0;
   std::uint64_t host_fixed_bytes = 0;   // always on host: reduction scratch, gather staging
   std::uint64_t nvme_buffer_bytes = 0;  // host bytes the NVMe swap buffers take once anything lives on NVMe
-  std::optional<Place> optimizer_fixed, params_fixed;  // DeepSpeed static form: every layer forced to this place
+  std::optional<Tier> optimizer_fixed, params_fixed;  // DeepSpeed static form: every layer forced to this place
   // Exact refinement after the greedy passes: at most this many branch-and-bound nodes
   // (10^5 take a few ms). 0 = greedy only. The default usually completes up to ~16 layers.
   std::uint64_t search_nodes = 200000;
 };
 
 struct LayerPlacement {
-  Place optimizer = Place::device;
-  Place params = Place::device;
+  Tier optimizer = Tier::device;
+  Tier params = Tier::device;
 };
 
 struct Placement {
@@ -72,7 +71,7 @@ struct Placement {
 //    (gradients each micro-batch) and c*E h2d (updated params) per step; on NVMe also 12E
 //    read and 12E written. At stage 0 it is always on the device.
 //  * params (stage 3): the c*E shard on its place. A gather stages shards through pinned
-//    host memory (engine/zero/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,
+//    host memory (engine/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,
 //    a host shard G*c*P h2d, an NVMe shard G*c*P h2d + G*c*E read + c*E written: host is
 //    cheapest, then device, then NVMe. With device_gathers a device shard costs nothing,
 //    a host shard G*c*E h2d, an NVMe shard G*c*E h2d + G*c*E read + c*E written. Below
@@ -120,6 +119,6 @@ Placement plan_placement(const PlacementProblem& problem);
 // grows with the budget, so no smaller budget fits any placement; on large problems the
 // greedy passes need not be monotone in the budget, and the value is a boundary of them.
 // Device and host budgets are bytes, 0 meaning 0: the engine passes UINT64_MAX for "not set".
-std::optional<std::uint64_t> min_budget_bytes(const PlacementProblem& problem, Place tier);
+std::optional<std::uint64_t> min_budget_bytes(const PlacementProblem& problem, Tier tier);
 
 }  // namespace strata::offload

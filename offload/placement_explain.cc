@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <sstream>
 
-#include "engine/core/error.h"
-#include "engine/core/units.h"
 #include "offload/detail/placement_model.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::offload {
 namespace {
@@ -17,24 +17,24 @@ using namespace detail;
 // full (the planner ends with no single move to a cheaper place that fits, so they are).
 std::string why(const Item& it, int q) {
   const char* kind = it.optimizer ? "optimizer " : "params ";
-  const Place at = static_cast<Place>(q);
+  const Tier at = static_cast<Tier>(q);
   if (it.fixed) {
-    return str_cat(kind, place_name(at), ": ", it.optimizer ? "offload_optimizer" : "offload_param", ".device = \"",
+    return str_cat(kind, tier_name(at), ": ", it.optimizer ? "offload_optimizer" : "offload_param", ".device = \"",
                    config_value(at), "\"");
   }
   std::string full;
   for (int b : {kDevice, kHost, kNvme}) {
     if (it.can(b) && it.moved[b] < it.moved[q])
-      full += str_cat(full.empty() ? "" : " and ", place_name(static_cast<Place>(b)));
+      full += str_cat(full.empty() ? "" : " and ", tier_name(static_cast<Tier>(b)));
   }
   if (full.empty()) {
-    return str_cat(kind, place_name(at),
+    return str_cat(kind, tier_name(at),
                    it.optimizer ? ": budget left"
                    : q == kHost ? ": fewest bytes moved (gathers stage through host)"
                                 : ": fewest bytes moved");
   }
   const bool spares_nvme = q != kNvme && it.can(kNvme) && it.moved[kNvme] > it.moved[q];
-  return str_cat(kind, place_name(at), ": ", full, " full", spares_nvme ? ", keeps NVMe traffic down" : "");
+  return str_cat(kind, tier_name(at), ": ", full, " full", spares_nvme ? ", keeps NVMe traffic down" : "");
 }
 
 struct Row {
@@ -66,8 +66,8 @@ std::string Placement::explain(const PlacementProblem& p) const {
     const auto& L = p.layers[i];
     Row r;
     r.first = r.last = L.name;
-    r.optimizer = place_name(layers[i].optimizer);
-    r.params = place_name(layers[i].params);
+    r.optimizer = tier_name(layers[i].optimizer);
+    r.params = tier_name(layers[i].params);
     if (m.opt_item[i] >= 0) {
       const Item& it = m.items[m.opt_item[i]];
       const int q = static_cast<int>(layers[i].optimizer);
@@ -112,7 +112,7 @@ std::string Placement::explain(const PlacementProblem& p) const {
        << r.why << "\n";
   }
   const bool any_nvme = std::any_of(layers.begin(), layers.end(), [](const LayerPlacement& l) {
-    return l.optimizer == Place::nvme || l.params == Place::nvme;
+    return l.optimizer == Tier::nvme || l.params == Tier::nvme;
   });
   os << "tiers (model state, fixed parts included):\n";
   os << "  device  " << pad(format_bytes(tier_bytes[0]), 12) << "of " << pad(budget(p.device_budget), 12)

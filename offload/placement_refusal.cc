@@ -4,9 +4,9 @@
 // nvme_path would make it fit. Each number is one the planner accepts and refuses one byte below.
 #include <sstream>
 
-#include "engine/core/error.h"
-#include "engine/core/units.h"
 #include "offload/detail/placement_model.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::offload::detail {
 namespace {

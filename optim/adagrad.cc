@@ -3,21 +3,19 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
 #include "optim/detail/dispatch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 
 void validate(const AdagradConfig& c) {
   auto finite = [](float x) { return std::isfinite(x); };
-  STRATA_CHECK(finite(c.lr) && c.lr >= 0.0f, Errc::invalid_argument, "adagrad lr ", c.lr,
+  STRATA_CHECK(finite(c.lr) && c.lr >= 0.0f, Errc::invalid_argument, "adagrad lr ", c.lr, " must be finite and >= 0");
+  STRATA_CHECK(finite(c.lr_decay) && c.lr_decay >= 0.0f, Errc::invalid_argument, "adagrad lr_decay ", c.lr_decay,
                " must be finite and >= 0");
-  STRATA_CHECK(finite(c.lr_decay) && c.lr_decay >= 0.0f, Errc::invalid_argument, "adagrad lr_decay ",
-               c.lr_decay, " must be finite and >= 0");
-  STRATA_CHECK(finite(c.eps) && c.eps > 0.0f, Errc::invalid_argument, "adagrad eps ", c.eps,
-               " must be finite and > 0");
-  STRATA_CHECK(finite(c.weight_decay) && c.weight_decay >= 0.0f, Errc::invalid_argument,
-               "adagrad weight_decay ", c.weight_decay, " must be finite and >= 0");
+  STRATA_CHECK(finite(c.eps) && c.eps > 0.0f, Errc::invalid_argument, "adagrad eps ", c.eps, " must be finite and > 0");
+  STRATA_CHECK(finite(c.weight_decay) && c.weight_decay >= 0.0f, Errc::invalid_argument, "adagrad weight_decay ",
+               c.weight_decay, " must be finite and >= 0");
 }
 
 namespace detail {
@@ -35,15 +33,13 @@ AdagradScalars adagrad_scalars(const AdagradConfig& c, std::int64_t step, float 
 
 namespace {
 
-template <DType G, DType S, class Copy, bool kL2>
-struct AdagradKernel {
+template <DType G, DType S, class Copy, bool kL2> struct AdagradKernel {
   FB grad_scale, eps, neg_clr, l2_decay;
 
   explicit AdagradKernel(const AdagradScalars& s)
       : grad_scale(s.grad_scale), eps(s.eps), neg_clr(s.neg_clr), l2_decay(s.l2_decay) {}
 
-  template <bool kNonTemporal>
-  void apply(const Slots& s, std::size_t i) const noexcept {
+  template <bool kNonTemporal> void apply(const Slots& s, std::size_t i) const noexcept {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     FB p = FB::load_unaligned(master + i);
     FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;
@@ -72,8 +68,10 @@ void adagrad_step(const AdagradConfig& config, const StepArgs& args, const StepO
       detail::with_copy(args, [&](auto copy) {
         using Copy = decltype(copy);
         constexpr DType G = decltype(g)::value, S = decltype(st)::value;
-        if (s.l2) detail::run_elementwise(shard, args.n, options.block_elems, detail::AdagradKernel<G, S, Copy, true>(s));
-        else detail::run_elementwise(shard, args.n, options.block_elems, detail::AdagradKernel<G, S, Copy, false>(s));
+        if (s.l2)
+          detail::run_elementwise(shard, args.n, options.block_elems, detail::AdagradKernel<G, S, Copy, true>(s));
+        else
+          detail::run_elementwise(shard, args.n, options.block_elems, detail::AdagradKernel<G, S, Copy, false>(s));
       });
     });
   });

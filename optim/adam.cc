@@ -4,20 +4,19 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
 #include "optim/detail/dispatch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 
 void validate(const AdamConfig& c) {
   auto finite = [](float x) { return std::isfinite(x); };
   STRATA_CHECK(finite(c.lr) && c.lr >= 0.0f, Errc::invalid_argument, "adam lr ", c.lr, " must be finite and >= 0");
-  STRATA_CHECK(finite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, Errc::invalid_argument, "adam beta1 ",
-               c.beta1, " must be in [0, 1)");
-  STRATA_CHECK(finite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, Errc::invalid_argument, "adam beta2 ",
-               c.beta2, " must be in [0, 1)");
-  STRATA_CHECK(finite(c.eps) && c.eps > 0.0f, Errc::invalid_argument, "adam eps ", c.eps,
-               " must be finite and > 0");
+  STRATA_CHECK(finite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, Errc::invalid_argument, "adam beta1 ", c.beta1,
+               " must be in [0, 1)");
+  STRATA_CHECK(finite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, Errc::invalid_argument, "adam beta2 ", c.beta2,
+               " must be in [0, 1)");
+  STRATA_CHECK(finite(c.eps) && c.eps > 0.0f, Errc::invalid_argument, "adam eps ", c.eps, " must be finite and > 0");
   STRATA_CHECK(finite(c.weight_decay) && c.weight_decay >= 0.0f, Errc::invalid_argument, "adam weight_decay ",
                c.weight_decay, " must be finite and >= 0");
 }
@@ -46,17 +45,22 @@ AdamScalars adam_scalars(const AdamConfig& c, std::int64_t step, float grad_scal
 
 namespace {
 
-template <DType G, DType S, class Copy, bool kL2>
-struct AdamKernel {
+template <DType G, DType S, class Copy, bool kL2> struct AdamKernel {
   FB grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2, neg_step_size, decay, l2_decay;
 
   explicit AdamKernel(const AdamScalars& s)
-      : grad_scale(s.grad_scale), beta1(s.beta1), one_minus_beta1(s.one_minus_beta1), beta2(s.beta2),
-        one_minus_beta2(s.one_minus_beta2), eps(s.eps), inv_sqrt_bc2(s.inv_sqrt_bc2),
-        neg_step_size(s.neg_step_size), decay(s.decay), l2_decay(s.l2_decay) {}
+      : grad_scale(s.grad_scale),
+        beta1(s.beta1),
+        one_minus_beta1(s.one_minus_beta1),
+        beta2(s.beta2),
+        one_minus_beta2(s.one_minus_beta2),
+        eps(s.eps),
+        inv_sqrt_bc2(s.inv_sqrt_bc2),
+        neg_step_size(s.neg_step_size),
+        decay(s.decay),
+        l2_decay(s.l2_decay) {}
 
-  template <bool kNonTemporal>
-  void apply(const Slots& s, std::size_t i) const noexcept {
+  template <bool kNonTemporal> void apply(const Slots& s, std::size_t i) const noexcept {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     FB p = FB::load_unaligned(master + i);
     FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;

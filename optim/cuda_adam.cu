@@ -5,26 +5,35 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "engine/core/error.h"
-#include "engine/device/cuda_check.h"
 #include "optim/detail/cuda_launch.h"
+#include "runtime/core/error.h"
+#include "runtime/device/cuda_check.h"
 
 namespace strata::optim::detail {
 namespace {
 
 __device__ __forceinline__ float load(const void* base, DType t, std::size_t i) {
   switch (t) {
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DType::fp16: return __half2float(static_cast<const __half*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::fp16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
   }
 }
 
 __device__ __forceinline__ void store(void* base, DType t, std::size_t i, float x) {
   switch (t) {
-    case DType::bf16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x); break;
-    case DType::fp16: static_cast<__half*>(base)[i] = __float2half_rn(x); break;
-    default: static_cast<float*>(base)[i] = x; break;
+    case DType::bf16:
+      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
+      break;
+    case DType::fp16:
+      static_cast<__half*>(base)[i] = __float2half_rn(x);
+      break;
+    default:
+      static_cast<float*>(base)[i] = x;
+      break;
   }
 }
 

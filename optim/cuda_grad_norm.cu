@@ -6,10 +6,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "engine/core/error.h"
-#include "engine/device/cuda_check.h"
 #include "optim/detail/cuda_launch.h"
 #include "optim/grad_norm.h"
+#include "runtime/core/error.h"
+#include "runtime/device/cuda_check.h"
 
 namespace strata::optim::detail {
 namespace {
@@ -19,9 +19,12 @@ static_assert(kNormBlockElems % kThreads == 0, "each thread takes the same numbe
 
 __device__ __forceinline__ double load(const void* base, DType t, std::size_t i) {
   switch (t) {
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DType::fp16: return __half2float(static_cast<const __half*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::fp16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
   }
 }
 
@@ -39,7 +42,8 @@ __global__ void norm_partials_kernel(const void* grad, DType dtype, std::size_t 
   sums[threadIdx.x] = acc;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) sums[threadIdx.x] = __dadd_rn(sums[threadIdx.x], sums[threadIdx.x + half]);
+    if (static_cast<int>(threadIdx.x) < half)
+      sums[threadIdx.x] = __dadd_rn(sums[threadIdx.x], sums[threadIdx.x + half]);
     __syncthreads();
   }
   if (threadIdx.x == 0) partials[blockIdx.x] = sums[0];
@@ -47,8 +51,7 @@ __global__ void norm_partials_kernel(const void* grad, DType dtype, std::size_t 
 
 }  // namespace
 
-void cuda_grad_norm_partials_async(void* cuda_stream, const void* grad, DType dtype, std::size_t n,
-                                   double* partials) {
+void cuda_grad_norm_partials_async(void* cuda_stream, const void* grad, DType dtype, std::size_t n, double* partials) {
   if (n == 0) return;
   const std::size_t blocks = (n + kNormBlockElems - 1) / kNormBlockElems;
   STRATA_CHECK(blocks <= 0x7fffffffu, Errc::invalid_argument, "grad norm: ", n, " elements is too many for one launch");

@@ -1,6 +1,6 @@
 // Built without CUDA: the CUDA optimizer kernels report why they cannot run.
-#include "engine/core/error.h"
 #include "optim/detail/cuda_launch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim::detail {
 

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "optim/detail/cuda_launch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "optim/detail/dispatch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 namespace {
@@ -56,16 +56,14 @@ inline void add(const FB& x, DB& lo_acc, DB& hi_acc) noexcept {
   hi_acc = xsimd::fma(hi, hi, hi_acc);
 }
 
-template <DType T>
-inline void add_pair(const void* grad, std::size_t i, Acc& a) noexcept {
+template <DType T> inline void add_pair(const void* grad, std::size_t i, Acc& a) noexcept {
   add(detail::load_lanes<T>(grad, i), a.a0, a.a1);
   add(detail::load_lanes<T>(grad, i + kLanes), a.a2, a.a3);
 }
 
 // Finishes a block whose pairs of batches before element i are in `a`: the odd batch, the
 // padded tail, then the fixed-order reduction.
-template <DType T>
-double finish(const void* grad, std::size_t i, std::size_t len, Acc& a) noexcept {
+template <DType T> double finish(const void* grad, std::size_t i, std::size_t len, Acc& a) noexcept {
   bool odd = false;
   if (i + kLanes <= len) {
     add(detail::load_lanes<T>(grad, i), a.a0, a.a1);
@@ -77,8 +75,10 @@ double finish(const void* grad, std::size_t i, std::size_t len, Acc& a) noexcept
     alignas(64) unsigned char pad[kLanes * sizeof(float)] = {};
     const std::size_t eb = dtype_size(T);
     std::memcpy(pad, static_cast<const unsigned char*>(grad) + i * eb, (len - i) * eb);
-    if (odd) add(detail::load_lanes<T>(pad, 0), a.a2, a.a3);
-    else add(detail::load_lanes<T>(pad, 0), a.a0, a.a1);
+    if (odd)
+      add(detail::load_lanes<T>(pad, 0), a.a2, a.a3);
+    else
+      add(detail::load_lanes<T>(pad, 0), a.a0, a.a1);
   }
   const DB total = (a.a0 + a.a1) + (a.a2 + a.a3);
   alignas(64) double lanes[DB::size];
@@ -89,8 +89,7 @@ double finish(const void* grad, std::size_t i, std::size_t len, Acc& a) noexcept
 }
 
 // Sum of squares of elements [0, len) of one block, len <= kNormBlockElems.
-template <DType T>
-double block_sum(const void* grad, std::size_t len) noexcept {
+template <DType T> double block_sum(const void* grad, std::size_t len) noexcept {
   Acc a;
   std::size_t i = 0;
   for (; i + 2 * kLanes <= len; i += 2 * kLanes) add_pair<T>(grad, i, a);
@@ -110,8 +109,7 @@ void full_blocks_sum(const unsigned char* first, double* out, std::index_sequenc
   ((out[K] = finish<T>(first + K * block_bytes, kNormBlockElems, kNormBlockElems, acc[K])), ...);
 }
 
-template <DType T>
-double sum_blocks(const void* grad, std::size_t n) {
+template <DType T> double sum_blocks(const void* grad, std::size_t n) {
   const std::size_t eb = dtype_size(T);
   const auto* base = static_cast<const unsigned char*>(grad);
   const std::size_t blocks = (n + kNormBlockElems - 1) / kNormBlockElems;

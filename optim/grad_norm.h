@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "engine/core/dtype.h"
+#include "runtime/core/dtype.h"
 
 namespace strata::optim {
 

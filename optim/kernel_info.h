@@ -5,7 +5,7 @@
 
 namespace strata::optim {
 
-const char* kernel_isa() noexcept;      // "avx512bw", "fma3<avx2>", "sse2", ...
-bool kernel_fused_fma() noexcept;       // false on ISAs without FMA (two roundings)
+const char* kernel_isa() noexcept;  // "avx512bw", "fma3<avx2>", "sse2", ...
+bool kernel_fused_fma() noexcept;   // false on ISAs without FMA (two roundings)
 
 }  // namespace strata::optim

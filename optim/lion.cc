@@ -3,18 +3,18 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
 #include "optim/detail/dispatch.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 
 void validate(const LionConfig& c) {
   auto finite = [](float x) { return std::isfinite(x); };
   STRATA_CHECK(finite(c.lr) && c.lr >= 0.0f, Errc::invalid_argument, "lion lr ", c.lr, " must be finite and >= 0");
-  STRATA_CHECK(finite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, Errc::invalid_argument, "lion beta1 ",
-               c.beta1, " must be in [0, 1)");
-  STRATA_CHECK(finite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, Errc::invalid_argument, "lion beta2 ",
-               c.beta2, " must be in [0, 1)");
+  STRATA_CHECK(finite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, Errc::invalid_argument, "lion beta1 ", c.beta1,
+               " must be in [0, 1)");
+  STRATA_CHECK(finite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, Errc::invalid_argument, "lion beta2 ", c.beta2,
+               " must be in [0, 1)");
   STRATA_CHECK(finite(c.weight_decay) && c.weight_decay >= 0.0f, Errc::invalid_argument, "lion weight_decay ",
                c.weight_decay, " must be finite and >= 0");
 }
@@ -35,16 +35,19 @@ LionScalars lion_scalars(const LionConfig& c, float grad_scale) {
 
 namespace {
 
-template <DType G, DType S, class Copy>
-struct LionKernel {
+template <DType G, DType S, class Copy> struct LionKernel {
   FB grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_lr, decay;
 
   explicit LionKernel(const LionScalars& s)
-      : grad_scale(s.grad_scale), beta1(s.beta1), one_minus_beta1(s.one_minus_beta1), beta2(s.beta2),
-        one_minus_beta2(s.one_minus_beta2), neg_lr(s.neg_lr), decay(s.decay) {}
+      : grad_scale(s.grad_scale),
+        beta1(s.beta1),
+        one_minus_beta1(s.one_minus_beta1),
+        beta2(s.beta2),
+        one_minus_beta2(s.one_minus_beta2),
+        neg_lr(s.neg_lr),
+        decay(s.decay) {}
 
-  template <bool kNonTemporal>
-  void apply(const Slots& s, std::size_t i) const noexcept {
+  template <bool kNonTemporal> void apply(const Slots& s, std::size_t i) const noexcept {
     float* master = static_cast<float*>(s.ptr[kMaster]);
     const FB g = load_lanes<G>(s.ptr[kGrad], i) * grad_scale;
     const FB m = load_lanes<S>(s.ptr[kM], i);
@@ -72,9 +75,8 @@ void lion_step(const LionConfig& config, const StepArgs& args, const StepOptions
   detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
     detail::with_state_dtype(args.state_dtype, [&](auto st) {
       detail::with_copy(args, [&](auto copy) {
-        detail::run_elementwise(
-            shard, args.n, options.block_elems,
-            detail::LionKernel<decltype(g)::value, decltype(st)::value, decltype(copy)>(s));
+        detail::run_elementwise(shard, args.n, options.block_elems,
+                                detail::LionKernel<decltype(g)::value, decltype(st)::value, decltype(copy)>(s));
       });
     });
   });

@@ -4,15 +4,15 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 
 LossScalerConfig loss_scaler_config_from_deepspeed(double loss_scale, int initial_scale_power,
                                                    std::int64_t loss_scale_window, int hysteresis,
                                                    double min_loss_scale, bool consecutive_hysteresis) {
-  STRATA_CHECK(std::isfinite(loss_scale) && loss_scale >= 0, Errc::invalid_argument, "fp16.loss_scale ",
-               loss_scale, " must be 0 (dynamic) or a positive static scale");
+  STRATA_CHECK(std::isfinite(loss_scale) && loss_scale >= 0, Errc::invalid_argument, "fp16.loss_scale ", loss_scale,
+               " must be 0 (dynamic) or a positive static scale");
   LossScalerConfig c;
   c.dynamic = loss_scale == 0;
   c.static_scale = c.dynamic ? 1.0 : loss_scale;
@@ -33,12 +33,12 @@ LossScaler::LossScaler(const LossScalerConfig& c) : config_(c) {
     STRATA_CHECK(c.hysteresis >= 1, Errc::invalid_argument, "fp16.hysteresis ", c.hysteresis, " must be >= 1");
     STRATA_CHECK(std::isfinite(c.min_scale) && c.min_scale > 0, Errc::invalid_argument, "fp16.min_loss_scale ",
                  c.min_scale, " must be finite and > 0");
-    STRATA_CHECK(std::isfinite(c.scale_factor) && c.scale_factor > 1, Errc::invalid_argument,
-                 "loss scale factor ", c.scale_factor, " must be finite and > 1");
+    STRATA_CHECK(std::isfinite(c.scale_factor) && c.scale_factor > 1, Errc::invalid_argument, "loss scale factor ",
+                 c.scale_factor, " must be finite and > 1");
     scale_ = std::ldexp(1.0, c.initial_scale_power);
   } else {
-    STRATA_CHECK(std::isfinite(c.static_scale) && c.static_scale > 0, Errc::invalid_argument,
-                 "fp16.loss_scale ", c.static_scale, " must be finite and > 0");
+    STRATA_CHECK(std::isfinite(c.static_scale) && c.static_scale > 0, Errc::invalid_argument, "fp16.loss_scale ",
+                 c.static_scale, " must be finite and > 0");
     scale_ = c.static_scale;
   }
   hysteresis_left_ = c.hysteresis;
@@ -78,13 +78,13 @@ bool LossScaler::update(bool overflow) {
 }
 
 void LossScaler::restore(const State& s) {
-  STRATA_CHECK(std::isfinite(s.scale) && s.scale > 0, Errc::invalid_argument, "loss scaler state: scale ",
-               s.scale, " must be finite and > 0");
+  STRATA_CHECK(std::isfinite(s.scale) && s.scale > 0, Errc::invalid_argument, "loss scaler state: scale ", s.scale,
+               " must be finite and > 0");
   STRATA_CHECK(s.iteration >= 0 && s.last_overflow_iteration >= -1 && s.last_overflow_iteration < s.iteration + 1,
                Errc::invalid_argument, "loss scaler state: iteration ", s.iteration, " / last overflow ",
                s.last_overflow_iteration, " are inconsistent");
-  STRATA_CHECK(s.hysteresis_left >= 1, Errc::invalid_argument, "loss scaler state: hysteresis_left ",
-               s.hysteresis_left, " must be >= 1");
+  STRATA_CHECK(s.hysteresis_left >= 1, Errc::invalid_argument, "loss scaler state: hysteresis_left ", s.hysteresis_left,
+               " must be >= 1");
   scale_ = s.scale;
   iteration_ = s.iteration;
   last_overflow_ = s.last_overflow_iteration;

@@ -19,12 +19,12 @@ enum class GrowthRule { deepspeed, deepspeed_legacy };
 
 struct LossScalerConfig {
   bool dynamic = true;
-  double static_scale = 1.0;           // the scale when !dynamic (DeepSpeed fp16.loss_scale > 0)
-  int initial_scale_power = 16;        // dynamic: the scale starts at 2^initial_scale_power
-  std::int64_t scale_window = 1000;    // clean steps between growths
-  int hysteresis = 2;                  // overflows tolerated before the scale shrinks
-  bool consecutive_hysteresis = false; // refill the hysteresis on every clean step
-  double min_scale = 1.0;              // floor (DeepSpeed min_loss_scale)
+  double static_scale = 1.0;            // the scale when !dynamic (DeepSpeed fp16.loss_scale > 0)
+  int initial_scale_power = 16;         // dynamic: the scale starts at 2^initial_scale_power
+  std::int64_t scale_window = 1000;     // clean steps between growths
+  int hysteresis = 2;                   // overflows tolerated before the scale shrinks
+  bool consecutive_hysteresis = false;  // refill the hysteresis on every clean step
+  double min_scale = 1.0;               // floor (DeepSpeed min_loss_scale)
   double scale_factor = 2.0;
   GrowthRule growth = GrowthRule::deepspeed;
   // Overflow with the scale already at the floor and no hysteresis left: throw, as DeepSpeed's

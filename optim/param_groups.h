@@ -8,12 +8,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 
-template <class Config>
-class ParamGroups {
+template <class Config> class ParamGroups {
  public:
   explicit ParamGroups(const Config& defaults) {
     validate(defaults);
@@ -33,8 +32,8 @@ class ParamGroups {
 
  private:
   std::size_t index(int id) const {
-    STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < groups_.size(), Errc::invalid_argument,
-                 "parameter group ", id, " does not exist (the optimizer has ", groups_.size(), ")");
+    STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < groups_.size(), Errc::invalid_argument, "parameter group ",
+                 id, " does not exist (the optimizer has ", groups_.size(), ")");
     return static_cast<std::size_t>(id);
   }
   std::vector<Config> groups_;

@@ -13,27 +13,27 @@ namespace {
 
 using detail::UB;
 
-template <DType T>
-UB load_bits(const void* base, std::size_t i) noexcept {
-  if constexpr (T == DType::fp32) return UB::load_unaligned(static_cast<const std::uint32_t*>(base) + i);
-  else return detail::load_u16(static_cast<const std::uint16_t*>(base) + i);
+template <DType T> UB load_bits(const void* base, std::size_t i) noexcept {
+  if constexpr (T == DType::fp32)
+    return UB::load_unaligned(static_cast<const std::uint32_t*>(base) + i);
+  else
+    return detail::load_u16(static_cast<const std::uint16_t*>(base) + i);
 }
 
-template <DType T>
-void store_bits(void* base, std::size_t i, const UB& x) noexcept {
-  if constexpr (T == DType::fp32) x.store_unaligned(static_cast<std::uint32_t*>(base) + i);
-  else detail::store_u16<false>(static_cast<std::uint16_t*>(base) + i, x);
+template <DType T> void store_bits(void* base, std::size_t i, const UB& x) noexcept {
+  if constexpr (T == DType::fp32)
+    x.store_unaligned(static_cast<std::uint32_t*>(base) + i);
+  else
+    detail::store_u16<false>(static_cast<std::uint16_t*>(base) + i, x);
 }
 
-template <DType G, DType S, class Copy, bool kM, bool kV>
-struct StreamKernel {
+template <DType G, DType S, class Copy, bool kM, bool kV> struct StreamKernel {
   UB zero;  // 0 at run time; opaque to the compiler
 
   // All loads before any store, as in the optimizer kernels: the buffers share their offsets
   // modulo 4 KiB, and a load issued behind a store to the same 4 KiB offset waits on it
   // (4K aliasing), which would make this ceiling artificially low.
-  template <bool kNonTemporal>
-  void apply(const detail::Slots& s, std::size_t i) const noexcept {
+  template <bool kNonTemporal> void apply(const detail::Slots& s, std::size_t i) const noexcept {
     const UB touch = load_bits<G>(s.ptr[detail::kGrad], i) & zero;
     const UB p = load_bits<DType::fp32>(s.ptr[detail::kMaster], i) | touch;
     UB m(0u), v(0u);
@@ -52,20 +52,14 @@ std::atomic<std::uint32_t> g_zero{0};
 
 }  // namespace
 
-const char* update_rule_name(UpdateRule rule) noexcept {
-  switch (rule) {
-    case UpdateRule::adam: return "adam";
-    case UpdateRule::lion: return "lion";
-    case UpdateRule::adagrad: return "adagrad";
-  }
-  return "?";
-}
-
 StateUse state_use(UpdateRule rule) noexcept {
   switch (rule) {
-    case UpdateRule::lion: return {true, false};
-    case UpdateRule::adagrad: return {false, true};
-    default: return {true, true};
+    case UpdateRule::lion:
+      return {true, false};
+    case UpdateRule::adagrad:
+      return {false, true};
+    default:
+      return {true, true};
   }
 }
 
@@ -82,9 +76,12 @@ void roofline_pass(UpdateRule rule, const StepArgs& args, const StepOptions& opt
         constexpr DType G = decltype(g)::value, S = decltype(st)::value;
         using Copy = decltype(copy);
         auto run = [&](auto kernel) { detail::run_elementwise(shard, args.n, options.block_elems, kernel); };
-        if (use.m && use.v) run(StreamKernel<G, S, Copy, true, true>{zero});
-        else if (use.m) run(StreamKernel<G, S, Copy, true, false>{zero});
-        else run(StreamKernel<G, S, Copy, false, true>{zero});
+        if (use.m && use.v)
+          run(StreamKernel<G, S, Copy, true, true>{zero});
+        else if (use.m)
+          run(StreamKernel<G, S, Copy, true, false>{zero});
+        else
+          run(StreamKernel<G, S, Copy, false, true>{zero});
       });
     });
   });

@@ -10,7 +10,6 @@ namespace strata::optim {
 
 enum class UpdateRule { adam, lion, adagrad };
 
-const char* update_rule_name(UpdateRule rule) noexcept;
 StateUse state_use(UpdateRule rule) noexcept;  // adam: m and v; lion: m; adagrad: v
 
 // Reads master, grad and the rule's state, writes master, state and the copy (if any), all

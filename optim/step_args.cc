@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::optim {
 namespace {
@@ -13,21 +13,21 @@ namespace {
 bool is_16bit(DType t) { return t == DType::bf16 || t == DType::fp16; }
 
 void check_aligned(const void* p, std::size_t align, const char* who, const char* what) {
-  STRATA_CHECK(reinterpret_cast<std::uintptr_t>(p) % align == 0, Errc::invalid_argument, who, ": ", what,
-               " pointer ", p, " is not aligned to its element size (", align, " B)");
+  STRATA_CHECK(reinterpret_cast<std::uintptr_t>(p) % align == 0, Errc::invalid_argument, who, ": ", what, " pointer ",
+               p, " is not aligned to its element size (", align, " B)");
 }
 
 }  // namespace
 
 void validate_step_args(const StepArgs& a, StateUse use, const char* who) {
-  STRATA_CHECK(a.grad_dtype == DType::fp32 || is_16bit(a.grad_dtype), Errc::invalid_argument, who,
-               ": grad dtype ", dtype_name(a.grad_dtype), " is not supported: use fp32, bf16 or fp16");
+  STRATA_CHECK(a.grad_dtype == DType::fp32 || is_16bit(a.grad_dtype), Errc::invalid_argument, who, ": grad dtype ",
+               dtype_name(a.grad_dtype), " is not supported: use fp32, bf16 or fp16");
   STRATA_CHECK(a.state_dtype == DType::fp32 || a.state_dtype == DType::bf16, Errc::invalid_argument, who,
                ": state dtype ", dtype_name(a.state_dtype), " is not supported: use fp32 or bf16");
   STRATA_CHECK(!a.copy || is_16bit(a.copy_dtype), Errc::invalid_argument, who, ": copy dtype ",
                dtype_name(a.copy_dtype), " is not supported: use bf16 or fp16");
-  STRATA_CHECK(std::isfinite(a.grad_scale) && a.grad_scale >= 0.0f, Errc::invalid_argument, who,
-               ": grad_scale ", a.grad_scale, " must be finite and >= 0");
+  STRATA_CHECK(std::isfinite(a.grad_scale) && a.grad_scale >= 0.0f, Errc::invalid_argument, who, ": grad_scale ",
+               a.grad_scale, " must be finite and >= 0");
   STRATA_CHECK(a.step >= 1, Errc::invalid_argument, who, ": step ", a.step,
                " must be >= 1 (the 1-based count of the step being taken)");
   if (a.n == 0) return;

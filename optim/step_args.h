@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/core/dtype.h"
+#include "runtime/core/dtype.h"
 
 namespace strata::optim {
 
@@ -20,8 +20,8 @@ namespace strata::optim {
 // makes sure the gradient is finite first (grad_norm.h): a step on a NaN/Inf gradient writes
 // NaN into the state, so skipping is decided before the step (step_plan.h), not inside it.
 struct StepArgs {
-  float* master = nullptr;          // fp32 master weights, updated in place
-  const void* grad = nullptr;       // gradient: fp32, bf16 or fp16
+  float* master = nullptr;     // fp32 master weights, updated in place
+  const void* grad = nullptr;  // gradient: fp32, bf16 or fp16
   DType grad_dtype = DType::fp32;
   void* m = nullptr;                // first moment
   void* v = nullptr;                // second moment / accumulator

@@ -3,7 +3,7 @@
 
 #include <charconv>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -101,7 +101,8 @@ Action parse_action(std::string_view token) {
   }
   if (is_comm(a.kind)) {
     const bool sends = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_gradient;
-    if (rest.empty() || rest.front() != (sends ? '>' : '<')) bad_token(token, sends ? "needs '>PEER'" : "needs '<PEER'");
+    if (rest.empty() || rest.front() != (sends ? '>' : '<'))
+      bad_token(token, sends ? "needs '>PEER'" : "needs '<PEER'");
     rest.remove_prefix(1);
     a.peer = parse_int(token, rest, "has no peer stage");
   }

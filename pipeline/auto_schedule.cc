@@ -14,11 +14,11 @@
 #include <deque>
 #include <limits>
 
-#include "engine/core/error.h"
 #include "pipeline/detail/checks.h"
 #include "pipeline/detail/order_eval.h"
 #include "pipeline/detail/search.h"
 #include "pipeline/generators.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -68,7 +68,7 @@ class Greedy {
 
  private:
   struct Ready {
-    double at = kInf;   // when it can start (a lower bound when !known)
+    double at = kInf;  // when it can start (a lower bound when !known)
     bool known = false;
     bool exists = false;
   };
@@ -106,9 +106,12 @@ class Greedy {
   }
   int warmup_cap(int s) const {
     switch (c_.cap) {
-      case WarmupCap::memory: return m_;
-      case WarmupCap::one_f_one_b: return p_ - s;
-      case WarmupCap::zb_h2: return 2 * (p_ - 1 - s) + 1;
+      case WarmupCap::memory:
+        return m_;
+      case WarmupCap::one_f_one_b:
+        return p_ - s;
+      case WarmupCap::zb_h2:
+        return 2 * (p_ - 1 - s) + 1;
     }
     return m_;
   }
@@ -151,9 +154,12 @@ class Greedy {
     if (nf_[s] == m_ && nb_[s] == m_) return run_w(s);
     // Steady phase: alternate F and B; W's fill the gaps.
     bool want_f;
-    if (last_main_[s] == ActionKind::backward_input && rf.exists) want_f = true;
-    else if (rb.exists && rb.at < kInf) want_f = false;
-    else if (rf.exists) want_f = true;
+    if (last_main_[s] == ActionKind::backward_input && rf.exists)
+      want_f = true;
+    else if (rb.exists && rb.at < kInf)
+      want_f = false;
+    else if (rf.exists)
+      want_f = true;
     else {
       if (!wq_[s].empty()) return run_w(s);
       want_f = false;  // memory full and nothing to recycle: wait for the B

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {

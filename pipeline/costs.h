@@ -13,8 +13,8 @@ struct Costs {
   std::vector<double> forward{1.0};
   std::vector<double> backward_input{1.0};   // B
   std::vector<double> backward_weight{1.0};  // W; a full backward (BW) takes B + W
-  double comm = 0;       // delay from a send to the matching receive's data being there
-  double optimizer = 0;  // the OPT action
+  double comm = 0;                           // delay from a send to the matching receive's data being there
+  double optimizer = 0;                      // the OPT action
 
   static Costs uniform(double f, double b, double w, double comm = 0) {
     Costs c;

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <map>
 
-#include "engine/core/error.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -32,8 +32,8 @@ struct Micro {
 
 // Micro-batch-ordered accumulation of one layer's weight gradient.
 struct Accumulator {
-  int next = 0;                        // the micro-batch whose dW is added next
-  std::map<int, DeviceBuffer> early;   // dW of later micro-batches, waiting their turn
+  int next = 0;                       // the micro-batch whose dW is added next
+  std::map<int, DeviceBuffer> early;  // dW of later micro-batches, waiting their turn
 };
 
 }  // namespace
@@ -72,8 +72,15 @@ struct StageExecutor::Impl {
 
   Impl(const Schedule& sched, int st, const PipelineModel& mdl, ParameterStore& ps, Transport& tr,
        const ExecutorOptions& o)
-      : s(sched), stage(st), model(mdl), store(ps), transport(tr), options(o), m(sched.micro_batches),
-        v(sched.chunks), vstages(sched.virtual_stages()) {
+      : s(sched),
+        stage(st),
+        model(mdl),
+        store(ps),
+        transport(tr),
+        options(o),
+        m(sched.micro_batches),
+        v(sched.chunks),
+        vstages(sched.virtual_stages()) {
     STRATA_CHECK(stage >= 0 && stage < s.stages, Errc::invalid_argument, "executor: stage ", stage,
                  " is not a stage of a ", s.stages, "-stage schedule");
     check_valid(s);
@@ -87,7 +94,8 @@ struct StageExecutor::Impl {
     micro.resize(static_cast<std::size_t>(m) * v);
     const auto& list = s.actions[stage];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      if (list[i].kind == ActionKind::recv_activation || list[i].kind == ActionKind::recv_gradient) recv_at.push_back(i);
+      if (list[i].kind == ActionKind::recv_activation || list[i].kind == ActionKind::recv_gradient)
+        recv_at.push_back(i);
     }
   }
 
@@ -120,9 +128,7 @@ struct StageExecutor::Impl {
   const Layer& layer(int id) const { return *model.layers[id]; }
   std::size_t floats_in(int id) const { return model.rows * layer(id).in_features(); }
   std::size_t floats_out(int id) const { return model.rows * layer(id).out_features(); }
-  DeviceBuffer alloc(std::size_t floats, const char* what) {
-    return DeviceBuffer(*dev, floats * sizeof(float), what);
-  }
+  DeviceBuffer alloc(std::size_t floats, const char* what) { return DeviceBuffer(*dev, floats * sizeof(float), what); }
   void retire(DeviceBuffer& b) {
     if (b.get() != nullptr) retired.push_back(std::move(b));
   }
@@ -273,11 +279,15 @@ struct StageExecutor::Impl {
         launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, rows); });
         accumulate_ordered(id, a.micro, std::move(dw));
       }
-      if (l > 0) st.dy[l - 1] = std::move(dx);
-      else st.grad_in = std::move(dx);
+      if (l > 0)
+        st.dy[l - 1] = std::move(dx);
+      else
+        st.grad_in = std::move(dx);
     }
-    if (vs == 0) retire(st.grad_in);
-    else if (s.stage_of(vs - 1) == stage) at(a.micro, s.chunk_of(vs - 1)).grad_out = std::move(st.grad_in);
+    if (vs == 0)
+      retire(st.grad_in);
+    else if (s.stage_of(vs - 1) == stage)
+      at(a.micro, s.chunk_of(vs - 1)).grad_out = std::move(st.grad_in);
     if (with_weight) release(a.micro, a.chunk);
   }
 
@@ -332,7 +342,8 @@ struct StageExecutor::Impl {
         transport.send(a.peer, tag(1, vs, a.micro), st.grad_in.get(), st.grad_in.bytes());
         retire(st.grad_in);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -351,10 +362,18 @@ struct StageExecutor::Impl {
         const auto& ids = chunk_layers[a.chunk];
         store.before_action(a, ids);
         switch (a.kind) {
-          case ActionKind::forward: run_forward(a); break;
-          case ActionKind::backward_input: run_backward(a, false); break;
-          case ActionKind::backward_full: run_backward(a, true); break;
-          default: run_weight(a); break;
+          case ActionKind::forward:
+            run_forward(a);
+            break;
+          case ActionKind::backward_input:
+            run_backward(a, false);
+            break;
+          case ActionKind::backward_full:
+            run_backward(a, true);
+            break;
+          default:
+            run_weight(a);
+            break;
         }
         stream->synchronize();  // rethrows a layer's error
         store.after_action(a, ids);

@@ -20,11 +20,11 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/device/device.h"
 #include "pipeline/model.h"
 #include "pipeline/schedule.h"
 #include "pipeline/timeline.h"
 #include "pipeline/transport.h"
+#include "runtime/device/device.h"
 
 namespace strata::pipeline {
 
@@ -47,7 +47,7 @@ struct StageReport {
   std::vector<TimedAction> timings;  // every action of the step, steady-clock seconds
   double peak_activations = 0;       // micro-batches live at once (a chunk counts 1/v)
   std::uint64_t peak_device_bytes = 0;
-  int recomputed = 0;                // forwards re-run by re-materialization
+  int recomputed = 0;  // forwards re-run by re-materialization
 };
 
 class StageExecutor {

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/core/error.h"
 #include "pipeline/detail/checks.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 using Order = std::vector<std::vector<Action>>;
 
 constexpr ScheduleKind kKinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                                   ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_auto};
+                                   ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_auto};
 
 Action fwd(int mb, int chunk = 0) { return {ActionKind::forward, mb, chunk, -1}; }
 Action bwd(int mb, int chunk = 0) { return {ActionKind::backward_full, mb, chunk, -1}; }
@@ -21,12 +21,18 @@ Action bwd(int mb, int chunk = 0) { return {ActionKind::backward_full, mb, chunk
 
 const char* schedule_kind_name(ScheduleKind k) noexcept {
   switch (k) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved: return "interleaved";
-    case ScheduleKind::zb_h1: return "zb-h1";
-    case ScheduleKind::zb_h2: return "zb-h2";
-    case ScheduleKind::zb_auto: return "zb-auto";
+    case ScheduleKind::gpipe:
+      return "gpipe";
+    case ScheduleKind::one_f_one_b:
+      return "1f1b";
+    case ScheduleKind::interleaved:
+      return "interleaved";
+    case ScheduleKind::zb_h1:
+      return "zb-h1";
+    case ScheduleKind::zb_h2:
+      return "zb-h2";
+    case ScheduleKind::zb_auto:
+      return "zb-auto";
   }
   return "?";
 }
@@ -68,8 +74,8 @@ Schedule one_f_one_b(int p, int m) {
 Schedule interleaved_1f1b(int p, int m, int v) {
   detail::check_shape("interleaved", p, m, v, true);
   STRATA_CHECK(m % p == 0, Errc::invalid_argument, "interleaved 1F1B: micro-batches m=", m,
-               " must be a multiple of stages p=", p, " (micro-batches go round in groups of p); try m=",
-               (m / p + 1) * p);
+               " must be a multiple of stages p=", p,
+               " (micro-batches go round in groups of p); try m=", (m / p + 1) * p);
   // Megatron's order: forwards go through the chunks in groups of p micro-batches, the
   // k-th forward on a stage being micro-batch (k / (p v)) p + k % p of chunk (k / p) % v;
   // backwards visit the chunks in reverse. Stage r warms up with 2(p-r-1) + (v-1)p forwards.
@@ -96,11 +102,16 @@ Schedule generate(const GenerateOptions& o, AutoReport* report) {
   STRATA_CHECK(o.kind == ScheduleKind::interleaved || o.chunks == 1, Errc::invalid_argument, "chunks=", o.chunks,
                " applies only to the interleaved schedule; ", schedule_kind_name(o.kind), " has one chunk per stage");
   switch (o.kind) {
-    case ScheduleKind::gpipe: return gpipe(o.stages, o.micro_batches);
-    case ScheduleKind::one_f_one_b: return one_f_one_b(o.stages, o.micro_batches);
-    case ScheduleKind::interleaved: return interleaved_1f1b(o.stages, o.micro_batches, o.chunks);
-    case ScheduleKind::zb_h1: return zb_h1(o.stages, o.micro_batches);
-    case ScheduleKind::zb_h2: return zb_h2(o.stages, o.micro_batches);
+    case ScheduleKind::gpipe:
+      return gpipe(o.stages, o.micro_batches);
+    case ScheduleKind::one_f_one_b:
+      return one_f_one_b(o.stages, o.micro_batches);
+    case ScheduleKind::interleaved:
+      return interleaved_1f1b(o.stages, o.micro_batches, o.chunks);
+    case ScheduleKind::zb_h1:
+      return zb_h1(o.stages, o.micro_batches);
+    case ScheduleKind::zb_h2:
+      return zb_h2(o.stages, o.micro_batches);
     case ScheduleKind::zb_auto: {
       AutoOptions a;
       a.stages = o.stages;

@@ -1,4 +1,4 @@
-// Schedule generators (DESIGN.md "pipeline/"): GPipe fill-drain, 1F1B, interleaved 1F1B
+// Schedule generators (docs/design.md, "pipeline"): GPipe fill-drain, 1F1B, interleaved 1F1B
 // (Megatron's v chunks per stage), the Zero Bubble paper's handcrafted ZB-H1 and ZB-H2, and
 // its automatic scheduler, which fills bubbles with W passes under a per-stage activation
 // memory limit. Every generator returns a complete, valid schedule (communication and the
@@ -17,7 +17,7 @@ namespace strata::pipeline {
 
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zb_auto };
 const char* schedule_kind_name(ScheduleKind k) noexcept;  // "gpipe", "1f1b", ...
-ScheduleKind parse_schedule_kind(std::string_view text);   // throws listing the kinds
+ScheduleKind parse_schedule_kind(std::string_view text);  // throws listing the kinds
 
 // All forwards, then all full backwards. Any m; keeps m micro-batches of activations on
 // every stage. Backwards run in micro-batch order (the GPipe paper draws them reversed;
@@ -48,11 +48,11 @@ struct AutoOptions {
 };
 
 struct AutoReport {
-  std::string winner;   // "heuristic(...)", "zb-h1+search", ...
+  std::string winner;             // "heuristic(...)", "zb-h1+search", ...
   double heuristic_makespan = 0;  // best of the heuristic alone
   double makespan = 0;            // of the returned schedule
   int evaluations = 0;
-  int stuck_variants = 0;         // heuristic variants that made no progress (a bug; 0)
+  int stuck_variants = 0;  // heuristic variants that made no progress (a bug; 0)
 };
 
 // The automatic zero-bubble scheduler. A greedy list scheduler following the paper's

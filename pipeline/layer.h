@@ -1,4 +1,5 @@
-// A layer of a pipeline stage, as the executor drives it (DESIGN.md's layer-callback form).
+// A layer of a pipeline stage, as the executor drives it (the layer-callback form of
+// docs/design.md).
 // Activations are fp32, row-major [rows x features]; parameters and gradients are flat fp32
 // arrays of param_count() elements. A layer holds no per-micro-batch state: everything it
 // keeps between forward and backward goes into the `saved` buffer the caller provides, so
@@ -29,7 +30,10 @@ class Layer {
   // Deterministic initial parameters from (seed, layer index).
   virtual void init_params(float* params, std::uint64_t seed, int layer_index) const = 0;
   // Floats this layer keeps from forward for backward, for `rows` rows.
-  virtual std::size_t saved_floats(std::size_t rows) const { (void)rows; return 0; }
+  virtual std::size_t saved_floats(std::size_t rows) const {
+    (void)rows;
+    return 0;
+  }
 
   virtual void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const = 0;
   virtual bool splits_backward() const { return true; }
@@ -37,8 +41,8 @@ class Layer {
   virtual void backward_input(const float* params, const float* x, const float* saved, const float* dy, float* dx,
                               std::size_t rows) const = 0;
   // W: dparams from dy. Only called when splits_backward().
-  virtual void backward_weight(const float* params, const float* x, const float* saved, const float* dy,
-                               float* dparams, std::size_t rows) const = 0;
+  virtual void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
+                               std::size_t rows) const = 0;
   // B and W together. The default runs backward_input then backward_weight.
   virtual void backward(const float* params, const float* x, const float* saved, const float* dy, float* dx,
                         float* dparams, std::size_t rows) const {

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {

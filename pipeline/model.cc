@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/core/error.h"
 #include "pipeline/layers.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 

@@ -81,7 +81,7 @@ struct SyntheticModelSpec {
   int layers = 8;
   std::size_t width = 16;
   std::size_t rows = 4;
-  int micro_batches = 8;   // for the loss scale 1 / (rows m)
+  int micro_batches = 8;  // for the loss scale 1 / (rows m)
   std::uint64_t seed = 1;
   int unsplittable_every = 0;
   double layer_time_s = 0;

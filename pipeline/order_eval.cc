@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline::detail {
 
@@ -19,16 +19,19 @@ bool OrderScore::better_than(const OrderScore& o) const {
 
 std::vector<double> expand_memory_limit(const std::vector<double>& limit, int stages) {
   std::vector<double> out;
-  if (limit.empty()) out.assign(stages, static_cast<double>(stages));
-  else if (limit.size() == 1) out.assign(stages, limit[0]);
+  if (limit.empty())
+    out.assign(stages, static_cast<double>(stages));
+  else if (limit.size() == 1)
+    out.assign(stages, limit[0]);
   else {
-    STRATA_CHECK(limit.size() == static_cast<std::size_t>(stages), Errc::invalid_argument, "memory limit: ",
-                 limit.size(), " values for ", stages, " stages; give one value or one per stage");
+    STRATA_CHECK(limit.size() == static_cast<std::size_t>(stages), Errc::invalid_argument,
+                 "memory limit: ", limit.size(), " values for ", stages, " stages; give one value or one per stage");
     out = limit;
   }
   for (int s = 0; s < stages; ++s) {
-    STRATA_CHECK(std::isfinite(out[s]) && out[s] >= 1.0, Errc::invalid_argument, "memory limit ", out[s],
-                 " on stage ", s, " is below one micro-batch of activations: a stage must hold at least one "
+    STRATA_CHECK(std::isfinite(out[s]) && out[s] >= 1.0, Errc::invalid_argument, "memory limit ", out[s], " on stage ",
+                 s,
+                 " is below one micro-batch of activations: a stage must hold at least one "
                  "micro-batch (--mem-limit counts one micro-batch's activations as 1)");
   }
   return out;
@@ -91,8 +94,10 @@ OrderScore OrderEvaluator::operator()(const Order& order) {
         }
         first_[s] = std::min(first_[s], ready);
         clock_[s] = ready + dur;
-        if (a.kind == ActionKind::forward) end_f_[k] = clock_[s];
-        else if (a.kind != ActionKind::backward_weight) end_b_[k] = clock_[s];
+        if (a.kind == ActionKind::forward)
+          end_f_[k] = clock_[s];
+        else if (a.kind != ActionKind::backward_weight)
+          end_b_[k] = clock_[s];
         if (a.kind == ActionKind::backward_weight || a.kind == ActionKind::backward_full) --mem_[s];
         ++pos_[s];
         progress = true;

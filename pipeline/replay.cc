@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline::detail {
 
@@ -46,13 +46,27 @@ std::string replay(const Schedule& s, const Costs& costs, Timeline& out) {
             end = std::max(start, sent + costs.comm);
             break;
           }
-          case ActionKind::send_activation: act_sent[slot(a.micro, vs)] = start; break;
-          case ActionKind::send_gradient: grad_sent[slot(a.micro, vs)] = start; break;
-          case ActionKind::forward: end = start + costs.f(st) / v; break;
-          case ActionKind::backward_input: end = start + costs.b(st) / v; break;
-          case ActionKind::backward_weight: end = start + costs.w(st) / v; break;
-          case ActionKind::backward_full: end = start + (costs.b(st) + costs.w(st)) / v; break;
-          case ActionKind::optimizer_step: end = start + costs.optimizer; break;
+          case ActionKind::send_activation:
+            act_sent[slot(a.micro, vs)] = start;
+            break;
+          case ActionKind::send_gradient:
+            grad_sent[slot(a.micro, vs)] = start;
+            break;
+          case ActionKind::forward:
+            end = start + costs.f(st) / v;
+            break;
+          case ActionKind::backward_input:
+            end = start + costs.b(st) / v;
+            break;
+          case ActionKind::backward_weight:
+            end = start + costs.w(st) / v;
+            break;
+          case ActionKind::backward_full:
+            end = start + (costs.b(st) + costs.w(st)) / v;
+            break;
+          case ActionKind::optimizer_step:
+            end = start + costs.optimizer;
+            break;
         }
         if (waiting) break;
         out.actions.push_back({st, a, start, end});

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/core/error.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 
@@ -16,8 +16,8 @@ std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const P
                                                const std::vector<ParameterStore*>& stores,
                                                const ExecutorOptions& options, int steps,
                                                std::chrono::milliseconds recv_timeout) {
-  STRATA_CHECK(static_cast<int>(stores.size()) == schedule.stages, Errc::invalid_argument, "pipeline: ",
-               stores.size(), " parameter stores for ", schedule.stages, " stages");
+  STRATA_CHECK(static_cast<int>(stores.size()) == schedule.stages, Errc::invalid_argument, "pipeline: ", stores.size(),
+               " parameter stores for ", schedule.stages, " stages");
   STRATA_CHECK(steps >= 1, Errc::invalid_argument, "pipeline: steps=", steps, " must be at least 1");
   check_valid(schedule);
   LocalMailboxes boxes(recv_timeout);
@@ -55,8 +55,8 @@ std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const P
 StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& model, ParameterStore& store,
                               comm::Communicator& comm, const ExecutorOptions& options, int steps) {
   STRATA_CHECK(comm.world_size() == schedule.stages, Errc::invalid_argument, "pipeline: a ", schedule.stages,
-               "-stage schedule needs ", schedule.stages, " ranks, not ", comm.world_size(),
-               " (strata launch -n ", schedule.stages, ")");
+               "-stage schedule needs ", schedule.stages, " ranks, not ", comm.world_size(), " (strata launch -n ",
+               schedule.stages, ")");
   CommTransport transport(comm);
   StageExecutor exec(schedule, comm.rank(), model, store, transport, options);
   StageReport report;

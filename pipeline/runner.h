@@ -6,18 +6,18 @@
 #include <chrono>
 #include <vector>
 
-#include "engine/comm/communicator.h"
 #include "pipeline/executor.h"
+#include "runtime/comm/communicator.h"
 
 namespace strata::pipeline {
 
 // Runs `steps` steps with one thread per stage; stores[s] holds stage s's layers. Returns
 // the last step's reports, by stage. The first stage to fail aborts the others' receives
 // and its error is rethrown here (after every thread has ended).
-std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const PipelineModel& model,
-                                               const std::vector<ParameterStore*>& stores,
-                                               const ExecutorOptions& options = {}, int steps = 1,
-                                               std::chrono::milliseconds recv_timeout = std::chrono::milliseconds(60000));
+std::vector<StageReport> run_stages_as_threads(
+    const Schedule& schedule, const PipelineModel& model, const std::vector<ParameterStore*>& stores,
+    const ExecutorOptions& options = {}, int steps = 1,
+    std::chrono::milliseconds recv_timeout = std::chrono::milliseconds(60000));
 
 // Runs `steps` steps of stage comm.rank() (the world size must equal the stage count).
 StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& model, ParameterStore& store,

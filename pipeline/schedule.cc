@@ -4,7 +4,7 @@
 #include <charconv>
 #include <sstream>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -60,11 +60,16 @@ Schedule parse_header(std::string_view line) {
     STRATA_CHECK(eq != std::string_view::npos, Errc::invalid_argument, "schedule header: '", words[i],
                  "' is not key=value");
     const auto key = words[i].substr(0, eq), value = words[i].substr(eq + 1);
-    if (key == "kind") s.kind = std::string(value);
-    else if (key == "stages") s.stages = to_int(value, 1, "stages"), has_stages = true;
-    else if (key == "micro") s.micro_batches = to_int(value, 1, "micro"), has_micro = true;
-    else if (key == "chunks") s.chunks = to_int(value, 1, "chunks");
-    else STRATA_THROW(Errc::invalid_argument, "schedule header: unknown key '", key, "' (kind, stages, micro, chunks)");
+    if (key == "kind")
+      s.kind = std::string(value);
+    else if (key == "stages")
+      s.stages = to_int(value, 1, "stages"), has_stages = true;
+    else if (key == "micro")
+      s.micro_batches = to_int(value, 1, "micro"), has_micro = true;
+    else if (key == "chunks")
+      s.chunks = to_int(value, 1, "chunks");
+    else
+      STRATA_THROW(Errc::invalid_argument, "schedule header: unknown key '", key, "' (kind, stages, micro, chunks)");
   }
   STRATA_CHECK(has_stages && has_micro, Errc::invalid_argument, "schedule header '", line,
                "' must give stages= and micro=");
@@ -144,8 +149,8 @@ Schedule add_communication(std::string kind, int stages, int micro_batches, int 
   s.micro_batches = micro_batches;
   s.chunks = chunks;
   check_shape(s);
-  STRATA_CHECK(static_cast<int>(compute.size()) == stages, Errc::invalid_argument, "add_communication: ",
-               compute.size(), " compute lists for ", stages, " stages");
+  STRATA_CHECK(static_cast<int>(compute.size()) == stages, Errc::invalid_argument,
+               "add_communication: ", compute.size(), " compute lists for ", stages, " stages");
   s.actions.assign(stages, {});
   const int last = s.virtual_stages() - 1;
   for (int st = 0; st < stages; ++st) {
@@ -212,7 +217,8 @@ std::string to_csv(const Schedule& s) {
 Schedule parse_schedule(std::string_view text) {
   auto lines = split(text, '\n');
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
-  STRATA_CHECK(!lines.empty(), Errc::invalid_argument, "schedule text is empty: expected a 'strata-schedule v1' header");
+  STRATA_CHECK(!lines.empty(), Errc::invalid_argument,
+               "schedule text is empty: expected a 'strata-schedule v1' header");
   const auto first = trim(lines[0]);
   if (first.substr(0, 2) == "# ") return parse_csv(lines);
   return parse_text(lines);

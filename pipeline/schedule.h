@@ -19,10 +19,10 @@
 namespace strata::pipeline {
 
 struct Schedule {
-  std::string kind;      // generator name ("1f1b", ...) or "custom"
-  int stages = 1;        // p
-  int micro_batches = 1; // m
-  int chunks = 1;        // v: model chunks per stage
+  std::string kind;                          // generator name ("1f1b", ...) or "custom"
+  int stages = 1;                            // p
+  int micro_batches = 1;                     // m
+  int chunks = 1;                            // v: model chunks per stage
   std::vector<std::vector<Action>> actions;  // [stage] -> ordered actions
 
   int virtual_stages() const noexcept { return stages * chunks; }

@@ -2,10 +2,10 @@
 // (zb_exact), which the tests use to measure how far the heuristic is from an optimum.
 #include <algorithm>
 
-#include "engine/core/error.h"
 #include "pipeline/detail/checks.h"
 #include "pipeline/detail/search.h"
 #include "pipeline/generators.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace detail {
@@ -28,8 +28,10 @@ void local_search(Candidate& c, OrderEvaluator& eval, int max_evaluations) {
             crosses = k != i && list[k].kind == list[i].kind;
           if (crosses) continue;
           auto move = [&](int from, int to) {
-            if (from < to) std::rotate(list.begin() + from, list.begin() + from + 1, list.begin() + to + 1);
-            else std::rotate(list.begin() + to, list.begin() + from, list.begin() + from + 1);
+            if (from < to)
+              std::rotate(list.begin() + from, list.begin() + from + 1, list.begin() + to + 1);
+            else
+              std::rotate(list.begin() + to, list.begin() + from, list.begin() + from + 1);
           };
           move(i, j);
           const OrderScore score = eval(c.order);
@@ -104,8 +106,8 @@ Schedule zb_exact(const AutoOptions& o, double* makespan) {
     std::vector<Action> cur;
     detail::enumerate_stage(m, limit[s], cur, 0, 0, 0, options[s], static_cast<std::size_t>(kMaxCombinations));
     combos *= static_cast<double>(options[s].size());
-    STRATA_CHECK(combos <= kMaxCombinations, Errc::invalid_argument, "zb-exact: p=", p, " m=", m,
-                 " has more than ", kMaxCombinations, " orders to try; the exhaustive search is for tiny cases");
+    STRATA_CHECK(combos <= kMaxCombinations, Errc::invalid_argument, "zb-exact: p=", p, " m=", m, " has more than ",
+                 kMaxCombinations, " orders to try; the exhaustive search is for tiny cases");
   }
   detail::OrderEvaluator eval(p, m, o.costs, limit);
   std::vector<std::size_t> pick(p, 0);

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/core/error.h"
 #include "pipeline/detail/replay.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 

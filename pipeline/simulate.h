@@ -18,7 +18,7 @@ namespace strata::pipeline {
 struct ValidationReport {
   std::vector<std::string> errors;  // empty when valid; at most 20 are kept
   bool ok() const noexcept { return errors.empty(); }
-  std::string summary() const;      // the errors, one per line
+  std::string summary() const;  // the errors, one per line
 };
 
 ValidationReport validate(const Schedule& s);
@@ -28,7 +28,7 @@ void check_valid(const Schedule& s);
 struct SimResult {
   Timeline timeline;  // every action, comm and OPT included
   TimelineStats stats;
-  double ideal = 0;   // max over stages of busy time: the makespan with no bubble
+  double ideal = 0;  // max over stages of busy time: the makespan with no bubble
 };
 
 // Validates, then times: a stage runs its actions in order, each starting when the stage

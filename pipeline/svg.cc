@@ -19,11 +19,16 @@ struct Style {
 
 Style style_of(ActionKind k) {
   switch (k) {
-    case ActionKind::forward: return {"#8ab6e8", "#3d78b8", "F forward"};
-    case ActionKind::backward_input: return {"#f7c08a", "#c97a2e", "B input gradient"};
-    case ActionKind::backward_weight: return {"#a8d5a0", "#4f9a45", "W weight gradient"};
-    case ActionKind::backward_full: return {"#e8a0a0", "#b55050", "BW full backward (B+W)"};
-    default: return {"#c8c8c8", "#888888", "OPT optimizer step"};
+    case ActionKind::forward:
+      return {"#8ab6e8", "#3d78b8", "F forward"};
+    case ActionKind::backward_input:
+      return {"#f7c08a", "#c97a2e", "B input gradient"};
+    case ActionKind::backward_weight:
+      return {"#a8d5a0", "#4f9a45", "W weight gradient"};
+    case ActionKind::backward_full:
+      return {"#e8a0a0", "#b55050", "BW full backward (B+W)"};
+    default:
+      return {"#c8c8c8", "#888888", "OPT optimizer step"};
   }
 }
 
@@ -72,7 +77,8 @@ std::string to_svg(const Timeline& t, const std::string& title) {
     const double y = top + s * (row + gap);
     os << "<rect x=\"" << fmt(left) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(plot_w) << "\" height=\"" << fmt(row)
        << "\" fill=\"#f3f3f3\"/>\n";
-    os << "<text x=\"" << fmt(left - 8) << "\" y=\"" << fmt(y + row / 2 + 5) << "\" font-size=\"13\" text-anchor=\"end\">"
+    os << "<text x=\"" << fmt(left - 8) << "\" y=\"" << fmt(y + row / 2 + 5)
+       << "\" font-size=\"13\" text-anchor=\"end\">"
        << "Stage " << s << "</text>\n";
   }
   for (const auto& ta : t.actions) {
@@ -89,8 +95,8 @@ std::string to_svg(const Timeline& t, const std::string& title) {
     const double font = std::min(13.0, w * 0.55);
     if (font >= 6) {
       os << "<text x=\"" << fmt(x + w / 2) << "\" y=\"" << fmt(y + row / 2 + font * 0.36) << "\" font-size=\""
-         << fmt(font) << "\" text-anchor=\"middle\" fill=\"" << (other ? "white" : "black") << "\">"
-         << ta.action.micro << "</text>\n";
+         << fmt(font) << "\" text-anchor=\"middle\" fill=\"" << (other ? "white" : "black") << "\">" << ta.action.micro
+         << "</text>\n";
     }
   }
   // Time axis.
@@ -107,7 +113,8 @@ std::string to_svg(const Timeline& t, const std::string& title) {
     os << "<text x=\"" << fmt(x) << "\" y=\"" << fmt(axis_y + 18) << "\" font-size=\"11\" text-anchor=\"middle\">"
        << label.str() << "</text>\n";
   }
-  os << "<text x=\"" << fmt(left + plot_w) << "\" y=\"" << fmt(axis_y + 32) << "\" font-size=\"11\" text-anchor=\"end\">"
+  os << "<text x=\"" << fmt(left + plot_w) << "\" y=\"" << fmt(axis_y + 32)
+     << "\" font-size=\"11\" text-anchor=\"end\">"
      << "time (" << t.unit << ")</text>\n";
   // Legend: the kinds that appear.
   double lx = left;
@@ -117,7 +124,8 @@ std::string to_svg(const Timeline& t, const std::string& title) {
     const Style st = style_of(static_cast<ActionKind>(k));
     os << "<rect x=\"" << fmt(lx) << "\" y=\"" << fmt(ly) << "\" width=\"14\" height=\"14\" fill=\"" << st.fill
        << "\" stroke=\"#333\" stroke-width=\"0.6\"/>\n";
-    os << "<text x=\"" << fmt(lx + 20) << "\" y=\"" << fmt(ly + 11) << "\" font-size=\"12\">" << st.label << "</text>\n";
+    os << "<text x=\"" << fmt(lx + 20) << "\" y=\"" << fmt(ly + 11) << "\" font-size=\"12\">" << st.label
+       << "</text>\n";
     lx += 190;
   }
   if (t.chunks > 1) {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 
@@ -23,8 +23,8 @@ TimelineStats summarize(const Timeline& t) {
   for (const auto& ta : t.actions) {
     const ActionKind k = ta.action.kind;
     if (!is_compute(k) && k != ActionKind::optimizer_step) continue;
-    STRATA_CHECK(ta.stage >= 0 && ta.stage < p, Errc::invalid_argument, "timeline: action on stage ", ta.stage,
-                 " of ", p);
+    STRATA_CHECK(ta.stage >= 0 && ta.stage < p, Errc::invalid_argument, "timeline: action on stage ", ta.stage, " of ",
+                 p);
     first[ta.stage] = std::min(first[ta.stage], ta.start);
     last[ta.stage] = std::max(last[ta.stage], ta.end);
     st.busy[ta.stage] += ta.end - ta.start;
@@ -61,13 +61,15 @@ std::string to_chrome_trace(const Timeline& t) {
   using nlohmann::json;
   json events = json::array();
   for (int s = 0; s < t.stages; ++s) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", s},
                       {"args", {{"name", "stage " + std::to_string(s)}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
-                      {"args", {{"sort_index", s}}}});
+    events.push_back(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", s}, {"args", {{"sort_index", s}}}});
   }
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
-                    {"args", {{"name", "pipeline " + t.kind}}}});
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "pipeline " + t.kind}}}});
   for (const auto& ta : t.actions) {
     const ActionKind k = ta.action.kind;
     const bool recv = k == ActionKind::recv_activation || k == ActionKind::recv_gradient;
@@ -83,9 +85,14 @@ std::string to_chrome_trace(const Timeline& t) {
     if (recv) e["args"]["wait_for_stage"] = ta.action.peer;
     events.push_back(std::move(e));
   }
-  json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"},
-              {"otherData", {{"kind", t.kind}, {"stages", t.stages}, {"micro_batches", t.micro_batches},
-                             {"chunks", t.chunks}, {"unit", t.unit}}}};
+  json doc = {{"traceEvents", std::move(events)},
+              {"displayTimeUnit", "ms"},
+              {"otherData",
+               {{"kind", t.kind},
+                {"stages", t.stages},
+                {"micro_batches", t.micro_batches},
+                {"chunks", t.chunks},
+                {"unit", t.unit}}}};
   return doc.dump(1);
 }
 

@@ -24,17 +24,17 @@ struct Timeline {
   int stages = 1;
   int micro_batches = 1;
   int chunks = 1;
-  std::string kind;            // schedule kind, for titles
-  std::string unit = "unit";   // "unit" (simulated) or "s" (measured)
-  double unit_us = 1000.0;     // microseconds per unit in traces (1 unit = 1 ms by default)
+  std::string kind;                  // schedule kind, for titles
+  std::string unit = "unit";         // "unit" (simulated) or "s" (measured)
+  double unit_us = 1000.0;           // microseconds per unit in traces (1 unit = 1 ms by default)
   std::vector<TimedAction> actions;  // compute actions, plus comm/OPT where known
 };
 
 struct TimelineStats {
   double makespan = 0;
   double bubble_rate = 0;
-  std::vector<double> span;         // per stage
-  std::vector<double> busy;         // per stage: time in F, B, W, BW, OPT
+  std::vector<double> span;  // per stage
+  std::vector<double> busy;  // per stage: time in F, B, W, BW, OPT
   std::vector<double> bubble_rate_per_stage;
   std::vector<double> peak_activations;  // per stage, in micro-batches (a chunk counts 1/v)
 };

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <exception>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
-#include "engine/core/log.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
 
 namespace strata::pipeline {
 
@@ -30,8 +30,8 @@ void LocalMailboxes::take(int from, int to, std::uint32_t tag, void* data, std::
   STRATA_CHECK(arrived, Errc::timeout, "stage ", to, ": no message ", tag, " from stage ", from, " within ",
                timeout_.count(), " ms");
   auto it = boxes_.find(key);
-  STRATA_CHECK(it->second.size() == bytes, Errc::internal, "stage ", to, ": message ", tag, " from stage ", from, " has ",
-               it->second.size(), " bytes, expected ", bytes);
+  STRATA_CHECK(it->second.size() == bytes, Errc::internal, "stage ", to, ": message ", tag, " from stage ", from,
+               " has ", it->second.size(), " bytes, expected ", bytes);
   if (bytes > 0) std::memcpy(data, it->second.data(), bytes);
   boxes_.erase(it);
 }

@@ -82,7 +82,7 @@ class CommTransport final : public Transport {
     std::vector<unsigned char> bytes;
   };
   comm::Communicator& comm_;
-  std::vector<std::unique_ptr<Pending>> pending_;  // sends
+  std::vector<std::unique_ptr<Pending>> pending_;                             // sends
   std::map<std::pair<int, std::uint32_t>, std::unique_ptr<Pending>> posted_;  // early receives
 };
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <sstream>
 
-#include "engine/core/error.h"
 #include "pipeline/detail/replay.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 namespace strata::pipeline {
 namespace {
@@ -23,14 +23,22 @@ struct StageIndex {
   std::size_t at(int micro, int chunk) const { return static_cast<std::size_t>(micro) * v + chunk; }
   std::vector<int>& of(ActionKind k) {
     switch (k) {
-      case ActionKind::forward: return f;
-      case ActionKind::backward_input: return b;
-      case ActionKind::backward_weight: return w;
-      case ActionKind::backward_full: return bw;
-      case ActionKind::send_activation: return sa;
-      case ActionKind::recv_activation: return ra;
-      case ActionKind::send_gradient: return sg;
-      default: return rg;
+      case ActionKind::forward:
+        return f;
+      case ActionKind::backward_input:
+        return b;
+      case ActionKind::backward_weight:
+        return w;
+      case ActionKind::backward_full:
+        return bw;
+      case ActionKind::send_activation:
+        return sa;
+      case ActionKind::recv_activation:
+        return ra;
+      case ActionKind::send_gradient:
+        return sg;
+      default:
+        return rg;
     }
   }
 };
@@ -54,8 +62,7 @@ class Checker {
   }
 
  private:
-  template <class... A>
-  void add(A&&... parts) {
+  template <class... A> void add(A&&... parts) {
     if (report_.errors.size() < kMaxErrors) report_.errors.push_back(str_cat(std::forward<A>(parts)...));
   }
 
@@ -88,8 +95,10 @@ class Checker {
         continue;
       }
       int& slot = idx.of(a.kind)[idx.at(a.micro, a.chunk)];
-      if (slot >= 0) add("stage ", st, ": ", format_action(a), " appears twice (actions ", slot, " and ", i, ")");
-      else slot = i;
+      if (slot >= 0)
+        add("stage ", st, ": ", format_action(a), " appears twice (actions ", slot, " and ", i, ")");
+      else
+        slot = i;
     }
     if (opt_count != 1) add("stage ", st, ": ", opt_count, " optimizer steps (OPT); exactly one is needed");
   }
@@ -106,10 +115,12 @@ class Checker {
         last_compute = std::max({last_compute, f, b, w, bw});
         if (f < 0) add("stage ", st, ": F", name, " is missing");
         const bool split = b >= 0 || w >= 0;
-        if (split && bw >= 0) add("stage ", st, ": micro-batch ", name, " has both BW and B/W");
-        else if (split && (b < 0 || w < 0)) add("stage ", st, ": micro-batch ", name, " has ", b < 0 ? "W" : "B",
-                                                " without ", b < 0 ? "B" : "W");
-        else if (!split && bw < 0) add("stage ", st, ": micro-batch ", name, " has no backward (B and W, or BW)");
+        if (split && bw >= 0)
+          add("stage ", st, ": micro-batch ", name, " has both BW and B/W");
+        else if (split && (b < 0 || w < 0))
+          add("stage ", st, ": micro-batch ", name, " has ", b < 0 ? "W" : "B", " without ", b < 0 ? "B" : "W");
+        else if (!split && bw < 0)
+          add("stage ", st, ": micro-batch ", name, " has no backward (B and W, or BW)");
         const int back = split ? b : bw;
         if (f >= 0 && back >= 0 && back < f) add("stage ", st, ": backward of ", name, " comes before its F");
         if (b >= 0 && w >= 0 && w < b) add("stage ", st, ": W", name, " comes before B", name);
@@ -117,8 +128,9 @@ class Checker {
       }
     }
     const int opt = st < static_cast<int>(opt_pos_.size()) ? opt_pos_[st] : -1;
-    if (opt >= 0 && opt < last_compute) add("stage ", st, ": OPT (action ", opt, ") comes before compute action ",
-                                             last_compute, "; it must follow every F, B, W and BW");
+    if (opt >= 0 && opt < last_compute)
+      add("stage ", st, ": OPT (action ", opt, ") comes before compute action ", last_compute,
+          "; it must follow every F, B, W and BW");
   }
 
   // The dependencies of (mb, c) on its neighbouring virtual stages: local ones by order,
@@ -133,9 +145,9 @@ class Checker {
       const bool exists = nvs >= 0 && nvs <= last_vs;
       const int nst = exists ? s_.stage_of(nvs) : -1;
       const bool remote = exists && nst != st;
-      const int consumer = dir < 0 ? f : back;                 // needs the neighbour's output
+      const int consumer = dir < 0 ? f : back;  // needs the neighbour's output
       const int recv = dir < 0 ? idx.ra[k] : idx.rg[k];
-      const int send = dir < 0 ? idx.sg[k] : idx.sa[k];        // our output to that neighbour
+      const int send = dir < 0 ? idx.sg[k] : idx.sa[k];  // our output to that neighbour
       const int producer = dir < 0 ? back : f;
       const char* recv_tok = dir < 0 ? "RA" : "RG";
       const char* send_tok = dir < 0 ? "SG" : "SA";
@@ -153,13 +165,14 @@ class Checker {
         continue;
       }
       const auto& a_recv = recv >= 0 ? s_.actions[st][recv] : Action{};
-      if (recv < 0) add("stage ", st, ": ", dir < 0 ? "F" : "backward ", name, " has no ", recv_tok, name, "<", nst,
-                        " before it");
-      else if (a_recv.peer != nst) add("stage ", st, ": ", format_action(a_recv), " should receive from stage ", nst);
+      if (recv < 0)
+        add("stage ", st, ": ", dir < 0 ? "F" : "backward ", name, " has no ", recv_tok, name, "<", nst, " before it");
+      else if (a_recv.peer != nst)
+        add("stage ", st, ": ", format_action(a_recv), " should receive from stage ", nst);
       else if (consumer >= 0 && recv > consumer)
         add("stage ", st, ": ", format_action(a_recv), " comes after the action that needs it");
-      if (send < 0) add("stage ", st, ": ", dir < 0 ? "backward " : "F", name, " has no ", send_tok, name, ">", nst,
-                        " after it");
+      if (send < 0)
+        add("stage ", st, ": ", dir < 0 ? "backward " : "F", name, " has no ", send_tok, name, ">", nst, " after it");
       else if (s_.actions[st][send].peer != nst)
         add("stage ", st, ": ", format_action(s_.actions[st][send]), " should send to stage ", nst);
       else if (producer >= 0 && send < producer)

@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<FortranBlas> fortran;
     std::unique_ptr<Bf16Matmul> bf16;
     if (lib == "openblas" || lib == "blis") {
-      fortran = std::make_unique<FortranBlas>(lib, lib == "blis" ? "/usr/lib/x86_64-linux-gnu/blis-pthread/libblas.so.3"
-                                                                 : "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3");
+      fortran =
+          std::make_unique<FortranBlas>(lib, lib == "blis" ? "/usr/lib/x86_64-linux-gnu/blis-pthread/libblas.so.3"
+                                                           : "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3");
       run = [&] { fortran->run(out.data(), a.data(), w.data(), N, IC, OC); };
     } else if (lib == "onednn") {
       run = [&] { dnnl_sgemm('N', 'N', N, OC, IC, 1.0f, a.data(), IC, w.data(), OC, 0.0f, out.data(), OC); };

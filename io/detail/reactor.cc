@@ -64,8 +64,8 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const EngineOptions& options) {
     rc = io_uring_queue_init_params(entries, &r->ring_, &params);
   }
   if (rc < 0) {
-    return Status(rc, "io engine: io_uring_queue_init(" + std::to_string(entries) + " entries) failed: " +
-                          errno_text(rc) +
+    return Status(rc, "io engine: io_uring_queue_init(" + std::to_string(entries) +
+                          " entries) failed: " + errno_text(rc) +
                           ". io_uring is unavailable here (old kernel, kernel.io_uring_disabled sysctl, or a "
                           "seccomp filter such as a container's); `strata info` shows what the kernel offers");
   }
@@ -74,14 +74,16 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const EngineOptions& options) {
   if (options.max_files > 0) {
     rc = io_uring_register_files_sparse(&r->ring_, options.max_files);
     r->files_table_ = rc >= 0;
-    if (rc < 0) warn_once("uring-files", "io engine: no fixed-file table (" + errno_text(rc) + "); using plain descriptors");
+    if (rc < 0)
+      warn_once("uring-files", "io engine: no fixed-file table (" + errno_text(rc) + "); using plain descriptors");
     r->file_slots_.assign(r->files_table_ ? options.max_files : 0, false);
   }
   if (options.max_buffers > 0) {
     rc = io_uring_register_buffers_sparse(&r->ring_, options.max_buffers);
     r->buffers_table_ = rc >= 0;
     if (rc < 0) {
-      warn_once("uring-buffers", "io engine: no fixed-buffer table (" + errno_text(rc) + "); using plain reads and writes");
+      warn_once("uring-buffers",
+                "io engine: no fixed-buffer table (" + errno_text(rc) + "); using plain reads and writes");
     }
     r->buffer_slots_.assign(r->buffers_table_ ? options.max_buffers : 0, false);
   }
@@ -219,12 +221,16 @@ void Reactor::prep(std::uint32_t index) {
   const bool fixed_file = !p.buffered && f.slot >= 0;
   const int fd = fixed_file ? f.slot : (p.buffered ? f.buffered_fd : f.fd);
   if (r.buf_index >= 0) {
-    if (r.op == Op::read) io_uring_prep_read_fixed(sqe, fd, p.buf, p.len, p.offset, r.buf_index);
-    else io_uring_prep_write_fixed(sqe, fd, p.buf, p.len, p.offset, r.buf_index);
+    if (r.op == Op::read)
+      io_uring_prep_read_fixed(sqe, fd, p.buf, p.len, p.offset, r.buf_index);
+    else
+      io_uring_prep_write_fixed(sqe, fd, p.buf, p.len, p.offset, r.buf_index);
     counters_.fixed_buffer_pieces.fetch_add(1, std::memory_order_relaxed);
   } else {
-    if (r.op == Op::read) io_uring_prep_read(sqe, fd, p.buf, p.len, p.offset);
-    else io_uring_prep_write(sqe, fd, p.buf, p.len, p.offset);
+    if (r.op == Op::read)
+      io_uring_prep_read(sqe, fd, p.buf, p.len, p.offset);
+    else
+      io_uring_prep_write(sqe, fd, p.buf, p.len, p.offset);
   }
   if (fixed_file) {
     sqe->flags |= IOSQE_FIXED_FILE;
@@ -248,8 +254,10 @@ void Reactor::submit_prepared(bool wait) {
   if (rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) {
     warn_once("uring-submit", "io engine: io_uring_submit failed: " + errno_text(rc) + "; retrying");
   }
-  if (rc == -EINTR) counters_.interrupted_calls.fetch_add(1, std::memory_order_relaxed);
-  else std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (rc == -EINTR)
+    counters_.interrupted_calls.fetch_add(1, std::memory_order_relaxed);
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 void Reactor::reap() {
@@ -345,7 +353,7 @@ void Reactor::finish(Request* r) {
   if (r->err != 0) counters_.failed_requests.fetch_add(1, std::memory_order_relaxed);
   IoResult result{r->err, r->done, std::move(r->message)};
   if (r->callback) {
-    // No exception may leave the io thread (STYLE.md): a throwing callback is reported.
+    // No exception may leave the io thread (it would end the process): a throwing callback is reported.
     try {
       r->callback(result);
     } catch (const std::exception& e) {
@@ -426,9 +434,10 @@ int Reactor::find_buffer(const void* ptr, std::uint64_t bytes) const {
 EngineStats Reactor::stats() const noexcept {
   auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const Counters& c = counters_;
-  return {ld(c.requests),     ld(c.failed_requests), ld(c.pieces),         ld(c.fixed_buffer_pieces),
-          ld(c.fixed_file_pieces), ld(c.buffered_pieces), ld(c.submit_calls), ld(c.short_transfers), ld(c.retries),
-          ld(c.interrupted_calls), ld(c.max_in_flight), ld(c.bytes_read), ld(c.bytes_written)};
+  return {ld(c.requests),          ld(c.failed_requests),   ld(c.pieces),        ld(c.fixed_buffer_pieces),
+          ld(c.fixed_file_pieces), ld(c.buffered_pieces),   ld(c.submit_calls),  ld(c.short_transfers),
+          ld(c.retries),           ld(c.interrupted_calls), ld(c.max_in_flight), ld(c.bytes_read),
+          ld(c.bytes_written)};
 }
 
 }  // namespace strata::io::detail

@@ -41,8 +41,8 @@ struct Request {
   std::uint64_t issued = 0;         // bytes handed to pieces so far
   std::uint64_t done = 0;           // bytes completed
   unsigned in_flight = 0;
-  bool queued = false;              // in the round-robin queue
-  int err = 0;                      // the failure at the lowest offset (see Reactor::fail)
+  bool queued = false;  // in the round-robin queue
+  int err = 0;          // the failure at the lowest offset (see Reactor::fail)
   std::uint64_t fail_offset = 0;
   std::string message;
   std::shared_ptr<FutureState> future;
@@ -54,9 +54,9 @@ struct Piece {
   Request* req = nullptr;
   std::uint64_t offset = 0;  // file offset of the next byte
   std::byte* buf = nullptr;
-  std::uint32_t len = 0;     // bytes still to transfer
-  std::uint32_t total = 0;   // piece length as issued
-  bool buffered = false;     // on the buffered descriptor (tail, unaligned, or after a short transfer)
+  std::uint32_t len = 0;    // bytes still to transfer
+  std::uint32_t total = 0;  // piece length as issued
+  bool buffered = false;    // on the buffered descriptor (tail, unaligned, or after a short transfer)
   unsigned retries = 0;
 };
 
@@ -118,7 +118,7 @@ class Reactor {
   std::vector<Piece> pieces_;
   std::vector<std::uint32_t> free_pieces_;
   unsigned in_flight_ = 0;
-  unsigned prepared_ = 0;  // SQEs prepared since the last submit
+  unsigned prepared_ = 0;   // SQEs prepared since the last submit
   std::uint64_t live_ = 0;  // requests taken from the inbox and not finished
 
   mutable std::mutex slot_mutex_;
@@ -128,10 +128,9 @@ class Reactor {
   std::map<std::uintptr_t, std::pair<std::uintptr_t, int>> buffers_;  // start -> (end, slot)
 
   struct Counters {
-    std::atomic<std::uint64_t> requests{0}, failed_requests{0}, pieces{0}, fixed_buffer_pieces{0},
-        fixed_file_pieces{0}, buffered_pieces{0}, submit_calls{0}, short_transfers{0}, retries{0}, interrupted_calls{0}, max_in_flight{0},
-        bytes_read{0},
-        bytes_written{0};
+    std::atomic<std::uint64_t> requests{0}, failed_requests{0}, pieces{0}, fixed_buffer_pieces{0}, fixed_file_pieces{0},
+        buffered_pieces{0}, submit_calls{0}, short_transfers{0}, retries{0}, interrupted_calls{0}, max_in_flight{0},
+        bytes_read{0}, bytes_written{0};
   };
   Counters counters_;
 };

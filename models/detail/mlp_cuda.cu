@@ -5,9 +5,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "engine/core/error.h"
-#include "engine/device/cuda_check.h"
 #include "models/detail/mlp_cuda.h"
+#include "runtime/core/error.h"
+#include "runtime/device/cuda_check.h"
 
 namespace strata::model::detail {
 namespace {
@@ -89,11 +89,13 @@ void cuda_mlp_backward(void* handle, void* cuda_stream, const float* W, const fl
     STRATA_CUDA_CHECK(cudaGetLastError(), "mlp tanh gradient kernel");
   }
   // dW^T [H(in), H(out)] = in^T [H, B] · dz [B, H]: dz's buffer is dz^T column-major, op = T.
-  blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, H, H, B, &one, in, H, dout, H, &zero, dW, H), "weight-gradient sgemm");
+  blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, H, H, B, &one, in, H, dout, H, &zero, dW, H),
+             "weight-gradient sgemm");
   column_sum_kernel<<<grid_for(hidden, 128), 128, 0, st>>>(dout, db, batch, hidden);
   STRATA_CUDA_CHECK(cudaGetLastError(), "mlp bias-gradient kernel");
   // din^T [H, B] = W^T [H, H] · dz^T [H, B]: W's buffer is W^T column-major, op = N.
-  blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, H, B, H, &one, W, H, dout, H, &zero, din, H), "input-gradient sgemm");
+  blas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, H, B, H, &one, W, H, dout, H, &zero, din, H),
+             "input-gradient sgemm");
 }
 
 }  // namespace strata::model::detail

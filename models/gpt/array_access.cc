@@ -2,18 +2,18 @@
 
 #include <algorithm>
 
-#include "engine/zero/layout.h"
+#include "engine/layout.h"
 
 namespace strata::model {
 
 std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed) {
   std::vector<NamedTensor> out;
   for (const auto& p : gpt_params(s)) {
-    zero::ParamSpec spec{p.name, p.shape, p.layer, p.init};
+    engine::ParamSpec spec{p.name, p.shape, p.layer, p.init};
     std::size_t n = 1;
     for (auto d : p.shape) n *= static_cast<std::size_t>(d);
     std::vector<float> v(n);
-    zero::init_values(spec, seed, 0, n, v.data());
+    engine::init_values(spec, seed, 0, n, v.data());
     out.push_back({p.name, p.shape, std::move(v)});
   }
   return out;

@@ -14,7 +14,7 @@
 namespace strata::model {
 
 // Every parameter's initial values exactly as the engine makes them for `seed`
-// (zero::init_values keyed by name), in registration order.
+// (engine::init_values keyed by name), in registration order.
 std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed);
 
 class ArrayAccess : public LayerAccess {

@@ -1,6 +1,6 @@
 // Causal multi-head self-attention on the host (see ops.h): each (batch, head) pair is one
-// task of single-threaded SGEMMs (gemm_serial), so the tasks are the parallelism. Scores for the whole T x T square are computed and the upper
-// triangle masked: half the products are wasted, in exchange for plain GEMMs.
+// task of single-threaded SGEMMs (gemm_serial), so the tasks are the parallelism. Scores for the whole T x T square are
+// computed and the upper triangle masked: half the products are wasted, in exchange for plain GEMMs.
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 

@@ -16,7 +16,11 @@ std::size_t BlockActs::floats(const BlockDims& d) {
 
 void BlockActs::carve(float* p, const BlockDims& d) {
   const std::size_t N = d.tokens(), C = static_cast<std::size_t>(d.C);
-  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  auto take = [&p](std::size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
   ln1 = take(N * C);
   ln1_mean = take(N);
   ln1_rstd = take(N);
@@ -35,7 +39,11 @@ std::size_t BlockScratch::floats(const BlockDims& d) { return 10 * d.tokens() * 
 
 void BlockScratch::carve(float* p, const BlockDims& d) {
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
-  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  auto take = [&p](std::size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
   dres1 = take(NC);
   d4 = take(4 * NC);
   dln = take(NC);

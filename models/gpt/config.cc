@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::model {
 
@@ -20,14 +20,18 @@ Remat parse_remat(const std::string& s) {
   if (s == "never") return Remat::never;
   if (s == "except_last") return Remat::except_last;
   if (s == "always") return Remat::always;
-  STRATA_THROW(Errc::invalid_argument, "--remat '", s, "' is not a re-materialization mode: use never, except_last or always");
+  STRATA_THROW(Errc::invalid_argument, "--remat '", s,
+               "' is not a re-materialization mode: use never, except_last or always");
 }
 
 const char* remat_name(Remat r) noexcept {
   switch (r) {
-    case Remat::never: return "never";
-    case Remat::except_last: return "except_last";
-    case Remat::always: return "always";
+    case Remat::never:
+      return "never";
+    case Remat::except_last:
+      return "except_last";
+    case Remat::always:
+      return "always";
   }
   return "?";
 }
@@ -51,24 +55,24 @@ std::vector<GptParam> gpt_params(const GptShape& s) {
   const float std_w = 0.02f;
   // GPT-2 scales the residual projections by 1/sqrt(2 L) at initialisation.
   const auto std_proj = static_cast<float>(0.02 / std::sqrt(2.0 * s.layers));
-  const zero::ParamInit ones{zero::InitKind::ones, 0.0f}, zeros{zero::InitKind::zeros, 0.0f};
+  const engine::ParamInit ones{engine::InitKind::ones, 0.0f}, zeros{engine::InitKind::zeros, 0.0f};
   std::vector<GptParam> out;
-  out.push_back({"wte.weight", {V, C}, 0, {zero::InitKind::normal, std_w}});
-  out.push_back({"wpe.weight", {P, C}, 0, {zero::InitKind::normal, std_w}});
+  out.push_back({"wte.weight", {V, C}, 0, {engine::InitKind::normal, std_w}});
+  out.push_back({"wpe.weight", {P, C}, 0, {engine::InitKind::normal, std_w}});
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     const int layer = l + 1;
     out.push_back({h + "ln_1.weight", {C}, layer, ones});
     out.push_back({h + "ln_1.bias", {C}, layer, zeros});
-    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}, layer, {zero::InitKind::normal, std_w}});
+    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}, layer, {engine::InitKind::normal, std_w}});
     out.push_back({h + "attn.c_attn.bias", {3 * C}, layer, zeros});
-    out.push_back({h + "attn.c_proj.weight", {C, C}, layer, {zero::InitKind::normal, std_proj}});
+    out.push_back({h + "attn.c_proj.weight", {C, C}, layer, {engine::InitKind::normal, std_proj}});
     out.push_back({h + "attn.c_proj.bias", {C}, layer, zeros});
     out.push_back({h + "ln_2.weight", {C}, layer, ones});
     out.push_back({h + "ln_2.bias", {C}, layer, zeros});
-    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, layer, {zero::InitKind::normal, std_w}});
+    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, layer, {engine::InitKind::normal, std_w}});
     out.push_back({h + "mlp.c_fc.bias", {4 * C}, layer, zeros});
-    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}, layer, {zero::InitKind::normal, std_proj}});
+    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}, layer, {engine::InitKind::normal, std_proj}});
     out.push_back({h + "mlp.c_proj.bias", {C}, layer, zeros});
   }
   out.push_back({"ln_f.weight", {C}, s.layers + 1, ones});

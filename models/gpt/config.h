@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/zero/layout.h"
+#include "engine/layout.h"
 
 namespace strata::model {
 
@@ -49,7 +49,7 @@ struct GptParam {
   std::string name;
   std::vector<std::int64_t> shape;
   int layer = 0;
-  zero::ParamInit init;
+  engine::ParamInit init;
 };
 // Every parameter in registration order: layer 0, then each block, then ln_f. Within a
 // block the order is ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
@@ -62,7 +62,20 @@ std::uint64_t gpt_parameter_count(const GptShape& s);
 // T x T square, as the usual MFU accounting does).
 double gpt_train_flops_per_token(const GptShape& s, int seq_len);
 
-enum BlockParam { ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b,
-                  kBlockParams };
+enum BlockParam {
+  ln1_w,
+  ln1_b,
+  qkv_w,
+  qkv_b,
+  attproj_w,
+  attproj_b,
+  ln2_w,
+  ln2_b,
+  fc_w,
+  fc_b,
+  fcproj_w,
+  fcproj_b,
+  kBlockParams
+};
 
 }  // namespace strata::model

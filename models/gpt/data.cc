@@ -8,8 +8,8 @@
 #include <fstream>
 #include <set>
 
-#include "engine/core/error.h"
-#include "engine/core/random.h"
+#include "runtime/core/error.h"
+#include "runtime/core/random.h"
 
 namespace strata::model {
 namespace {
@@ -67,7 +67,8 @@ void append_file(const fs::path& p, const std::string& format, bool in_dir, bool
                  " bytes): not a file of uint16 tokens");
     append_u16(b, 0, out);
   } else {
-    STRATA_THROW(Errc::invalid_argument, "--data-format '", format, "' is not a format: use auto, bytes, tokens or u16");
+    STRATA_THROW(Errc::invalid_argument, "--data-format '", format,
+                 "' is not a format: use auto, bytes, tokens or u16");
   }
 }
 
@@ -135,8 +136,10 @@ void Batcher::train_batch(std::int64_t step, std::int64_t train_batch, int k, in
                           std::int32_t* inputs, std::int32_t* targets) const {
   const std::size_t span = train_end_ - static_cast<std::size_t>(T_);
   for (int j = 0; j < micro; ++j) {
-    const auto i = static_cast<std::uint64_t>(step * train_batch + (static_cast<std::int64_t>(k) * world + rank) * micro + j);
-    copy(splitmix64(key_ + i) % span, inputs + static_cast<std::size_t>(j) * T_, targets + static_cast<std::size_t>(j) * T_);
+    const auto i =
+        static_cast<std::uint64_t>(step * train_batch + (static_cast<std::int64_t>(k) * world + rank) * micro + j);
+    copy(splitmix64(key_ + i) % span, inputs + static_cast<std::size_t>(j) * T_,
+         targets + static_cast<std::size_t>(j) * T_);
   }
 }
 

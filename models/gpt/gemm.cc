@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
 
 namespace strata::model::ops {
 namespace {
@@ -51,8 +51,8 @@ dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dnnl::memory:
 
 // One bf16 product on the calling thread: A and B already bf16, C fp32. The primitive and its
 // memory objects are made once per shape and thread; each call only swaps the pointers.
-void bf16_panel(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda, const std::uint16_t* B,
-                int ldb, bool accumulate, float* C, int ldc) {
+void bf16_panel(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb,
+                bool accumulate, float* C, int ldc) {
   struct Prepared {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
@@ -74,9 +74,10 @@ void bf16_panel(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, i
       attr.set_post_ops(ops);
     }
     dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, cpu_engine()));
-    it = prepared.emplace(key, Prepared{prim, dnnl::memory(ad, cpu_engine(), DNNL_MEMORY_NONE),
-                                        dnnl::memory(bd, cpu_engine(), DNNL_MEMORY_NONE),
-                                        dnnl::memory(cd, cpu_engine(), DNNL_MEMORY_NONE)})
+    it = prepared
+             .emplace(key, Prepared{prim, dnnl::memory(ad, cpu_engine(), DNNL_MEMORY_NONE),
+                                    dnnl::memory(bd, cpu_engine(), DNNL_MEMORY_NONE),
+                                    dnnl::memory(cd, cpu_engine(), DNNL_MEMORY_NONE)})
              .first;
   }
   Prepared& p = it->second;
@@ -131,21 +132,24 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
   const int panels = (extent + panel - 1) / panel;
   // Offset of row or column `at` of op(X) in X's storage.
   const auto off = [](int at, int ld, bool trans) { return static_cast<std::size_t>(at) * (trans ? 1 : ld); };
-  tbb::parallel_for(0, panels, [&](int k) {
-    const int i = k * panel, len = std::min(panel, extent - i);
-    const std::size_t ao = rows ? off(i, lda, ta) : 0, bo = rows ? 0 : off(i, ldb, !tb);
-    const int m = rows ? len : M, n = rows ? N : len;
-    float* c = C + (rows ? static_cast<std::size_t>(i) * ldc : static_cast<std::size_t>(i));
-    if (bf16) {
-      bf16_panel(ta, tb, m, n, K, a16 + ao, lda, b16 + bo, ldb, beta == 1.0f, c, ldc);
-    } else {
-      sgemm(ta, tb, m, n, K, alpha, A + ao, lda, B + bo, ldb, beta, c, ldc);
-    }
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      0, panels,
+      [&](int k) {
+        const int i = k * panel, len = std::min(panel, extent - i);
+        const std::size_t ao = rows ? off(i, lda, ta) : 0, bo = rows ? 0 : off(i, ldb, !tb);
+        const int m = rows ? len : M, n = rows ? N : len;
+        float* c = C + (rows ? static_cast<std::size_t>(i) * ldc : static_cast<std::size_t>(i));
+        if (bf16) {
+          bf16_panel(ta, tb, m, n, K, a16 + ao, lda, b16 + bo, ldb, beta == 1.0f, c, ldc);
+        } else {
+          sgemm(ta, tb, m, n, K, alpha, A + ao, lda, B + bo, ldb, beta, c, ldc);
+        }
+      },
+      tbb::simple_partitioner());
 }
 
-void gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                 int ldb, float beta, float* C, int ldc) {
+void gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                 float beta, float* C, int ldc) {
   sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -17,8 +17,8 @@ enum class Products { fp32, bf16 };
 
 void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
-void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                 const float* B, int ldb, float beta, float* C, int ldc);
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc);
 
 // The CPU has bf16 dot products (avx512_bf16 or AMX) and oneDNN uses them.
 bool bf16_products_available();

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
-#include "engine/core/random.h"
-#include "engine/core/units.h"
-#include "engine/device/device.h"
 #include "models/gpt/pass.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/random.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
 
 namespace strata::model {
 namespace {
@@ -52,7 +52,7 @@ std::uint64_t access_bytes(const GptShape& s, DType compute) {
 
 class Gpt::Access : public LayerAccess {
  public:
-  Access(zero::Engine& engine, const GptShape& shape)
+  Access(engine::Engine& engine, const GptShape& shape)
       : engine_(engine), numels_(layer_numels(shape)), open_(numels_.size(), false) {
     auto& dev = engine.device();
     const std::size_t n0 = sum(numels_[0]), nl = largest_block(numels_);
@@ -109,7 +109,7 @@ class Gpt::Access : public LayerAccess {
   }
 
  private:
-  zero::Engine& engine_;
+  engine::Engine& engine_;
   std::vector<std::vector<std::size_t>> numels_;
   std::vector<bool> open_;
   bool convert_ = false;
@@ -121,11 +121,12 @@ std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType c
   const std::uint64_t cb = dtype_size(compute);
   // Live at once: the head's two layers (ln_f and the embeddings) or one block, plus the
   // gradient buffer of the layer being reduced.
-  const std::uint64_t live = (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
+  const std::uint64_t live =
+      (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
   return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) + access_bytes(c.shape, compute) + live;
 }
 
-Gpt::Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm,
+Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm,
          Tracer* tracer)
     : engine_(engine), cfg_(config), batcher_(batcher), comm_(comm), tracer_(tracer) {
   validate(cfg_);
@@ -212,7 +213,8 @@ std::vector<std::int32_t> Gpt::sample(const std::vector<std::int32_t>& prompt, i
     pass_->last_logits(*access_, text.data() + text.size() - static_cast<std::size_t>(T), 1, T, logits.data());
     const float mx = *std::max_element(logits.begin(), logits.end());
     double total = 0.0;
-    for (int v = 0; v < V; ++v) total += (p[static_cast<std::size_t>(v)] = std::exp((logits[static_cast<std::size_t>(v)] - mx) / temperature));
+    for (int v = 0; v < V; ++v)
+      total += (p[static_cast<std::size_t>(v)] = std::exp((logits[static_cast<std::size_t>(v)] - mx) / temperature));
     double u = unit_open(splitmix64(seed + static_cast<std::uint64_t>(i))) * total;
     int pick = V - 1;
     for (int v = 0; v < V; ++v) {

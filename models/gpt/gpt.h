@@ -15,10 +15,10 @@
 #include <memory>
 #include <string>
 
-#include "engine/core/trace.h"
-#include "engine/zero/engine.h"
+#include "engine/engine.h"
 #include "models/gpt/config.h"
 #include "models/gpt/data.h"
+#include "runtime/core/trace.h"
 
 namespace strata::comm {
 class Communicator;
@@ -28,12 +28,12 @@ namespace strata::model {
 
 struct GptStep {
   double loss = 0.0;  // mean token loss over the whole step (every micro-batch of every rank)
-  zero::StepResult result;
+  engine::StepResult result;
 };
 
 class Gpt {
  public:
-  Gpt(zero::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm = nullptr,
+  Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm = nullptr,
       Tracer* tracer = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
@@ -54,7 +54,7 @@ class Gpt {
 
  private:
   class Access;
-  zero::Engine& engine_;
+  engine::Engine& engine_;
   GptConfig cfg_;
   const Batcher& batcher_;
   comm::Communicator* comm_;

@@ -19,9 +19,12 @@ namespace {
 constexpr int kRowBlock = 32;
 
 template <class F> void for_rows(int N, F&& f) {
-  tbb::parallel_for(tbb::blocked_range<int>(0, N, kRowBlock), [&](const tbb::blocked_range<int>& r) {
-    for (int n = r.begin(); n < r.end(); ++n) f(n);
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      tbb::blocked_range<int>(0, N, kRowBlock),
+      [&](const tbb::blocked_range<int>& r) {
+        for (int n = r.begin(); n < r.end(); ++n) f(n);
+      },
+      tbb::simple_partitioner());
 }
 
 // acc[k][c] += sum over rows n of contribution(n) into k outputs of C columns: each block of
@@ -30,10 +33,13 @@ template <class F> void reduce_rows(int N, int C, int outputs, float* const* acc
   const int blocks = (N + kRowBlock - 1) / kRowBlock;
   const std::size_t stride = static_cast<std::size_t>(outputs) * static_cast<std::size_t>(C);
   std::vector<float> partial(static_cast<std::size_t>(blocks) * stride, 0.0f);
-  tbb::parallel_for(0, blocks, [&](int b) {
-    float* p = partial.data() + static_cast<std::size_t>(b) * stride;
-    for (int n = b * kRowBlock; n < std::min(N, (b + 1) * kRowBlock); ++n) row_fn(n, p);
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      0, blocks,
+      [&](int b) {
+        float* p = partial.data() + static_cast<std::size_t>(b) * stride;
+        for (int n = b * kRowBlock; n < std::min(N, (b + 1) * kRowBlock); ++n) row_fn(n, p);
+      },
+      tbb::simple_partitioner());
   for (int b = 0; b < blocks; ++b) {
     const float* p = partial.data() + static_cast<std::size_t>(b) * stride;
     for (int k = 0; k < outputs; ++k) {
@@ -45,16 +51,17 @@ template <class F> void reduce_rows(int N, int C, int outputs, float* const* acc
 
 template <class F> void for_elems(std::size_t n, F&& f) {
   constexpr std::size_t kGrain = 1 << 14;
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kGrain), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, n, kGrain),
+      [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
+      },
+      tbb::simple_partitioner());
 }
 
 }  // namespace
 
-
-void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
-                    Products p) {
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC, Products p) {
   float beta = 0.0f;
   if (b != nullptr) {
     for_rows(N, [&](int n) { std::copy(b, b + OC, out + static_cast<std::size_t>(n) * OC); });
@@ -158,7 +165,8 @@ void accumulate(float* acc, const float* x, std::size_t n) {
   for_elems(n, [&](std::size_t i) { acc[i] += x[i]; });
 }
 
-void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) {
   for_rows(B * T, [&](int n) {
     const float* e = wte + static_cast<std::size_t>(tokens[n]) * C;
     const float* p = wpe + static_cast<std::size_t>(n % T) * C;
@@ -171,17 +179,20 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
   // Rows that share a token add into one row of dwte: split the channels, not the rows, and
   // visit rows in order, so each element's sum has a fixed order.
   constexpr int kCols = 16;
-  tbb::parallel_for(tbb::blocked_range<int>(0, C, kCols), [&](const tbb::blocked_range<int>& r) {
-    for (int n = 0; n < B * T; ++n) {
-      const float* d = dout + static_cast<std::size_t>(n) * C;
-      float* e = dwte + static_cast<std::size_t>(tokens[n]) * C;
-      float* p = dwpe + static_cast<std::size_t>(n % T) * C;
-      for (int c = r.begin(); c < r.end(); ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
-    }
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      tbb::blocked_range<int>(0, C, kCols),
+      [&](const tbb::blocked_range<int>& r) {
+        for (int n = 0; n < B * T; ++n) {
+          const float* d = dout + static_cast<std::size_t>(n) * C;
+          float* e = dwte + static_cast<std::size_t>(tokens[n]) * C;
+          float* p = dwpe + static_cast<std::size_t>(n % T) * C;
+          for (int c = r.begin(); c < r.end(); ++c) {
+            e[c] += d[c];
+            p[c] += d[c];
+          }
+        }
+      },
+      tbb::simple_partitioner());
 }
 
 double cross_entropy(float* logits, float* losses, const std::int32_t* targets, int N, int V, float grad_scale) {

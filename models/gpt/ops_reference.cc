@@ -109,7 +109,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   }
 }
 
-void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const int tok = tokens[b * T + t];
@@ -244,14 +245,16 @@ void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const floa
   for (int n = 0; n < N; ++n) {
     for (int c = 0; c < C; ++c) {
       double s = 0;
-      for (int v = 0; v < V; ++v) s += static_cast<double>(dlogits[std::size_t(n) * V + v]) * wte[std::size_t(v) * C + c];
+      for (int v = 0; v < V; ++v)
+        s += static_cast<double>(dlogits[std::size_t(n) * V + v]) * wte[std::size_t(v) * C + c];
       dinp[std::size_t(n) * C + c] = static_cast<float>(s);
     }
   }
   for (int v = 0; v < V; ++v) {
     for (int c = 0; c < C; ++c) {
       double s = dwte[std::size_t(v) * C + c];
-      for (int n = 0; n < N; ++n) s += static_cast<double>(dlogits[std::size_t(n) * V + v]) * inp[std::size_t(n) * C + c];
+      for (int n = 0; n < N; ++n)
+        s += static_cast<double>(dlogits[std::size_t(n) * V + v]) * inp[std::size_t(n) * C + c];
       dwte[std::size_t(v) * C + c] = static_cast<float>(s);
     }
   }

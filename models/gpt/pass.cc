@@ -3,18 +3,21 @@
 
 #include <algorithm>
 
-#include "engine/core/error.h"
-#include "engine/device/device.h"
 #include "models/gpt/ops.h"
+#include "runtime/core/error.h"
+#include "runtime/device/device.h"
 
 namespace strata::model {
 namespace {
 
 int act_sets(Remat r, int layers) {
   switch (r) {
-    case Remat::never: return layers;
-    case Remat::always: return 1;
-    case Remat::except_last: return std::min(layers, 2);
+    case Remat::never:
+      return layers;
+    case Remat::always:
+      return 1;
+    case Remat::except_last:
+      return std::min(layers, 2);
   }
   return layers;
 }
@@ -43,8 +46,7 @@ struct GptPass::Buffers {
   float* xs = nullptr;  // the residual stream: block l's input at l * NC (of the largest batch)
   std::vector<BlockActs> acts;
   BlockScratch scratch{};
-  float *dres = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
-        *losses = nullptr;
+  float *dres = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr;
   std::size_t nc = 0;
 };
 
@@ -55,13 +57,21 @@ std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int ma
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
                  ops::Products products)
-    : shape_(shape), remat_(remat), products_(products), max_{max_batch, max_seq, shape.d_model, shape.heads}, dev_(dev),
+    : shape_(shape),
+      remat_(remat),
+      products_(products),
+      max_{max_batch, max_seq, shape.d_model, shape.heads},
+      dev_(dev),
       buf_(std::make_unique<Buffers>()) {
   const Sizes z = sizes(shape_, max_, remat_);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
   float* p = b.mem.as<float>();
-  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  auto take = [&p](std::size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
   b.nc = z.nc;
   b.xs = take(z.xs);
   b.acts.resize(z.sets);
@@ -79,9 +89,12 @@ GptPass::~GptPass() = default;
 
 int GptPass::act_set(int block) const noexcept {
   switch (remat_) {
-    case Remat::never: return block;
-    case Remat::always: return 0;
-    case Remat::except_last: return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
+    case Remat::never:
+      return block;
+    case Remat::always:
+      return 0;
+    case Remat::except_last:
+      return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
   }
   return 0;
 }

@@ -60,7 +60,7 @@ class GptPass {
 
  private:
   struct Buffers;
-  BlockDims dims(int B, int T) const;  // checks B x T against the sizes allocated
+  BlockDims dims(int B, int T) const;     // checks B x T against the sizes allocated
   int act_set(int block) const noexcept;  // which BlockActs block `block` uses
   bool recompute(int block) const noexcept;
   void forward_blocks(LayerAccess& access, const std::int32_t* tokens, const BlockDims& d, bool keep);

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::offload::detail {
 namespace {
@@ -47,7 +47,7 @@ Item make_params(const PlacementProblem& p, std::size_t layer) {
 
 }  // namespace
 
-const char* config_value(Place p) { return p == Place::device ? "none" : p == Place::host ? "cpu" : "nvme"; }
+const char* config_value(Tier p) { return p == Tier::device ? "none" : p == Tier::host ? "cpu" : "nvme"; }
 
 Model build_model(const PlacementProblem& p) {
   STRATA_CHECK(p.stage >= 0 && p.stage <= 3, Errc::invalid_argument, "placement: zero_optimization.stage = ", p.stage,
@@ -57,18 +57,18 @@ Model build_model(const PlacementProblem& p) {
       "placement: compute_bytes = 0: give the bytes per element of the compute dtype (2 for bf16/fp16, 4 for fp32)");
   STRATA_CHECK(p.accumulation_steps >= 1, Errc::invalid_argument,
                "placement: gradient_accumulation_steps = ", p.accumulation_steps, ": use 1 or more");
-  if (p.optimizer_fixed && *p.optimizer_fixed != Place::device && p.stage == 0) {
+  if (p.optimizer_fixed && *p.optimizer_fixed != Tier::device && p.stage == 0) {
     STRATA_THROW(Errc::invalid_argument, "offload_optimizer.device = \"", config_value(*p.optimizer_fixed),
                  "\" needs zero_optimization.stage >= 1: at stage 0 the optimizer state stays on the device");
   }
-  if (p.params_fixed && *p.params_fixed != Place::device && p.stage < 3) {
+  if (p.params_fixed && *p.params_fixed != Tier::device && p.stage < 3) {
     STRATA_THROW(Errc::invalid_argument, "offload_param.device = \"", config_value(*p.params_fixed),
                  "\" needs zero_optimization.stage = 3 (it is ", p.stage,
                  "): below stage 3 parameters stay on the device");
   }
-  STRATA_CHECK(!(p.optimizer_fixed == Place::nvme && !p.nvme_available), Errc::invalid_argument,
+  STRATA_CHECK(!(p.optimizer_fixed == Tier::nvme && !p.nvme_available), Errc::invalid_argument,
                "offload_optimizer.device = \"nvme\" needs offload_optimizer.nvme_path");
-  STRATA_CHECK(!(p.params_fixed == Place::nvme && !p.nvme_available), Errc::invalid_argument,
+  STRATA_CHECK(!(p.params_fixed == Tier::nvme && !p.nvme_available), Errc::invalid_argument,
                "offload_param.device = \"nvme\" needs offload_param.nvme_path");
   Model m;
   m.device_gathers = p.device_gathers;

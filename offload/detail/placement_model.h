@@ -72,7 +72,7 @@ Outcome solve(const Model& m, std::uint64_t nodes);
 // The smallest cap of `tier` for which solve() finds a placement, the others as in m.
 std::optional<std::uint64_t> min_cap(Model m, int tier, std::uint64_t nodes);
 
-const char* config_value(Place p);                                       // the config's word: "none", "cpu", "nvme"
+const char* config_value(Tier p);                                        // the config's word: "none", "cpu", "nvme"
 std::string refusal_message(const PlacementProblem& p, const Model& m);  // placement_refusal.cc
 
 // Branch and bound (step 6 of the protocol). Replaces `best` when it finds a complete

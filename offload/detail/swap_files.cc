@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "engine/core/error.h"
-#include "engine/core/units.h"
 #include "io/aligned.h"
 #include "io/status.h"
-#include "offload/detail/io_error.h"
+#include "offload/io_error.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::offload::detail {
 
@@ -25,16 +25,16 @@ std::string file_stem(const std::string& name) {
 
 void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* tier) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) STRATA_OFFLOAD_IO_CHECK(io::Status(-errno, "open '" + path + "': " + io::errno_text(errno)), tier);
+  if (fd < 0) STRATA_IO_CHECK(io::Status(-errno, "open '" + path + "': " + io::errno_text(errno)), tier);
   int err;
   do {
     err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   } while (err == EINTR);
   ::close(fd);
   if (err != 0 && err != EOPNOTSUPP) {
-    STRATA_OFFLOAD_IO_CHECK(io::Status(-err, "reserving " + std::to_string(bytes) + " bytes for swap file '" + path +
-                                                 "': " + io::errno_text(err) + ". " + io::errno_hint(err)),
-                            tier);
+    STRATA_IO_CHECK(io::Status(-err, "reserving " + std::to_string(bytes) + " bytes for swap file '" + path +
+                                         "': " + io::errno_text(err) + ". " + io::errno_hint(err)),
+                    tier);
   }
 }
 
@@ -63,13 +63,14 @@ std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std:
   io::SwapSpec spec;
   spec.element_bytes = element_bytes;
   spec.element_count = payload_bytes / element_bytes;
-  spec.block_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(io::align_up(block_bytes), io::align_up(payload_bytes)));
+  spec.block_bytes =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(io::align_up(block_bytes), io::align_up(payload_bytes)));
   std::uint64_t total = 0;
   for (int g = 0; g < 2; ++g) {
     path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
     created.push_back(path[g]);
     auto f = io::SwapFile::create(engine, path[g], spec);
-    STRATA_OFFLOAD_IO_CHECK(f.status(), where(g));
+    STRATA_IO_CHECK(f.status(), where(g));
     reserve_blocks(path[g], f->layout().file_bytes, tier);
     total += f->layout().file_bytes;
     file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
@@ -92,15 +93,15 @@ void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std
   eo.submit_batch = std::max(1u, submit_batch);
   eo.block_bytes = block_bytes;
   auto engine = io::Engine::create(eo);
-  STRATA_OFFLOAD_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));
+  STRATA_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));
   out.engine.emplace(std::move(engine).value());
   io::PoolOptions po;
   po.buffer_bytes = buffer_bytes;
   po.count = static_cast<std::size_t>(count);
   po.lock_memory = lock_memory;
   auto pool = io::BufferPool::create(&*out.engine, po);
-  STRATA_OFFLOAD_IO_CHECK(pool.status(), str_cat("host tier: allocating ", count, " ", buffers_what, " of ",
-                                                 format_bytes(buffer_bytes)));
+  STRATA_IO_CHECK(pool.status(),
+                  str_cat("host tier: allocating ", count, " ", buffers_what, " of ", format_bytes(buffer_bytes)));
   out.pool.emplace(std::move(pool).value());
   for (int i = 0; i < count; ++i) out.buffers.push_back(out.pool->acquire());
 }

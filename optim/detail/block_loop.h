@@ -30,10 +30,10 @@ struct Slots {
 };
 
 struct Shard {
-  Slots base;                                 // element 0 of each buffer; nullptr if unused
-  std::size_t elem_bytes[kSlotCount] = {};    // storage bytes per element of each slot
-  bool written[kSlotCount] = {};              // slots the kernel stores to
-  int align_slot = -1;                        // slot whose batches are aligned (streamed), or -1
+  Slots base;                               // element 0 of each buffer; nullptr if unused
+  std::size_t elem_bytes[kSlotCount] = {};  // storage bytes per element of each slot
+  bool written[kSlotCount] = {};            // slots the kernel stores to
+  int align_slot = -1;                      // slot whose batches are aligned (streamed), or -1
 };
 
 // Elements at the front of [i, end) to run padded so that the aligned slot's address of the

@@ -5,9 +5,9 @@
 
 #include <cstddef>
 
-#include "engine/core/dtype.h"
 #include "optim/detail/update_scalars.h"
 #include "optim/step_args.h"
+#include "runtime/core/dtype.h"
 
 namespace strata::optim::detail {
 
@@ -15,7 +15,6 @@ void cuda_adam_step_async(void* cuda_stream, const AdamScalars& scalars, const S
 
 // partials[b] = sum of squares of elements [b*kNormBlockElems, (b+1)*kNormBlockElems), summed
 // in a fixed tree order; partials must hold ceil(n / kNormBlockElems) doubles.
-void cuda_grad_norm_partials_async(void* cuda_stream, const void* grad, DType dtype, std::size_t n,
-                                   double* partials);
+void cuda_grad_norm_partials_async(void* cuda_stream, const void* grad, DType dtype, std::size_t n, double* partials);
 
 }  // namespace strata::optim::detail

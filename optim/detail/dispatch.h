@@ -10,36 +10,42 @@
 
 namespace strata::optim::detail {
 
-template <DType T>
-using DTag = std::integral_constant<DType, T>;
+template <DType T> using DTag = std::integral_constant<DType, T>;
 
 // The copy-out as a type: has = false when StepArgs::copy is null.
-template <bool kHas, DType T>
-struct CopyTag {
+template <bool kHas, DType T> struct CopyTag {
   static constexpr bool has = kHas;
   static constexpr DType dtype = T;
 };
 
-template <class F>
-void with_grad_dtype(DType t, F&& f) {
+template <class F> void with_grad_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::bf16: f(DTag<DType::bf16>{}); break;
-    case DType::fp16: f(DTag<DType::fp16>{}); break;
-    default: f(DTag<DType::fp32>{}); break;
+    case DType::bf16:
+      f(DTag<DType::bf16>{});
+      break;
+    case DType::fp16:
+      f(DTag<DType::fp16>{});
+      break;
+    default:
+      f(DTag<DType::fp32>{});
+      break;
   }
 }
 
-template <class F>
-void with_state_dtype(DType t, F&& f) {
-  if (t == DType::bf16) f(DTag<DType::bf16>{});
-  else f(DTag<DType::fp32>{});
+template <class F> void with_state_dtype(DType t, F&& f) {
+  if (t == DType::bf16)
+    f(DTag<DType::bf16>{});
+  else
+    f(DTag<DType::fp32>{});
 }
 
-template <class F>
-void with_copy(const StepArgs& a, F&& f) {
-  if (!a.copy) f(CopyTag<false, DType::bf16>{});
-  else if (a.copy_dtype == DType::fp16) f(CopyTag<true, DType::fp16>{});
-  else f(CopyTag<true, DType::bf16>{});
+template <class F> void with_copy(const StepArgs& a, F&& f) {
+  if (!a.copy)
+    f(CopyTag<false, DType::bf16>{});
+  else if (a.copy_dtype == DType::fp16)
+    f(CopyTag<true, DType::fp16>{});
+  else
+    f(CopyTag<true, DType::bf16>{});
 }
 
 // The copy-out is streamed (non-temporal: nothing reads it back on the host); the in-place

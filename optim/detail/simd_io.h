@@ -2,7 +2,7 @@
 // the fused CPU kernels. fp32 lanes map to memory 1:1; bf16/fp16 are widened from and
 // narrowed to 16-bit codes with the ISA's zero-extend/truncate instructions (AVX-512BW,
 // AVX2) or a small scratch array (portable builds). Rounding is strata's own RNE rule
-// (engine/core/simd_convert.h), so a kernel rounds exactly as strata::convert does.
+// (runtime/core/simd_convert.h), so a kernel rounds exactly as strata::convert does.
 #pragma once
 
 #include <cstddef>
@@ -14,8 +14,8 @@
 #include <immintrin.h>
 #endif
 
-#include "engine/core/dtype.h"
-#include "engine/core/simd_convert.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/simd_convert.h"
 
 namespace strata::optim::detail {
 
@@ -41,18 +41,21 @@ inline UB load_u16(const std::uint16_t* p) noexcept {
 
 // kNonTemporal: bypass the caches (the data is not read again soon); p must be aligned to
 // kHalfBatchBytes. Portable builds have no 8-byte streaming store and write normally.
-template <bool kNonTemporal>
-inline void store_u16(std::uint16_t* p, const UB& codes) noexcept {
+template <bool kNonTemporal> inline void store_u16(std::uint16_t* p, const UB& codes) noexcept {
 #if XSIMD_WITH_AVX512BW
   const __m256i narrow = _mm512_cvtepi32_epi16(codes);
-  if constexpr (kNonTemporal) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow);
-  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow);
+  if constexpr (kNonTemporal)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow);
 #elif XSIMD_WITH_AVX2
   // Codes fit in 16 bits, so unsigned saturation is a plain truncation.
   const __m256i c = codes;
   const __m128i narrow = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-  if constexpr (kNonTemporal) _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow);
-  else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow);
+  if constexpr (kNonTemporal)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow);
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow);
 #else
   alignas(64) std::uint32_t wide[kLanes];
   codes.store_aligned(wide);
@@ -72,19 +75,23 @@ inline FB fmadd(const FB& a, const FB& b, const FB& c) noexcept {
 #endif
 }
 
-template <bool kNonTemporal>
-inline void store_f32(float* p, const FB& x) noexcept {
+template <bool kNonTemporal> inline void store_f32(float* p, const FB& x) noexcept {
 #if XSIMD_WITH_AVX512F
-  if constexpr (kNonTemporal) { _mm512_stream_ps(p, x); return; }
+  if constexpr (kNonTemporal) {
+    _mm512_stream_ps(p, x);
+    return;
+  }
 #elif XSIMD_WITH_AVX
-  if constexpr (kNonTemporal) { _mm256_stream_ps(p, x); return; }
+  if constexpr (kNonTemporal) {
+    _mm256_stream_ps(p, x);
+    return;
+  }
 #endif
   x.store_unaligned(p);
 }
 
 // Element i.. i+kLanes-1 of a buffer of dtype T, as fp32 lanes.
-template <DType T>
-inline FB load_lanes(const void* base, std::size_t i) noexcept {
+template <DType T> inline FB load_lanes(const void* base, std::size_t i) noexcept {
   if constexpr (T == DType::fp32) {
     return FB::load_unaligned(static_cast<const float*>(base) + i);
   } else if constexpr (T == DType::bf16) {
@@ -97,8 +104,7 @@ inline FB load_lanes(const void* base, std::size_t i) noexcept {
 }
 
 // Rounds fp32 lanes to dtype T (nearest even; bf16/fp16 overflow to inf) and stores them.
-template <DType T, bool kNonTemporal = false>
-inline void store_lanes(void* base, std::size_t i, const FB& x) noexcept {
+template <DType T, bool kNonTemporal = false> inline void store_lanes(void* base, std::size_t i, const FB& x) noexcept {
   if constexpr (T == DType::fp32) {
     store_f32<kNonTemporal>(static_cast<float*>(base) + i, x);
   } else {

@@ -18,7 +18,7 @@ struct AdamScalars {
   float neg_step_size;  // -lr / (1 - beta1^step), or -lr
   float decay;
   float l2_decay;
-  bool l2;              // Adam with L2 weight decay (adamw_mode off, weight_decay > 0)
+  bool l2;  // Adam with L2 weight decay (adamw_mode off, weight_decay > 0)
 };
 
 // Lion:  g = grad * grad_scale;  c = fma(beta1, m, one_minus_beta1 * g)

@@ -6,17 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/zero/strata.h"
+#include "engine/strata.h"
 
 static int passed = 0, failed = 0;
-#define EXPECT(cond, what)                                                     \
-  do {                                                                         \
-    if (cond) {                                                                \
-      ++passed;                                                                \
-    } else {                                                                   \
-      ++failed;                                                                \
+#define EXPECT(cond, what)                                                                       \
+  do {                                                                                           \
+    if (cond) {                                                                                  \
+      ++passed;                                                                                  \
+    } else {                                                                                     \
+      ++failed;                                                                                  \
       fprintf(stderr, "FAILED %s:%d: %s (%s)\n", __FILE__, __LINE__, what, strata_last_error()); \
-    }                                                                          \
+    }                                                                                            \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -28,10 +28,11 @@ int main(int argc, char** argv) {
     perror(path);
     return 2;
   }
-  fputs("{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2,"
-        " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0},"
-        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.05, \"weight_decay\": 0.0}}}",
-        f);
+  fputs(
+      "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2,"
+      " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0},"
+      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.05, \"weight_decay\": 0.0}}}",
+      f);
   fclose(f);
 
   strata_engine* e = NULL;

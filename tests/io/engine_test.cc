@@ -34,8 +34,8 @@ std::uint64_t file_size(const std::string& path) {
 }  // namespace
 
 TEST_CASE("regions of any size round-trip through a direct file, tail included", "[uring][boundary]") {
-  const std::uint64_t bytes = GENERATE(1, 511, 4095, 4096, 4097, 65535, kBlock - 1, kBlock, kBlock + 1,
-                                       3 * kBlock + 4097 + 123);
+  const std::uint64_t bytes =
+      GENERATE(1, 511, 4095, 4096, 4097, 65535, kBlock - 1, kBlock, kBlock + 1, 3 * kBlock + 4097 + 123);
   CAPTURE(bytes);
   TempDir dir;
   io::EngineOptions o;
@@ -70,8 +70,8 @@ TEST_CASE("unaligned offsets and buffers round-trip without touching neighbourin
   struct Region {
     std::uint64_t offset, bytes, buf_shift;
   };
-  const Region regions[] = {{1, 100, 0}, {4095, 2, 3}, {8192, 4096 * 3 + 5, 1}, {40000, 70001, 0},
-                            {131072, 65536, 17}, {kFile - 3, 3, 0}};
+  const Region regions[] = {{1, 100, 0},       {4095, 2, 3},        {8192, 4096 * 3 + 5, 1},
+                            {40000, 70001, 0}, {131072, 65536, 17}, {kFile - 3, 3, 0}};
   io::AlignedBuffer scratch(kFile + 4096);
   for (const Region& g : regions) {
     std::byte* p = scratch.data() + g.buf_shift;
@@ -135,8 +135,10 @@ TEST_CASE("submission batches from 1 to the queue depth move the same data", "[u
   CHECK(first_mismatch(dst.data(), bytes, batch) == -1);
   const io::EngineStats s = engine.stats();
   // batch 1 submits every piece on its own; larger batches need fewer calls than pieces.
-  if (batch == 1) CHECK(s.submit_calls >= s.pieces);
-  else CHECK(s.submit_calls < s.pieces);
+  if (batch == 1)
+    CHECK(s.submit_calls >= s.pieces);
+  else
+    CHECK(s.submit_calls < s.pieces);
 }
 
 TEST_CASE("many concurrent requests from several threads each get their own data", "[uring][stress]") {
@@ -355,7 +357,8 @@ TEST_CASE("invalid engine options are refused naming the option", "[negative]") 
 }
 
 TEST_CASE("signals arriving during I/O interrupt waits but never the transfers", "[uring][stress]") {
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = [](int) {};  // no SA_RESTART: interrupted system calls return EINTR
   sigemptyset(&sa.sa_mask);
   REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
@@ -384,8 +387,8 @@ TEST_CASE("signals arriving during I/O interrupt waits but never the transfers",
   bool all_ok = true;
   for (int round = 0; round < 4 && all_ok; ++round) {
     std::memset(dst.data(), 0, kBytes);
-    all_ok = engine.write(file, 0, src.data(), kBytes).wait().ok() && engine.read(file, 0, dst.data(), kBytes).wait().ok() &&
-             first_mismatch(dst.data(), kBytes, 23) == -1;
+    all_ok = engine.write(file, 0, src.data(), kBytes).wait().ok() &&
+             engine.read(file, 0, dst.data(), kBytes).wait().ok() && first_mismatch(dst.data(), kBytes, 23) == -1;
   }
   stop = true;
   pest.join();
@@ -420,8 +423,7 @@ TEST_CASE("files beyond the fixed-file slots use plain descriptors after one war
   CHECK(open_file(engine, dir.file("g")).registered());
 }
 
-TEST_CASE("a callback of a request that completes at once may queue more I/O without stalling",
-          "[uring][regression]") {
+TEST_CASE("a callback of a request that completes at once may queue more I/O without stalling", "[uring][regression]") {
   // Regression: requests queued by a callback run from the inbox step (zero-length or
   // invalid requests complete there) rang no doorbell, and the io thread went to sleep
   // with them queued.

@@ -47,8 +47,8 @@ TEST_CASE("reading past the end of a file fails naming the path, offset and leng
   REQUIRE(engine.write(file, 0, buf.data(), 10000).wait().ok());
   const io::IoResult r = engine.read(file, 0, buf.data(), 64 << 10).wait();
   CHECK(r.err == -ENODATA);
-  CHECK_THAT(r.message, Catch::Contains(dir.file("short")) && Catch::Contains("offset") &&
-                            Catch::Contains("length") && Catch::Contains("end of file"));
+  CHECK_THAT(r.message, Catch::Contains(dir.file("short")) && Catch::Contains("offset") && Catch::Contains("length") &&
+                            Catch::Contains("end of file"));
   CHECK(first_mismatch(buf.data(), 10000, 3) == -1);  // what exists was read
 }
 
@@ -124,8 +124,8 @@ TEST_CASE("a full filesystem fails with ENOSPC naming the file, and earlier data
     fill_pattern(buf.data(), 2 << 20, 2, 512 << 10);
     const io::IoResult r = engine->write(*file, 512 << 10, buf.data(), 2 << 20).wait();
     std::memset(buf.data(), 0, 512 << 10);
-    const bool intact = engine->read(*file, 0, buf.data(), 512 << 10).wait().ok() &&
-                        first_mismatch(buf.data(), 512 << 10, 1) == -1;
+    const bool intact =
+        engine->read(*file, 0, buf.data(), 512 << 10).wait().ok() && first_mismatch(buf.data(), 512 << 10, 1) == -1;
     return "err=" + std::to_string(r.err) + " intact=" + std::to_string(intact) + " message=" + r.message;
   });
   INFO(child.output);
@@ -153,8 +153,8 @@ TEST_CASE("a directory the user cannot write is refused with EACCES naming the p
   INFO(child.output);
   REQUIRE(child.exit_code == 0);
   CHECK_THAT(child.output, Catch::StartsWith("err=" + std::to_string(-EACCES)));
-  CHECK_THAT(child.output, Catch::Contains(ro + "/params.swap") && Catch::Contains("EACCES") &&
-                               Catch::Contains("writ"));
+  CHECK_THAT(child.output,
+             Catch::Contains(ro + "/params.swap") && Catch::Contains("EACCES") && Catch::Contains("writ"));
   CHECK_FALSE(std::filesystem::exists(ro + "/params.swap"));
 }
 

@@ -92,8 +92,7 @@ TEST_CASE("swap files round-trip element counts that are not multiples of the bl
   CHECK(first_mismatch(back.data(), l.payload_bytes, count) == -1);
 }
 
-TEST_CASE("a flipped byte fails the read naming its block and offset; other blocks still read",
-          "[uring][negative]") {
+TEST_CASE("a flipped byte fails the read naming its block and offset; other blocks still read", "[uring][negative]") {
   TempDir dir;
   auto engine = make_engine();
   const std::string path = dir.file("flip.swap");
@@ -150,7 +149,9 @@ TEST_CASE("truncated swap files are refused when opened", "[uring][negative]") {
     std::uint64_t size;
     const char* says;
   };
-  const Cut cuts[] = {{full - 4096, "is truncated"}, {4096 + 100, "is truncated"}, {100, "shorter than its 4096-byte header"},
+  const Cut cuts[] = {{full - 4096, "is truncated"},
+                      {4096 + 100, "is truncated"},
+                      {100, "shorter than its 4096-byte header"},
                       {0, "is empty"}};
   for (const Cut& c : cuts) {
     CAPTURE(c.size);

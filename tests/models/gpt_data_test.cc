@@ -55,7 +55,8 @@ TEST_CASE("bad data files are refused naming the file and what is wrong", "[gpt]
   CHECK_THAT(e, Catch::Contains("trunc.bin") && Catch::Contains("truncated"));
   write(dir.file("big.bin"), llmc({1, 300, 3}, 3));
   e = error_of([&] { model::TokenData::load(dir.file("big.bin"), 256); });
-  CHECK_THAT(e, Catch::Contains("big.bin") && Catch::Contains("token 1 is 300") && Catch::Contains("vocabulary of 256"));
+  CHECK_THAT(e,
+             Catch::Contains("big.bin") && Catch::Contains("token 1 is 300") && Catch::Contains("vocabulary of 256"));
   write(dir.file("short.txt"), std::string(100, 'x'));
   const auto d = model::TokenData::load(dir.file("short.txt"), 256);
   e = error_of([&] { model::Batcher(d, dir.file("short.txt"), 128, 0.1, 0); });

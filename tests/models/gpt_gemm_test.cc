@@ -4,16 +4,16 @@
 // the same bound against the exact product of the bf16-rounded inputs (a bf16 x bf16 product
 // is exact in fp32, so only the fp32 sum rounds), and measurably away from the unrounded one
 // (the inputs really were rounded). Both give the same bits with one thread and with all.
-#include <catch2/catch.hpp>
 #include <tbb/global_control.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "engine/core/dtype.h"
-#include "engine/core/random.h"
 #include "models/gpt/gemm.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/random.h"
 
 using namespace strata;
 using model::ops::Products;
@@ -64,8 +64,10 @@ void reference(const Case& c, const Operands& o, bool bf16, std::vector<double>&
       const double c0 = c.beta * o.C0[static_cast<std::size_t>(m) * o.ldc + n];
       double s = c0, a_s = std::abs(c0);
       for (int k = 0; k < c.K; ++k) {
-        const double a = r(c.ta ? o.A[static_cast<std::size_t>(k) * o.lda + m] : o.A[static_cast<std::size_t>(m) * o.lda + k]);
-        const double b = r(c.tb ? o.B[static_cast<std::size_t>(n) * o.ldb + k] : o.B[static_cast<std::size_t>(k) * o.ldb + n]);
+        const double a =
+            r(c.ta ? o.A[static_cast<std::size_t>(k) * o.lda + m] : o.A[static_cast<std::size_t>(m) * o.lda + k]);
+        const double b =
+            r(c.tb ? o.B[static_cast<std::size_t>(n) * o.ldb + k] : o.B[static_cast<std::size_t>(k) * o.ldb + n]);
         s += a * b;
         a_s += std::abs(a * b);
       }
@@ -142,7 +144,7 @@ TEST_CASE("gemm matches a double product in fp32 and in bf16, for every transpos
 TEST_CASE("bf16 products refuse alpha other than 1 and beta other than 0 or 1", "[gpt][gemm]") {
   if (!model::ops::bf16_products_available()) return;
   std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 0.0f);
-  CHECK_THROWS_WITH(model::ops::gemm(Products::bf16, false, false, 4, 4, 4, 2.0f, a.data(), 4, b.data(), 4, 0.0f,
-                                     c.data(), 4),
-                    Catch::Contains("bf16 products take alpha 1 and beta 0 or 1"));
+  CHECK_THROWS_WITH(
+      model::ops::gemm(Products::bf16, false, false, 4, 4, 4, 2.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4),
+      Catch::Contains("bf16 products take alpha 1 and beta 0 or 1"));
 }

@@ -3,16 +3,16 @@
 // (1 - K u) of the exact one relative to the sum of |terms| (u = epsilon / 2); each check
 // uses the op's longest sum K and the inputs' magnitude. Also: bitwise reproducibility across
 // runs and thread counts.
-#include <catch2/catch.hpp>
 #include <tbb/global_control.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "engine/core/random.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/ops_reference.h"
+#include "runtime/core/random.h"
 
 using namespace strata::model;
 
@@ -21,7 +21,9 @@ namespace {
 std::vector<float> randn(std::size_t n, std::uint64_t key, float scale = 1.0f) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) {
-    v[i] = static_cast<float>(strata::box_muller(strata::splitmix64(key + 2 * i), strata::splitmix64(key + 2 * i + 1))) * scale;
+    v[i] =
+        static_cast<float>(strata::box_muller(strata::splitmix64(key + 2 * i), strata::splitmix64(key + 2 * i + 1))) *
+        scale;
   }
   return v;
 }
@@ -51,13 +53,15 @@ double max_abs(const std::vector<float>& v) {
 
 TEST_CASE("matmul forward and backward match the reference within the fp32 sum bound", "[gpt][ops]") {
   const int N = 70, IC = 48, OC = 80;
-  auto x = randn(std::size_t(N) * IC, 1), W = randn(std::size_t(IC) * OC, 2, 0.2f), b = randn(OC, 3), dy = randn(std::size_t(N) * OC, 4);
+  auto x = randn(std::size_t(N) * IC, 1), W = randn(std::size_t(IC) * OC, 2, 0.2f), b = randn(OC, 3),
+       dy = randn(std::size_t(N) * OC, 4);
   std::vector<float> y(std::size_t(N) * OC), yr(y.size());
   ops::matmul_forward(y.data(), x.data(), W.data(), b.data(), N, IC, OC);
   ops::ref::matmul_forward(yr.data(), x.data(), W.data(), b.data(), N, IC, OC);
   require_close(y, yr, IC + 1, (IC + 1) * max_abs(x) * max_abs(W) + max_abs(b), "forward");
   for (bool acc : {false, true}) {
-    std::vector<float> dx(std::size_t(N) * IC, 0.5f), dxr = dx, dW = randn(W.size(), 5), dWr = dW, db = randn(OC, 6), dbr = db;
+    std::vector<float> dx(std::size_t(N) * IC, 0.5f), dxr = dx, dW = randn(W.size(), 5), dWr = dW, db = randn(OC, 6),
+                                                      dbr = db;
     ops::matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC, acc);
     ops::ref::matmul_backward(dxr.data(), dWr.data(), dbr.data(), dy.data(), x.data(), W.data(), N, IC, OC, acc);
     require_close(dx, dxr, OC + 1, OC * max_abs(dy) * max_abs(W) + 0.5, "dinp");
@@ -76,7 +80,8 @@ TEST_CASE("layernorm forward and backward match the reference", "[gpt][ops]") {
   require_close(y, yr, 4 * C, std::sqrt(double(C)) * max_abs(w) + max_abs(b), "forward");
   std::vector<float> dx(x.size(), 0.0f), dxr = dx, dw(C, 0.0f), dwr = dw, db(C, 0.0f), dbr = db;
   ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
-  ops::ref::layernorm_backward(dxr.data(), dwr.data(), dbr.data(), dy.data(), x.data(), w.data(), mr.data(), rr.data(), N, C);
+  ops::ref::layernorm_backward(dxr.data(), dwr.data(), dbr.data(), dy.data(), x.data(), w.data(), mr.data(), rr.data(),
+                               N, C);
   const double rs = max_abs(r);
   require_close(dx, dxr, 4 * C, rs * 3 * C * max_abs(dy) * max_abs(w), "dinp");
   require_close(dw, dwr, N + 2 * C, N * max_abs(dy) * std::sqrt(double(C)), "dw");
@@ -96,7 +101,8 @@ TEST_CASE("GELU, embeddings and the LM head match the reference", "[gpt][ops]") 
 
   const int B = 3, T = 20, C = 24, V = 50;
   std::vector<std::int32_t> tok(std::size_t(B) * T);
-  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::int32_t>(strata::splitmix64(i) % 7);  // repeats
+  for (std::size_t i = 0; i < tok.size(); ++i)
+    tok[i] = static_cast<std::int32_t>(strata::splitmix64(i) % 7);  // repeats
   auto wte = randn(std::size_t(V) * C, 23), wpe = randn(std::size_t(T) * C, 24), d = randn(std::size_t(B) * T * C, 25);
   std::vector<float> e(d.size()), er(d.size());
   ops::embedding_forward(e.data(), tok.data(), wte.data(), wpe.data(), B, T, C);

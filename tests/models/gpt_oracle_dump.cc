@@ -12,11 +12,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "engine/device/device.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/data.h"
 #include "models/gpt/pass.h"
 #include "models/safetensors.h"
+#include "runtime/device/device.h"
 
 using namespace strata;
 
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string out = argv[1], data_path = argv[2];
-    model::GptShape s{std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]), std::atoi(argv[7])};
+    model::GptShape s{std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]),
+                      std::atoi(argv[7])};
     const int micro = std::atoi(argv[8]), steps = std::atoi(argv[9]);
     const std::uint64_t seed = std::strtoull(argv[10], nullptr, 10);
     const int T = s.positions;

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/core/error.h"
-#include "tests/engine/zero/engine_support.h"
-#include "tests/support/file_size_limit.h"
+#include "runtime/core/error.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -34,9 +34,9 @@ TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state 
   spec.config = test::mlp_config(stage, world, DType::bf16);
   spec.config.zero.sub_group_size = 100;  // buckets are 300 elements: sub-groups cut across them
   const auto on_device = test::train_mlp(spec);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::cpu;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::cpu;
   const auto on_host = test::train_mlp(spec);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
   spec.config.offload_optimizer.nvme_path = dir.path();
   spec.config.offload_optimizer.buffer_count = 3;
   const auto on_nvme = test::train_mlp(spec);
@@ -46,14 +46,14 @@ TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state 
   CHECK(on_nvme.losses == on_device.losses);
   CHECK(on_nvme.losses.back() < on_nvme.losses.front());
   // No copy of the state outside the swap buffers: 3 buffers of 100 x 12 B (4 KiB each).
-  const auto opt = static_cast<int>(zero::Kind::optimizer), buf = static_cast<int>(zero::Kind::buffers);
+  const auto opt = static_cast<int>(engine::Kind::optimizer), buf = static_cast<int>(engine::Kind::buffers);
   CHECK(on_nvme.memory.device.kind_used[opt] == 0);
   CHECK(on_nvme.memory.host.kind_used[opt] == 0);
   CHECK(on_nvme.memory.host.kind_used[buf] - on_host.memory.host.kind_used[buf] == 3 * 4096);
 }
 
 TEST_CASE("Lion and Adagrad give the same bits with their state on NVMe", "[offload][uring]") {
-  const auto type = GENERATE(zero::OptimizerType::lion, zero::OptimizerType::adagrad);
+  const auto type = GENERATE(engine::OptimizerType::lion, engine::OptimizerType::adagrad);
   test::TempDir dir("strata-offload");
   test::TrainSpec spec;
   spec.world = 2;
@@ -61,7 +61,7 @@ TEST_CASE("Lion and Adagrad give the same bits with their state on NVMe", "[offl
   spec.config.optimizer.type = type;
   spec.config.zero.sub_group_size = 128;
   const auto on_device = test::train_mlp(spec);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
   spec.config.offload_optimizer.nvme_path = dir.path();
   const auto on_nvme = test::train_mlp(spec);
   REQUIRE(on_nvme.params.size() == on_device.params.size());
@@ -72,7 +72,7 @@ TEST_CASE("an nvme_path that cannot hold swap files fails at setup, naming the k
   test::TrainSpec spec;
   spec.steps = 1;
   spec.config = test::mlp_config(2, 1, DType::bf16);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
   spec.config.offload_optimizer.nvme_path = "/proc/strata-offload-test";
   const std::string m = train_error(spec);
   INFO(m);
@@ -85,10 +85,10 @@ TEST_CASE("a host budget below one swap buffer fails at setup, naming the minimu
   test::TrainSpec spec;
   spec.steps = 1;
   spec.config = test::mlp_config(1, 1, DType::bf16);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
   spec.config.offload_optimizer.nvme_path = dir.path();
-  spec.config.zero.sub_group_size = 1000;    // one buffer: 1000 x 12 B -> 12288 B
-  spec.config.memory_budget.host = 8192;     // the reduction scratch takes part of it
+  spec.config.zero.sub_group_size = 1000;  // one buffer: 1000 x 12 B -> 12288 B
+  spec.config.memory_budget.host = 8192;   // the reduction scratch takes part of it
   const std::string m = train_error(spec);
   INFO(m);
   CHECK(m.find("host tier") != std::string::npos);
@@ -102,7 +102,7 @@ TEST_CASE("a device too full for the swap files fails at setup, naming the layer
   test::TrainSpec spec;
   spec.steps = 1;
   spec.config = test::mlp_config(3, 1, DType::bf16);
-  spec.config.offload_optimizer.device = zero::OffloadDevice::nvme;
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
   spec.config.offload_optimizer.nvme_path = dir.path();
   spec.config.zero.sub_group_size = 100;
   std::string m;

@@ -9,44 +9,46 @@
 
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
-#include "engine/device/device.h"
-#include "tests/engine/zero/engine_support.h"
-#include "tests/support/file_size_limit.h"
+#include "models/mlp.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/device/device.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
-#include "models/mlp.h"
 
 using namespace strata;
 
 namespace {
 
-using zero::OffloadDevice;
-using zero::Tier;
+using engine::OffloadDevice;
+using engine::Tier;
 
-zero::EngineConfig stage3_config(int world) {
+engine::EngineConfig stage3_config(int world) {
   auto c = test::mlp_config(3, world, DType::bf16);
   c.zero.stage3_param_persistence_threshold = 0;  // every layer is gathered and released
   c.zero.sub_group_size = 100;                    // sub-groups cut across buckets
   c.offload_param.max_in_cpu = 0;
-  c.offload_param.buffer_size = 200;              // 400 B chunks: layers span several
+  c.offload_param.buffer_size = 200;  // 400 B chunks: layers span several
   return c;
 }
 
-void place(zero::EngineConfig& c, OffloadDevice opt, OffloadDevice par, const std::string& dir) {
+void place(engine::EngineConfig& c, OffloadDevice opt, OffloadDevice par, const std::string& dir) {
   c.offload_optimizer.device = opt;
   c.offload_param.device = par;
   c.offload_optimizer.nvme_path = dir;
   c.offload_param.nvme_path = dir;
 }
 
-const char* name(OffloadDevice d) { return d == OffloadDevice::none ? "device" : d == OffloadDevice::cpu ? "cpu" : "nvme"; }
+const char* name(OffloadDevice d) {
+  return d == OffloadDevice::none ? "device" : d == OffloadDevice::cpu ? "cpu" : "nvme";
+}
 
 }  // namespace
 
@@ -61,9 +63,9 @@ TEST_CASE("parameters are bitwise identical after 10 steps wherever optimizer st
   const auto base = test::train_mlp(spec);
   REQUIRE(base.losses.back() < base.losses.front());
   const std::pair<OffloadDevice, OffloadDevice> placements[] = {
-      {OffloadDevice::none, OffloadDevice::cpu},  {OffloadDevice::none, OffloadDevice::nvme},
-      {OffloadDevice::cpu, OffloadDevice::none},  {OffloadDevice::cpu, OffloadDevice::cpu},
-      {OffloadDevice::cpu, OffloadDevice::nvme},  {OffloadDevice::nvme, OffloadDevice::none},
+      {OffloadDevice::none, OffloadDevice::cpu}, {OffloadDevice::none, OffloadDevice::nvme},
+      {OffloadDevice::cpu, OffloadDevice::none}, {OffloadDevice::cpu, OffloadDevice::cpu},
+      {OffloadDevice::cpu, OffloadDevice::nvme}, {OffloadDevice::nvme, OffloadDevice::none},
       {OffloadDevice::nvme, OffloadDevice::nvme}};
   for (const auto& [opt, par] : placements) {
     INFO("world " << world << ", optimizer on " << name(opt) << ", parameters on " << name(par));
@@ -73,7 +75,7 @@ TEST_CASE("parameters are bitwise identical after 10 steps wherever optimizer st
     REQUIRE(run.params.size() == base.params.size());
     CHECK(std::memcmp(run.params.data(), base.params.data(), base.params.size() * 4) == 0);
     CHECK(run.losses == base.losses);
-    const auto params = static_cast<int>(zero::Kind::params);
+    const auto params = static_cast<int>(engine::Kind::params);
     // Parameter shards are where the placement says and nowhere else.
     CHECK((run.memory.device.kind_used[params] > 0) == (par == OffloadDevice::none));
     CHECK((run.memory.host.kind_used[params] > 0) == (par == OffloadDevice::cpu));
@@ -105,11 +107,11 @@ TEST_CASE("each step's traffic is what the placement implies", "[offload][uring]
   // Step 1 records the trace: nothing is retained or prefetched, every gather reads its layer.
   CHECK(run.io.front().nvme_read_bytes == 2 * accum * model_bytes);
   for (const auto& io : run.io) {
-    CHECK(io.d2h_bytes == accum * model_bytes);   // every micro-batch's gradients leave the device
-    CHECK(io.nvme_write_bytes == model_bytes);    // each updated shard written once
+    CHECK(io.d2h_bytes == accum * model_bytes);    // every micro-batch's gradients leave the device
+    CHECK(io.nvme_write_bytes == model_bytes);     // each updated shard written once
     CHECK(io.nvme_read_bytes % layer_bytes == 0);  // whole layers read for gathers
     CHECK(io.nvme_read_bytes >= model_bytes);
-    CHECK(io.h2d_bytes == io.nvme_read_bytes);     // what is read is gathered onto the device
+    CHECK(io.h2d_bytes == io.nvme_read_bytes);  // what is read is gathered onto the device
   }
   CHECK(run.placement.find("3 on nvme") != std::string::npos);
 }
@@ -122,7 +124,7 @@ TEST_CASE("offload_param.max_in_cpu keeps the first layers' NVMe shards in host 
   place(spec.config, OffloadDevice::none, OffloadDevice::nvme, dir.path());
   spec.config.offload_param.max_in_cpu = 1056;  // exactly one layer's shard
   const auto run = test::train_mlp(spec);
-  const auto params = static_cast<int>(zero::Kind::params);
+  const auto params = static_cast<int>(engine::Kind::params);
   CHECK(run.memory.host.kind_used[params] == 1056 * 2);
   CHECK(run.memory.nvme.kind_used[params] > 0);
   CHECK(run.placement.find("1 on host, 2 on nvme") != std::string::npos);
@@ -174,15 +176,15 @@ namespace {
 // One rank driven by hand, so a test can reach the swap files between steps.
 struct Trainer {
   std::unique_ptr<device::Device> dev;
-  std::unique_ptr<zero::Engine> engine;
+  std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<model::Mlp> mlp;
-  explicit Trainer(const zero::EngineConfig& c) {
+  explicit Trainer(const engine::EngineConfig& c) {
     dev = device::Device::create({});
-    zero::EngineOptions eo;
+    engine::EngineOptions eo;
     eo.config = c;
     eo.device = dev.get();
     eo.seed = 7;
-    engine = std::make_unique<zero::Engine>(eo);
+    engine = std::make_unique<engine::Engine>(eo);
     mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, 32, 0.0, 7});
     engine->setup();
   }
@@ -254,7 +256,7 @@ TEST_CASE("a host budget below one parameter buffer fails at setup, naming the m
   spec.config = stage3_config(1);
   place(spec.config, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());  // static: both kinds named
   spec.config.offload_param.buffer_size = 100000;  // 200000 B -> one layer's 2112 B rounded to 4 KiB
-  spec.config.memory_budget.host = 6000;            // scratch and gradient staging (3000 B) leave 3000 B
+  spec.config.memory_budget.host = 6000;           // scratch and gradient staging (3000 B) leave 3000 B
   const std::string m = train_error(spec);
   INFO(m);
   CHECK(m.find("host tier") != std::string::npos);
@@ -290,7 +292,7 @@ TEST_CASE("memory_budget places each layer's state so every tier fits, without c
   CHECK(run.memory.host.peak_bytes <= spec.config.memory_budget.host);
   CHECK(run.memory.nvme.peak_bytes <= spec.config.memory_budget.nvme);
   // The budgets force state off the device: some of it is elsewhere.
-  const auto opt = static_cast<int>(zero::Kind::optimizer);
+  const auto opt = static_cast<int>(engine::Kind::optimizer);
   CHECK(run.memory.host.kind_used[opt] + run.memory.nvme.kind_used[opt] > 0);
   if (world == 1) CHECK((run.memory.nvme.peak_bytes > 0) == (host_budget < (96u << 10)));
 }
@@ -346,7 +348,7 @@ TEST_CASE("a pinned budget below one swap buffer fails at setup, naming the mini
   place(spec.config, OffloadDevice::nvme, OffloadDevice::none, dir.path());
   spec.config.offload_optimizer.pin_memory = true;  // the host tier is the device's pinned budget
   spec.config.zero.sub_group_size = 1000;           // one buffer: 1000 x 12 B -> 12288 B
-  spec.pinned_budget = 14 << 10;                     // scratch and gradient staging (3000 B) leave 11336 B
+  spec.pinned_budget = 14 << 10;                    // scratch and gradient staging (3000 B) leave 11336 B
   const std::string m = train_error(spec);
   INFO(m);
   CHECK(m.find("host tier") != std::string::npos);
@@ -362,22 +364,23 @@ namespace {
 struct TiedRun {
   std::vector<float> params;
   std::string placement;
-  zero::MemoryReport memory;
+  engine::MemoryReport memory;
 };
 
 constexpr int kTiedH = 64;  // 64 x 64 layers: 8 KiB bf16 shards, two 4 KiB parameter-store chunks each
 constexpr std::size_t kTiedN = kTiedH * kTiedH;
 
-TiedRun train_tied(const zero::EngineConfig& c, std::uint64_t device_budget, int reused, int steps, bool guard = false) {
+TiedRun train_tied(const engine::EngineConfig& c, std::uint64_t device_budget, int reused, int steps,
+                   bool guard = false) {
   device::DeviceOptions d;
   d.budget_bytes = device_budget;
   d.guard_memory = guard;
   auto dev = device::Device::create(d);
-  zero::EngineOptions eo;
+  engine::EngineOptions eo;
   eo.config = c;
   eo.device = dev.get();
   eo.seed = 7;
-  zero::Engine e(eo);
+  engine::Engine e(eo);
   for (int l = 0; l < 3; ++l) e.register_param(str_cat("layers.", l, ".weight"), {kTiedH, kTiedH}, l);
   e.setup();
   std::vector<float> p(kTiedN), g(kTiedN);
@@ -477,10 +480,11 @@ TEST_CASE("with NVMe tiers the engine never touches device memory from the CPU (
   spec.config = stage3_config(1);
   const auto base = test::train_mlp(spec);
   spec.guard_memory = true;
-  const std::pair<OffloadDevice, OffloadDevice> placements[] = {
-      {OffloadDevice::none, OffloadDevice::nvme}, {OffloadDevice::cpu, OffloadDevice::nvme},
-      {OffloadDevice::nvme, OffloadDevice::none}, {OffloadDevice::nvme, OffloadDevice::cpu},
-      {OffloadDevice::nvme, OffloadDevice::nvme}};
+  const std::pair<OffloadDevice, OffloadDevice> placements[] = {{OffloadDevice::none, OffloadDevice::nvme},
+                                                                {OffloadDevice::cpu, OffloadDevice::nvme},
+                                                                {OffloadDevice::nvme, OffloadDevice::none},
+                                                                {OffloadDevice::nvme, OffloadDevice::cpu},
+                                                                {OffloadDevice::nvme, OffloadDevice::nvme}};
   for (const auto& [opt, par] : placements) {
     INFO("optimizer on " << name(opt) << ", parameters on " << name(par));
     spec.config = stage3_config(1);
@@ -504,7 +508,8 @@ TEST_CASE("with NVMe tiers the engine never touches device memory from the CPU (
   CHECK(std::memcmp(run.params.data(), base.params.data(), base.params.size() * 4) == 0);
 }
 
-TEST_CASE("a parameter write-back that fails is reported, and its staging is not leaked", "[offload][uring][negative]") {
+TEST_CASE("a parameter write-back that fails is reported, and its staging is not leaked",
+          "[offload][uring][negative]") {
   test::TempDir dir("strata-offload");
   auto c = stage3_config(1);
   place(c, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());
@@ -512,7 +517,7 @@ TEST_CASE("a parameter write-back that fails is reported, and its staging is not
   Trainer t(c);
   (void)t.mlp->train_step(0);
   t.engine->synchronize();
-  const auto buffers = static_cast<int>(zero::Kind::buffers);
+  const auto buffers = static_cast<int>(engine::Kind::buffers);
   const auto before = t.engine->memory().host.kind_used[buffers];
   std::string m;
   {

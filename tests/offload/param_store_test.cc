@@ -3,15 +3,15 @@
 // mid-write (the last committed bytes stay readable) and a budget below one buffer.
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "offload/param_store.h"
-#include "tests/support/file_size_limit.h"
+#include "runtime/core/error.h"
 #include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -46,7 +46,6 @@ std::vector<char> read_all(offload::ParamStore& s, std::size_t t, std::size_t n)
   CHECK(expect == n);
   return out;
 }
-
 
 }  // namespace
 

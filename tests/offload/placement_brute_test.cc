@@ -10,13 +10,13 @@
 #include <cstdio>
 #include <random>
 
-#include "engine/core/error.h"
 #include "offload/placement.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using offload::LayerPlacement;
-using offload::Place;
 using offload::PlacementProblem;
+using offload::Tier;
 
 namespace {
 
@@ -36,25 +36,25 @@ Eval evaluate(const PlacementProblem& p, const std::vector<LayerPlacement>& lp) 
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
     const std::uint64_t E = p.layers[i].shard_elems, P = p.layers[i].padded_elems;
     const std::uint64_t G = static_cast<std::uint64_t>(p.layers[i].gathers_per_step);
-    const Place o = p.stage == 0 ? Place::device : lp[i].optimizer;
+    const Tier o = p.stage == 0 ? Tier::device : lp[i].optimizer;
     e.tier[static_cast<int>(o)] += 12 * E;
-    e.tier[o == Place::device ? 0 : 1] += p.stage >= 2 ? 4 * E : 4 * P;
-    if (o != Place::device) e.d2h += A * P * c, e.h2d += c * E;
-    if (o == Place::nvme) e.read += 12 * E, e.write += 12 * E, nvme = true;
+    e.tier[o == Tier::device ? 0 : 1] += p.stage >= 2 ? 4 * E : 4 * P;
+    if (o != Tier::device) e.d2h += A * P * c, e.h2d += c * E;
+    if (o == Tier::nvme) e.read += 12 * E, e.write += 12 * E, nvme = true;
     if (p.stage < 3) {
       e.tier[0] += c * P;
       continue;
     }
-    const Place q = lp[i].params;
+    const Tier q = lp[i].params;
     e.tier[static_cast<int>(q)] += c * E;
     if (p.device_gathers) {
       // Only the shard crosses the link (none from the device); the layer is gathered there.
-      if (q != Place::device) e.h2d += G * c * E;
+      if (q != Tier::device) e.h2d += G * c * E;
     } else {
       e.h2d += G * c * P;
-      if (q == Place::device) e.d2h += G * c * E;
+      if (q == Tier::device) e.d2h += G * c * E;
     }
-    if (q == Place::nvme) e.read += G * c * E, e.write += c * E, nvme = true;
+    if (q == Tier::nvme) e.read += G * c * E, e.write += c * E, nvme = true;
   }
   if (nvme) e.tier[1] += p.nvme_buffer_bytes;
   e.fits = e.tier[0] <= p.device_budget && e.tier[1] <= p.host_budget &&
@@ -62,16 +62,16 @@ Eval evaluate(const PlacementProblem& p, const std::vector<LayerPlacement>& lp) 
   return e;
 }
 
-std::vector<Place> places(const PlacementProblem& p, const std::optional<Place>& fixed) {
+std::vector<Tier> places(const PlacementProblem& p, const std::optional<Tier>& fixed) {
   if (fixed) return {*fixed};
-  if (p.nvme_available) return {Place::device, Place::host, Place::nvme};
-  return {Place::device, Place::host};
+  if (p.nvme_available) return {Tier::device, Tier::host, Tier::nvme};
+  return {Tier::device, Tier::host};
 }
 
 // The fewest bytes moved over every placement that fits, if any fits.
 std::optional<std::uint64_t> brute_force(const PlacementProblem& p) {
-  const auto opt = p.stage >= 1 ? places(p, p.optimizer_fixed) : std::vector<Place>{Place::device};
-  const auto par = p.stage == 3 ? places(p, p.params_fixed) : std::vector<Place>{Place::device};
+  const auto opt = p.stage >= 1 ? places(p, p.optimizer_fixed) : std::vector<Tier>{Tier::device};
+  const auto par = p.stage == 3 ? places(p, p.params_fixed) : std::vector<Tier>{Tier::device};
   const std::size_t per_layer = opt.size() * par.size(), n = p.layers.size();
   std::size_t total = 1;
   for (std::size_t i = 0; i < n; ++i) total *= per_layer;
@@ -103,8 +103,8 @@ PlacementProblem random_problem(std::mt19937_64& rng, std::uint64_t n_layers = 0
   p.nvme_buffer_bytes = pick(0, 2000);
   p.device_fixed_bytes = pick(0, 2000);
   p.host_fixed_bytes = pick(0, 2000);
-  if (pick(0, 9) == 0 && p.stage >= 1) p.optimizer_fixed = static_cast<Place>(pick(0, p.nvme_available ? 2 : 1));
-  if (pick(0, 9) == 0 && p.stage == 3) p.params_fixed = static_cast<Place>(pick(0, p.nvme_available ? 2 : 1));
+  if (pick(0, 9) == 0 && p.stage >= 1) p.optimizer_fixed = static_cast<Tier>(pick(0, p.nvme_available ? 2 : 1));
+  if (pick(0, 9) == 0 && p.stage == 3) p.params_fixed = static_cast<Tier>(pick(0, p.nvme_available ? 2 : 1));
   // Budgets: the fixed part plus a random share of everything, so many problems are tight.
   std::uint64_t state = 0;
   for (const auto& l : p.layers) state += 16 * l.padded_elems + p.compute_bytes * l.padded_elems;
@@ -204,7 +204,7 @@ TEST_CASE("with gathers on the device the planner still finds the optimum (exhau
     CHECK(r->d2h_bytes == e.d2h);
     CHECK(e.moved() >= *best);
     optimal += e.moved() == *best;
-    for (const auto& l : r->layers) device_params += p.stage == 3 && l.params == Place::device;
+    for (const auto& l : r->layers) device_params += p.stage == 3 && l.params == Tier::device;
   }
   std::printf("[placement][brute] device gathers: %d fit, %d optimal, %d layers' params on the device\n", feasible,
               optimal, device_params);
@@ -219,16 +219,16 @@ TEST_CASE("the named minimum budgets are exact: they fit and one byte less does 
   for (int seed = 0; seed < 300; ++seed) {
     PlacementProblem p = random_problem(rng);
     if (brute_force(p)) continue;  // only refused problems
-    for (Place tier : {Place::device, Place::host, Place::nvme}) {
+    for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
       const auto least = offload::min_budget_bytes(p, tier);
       if (!least) continue;
-      INFO("problem " << seed << ", tier " << offload::place_name(tier) << ", minimum " << *least);
+      INFO("problem " << seed << ", tier " << offload::tier_name(tier) << ", minimum " << *least);
       PlacementProblem at = p;
-      (tier == Place::device ? at.device_budget : tier == Place::host ? at.host_budget : at.nvme_budget) = *least;
+      (tier == Tier::device ? at.device_budget : tier == Tier::host ? at.host_budget : at.nvme_budget) = *least;
       CHECK(brute_force(at).has_value());
       CHECK_NOTHROW(offload::plan_placement(at));
-      if (*least > (tier == Place::nvme ? 1u : 0u)) {
-        (tier == Place::device ? at.device_budget : tier == Place::host ? at.host_budget : at.nvme_budget) = *least - 1;
+      if (*least > (tier == Tier::nvme ? 1u : 0u)) {
+        (tier == Tier::device ? at.device_budget : tier == Tier::host ? at.host_budget : at.nvme_budget) = *least - 1;
         CHECK_FALSE(brute_force(at).has_value());
       }
       ++checked;

@@ -7,11 +7,11 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
-using offload::Place;
 using offload::PlacementProblem;
+using offload::Tier;
 
 namespace {
 
@@ -42,8 +42,8 @@ std::string refusal(const PlacementProblem& p, Errc want = Errc::out_of_budget) 
   return {};
 }
 
-bool accepted(PlacementProblem p, Place tier, std::uint64_t budget) {
-  (tier == Place::device ? p.device_budget : tier == Place::host ? p.host_budget : p.nvme_budget) = budget;
+bool accepted(PlacementProblem p, Tier tier, std::uint64_t budget) {
+  (tier == Tier::device ? p.device_budget : tier == Tier::host ? p.host_budget : p.nvme_budget) = budget;
   try {
     (void)offload::plan_placement(p);
     return true;
@@ -54,7 +54,7 @@ bool accepted(PlacementProblem p, Place tier, std::uint64_t budget) {
 }
 
 // The planner takes `budget` and refuses one byte less, and min_budget_bytes says so.
-void check_minimum(const PlacementProblem& p, Place tier, std::uint64_t budget) {
+void check_minimum(const PlacementProblem& p, Tier tier, std::uint64_t budget) {
   CHECK(accepted(p, tier, budget));
   CHECK_FALSE(accepted(p, tier, budget - 1));
   CHECK(offload::min_budget_bytes(p, tier) == budget);
@@ -66,8 +66,8 @@ TEST_CASE("with room everywhere, optimizer state stays on the device and paramet
   const auto r = offload::plan_placement(two_layers());
   REQUIRE(r.layers.size() == 2);
   for (const auto& l : r.layers) {
-    CHECK(l.optimizer == Place::device);
-    CHECK(l.params == Place::host);  // a device shard would also cross d2h at every gather
+    CHECK(l.optimizer == Tier::device);
+    CHECK(l.params == Tier::host);  // a device shard would also cross d2h at every gather
   }
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{2400, 300, 0});
   CHECK(r.h2d_bytes == 1200);
@@ -82,8 +82,8 @@ TEST_CASE("a device budget with room for one optimizer keeps the one that saves 
   p.device_budget = 2600;  // 1600 free: optimizer 0 (saves 600) or optimizer 1 (saves 300), not both
   p.host_fixed_bytes = 100;
   const auto r = offload::plan_placement(p);
-  CHECK(r.layers[0].optimizer == Place::device);
-  CHECK(r.layers[1].optimizer == Place::host);
+  CHECK(r.layers[0].optimizer == Tier::device);
+  CHECK(r.layers[1].optimizer == Tier::host);
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{2600, 100 + 800 + 300, 0});
   CHECK(r.h2d_bytes == 100 + 800 + 400);
   CHECK(r.d2h_bytes == 200);
@@ -99,10 +99,10 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   p.host_fixed_bytes = 100;
   p.host_budget = 100 + 64 + 200 + 300;  // buffers, optimizer 1's accumulator, both shards
   const auto r = offload::plan_placement(p);
-  CHECK(r.layers[0].optimizer == Place::device);
-  CHECK(r.layers[1].optimizer == Place::nvme);
-  CHECK(r.layers[0].params == Place::host);
-  CHECK(r.layers[1].params == Place::host);
+  CHECK(r.layers[0].optimizer == Tier::device);
+  CHECK(r.layers[1].optimizer == Tier::nvme);
+  CHECK(r.layers[0].params == Tier::host);
+  CHECK(r.layers[1].params == Tier::host);
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{2600, 664, 600});
   CHECK(r.h2d_bytes == 100 + 1200);
   CHECK(r.d2h_bytes == 200);
@@ -115,12 +115,12 @@ TEST_CASE("the DeepSpeed static form forces every layer to the configured place"
   auto p = two_layers();
   p.nvme_available = true;
   p.nvme_buffer_bytes = 64;
-  p.optimizer_fixed = Place::host;
-  p.params_fixed = Place::nvme;
+  p.optimizer_fixed = Tier::host;
+  p.params_fixed = Tier::nvme;
   const auto r = offload::plan_placement(p);
   for (const auto& l : r.layers) {
-    CHECK(l.optimizer == Place::host);
-    CHECK(l.params == Place::nvme);
+    CHECK(l.optimizer == Tier::host);
+    CHECK(l.params == Tier::nvme);
   }
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{0, 1600 + 800 + 64, 300});
   CHECK(r.h2d_bytes == 200 + 100 + 800 + 400);
@@ -138,13 +138,13 @@ TEST_CASE("below stage 3 params stay on the device and stage 1 accumulates whole
   p.host_budget = 10000;
   p.stage = 2;
   auto r = offload::plan_placement(p);
-  CHECK(r.layers[0].optimizer == Place::device);
-  CHECK(r.layers[0].params == Place::device);
+  CHECK(r.layers[0].optimizer == Tier::device);
+  CHECK(r.layers[0].params == Tier::device);
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{2000, 0, 0});
   CHECK(r.moved_bytes() == 0);
   p.stage = 1;
   r = offload::plan_placement(p);
-  CHECK(r.layers[0].optimizer == Place::host);
+  CHECK(r.layers[0].optimizer == Tier::host);
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{400, 2000, 0});
   CHECK(r.h2d_bytes == 200);      // c*E updated params
   CHECK(r.d2h_bytes == 4 * 400);  // A*P*c gradients
@@ -159,7 +159,7 @@ TEST_CASE("stage 0 keeps everything on the device and moves nothing", "[placemen
   const auto r = offload::plan_placement(p);
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{5 + 18 * 110, 0, 0});
   CHECK(r.moved_bytes() == 0);
-  check_minimum(p, Place::device, 5 + 18 * 110);
+  check_minimum(p, Tier::device, 5 + 18 * 110);
   p.device_budget = 5 + 18 * 110 - 1;
   CHECK_THAT(refusal(p), Catch::Contains("optimizer state and parameters at ZeRO stage 0 1.93 KiB"));
 }
@@ -175,7 +175,7 @@ TEST_CASE("a device below its fixed part is refused with the device minimum", "[
                       "device needs at least 40.00 MiB (41943040 B) with everything else offloaded (live "
                       "window and persistent layers 40.00 MiB). Raise memory_budget.device to at least 40.00 MiB."));
   CHECK_THAT(msg, !Catch::Contains("memory_budget.host"));
-  check_minimum(p, Place::device, 40ull << 20);
+  check_minimum(p, Tier::device, 40ull << 20);
 }
 
 TEST_CASE("a short host names the host minimum, the device alternative and the nvme_path",
@@ -195,8 +195,8 @@ TEST_CASE("a short host names the host minimum, the device alternative and the n
   CHECK_THAT(msg, Catch::Contains("the device needs at least 2.64 KiB (2700 B)"));
   // With an NVMe the cheapest fix moves shard 1 there (300 B more traffic than on the host).
   CHECK_THAT(msg, Catch::Contains("set offload_param.nvme_path so that parameters can move to NVMe"));
-  check_minimum(p, Place::host, 1200);
-  check_minimum(p, Place::device, 2700);
+  check_minimum(p, Tier::host, 1200);
+  check_minimum(p, Tier::device, 2700);
 }
 
 TEST_CASE("a short NVMe budget names the NVMe minimum", "[placement][negative][boundary]") {
@@ -214,20 +214,20 @@ TEST_CASE("a short NVMe budget names the NVMe minimum", "[placement][negative][b
                                   "needs at least 600 B (600 B). Raise memory_budget.nvme to at least 600 B."));
   CHECK_THAT(msg, Catch::Contains("the host needs at least 964 B (964 B)"));        // both shards to NVMe
   CHECK_THAT(msg, Catch::Contains("the device needs at least 3.33 KiB (3400 B)"));  // both optimizers on device
-  check_minimum(p, Place::nvme, 600);
-  check_minimum(p, Place::host, 964);
-  check_minimum(p, Place::device, 3400);
+  check_minimum(p, Tier::nvme, 600);
+  check_minimum(p, Tier::host, 964);
+  check_minimum(p, Tier::device, 3400);
 }
 
 TEST_CASE("places the stage or the configuration forbid are invalid arguments naming the key",
           "[placement][negative]") {
   auto p = two_layers();
-  p.optimizer_fixed = Place::nvme;
+  p.optimizer_fixed = Tier::nvme;
   CHECK_THAT(refusal(p, Errc::invalid_argument), Catch::Contains("offload_optimizer.nvme_path"));
   p.optimizer_fixed.reset();
-  p.params_fixed = Place::nvme;
+  p.params_fixed = Tier::nvme;
   CHECK_THAT(refusal(p, Errc::invalid_argument), Catch::Contains("offload_param.nvme_path"));
-  p.params_fixed = Place::host;
+  p.params_fixed = Tier::host;
   p.stage = 2;
   CHECK_THAT(refusal(p, Errc::invalid_argument),
              Catch::Contains("offload_param.device = \"cpu\" needs zero_optimization.stage = 3"));
@@ -277,6 +277,6 @@ TEST_CASE("device and host budgets of UINT64_MAX (not set) are unlimited", "[pla
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{(1ull << 40) + 2400, 300, 0});
   CHECK_THAT(r.explain(p), Catch::Contains("of unlimited"));
   // The minimums are about fitting at all, not about keeping this placement's traffic.
-  CHECK(offload::min_budget_bytes(p, Place::device) == 1ull << 40);  // everything else on the host
-  CHECK(offload::min_budget_bytes(p, Place::host) == 0);             // shards on the device
+  CHECK(offload::min_budget_bytes(p, Tier::device) == 1ull << 40);  // everything else on the host
+  CHECK(offload::min_budget_bytes(p, Tier::host) == 0);             // shards on the device
 }

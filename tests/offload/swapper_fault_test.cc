@@ -6,10 +6,10 @@
 #include <fstream>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "offload/optimizer_swapper.h"
-#include "tests/support/file_size_limit.h"
+#include "runtime/core/error.h"
 #include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -30,7 +30,6 @@ offload::SwapperOptions options_in(const std::string& dir) {
 void add_one(const offload::SubGroup& g) {
   for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
 }
-
 
 }  // namespace
 
@@ -95,8 +94,7 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   CHECK(got0 == std::vector<float>(5000, 3.0f));
 }
 
-TEST_CASE("a swap directory that cannot be created is refused at setup, naming the key",
-          "[offload][uring][negative]") {
+TEST_CASE("a swap directory that cannot be created is refused at setup, naming the key", "[offload][uring][negative]") {
   test::TempDir dir("strata-offload");
   { std::ofstream(dir.file("plain-file")) << "not a directory"; }
   // Root ignores permission bits: a file standing where a directory is expected, and /proc,

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "offload/optimizer_swapper.h"
+#include "runtime/core/error.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -84,7 +84,8 @@ TEST_CASE("the swapper steps every element once per step, chunking tensors large
   CHECK(part == std::vector<float>(all.begin() + 900, all.begin() + 1600));
 }
 
-TEST_CASE("a sub-group never exceeds the largest tensor, so a huge sub_group_size costs no memory", "[offload][uring]") {
+TEST_CASE("a sub-group never exceeds the largest tensor, so a huge sub_group_size costs no memory",
+          "[offload][uring]") {
   test::TempDir dir("strata-offload");
   offload::OptimizerSwapper sw(small_options(dir.file("r"), 1000000000, 4), {{"a", 3000}, {"b", 5000}});
   CHECK(sw.buffer_elems() == 5000);

@@ -20,7 +20,7 @@ using namespace strata::test;
 namespace {
 
 constexpr std::size_t kN = (std::size_t{1} << 20) + 37;  // above the parallel threshold, ragged
-constexpr std::size_t kOffset = 3;                        // misaligns every buffer
+constexpr std::size_t kOffset = 3;                       // misaligns every buffer
 
 optim::StepArgs offset_args(TestShard& sh, std::int64_t step) {
   optim::StepArgs a = sh.args(step, 0.75f);
@@ -42,9 +42,15 @@ void run(int rule, const optim::StepArgs& a, std::size_t block) {
   adam.weight_decay = 0.1f;
   switch (rule) {
     case 0:
-    case 1: optim::adam_step(adam, a, o); break;
-    case 2: optim::lion_step({}, a, o); break;
-    default: optim::adagrad_step({}, a, o); break;
+    case 1:
+      optim::adam_step(adam, a, o);
+      break;
+    case 2:
+      optim::lion_step({}, a, o);
+      break;
+    default:
+      optim::adagrad_step({}, a, o);
+      break;
   }
 }
 

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/device/device.h"
 #include "optim/device_step.h"
+#include "runtime/device/device.h"
 #include "tests/optim/check.h"
 
 using namespace strata;

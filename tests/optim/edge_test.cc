@@ -82,9 +82,15 @@ void step_rule(Rule r, const optim::StepArgs& a) {
   optim::AdagradConfig adagrad;
   adagrad.weight_decay = 0.1f;
   switch (r) {
-    case Rule::adamw: optim::adam_step(adam, a); break;
-    case Rule::lion: optim::lion_step(lion, a); break;
-    case Rule::adagrad: optim::adagrad_step(adagrad, a); break;
+    case Rule::adamw:
+      optim::adam_step(adam, a);
+      break;
+    case Rule::lion:
+      optim::lion_step(lion, a);
+      break;
+    case Rule::adagrad:
+      optim::adagrad_step(adagrad, a);
+      break;
   }
 }
 

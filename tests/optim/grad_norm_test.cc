@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "optim/grad_norm.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 

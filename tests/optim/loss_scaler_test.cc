@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "optim/loss_scaler.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using optim::GrowthRule;

@@ -8,10 +8,10 @@
 
 #include <cstdint>
 
-#include "engine/core/dtype.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/lion.h"
+#include "runtime/core/dtype.h"
 
 namespace strata::test {
 

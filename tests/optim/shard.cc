@@ -7,8 +7,13 @@
 namespace strata::test {
 
 TestShard::TestShard(std::size_t n, const ShardSpec& spec)
-    : n_(n), spec_(spec), master_(n), grad_(n * dtype_size(spec.grad)), m_(n * dtype_size(spec.state)),
-      v_(n * dtype_size(spec.state)), copy_(spec.copy ? n * dtype_size(spec.copy_dtype) : 0) {}
+    : n_(n),
+      spec_(spec),
+      master_(n),
+      grad_(n * dtype_size(spec.grad)),
+      m_(n * dtype_size(spec.state)),
+      v_(n * dtype_size(spec.state)),
+      copy_(spec.copy ? n * dtype_size(spec.copy_dtype) : 0) {}
 
 optim::StepArgs TestShard::args(std::int64_t step, float grad_scale) {
   optim::StepArgs a;

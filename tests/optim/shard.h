@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/dtype.h"
 #include "optim/step_args.h"
+#include "runtime/core/dtype.h"
 #include "tests/optim/reference.h"
 
 namespace strata::test {

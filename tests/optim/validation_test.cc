@@ -5,10 +5,10 @@
 #include <limits>
 #include <vector>
 
-#include "engine/core/error.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/lion.h"
+#include "runtime/core/error.h"
 #include "tests/optim/shard.h"
 
 using namespace strata;
@@ -32,13 +32,12 @@ TEST_CASE("bad step arguments are refused by name", "[optim][negative]") {
                     Contains("state dtype fp16"));
   CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) { a.copy_dtype = DType::fp32; })),
                     Contains("copy dtype fp32"));
-  CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) { a.grad_scale = std::nanf(""); })),
-                    Contains("grad_scale"));
+  CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) { a.grad_scale = std::nanf(""); })), Contains("grad_scale"));
   CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) { a.grad_scale = -1.0f; })), Contains("grad_scale"));
   CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) { a.step = 0; })), Contains("step 0"));
   CHECK_THROWS_WITH(optim::adam_step(c, with([](auto& a) {
-                      a.master = reinterpret_cast<float*>(reinterpret_cast<char*>(a.master) + 1);
-                    })),
+                                       a.master = reinterpret_cast<float*>(reinterpret_cast<char*>(a.master) + 1);
+                                     })),
                     Contains("not aligned"));
   CHECK_THROWS_WITH(optim::adam_step(c, sh.args(1), optim::StepOptions{0}), Contains("block_elems"));
   // Lion needs only m, Adagrad only v; an empty shard needs no buffers at all.

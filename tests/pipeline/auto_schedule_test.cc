@@ -5,9 +5,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using namespace strata::pipeline;

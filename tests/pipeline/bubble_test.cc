@@ -48,7 +48,7 @@ TEST_CASE("measured bubbles match the simulated ones for steady layers", "[pipel
   // the fastest of up to three runs is the schedule's own timing.
   Measured r = measure(s);
   for (int attempt = 1; attempt < 3 && (std::abs(r.got.bubble_rate - r.sim.bubble_rate) > kMargin ||
-                                         r.got.makespan > r.sim.makespan * 1.10);
+                                        r.got.makespan > r.sim.makespan * 1.10);
        ++attempt) {
     const Measured again = measure(s);
     if (again.got.makespan < r.got.makespan) r = again;

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::test {
 

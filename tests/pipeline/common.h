@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm/launch.h"
 #include "pipeline/model.h"
 #include "pipeline/schedule.h"
+#include "runtime/comm/launch.h"
 
 namespace strata::test {
 

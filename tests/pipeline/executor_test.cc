@@ -6,11 +6,11 @@
 #include <chrono>
 #include <map>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/layers.h"
 #include "pipeline/runner.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 #include "tests/pipeline/common.h"
 
 using namespace strata;
@@ -44,17 +44,20 @@ Schedule auto_schedule(int p, int m) {
 }  // namespace
 
 TEST_CASE("pipelined gradients equal a sequential loop bit for bit, stages as threads", "[pipeline]") {
-  const Schedule s = GENERATE(gpipe(4, 8), one_f_one_b(4, 8), one_f_one_b(3, 2), interleaved_1f1b(4, 8, 2),
-                              interleaved_1f1b(2, 4, 4), interleaved_1f1b(1, 3, 4), zb_h1(4, 8), zb_h2(4, 6),
-                              auto_schedule(4, 8), gpipe(1, 3));
+  const Schedule s =
+      GENERATE(gpipe(4, 8), one_f_one_b(4, 8), one_f_one_b(3, 2), interleaved_1f1b(4, 8, 2), interleaved_1f1b(2, 4, 4),
+               interleaved_1f1b(1, 3, 4), zb_h1(4, 8), zb_h2(4, 6), auto_schedule(4, 8), gpipe(1, 3));
   const Remat remat = GENERATE(Remat::never, Remat::always, Remat::except_last);
   INFO(s.kind << " p=" << s.stages << " m=" << s.micro_batches << " v=" << s.chunks << " remat=" << remat_name(remat));
   const PipelineModel model = model_for(8 * (s.stages == 3 ? 3 : 1), s.micro_batches);
-  LocalParameterStore reference(model, [&] {
-    std::vector<int> all(model.layers.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-    return all;
-  }(), kSeed);
+  LocalParameterStore reference(
+      model,
+      [&] {
+        std::vector<int> all(model.layers.size());
+        for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+        return all;
+      }(),
+      kSeed);
   run_sequential(model, s.micro_batches, reference);
   auto stores = test::stage_stores(s, model, kSeed);
   ExecutorOptions o;
@@ -241,8 +244,8 @@ TEST_CASE("weight gradients that come out of micro-batch order still sum in orde
     std::erase_if(list, [](const Action& a) { return a.kind == ActionKind::backward_weight; });
     for (auto it = ws.rbegin(); it != ws.rend(); ++it) list.push_back(*it);
   }
-  for (const Schedule& s : {add_communication("gpipe-reversed", p, m, 1, reversed),
-                            add_communication("zb-h1-w-reversed", p, m, 1, zb)}) {
+  for (const Schedule& s :
+       {add_communication("gpipe-reversed", p, m, 1, reversed), add_communication("zb-h1-w-reversed", p, m, 1, zb)}) {
     INFO(s.kind);
     const PipelineModel model = model_for(6, m);
     LocalParameterStore reference(model, {0, 1, 2, 3, 4, 5}, kSeed);

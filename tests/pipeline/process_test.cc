@@ -7,11 +7,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/runner.h"
 #include "pipeline/simulate.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
 #include "tests/pipeline/common.h"
 
 using namespace strata;
@@ -118,9 +118,8 @@ TEST_CASE("pipelined gradients equal a sequential loop bit for bit, stages as pr
 TEST_CASE("measured bubbles match the simulated ones with stages as processes", "[pipeline][process][timing]") {
   // Same margin as with threads (bubble_test.cc): 0.03 absolute.
   const char* kind = GENERATE("1f1b", "zb-h1");
-  const auto res = test::run_pipeline_ranks(4, {{"STRATA_TEST_KIND", kind},
-                                                {"STRATA_TEST_MICRO", "8"},
-                                                {"STRATA_TEST_UNIT_MS", "24"}});
+  const auto res = test::run_pipeline_ranks(
+      4, {{"STRATA_TEST_KIND", kind}, {"STRATA_TEST_MICRO", "8"}, {"STRATA_TEST_UNIT_MS", "24"}});
   REQUIRE(res.exit_code == 0);
   const auto& out = res.ranks[0].output;
   const auto pos = out.find("BUBBLE ");

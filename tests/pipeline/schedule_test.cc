@@ -2,20 +2,20 @@
 // name the line and the token.
 #include <catch2/catch.hpp>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/schedule.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using namespace strata::pipeline;
 
 TEST_CASE("every action kind prints as a token and parses back", "[pipeline]") {
   const Action actions[] = {
-      {ActionKind::forward, 3, 0, -1},          {ActionKind::forward, 12, 2, -1},
-      {ActionKind::backward_input, 0, 1, -1},   {ActionKind::backward_weight, 7, 0, -1},
-      {ActionKind::backward_full, 5, 3, -1},    {ActionKind::send_activation, 4, 0, 2},
-      {ActionKind::recv_activation, 4, 1, 0},   {ActionKind::send_gradient, 9, 0, 0},
-      {ActionKind::recv_gradient, 1, 2, 3},     {ActionKind::optimizer_step, 0, 0, -1},
+      {ActionKind::forward, 3, 0, -1},        {ActionKind::forward, 12, 2, -1},
+      {ActionKind::backward_input, 0, 1, -1}, {ActionKind::backward_weight, 7, 0, -1},
+      {ActionKind::backward_full, 5, 3, -1},  {ActionKind::send_activation, 4, 0, 2},
+      {ActionKind::recv_activation, 4, 1, 0}, {ActionKind::send_gradient, 9, 0, 0},
+      {ActionKind::recv_gradient, 1, 2, 3},   {ActionKind::optimizer_step, 0, 0, -1},
   };
   for (const Action& a : actions) {
     const std::string tok = format_action(a);
@@ -36,8 +36,8 @@ TEST_CASE("malformed action tokens are rejected with the token named", "[pipelin
 }
 
 TEST_CASE("schedules round-trip through text and CSV", "[pipeline]") {
-  const Schedule s = GENERATE(gpipe(3, 4), one_f_one_b(4, 6), interleaved_1f1b(2, 4, 3), zb_h1(3, 5), zb_h2(4, 8),
-                              one_f_one_b(1, 3));
+  const Schedule s =
+      GENERATE(gpipe(3, 4), one_f_one_b(4, 6), interleaved_1f1b(2, 4, 3), zb_h1(3, 5), zb_h2(4, 8), one_f_one_b(1, 3));
   INFO(s.kind);
   const std::string text = to_text(s);
   const Schedule t = parse_schedule(text);
@@ -69,8 +69,7 @@ TEST_CASE("schedule text errors name the line", "[pipeline][negative]") {
   CHECK_THROWS_WITH(parse_schedule("strata-schedule v1 stages=2 micro=2 color=red\n"), Catch::Contains("'color'"));
   CHECK_THROWS_WITH(parse_schedule("strata-schedule v1 stages=2 micro=2\nstage 0: F0 Z1\n"),
                     Catch::Contains("line 2") && Catch::Contains("'Z1'"));
-  CHECK_THROWS_WITH(parse_schedule("strata-schedule v1 stages=2 micro=2\nstage 5: F0\n"),
-                    Catch::Contains("stage 5"));
+  CHECK_THROWS_WITH(parse_schedule("strata-schedule v1 stages=2 micro=2\nstage 5: F0\n"), Catch::Contains("stage 5"));
   CHECK_THROWS_WITH(parse_schedule("strata-schedule v1 stages=2 micro=2\nstage 0: F0\nstage 0: F1\n"),
                     Catch::Contains("twice"));
   CHECK_THROWS_WITH(parse_schedule("# strata-schedule v1 stages=1 micro=1\nstage,index,action,kind,micro,chunk,peer\n"

@@ -1,4 +1,4 @@
-// The simulator against the closed forms of the papers (ANCHORS.md "Pipeline schedules"):
+// The simulator against the closed forms of the papers (GPipe, Megatron's interleaving, Zero Bubble):
 // GPipe and 1F1B bubble (p-1)/(m+p-1); interleaved (p-1)/(v m) of the ideal time; ZB-H1
 // bubble (p-1)(F+B-W); ZB-H2 none once m >= 2p-1; 1F1B keeps min(p-r, m) micro-batches
 // of activations on stage r and GPipe m.
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using namespace strata::pipeline;
@@ -26,7 +26,8 @@ double tol(const Schedule& s, double makespan) {
 TEST_CASE("GPipe and 1F1B bubble rates are (p-1)/(m+p-1) with uniform times", "[pipeline]") {
   const int p = GENERATE(1, 2, 3, 4, 6, 8);
   const int m = GENERATE(1, 2, 3, 5, 8, 13, 24);
-  const auto times = GENERATE(std::vector<double>{1, 1, 1}, std::vector<double>{1, 2, 0}, std::vector<double>{0.5, 1.25, 0.75});
+  const auto times =
+      GENERATE(std::vector<double>{1, 1, 1}, std::vector<double>{1, 2, 0}, std::vector<double>{0.5, 1.25, 0.75});
   const Costs c = Costs::uniform(times[0], times[1], times[2]);
   const double want = static_cast<double>(p - 1) / (m + p - 1);
   for (const Schedule& s : {gpipe(p, m), one_f_one_b(p, m)}) {
@@ -118,8 +119,7 @@ TEST_CASE("communication time delays every hop of the critical path", "[pipeline
   CHECK(rc.stats.makespan <= r0.stats.makespan + 2 * (p - 1) * 0.25 * m);
   // A receive's wait shows in the timeline.
   bool waited = false;
-  for (const auto& ta : rc.timeline.actions)
-    waited |= ta.action.kind == ActionKind::recv_gradient && ta.end > ta.start;
+  for (const auto& ta : rc.timeline.actions) waited |= ta.action.kind == ActionKind::recv_gradient && ta.end > ta.start;
   CHECK(waited);
 }
 

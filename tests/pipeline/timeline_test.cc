@@ -13,12 +13,9 @@ TEST_CASE("summarize follows the Zero Bubble paper's definitions", "[pipeline]")
   t.stages = 2;
   t.micro_batches = 1;
   // Stage 0 busy 0-1 and 3-5 (span 5, busy 3); stage 1 busy 1-3 (span 2, busy 2).
-  t.actions = {{0, {ActionKind::forward, 0, 0, -1}, 0, 1},
-               {1, {ActionKind::forward, 0, 0, -1}, 1, 2},
-               {1, {ActionKind::backward_full, 0, 0, -1}, 2, 3},
-               {0, {ActionKind::recv_gradient, 0, 0, 1}, 1, 3},
-               {0, {ActionKind::backward_input, 0, 0, -1}, 3, 4},
-               {0, {ActionKind::backward_weight, 0, 0, -1}, 4, 5}};
+  t.actions = {{0, {ActionKind::forward, 0, 0, -1}, 0, 1},        {1, {ActionKind::forward, 0, 0, -1}, 1, 2},
+               {1, {ActionKind::backward_full, 0, 0, -1}, 2, 3},  {0, {ActionKind::recv_gradient, 0, 0, 1}, 1, 3},
+               {0, {ActionKind::backward_input, 0, 0, -1}, 3, 4}, {0, {ActionKind::backward_weight, 0, 0, -1}, 4, 5}};
   const TimelineStats s = summarize(t);
   CHECK(s.makespan == 5);
   CHECK(s.span == std::vector<double>{5, 2});

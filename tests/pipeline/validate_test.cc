@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 
 using namespace strata;
 using namespace strata::pipeline;
@@ -44,7 +44,8 @@ TEST_CASE("every generator's schedule is valid over a sweep of p and m", "[pipel
     CHECK(r.summary() == "");
     // Counts: one F per micro-batch and chunk on every stage, one OPT per stage.
     for (const auto& list : s.actions) {
-      const auto fwd = std::count_if(list.begin(), list.end(), [](const Action& x) { return x.kind == ActionKind::forward; });
+      const auto fwd =
+          std::count_if(list.begin(), list.end(), [](const Action& x) { return x.kind == ActionKind::forward; });
       CHECK(fwd == m * s.chunks);
       CHECK(list.back().kind == ActionKind::optimizer_step);
     }
@@ -88,9 +89,10 @@ TEST_CASE("order and count errors are reported", "[pipeline][negative]") {
 
 TEST_CASE("a schedule whose receives wait on each other is a deadlock", "[pipeline][negative]") {
   // Stage 0 waits for a gradient before sending the activation stage 1 needs first.
-  const Schedule s = load("strata-schedule v1 stages=2 micro=1\n"
-                          "stage 0: F0 RG0<1 SA0>1 BW0 OPT\n"
-                          "stage 1: RA0<0 F0 BW0 SG0>0 OPT\n");
+  const Schedule s = load(
+      "strata-schedule v1 stages=2 micro=1\n"
+      "stage 0: F0 RG0<1 SA0>1 BW0 OPT\n"
+      "stage 1: RA0<0 F0 BW0 SG0>0 OPT\n");
   const auto r = validate(s);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.summary(), Catch::Contains("deadlock") && Catch::Contains("stage 0 waits at RG0<1") &&

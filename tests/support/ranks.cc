@@ -15,9 +15,9 @@ std::vector<RankOutcome> run_thread_ranks(int world, std::function<void(comm::Co
       world, [&](comm::Communicator& c, const comm::CommOptions&) { body(c); }, timeout, std::move(absent));
 }
 
-std::vector<RankOutcome> run_thread_ranks_with(
-    int world, std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
-    std::chrono::milliseconds timeout, std::vector<int> absent) {
+std::vector<RankOutcome> run_thread_ranks_with(int world,
+                                               std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
+                                               std::chrono::milliseconds timeout, std::vector<int> absent) {
   static std::atomic<int> run_counter{0};
   TempDir dir("strata-rdzv");
   const std::string run_id = "t" + std::to_string(run_counter++);

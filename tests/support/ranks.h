@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace strata::test {
 
@@ -24,9 +24,10 @@ std::vector<RankOutcome> run_thread_ranks(int world, std::function<void(comm::Co
 
 // The same, handing each rank its rendezvous options too (to create a second communicator
 // over the same directory with another run_id).
-std::vector<RankOutcome> run_thread_ranks_with(
-    int world, std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
-    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000), std::vector<int> absent = {});
+std::vector<RankOutcome> run_thread_ranks_with(int world,
+                                               std::function<void(comm::Communicator&, const comm::CommOptions&)> body,
+                                               std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
+                                               std::vector<int> absent = {});
 
 // Rethrows the first failure of a run.
 void rethrow_first(const std::vector<RankOutcome>& outcomes);

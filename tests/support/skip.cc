@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine/device/device.h"
 #include "io/probe.h"
+#include "runtime/device/device.h"
 #include "tests/support/child.h"
 #include "tests/support/temp_dir.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::cli {
 

@@ -16,16 +16,16 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/grad_norm.h"
 #include "optim/kernel_info.h"
 #include "optim/lion.h"
 #include "optim/roofline.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {
@@ -112,7 +112,8 @@ Action setup(CLI::App& cmd) {
     const std::size_t n = parse_count(o->params, "--params");
     STRATA_CHECK(n > 0, Errc::invalid_argument, "--params must be > 0");
     const optim::UpdateRule rule = parse_rule(o->optimizer);
-    const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads =
+        o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
 
     optim::StepArgs a;
@@ -144,9 +145,15 @@ Action setup(CLI::App& cmd) {
     adam.adamw_mode = o->optimizer != "adam";
     std::function<void()> step = [&] {
       switch (rule) {
-        case optim::UpdateRule::adam: optim::adam_step(adam, a); break;
-        case optim::UpdateRule::lion: optim::lion_step({}, a); break;
-        case optim::UpdateRule::adagrad: optim::adagrad_step({}, a); break;
+        case optim::UpdateRule::adam:
+          optim::adam_step(adam, a);
+          break;
+        case optim::UpdateRule::lion:
+          optim::lion_step({}, a);
+          break;
+        case optim::UpdateRule::adagrad:
+          optim::adagrad_step({}, a);
+          break;
       }
       ++a.step;
     };

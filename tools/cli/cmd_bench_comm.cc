@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "engine/comm/communicator.h"
-#include "engine/comm/launch.h"
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/launch.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {
@@ -80,11 +80,12 @@ nlohmann::json run_rank(const Options& o) {
     for (std::size_t i = 0; i < total && ok; ++i) ok = full[i] == expect_sum[i];
     const double b = static_cast<double>(total * sizeof(float));
     const double f1 = static_cast<double>(n - 1) / n, f2 = 2.0 * (n - 1) / n;
-    rows.push_back({{"bytes", total * sizeof(float)},
-                    {"all_gather", {{"time_us", ag * 1e6}, {"algbw_gbps", b / ag / 1e9}, {"busbw_gbps", b / ag / 1e9 * f1}}},
-                    {"reduce_scatter", {{"time_us", rs * 1e6}, {"algbw_gbps", b / rs / 1e9}, {"busbw_gbps", b / rs / 1e9 * f1}}},
-                    {"all_reduce", {{"time_us", ar * 1e6}, {"algbw_gbps", b / ar / 1e9}, {"busbw_gbps", b / ar / 1e9 * f2}}},
-                    {"correct", ok}});
+    rows.push_back(
+        {{"bytes", total * sizeof(float)},
+         {"all_gather", {{"time_us", ag * 1e6}, {"algbw_gbps", b / ag / 1e9}, {"busbw_gbps", b / ag / 1e9 * f1}}},
+         {"reduce_scatter", {{"time_us", rs * 1e6}, {"algbw_gbps", b / rs / 1e9}, {"busbw_gbps", b / rs / 1e9 * f1}}},
+         {"all_reduce", {{"time_us", ar * 1e6}, {"algbw_gbps", b / ar / 1e9}, {"busbw_gbps", b / ar / 1e9 * f2}}},
+         {"correct", ok}});
     STRATA_CHECK(ok, Errc::comm, "bench comm: wrong collective result at ", total * sizeof(float), " B on rank ", me);
   }
   return {{"world_size", n}, {"backend", o.backend}, {"iters", o.iters}, {"sizes", rows}};
@@ -102,8 +103,10 @@ Action setup(CLI::App& cmd) {
     if (std::getenv("STRATA_RANK") == nullptr) {
       comm::LaunchOptions lo;
       lo.nprocs = o->nprocs;
-      lo.command = {"/proc/self/exe", "bench", "comm", "--min-size", o->min_size, "--max-size", o->max_size,
-                    "--iters", std::to_string(o->iters), "--backend", o->backend};
+      lo.command = {"/proc/self/exe", "bench",     "comm",
+                    "--min-size",     o->min_size, "--max-size",
+                    o->max_size,      "--iters",   std::to_string(o->iters),
+                    "--backend",      o->backend};
       if (o->json) lo.command.push_back("--json");
       lo.prefix_output = false;
       lo.only_rank_output = 0;
@@ -117,14 +120,15 @@ Action setup(CLI::App& cmd) {
       print_json(j.dump(2));
       return 0;
     }
-    std::printf("%s, %d ranks, median of %d (busbw in nccl-tests terms; every result verified)\n",
-                o->backend.c_str(), j["world_size"].get<int>(), o->iters);
+    std::printf("%s, %d ranks, median of %d (busbw in nccl-tests terms; every result verified)\n", o->backend.c_str(),
+                j["world_size"].get<int>(), o->iters);
     std::printf("%12s  %-26s  %-26s  %-26s\n", "bytes", "all_gather us / busbw GB/s", "reduce_scatter us / busbw",
                 "all_reduce us / busbw");
     for (const auto& row : j["sizes"]) {
       auto cell = [&](const char* k) {
         char b[64];
-        std::snprintf(b, sizeof b, "%10.1f / %6.3f", row[k]["time_us"].get<double>(), row[k]["busbw_gbps"].get<double>());
+        std::snprintf(b, sizeof b, "%10.1f / %6.3f", row[k]["time_us"].get<double>(),
+                      row[k]["busbw_gbps"].get<double>());
         return std::string(b);
       };
       std::printf("%12llu  %-26s  %-26s  %-26s\n", static_cast<unsigned long long>(row["bytes"].get<std::uint64_t>()),

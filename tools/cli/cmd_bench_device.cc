@@ -7,10 +7,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
-#include "engine/device/device.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {
@@ -47,8 +47,10 @@ CopyFigures measure_copies(device::Device& dev, std::size_t bytes, int iters) {
   time_copy(host.get(), gpu.get(), device::CopyKind::device_to_host);
   std::vector<double> h2d, d2h;
   for (int i = 0; i < iters; ++i) {
-    h2d.push_back(static_cast<double>(bytes) / time_copy(gpu.get(), host.get(), device::CopyKind::host_to_device) / 1e9);
-    d2h.push_back(static_cast<double>(bytes) / time_copy(host.get(), gpu.get(), device::CopyKind::device_to_host) / 1e9);
+    h2d.push_back(static_cast<double>(bytes) / time_copy(gpu.get(), host.get(), device::CopyKind::host_to_device) /
+                  1e9);
+    d2h.push_back(static_cast<double>(bytes) / time_copy(host.get(), gpu.get(), device::CopyKind::device_to_host) /
+                  1e9);
   }
   return {median(h2d), median(d2h)};
 }

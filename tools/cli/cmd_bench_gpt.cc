@@ -14,12 +14,12 @@
 #include <random>
 #include <thread>
 
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/device/device.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/gemm.h"
 #include "models/gpt/pass.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/device/device.h"
 #include "tools/cli/command.h"
 #include "tools/cli/train_model.h"
 
@@ -42,8 +42,12 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // The block's weight products at N rows, one after the other: returns seconds and FLOPs.
 struct GemmSet {
   GemmSet(model::ops::Products prec, int rows, int width)
-      : p(prec), N(rows), C(width), a(static_cast<std::size_t>(rows) * 4 * width, 0.01f),
-        w(std::size_t{16} * width * width, 0.02f), out(static_cast<std::size_t>(rows) * 4 * width) {}
+      : p(prec),
+        N(rows),
+        C(width),
+        a(static_cast<std::size_t>(rows) * 4 * width, 0.01f),
+        w(std::size_t{16} * width * width, 0.02f),
+        out(static_cast<std::size_t>(rows) * 4 * width) {}
   double run() {
     const auto t0 = Clock::now();
     const int shapes[3][2] = {{C, 3 * C}, {C, 4 * C}, {4 * C, C}};  // {in, out}
@@ -117,10 +121,11 @@ int run(const Options& o) {
     print_json(j.dump(2));
     return 0;
   }
-  std::printf("gpt %d x %d (%d heads, vocab %d, %llu parameters), micro-batch %d x seq %d, remat %s, %s products, "
-              "%d threads\n", s.layers, s.d_model, s.heads, s.vocab,
-              static_cast<unsigned long long>(model::gpt_parameter_count(s)), B, T, model::remat_name(cfg.remat),
-              bf16 ? "bf16" : "fp32", threads);
+  std::printf(
+      "gpt %d x %d (%d heads, vocab %d, %llu parameters), micro-batch %d x seq %d, remat %s, %s products, "
+      "%d threads\n",
+      s.layers, s.d_model, s.heads, s.vocab, static_cast<unsigned long long>(model::gpt_parameter_count(s)), B, T,
+      model::remat_name(cfg.remat), bf16 ? "bf16" : "fp32", threads);
   std::printf("training pass  %8.1f ms  %10.0f tokens/s  %7.2f model GFLOP/s\n", sec * 1e3, tokens / sec,
               model_flops / sec / 1e9);
   std::printf("%-8s %s GEMM %5s     %10s            %7.2f GFLOP/s (the block's weight products, %d rows)\n",
@@ -135,18 +140,21 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--layers", o->model.layers, "GPT blocks (default: the preset's)")->check(CLI::Range(1, 100000));
   add_gpt_shape_options(cmd, o->model);
   cmd.add_option("--micro-batch", o->micro, "Sequences per pass (default 8)")->check(CLI::Range(1, 1 << 16));
-  cmd.add_option("--iters", o->iters, "Timed iterations (default 5; the median is reported)")->check(CLI::Range(1, 1000));
+  cmd.add_option("--iters", o->iters, "Timed iterations (default 5; the median is reported)")
+      ->check(CLI::Range(1, 1000));
   cmd.add_option("--threads", o->threads, "Threads for TBB and the BLAS (0: all hardware threads)")
       ->check(CLI::Range(0, 4096));
-  cmd.add_option("--products", o->products, "Precision of the weight products: fp32 or bf16 (bf16 inputs, fp32 sums; "
+  cmd.add_option("--products", o->products,
+                 "Precision of the weight products: fp32 or bf16 (bf16 inputs, fp32 sums; "
                  "fp32 where the CPU has no bf16 dot products)");
   cmd.add_option("--seed", o->model.seed, "Seed for the weights and tokens");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] { return run(*o); };
 }
 
-const Registration reg("bench", "gpt", "The GPT's training pass on the host device: tokens/s, model FLOP/s, "
-                                       "fraction of the BLAS's SGEMM rate",
+const Registration reg("bench", "gpt",
+                       "The GPT's training pass on the host device: tokens/s, model FLOP/s, "
+                       "fraction of the BLAS's SGEMM rate",
                        setup);
 
 }  // namespace

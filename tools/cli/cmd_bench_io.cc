@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
 #include "io/buffer_pool.h"
 #include "io/engine.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/io_boundary.h"
 
@@ -108,7 +108,7 @@ double run_streams(io::Engine& engine, const io::File& file, std::vector<Stream>
       if (s.pending.empty()) continue;
       busy = true;
       if (!s.pending.front().ready() && streams.size() > 1) continue;
-      STRATA_IO_CHECK(s.pending.front().wait().status());
+      STRATA_IO_CHECK(s.pending.front().wait().status(), "");
       // The finished request's buffer is the front one: rotate so the next submit reuses it.
       std::rotate(s.buffers.begin(), s.buffers.begin() + 1, s.buffers.end());
       s.pending.pop_front();
@@ -140,8 +140,8 @@ Action setup(CLI::App& cmd) {
     forward_io_warnings();
     const std::uint64_t size = parse_bytes(o->size, "--size");
     const std::uint64_t block = parse_bytes(o->block, "--block");
-    STRATA_CHECK(block > 0 && block % 4096 == 0 && block <= (1u << 30), Errc::invalid_argument,
-                 "--block ", o->block, " must be a positive multiple of 4 KiB, at most 1 GiB");
+    STRATA_CHECK(block > 0 && block % 4096 == 0 && block <= (1u << 30), Errc::invalid_argument, "--block ", o->block,
+                 " must be a positive multiple of 4 KiB, at most 1 GiB");
     STRATA_CHECK(size >= block && size % 4096 == 0, Errc::invalid_argument, "--size ", o->size,
                  " must be a multiple of 4 KiB and at least one block (", o->block, ")");
     std::uint64_t request = o->request.empty() ? block * o->qd : parse_bytes(o->request, "--request");
@@ -155,11 +155,11 @@ Action setup(CLI::App& cmd) {
     eo.submit_batch = o->batch;
     eo.sqpoll = o->sqpoll;
     auto engine_r = io::Engine::create(eo);
-    STRATA_IO_CHECK(engine_r.status());
+    STRATA_IO_CHECK(engine_r.status(), "");
     io::Engine& engine = engine_r.value();
     // Two buffers per stream; the mixed run has two streams.
     auto pool = io::BufferPool::create(&engine, io::PoolOptions{request, 4});
-    STRATA_IO_CHECK(pool.status());
+    STRATA_IO_CHECK(pool.status(), "");
     std::vector<io::PoolBuffer> buffers;
     std::mt19937_64 rng(12345);
     for (int i = 0; i < 4; ++i) {
@@ -185,10 +185,10 @@ Action setup(CLI::App& cmd) {
     for (int it = 0; it < o->iters; ++it) {
       ::unlink(bench.path().c_str());
       auto file = engine.open(bench.path(), io::OpenOptions{io::Access::read_write, true, true});
-      STRATA_IO_CHECK(file.status());
+      STRATA_IO_CHECK(file.status(), "");
       direct = file->direct();
       // Reserve the blocks first, as fio does by default (fallocate=native).
-      if (io::Status s = file->allocate(size); !s && s.err() != -EOPNOTSUPP) STRATA_IO_CHECK(s);
+      if (io::Status s = file->allocate(size); !s && s.err() != -EOPNOTSUPP) STRATA_IO_CHECK(s, "");
       std::vector<Stream> one(1);
       one[0] = Stream{Dir::write, 0, size, {}, take(0)};
       w.push_back(static_cast<double>(size) / run_streams(engine, *file, one, request) / 1e9);
@@ -225,8 +225,8 @@ Action setup(CLI::App& cmd) {
     }
     std::printf("file:        %s (%s, %s, removed afterwards)\n", bench.path().c_str(), format_bytes(size).c_str(),
                 direct ? "O_DIRECT" : "buffered: the filesystem refused O_DIRECT");
-    std::printf("settings:    block %s, queue depth %u, batch %u, requests of %s, %s%s\n",
-                format_bytes(block).c_str(), o->qd, o->batch, format_bytes(request).c_str(),
+    std::printf("settings:    block %s, queue depth %u, batch %u, requests of %s, %s%s\n", format_bytes(block).c_str(),
+                o->qd, o->batch, format_bytes(request).c_str(),
                 st.fixed_buffer_pieces > 0 ? "fixed buffers" : "unregistered buffers",
                 engine.sqpoll() ? ", SQPOLL" : "");
     std::printf("write:       %8.3f GB/s (median of %d)\n", median(w), o->iters);

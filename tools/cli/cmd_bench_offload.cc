@@ -12,12 +12,12 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
 #include "io/aligned.h"
 #include "offload/optimizer_swapper.h"
 #include "optim/adam.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"

@@ -16,15 +16,15 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "engine/core/stats.h"
-#include "engine/core/units.h"
-#include "engine/device/device.h"
-#include "engine/zero/engine.h"
+#include "engine/engine.h"
+#include "models/mlp.h"
+#include "runtime/core/error.h"
+#include "runtime/core/stats.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
-#include "models/mlp.h"
 
 namespace strata::cli {
 namespace {
@@ -43,11 +43,11 @@ struct Options {
 
 struct Run {
   std::vector<double> step_ms;
-  std::vector<zero::IoStats> io;
+  std::vector<engine::IoStats> io;
 };
 
 Run train(const Options& o, bool offload) {
-  zero::EngineConfig c;
+  engine::EngineConfig c;
   c.zero.stage = 3;
   c.bf16 = true;
   c.train_micro_batch_size_per_gpu = 2;
@@ -63,22 +63,22 @@ Run train(const Options& o, bool offload) {
   device::DeviceOptions d;
   d.budget_bytes = std::uint64_t{8} << 30;
   if (offload) {
-    c.offload_param.device = zero::OffloadDevice::nvme;
+    c.offload_param.device = engine::OffloadDevice::nvme;
     c.offload_param.nvme_path = o.dir;
     c.offload_param.max_in_cpu = 0;
     c.offload_param.buffer_size = layer_elems;
-    c.offload_optimizer.device = zero::OffloadDevice::cpu;
+    c.offload_optimizer.device = engine::OffloadDevice::cpu;
     c.offload_optimizer.pin_memory = true;
     c.aio.queue_depth = 32;
     d.budget_bytes = layer_elems * 2 * 6;  // room for the live window and two prefetched layers
     d.link_gbps = o.link_gbps;
   }
   auto dev = device::Device::create(d);
-  zero::EngineOptions eo;
+  engine::EngineOptions eo;
   eo.config = c;
   eo.device = dev.get();
   eo.seed = 1;
-  zero::Engine engine(eo);
+  engine::Engine engine(eo);
   model::Mlp mlp(engine, {o.layers, o.hidden, o.layer_ms, 1});
   engine.setup();
   Run r;
@@ -93,7 +93,7 @@ Run train(const Options& o, bool offload) {
   return r;
 }
 
-double median_of(const std::vector<zero::IoStats>& v, std::uint64_t zero::IoStats::*field) {
+double median_of(const std::vector<engine::IoStats>& v, std::uint64_t engine::IoStats::*field) {
   std::vector<double> x;
   for (const auto& s : v) x.push_back(static_cast<double>(s.*field));
   return median(x);
@@ -104,25 +104,27 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--dir", o->dir, "Directory on the NVMe drive")->required();
   cmd.add_option("--layers", o->layers, "MLP layers")->check(CLI::Range(2, 1000));
   cmd.add_option("--hidden", o->hidden, "MLP hidden size")->check(CLI::Range(16, 16384));
-  cmd.add_option("--layer-ms", o->layer_ms, "Simulated compute per layer forward (backward: twice)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--link-gbps", o->link_gbps, "Host link throttle for the offloaded run (GB/s)")->check(CLI::PositiveNumber);
+  cmd.add_option("--layer-ms", o->layer_ms, "Simulated compute per layer forward (backward: twice)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--link-gbps", o->link_gbps, "Host link throttle for the offloaded run (GB/s)")
+      ->check(CLI::PositiveNumber);
   cmd.add_option("--steps", o->steps, "Steps per run (the first is not timed)")->check(CLI::Range(2, 1000));
   cmd.add_option("--accum", o->accum, "Micro-batches per step")->check(CLI::Range(1, 64));
   cmd.add_option("--io-size", o->io_size, "File size for the NVMe bandwidth measurement");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
     InterruptScope interrupt;  // Ctrl-C ends at the next step, so the swap files are removed
-    const auto bw = run_self_json(str_cat("bench io --json --iters 1 --dir ", shell_quote(o->dir), " --size ",
-                                          shell_quote(o->io_size)),
-                                  "bench overlap");
+    const auto bw = run_self_json(
+        str_cat("bench io --json --iters 1 --dir ", shell_quote(o->dir), " --size ", shell_quote(o->io_size)),
+        "bench overlap");
     const double read_gbps = bw.at("read_gbps").get<double>(), write_gbps = bw.at("write_gbps").get<double>();
     const Run compute = train(*o, false);
     const Run off = train(*o, true);
     const double compute_ms = median(compute.step_ms), step_ms = median(off.step_ms);
-    const double rd = median_of(off.io, &zero::IoStats::nvme_read_bytes);
-    const double wr = median_of(off.io, &zero::IoStats::nvme_write_bytes);
-    const double h2d = median_of(off.io, &zero::IoStats::h2d_bytes);
-    const double d2h = median_of(off.io, &zero::IoStats::d2h_bytes);
+    const double rd = median_of(off.io, &engine::IoStats::nvme_read_bytes);
+    const double wr = median_of(off.io, &engine::IoStats::nvme_write_bytes);
+    const double h2d = median_of(off.io, &engine::IoStats::h2d_bytes);
+    const double d2h = median_of(off.io, &engine::IoStats::d2h_bytes);
     const double nvme_ms = (rd / read_gbps + wr / write_gbps) / 1e6;
     const double link_ms = (h2d + d2h) / o->link_gbps / 1e6;
     const double io_ms = nvme_ms + link_ms;
@@ -162,8 +164,9 @@ Action setup(CLI::App& cmd) {
     std::printf("  NVMe measured (bench io): read %.3f GB/s, write %.3f GB/s\n", read_gbps, write_gbps);
     std::printf("  compute (all on device), median step   %8.1f ms\n", compute_ms);
     std::printf("  I/O per step: NVMe read %s + write %s = %.1f ms, link H2D %s + D2H %s = %.1f ms; total %.1f ms\n",
-                format_bytes(static_cast<std::uint64_t>(rd)).c_str(), format_bytes(static_cast<std::uint64_t>(wr)).c_str(),
-                nvme_ms, format_bytes(static_cast<std::uint64_t>(h2d)).c_str(),
+                format_bytes(static_cast<std::uint64_t>(rd)).c_str(),
+                format_bytes(static_cast<std::uint64_t>(wr)).c_str(), nvme_ms,
+                format_bytes(static_cast<std::uint64_t>(h2d)).c_str(),
                 format_bytes(static_cast<std::uint64_t>(d2h)).c_str(), link_ms, io_ms);
     std::printf("  offloaded, median step                 %8.1f ms (waited on I/O %.1f ms)\n", step_ms, median(waits));
     std::printf("  step / max(compute, I/O) = %.3f   (no overlap would be %.3f)\n", step_ms / bound,

@@ -9,10 +9,10 @@
 #include <thread>
 #include <xsimd/xsimd.hpp>
 
-#include "engine/core/units.h"
-#include "engine/device/device.h"
-#include "engine/device/pinned.h"
 #include "io/probe.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
+#include "runtime/device/pinned.h"
 #include "tools/cli/command.h"
 
 #ifdef STRATA_HAVE_NCCL
@@ -41,7 +41,8 @@ nlohmann::json gather_info() {
   json j;
   j["version"] = "0.1.0";
   json backends = json::array();
-  backends.push_back({{"name", "host"}, {"available", true}, {"detail", "emulated GPU (capped arena, worker streams)"}});
+  backends.push_back(
+      {{"name", "host"}, {"available", true}, {"detail", "emulated GPU (capped arena, worker streams)"}});
   const auto inv = device::cuda_inventory();
   json cuda = {{"name", "cuda"}, {"built", inv.built_with_cuda}, {"available", !inv.devices.empty()}};
   if (inv.built_with_cuda) {
@@ -51,7 +52,9 @@ nlohmann::json gather_info() {
   if (!inv.why.empty()) cuda["detail"] = inv.why;
   json gpus = json::array();
   for (const auto& d : inv.devices) {
-    gpus.push_back({{"ordinal", d.ordinal}, {"name", d.name}, {"total_bytes", d.total_bytes},
+    gpus.push_back({{"ordinal", d.ordinal},
+                    {"name", d.name},
+                    {"total_bytes", d.total_bytes},
                     {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)}});
   }
   cuda["devices"] = gpus;
@@ -74,8 +77,7 @@ nlohmann::json gather_info() {
 #ifdef STRATA_HAVE_NCCL
   int nv = 0;
   const bool nccl_ok = ncclGetVersion(&nv) == ncclSuccess;
-  j["nccl"] = {{"built", true}, {"version", nccl_ok ? nv : 0},
-               {"usable", nccl_ok && !inv.devices.empty()}};
+  j["nccl"] = {{"built", true}, {"version", nccl_ok ? nv : 0}, {"usable", nccl_ok && !inv.devices.empty()}};
   if (inv.devices.empty()) j["nccl"]["detail"] = "no GPU: NCCL ranks need one";
 #else
   j["nccl"] = {{"built", false}, {"usable", false}, {"detail", "built without NCCL"}};
@@ -93,7 +95,8 @@ void print_text(const nlohmann::json& j) {
   if (!cuda["built"].get<bool>()) {
     std::printf("    cuda    not built (%s)\n", cuda.value("detail", "").c_str());
   } else if (cuda["devices"].empty()) {
-    std::printf("    cuda    built (runtime %d), %s\n", cuda["runtime_version"].get<int>(), cuda.value("detail", "").c_str());
+    std::printf("    cuda    built (runtime %d), %s\n", cuda["runtime_version"].get<int>(),
+                cuda.value("detail", "").c_str());
   } else {
     for (const auto& d : cuda["devices"]) {
       std::printf("    cuda:%d  %s, %s, sm_%s\n", d["ordinal"].get<int>(), d["name"].get<std::string>().c_str(),
@@ -133,13 +136,16 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--json", *json_out, "Print JSON");
   return [json_out] {
     const auto j = gather_info();
-    if (*json_out) print_json(j.dump(2));
-    else print_text(j);
+    if (*json_out)
+      print_json(j.dump(2));
+    else
+      print_text(j);
     return 0;
   };
 }
 
-const Registration reg("", "info", "What this machine offers: backends, io_uring, SIMD, TBB, Gloo, NCCL, memlock", setup);
+const Registration reg("", "info", "What this machine offers: backends, io_uring, SIMD, TBB, Gloo, NCCL, memlock",
+                       setup);
 
 }  // namespace
 }  // namespace strata::cli

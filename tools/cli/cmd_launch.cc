@@ -2,7 +2,7 @@
 // rendezvous environment set; exits non-zero naming the first rank that failed.
 #include <cstdio>
 
-#include "engine/comm/launch.h"
+#include "runtime/comm/launch.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {

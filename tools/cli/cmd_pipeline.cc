@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/runner.h"
 #include "pipeline/simulate.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {
@@ -36,8 +36,8 @@ std::vector<double> parse_ratios(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     const double x = std::strtod(item.c_str(), &end);
-    STRATA_CHECK(end != item.c_str() && *end == '\0' && x >= 0, Errc::invalid_argument, "--times '", text, "': '",
-                 item, "' is not a number >= 0");
+    STRATA_CHECK(end != item.c_str() && *end == '\0' && x >= 0, Errc::invalid_argument, "--times '", text, "': '", item,
+                 "' is not a number >= 0");
     v.push_back(x);
   }
   STRATA_CHECK(v.size() == 3, Errc::invalid_argument, "--times '", text, "' needs F,B,W (relative layer times)");
@@ -65,11 +65,20 @@ pipeline::Costs measured_costs(const pipeline::Schedule& s, const std::vector<pi
     for (const auto& t : r.timings) {
       const double d = t.end - t.start;
       switch (t.action.kind) {
-        case pipeline::ActionKind::forward: f += d, ++nf; break;
-        case pipeline::ActionKind::backward_input: b += d, ++nb; break;
-        case pipeline::ActionKind::backward_weight: w += d, ++nw; break;
-        case pipeline::ActionKind::backward_full: b += d * bw_share, ++nb, w += d * (1 - bw_share), ++nw; break;
-        default: break;
+        case pipeline::ActionKind::forward:
+          f += d, ++nf;
+          break;
+        case pipeline::ActionKind::backward_input:
+          b += d, ++nb;
+          break;
+        case pipeline::ActionKind::backward_weight:
+          w += d, ++nw;
+          break;
+        case pipeline::ActionKind::backward_full:
+          b += d * bw_share, ++nb, w += d * (1 - bw_share), ++nw;
+          break;
+        default:
+          break;
       }
     }
     // Per action of one chunk -> per stage (all chunks).
@@ -159,15 +168,15 @@ int run(const Options& o) {
   const auto from_measured = pipeline::simulate(s, measured_costs(s, reports, ratio)).stats;
   pipeline::TimelineStats nominal;
   if (o.layer_ms > 0) {
-    nominal = pipeline::simulate(s, pipeline::Costs::uniform(unit_s * ratio[0], unit_s * ratio[1], unit_s * ratio[2]))
-                  .stats;
+    nominal =
+        pipeline::simulate(s, pipeline::Costs::uniform(unit_s * ratio[0], unit_s * ratio[1], unit_s * ratio[2])).stats;
   }
   const std::string mode = as_ranks ? str_cat(s.stages, " processes (Gloo)") : str_cat(s.stages, " threads");
   if (!o.trace.empty()) pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
   if (!o.svg.empty())
-    pipeline::write_file(o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
-                                                                   "  m=", s.micro_batches, "   bubble ",
-                                                                   percent(got.bubble_rate))));
+    pipeline::write_file(
+        o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
+                                                  "  m=", s.micro_batches, "   bubble ", percent(got.bubble_rate))));
   if (o.json) {
     nlohmann::json j = {{"kind", s.kind},
                         {"stages", s.stages},
@@ -175,8 +184,10 @@ int run(const Options& o) {
                         {"chunks", s.chunks},
                         {"mode", as_ranks ? "processes" : "threads"},
                         {"remat", o.remat},
-                        {"measured", {{"makespan_s", got.makespan}, {"bubble_rate", got.bubble_rate},
-                                      {"bubble_rate_per_stage", got.bubble_rate_per_stage}}},
+                        {"measured",
+                         {{"makespan_s", got.makespan},
+                          {"bubble_rate", got.bubble_rate},
+                          {"bubble_rate_per_stage", got.bubble_rate_per_stage}}},
                         {"simulated_from_measured_times",
                          {{"makespan_s", from_measured.makespan}, {"bubble_rate", from_measured.bubble_rate}}},
                         {"peak_activations", [&] {
@@ -212,14 +223,16 @@ Action setup(CLI::App& cmd) {
       ->check(CLI::Range(1, 64));
   cmd.add_option("--micro,-m", o->micro, "Micro-batches m")->check(CLI::Range(1, 4096));
   cmd.add_option("--chunks,-v", o->chunks, "Chunks per stage (interleaved)")->check(CLI::Range(1, 16));
-  cmd.add_option("--layers", o->layers, "Layers in all (default p*v); must divide into p*v")->check(CLI::Range(0, 4096));
+  cmd.add_option("--layers", o->layers, "Layers in all (default p*v); must divide into p*v")
+      ->check(CLI::Range(0, 4096));
   cmd.add_option("--layer-ms", o->layer_ms, "Fixed forward time per layer in ms (0: real tanh-linear compute)")
       ->check(CLI::Range(0.0, 10000.0));
   cmd.add_option("--times", o->ratios, "F,B,W times relative to --layer-ms (default 1,1,1)");
   cmd.add_option("--width", o->width, "Features per layer")->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--rows", o->rows, "Rows per micro-batch")->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--remat", o->remat, "Re-materialization: never|always|except_last");
-  cmd.add_option("--steps", o->steps, "Steps to run (default 2); the last is reported, the first warms up")->check(CLI::Range(1, 1000));
+  cmd.add_option("--steps", o->steps, "Steps to run (default 2); the last is reported, the first warms up")
+      ->check(CLI::Range(1, 1000));
   cmd.add_flag("--verify", o->verify, "Check gradients against a sequential loop, bit for bit");
   cmd.add_flag("--json", o->json, "Print JSON");
   cmd.add_option("--trace", o->trace, "Write the measured Chrome trace (Perfetto)");

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/core/error.h"
 #include "pipeline/generators.h"
 #include "pipeline/simulate.h"
+#include "runtime/core/error.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {

@@ -13,18 +13,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/comm/communicator.h"
-#include "engine/core/error.h"
-#include "engine/core/trace.h"
-#include "engine/core/units.h"
-#include "engine/device/device.h"
-#include "engine/zero/config.h"
-#include "engine/zero/engine.h"
-#include "engine/zero/rank_devices.h"
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/rank_devices.h"
+#include "models/safetensors.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/trace.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
 #include "tools/cli/train_model.h"
-#include "models/safetensors.h"
 
 namespace strata::cli {
 namespace {
@@ -40,12 +40,14 @@ struct Options {
   bool explain = false;
 };
 
-nlohmann::json tier_json(const zero::TierUsage& u) {
+nlohmann::json tier_json(const engine::TierUsage& u) {
   nlohmann::json kinds;
-  for (int k = 0; k < zero::kKinds; ++k) {
-    kinds[zero::kind_name(static_cast<zero::Kind>(k))] = {{"used_bytes", u.kind_used[k]}, {"peak_bytes", u.kind_peak[k]}};
+  for (int k = 0; k < engine::kKinds; ++k) {
+    kinds[engine::kind_name(static_cast<engine::Kind>(k))] = {{"used_bytes", u.kind_used[k]},
+                                                              {"peak_bytes", u.kind_peak[k]}};
   }
-  return {{"used_bytes", u.used_bytes}, {"peak_bytes", u.peak_bytes}, {"budget_bytes", u.budget_bytes}, {"kinds", kinds}};
+  return {
+      {"used_bytes", u.used_bytes}, {"peak_bytes", u.peak_bytes}, {"budget_bytes", u.budget_bytes}, {"kinds", kinds}};
 }
 
 int run(const Options& o) {
@@ -58,40 +60,43 @@ int run(const Options& o) {
   if (co.rendezvous.world_size > 1) comm = comm::Communicator::create(co);
   const int rank = co.rendezvous.rank, world = co.rendezvous.world_size;
 
-  zero::ModelFacts facts;
+  engine::ModelFacts facts;
   facts.world_size = world;
   facts.hidden_size = static_cast<std::uint64_t>(o.m.model == "mlp" ? (o.m.hidden > 0 ? o.m.hidden : 64) : o.m.d_model);
-  const zero::EngineConfig cfg = zero::load_config(o.config, facts);
+  const engine::EngineConfig cfg = engine::load_config(o.config, facts);
 
   device::DeviceOptions dopt;
-  dopt.backend = zero::choose_backend(o.device, world);
+  dopt.backend = engine::choose_backend(o.device, world);
   if (o.device == "auto" && dopt.backend == device::Backend::host && rank == 0) {
     const auto gpus = device::cuda_inventory().devices.size();
     if (gpus > 0) {
-      std::printf("strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
-                  "to put each rank on GPU local_rank\n",
-                  world, gpus);
+      std::printf(
+          "strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
+          "to put each rank on GPU local_rank\n",
+          world, gpus);
     }
   }
   STRATA_CHECK(o.link_gbps == 0 || dopt.backend == device::Backend::host, Errc::invalid_argument, "--link-gbps ",
-               o.link_gbps, " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
+               o.link_gbps,
+               " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
                "or use --device host");
   dopt.ordinal = co.rendezvous.local_rank;
-  dopt.budget_bytes = cfg.memory_budget.device ? cfg.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
+  dopt.budget_bytes =
+      cfg.memory_budget.device ? cfg.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
   dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
   dopt.link_gbps = o.link_gbps;
   auto dev = device::Device::create(dopt);
-  auto device_comm = zero::create_device_comm(co, dopt.backend, dopt.ordinal);
+  auto device_comm = engine::create_device_comm(co, dopt.backend, dopt.ordinal);
 
   Tracer tracer(!o.trace.empty(), rank);
-  zero::EngineOptions eo;
+  engine::EngineOptions eo;
   eo.config = cfg;
   eo.device = dev.get();
   eo.comm = comm.get();
   eo.device_comm = device_comm.get();
   eo.seed = o.m.seed;
   eo.tracer = &tracer;
-  zero::Engine engine(eo);
+  engine::Engine engine(eo);
   auto model = create_train_model(o.m, engine, comm.get(), &tracer);
   engine.setup();
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
@@ -99,7 +104,8 @@ int run(const Options& o) {
   std::ofstream log;
   if (rank == 0 && !o.log_json.empty()) {
     log.open(o.log_json, std::ios::trunc);
-    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json, "' cannot be opened for writing: ", errno_text(errno));
+    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json,
+                 "' cannot be opened for writing: ", errno_text(errno));
   }
   if (rank == 0) {
     std::printf("strata train: %s\n  ZeRO stage %d, %s, world %d, micro-batch %lld x %lld, device %s\n",
@@ -123,36 +129,42 @@ int run(const Options& o) {
     const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
     char val_text[32] = "";
     if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
-    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak %s)%s\n",
-                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss,
-                val_text, ms, tokens_per_s, r.result.grad_norm,
-                r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
-                format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
-                format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
-                mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "");
+    std::printf(
+        "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak "
+        "%s)%s\n",
+        static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, val_text, ms, tokens_per_s,
+        r.result.grad_norm, r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
+        format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
+        format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
+        mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "");
     if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
-      std::printf("           io: H2D %s  D2H %s  NVMe read %s  write %s  (%.2f GB/s over the step)  waited on I/O %.1f ms\n",
-                  format_bytes(io.h2d_bytes).c_str(), format_bytes(io.d2h_bytes).c_str(),
-                  format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
-                  io.io_wait_seconds * 1e3);
+      std::printf(
+          "           io: H2D %s  D2H %s  NVMe read %s  write %s  (%.2f GB/s over the step)  waited on I/O %.1f ms\n",
+          format_bytes(io.h2d_bytes).c_str(), format_bytes(io.d2h_bytes).c_str(),
+          format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
+          io.io_wait_seconds * 1e3);
     }
     std::fflush(stdout);
     if (log.is_open()) {
-      nlohmann::json j = {{"step", s + 1},
-                          {"loss", r.loss},
-                          {"step_ms", ms},
-                          {"tokens_per_s", tokens_per_s},
-                          {"grad_norm", r.result.grad_norm},
-                          {"loss_scale", r.result.loss_scale},
-                          {"lr", r.result.lr},
-                          {"skipped", r.result.skipped},
-                          {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)},
-                                     {"nvme", tier_json(mem.nvme)}}},
-                          {"io", {{"h2d_bytes", io.h2d_bytes}, {"d2h_bytes", io.d2h_bytes},
-                                  {"nvme_read_bytes", io.nvme_read_bytes}, {"nvme_write_bytes", io.nvme_write_bytes},
-                                  {"nvme_gbps", nvme_gbps}, {"io_wait_ms", io.io_wait_seconds * 1e3},
-                                  {"engine_step_ms", io.step_seconds * 1e3}}},
-                          {"gathered_elems_peak", mem.peak_gathered_elems}};
+      nlohmann::json j = {
+          {"step", s + 1},
+          {"loss", r.loss},
+          {"step_ms", ms},
+          {"tokens_per_s", tokens_per_s},
+          {"grad_norm", r.result.grad_norm},
+          {"loss_scale", r.result.loss_scale},
+          {"lr", r.result.lr},
+          {"skipped", r.result.skipped},
+          {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
+          {"io",
+           {{"h2d_bytes", io.h2d_bytes},
+            {"d2h_bytes", io.d2h_bytes},
+            {"nvme_read_bytes", io.nvme_read_bytes},
+            {"nvme_write_bytes", io.nvme_write_bytes},
+            {"nvme_gbps", nvme_gbps},
+            {"io_wait_ms", io.io_wait_seconds * 1e3},
+            {"engine_step_ms", io.step_seconds * 1e3}}},
+          {"gathered_elems_peak", mem.peak_gathered_elems}};
       if (!std::isnan(val)) j["val_loss"] = val;
       log << j.dump() << "\n";
       log.flush();
@@ -172,8 +184,11 @@ int run(const Options& o) {
         off += p.numel;
       }
       model::write_safetensors(o.save_params, tensors,
-                               {{"format", "pt"}, {"producer", "strata train"}, {"zero_stage", std::to_string(cfg.zero.stage)},
-                                {"world_size", std::to_string(world)}, {"steps", std::to_string(o.steps)}});
+                               {{"format", "pt"},
+                                {"producer", "strata train"},
+                                {"zero_stage", std::to_string(cfg.zero.stage)},
+                                {"world_size", std::to_string(world)},
+                                {"steps", std::to_string(o.steps)}});
       std::printf("saved %zu tensors to %s\n", tensors.size(), o.save_params.c_str());
     }
   }
@@ -190,25 +205,33 @@ Action setup(CLI::App& cmd) {
   auto& m = o->m;
   cmd.add_option("--model", m.model, "Model to train: mlp (the demo) or gpt");
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
-  cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")->check(CLI::Range(1, 100000));
+  cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")
+      ->check(CLI::Range(1, 100000));
   cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
   add_gpt_shape_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");
   cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16 (see models/gpt/data.h)");
   cmd.add_option("--val-fraction", m.val_fraction, "Share of the data held out for validation (default 0.1)");
-  cmd.add_option("--eval-every", m.eval_every, "GPT: validation loss every N steps (and after the last)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--eval-batches", m.eval_batches, "GPT: validation micro-batches per evaluation")->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--sample", m.sample, "GPT: print N generated tokens (bytes) at the end")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--eval-every", m.eval_every, "GPT: validation loss every N steps (and after the last)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--eval-batches", m.eval_batches, "GPT: validation micro-batches per evaluation")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--sample", m.sample, "GPT: print N generated tokens (bytes) at the end")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--steps", o->steps, "Optimizer steps");
   cmd.add_option("--seed", m.seed, "Seed for initialisation and data");
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");
   cmd.add_option("--save-params", o->save_params, "Write the final fp32 parameters (safetensors)");
   cmd.add_option("--trace", o->trace, "Write a Chrome trace (Perfetto) of the run");
-  cmd.add_option("--device", o->device, "auto|host|cuda (auto: GPU local_rank when there is a GPU for every rank, else host)");
-  cmd.add_option("--device-budget", o->device_budget, "Device memory budget when the config has no memory_budget.device");
-  cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--device", o->device,
+                 "auto|host|cuda (auto: GPU local_rank when there is a GPU for every rank, else host)");
+  cmd.add_option("--device-budget", o->device_budget,
+                 "Device memory budget when the config has no memory_budget.device");
+  cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
-  cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
+      ->check(CLI::NonNegativeNumber);
   return [o] { return run(*o); };
 }
 

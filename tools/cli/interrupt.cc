@@ -3,7 +3,7 @@
 
 #include <csignal>
 
-#include "engine/core/error.h"
+#include "runtime/core/error.h"
 
 namespace strata::cli {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <map>
 
-#include "engine/core/error.h"
-#include "engine/core/log.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
 #include "tools/cli/command.h"
 
 int main(int argc, char** argv) {
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     if (!spec.parent.empty()) {
       auto it = groups.find(spec.parent);
       if (it == groups.end()) {
-        CLI::App* g = app.add_subcommand(spec.parent, spec.parent == "bench" ? "Measure this machine (device, io, adam, comm)" : spec.parent);
+        CLI::App* g = app.add_subcommand(
+            spec.parent, spec.parent == "bench" ? "Measure this machine (device, io, adam, comm)" : spec.parent);
         g->require_subcommand(1);
         it = groups.emplace(spec.parent, g).first;
       }
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
-    if (log_level() >= LogLevel::debug) std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
+    if (log_level() >= LogLevel::debug)
+      std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());

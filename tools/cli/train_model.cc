@@ -6,19 +6,21 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/core/error.h"
-#include "engine/core/units.h"
 #include "models/gpt/data.h"
 #include "models/gpt/gpt.h"
 #include "models/mlp.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::cli {
 namespace {
 
 class MlpModel : public TrainModel {
  public:
-  MlpModel(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm, Tracer* tracer)
-      : engine_(engine), layers_(o.layers > 0 ? o.layers : 4), hidden_(o.hidden > 0 ? o.hidden : 64),
+  MlpModel(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm, Tracer* tracer)
+      : engine_(engine),
+        layers_(o.layers > 0 ? o.layers : 4),
+        hidden_(o.hidden > 0 ? o.hidden : 64),
         mlp_(engine, {layers_, hidden_, o.layer_ms, o.seed}, comm, tracer) {}
   std::string describe() const override {
     return str_cat("mlp ", layers_, " x ", hidden_, " (", mlp_.parameter_count(), " parameters)");
@@ -31,7 +33,7 @@ class MlpModel : public TrainModel {
   std::string finish() override { return {}; }
 
  private:
-  zero::Engine& engine_;
+  engine::Engine& engine_;
   int layers_, hidden_;
   model::Mlp mlp_;
 };
@@ -48,7 +50,8 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--vocab", m.vocab, "GPT vocabulary (default: the preset's; 256 for bytes)")
       ->check(CLI::Range(2, 65536));
-  cmd.add_option("--remat", m.remat, "GPT re-materialization: never|except_last|always (default: always when the config "
+  cmd.add_option("--remat", m.remat,
+                 "GPT re-materialization: never|except_last|always (default: always when the config "
                  "has activation_checkpointing, else never)");
 }
 
@@ -64,8 +67,10 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
   set(o.vocab, c.shape.vocab);
   c.seq_len = o.seq_len > 0 ? o.seq_len : c.shape.positions;
   // Without a preset or --positions the position table is as long as the sequence.
-  if (o.positions > 0) c.shape.positions = o.positions;
-  else if (o.preset.empty() && o.seq_len > 0) c.shape.positions = o.seq_len;
+  if (o.positions > 0)
+    c.shape.positions = o.positions;
+  else if (o.preset.empty() && o.seq_len > 0)
+    c.shape.positions = o.seq_len;
   c.remat = o.remat.empty() ? (config_remat ? model::Remat::always : model::Remat::never) : model::parse_remat(o.remat);
   c.seed = o.seed;
   model::validate(c);
@@ -75,17 +80,20 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
 namespace {
 
 // The config asks for re-materialization with DeepSpeed's activation_checkpointing block.
-bool config_remat(const zero::Engine& engine) {
+bool config_remat(const engine::Engine& engine) {
   const auto& ignored = engine.config().ignored_keys;
   return std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
 }
 
 class GptModel : public TrainModel {
  public:
-  GptModel(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm, Tracer* tracer)
-      : o_(o), engine_(engine), cfg_(gpt_config(o, config_remat(engine))),
+  GptModel(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm, Tracer* tracer)
+      : o_(o),
+        engine_(engine),
+        cfg_(gpt_config(o, config_remat(engine))),
         data_(model::TokenData::load(o.data, cfg_.shape.vocab, o.data_format, engine.rank() != 0)),
-        batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed), gpt_(engine, cfg_, batcher_, comm, tracer) {
+        batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed),
+        gpt_(engine, cfg_, batcher_, comm, tracer) {
     STRATA_CHECK(o.eval_every == 0 || o.val_fraction > 0, Errc::invalid_argument,
                  "--eval-every needs a validation split: set --val-fraction > 0");
   }
@@ -109,15 +117,17 @@ class GptModel : public TrainModel {
     const auto out = gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull);
     std::string text;
     for (auto t : out) {
-      if (cfg_.shape.vocab <= 256) text.push_back(static_cast<char>(t));
-      else text += str_cat(t, " ");
+      if (cfg_.shape.vocab <= 256)
+        text.push_back(static_cast<char>(t));
+      else
+        text += str_cat(t, " ");
     }
     return text;
   }
 
  private:
   ModelOptions o_;
-  zero::Engine& engine_;
+  engine::Engine& engine_;
   model::GptConfig cfg_;
   model::TokenData data_;
   model::Batcher batcher_;
@@ -126,7 +136,7 @@ class GptModel : public TrainModel {
 
 }  // namespace
 
-std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm,
+std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer) {
   if (o.model == "mlp") return std::make_unique<MlpModel>(o, engine, comm, tracer);
   if (o.model == "gpt") {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/core/trace.h"
-#include "engine/zero/engine.h"
+#include "engine/engine.h"
 #include "models/gpt/config.h"
+#include "runtime/core/trace.h"
 
 namespace strata::comm {
 class Communicator;
@@ -36,7 +36,7 @@ struct ModelOptions {
 
 struct StepOutcome {
   double loss = 0.0;
-  zero::StepResult result;
+  engine::StepResult result;
   std::uint64_t tokens = 0;  // tokens (or samples) this step trained on, every rank together
 };
 
@@ -61,7 +61,7 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 
 // Throws Errc::invalid_argument naming the flag for a bad model option.
-std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, zero::Engine& engine, comm::Communicator* comm,
+std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer);
 
 }  // namespace strata::cli

@@ -1,0 +1,124 @@
+// The engine's configuration, read from one DeepSpeed-style JSON file (docs/design.md,
+// "Configuration"). Every key is in one of three classes: honoured (below); DeepSpeed keys
+// that do not apply to Strata (logging, monitoring, profiling...), accepted with one notice
+// listing them; unknown or misspelled keys, an error naming the key and the nearest known
+// one. A bad value names the key, the value and the allowed range. "auto" (Hugging Face's
+// placeholder) is resolved where Strata can derive it (ModelFacts, world size) and refused
+// by name otherwise. Nothing is silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::engine {
+
+enum class OptimizerType { adam, adamw, lion, adagrad };
+enum class SchedulerType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr };
+enum class OffloadDevice { none, cpu, nvme };
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adamw;
+  float lr = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool bias_correction = true;
+  // DeepSpeed's "Adam" with adam_w_mode=true (its default) is AdamW; false is Adam with L2.
+};
+
+// DeepSpeed's scheduler "params" with its defaults (deepspeed/runtime/lr_schedules.py).
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::none;
+  float warmup_min_lr = 0.0f;
+  float warmup_max_lr = 1e-3f;  // WarmupLR/WarmupDecayLR; WarmupCosineLR uses the optimizer lr
+  std::int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";   // "log" or "linear"
+  std::int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR (required there)
+  float warmup_min_ratio = 0.0f;     // WarmupCosineLR
+  float cos_min_ratio = 1e-4f;       // WarmupCosineLR
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::uint64_t reduce_bucket_size = 500000000;     // elements
+  std::uint64_t allgather_bucket_size = 500000000;  // elements
+  bool overlap_comm = false;                        // DeepSpeed: true for stage 3 by default
+  bool round_robin_gradients = false;
+  std::uint64_t sub_group_size = 1000000000;                  // elements per optimizer-step tile
+  std::uint64_t stage3_prefetch_bucket_size = 50000000;       // elements
+  std::uint64_t stage3_param_persistence_threshold = 100000;  // elements
+  std::uint64_t stage3_max_live_parameters = 1000000000;      // elements
+  std::uint64_t stage3_max_reuse_distance = 1000000000;       // elements
+};
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;
+  bool pin_memory = false;
+  int buffer_count = 0;           // offload_param: 5, offload_optimizer: 4
+  std::uint64_t buffer_size = 0;  // offload_param: 1e8 elements
+  std::uint64_t max_in_cpu = 0;   // offload_param: 1e9 elements
+  bool pipeline_read = false, pipeline_write = false, fast_init = false;
+  float ratio = 1.0f;
+};
+
+struct AioConfig {
+  std::uint64_t block_size = 1048576;
+  int queue_depth = 8;
+  int intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  float loss_scale = 0.0f;  // 0 = dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  float min_loss_scale = 1.0f;
+};
+
+struct MemoryBudget {  // Strata's own key; bytes, 0 = not set
+  std::uint64_t device = 0, host = 0, nvme = 0;
+};
+
+struct EngineConfig {
+  std::int64_t train_batch_size = 0;  // resolved: micro * accumulation * world
+  std::int64_t train_micro_batch_size_per_gpu = 0;
+  std::int64_t gradient_accumulation_steps = 0;
+  float gradient_clipping = 0.0f;  // 0 = off
+  bool bf16 = false;
+  Fp16Config fp16;
+  ZeroConfig zero;
+  OffloadConfig offload_optimizer;
+  OffloadConfig offload_param;
+  AioConfig aio;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  MemoryBudget memory_budget;
+  std::vector<std::string> ignored_keys;  // the accepted-with-notice keys that were present
+};
+
+// What Strata knows when it resolves "auto": the world size and the model's sizes.
+struct ModelFacts {
+  int world_size = 1;
+  std::uint64_t hidden_size = 0;  // largest dimension of any 2-D parameter; 0 = unknown
+};
+
+// Parses and validates. `source` names the file in errors ("ds_config.json"). Throws
+// Errc::invalid_argument. Prints the one notice for accepted-but-ignored keys (log info).
+// A JSON null means "not set" (DeepSpeed's default applies).
+EngineConfig parse_config(const std::string& json_text, const std::string& source, const ModelFacts& facts);
+EngineConfig load_config(const std::string& path, const ModelFacts& facts);  // reads the file
+
+// lr at 1-based step `step` for the configured scheduler (optimizer lr when none).
+// Step `step` uses DeepSpeed's value at last_batch_iteration = step - 1, so step 1 runs at
+// the warmup's start (DeepSpeed's engine lags this by one step; see lr_schedule.cc).
+float scheduled_lr(const EngineConfig& config, std::int64_t step);
+
+}  // namespace strata::engine

@@ -1,0 +1,202 @@
+// The engine's private state, shared by engine.cc (setup, step), reduce.cc (gradient
+// buffers and reductions) and gather.cc (stage-3 gathers, the trace and prefetch).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/engine.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
+#include "offload/placement.h"
+#include "optim/loss_scaler.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+struct LayerState {
+  // Stages 0-2: the layer's compute-dtype parameters, padded, persistent. Stage 3: the
+  // gathered buffer while the layer is live (null otherwise), or persistent for layers below
+  // stage3_param_persistence_threshold.
+  void* params_full = nullptr;
+  void* params_shard = nullptr;  // stage 3: this rank's shards, concatenated (device or host
+                                 // tier; null when they live in the parameter store on NVMe)
+  float* acc = nullptr;          // fp32 gradient accumulator: padded (0-1) or shards (2-3), on
+                                 // the device, or in host RAM when the optimizer is offloaded
+  float* master = nullptr;       // fp32 master: padded (stage 0) or shards (1-3)
+  float* m = nullptr;
+  float* v = nullptr;
+  void* grad_buf = nullptr;            // the trainer's gradient buffer while handed out
+  std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
+  std::size_t shard_total = 0;
+  int reductions = 0;  // reduce_grads calls this step
+
+  // Placement (offload/placement.h): where this layer's optimizer state (and with it the
+  // gradient accumulator: device, else host) and, at stage 3, its parameter shards live.
+  Tier opt_tier = Tier::device;
+  Tier param_tier = Tier::device;
+  int swap_index = -1;   // tensor index in the optimizer swapper (opt_tier nvme)
+  int store_index = -1;  // tensor index in the parameter store (param_tier nvme)
+  // step(): updated compute-dtype shards land here (host) when they cannot be written where
+  // they live directly (NVMe shards, or device shards updated by the CPU optimizer), and go
+  // to their tier once the whole layer is updated.
+  void* copy_stage = nullptr;
+  std::uint64_t copy_done = 0;  // elements of copy_stage updated this step
+  // step(): the device optimizer's compute copies of a stage-3 layer whose shards live off
+  // the device (host or NVMe), on the device until the layer is updated, then copied out.
+  void* device_copy = nullptr;
+
+  // Stage 3 residency.
+  bool persistent = false;
+  int in_use = 0;                                // gather() calls not yet released
+  bool retained = false;                         // released but kept for a near reuse
+  std::shared_ptr<device::Event> ready;          // gather complete (recorded on the gather stream)
+  void* staging = nullptr;                       // pinned staging while a gather is in flight
+  std::shared_ptr<std::atomic<bool>> gather_ok;  // set by the gather's last stream task
+  std::shared_ptr<std::atomic<bool>> read_ok;    // NVMe shards: set by the read on the io stream
+  std::shared_ptr<device::Event> read_done;      // recorded on the io stream after the read
+};
+
+struct Engine::Impl {
+  EngineOptions options;
+  EngineConfig& cfg = options.config;
+  device::Device& dev;
+  comm::Communicator* comm;
+  comm::Communicator* dcomm;  // device-memory collectives (EngineOptions::device_comm)
+  int rank = 0, world = 1;
+  DType cdt = DType::fp32;
+  std::size_t cbytes = 4;
+  std::vector<ParamSpec> pending;
+  std::unique_ptr<Layout> layout;
+  std::unique_ptr<MemoryLedger> ledger;
+  std::vector<LayerState> layers;
+  float* scratch = nullptr;        // fp32, largest bucket (reductions)
+  float* scratch_shard = nullptr;  // fp32, largest shard
+  float* dscratch = nullptr;       // the same two on the device, for device_comm reductions
+  float* dscratch_shard = nullptr;
+  bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
+  std::uint64_t device_scratch_bytes() const;  // what dscratch and dscratch_shard take
+  optim::LossScaler scaler;
+  // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
+  // master, m and v stay null); its buffers are charged to the host tier.
+  std::unique_ptr<offload::OptimizerSwapper> swapper;
+  std::uint64_t swap_buffer_bytes = 0, swap_file_bytes = 0;
+  std::vector<int> swap_layers;  // swapper tensor -> dense layer index
+  // offload_param.device nvme: stage-3 shards in checksummed swap files, buffers on the host
+  // tier, files on the NVMe tier.
+  struct StoreBuild {
+    std::unique_ptr<offload::ParamStore> store;
+    std::uint64_t buffer_bytes = 0, file_bytes = 0;  // charged to the ledger
+    std::vector<int> index;                          // per layer: tensor index, or -1
+    std::string subdir;
+  };
+  StoreBuild store;
+  std::unique_ptr<offload::ParamStore>& param_store = store.store;
+  std::string placement_text;  // explain(): what lives where and why
+  bool plan_checked = false;   // the plan was compared with the first recorded trace
+  // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
+  // complete on the gather stream during the next step), and the time waited on it.
+  IoStats io, last_io;
+  std::chrono::steady_clock::time_point step_start;
+  // The engine's own device work, in order: initial values, zeroing, accumulation of
+  // gradients that stay on the device, the device optimizer, copies between device buffers.
+  // Nothing in the engine touches device memory from the CPU, so every path runs on a real
+  // GPU; the host backend runs the same stream work on its worker.
+  std::unique_ptr<device::Stream> dev_stream;
+  // Host <-> device copies that step() and reductions make synchronously (gradients out,
+  // updated shards in) when no stream of their own carries them.
+  std::unique_ptr<device::Stream> xfer_stream;
+  void* grad_stage = nullptr;  // pinned, largest bucket in compute dtype (gradients D2H)
+  std::int64_t steps_taken = 0;
+  std::int64_t step_calls = 0;
+  bool in_step = false;
+  bool in_eval = false;  // between begin_eval() and end_eval(): gathers only, no trace
+
+  // overlap_comm: reductions run on this stream while the trainer computes.
+  std::unique_ptr<device::Stream> reduce_stream;
+
+  // Stage 3.
+  std::unique_ptr<device::Stream> gather_stream;
+  // NVMe parameter reads and write-backs: a stream of their own, so the read of the next
+  // layer overlaps the all-gather and H2D copy of this one; FIFO order keeps each layer's
+  // write-back (and the commit after the last) ahead of its next read.
+  std::unique_ptr<device::Stream> io_stream;
+  // Write-backs queued on the io stream: each frees its staging when it runs; one skipped
+  // after a failure on the stream is freed here once the stream has drained (drain_io).
+  struct Writeback {
+    void* buf;
+    std::shared_ptr<std::atomic<bool>> freed;
+  };
+  std::vector<Writeback> writebacks;
+  void drain_io();  // io_stream->synchronize(), then reap what it left
+  // Waits for each stream's queued work (null ones skipped) before what it touches goes;
+  // a stream's failure is logged as `when` ("" : not logged), not thrown.
+  void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
+  std::vector<int> trace;      // dense layer indices in gather order, recorded
+  std::vector<int> recording;  // this step's gathers while recording
+  bool trace_valid = false;
+  bool diverged = false;
+  std::size_t cursor = 0;
+  std::uint64_t live_elems = 0, peak_live_elems = 0;
+
+  Impl(const EngineOptions& o);
+  bool setup_done() const noexcept { return layout != nullptr; }
+  void require_setup(const char* op) const;
+
+  // Layout helpers.
+  std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(rank) * b.shard; }
+  std::size_t bucket_pos(const Bucket& b, const LayerLayout& L) const { return b.flat_offset - L.flat_offset; }
+  void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
+  std::vector<TensorView> views(int li, void* base, DType t) const;
+
+  // reduce.cc
+  std::vector<TensorView> grad_buffers(int li);
+  void reduce_grads(int li);
+  // gather.cc (stage 3; stages 0-2 return the persistent buffer)
+  std::vector<TensorView> gather(int li);
+  void release(int li);
+  void issue_gather(int li);
+  void submit_gather(int li);
+  void wait_gather(int li);
+  void evict(int li);
+  bool drop_retained();
+  void prefetch_after(std::size_t position);
+  void end_step_trace();
+  // engine_nvme.cc
+  void place_layers();
+  bool budget_driven() const;
+  // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
+  offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
+  std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
+  std::uint64_t device_room() const;        // the device budget less what the trainer holds there
+  std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
+  void check_plan_against_trace();
+  std::vector<int> migrate_params(const std::vector<Tier>& to);
+  void setup_swapper();
+  void warn_aio_knobs() const;
+  void setup_param_store();
+  StoreBuild build_param_store(const std::vector<Tier>& tiers, const std::string& subdir);
+  void drop_param_store(StoreBuild& b) noexcept;
+  void stage_params_in(int li, char* staging);     // gather: this rank's shards -> staging regions
+  void* copy_target(int li);                       // step(): where update() writes compute copies
+  void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
+  bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
+  // Updated compute copies of layer li that pass through host staging (copy_target): the
+  // whole padded layer at stage 0, this rank's shards above; bucket k's offset in them.
+  std::size_t copy_elems(int li) const;
+  std::size_t copy_offset(int li, std::size_t k) const;
+  // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
+  // before host memory they read or write is reused.
+  void fill_zero(void* p, std::size_t bytes, Tier tier);
+  void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
+  void flush_device_copy(int li);  // step(): device_copy -> the layer's shards off the device
+  void read_master_shard(int li, float* out);
+  std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,170 @@
+// The ZeRO engine: Strata's memory manager (docs/design.md, "The engine's parts" and
+// "The host-trainer contract"). It owns every parameter, gradient and optimizer shard, places them on tiers,
+// gathers parameters before a layer runs and releases them after, reduces gradients in
+// buckets during backward, and runs the optimizer where the state lives.
+//
+// Protocol (one rank; every rank makes the same calls in the same order):
+//   register_param(...) for every parameter, then setup() (checks that every rank
+//   registered the same model, lays it out, allocates and initialises it);
+//   per step: begin_step(); for each of gradient_accumulation_steps micro-batches:
+//     forward:  views = gather(layer) ... trainer's forward ... release(layer)
+//     backward: views = gather(layer); grads = grad_buffers(layer) ... trainer writes dL/dW
+//               (times loss_scale()) into grads ...; reduce_grads(layer); release(layer)
+//   step(): global gradient norm, overflow skip (fp16), clipping, the optimizer on this
+//   rank's shards, and the re-gather of updated parameters (stages 1-2).
+// Views point into device memory of the engine's Device and stay valid until release()
+// (gather) or reduce_grads() (grad buffers). On a CUDA device the trainer's kernels that
+// read a view or write a gradient buffer must have completed (its stream synchronized)
+// before it calls release() or reduce_grads() on it. Stages 0-3 follow DeepSpeed: 0 replicates
+// everything, 1 shards optimizer state and master weights, 2 also gradients, 3 also
+// parameters. All stages share one reduction path (per-micro-batch bucket reductions of
+// equal length accumulated in fp32), so their parameters are bitwise identical.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/layout.h"
+#include "offload/ledger.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/trace.h"
+
+namespace strata::comm {
+class Communicator;
+}
+namespace strata::device {
+class Device;
+}
+
+namespace strata::engine {
+
+// The tiers and the ledger live in offload/ (below the engine); the engine speaks of them
+// by these names.
+using offload::Kind;
+using offload::kind_name;
+using offload::kKinds;
+using offload::kTiers;
+using offload::MemoryLedger;
+using offload::Tier;
+using offload::tier_name;
+using offload::TierUsage;
+
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::fp32;
+  std::vector<std::int64_t> shape;
+  std::size_t numel = 0;
+  const std::string* name = nullptr;
+  template <class T> T* as() const noexcept { return static_cast<T*>(data); }
+};
+
+struct StepResult {
+  std::int64_t step = 0;    // optimizer steps taken so far (skipped ones not counted)
+  bool skipped = false;     // overflow: parameters untouched
+  double grad_norm = 0.0;   // global norm of the averaged, unscaled gradient
+  double loss_scale = 1.0;  // the scale this step's gradients carried
+  double clip_coef = 1.0;
+  float lr = 0.0f;
+};
+
+struct MemoryReport {
+  TierUsage device, host, nvme;
+  std::uint64_t live_gathered_elems = 0;  // stage 3: parameters gathered right now
+  std::uint64_t peak_gathered_elems = 0;
+};
+
+// One step's traffic between tiers (begin_step() to the end of step()), counted where the
+// engine issues it: host<->device copies (gathers, gradients leaving the device, updated
+// shards returning), NVMe reads and writes (optimizer swapper, parameter store), and the
+// time the trainer's thread waited on gathers, swaps and parameter writes.
+struct IoStats {
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  double io_wait_seconds = 0;
+  double step_seconds = 0;  // begin_step() to the end of step()
+};
+
+struct EngineOptions {
+  EngineConfig config;
+  device::Device* device = nullptr;    // required
+  comm::Communicator* comm = nullptr;  // null: a single rank
+  // Collectives on device memory (NCCL on GPUs), for world > 1: the reduction of gradients
+  // whose accumulator is on the device (reduce-scatter, then all-gather at stages 0-1, so
+  // every stage sums alike), stage-3 gathers (each rank's shards cross the link, the layer
+  // is all-gathered in device memory), stages 1-2's re-gather and the refresh of persistent
+  // layers. `comm` keeps the collectives on host memory (gradients of offloaded optimizers,
+  // the global norm, checks, full_parameters). Same ranks as `comm`. Required on a CUDA
+  // device with world > 1; optional on the host device (where it gives the same bits).
+  comm::Communicator* device_comm = nullptr;
+  std::uint64_t seed = 0;
+  Tracer* tracer = nullptr;  // optional timeline ("compute" lane is the trainer's)
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init = {});
+  void setup();
+
+  void begin_step();
+  std::vector<TensorView> gather(int layer);
+  void release(int layer);
+  // Forward-only passes (validation, generation) between steps: gather() and release() in
+  // any order, no gradients, the recorded trace and its prefetch untouched.
+  void begin_eval();
+  void end_eval();
+  std::vector<TensorView> grad_buffers(int layer);
+  void reduce_grads(int layer);
+  StepResult step();
+
+  // The factor the trainer multiplies the loss gradient by (fp16 dynamic scaling; else 1).
+  float loss_scale() const noexcept;
+  DType compute_dtype() const noexcept;
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  const EngineConfig& config() const noexcept;
+  device::Device& device() const noexcept;  // where gather() and grad_buffers() views point
+  const Layout& layout() const;             // after setup()
+  std::vector<int> layer_ids() const;
+  MemoryReport memory() const;
+  IoStats io_stats() const;  // the last completed step
+  // Waits for the engine's background work: prefetched gathers, reductions and the NVMe
+  // write-back of updated parameter shards that step() leaves running into the next step.
+  // Rethrows a failure of that work. Call it before touching swap files or the process ends.
+  void synchronize();
+  // After setup(): what lives on which tier and why (static DeepSpeed placement or the
+  // budget-driven plan), a few lines of text.
+  std::string explain_placement() const;
+
+  // The whole model's fp32 master weights in registration order (unpadded), gathered to
+  // every rank; for saving and comparing runs. Collective: every rank must call it.
+  std::vector<float> full_parameters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The layer-callback form: the engine drives the host-trainer loop itself.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  // params: the gathered views. The micro-batch's activations are the layer's own business.
+  virtual void forward(int micro_batch, const std::vector<TensorView>& params) = 0;
+  // Writes dL/dparam (times loss_scale) into grads.
+  virtual void backward(int micro_batch, const std::vector<TensorView>& params, const std::vector<TensorView>& grads,
+                        float loss_scale) = 0;
+};
+
+// Runs one step: for each micro-batch, forward through `layers` in order (layer i uses the
+// engine layer id layer_ids[i]), then backward in reverse; then engine.step().
+StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids);
+
+}  // namespace strata::engine

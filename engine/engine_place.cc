@@ -1,0 +1,352 @@
+// Placement: which tier holds each layer's optimizer state (and with it the fp32 gradient
+// accumulator: on the device with device optimizer state, in host RAM otherwise) and, at
+// stage 3, its parameter shards. The static form follows DeepSpeed: offload_optimizer.device
+// and offload_param.device for every layer, with offload_param.max_in_cpu elements of NVMe
+// parameter shards kept in host RAM instead (layers in order). With memory_budget set, the
+// kinds whose offload device is left at "none" are placed by the budget-driven planner
+// (offload/placement.h): per layer, the tiers that move the fewest bytes per step within
+// the budgets, assuming the host-trainer contract's gathers (forward and backward of every
+// micro-batch); the first recorded trace is checked against that assumption. A model that
+// fits no placement is refused here, naming the smallest budget that would fit. Before
+// anything is allocated the device budget is checked against what the placement leaves
+// there, naming the minimum.
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "engine/detail/engine_impl.h"
+#include "offload/placement.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+namespace {
+
+Tier tier_of(OffloadDevice d) {
+  return d == OffloadDevice::cpu ? Tier::host : d == OffloadDevice::nvme ? Tier::nvme : Tier::device;
+}
+
+}  // namespace
+
+bool Engine::Impl::budget_driven() const {
+  const auto& b = cfg.memory_budget;
+  return (b.device || b.host || b.nvme) && (cfg.offload_optimizer.device == OffloadDevice::none ||
+                                            (cfg.zero.stage == 3 && cfg.offload_param.device == OffloadDevice::none));
+}
+
+offload::PlacementProblem Engine::Impl::placement_problem(const std::vector<int>& gathers) const {
+  const int stage = cfg.zero.stage;
+  const Layout& lay = *layout;
+  offload::PlacementProblem p;
+  p.stage = stage;
+  p.compute_bytes = static_cast<std::uint32_t>(cbytes);
+  p.accumulation_steps = static_cast<int>(std::max<std::int64_t>(1, cfg.gradient_accumulation_steps));
+  std::uint64_t persistent = 0, max_bucket = 0, max_shard = 0, largest_shard = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = layers[li];
+    offload::PlacementLayer pl;
+    pl.name = str_cat("layer ", L.id);
+    pl.shard_elems = stage == 0 ? L.padded : S.shard_total;
+    pl.padded_elems = L.padded;
+    pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
+    p.layers.push_back(pl);
+    if (S.persistent) persistent += L.padded * cbytes;
+    largest_shard = std::max<std::uint64_t>(largest_shard, S.shard_total);
+  }
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
+    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
+  }
+  const std::uint64_t largest = lay.largest_layer_padded();
+  p.device_budget = device_room();
+  p.host_budget = cfg.memory_budget.host ? cfg.memory_budget.host : ~std::uint64_t{0};
+  p.nvme_budget = cfg.memory_budget.nvme;
+  p.nvme_copies = 2;  // swap files hold two generations
+  p.device_gathers = device_collectives();
+  p.nvme_available = !cfg.offload_optimizer.nvme_path.empty() || !cfg.offload_param.nvme_path.empty();
+  // Live window + persistent layers (+ the device reduction scratch with device collectives).
+  p.device_fixed_bytes = largest * cbytes * 2 + persistent + device_scratch_bytes();
+  // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
+  p.host_fixed_bytes =
+      (max_bucket + max_shard) * 4 + max_bucket * cbytes + (stage == 3 ? largest * cbytes : 0) + largest_shard * cbytes;
+  const int opt_buffers = cfg.offload_optimizer.buffer_count > 0 ? cfg.offload_optimizer.buffer_count : 4;
+  const std::uint64_t sub_group =
+      std::min<std::uint64_t>(cfg.zero.sub_group_size, std::max<std::uint64_t>(1, largest_shard));
+  p.nvme_buffer_bytes = static_cast<std::uint64_t>(opt_buffers) * ((sub_group * 12 + 4095) / 4096 * 4096);
+  if (stage == 3) {
+    const int par_buffers = cfg.offload_param.buffer_count > 0 ? cfg.offload_param.buffer_count : 5;
+    const std::uint64_t chunk = std::min<std::uint64_t>(cfg.offload_param.buffer_size, largest_shard) * cbytes;
+    p.nvme_buffer_bytes += static_cast<std::uint64_t>(par_buffers) * ((chunk + 4095) / 4096 * 4096);
+  }
+  if (cfg.offload_optimizer.device != OffloadDevice::none) p.optimizer_fixed = tier_of(cfg.offload_optimizer.device);
+  if (stage < 3)
+    p.params_fixed = offload::Tier::device;
+  else if (cfg.offload_param.device != OffloadDevice::none)
+    p.params_fixed = tier_of(cfg.offload_param.device);
+  return p;
+}
+
+void Engine::Impl::place_layers() {
+  const int stage = cfg.zero.stage;
+  const Tier opt = tier_of(cfg.offload_optimizer.device);
+  const Tier par = stage == 3 ? tier_of(cfg.offload_param.device) : Tier::device;
+  if (budget_driven()) {
+    const offload::PlacementProblem problem = placement_problem({});
+    const offload::Placement plan = offload::plan_placement(problem);  // refuses, naming the budget to raise
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      auto& S = layers[li];
+      S.opt_tier = plan.layers[li].optimizer;
+      S.param_tier = plan.layers[li].params;
+      if (S.persistent && S.param_tier == Tier::nvme) S.param_tier = Tier::host;
+    }
+    placement_text = str_cat("placement (budget-driven, memory_budget), rank ", rank, ":\n", plan.explain(problem));
+    check_device_fit(opt == Tier::device, false);
+    return;
+  }
+  std::uint64_t in_cpu = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    auto& S = layers[li];
+    S.opt_tier = opt;
+    // Layers under stage3_param_persistence_threshold stay gathered on the device; their
+    // shards, refreshed from there after each step, stay in host RAM rather than on NVMe.
+    S.param_tier = S.persistent && par == Tier::nvme ? Tier::host : par;
+    if (S.param_tier == Tier::nvme && in_cpu + S.shard_total <= cfg.offload_param.max_in_cpu) {
+      S.param_tier = Tier::host;
+      in_cpu += S.shard_total;
+    }
+  }
+
+  const std::uint64_t minimum = check_device_fit(opt == Tier::device, stage == 3 && par == Tier::device);
+  std::ostringstream out;
+  std::array<int, kTiers> opt_n{}, par_n{};
+  for (const auto& S : layers) {
+    ++opt_n[static_cast<int>(S.opt_tier)];
+    ++par_n[static_cast<int>(S.param_tier)];
+  }
+  auto counts = [](const std::array<int, kTiers>& n) {
+    std::string s;
+    for (int t = 0; t < kTiers; ++t) {
+      if (n[t] > 0) s += str_cat(s.empty() ? "" : ", ", n[t], " on ", tier_name(static_cast<Tier>(t)));
+    }
+    return s;
+  };
+  out << "placement (static, DeepSpeed keys), rank " << rank << ", " << layers.size() << " layers:\n";
+  out << "  optimizer state (fp32 master, exp_avg, exp_avg_sq): " << counts(opt_n)
+      << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)\n";
+  out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
+  if (stage == 3 && par == Tier::nvme)
+    out << " (offload_param.device nvme, max_in_cpu " << cfg.offload_param.max_in_cpu << " elements kept in host RAM)";
+  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(dev.options().budget_bytes);
+  if (device_room() < dev.options().budget_bytes) {
+    out << " (" << format_bytes(dev.options().budget_bytes - device_room()) << " of it held by the trainer)";
+  }
+  out << "\n";
+  placement_text = out.str();
+}
+
+// Budget-driven placement assumed the host-trainer contract's gathers per layer; once the
+// first trace is recorded (step() of step 1, before the optimizer runs), plan again with
+// the recorded counts. Only parameter shards depend on them: when the new plan differs in
+// parameter shards alone, they move to their new tiers now; a plan that would also move
+// optimizer state is reported and applies at the next start.
+void Engine::Impl::check_plan_against_trace() {
+  if (!budget_driven() || cfg.zero.stage != 3 || plan_checked) return;
+  plan_checked = true;
+  std::vector<int> gathers(layers.size(), 0);
+  for (int li : trace) ++gathers[static_cast<std::size_t>(li)];
+  try {
+    const auto problem = placement_problem(gathers);
+    const auto plan = offload::plan_placement(problem);
+    bool same_opt = true, same_params = true;
+    std::vector<Tier> to(layers.size());
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      same_opt = same_opt && plan.layers[li].optimizer == layers[li].opt_tier;
+      to[li] = plan.layers[li].params;
+      if (layers[li].persistent && to[li] == Tier::nvme) to[li] = Tier::host;
+      same_params = same_params && to[li] == layers[li].param_tier;
+    }
+    if (same_opt && !same_params) {
+      std::vector<int> stayed;
+      try {
+        stayed = migrate_params(to);
+      } catch (const Error& e) {
+        STRATA_LOG(warn, "rank ", rank,
+                   ": moving parameter shards to the placement the recorded trace favours failed; "
+                   "the placement stays as it was: ",
+                   e.what());
+        return;
+      }
+      std::string kept;
+      for (int li : stayed) {
+        kept += str_cat("  layer ", layout->layers()[li].id, ": parameter shards stay on ",
+                        tier_name(layers[li].param_tier), " (no room on ", tier_name(to[li]), ")\n");
+      }
+      placement_text = str_cat("placement (budget-driven, memory_budget, re-placed after step ", step_calls + 1,
+                               " from the recorded gather trace), rank ", rank, ":\n", plan.explain(problem), kept);
+      STRATA_LOG(info, "rank ", rank, ": parameter shards re-placed from the recorded gather trace:\n",
+                 plan.explain(problem));
+    } else if (!same_opt) {
+      STRATA_LOG(warn, "rank ", rank,
+                 ": the recorded gather trace differs from the host-trainer contract the placement "
+                 "assumed (forward and backward of every micro-batch); with the recorded counts Strata would place:\n",
+                 plan.explain(problem),
+                 "This run keeps its placement; the new one applies when training starts again.");
+    }
+  } catch (const Error& e) {
+    STRATA_LOG(warn, "rank ", rank, ": re-planning with the recorded gather trace failed: ", e.what());
+  }
+}
+
+// Moves stage-3 parameter shards to the tiers `to` names; returns the layers that could not
+// move (they stay where they were, intact). Runs between a step's gathers and its optimizer:
+// nothing is gathered and no write-back is in flight. When the set of NVMe layers changes, a
+// new store is built for every layer that is or will be on NVMe and filled from the old
+// homes first (a failure there drops it and throws, nothing changed); the engine then
+// switches to it, so a layer leaving NVMe can always fall back to it. Then each layer that
+// goes to the device or host gets its new home on its own: one that does not fit stays.
+std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
+  drain_io();
+  gather_stream->synchronize();
+  const std::size_t n = layers.size();
+  bool store_changes = false;
+  std::uint64_t largest = 0;
+  std::vector<Tier> in_store(n, Tier::host);
+  for (std::size_t li = 0; li < n; ++li) {
+    const Tier from = layers[li].param_tier;
+    store_changes |= from != to[li] && (from == Tier::nvme || to[li] == Tier::nvme);
+    if (from == Tier::nvme || to[li] == Tier::nvme) in_store[li] = Tier::nvme;
+    largest = std::max<std::uint64_t>(largest, layers[li].shard_total * cbytes);
+  }
+  auto kind_of = [](Tier from, Tier dst) {
+    return from == Tier::device  ? device::CopyKind::device_to_host
+           : dst == Tier::device ? device::CopyKind::host_to_device
+                                 : device::CopyKind::host_to_host;
+  };
+  if (store_changes) {
+    StoreBuild fresh;
+    void* bounce = nullptr;
+    try {
+      fresh = build_param_store(in_store, store.subdir == "params" ? "params.1" : "params");
+      for (std::size_t li = 0; li < n; ++li) {
+        auto& S = layers[li];
+        if (in_store[li] != Tier::nvme) continue;
+        const std::uint64_t bytes = S.shard_total * cbytes;
+        const auto idx = static_cast<std::size_t>(fresh.index[li]);
+        if (S.param_tier == Tier::nvme) {
+          fresh.store->write_from(idx, *param_store, static_cast<std::size_t>(S.store_index));
+          io.nvme_read_bytes += bytes;
+        } else if (S.param_tier == Tier::host) {
+          fresh.store->write(idx, S.params_shard);
+        } else {
+          if (bounce == nullptr)
+            bounce = ledger->allocate(Tier::host, Kind::buffers, largest, "parameter migration bounce buffer");
+          gather_stream->copy_async(bounce, S.params_shard, bytes, device::CopyKind::device_to_host);
+          gather_stream->synchronize();
+          fresh.store->write(idx, bounce);
+        }
+        io.nvme_write_bytes += bytes;
+      }
+      fresh.store->commit();
+    } catch (...) {
+      ledger->free(bounce);
+      if (fresh.store) drop_param_store(fresh);
+      throw;
+    }
+    ledger->free(bounce);
+    // Switch stores: every layer in it has its bytes there now.
+    drop_param_store(store);
+    store = std::move(fresh);
+    if (!io_stream) io_stream = dev.create_stream();
+    for (std::size_t li = 0; li < n; ++li) {
+      auto& S = layers[li];
+      S.store_index = store.index[li];
+      if (in_store[li] != Tier::nvme || S.param_tier == Tier::nvme) continue;
+      ledger->free(S.params_shard);
+      S.params_shard = nullptr;
+      S.param_tier = Tier::nvme;
+    }
+  }
+  std::vector<int> stayed;
+  for (std::size_t li = 0; li < n; ++li) {
+    auto& S = layers[li];
+    if (to[li] == Tier::nvme || to[li] == S.param_tier) continue;
+    const std::uint64_t bytes = S.shard_total * cbytes;
+    void* home = nullptr;
+    try {
+      home = ledger->allocate(to[li], Kind::params, bytes,
+                              str_cat("layer ", layout->layers()[li].id, " parameter shards"));
+      if (S.param_tier == Tier::nvme) {
+        char* dst = static_cast<char*>(home);
+        param_store->read(static_cast<std::size_t>(S.store_index),
+                          [&](std::uint64_t off, const void* data, std::uint64_t len) {
+                            gather_stream->copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
+                            gather_stream->synchronize();  // `data` is the store's buffer, reused after this call
+                          });
+        io.nvme_read_bytes += bytes;
+      } else {
+        gather_stream->copy_async(home, S.params_shard, bytes, kind_of(S.param_tier, to[li]));
+        gather_stream->synchronize();
+      }
+    } catch (const Error& e) {
+      ledger->free(home);
+      STRATA_LOG(warn, "rank ", rank, ": layer ", layout->layers()[li].id, "'s parameter shards stay on ",
+                 tier_name(S.param_tier), ": ", e.what());
+      stayed.push_back(static_cast<int>(li));
+      continue;
+    }
+    if (S.param_tier != Tier::nvme) ledger->free(S.params_shard);
+    S.params_shard = home;
+    S.param_tier = to[li];
+  }
+  return stayed;
+}
+
+// The device budget less what others (the trainer's activations) held on the Device when
+// setup() began.
+std::uint64_t Engine::Impl::device_room() const {
+  const std::uint64_t budget = dev.options().budget_bytes;
+  return budget > device_held_by_others ? budget - device_held_by_others : 0;
+}
+
+// What the placement leaves on the device, against its budget; returns the minimum.
+std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_device) const {
+  const int stage = cfg.zero.stage;
+  const Layout& lay = *layout;
+  std::uint64_t persistent = 0, largest = lay.largest_layer_padded();
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = layers[li];
+    if (stage <= 2) persistent += L.padded * cbytes;
+    if (stage == 3 && S.param_tier == Tier::device) persistent += S.shard_total * cbytes;
+    if (S.persistent) persistent += L.padded * cbytes;
+    if (S.opt_tier == Tier::device)
+      persistent += (stage <= 1 ? L.padded : S.shard_total) * 4 + (stage == 0 ? L.padded : S.shard_total) * 12;
+  }
+  if (stage == 3) {
+    STRATA_CHECK(cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
+                 "zero_optimization.stage3_max_live_parameters = ", cfg.zero.stage3_max_live_parameters,
+                 " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
+  }
+  const std::uint64_t window = largest * cbytes * 2;  // one gathered layer and its gradient buffer
+  const std::uint64_t minimum = persistent + window + device_scratch_bytes();
+  const std::uint64_t budget = device_room();
+  const std::uint64_t held = dev.options().budget_bytes - budget;
+  STRATA_CHECK(
+      minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget),
+      held ? str_cat(" (", format_bytes(dev.options().budget_bytes), " less ", format_bytes(held),
+                     " the trainer holds on the device)")
+           : std::string(),
+      " is too small for ZeRO stage ", stage, " of this model on rank ", rank, ": it needs at least ",
+      format_bytes(minimum), " (", minimum, " B: ", format_bytes(persistent), " of persistent shards and state + ",
+      format_bytes(window), " for the live window of the largest layer, ", largest, " elements",
+      device_scratch_bytes() ? str_cat(" + ", format_bytes(device_scratch_bytes()), " of device reduction scratch")
+                             : std::string(),
+      "). Raise the device budget", stage < 3 ? ", use a higher ZeRO stage" : "",
+      opt_on_device ? " or offload the optimizer to the CPU" : "",
+      params_on_device ? " or offload the parameters (offload_param)" : "");
+  return minimum;
+}
+
+}  // namespace strata::engine

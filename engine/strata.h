@@ -1,0 +1,107 @@
+/* Strata's C API: the host-trainer contract of docs/design.md for C and for other languages'
+   foreign-function interfaces (Python ctypes/cffi). Every call returns a strata_status;
+   on failure strata_last_error() gives the message of the calling thread's last error
+   (valid until that thread's next failing call). Views returned by strata_gather and
+   strata_grad_buffers stay valid until strata_release / strata_reduce_grads.
+   Ranks: when STRATA_WORLD_SIZE (or an MPI/Slurm/torchrun equivalent) is set, the engine
+   joins the other ranks through STRATA_RENDEZVOUS, as `strata launch` sets up. */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct strata_engine strata_engine;
+
+typedef enum {
+  STRATA_OK = 0,
+  STRATA_ERR_INVALID = 1, /* bad argument, config key or call order */
+  STRATA_ERR_BUDGET = 2,  /* a tier's budget would be exceeded */
+  STRATA_ERR_IO = 3,
+  STRATA_ERR_COMM = 4, /* a peer rank failed or timed out */
+  STRATA_ERR_UNSUPPORTED = 5,
+  STRATA_ERR_INTERNAL = 9
+} strata_status;
+
+typedef enum { STRATA_FP32 = 0, STRATA_BF16 = 1, STRATA_FP16 = 2 } strata_dtype;
+typedef enum {
+  STRATA_INIT_NORMAL = 0,
+  STRATA_INIT_UNIFORM = 1,
+  STRATA_INIT_ZEROS = 2,
+  STRATA_INIT_ONES = 3,
+  STRATA_INIT_CONSTANT = 4
+} strata_init;
+
+typedef struct {
+  void* data;
+  strata_dtype dtype;
+  size_t numel;
+  const char* name;
+} strata_tensor;
+
+typedef struct {
+  int64_t step;
+  int skipped;
+  double grad_norm;
+  double loss_scale;
+  float lr;
+} strata_step_result;
+
+typedef struct {
+  uint64_t used_bytes, peak_bytes, budget_bytes;
+} strata_tier_usage;
+
+typedef struct {
+  strata_tier_usage device, host, nvme;
+} strata_memory_report;
+
+/* The last completed step's traffic between tiers and the time it waited on it. */
+typedef struct {
+  uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+  double io_wait_seconds, step_seconds;
+} strata_io_report;
+
+const char* strata_last_error(void);
+
+/* config_path: a DeepSpeed-style JSON file. device_budget_bytes: the emulated device's
+   memory (0: the config's memory_budget.device, else 1 GiB). */
+strata_status strata_engine_create(const char* config_path, uint64_t device_budget_bytes, uint64_t seed,
+                                   strata_engine** out);
+/* The same on a chosen device: "host" (the emulated device), "cuda" (GPU local_rank; with
+   several ranks an NCCL communicator joins the Gloo one), or "auto" (cuda when there is a
+   GPU for every rank, else host). On
+   cuda, views are device pointers: the trainer's kernels on a view must be complete before
+   it calls strata_release or strata_reduce_grads on it. */
+strata_status strata_engine_create_on(const char* config_path, const char* device, uint64_t device_budget_bytes,
+                                      uint64_t seed, strata_engine** out);
+void strata_engine_destroy(strata_engine* engine);
+
+strata_status strata_register_param(strata_engine* e, const char* name, const int64_t* shape, int ndim, int layer,
+                                    strata_init init, float scale);
+strata_status strata_setup(strata_engine* e);
+strata_status strata_begin_step(strata_engine* e);
+/* Fills up to `capacity` views (one per parameter of the layer); *count gets the number. */
+strata_status strata_gather(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);
+strata_status strata_release(strata_engine* e, int layer);
+strata_status strata_grad_buffers(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);
+strata_status strata_reduce_grads(strata_engine* e, int layer);
+strata_status strata_step(strata_engine* e, strata_step_result* out);
+float strata_loss_scale(const strata_engine* e);
+int strata_rank(const strata_engine* e);
+int strata_world_size(const strata_engine* e);
+strata_status strata_memory(const strata_engine* e, strata_memory_report* out);
+strata_status strata_io_stats(const strata_engine* e, strata_io_report* out);
+/* Waits for background work (prefetches, reductions, NVMe write-backs); reports its failure. */
+strata_status strata_synchronize(strata_engine* e);
+/* The whole model's fp32 parameters in registration order; collective across ranks. */
+strata_status strata_full_parameters(strata_engine* e, float* out, size_t capacity, size_t* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_H */

@@ -1,0 +1,68 @@
+// OpQueue (see detail/op_queue.h).
+#include "runtime/comm/detail/op_queue.h"
+
+#include "runtime/core/error.h"
+
+namespace strata::comm::detail {
+
+OpQueue::OpQueue() : worker_([this] { run(); }) {}
+
+OpQueue::~OpQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+std::shared_ptr<Work> OpQueue::submit(std::string describe, std::function<void()> op, std::shared_ptr<Gate> gate) {
+  auto work = std::make_shared<OpWork>();
+  if (!gate) gate = t_issue_gate;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({std::move(describe), std::move(op), std::move(gate), work});
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void OpQueue::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    const std::string broken = broken_;
+    lock.unlock();
+    std::exception_ptr error;
+    if (item.gate) item.gate->wait();
+    if (!broken.empty()) {
+      error = std::make_exception_ptr(
+          Error(Errc::comm, item.describe + ": not run, the communicator is broken by an earlier failure: " + broken));
+    } else {
+      try {
+        item.op();
+      } catch (const Error& e) {
+        error = std::make_exception_ptr(Error(e.code(), item.describe + ": " + e.what(), e.where()));
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(Error(Errc::comm, item.describe + ": " + e.what()));
+      }
+    }
+    if (error && broken.empty()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        lock.lock();
+        broken_ = e.what();
+        lock.unlock();
+      }
+    }
+    item.work->finish(error);
+    item.op = nullptr;
+    lock.lock();
+  }
+}
+
+}  // namespace strata::comm::detail

@@ -1,0 +1,221 @@
+// The Device/Stream/Event contract (docs/design.md, "runtime/device") with two backends:
+// `host`, an emulated GPU whose memory is a capped arena in host RAM and whose streams are
+// ordered worker threads; and `cuda`, the same contract on the CUDA runtime.
+//
+// Protocol. A Device owns device memory (allocate/free, or stream-ordered
+// allocate_async/free_async), pinned host memory (allocate_pinned/free_pinned), and makes
+// Streams and Events. Every allocation is charged to a hard byte budget per tier; asking
+// past it throws Errc::out_of_budget naming the tier, bytes asked, bytes in use and the
+// budget. Work submitted to one Stream runs in submission order. Event::record captures the
+// work submitted to that stream so far; Stream::wait makes later work on another stream wait
+// for it, without blocking the caller. An error inside stream work (a throwing host task,
+// a failed CUDA call) is sticky: that stream skips later data work and every synchronize()
+// rethrows it. Streams and Events must not outlive their Device; memory must be freed
+// before the Device is destroyed (leaks are reported).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::device {
+
+enum class Backend { host, cuda };
+const char* backend_name(Backend b) noexcept;
+Backend parse_backend(std::string_view text);  // "host" | "cuda"; throws naming the text
+
+enum class CopyKind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+struct DeviceOptions {
+  Backend backend = Backend::host;
+  int ordinal = 0;                                      // CUDA device index
+  std::uint64_t budget_bytes = std::uint64_t{1} << 30;  // device tier budget
+  std::uint64_t pinned_budget_bytes = std::uint64_t{1} << 30;
+  double link_gbps = 0;  // host backend: H2D and D2H bandwidth per direction; 0 = unthrottled
+  // Host backend: device memory as out of the CPU's reach as a GPU's. An x86 memory
+  // protection key lets only the device's stream work (each task on its worker thread
+  // alone) and code inside a CpuAccessScope touch it; any other CPU access is a SIGSEGV.
+  // Runs code written for both backends under the CUDA backend's rules on a machine without
+  // a GPU. Throws Errc::unsupported where the CPU or kernel has no protection keys.
+  bool guard_memory = false;
+};
+
+struct MemoryStats {
+  std::uint64_t used_bytes = 0;  // bytes handed out (rounded to the allocation granule)
+  std::uint64_t peak_bytes = 0;
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t largest_free_bytes = 0;  // largest single allocation that would succeed now
+  std::uint64_t allocations = 0;         // live allocations
+  // 1 - largest_free / free: 0 when the free space is one block.
+  double fragmentation = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True when the work captured by the last record() has finished (or never recorded).
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+  // Milliseconds from this event's completion to `later`'s; both must have completed.
+  virtual double elapsed_ms(Event& later) = 0;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes) = 0;
+  // Runs fn in stream order. Host backend: on the stream's worker (this is how host
+  // "kernels" run). CUDA: as a host function (cudaLaunchHostFunc); fn must not call CUDA.
+  // An exception thrown by fn becomes the stream's sticky error.
+  virtual void launch_host(std::function<void()> fn) = 0;
+  virtual void record(Event& event) = 0;
+  virtual void wait(Event& event) = 0;
+  virtual bool query() = 0;                    // all submitted work finished
+  virtual void synchronize() = 0;              // blocks; rethrows the sticky error, if any
+  virtual void* native_handle() noexcept = 0;  // cudaStream_t, or nullptr on host
+  virtual Backend backend() const noexcept = 0;
+};
+
+class Device {
+ public:
+  static std::unique_ptr<Device> create(const DeviceOptions& options);
+  virtual ~Device() = default;
+
+  virtual Backend backend() const noexcept = 0;
+  virtual std::string name() const = 0;
+  const DeviceOptions& options() const noexcept { return options_; }
+
+  // Device memory. `what` names the allocation in budget errors ("layer 3 params").
+  virtual void* allocate(std::size_t bytes, std::string_view what = {}) = 0;
+  virtual void free(void* ptr) = 0;
+  // Stream-ordered: usable by work on `stream` submitted after this call; the bytes return
+  // to the budget when `stream` reaches the free.
+  virtual void* allocate_async(std::size_t bytes, Stream& stream, std::string_view what = {}) = 0;
+  virtual void free_async(void* ptr, Stream& stream) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+
+  // Page-locked host memory for fast, asynchronous copies; its own budget.
+  virtual void* allocate_pinned(std::size_t bytes, std::string_view what = {}) = 0;
+  virtual void free_pinned(void* ptr) = 0;
+  virtual MemoryStats pinned_stats() const = 0;
+
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual void synchronize() = 0;  // every stream of this device
+
+  // Whether the calling thread may touch device memory from the CPU (see guard_memory):
+  // sets it and returns the previous setting. Only a guarded host device changes anything;
+  // use CpuAccessScope.
+  virtual bool set_cpu_access(bool allow) noexcept {
+    (void)allow;
+    return true;
+  }
+
+ protected:
+  explicit Device(const DeviceOptions& options) : options_(options) {}
+
+ private:
+  DeviceOptions options_;
+};
+
+// For the scope's life the calling thread may read and write the device's memory from the
+// CPU: what a trainer on the host device does with the engine's views. A no-op unless the
+// device guards its memory (DeviceOptions::guard_memory).
+class CpuAccessScope {
+ public:
+  explicit CpuAccessScope(Device& dev) noexcept : dev_(dev), previous_(dev.set_cpu_access(true)) {}
+  ~CpuAccessScope() { dev_.set_cpu_access(previous_); }
+  CpuAccessScope(const CpuAccessScope&) = delete;
+  CpuAccessScope& operator=(const CpuAccessScope&) = delete;
+
+ private:
+  Device& dev_;
+  bool previous_;
+};
+
+// RAII owner of one device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device& dev, std::size_t bytes, std::string_view what = {})
+      : dev_(&dev), ptr_(dev.allocate(bytes, what)), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    reset();
+    swap(o);
+    return *this;
+  }
+  ~DeviceBuffer() { reset(); }
+  void reset() noexcept;
+  void* get() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
+
+ private:
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// RAII owner of one pinned host allocation.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(Device& dev, std::size_t bytes, std::string_view what = {})
+      : dev_(&dev), ptr_(dev.allocate_pinned(bytes, what)), bytes_(bytes) {}
+  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    reset();
+    swap(o);
+    return *this;
+  }
+  ~PinnedBuffer() { reset(); }
+  void reset() noexcept;
+  void* get() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
+
+ private:
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// What this machine's CUDA runtime offers. count is 0 with `why` filled when there is no
+// usable GPU or Strata was built without CUDA.
+struct CudaDeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  std::uint64_t total_bytes = 0;
+  int cc_major = 0, cc_minor = 0;
+};
+struct CudaInventory {
+  bool built_with_cuda = false;
+  int runtime_version = 0;
+  int driver_version = 0;
+  std::string why;  // empty when devices were found
+  std::vector<CudaDeviceInfo> devices;
+};
+CudaInventory cuda_inventory();
+
+}  // namespace strata::device
+
+namespace strata::device {
+// cuda when this build has CUDA and a GPU is present, else host.
+Backend default_backend();
+}  // namespace strata::device

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Fails on any #include that points up the layer order in scripts/layers.txt, sideways to
+a folder on the same line, or into another folder's detail/. Checks every .h/.cc/.cu file
+under the folders listed (tests/ and scripts/ are outside the layers). Prints each broken
+include as FILE:LINE and the rule it breaks.
+Usage: check_layers.py [ROOT] (default: the repository holding this script)"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+
+
+def read_layers(path):
+    levels = []
+    for line in open(path):
+        line = line.split("#", 1)[0].split()
+        if line:
+            levels.append(line)
+    # Bottom line is level 0.
+    return {folder: len(levels) - 1 - i for i, row in enumerate(levels) for folder in row}
+
+
+def folder_of(path, levels):
+    best = None
+    for f in levels:
+        if path == f or path.startswith(f + "/"):
+            if best is None or len(f) > len(best):
+                best = f
+    return best
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    layers_file = os.path.join(root, "scripts", "layers.txt")
+    if not os.path.exists(layers_file):
+        print(f"check_layers: {layers_file} is missing", file=sys.stderr)
+        return 2
+    levels = read_layers(layers_file)
+    errors, files = [], 0
+    for top in sorted({f.split("/")[0] for f in levels}):
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if not name.endswith((".h", ".cc", ".cu")):
+                    continue
+                path = os.path.relpath(os.path.join(dirpath, name), root)
+                src = folder_of(path, levels)
+                if src is None:
+                    continue
+                files += 1
+                with open(os.path.join(root, path), errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        inc = m.group(1)
+                        dst = folder_of(inc, levels)
+                        if dst is None or dst == src:
+                            continue
+                        if "/detail/" in "/" + inc[len(dst):]:
+                            errors.append(f"{path}:{n}: includes {inc}: another folder's detail/ ({dst}/detail)")
+                        elif levels[dst] > levels[src]:
+                            errors.append(f"{path}:{n}: includes {inc}: {dst} is above {src} in scripts/layers.txt")
+                        elif levels[dst] == levels[src]:
+                            errors.append(f"{path}:{n}: includes {inc}: {dst} and {src} are on one line of "
+                                          "scripts/layers.txt (siblings may not include each other)")
+    for e in errors:
+        print(e, file=sys.stderr)
+    if errors:
+        print(f"check_layers: {len(errors)} include(s) break the layer order", file=sys.stderr)
+        return 1
+    print(f"check_layers: {files} files, every include points down the layer order")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

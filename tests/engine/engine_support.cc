@@ -1,0 +1,81 @@
+// Engine test support (see engine_support.h).
+#include "tests/engine/engine_support.h"
+
+#include <chrono>
+#include <mutex>
+
+#include "models/mlp.h"
+#include "runtime/device/device.h"
+#include "tests/support/ranks.h"
+
+namespace strata::test {
+
+engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro, int accum) {
+  engine::EngineConfig c;
+  c.zero.stage = stage;
+  c.train_micro_batch_size_per_gpu = micro;
+  c.gradient_accumulation_steps = accum;
+  c.train_batch_size = static_cast<std::int64_t>(micro) * accum * world;
+  c.bf16 = compute == DType::bf16;
+  c.fp16.enabled = compute == DType::fp16;
+  c.gradient_clipping = 1.0f;
+  c.optimizer.type = engine::OptimizerType::adamw;
+  c.optimizer.lr = 1e-3f;
+  c.optimizer.weight_decay = 0.01f;
+  c.zero.reduce_bucket_size = 300;  // several buckets per layer
+  return c;
+}
+
+TrainRun train_mlp(const TrainSpec& spec) {
+  TrainRun out;
+  std::mutex m;
+  rethrow_first(run_thread_ranks_with(spec.world, [&](comm::Communicator& c, const comm::CommOptions& co) {
+    device::DeviceOptions d;
+    d.backend = spec.backend;
+    d.guard_memory = spec.guard_memory;
+    d.budget_bytes = spec.device_budget;
+    d.link_gbps = spec.link_gbps;
+    if (spec.pinned_budget) d.pinned_budget_bytes = spec.pinned_budget;
+    auto dev = device::Device::create(d);
+    std::unique_ptr<comm::Communicator> dcomm;
+    if (spec.device_comm) {
+      // Its threads are created with access to a guarded device's memory, as NCCL's kernels
+      // have to a GPU's.
+      device::CpuAccessScope access(*dev);
+      auto o = co;
+      o.rendezvous.run_id += ".device";
+      dcomm = comm::Communicator::create(o);
+    }
+    engine::EngineOptions eo;
+    eo.device_comm = dcomm.get();
+    eo.config = spec.config;
+    eo.device = dev.get();
+    eo.comm = &c;
+    eo.seed = 7;
+    eo.tracer = c.rank() == 0 ? spec.tracer : nullptr;
+    engine::Engine engine(eo);
+    model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7}, &c, eo.tracer);
+    engine.setup();
+    std::vector<double> losses, ms;
+    std::vector<engine::IoStats> io;
+    for (int s = 0; s < spec.steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      losses.push_back(mlp.train_step(s).loss);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      io.push_back(engine.io_stats());
+    }
+    auto params = engine.full_parameters();
+    if (c.rank() == 0) {
+      std::lock_guard<std::mutex> lock(m);
+      out.params = std::move(params);
+      out.losses = losses;
+      out.step_ms = ms;
+      out.memory = engine.memory();
+      out.io = io;
+      out.placement = engine.explain_placement();
+    }
+  }));
+  return out;
+}
+
+}  // namespace strata::test

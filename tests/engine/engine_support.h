@@ -1,0 +1,47 @@
+// Shared by the engine tests: a config builder, and a runner that trains the demo MLP on
+// N thread ranks (each with its own host device and Gloo communicator) and returns rank 0's
+// final fp32 parameters and memory report.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "runtime/device/device.h"
+
+namespace strata::test {
+
+engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro = 2, int accum = 4);
+
+struct TrainRun {
+  std::vector<float> params;        // rank 0's full_parameters() after training
+  std::vector<double> losses;       // per step
+  engine::MemoryReport memory;      // rank 0, after the last step
+  std::vector<double> step_ms;      // rank 0
+  std::vector<engine::IoStats> io;  // rank 0, per step
+  std::string placement;            // rank 0's explain_placement()
+};
+
+struct TrainSpec {
+  engine::EngineConfig config;
+  int world = 1;
+  int layers = 3;
+  int hidden = 32;
+  int steps = 10;
+  double layer_ms = 0;
+  double link_gbps = 0;
+  std::uint64_t device_budget = std::uint64_t{256} << 20;
+  std::uint64_t pinned_budget = 0;                  // 0: the device's default
+  device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU
+  bool guard_memory = false;                        // host: device memory out of the CPU's reach (DeviceOptions)
+  // A second Gloo communicator as EngineOptions::device_comm (what NCCL is on GPUs): the
+  // engine's collectives on device memory go through it.
+  bool device_comm = false;
+  Tracer* tracer = nullptr;  // rank 0 only
+};
+
+TrainRun train_mlp(const TrainSpec& spec);
+
+}  // namespace strata::test
