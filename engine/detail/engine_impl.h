@@ -13,7 +13,9 @@
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
 #include "offload/placement.h"
+#include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
+#include "optim/step_args.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 
@@ -190,6 +192,27 @@ struct Engine::Impl {
   // whole padded layer at stage 0, this rank's shards above; bucket k's offset in them.
   std::size_t copy_elems(int li) const;
   std::size_t copy_offset(int li, std::size_t k) const;
+  // setup.cc
+  struct InitScratch {  // host buffers reused from layer to layer
+    std::vector<float> init, master_shard;
+    std::vector<char> shard_bytes, full_bytes;
+  };
+  void check_same_model() const;                      // every rank registered the same parameters in the same order
+  void allocate_step_buffers();                       // reduction scratch, gradient staging, streams, NVMe stores
+  void init_layer(std::size_t li, InitScratch& buf);  // allocates and initialises layer li's state
+  // step.cc: the optimizer step's phases, in the order Engine::step runs them.
+  void check_step_ready() const;       // every layer reduced each micro-batch and released
+  optim::GradNorm global_grad_norm();  // of the summed, scaled gradients, combined in rank order
+  // The optimizer on every shard wherever it lives; a failure rolls the step back (abort_step).
+  void run_optimizer(const optim::StepArgs& base, float lr);
+  // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
+  // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
+  void update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0, std::size_t n,
+                    float* master, float* m, float* v);
+  void abort_step() noexcept;  // settles device work, keeps the last good NVMe state, drops staging
+  void regather(std::size_t li, std::size_t k);
+  void refresh_replicas();   // stages 1-2 replicas and stage-3 persistent layers from the new shards
+  void zero_accumulators();  // for the next step
   // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
   // before host memory they read or write is reused.
   void fill_zero(void* p, std::size_t bytes, Tier tier);

@@ -1,0 +1,207 @@
+// Engine::setup (the protocol in engine.h): checks that every rank registered the same model,
+// lays it out, places every layer's state on its tiers (engine_place.cc), allocates the
+// buffers and streams the step needs and gives every layer its initial values: fp32
+// masters and zeroed moments where the optimizer state lives, compute-dtype parameters
+// where they live (replicated at stages 0-2, sharded at stage 3), zeroed accumulators.
+#include <cstring>
+
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+
+void Engine::Impl::check_same_model() const {
+  const Layout& lay = *layout;
+  // Every rank must have registered the same model: compare fingerprints.
+  if (comm != nullptr && world > 1) {
+    std::uint64_t mine = lay.fingerprint();
+    std::vector<std::uint64_t> all(world);
+    comm->all_gather(&mine, all.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
+    for (int r = 0; r < world; ++r) {
+      STRATA_CHECK(
+          all[r] == all[0], Errc::invalid_argument, "rank ", rank,
+          ": the registered parameters differ between ranks (rank ", r,
+          " registered a different model than "
+          "rank 0: names, shapes, layers or init). Every rank must register the same parameters in the same order");
+    }
+  }
+}
+
+void Engine::Impl::allocate_step_buffers() {
+  const Layout& lay = *layout;
+  std::size_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max(max_bucket, b.padded);
+    max_shard = std::max(max_shard, b.shard);
+  }
+  scratch = static_cast<float*>(ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+  scratch_shard = static_cast<float*>(ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+  if (device_collectives()) {
+    dscratch =
+        static_cast<float*>(ledger->allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
+    dscratch_shard =
+        static_cast<float*>(ledger->allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
+  }
+  bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    any_acc_on_host |= acc_on_host(static_cast<int>(li));
+    any_opt_nvme |= layers[li].opt_tier == Tier::nvme;
+    any_param_nvme |= layers[li].param_tier == Tier::nvme;
+  }
+  if (any_acc_on_host) {
+    grad_stage = ledger->allocate(Tier::host, Kind::buffers, max_bucket * cbytes, "gradient staging (device -> host)");
+  }
+  if (any_acc_on_host) xfer_stream = dev.create_stream();
+  if (any_opt_nvme) setup_swapper();
+  if (any_param_nvme) {
+    setup_param_store();
+    io_stream = dev.create_stream();
+  }
+}
+
+void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  std::vector<float>& init = buf.init;
+  std::vector<float>& master_shard = buf.master_shard;
+  std::vector<char>& shard_bytes = buf.shard_bytes;
+  std::vector<char>& full_bytes = buf.full_bytes;
+  const auto& L = lay.layers()[li];
+  auto& S = layers[li];
+  const std::string name = str_cat("layer ", L.id);
+  const std::size_t opt_elems = stage == 0 ? L.padded : S.shard_total;
+  const bool opt_nvme = S.opt_tier == Tier::nvme;
+  if (!opt_nvme) {
+    S.master = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
+    S.m = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
+    S.v = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
+    fill_zero(S.m, opt_elems * 4, S.opt_tier);
+    fill_zero(S.v, opt_elems * 4, S.opt_tier);
+  }
+  const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
+  const Tier acc_tier = acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device;
+  S.acc = static_cast<float*>(ledger->allocate(acc_tier, Kind::grads, acc_elems * 4, name + " gradients"));
+  fill_zero(S.acc, acc_elems * 4, acc_tier);
+
+  // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
+  // in host memory and copied to their tier.
+  init.resize(L.padded);
+  fill_init(L, 0, L.padded, init.data());
+  if (stage == 0) {
+    copy_bytes(S.master, S.opt_tier, init.data(), Tier::host, L.padded * 4);
+  } else {
+    master_shard.resize(S.shard_total);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = lay.buckets()[L.buckets[k]];
+      std::memcpy(master_shard.data() + S.shard_off[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
+    }
+    if (opt_nvme)
+      swapper->initialize(static_cast<std::size_t>(S.swap_index), master_shard.data());
+    else
+      copy_bytes(S.master, S.opt_tier, master_shard.data(), Tier::host, S.shard_total * 4);
+  }
+  if (stage <= 2 || S.persistent) {
+    S.params_full = ledger->allocate(Tier::device, Kind::params, L.padded * cbytes, name + " parameters");
+    full_bytes.resize(L.padded * cbytes);
+    convert(init.data(), DType::fp32, full_bytes.data(), cdt, L.padded);
+    copy_bytes(S.params_full, Tier::device, full_bytes.data(), Tier::host, full_bytes.size());
+  }
+  if (stage == 3) {
+    shard_bytes.resize(S.shard_total * cbytes);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = lay.buckets()[L.buckets[k]];
+      convert(init.data() + bucket_pos(b, L) + own_begin(b), DType::fp32, shard_bytes.data() + S.shard_off[k] * cbytes,
+              cdt, b.shard);
+    }
+    if (S.param_tier == Tier::nvme) {
+      param_store->write(static_cast<std::size_t>(S.store_index), shard_bytes.data());
+    } else {
+      S.params_shard = ledger->allocate(S.param_tier, Kind::params, S.shard_total * cbytes, name + " parameter shards");
+      copy_bytes(S.params_shard, S.param_tier, shard_bytes.data(), Tier::host, shard_bytes.size());
+    }
+  }
+  dev_stream->synchronize();  // the host buffers above are reused for the next layer
+}
+
+void Engine::setup() {
+  auto& I = *impl_;
+  STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "setup() called twice");
+  const int stage = I.cfg.zero.stage;
+  I.layout = std::make_unique<Layout>(std::move(I.pending), I.world, I.cfg.zero.reduce_bucket_size);
+  const Layout& lay = *I.layout;
+
+  I.check_same_model();
+
+  I.ledger = std::make_unique<MemoryLedger>(
+      I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
+      I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
+  I.dev_stream = I.dev.create_stream();
+  I.layers.resize(lay.layers().size());
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    auto& S = I.layers[li];
+    for (int bi : lay.layers()[li].buckets) {
+      S.shard_off.push_back(S.shard_total);
+      S.shard_total += lay.buckets()[bi].shard;
+    }
+    S.persistent = stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold;
+  }
+  // Where every layer's state lives, checked against the device budget (less what the
+  // trainer already holds there) before anything is allocated (engine_place.cc).
+  I.device_held_by_others = I.dev.memory_stats().used_bytes;
+  I.place_layers();
+  const auto& oc = I.cfg.optimizer;
+  if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      STRATA_CHECK(I.layers[li].opt_tier != Tier::device, Errc::unsupported, "optimizer.type ",
+                   oc.type == OptimizerType::lion ? "Lion" : "Adagrad", " has no CUDA kernel yet, and layer ",
+                   lay.layers()[li].id,
+                   "'s optimizer state is placed on the GPU: use Adam/AdamW, or run it on the "
+                   "CPU with offload_optimizer.device = \"cpu\"");
+    }
+  }
+
+  std::size_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : lay.buckets()) {
+    max_bucket = std::max(max_bucket, b.padded);
+    max_shard = std::max(max_shard, b.shard);
+  }
+  I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+  I.scratch_shard =
+      static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+  if (I.device_collectives()) {
+    I.dscratch = static_cast<float*>(
+        I.ledger->allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
+    I.dscratch_shard =
+        static_cast<float*>(I.ledger->allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
+  }
+  bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
+  for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    any_acc_on_host |= I.acc_on_host(static_cast<int>(li));
+    any_opt_nvme |= I.layers[li].opt_tier == Tier::nvme;
+    any_param_nvme |= I.layers[li].param_tier == Tier::nvme;
+  }
+  if (any_acc_on_host) {
+    I.grad_stage =
+        I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * I.cbytes, "gradient staging (device -> host)");
+  }
+  if (any_acc_on_host) I.xfer_stream = I.dev.create_stream();
+  if (any_opt_nvme) I.setup_swapper();
+  if (any_param_nvme) {
+    I.setup_param_store();
+    I.io_stream = I.dev.create_stream();
+  }
+
+  Impl::InitScratch buf;
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
+  if (I.param_store) I.param_store->commit();
+  if (stage == 3) I.gather_stream = I.dev.create_stream();
+  if (I.cfg.zero.overlap_comm) I.reduce_stream = I.dev.create_stream();
+  STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
+             lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,308 @@
+// The optimizer step (Engine::step, the protocol in engine.h) in its phases: the checks
+// that every layer was reduced and released, the global gradient norm combined in rank order,
+// the step plan (overflow skip, loss scale, clipping), the optimizer on every shard wherever
+// it lives (device stream, CPU, or the NVMe swapper's sub-groups), the rollback of a step
+// that fails halfway, the refresh of replicated (stages 1-2) and persistent (stage 3)
+// parameters, and the zeroing of the gradient accumulators.
+#include <chrono>
+#include <cstring>
+
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "optim/adagrad.h"
+#include "optim/adam.h"
+#include "optim/device_step.h"
+#include "optim/grad_norm.h"
+#include "optim/lion.h"
+#include "optim/step_plan.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+
+void Engine::Impl::check_step_ready() const {
+  const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
+  const Layout& lay = *layout;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    STRATA_CHECK(layers[li].reductions == accum, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
+                 " reduced its gradients ", layers[li].reductions, " times this step; gradient_accumulation_steps is ",
+                 accum, ": call reduce_grads once per layer per micro-batch");
+    STRATA_CHECK(layers[li].in_use == 0, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
+                 " is still gathered: release() every gather() before step()");
+  }
+}
+
+optim::GradNorm Engine::Impl::global_grad_norm() {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order.
+  optim::GradNorm local;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    const auto& S = layers[li];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = lay.buckets()[L.buckets[k]];
+      const float* g = stage <= 1 ? S.acc + bucket_pos(b, L) + own_begin(b) : S.acc + S.shard_off[k];
+      local += acc_on_host(static_cast<int>(li)) ? optim::grad_norm_sq(g, DType::fp32, b.shard)
+                                                 : optim::grad_norm_sq(dev, *dev_stream, g, DType::fp32, b.shard);
+    }
+  }
+  // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
+  optim::GradNorm global = local;
+  if (comm != nullptr && world > 1) {
+    double mine[2] = {local.sumsq, local.finite ? 1.0 : 0.0};
+    std::vector<double> all(2 * world);
+    comm->all_gather(mine, all.data(), 4, DType::fp32);  // 16 bytes as four fp32 words
+    global = {};
+    for (int r = 0; r < world; ++r) global += optim::GradNorm{all[2 * r], all[2 * r + 1] != 0.0};
+  }
+  return global;
+}
+
+void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0,
+                                std::size_t n, float* master, float* m, float* v) {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  const auto& oc = cfg.optimizer;
+  const auto& L = lay.layers()[li];
+  auto& S = layers[li];
+  const auto& b = lay.buckets()[L.buckets[k]];
+  const std::size_t pos = bucket_pos(b, L);
+  optim::StepArgs a = base;
+  a.n = n;
+  a.master = master;
+  a.m = m;
+  a.v = v;
+  a.grad = (stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : own_begin(b)) : S.acc + S.shard_off[k]) + e0;
+  // Updated compute copies go where the parameters live, or through the host staging
+  // (engine_nvme.cc) that carries them there once the whole layer is updated. The device
+  // optimizer of a stage-3 layer whose shards live off the device writes them to a device
+  // buffer first (flush_device_copy).
+  const bool on_device = S.opt_tier == Tier::device;
+  void* staged = nullptr;
+  void* copy_base = nullptr;
+  std::size_t copy_off = 0;
+  if (on_device && stage == 3 && S.param_tier != Tier::device) {
+    if (S.device_copy == nullptr) {
+      S.device_copy = ledger->allocate(Tier::device, Kind::buffers, S.shard_total * cbytes,
+                                       str_cat("layer ", L.id, " updated parameters (device)"));
+    }
+    copy_base = S.device_copy;
+    copy_off = S.shard_off[k] + e0;
+  } else {
+    staged = copy_target(static_cast<int>(li));
+    copy_base = staged != nullptr ? staged : stage == 3 ? S.params_shard : S.params_full;
+    copy_off = (staged != nullptr ? copy_offset(static_cast<int>(li), k)
+                : stage == 3      ? S.shard_off[k]
+                                  : pos + (stage == 0 ? 0 : own_begin(b))) +
+               e0;
+  }
+  char* copy = static_cast<char*>(copy_base) + copy_off * cbytes;
+  a.copy = cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
+  const optim::AdamConfig adam{
+      lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw, oc.bias_correction};
+  const optim::LionConfig lion{lr, oc.beta1, oc.beta2, oc.weight_decay};
+  const optim::AdagradConfig adagrad{lr, 0.0f, oc.eps, oc.weight_decay};
+  if (on_device) {
+    // On the device's stream: the CUDA kernels, or the same CPU kernels on the host
+    // backend's worker (Lion and Adagrad have no CUDA kernel: setup() refuses them there).
+    switch (oc.type) {
+      case OptimizerType::adam:
+      case OptimizerType::adamw:
+        optim::adam_step_async(*dev_stream, adam, a);
+        break;
+      case OptimizerType::lion:
+        dev_stream->launch_host([lion, a] { optim::lion_step(lion, a); });
+        break;
+      case OptimizerType::adagrad:
+        dev_stream->launch_host([adagrad, a] { optim::adagrad_step(adagrad, a); });
+        break;
+    }
+    if (cdt == DType::fp32) copy_bytes(copy, Tier::device, a.master, Tier::device, n * 4);
+  } else {
+    switch (oc.type) {
+      case OptimizerType::adam:
+      case OptimizerType::adamw:
+        optim::adam_step(adam, a);
+        break;
+      case OptimizerType::lion:
+        optim::lion_step(lion, a);
+        break;
+      case OptimizerType::adagrad:
+        optim::adagrad_step(adagrad, a);
+        break;
+    }
+    if (cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
+  }
+  if (staged != nullptr) copy_updated(static_cast<int>(li), n);
+}
+
+void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  try {
+    if (swapper) {
+      // Sub-groups come in layer then offset order; a sub-group may cover parts of several
+      // buckets and a bucket may span sub-groups: the optimizer is elementwise, so the bits
+      // do not depend on where the state is cut.
+      swapper->step([&](const offload::SubGroup& g) {
+        const std::size_t li = static_cast<std::size_t>(swap_layers[g.tensor]);
+        const auto& L = lay.layers()[li];
+        const auto& S = layers[li];
+        for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+          const std::size_t b0 = S.shard_off[k], b1 = b0 + lay.buckets()[L.buckets[k]].shard;
+          const std::size_t lo = std::max<std::size_t>(b0, g.offset),
+                            hi = std::min<std::size_t>(b1, g.offset + g.elems);
+          if (lo >= hi) continue;
+          const std::size_t at = lo - g.offset;
+          update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+        }
+      });
+      const auto ss = swapper->stats();
+      io.nvme_read_bytes += ss.bytes_read;
+      io.nvme_write_bytes += ss.bytes_written;
+      io.io_wait_seconds += ss.wait_seconds;
+    }
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      const auto& L = lay.layers()[li];
+      auto& S = layers[li];
+      if (S.opt_tier == Tier::nvme) continue;
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = lay.buckets()[L.buckets[k]];
+        const std::size_t off = stage == 0 ? bucket_pos(b, L) : S.shard_off[k];
+        update_range(base, lr, li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
+      }
+      flush_device_copy(static_cast<int>(li));
+    }
+    dev_stream->synchronize();  // the device optimizer's updates are in
+    if (param_store) io_stream->launch_host([store = param_store.get()] { store->commit(); });
+  } catch (...) {
+    abort_step();
+    throw;
+  }
+}
+
+void Engine::Impl::abort_step() noexcept {
+  // Device work already queued may still write the buffers dropped below: let it finish.
+  settle({dev_stream.get(), xfer_stream.get()}, "device work after a failed step");
+  // The last good parameter shards on NVMe stay current; staged copies are dropped.
+  if (param_store) {
+    try {
+      drain_io();  // queued write-backs finish before they are dropped
+    } catch (const std::exception& e) {
+      STRATA_LOG(warn, "rank ", rank, ": parameter write-back after a failed step: ", e.what());
+    }
+    param_store->abort();
+  }
+  for (auto& S : layers) {
+    ledger->free(S.copy_stage);
+    S.copy_stage = nullptr;
+    S.copy_done = 0;
+    ledger->free(S.device_copy);
+    S.device_copy = nullptr;
+  }
+  in_step = false;
+}
+
+// Stages 1-2: every rank refreshes its replica of bucket k of layer li from the owners.
+void Engine::Impl::regather(std::size_t li, std::size_t k) {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  if ((stage != 1 && stage != 2) || world == 1) return;
+  const auto& L = lay.layers()[li];
+  const auto& b = lay.buckets()[L.buckets[k]];
+  char* full = static_cast<char*>(layers[li].params_full) + bucket_pos(b, L) * cbytes;
+  if (device_collectives())
+    dcomm->all_gather(full + own_begin(b) * cbytes, full, b.shard, cdt, *dev_stream);
+  else
+    comm->all_gather(full + own_begin(b) * cbytes, full, b.shard, cdt);
+}
+
+void Engine::Impl::refresh_replicas() {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    auto& S = layers[li];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(li, k);
+    // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
+    if (stage == 3 && S.persistent) {
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = lay.buckets()[L.buckets[k]];
+        char* full = static_cast<char*>(S.params_full) + bucket_pos(b, L) * cbytes;
+        const char* mine = static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes;
+        if (device_collectives()) {
+          // This rank's shard into its place, then all-gathered in place on the device.
+          char* own = full + own_begin(b) * cbytes;
+          copy_bytes(own, Tier::device, mine, S.param_tier, b.shard * cbytes);
+          dcomm->all_gather(own, full, b.shard, cdt, *dev_stream);
+        } else if (world > 1) {
+          comm->all_gather(mine, full, b.shard, cdt);
+        } else {
+          copy_bytes(full, Tier::device, mine, S.param_tier, b.shard * cbytes);
+        }
+      }
+    }
+  }
+  dev_stream->synchronize();
+}
+
+void Engine::Impl::zero_accumulators() {
+  const Layout& lay = *layout;
+  const int stage = cfg.zero.stage;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& L = lay.layers()[li];
+    fill_zero(layers[li].acc, (stage <= 1 ? L.padded : layers[li].shard_total) * 4,
+              acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
+  }
+  dev_stream->synchronize();
+}
+
+StepResult Engine::step() {
+  auto& I = *impl_;
+  I.require_setup("step");
+  STRATA_CHECK(I.in_step, Errc::invalid_argument, "step() without begin_step()");
+  I.check_step_ready();
+  if (I.reduce_stream) I.reduce_stream->synchronize();  // every reduction of the step is in
+  I.dev_stream->synchronize();
+  Tracer::Span span(I.options.tracer, "optimizer", "step");
+  I.end_step_trace();
+  ++I.step_calls;
+
+  optim::GradNorm global = I.global_grad_norm();
+  // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
+  const auto accum = I.cfg.gradient_accumulation_steps > 0 ? I.cfg.gradient_accumulation_steps : 1;
+  const double avg = static_cast<double>(I.world) * static_cast<double>(accum);
+  global.sumsq /= avg * avg;
+  const optim::StepPlan plan = optim::plan_step(global, I.scaler, I.cfg.gradient_clipping);
+  StepResult result;
+  result.skipped = plan.skip;
+  result.grad_norm = plan.grad_norm;
+  result.loss_scale = plan.loss_scale;
+  result.clip_coef = plan.clip_coef;
+  if (!plan.skip) {
+    ++I.steps_taken;
+    result.lr = scheduled_lr(I.cfg, I.steps_taken);
+    optim::StepArgs a;
+    a.grad_dtype = DType::fp32;
+    a.state_dtype = DType::fp32;
+    a.copy_dtype = I.cdt;
+    a.grad_scale = static_cast<float>(plan.grad_scale / avg);
+    a.step = I.steps_taken;
+    I.run_optimizer(a, result.lr);
+    I.refresh_replicas();
+  } else {
+    STRATA_LOG(info, "rank ", I.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
+               " (next scale ", I.scaler.scale(), ")");
+  }
+  I.zero_accumulators();
+  I.in_step = false;
+  result.step = I.steps_taken;
+  I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
+  I.last_io = I.io;
+  return result;
+}
+
+}  // namespace strata::engine
