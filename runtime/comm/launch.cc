@@ -81,6 +81,71 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::string& rdzv, const std
 
 }  // namespace
 
+namespace {
+
+// Reads what the ranks printed (up to 50 ms), forwarding whole lines with their prefix.
+void pump_output(std::vector<Child>& children, const LaunchOptions& o) {
+  auto emit = [&](Child& c, const std::string& line) {
+    if (o.capture) c.exit.output += line;
+    if (o.only_rank_output >= 0 && o.only_rank_output != c.rank) return;
+    write_all(STDOUT_FILENO, o.prefix_output ? "[rank " + std::to_string(c.rank) + "] " + line : line);
+  };
+  std::vector<pollfd> fds;
+  std::vector<Child*> owners;
+  for (auto& c : children) {
+    if (c.fd >= 0) {
+      fds.push_back({c.fd, POLLIN, 0});
+      owners.push_back(&c);
+    }
+  }
+  ::poll(fds.data(), fds.size(), 50);
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Child& c = *owners[i];
+    char buf[65536];
+    const ssize_t n = ::read(c.fd, buf, sizeof buf);
+    if (n > 0) {
+      c.partial.append(buf, static_cast<std::size_t>(n));
+      std::size_t nl;
+      while ((nl = c.partial.find('\n')) != std::string::npos) {
+        emit(c, c.partial.substr(0, nl + 1));
+        c.partial.erase(0, nl + 1);
+      }
+    } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+      if (!c.partial.empty()) emit(c, c.partial + "\n");
+      c.partial.clear();
+      ::close(c.fd);
+      c.fd = -1;
+    }
+  }
+}
+
+// Collects ranks that exited; the first to fail unasked is named and starts the grace
+// period after which the others are stopped (term_at).
+void reap(std::vector<Child>& children, const LaunchOptions& o, LaunchResult& result, Clock::time_point& term_at) {
+  for (auto& c : children) {
+    if (c.exited) continue;
+    int status = 0;
+    const pid_t w = waitpid(c.pid, &status, WNOHANG);
+    if (w != c.pid) continue;
+    c.exited = true;
+    if (WIFSIGNALED(status))
+      c.exit.signal = WTERMSIG(status);
+    else
+      c.exit.exit_code = WEXITSTATUS(status);
+    const bool failed = c.exit.signal != 0 || c.exit.exit_code != 0;
+    if (failed && result.failed_rank < 0 && !c.exit.terminated_by_launcher) {
+      result.failed_rank = c.rank;
+      result.summary = describe_exit(c.exit);
+      write_all(STDERR_FILENO, "strata launch: " + result.summary + "; stopping the other ranks in " +
+                                   std::to_string(o.grace.count()) + " ms\n");
+      term_at = Clock::now() + o.grace;
+    }
+  }
+}
+
+}  // namespace
+
 LaunchResult launch_local(const LaunchOptions& o) {
   STRATA_CHECK(o.nprocs >= 1, Errc::invalid_argument, "strata launch: -n ", o.nprocs, " must be at least 1");
   STRATA_CHECK(!o.command.empty(), Errc::invalid_argument,
@@ -117,11 +182,6 @@ LaunchResult launch_local(const LaunchOptions& o) {
   LaunchResult result;
   constexpr auto kNever = Clock::time_point::max();
   Clock::time_point term_at = kNever, kill_at = kNever;
-  auto emit = [&](Child& c, const std::string& line) {
-    if (o.capture) c.exit.output += line;
-    if (o.only_rank_output >= 0 && o.only_rank_output != c.rank) return;
-    write_all(STDOUT_FILENO, o.prefix_output ? "[rank " + std::to_string(c.rank) + "] " + line : line);
-  };
   auto alive = [&] {
     for (auto& c : children) {
       if (!c.exited || c.fd >= 0) return true;
@@ -129,54 +189,8 @@ LaunchResult launch_local(const LaunchOptions& o) {
     return false;
   };
   while (alive()) {
-    std::vector<pollfd> fds;
-    std::vector<Child*> owners;
-    for (auto& c : children) {
-      if (c.fd >= 0) {
-        fds.push_back({c.fd, POLLIN, 0});
-        owners.push_back(&c);
-      }
-    }
-    ::poll(fds.data(), fds.size(), 50);
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Child& c = *owners[i];
-      char buf[65536];
-      const ssize_t n = ::read(c.fd, buf, sizeof buf);
-      if (n > 0) {
-        c.partial.append(buf, static_cast<std::size_t>(n));
-        std::size_t nl;
-        while ((nl = c.partial.find('\n')) != std::string::npos) {
-          emit(c, c.partial.substr(0, nl + 1));
-          c.partial.erase(0, nl + 1);
-        }
-      } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        if (!c.partial.empty()) emit(c, c.partial + "\n");
-        c.partial.clear();
-        ::close(c.fd);
-        c.fd = -1;
-      }
-    }
-    // Reap.
-    for (auto& c : children) {
-      if (c.exited) continue;
-      int status = 0;
-      const pid_t w = waitpid(c.pid, &status, WNOHANG);
-      if (w != c.pid) continue;
-      c.exited = true;
-      if (WIFSIGNALED(status))
-        c.exit.signal = WTERMSIG(status);
-      else
-        c.exit.exit_code = WEXITSTATUS(status);
-      const bool failed = c.exit.signal != 0 || c.exit.exit_code != 0;
-      if (failed && result.failed_rank < 0 && !c.exit.terminated_by_launcher) {
-        result.failed_rank = c.rank;
-        result.summary = describe_exit(c.exit);
-        write_all(STDERR_FILENO, "strata launch: " + result.summary + "; stopping the other ranks in " +
-                                     std::to_string(o.grace.count()) + " ms\n");
-        term_at = Clock::now() + o.grace;
-      }
-    }
+    pump_output(children, o);
+    reap(children, o, result, term_at);
     // Forward Ctrl-C / SIGTERM to every rank's process group.
     if (const int sig = g_forward_signal.exchange(0)) {
       for (auto& c : children) {

@@ -89,6 +89,28 @@ pipeline::Costs measured_costs(const pipeline::Schedule& s, const std::vector<pi
   return c;
 }
 
+// Every stage's gradients against a sequential loop over the whole model, bit for bit; as
+// ranks, every rank checks its own layers and all learn whether any differed.
+bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint64_t seed,
+                     const std::vector<std::unique_ptr<pipeline::LocalParameterStore>>& stores,
+                     comm::Communicator* comm) {
+  bool equal = true;
+  std::vector<int> all(model.layers.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  pipeline::LocalParameterStore reference(model, all, seed);
+  pipeline::run_sequential(model, micro, reference);
+  for (const auto& st : stores) {
+    for (int id : st->layers()) equal = equal && st->grads_of(id) == reference.grads_of(id);
+  }
+  if (comm != nullptr) {  // every rank checked its own layers; rank 0 reports them all
+    float differs = equal ? 0.0f : 1.0f;
+    comm->all_reduce(&differs, 1, DType::fp32, comm::ReduceOp::max);
+    if (!equal) std::fprintf(stderr, "rank %d: gradients differ from the sequential loop\n", comm->rank());
+    equal = differs == 0.0f;
+  }
+  return equal;
+}
+
 int run(const Options& o) {
   const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
   const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
@@ -146,19 +168,7 @@ int run(const Options& o) {
   std::string verdict = "not checked (--verify)";
   bool equal = true;
   if (o.verify) {
-    std::vector<int> all(model.layers.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-    pipeline::LocalParameterStore reference(model, all, spec.seed);
-    pipeline::run_sequential(model, o.micro, reference);
-    for (const auto& st : stores) {
-      for (int id : st->layers()) equal = equal && st->grads_of(id) == reference.grads_of(id);
-    }
-    if (comm) {  // every rank checked its own layers; rank 0 reports them all
-      float differs = equal ? 0.0f : 1.0f;
-      comm->all_reduce(&differs, 1, DType::fp32, comm::ReduceOp::max);
-      if (!equal) std::fprintf(stderr, "rank %d: gradients differ from the sequential loop\n", comm->rank());
-      equal = differs == 0.0f;
-    }
+    equal = gradients_match(model, o.micro, spec.seed, stores, comm.get());
     verdict = equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
   }
   if (reports.empty()) return equal ? 0 : 1;  // not rank 0

@@ -50,6 +50,102 @@ nlohmann::json tier_json(const engine::TierUsage& u) {
       {"used_bytes", u.used_bytes}, {"peak_bytes", u.peak_bytes}, {"budget_bytes", u.budget_bytes}, {"kinds", kinds}};
 }
 
+// The rank's device: the backend --device picks, budgets from the config or the flags.
+device::DeviceOptions device_options(const Options& o, const engine::EngineConfig& cfg, const comm::CommOptions& co) {
+  device::DeviceOptions dopt;
+  dopt.backend = engine::choose_backend(o.device, co.rendezvous.world_size);
+  if (o.device == "auto" && dopt.backend == device::Backend::host && co.rendezvous.rank == 0) {
+    const auto gpus = device::cuda_inventory().devices.size();
+    if (gpus > 0) {
+      std::printf(
+          "strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
+          "to put each rank on GPU local_rank\n",
+          co.rendezvous.world_size, gpus);
+    }
+  }
+  STRATA_CHECK(o.link_gbps == 0 || dopt.backend == device::Backend::host, Errc::invalid_argument, "--link-gbps ",
+               o.link_gbps,
+               " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
+               "or use --device host");
+  dopt.ordinal = co.rendezvous.local_rank;
+  dopt.budget_bytes =
+      cfg.memory_budget.device ? cfg.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
+  dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
+  dopt.link_gbps = o.link_gbps;
+  return dopt;
+}
+
+// Rank 0's line per step (loss, throughput, memory per tier, I/O) and its --log-json object.
+void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
+                 const engine::MemoryReport& mem, const engine::IoStats& io, std::ofstream& log) {
+  // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
+  const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
+  const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
+  const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
+  char val_text[32] = "";
+  if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
+  std::printf(
+      "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak "
+      "%s)%s\n",
+      static_cast<long long>(s + 1), static_cast<long long>(steps), r.loss, val_text, ms, tokens_per_s,
+      r.result.grad_norm, r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
+      format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
+      format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
+      mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "");
+  if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
+    std::printf(
+        "           io: H2D %s  D2H %s  NVMe read %s  write %s  (%.2f GB/s over the step)  waited on I/O %.1f ms\n",
+        format_bytes(io.h2d_bytes).c_str(), format_bytes(io.d2h_bytes).c_str(),
+        format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
+        io.io_wait_seconds * 1e3);
+  }
+  std::fflush(stdout);
+  if (log.is_open()) {
+    nlohmann::json j = {
+        {"step", s + 1},
+        {"loss", r.loss},
+        {"step_ms", ms},
+        {"tokens_per_s", tokens_per_s},
+        {"grad_norm", r.result.grad_norm},
+        {"loss_scale", r.result.loss_scale},
+        {"lr", r.result.lr},
+        {"skipped", r.result.skipped},
+        {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
+        {"io",
+         {{"h2d_bytes", io.h2d_bytes},
+          {"d2h_bytes", io.d2h_bytes},
+          {"nvme_read_bytes", io.nvme_read_bytes},
+          {"nvme_write_bytes", io.nvme_write_bytes},
+          {"nvme_gbps", nvme_gbps},
+          {"io_wait_ms", io.io_wait_seconds * 1e3},
+          {"engine_step_ms", io.step_seconds * 1e3}}},
+        {"gathered_elems_peak", mem.peak_gathered_elems}};
+    if (!std::isnan(val)) j["val_loss"] = val;
+    log << j.dump() << "\n";
+    log.flush();
+  }
+}
+
+// The final fp32 parameters as safetensors (a collective: every rank calls; rank 0 writes).
+void save_params(engine::Engine& engine, const Options& o, const engine::EngineConfig& cfg, int world) {
+  const auto flat = engine.full_parameters();  // collective
+  if (engine.rank() == 0) {
+    std::vector<model::NamedTensor> tensors;
+    std::size_t off = 0;
+    for (const auto& p : engine.layout().params()) {
+      tensors.push_back({p.name, p.shape, std::vector<float>(flat.begin() + off, flat.begin() + off + p.numel)});
+      off += p.numel;
+    }
+    model::write_safetensors(o.save_params, tensors,
+                             {{"format", "pt"},
+                              {"producer", "strata train"},
+                              {"zero_stage", std::to_string(cfg.zero.stage)},
+                              {"world_size", std::to_string(world)},
+                              {"steps", std::to_string(o.steps)}});
+    std::printf("saved %zu tensors to %s\n", tensors.size(), o.save_params.c_str());
+  }
+}
+
 int run(const Options& o) {
   STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
                " is not available: use mlp or gpt");
@@ -65,26 +161,7 @@ int run(const Options& o) {
   facts.hidden_size = static_cast<std::uint64_t>(o.m.model == "mlp" ? (o.m.hidden > 0 ? o.m.hidden : 64) : o.m.d_model);
   const engine::EngineConfig cfg = engine::load_config(o.config, facts);
 
-  device::DeviceOptions dopt;
-  dopt.backend = engine::choose_backend(o.device, world);
-  if (o.device == "auto" && dopt.backend == device::Backend::host && rank == 0) {
-    const auto gpus = device::cuda_inventory().devices.size();
-    if (gpus > 0) {
-      std::printf(
-          "strata train: --device auto uses the host device: %d ranks but %zu GPU(s) here; name --device cuda "
-          "to put each rank on GPU local_rank\n",
-          world, gpus);
-    }
-  }
-  STRATA_CHECK(o.link_gbps == 0 || dopt.backend == device::Backend::host, Errc::invalid_argument, "--link-gbps ",
-               o.link_gbps,
-               " throttles the host device's emulated link only; a CUDA device has its real one: drop it "
-               "or use --device host");
-  dopt.ordinal = co.rendezvous.local_rank;
-  dopt.budget_bytes =
-      cfg.memory_budget.device ? cfg.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
-  dopt.pinned_budget_bytes = cfg.memory_budget.host ? cfg.memory_budget.host : (std::uint64_t{8} << 30);
-  dopt.link_gbps = o.link_gbps;
+  const device::DeviceOptions dopt = device_options(o, cfg, co);
   auto dev = device::Device::create(dopt);
   auto device_comm = engine::create_device_comm(co, dopt.backend, dopt.ordinal);
 
@@ -120,78 +197,14 @@ int run(const Options& o) {
     const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double val = model->validate(s + 1, o.steps);
-    const auto mem = engine.memory();
-    const auto io = engine.io_stats();
     if (rank != 0) continue;
-    // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
-    const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
-    const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
-    const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
-    char val_text[32] = "";
-    if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
-    std::printf(
-        "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak "
-        "%s)%s\n",
-        static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, val_text, ms, tokens_per_s,
-        r.result.grad_norm, r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
-        format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
-        format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
-        mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "");
-    if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
-      std::printf(
-          "           io: H2D %s  D2H %s  NVMe read %s  write %s  (%.2f GB/s over the step)  waited on I/O %.1f ms\n",
-          format_bytes(io.h2d_bytes).c_str(), format_bytes(io.d2h_bytes).c_str(),
-          format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
-          io.io_wait_seconds * 1e3);
-    }
-    std::fflush(stdout);
-    if (log.is_open()) {
-      nlohmann::json j = {
-          {"step", s + 1},
-          {"loss", r.loss},
-          {"step_ms", ms},
-          {"tokens_per_s", tokens_per_s},
-          {"grad_norm", r.result.grad_norm},
-          {"loss_scale", r.result.loss_scale},
-          {"lr", r.result.lr},
-          {"skipped", r.result.skipped},
-          {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
-          {"io",
-           {{"h2d_bytes", io.h2d_bytes},
-            {"d2h_bytes", io.d2h_bytes},
-            {"nvme_read_bytes", io.nvme_read_bytes},
-            {"nvme_write_bytes", io.nvme_write_bytes},
-            {"nvme_gbps", nvme_gbps},
-            {"io_wait_ms", io.io_wait_seconds * 1e3},
-            {"engine_step_ms", io.step_seconds * 1e3}}},
-          {"gathered_elems_peak", mem.peak_gathered_elems}};
-      if (!std::isnan(val)) j["val_loss"] = val;
-      log << j.dump() << "\n";
-      log.flush();
-    }
+    report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log);
   }
   {
     const std::string text = model->finish();
     if (rank == 0 && !text.empty()) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());
   }
-  if (!o.save_params.empty()) {
-    const auto flat = engine.full_parameters();  // collective
-    if (rank == 0) {
-      std::vector<model::NamedTensor> tensors;
-      std::size_t off = 0;
-      for (const auto& p : engine.layout().params()) {
-        tensors.push_back({p.name, p.shape, std::vector<float>(flat.begin() + off, flat.begin() + off + p.numel)});
-        off += p.numel;
-      }
-      model::write_safetensors(o.save_params, tensors,
-                               {{"format", "pt"},
-                                {"producer", "strata train"},
-                                {"zero_stage", std::to_string(cfg.zero.stage)},
-                                {"world_size", std::to_string(world)},
-                                {"steps", std::to_string(o.steps)}});
-      std::printf("saved %zu tensors to %s\n", tensors.size(), o.save_params.c_str());
-    }
-  }
+  if (!o.save_params.empty()) save_params(engine, o, cfg, world);
   if (!o.trace.empty()) {
     const std::string path = world > 1 ? o.trace + ".rank" + std::to_string(rank) : o.trace;
     tracer.write(path);

@@ -1,0 +1,160 @@
+// Engine::Impl's construction (the config checks that need no layout) and the helpers every
+// part of the engine shares: device-memory zeroing and copies in dev_stream order, the
+// flush of updated shards written on the device, stream settling, the deterministic
+// initial values and the views handed to the trainer.
+#include <cstring>
+
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+namespace {
+
+optim::LossScalerConfig scaler_config(const EngineConfig& c) {
+  if (!c.fp16.enabled) {
+    optim::LossScalerConfig s;
+    s.dynamic = false;
+    s.static_scale = 1.0;
+    return s;
+  }
+  return optim::loss_scaler_config_from_deepspeed(c.fp16.loss_scale, c.fp16.initial_scale_power,
+                                                  c.fp16.loss_scale_window, c.fp16.hysteresis, c.fp16.min_loss_scale);
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const EngineOptions& o)
+    : options(o), dev(*o.device), comm(o.comm), dcomm(o.device_comm), scaler(scaler_config(o.config)) {
+  if (comm != nullptr) {
+    rank = comm->rank();
+    world = comm->world_size();
+  }
+  STRATA_CHECK(dcomm == nullptr || (comm != nullptr && dcomm->rank() == rank && dcomm->world_size() == world),
+               Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
+               dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
+               world, ")");
+  cdt = cfg.bf16 ? DType::bf16 : cfg.fp16.enabled ? DType::fp16 : DType::fp32;
+  cbytes = dtype_size(cdt);
+  STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,
+               "zero_optimization.stage = ", cfg.zero.stage, ": use 0, 1, 2 or 3");
+  STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none || cfg.zero.stage == 3, Errc::invalid_argument,
+               "offload_param.device needs zero_optimization.stage 3 (only stage 3 partitions parameters); stage is ",
+               cfg.zero.stage);
+  STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
+               "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ",
+               cfg.zero.stage);
+  // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
+  // on host memory only.
+  STRATA_CHECK(dev.backend() == device::Backend::host || world == 1 || dcomm != nullptr, Errc::invalid_argument,
+               "rank ", rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", world,
+               " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL; `strata launch -- "
+               "strata train --device cuda` creates one)");
+  STRATA_CHECK(dev.backend() == device::Backend::host || dcomm == nullptr || dcomm->backend() == comm::Backend::nccl,
+               Errc::invalid_argument, "rank ", rank,
+               ": EngineOptions.device_comm is a gloo communicator, which "
+               "cannot reach the memory of a CUDA device ('",
+               dev.name(), "'): use an NCCL communicator");
+}
+
+std::uint64_t Engine::Impl::device_scratch_bytes() const {
+  if (!device_collectives()) return 0;
+  std::uint64_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : layout->buckets()) {
+    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
+    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
+  }
+  return (max_bucket + max_shard) * 4;
+}
+
+std::size_t Engine::Impl::copy_elems(int li) const {
+  return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
+}
+
+std::size_t Engine::Impl::copy_offset(int li, std::size_t k) const {
+  const auto& L = layout->layers()[li];
+  return cfg.zero.stage == 0 ? bucket_pos(layout->buckets()[L.buckets[k]], L) : layers[li].shard_off[k];
+}
+
+void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) {
+  if (tier == Tier::device)
+    dev_stream->memset_async(p, 0, bytes);
+  else
+    std::memset(p, 0, bytes);
+}
+
+void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes) {
+  if (dst_tier != Tier::device && src_tier != Tier::device) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const auto kind = dst_tier != Tier::device   ? device::CopyKind::device_to_host
+                    : src_tier != Tier::device ? device::CopyKind::host_to_device
+                                               : device::CopyKind::device_to_device;
+  dev_stream->copy_async(dst, src, bytes, kind);
+}
+
+// The device optimizer wrote the layer's updated compute copies to device_copy (its shards
+// live on the host or NVMe): they go to the host shards, or through the staging to NVMe.
+void Engine::Impl::flush_device_copy(int li) {
+  auto& S = layers[li];
+  if (S.device_copy == nullptr) return;
+  void* staged = copy_target(li);
+  const std::size_t bytes = S.shard_total * cbytes;
+  {
+    Tracer::Span span(options.tracer, "copy", str_cat("D2H updated L", layout->layers()[li].id));
+    dev_stream->copy_async(staged != nullptr ? staged : S.params_shard, S.device_copy, bytes,
+                           device::CopyKind::device_to_host);
+    dev_stream->synchronize();
+  }
+  io.d2h_bytes += bytes;
+  ledger->free(S.device_copy);
+  S.device_copy = nullptr;
+  if (staged != nullptr) copy_updated(li, S.shard_total);
+}
+
+void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {
+  for (auto* st : streams) {
+    if (st == nullptr) continue;
+    try {
+      st->synchronize();
+    } catch (const std::exception& e) {
+      if (*when != '\0') STRATA_LOG(warn, "rank ", rank, ": ", when, ": ", e.what());
+    }
+  }
+}
+
+void Engine::Impl::require_setup(const char* op) const {
+  STRATA_CHECK(setup_done(), Errc::invalid_argument, op,
+               "() before setup(): register the parameters and call setup() first");
+}
+
+void Engine::Impl::fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const {
+  std::size_t pos = begin;
+  const std::size_t end = begin + count;
+  for (int pi : L.params) {
+    const auto& p = layout->params()[pi];
+    const std::size_t lo = std::max(pos, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo < hi) init_values(p, options.seed, lo - p.offset, hi - lo, out + (lo - begin));
+  }
+  // Padding past the layer's last parameter is zero.
+  if (end > L.numel) {
+    const std::size_t z0 = std::max(begin, L.numel);
+    std::fill(out + (z0 - begin), out + count, 0.0f);
+  }
+}
+
+std::vector<TensorView> Engine::Impl::views(int li, void* base, DType t) const {
+  std::vector<TensorView> out;
+  const auto& L = layout->layers()[li];
+  for (int pi : L.params) {
+    const auto& p = layout->params()[pi];
+    out.push_back({static_cast<char*>(base) + p.offset * dtype_size(t), t, p.shape, p.numel, &p.name});
+  }
+  return out;
+}
+
+}  // namespace strata::engine
