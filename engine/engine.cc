@@ -71,9 +71,7 @@ void Engine::begin_step() {
   I.step_start = std::chrono::steady_clock::now();
   std::erase_if(I.writebacks, [](const Engine::Impl::Writeback& w) { return w.freed->load(); });
   for (auto& S : I.layers) S.reductions = 0;
-  I.cursor = 0;
-  I.diverged = false;
-  I.recording.clear();
+  I.gather_trace.begin_step();
 }
 
 void Engine::begin_eval() {

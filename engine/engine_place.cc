@@ -155,7 +155,7 @@ void Engine::Impl::check_plan_against_trace() {
   if (!budget_driven() || cfg.zero.stage != 3 || plan_checked) return;
   plan_checked = true;
   std::vector<int> gathers(layers.size(), 0);
-  for (int li : trace) ++gathers[static_cast<std::size_t>(li)];
+  for (int li : gather_trace.trace()) ++gathers[static_cast<std::size_t>(li)];
   try {
     const auto problem = placement_problem(gathers);
     const auto plan = offload::plan_placement(problem);

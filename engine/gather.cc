@@ -16,15 +16,6 @@
 #include "runtime/core/random.h"
 
 namespace strata::engine {
-namespace {
-
-std::uint64_t hash_trace(const std::vector<int>& t) {
-  std::uint64_t h = kFnvOffset ^ t.size();
-  for (int x : t) h = (h ^ static_cast<std::uint64_t>(x + 1)) * 1099511628211ull;
-  return h;
-}
-
-}  // namespace
 
 std::vector<TensorView> Engine::Impl::gather(int li) {
   auto& S = layers[li];
@@ -39,25 +30,19 @@ std::vector<TensorView> Engine::Impl::gather(int li) {
     if (!S.persistent) wait_gather(li);
     return views(li, S.params_full, cdt);
   }
-  if (trace_valid && !diverged) {
-    if (cursor < trace.size() && trace[cursor] == li) {
-      ++cursor;
-    } else {
-      diverged = true;
-      STRATA_LOG(warn, "rank ", rank, ": step ", step_calls + 1, ": gather #", recording.size() + 1, " is layer ", L.id,
-                 " but the recorded trace expects ",
-                 cursor < trace.size() ? "layer " + std::to_string(layout->layers()[trace[cursor]].id)
-                                       : std::string("no more gathers"),
-                 "; prefetch is off for this step and the trace is recorded again");
-    }
+  if (const auto expected = gather_trace.observe(li)) {
+    STRATA_LOG(
+        warn, "rank ", rank, ": step ", step_calls + 1, ": gather #", gather_trace.recorded(), " is layer ", L.id,
+        " but the recorded trace expects ",
+        *expected >= 0 ? "layer " + std::to_string(layout->layers()[*expected].id) : std::string("no more gathers"),
+        "; prefetch is off for this step and the trace is recorded again");
   }
-  recording.push_back(li);
   if (!S.persistent) {
     if (S.params_full == nullptr) issue_gather(li);
     S.retained = false;
     ++S.in_use;
     wait_gather(li);
-    if (trace_valid && !diverged) prefetch_after(cursor);
+    if (gather_trace.replaying()) prefetch_after(gather_trace.cursor());
   } else {
     ++S.in_use;
   }
@@ -237,13 +222,7 @@ bool Engine::Impl::drop_retained() {
   std::size_t victim_next = 0;
   for (std::size_t j = 0; j < layers.size(); ++j) {
     if (!layers[j].retained) continue;
-    std::size_t next = trace.size() + 1;
-    for (std::size_t k = cursor; k < trace.size(); ++k) {
-      if (trace[k] == static_cast<int>(j)) {
-        next = k;
-        break;
-      }
-    }
+    const std::size_t next = gather_trace.next_use(static_cast<int>(j));
     if (victim < 0 || next > victim_next) {
       victim = static_cast<int>(j);
       victim_next = next;
@@ -282,9 +261,10 @@ void Engine::Impl::release(int li) {
   if (cfg.zero.stage < 3) return;
   STRATA_CHECK(S.in_use > 0, Errc::invalid_argument, "release(", L.id, ") without a matching gather(", L.id, ")");
   if (--S.in_use > 0 || S.persistent) return;
-  if (trace_valid && !diverged && !in_eval) {
+  if (gather_trace.replaying() && !in_eval) {
+    const auto& trace = gather_trace.trace();
     std::uint64_t distance = 0;
-    for (std::size_t k = cursor; k < trace.size(); ++k) {
+    for (std::size_t k = gather_trace.cursor(); k < trace.size(); ++k) {
       if (trace[k] == li) {
         if (distance <= cfg.zero.stage3_max_reuse_distance) {
           S.retained = true;
@@ -318,6 +298,7 @@ void Engine::Impl::prefetch_after(std::size_t position) {
   const std::uint64_t window = cfg.zero.stage3_prefetch_bucket_size;
   if (window == 0) return;
   std::uint64_t issued = 0;
+  const auto& trace = gather_trace.trace();
   for (std::size_t k = position; k < trace.size(); ++k) {
     const int li = trace[k];
     auto& S = layers[li];
@@ -346,14 +327,13 @@ void Engine::Impl::end_step_trace() {
   for (std::size_t li = 0; li < layers.size(); ++li) {
     if (!layers[li].persistent) evict(static_cast<int>(li));
   }
-  const bool rerecord = !trace_valid || diverged || cursor != trace.size();
-  if (!rerecord) return;
-  if (trace_valid && !diverged) {
-    STRATA_LOG(warn, "rank ", rank, ": step ", step_calls + 1, " made ", recording.size(),
-               " gathers but the recorded trace has ", trace.size(), "; the trace is recorded again");
+  if (!gather_trace.needs_record()) return;
+  if (gather_trace.replaying()) {
+    STRATA_LOG(warn, "rank ", rank, ": step ", step_calls + 1, " made ", gather_trace.recorded(),
+               " gathers but the recorded trace has ", gather_trace.trace().size(), "; the trace is recorded again");
   }
   if (comm != nullptr && world > 1) {
-    std::uint64_t mine = hash_trace(recording);
+    std::uint64_t mine = gather_trace.fingerprint();
     std::vector<std::uint64_t> all(world);
     comm->all_gather(&mine, all.data(), 2, DType::fp32);
     for (int r = 0; r < world; ++r) {
@@ -363,8 +343,7 @@ void Engine::Impl::end_step_trace() {
                    "same layers in the same order");
     }
   }
-  trace = recording;
-  trace_valid = true;
+  gather_trace.adopt();
   check_plan_against_trace();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/gather_trace.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
 #include "offload/placement.h"
@@ -139,11 +140,7 @@ struct Engine::Impl {
   // Waits for each stream's queued work (null ones skipped) before what it touches goes;
   // a stream's failure is logged as `when` ("" : not logged), not thrown.
   void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
-  std::vector<int> trace;      // dense layer indices in gather order, recorded
-  std::vector<int> recording;  // this step's gathers while recording
-  bool trace_valid = false;
-  bool diverged = false;
-  std::size_t cursor = 0;
+  GatherTrace gather_trace;  // stage 3: the recorded gather order and its replay
   std::uint64_t live_elems = 0, peak_live_elems = 0;
 
   Impl(const EngineOptions& o);
