@@ -5,6 +5,7 @@
 # Prints each file that clang-format would change and each long line; exit 1 if any.
 # Usage: scripts/check_format.sh [REVISION]
 set -euo pipefail
+command -v clang-format > /dev/null || { echo "check_format: clang-format is missing (scripts/deps.sh installs it)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pattern=('*.cc' '*.h' '*.cu' '*.c')

@@ -117,6 +117,14 @@ bool bf16_products_available() {
 
 void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;  // an empty C: nothing to write
+  if (K <= 0) {                  // no products: C = beta C
+    for (int m = 0; m < M; ++m) {
+      float* row = C + static_cast<std::size_t>(m) * ldc;
+      for (int n = 0; n < N; ++n) row[n] = beta == 0.0f ? 0.0f : beta * row[n];
+    }
+    return;
+  }
   const bool bf16 = p == Products::bf16 && bf16_products_available();
   const std::uint16_t *a16 = nullptr, *b16 = nullptr;
   if (bf16) {

@@ -141,6 +141,17 @@ TEST_CASE("gemm matches a double product in fp32 and in bf16, for every transpos
   }
 }
 
+TEST_CASE("gemm with an empty product writes beta C, and an empty C nothing", "[gpt][gemm]") {
+  for (Products p : {Products::fp32, Products::bf16}) {
+    std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
+    model::ops::gemm(p, false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 1.0f, c.data(), 2);
+    CHECK(c == std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f});
+    model::ops::gemm(p, false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
+    CHECK(c == std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f});
+    model::ops::gemm(p, false, false, 0, 2, 3, 1.0f, nullptr, 3, nullptr, 2, 0.0f, nullptr, 2);
+  }
+}
+
 TEST_CASE("bf16 products refuse alpha other than 1 and beta other than 0 or 1", "[gpt][gemm]") {
   if (!model::ops::bf16_products_available()) return;
   std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 0.0f);
