@@ -164,36 +164,7 @@ void Engine::setup() {
     }
   }
 
-  std::size_t max_bucket = 0, max_shard = 0;
-  for (const auto& b : lay.buckets()) {
-    max_bucket = std::max(max_bucket, b.padded);
-    max_shard = std::max(max_shard, b.shard);
-  }
-  I.scratch = static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
-  I.scratch_shard =
-      static_cast<float*>(I.ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
-  if (I.device_collectives()) {
-    I.dscratch = static_cast<float*>(
-        I.ledger->allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
-    I.dscratch_shard =
-        static_cast<float*>(I.ledger->allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
-  }
-  bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
-  for (std::size_t li = 0; li < I.layers.size(); ++li) {
-    any_acc_on_host |= I.acc_on_host(static_cast<int>(li));
-    any_opt_nvme |= I.layers[li].opt_tier == Tier::nvme;
-    any_param_nvme |= I.layers[li].param_tier == Tier::nvme;
-  }
-  if (any_acc_on_host) {
-    I.grad_stage =
-        I.ledger->allocate(Tier::host, Kind::buffers, max_bucket * I.cbytes, "gradient staging (device -> host)");
-  }
-  if (any_acc_on_host) I.xfer_stream = I.dev.create_stream();
-  if (any_opt_nvme) I.setup_swapper();
-  if (any_param_nvme) {
-    I.setup_param_store();
-    I.io_stream = I.dev.create_stream();
-  }
+  I.allocate_step_buffers();
 
   Impl::InitScratch buf;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
