@@ -177,13 +177,7 @@ GptStep Gpt::train_step(std::int64_t step) {
   }
   GptStep out;
   out.result = engine_.step();
-  double loss = loss_sum / (static_cast<double>(accum) * B * T);
-  if (comm_ != nullptr && comm_->world_size() > 1) {
-    float l = static_cast<float>(loss);
-    comm_->all_reduce(&l, 1, DType::fp32, comm::ReduceOp::avg);
-    loss = l;
-  }
-  out.loss = loss;
+  out.loss = comm::mean_over_ranks(comm_, loss_sum / (static_cast<double>(accum) * B * T));
   return out;
 }
 

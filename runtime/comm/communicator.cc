@@ -43,4 +43,11 @@ void Communicator::broadcast(void* buffer, std::size_t count, DType t, int root,
   stream_ordered(stream, [&] { return broadcast_async(buffer, count, t, root); });
 }
 
+double mean_over_ranks(Communicator* comm, double value) {
+  if (comm == nullptr || comm->world_size() == 1) return value;
+  float v = static_cast<float>(value);
+  comm->all_reduce(&v, 1, DType::fp32, ReduceOp::avg);
+  return v;
+}
+
 }  // namespace strata::comm

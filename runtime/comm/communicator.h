@@ -129,4 +129,8 @@ class Communicator {
   virtual void broadcast(void* buffer, std::size_t count, DType t, int root, device::Stream& stream);
 };
 
+// The mean over every rank of one value (a logged loss), averaged in fp32; the value itself
+// without a communicator or alone. A collective: every rank calls it.
+double mean_over_ranks(Communicator* comm, double value);
+
 }  // namespace strata::comm
