@@ -128,7 +128,6 @@ void read_top_level_extras(ObjectReader& top) {
                           "timers",
                           "autotuning",
                           "activation_checkpointing",
-                          "checkpoint",
                           "nebula",
                           "zero_allow_untested_optimizer",
                           "zero_force_ds_cpu_optimizer",
@@ -194,6 +193,7 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
   detail::read_optimizer(top, config);
   detail::read_scheduler(top, config);
   detail::read_memory_budget(top, config);
+  detail::read_checkpoint(top, config);
   read_top_level_extras(top);
   ctx.check_unknown_keys();
   ctx.run_deferred();

@@ -87,6 +87,14 @@ struct MemoryBudget {  // Strata's own key; bytes, 0 = not set
   std::uint64_t device = 0, host = 0, nvme = 0;
 };
 
+// Strata's keys in DeepSpeed's "checkpoint" block (DeepSpeed's own keys there are accepted
+// with a notice); the CLI's --save-dir, --save-every and --keep override them.
+struct CheckpointConfig {
+  std::string save_dir;        // empty: no saving
+  std::int64_t save_every = 0;  // steps between saves; 0: only after the last step
+  int keep = 0;                 // newest checkpoints kept; 0: all
+};
+
 struct EngineConfig {
   std::int64_t train_batch_size = 0;  // resolved: micro * accumulation * world
   std::int64_t train_micro_batch_size_per_gpu = 0;
@@ -101,6 +109,7 @@ struct EngineConfig {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   MemoryBudget memory_budget;
+  CheckpointConfig checkpoint;
   std::vector<std::string> ignored_keys;  // the accepted-with-notice keys that were present
 };
 

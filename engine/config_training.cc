@@ -218,4 +218,13 @@ void read_memory_budget(ObjectReader& top, EngineConfig& config) {
   r.read_bytes("nvme", config.memory_budget.nvme);
 }
 
+void read_checkpoint(ObjectReader& top, EngineConfig& config) {
+  ObjectReader r = top.child("checkpoint");
+  r.read_string("save_dir", config.checkpoint.save_dir);
+  r.read_int("save_every", 0, std::numeric_limits<std::int64_t>::max(), "a step count >= 0 (0: after the last step)",
+             config.checkpoint.save_every);
+  r.read_int("keep", 0, 1 << 20, "a count >= 0 (0 keeps every checkpoint)", config.checkpoint.keep);
+  for (const char* key : {"tag_validation", "load_universal", "use_node_local_storage", "parallel_write"}) r.notice(key);
+}
+
 }  // namespace strata::engine::detail

@@ -163,19 +163,14 @@ std::vector<float> Engine::full_parameters() {
     auto& full = per_layer[li];
     full.resize(L.padded);
     if (I.cfg.zero.stage == 0) {
-      I.copy_bytes(full.data(), Tier::host, S.master, S.opt_tier, L.padded * 4);
-      I.dev_stream->synchronize();
+      I.read_opt_state(static_cast<int>(li), full.data(), nullptr, nullptr);
       continue;
     }
     std::vector<float> copied;
     const float* master = S.master;
     if (S.opt_tier != Tier::host) {
       copied.resize(S.shard_total);
-      if (S.opt_tier == Tier::nvme)
-        I.read_master_shard(static_cast<int>(li), copied.data());
-      else
-        I.copy_bytes(copied.data(), Tier::host, S.master, Tier::device, S.shard_total * 4);
-      I.dev_stream->synchronize();
+      I.read_opt_state(static_cast<int>(li), copied.data(), nullptr, nullptr);
       master = copied.data();
     }
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {

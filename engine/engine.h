@@ -87,6 +87,14 @@ struct IoStats {
   double step_seconds = 0;  // begin_step() to the end of step()
 };
 
+// What save_checkpoint() wrote (engine/checkpoint.cc).
+struct SaveResult {
+  std::string dir;          // the committed step directory
+  std::int64_t step = 0;    // step() calls so far (the directory's number)
+  std::uint64_t bytes = 0;  // shard bytes of every rank together
+  double seconds = 0;       // wall time of the whole save, commit included
+};
+
 struct EngineOptions {
   EngineConfig config;
   device::Device* device = nullptr;    // required
@@ -146,6 +154,25 @@ class Engine {
   // The whole model's fp32 master weights in registration order (unpadded), gathered to
   // every rank; for saving and comparing runs. Collective: every rank must call it.
   std::vector<float> full_parameters();
+
+  // Checkpoints (checkpoint/ holds the format and the directory protocol). Both are
+  // collective and run between steps (after setup(), outside begin_step()/step() and
+  // begin_eval()/end_eval()).
+  // save_checkpoint writes every rank's shards of the fp32 master weights and optimizer
+  // moments, unpadded, with the step counters and loss-scaler state, under root/step-N
+  // (N = step() calls so far), commits it atomically, points root/latest at it and keeps
+  // the newest `keep` (0: all). trainer_state is a JSON object stored as is (the data
+  // position, seeds). A failure on any rank fails it on every rank and leaves the previous
+  // checkpoint latest.
+  SaveResult save_checkpoint(const std::string& root, const std::string& trainer_state = "{}", int keep = 0);
+  // load_checkpoint reads a checkpoint (root: the one `latest` names; or a step directory)
+  // saved at any world size, stage or placement: each rank takes its shards of every
+  // tensor's master weights and moments, its compute-dtype parameters are rebuilt from the
+  // masters, and the step counters and loss scaler continue where the save left them.
+  // Every registered tensor must be in it with the same shape and nothing else may be.
+  // Returns the trainer_state saved with it. After a failure the engine's state is
+  // undefined: create a new engine.
+  std::string load_checkpoint(const std::string& path);
 
  private:
   struct Impl;

@@ -134,10 +134,6 @@ void Engine::Impl::drain_io() {
   reap();
 }
 
-void Engine::Impl::read_master_shard(int li, float* out) {
-  swapper->read_master(static_cast<std::size_t>(layers[li].swap_index), 0, layers[li].shard_total, out);
-}
-
 void* Engine::Impl::copy_target(int li) {
   auto& S = layers[li];
   const bool staged = S.param_tier == Tier::nvme || (acc_on_host(li) && S.param_tier == Tier::device);

@@ -116,6 +116,56 @@ void Engine::Impl::flush_device_copy(int li) {
   if (staged != nullptr) copy_updated(li, S.shard_total);
 }
 
+void Engine::Impl::read_opt_state(int li, float* master, float* m, float* v) {
+  auto& S = layers[li];
+  const std::size_t n = opt_elems(li);
+  if (S.opt_tier == Tier::nvme) {
+    swapper->read_state(static_cast<std::size_t>(S.swap_index), 0, n, master, m, v);
+    return;
+  }
+  for (auto [dst, src] : {std::pair{master, S.master}, std::pair{m, S.m}, std::pair{v, S.v}}) {
+    if (dst != nullptr) copy_bytes(dst, Tier::host, src, S.opt_tier, n * 4);
+  }
+  dev_stream->synchronize();
+}
+
+void Engine::Impl::write_opt_state(int li, const float* master, const float* m, const float* v) {
+  auto& S = layers[li];
+  const std::size_t n = opt_elems(li);
+  if (S.opt_tier == Tier::nvme) {
+    swapper->write_state(static_cast<std::size_t>(S.swap_index), master, m, v);
+    return;
+  }
+  for (auto [dst, src] : {std::pair{S.master, master}, std::pair{S.m, m}, std::pair{S.v, v}}) {
+    if (src != nullptr)
+      copy_bytes(dst, S.opt_tier, src, Tier::host, n * 4);
+    else
+      fill_zero(dst, n * 4, S.opt_tier);
+  }
+  dev_stream->synchronize();
+}
+
+void Engine::Impl::write_params(int li, const float* full, const float* shard) {
+  const auto& L = layout->layers()[li];
+  auto& S = layers[li];
+  std::vector<char> bytes;
+  if (S.params_full != nullptr) {
+    bytes.resize(L.padded * cbytes);
+    convert(full, DType::fp32, bytes.data(), cdt, L.padded);
+    copy_bytes(S.params_full, Tier::device, bytes.data(), Tier::host, bytes.size());
+    dev_stream->synchronize();
+  }
+  if (cfg.zero.stage != 3) return;
+  bytes.resize(S.shard_total * cbytes);
+  convert(shard, DType::fp32, bytes.data(), cdt, S.shard_total);
+  if (S.param_tier == Tier::nvme) {
+    param_store->write(static_cast<std::size_t>(S.store_index), bytes.data());
+  } else {
+    copy_bytes(S.params_shard, S.param_tier, bytes.data(), Tier::host, bytes.size());
+    dev_stream->synchronize();
+  }
+}
+
 void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {
   for (auto* st : streams) {
     if (st == nullptr) continue;

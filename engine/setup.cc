@@ -68,19 +68,14 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   const int stage = cfg.zero.stage;
   std::vector<float>& init = buf.init;
   std::vector<float>& master_shard = buf.master_shard;
-  std::vector<char>& shard_bytes = buf.shard_bytes;
-  std::vector<char>& full_bytes = buf.full_bytes;
   const auto& L = lay.layers()[li];
   auto& S = layers[li];
   const std::string name = str_cat("layer ", L.id);
-  const std::size_t opt_elems = stage == 0 ? L.padded : S.shard_total;
-  const bool opt_nvme = S.opt_tier == Tier::nvme;
-  if (!opt_nvme) {
-    S.master = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " master"));
-    S.m = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg"));
-    S.v = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, opt_elems * 4, name + " exp_avg_sq"));
-    fill_zero(S.m, opt_elems * 4, S.opt_tier);
-    fill_zero(S.v, opt_elems * 4, S.opt_tier);
+  if (S.opt_tier != Tier::nvme) {
+    const std::size_t bytes = opt_elems(static_cast<int>(li)) * 4;
+    S.master = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " master"));
+    S.m = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg"));
+    S.v = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
   }
   const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
   const Tier acc_tier = acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device;
@@ -88,42 +83,24 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   fill_zero(S.acc, acc_elems * 4, acc_tier);
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
-  // in host memory and copied to their tier.
+  // in host memory and written to their tier with zeroed moments.
   init.resize(L.padded);
   fill_init(L, 0, L.padded, init.data());
-  if (stage == 0) {
-    copy_bytes(S.master, S.opt_tier, init.data(), Tier::host, L.padded * 4);
-  } else {
+  if (stage != 0) {
     master_shard.resize(S.shard_total);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
       std::memcpy(master_shard.data() + S.shard_off[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
     }
-    if (opt_nvme)
-      swapper->initialize(static_cast<std::size_t>(S.swap_index), master_shard.data());
-    else
-      copy_bytes(S.master, S.opt_tier, master_shard.data(), Tier::host, S.shard_total * 4);
   }
+  write_opt_state(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
   if (stage <= 2 || S.persistent) {
     S.params_full = ledger->allocate(Tier::device, Kind::params, L.padded * cbytes, name + " parameters");
-    full_bytes.resize(L.padded * cbytes);
-    convert(init.data(), DType::fp32, full_bytes.data(), cdt, L.padded);
-    copy_bytes(S.params_full, Tier::device, full_bytes.data(), Tier::host, full_bytes.size());
   }
-  if (stage == 3) {
-    shard_bytes.resize(S.shard_total * cbytes);
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      const auto& b = lay.buckets()[L.buckets[k]];
-      convert(init.data() + bucket_pos(b, L) + own_begin(b), DType::fp32, shard_bytes.data() + S.shard_off[k] * cbytes,
-              cdt, b.shard);
-    }
-    if (S.param_tier == Tier::nvme) {
-      param_store->write(static_cast<std::size_t>(S.store_index), shard_bytes.data());
-    } else {
-      S.params_shard = ledger->allocate(S.param_tier, Kind::params, S.shard_total * cbytes, name + " parameter shards");
-      copy_bytes(S.params_shard, S.param_tier, shard_bytes.data(), Tier::host, shard_bytes.size());
-    }
+  if (stage == 3 && S.param_tier != Tier::nvme) {
+    S.params_shard = ledger->allocate(S.param_tier, Kind::params, S.shard_total * cbytes, name + " parameter shards");
   }
+  write_params(static_cast<int>(li), init.data(), master_shard.data());
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
 }
 

@@ -139,29 +139,41 @@ OptimizerSwapper::~OptimizerSwapper() {
   detail::remove_swap_dirs(I.created_dirs);  // each only if now empty
 }
 
-void OptimizerSwapper::initialize(std::size_t tensor, const float* master) {
+void OptimizerSwapper::write_state(std::size_t tensor, const float* master, const float* exp_avg,
+                                   const float* exp_avg_sq) {
   auto& I = *impl_;
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
-    std::memcpy(b.data(), master + c.offset, c.elems * 4);
-    std::memset(b.data() + c.elems * 4, 0, b.bytes() - c.elems * 4);
+    const SubGroup g = I.view(c, b);
+    std::memcpy(g.master, master + c.offset, c.elems * 4);
+    for (auto [dst, src] : {std::pair{g.exp_avg, exp_avg}, std::pair{g.exp_avg_sq, exp_avg_sq}}) {
+      if (src != nullptr)
+        std::memcpy(dst, src + c.offset, c.elems * 4);
+      else
+        std::memset(dst, 0, c.elems * 4);
+    }
+    std::memset(b.data() + c.payload(), 0, b.bytes() - c.payload());
     STRATA_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
   }
 }
 
-void OptimizerSwapper::read_master(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* out) {
+void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
+                                  float* exp_avg, float* exp_avg_sq) {
   auto& I = *impl_;
   STRATA_CHECK(tensor < I.tensors.size() && offset + elems <= I.tensors[tensor].elems, Errc::invalid_argument,
-               "optimizer swapper: read_master outside tensor ", tensor);
+               "optimizer swapper: read_state outside tensor ", tensor);
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
     const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.elems);
     if (lo >= hi) continue;
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
-    std::memcpy(out + (lo - offset), b.as<float>() + (lo - c.offset), (hi - lo) * 4);
+    const SubGroup g = I.view(c, b);
+    for (auto [dst, src] : {std::pair{master, g.master}, std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
+      if (dst != nullptr) std::memcpy(dst + (lo - offset), src + (lo - c.offset), (hi - lo) * 4);
+    }
   }
 }
 

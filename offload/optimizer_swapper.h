@@ -19,13 +19,13 @@ namespace strata::offload {
 // Protocol. create() sizes the buffers, checks them against the budget, creates the
 // directory and, per sub-group, two swap files (generations A and B) with their blocks
 // reserved (fallocate), so a full device fails here rather than mid-training. Then
-// initialize(t, master) once per tensor writes its master weights (exp_avg and exp_avg_sq
-// start at zero). Each step(fn) reads every sub-group from the current generation, calls
+// write_state(t, master) once per tensor writes its master weights (exp_avg and exp_avg_sq
+// start at zero, or a checkpoint's moments). Each step(fn) reads every sub-group from the current generation, calls
 // fn on it (on the calling thread, in tensor then offset order) and writes the updated
 // state to the other generation; only when every write has completed does the other
 // generation become current. A step that fails (I/O error, checksum mismatch, fn threw)
 // drains its in-flight I/O, throws strata::Error and leaves the current generation, the
-// last good state, untouched and readable. read_master() reads a range of master weights.
+// last good state, untouched and readable. read_state() reads a range of the state.
 // A tensor is split into sub-groups of at most sub_group_elems elements, each one swap
 // file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always
 // one whole-file transfer that fits one buffer, and any tensor size works. Not thread-safe:
@@ -73,9 +73,15 @@ class OptimizerSwapper {
   OptimizerSwapper(const OptimizerSwapper&) = delete;
   OptimizerSwapper& operator=(const OptimizerSwapper&) = delete;
 
-  void initialize(std::size_t tensor, const float* master);
+  // Writes tensor t's whole state into the current generation (exp_avg, exp_avg_sq: null
+  // for zeros).
+  void write_state(std::size_t tensor, const float* master, const float* exp_avg = nullptr,
+                   const float* exp_avg_sq = nullptr);
   void step(const std::function<void(const SubGroup&)>& fn);
-  void read_master(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* out);
+  // Reads elements [offset, offset + elems) of tensor t's state from the current generation
+  // (checksums verified); a null output is not read into.
+  void read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
+                  float* exp_avg = nullptr, float* exp_avg_sq = nullptr);
 
   std::uint64_t buffer_bytes() const noexcept;  // per buffer
   int buffer_count() const noexcept;            // buffers actually allocated

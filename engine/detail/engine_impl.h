@@ -192,7 +192,6 @@ struct Engine::Impl {
   // setup.cc
   struct InitScratch {  // host buffers reused from layer to layer
     std::vector<float> init, master_shard;
-    std::vector<char> shard_bytes, full_bytes;
   };
   void check_same_model() const;                      // every rank registered the same parameters in the same order
   void allocate_step_buffers();                       // reduction scratch, gradient staging, streams, NVMe stores
@@ -215,7 +214,30 @@ struct Engine::Impl {
   void fill_zero(void* p, std::size_t bytes, Tier tier);
   void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
   void flush_device_copy(int li);  // step(): device_copy -> the layer's shards off the device
-  void read_master_shard(int li, float* out);
+  // Layer li's optimizer state (opt_elems(li) fp32 each: master, exp_avg, exp_avg_sq) to or
+  // from host memory, wherever it lives; a null pointer is skipped (read) or zeros (write).
+  // Synchronous.
+  void read_opt_state(int li, float* master, float* m, float* v);
+  void write_opt_state(int li, const float* master, const float* m, const float* v);
+  // The layer's compute-dtype copies from fp32 values: `full` (the padded layer; needed at
+  // stages 0-2 and for persistent layers, else null) and this rank's shard of it (stage 3).
+  void write_params(int li, const float* full, const float* shard);
+  // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array
+  // index, position in the layer's padded flat buffer, elements.
+  struct Piece {
+    std::size_t index, pos, len;
+  };
+  // What this rank saves of layer li (its shard of every bucket, at every stage), or, with
+  // `whole`, the whole padded layer as a full array holds it.
+  std::vector<Piece> pieces(int li, bool whole) const;
+  std::string engine_state_json() const;
+  void restore_engine_state(const std::string& json, const std::string& where);
+  // Collective: every rank's outcome of its part of an operation; the lowest failing rank,
+  // or -1 when every rank succeeded.
+  int first_failure(bool ok);
+  std::size_t opt_elems(int li) const {
+    return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
+  }
   std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };
 

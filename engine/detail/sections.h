@@ -17,5 +17,6 @@ void read_optimizer(ObjectReader& top, EngineConfig& config);
 // After read_optimizer: WarmupLR's peak defaults to the optimizer's lr.
 void read_scheduler(ObjectReader& top, EngineConfig& config);
 void read_memory_budget(ObjectReader& top, EngineConfig& config);
+void read_checkpoint(ObjectReader& top, EngineConfig& config);
 
 }  // namespace strata::engine::detail

@@ -46,7 +46,7 @@ TEST_CASE("DeepSpeed's logging, monitoring and profiling keys are listed in one 
                                              "flops_profiler",
                                              "comms_logger",
                                              "activation_checkpointing",
-                                             "checkpoint",
+                                             "checkpoint.tag_validation",
                                              "zero_allow_untested_optimizer",
                                              "zero_force_ds_cpu_optimizer",
                                              "autotuning",

@@ -38,7 +38,7 @@ TEST_CASE("a flipped byte in a swap file fails the step naming the tensor, the f
   test::TempDir dir("strata-offload");
   offload::OptimizerSwapper sw(options_in(dir.file("rank0")), {{"layer 7", 5000}});
   std::vector<float> init(5000, 0.5f);
-  sw.initialize(0, init.data());
+  sw.write_state(0, init.data());
   // Element 3000 is in sub-group 1 (elements [2048, 4096)): its file holds 3 x 2048 floats
   // in 4 KiB blocks after a 4 KiB header and a 4 KiB checksum table; corrupt block 2.
   const std::string file = sw.file_of(0, 3000);
@@ -70,8 +70,8 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   test::TempDir dir("strata-offload");
   offload::OptimizerSwapper sw(options_in(dir.file("rank0")), {{"layer 0", 5000}, {"layer 1", 300}});
   std::vector<float> a(5000, 1.0f), b(300, 10.0f);
-  sw.initialize(0, a.data());
-  sw.initialize(1, b.data());
+  sw.write_state(0, a.data());
+  sw.write_state(1, b.data());
   sw.step(add_one);  // last good state: 2 and 11
   std::string m;
   {
@@ -85,12 +85,12 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   CHECK(m.find("file size limit") != std::string::npos);
   CHECK(m.find("on the NVMe tier") != std::string::npos);
   std::vector<float> got0(5000), got1(300);
-  sw.read_master(0, 0, 5000, got0.data());
-  sw.read_master(1, 0, 300, got1.data());
+  sw.read_state(0, 0, 5000, got0.data());
+  sw.read_state(1, 0, 300, got1.data());
   CHECK(got0 == std::vector<float>(5000, 2.0f));
   CHECK(got1 == std::vector<float>(300, 11.0f));
   sw.step(add_one);  // the device has room again
-  sw.read_master(0, 0, 5000, got0.data());
+  sw.read_state(0, 0, 5000, got0.data());
   CHECK(got0 == std::vector<float>(5000, 3.0f));
 }
 

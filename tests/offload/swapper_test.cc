@@ -41,7 +41,7 @@ TEST_CASE("the swapper steps every element once per step, chunking tensors large
   CHECK(sw.buffer_elems() == 1024);
   CHECK(sw.buffer_count() == buffers);
   CHECK(sw.sub_groups() == 10u + 1u + 3u);
-  for (std::size_t t = 0; t < tensors.size(); ++t) sw.initialize(t, ramp(tensors[t].elems, 1000.0f * t).data());
+  for (std::size_t t = 0; t < tensors.size(); ++t) sw.write_state(t, ramp(tensors[t].elems, 1000.0f * t).data());
 
   for (int step = 1; step <= 3; ++step) {
     std::vector<std::vector<int>> seen(tensors.size());
@@ -75,11 +75,11 @@ TEST_CASE("the swapper steps every element once per step, chunking tensors large
   }
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     std::vector<float> got(tensors[t].elems);
-    sw.read_master(t, 0, got.size(), got.data());
+    sw.read_state(t, 0, got.size(), got.data());
     CHECK(got == ramp(tensors[t].elems, 1000.0f * t + 3.0f));
   }
   std::vector<float> part(700);
-  sw.read_master(0, 900, part.size(), part.data());  // across a sub-group boundary
+  sw.read_state(0, 900, part.size(), part.data());  // across a sub-group boundary
   const auto all = ramp(10000, 3.0f);
   CHECK(part == std::vector<float>(all.begin() + 900, all.begin() + 1600));
 }

@@ -79,7 +79,7 @@ Action setup(CLI::App& cmd) {
       master[i] = dist(rng);
       grad[i] = dist(rng);
     }
-    sw.initialize(0, master.data());
+    sw.write_state(0, master.data());
     std::vector<float>().swap(master);
     const optim::AdamConfig adam{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, true, true};
     std::int64_t step = 0;

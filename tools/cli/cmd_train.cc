@@ -24,6 +24,7 @@
 #include "runtime/device/device.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
+#include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_model.h"
 
 namespace strata::cli {
@@ -38,6 +39,7 @@ struct Options {
   std::string device_budget = "1GiB";
   double link_gbps = 0;
   bool explain = false;
+  CheckpointFlags ckpt;
 };
 
 nlohmann::json tier_json(const engine::TierUsage& u) {
@@ -175,7 +177,9 @@ int run(const Options& o) {
   eo.tracer = &tracer;
   engine::Engine engine(eo);
   auto model = create_train_model(o.m, engine, comm.get(), &tracer);
+  const TrainCheckpoints checkpoints(o.ckpt, cfg.checkpoint, o.m.seed);
   engine.setup();
+  const std::int64_t first = checkpoints.resume(engine);
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
 
   std::ofstream log;
@@ -191,14 +195,14 @@ int run(const Options& o) {
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
   }
   InterruptScope interrupt;  // Ctrl-C ends at the next step: swap files are removed on the way out
-  for (std::int64_t s = 0; s < o.steps; ++s) {
+  for (std::int64_t s = first; s < o.steps; ++s) {
     check_interrupted("train");
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double val = model->validate(s + 1, o.steps);
-    if (rank != 0) continue;
-    report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log);
+    if (rank == 0) report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log);
+    checkpoints.after_step(engine, s, o.steps);
   }
   {
     const std::string text = model->finish();
@@ -242,6 +246,7 @@ Action setup(CLI::App& cmd) {
                  "Device memory budget when the config has no memory_budget.device");
   cmd.add_option("--link-gbps", o->link_gbps, "Host device: throttle H2D/D2H to this bandwidth (GB/s)")
       ->check(CLI::NonNegativeNumber);
+  add_checkpoint_options(cmd, o->ckpt);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);

@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
       auto it = groups.find(spec.parent);
       if (it == groups.end()) {
         CLI::App* g = app.add_subcommand(
-            spec.parent, spec.parent == "bench" ? "Measure this machine (device, io, adam, comm)" : spec.parent);
+            spec.parent, spec.parent == "bench"        ? "Measure this machine (device, io, adam, comm)"
+            : spec.parent == "checkpoint" ? "Inspect and verify checkpoints (strata train --save-dir)"
+                                          : spec.parent);
         g->require_subcommand(1);
         it = groups.emplace(spec.parent, g).first;
       }

@@ -1,0 +1,230 @@
+// The manifest's JSON form, its validation and the merge of every rank's part (format.h).
+#include "checkpoint/format.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+
+namespace strata::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+// Reads a required key of the expected JSON type; a missing or mistyped key is corrupt.
+template <class T>
+T need(const json& j, const char* key, const std::string& where, const std::string& ctx) {
+  STRATA_CHECK(j.is_object() && j.contains(key), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
+               " has no '", key, "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    STRATA_THROW(Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " '", key, "' has the wrong type (",
+                 j.at(key).type_name(), ")");
+  }
+}
+
+json segments_json(const std::vector<Segment>& segs) {
+  json a = json::array();
+  for (const auto& s : segs) a.push_back({s.file, s.file_offset, s.elem, s.count});
+  return a;
+}
+
+std::vector<Segment> parse_segments(const json& a, const std::string& where, const std::string& ctx) {
+  STRATA_CHECK(a.is_array(), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " is not an array");
+  std::vector<Segment> out;
+  for (const auto& s : a) {
+    STRATA_CHECK(s.is_array() && s.size() == 4 && s[0].is_number_integer() && s[1].is_number_unsigned() &&
+                     s[2].is_number_unsigned() && s[3].is_number_unsigned(),
+                 Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
+                 " has a segment that is not [file, offset, elem, count]: ", s.dump());
+    out.push_back({s[0].get<int>(), s[1].get<std::uint64_t>(), s[2].get<std::uint64_t>(), s[3].get<std::uint64_t>()});
+  }
+  return out;
+}
+
+// Segments inside their files, and (whole manifests) tiling each tensor exactly.
+void validate(const Manifest& m, const std::string& where, bool partial) {
+  for (const auto& t : m.tensors) {
+    std::uint64_t numel = 1;
+    for (auto d : t.shape) {
+      STRATA_CHECK(d >= 0, Errc::corrupt, "checkpoint manifest ", where, ": tensor '", t.name, "' has a negative dim");
+      numel *= static_cast<std::uint64_t>(d);
+    }
+    STRATA_CHECK(numel == t.numel, Errc::corrupt, "checkpoint manifest ", where, ": tensor '", t.name, "' has ",
+                 t.numel, " elements but its shape holds ", numel);
+    for (int s = 0; s < kStates; ++s) {
+      auto segs = t.states[s];
+      const std::string ctx = str_cat("tensor '", t.name, "' (", state_name(static_cast<State>(s)), ")");
+      for (const auto& g : segs) {
+        STRATA_CHECK(g.file >= 0 && g.file < static_cast<int>(m.files.size()), Errc::corrupt, "checkpoint manifest ",
+                     where, ": ", ctx, " names file #", g.file, " of ", m.files.size());
+        STRATA_CHECK(g.file_offset + g.count * 4 <= m.files[g.file].bytes && g.elem + g.count <= t.numel,
+                     Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
+                     m.files[g.file].name, " or the tensor");
+      }
+      if (partial) continue;
+      std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.elem < b.elem; });
+      std::uint64_t next = 0;
+      for (const auto& g : segs) {
+        STRATA_CHECK(g.elem == next, Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
+                     g.elem < next ? " has overlapping segments at element " : " has no data for elements from ",
+                     std::min(g.elem, next));
+        next += g.count;
+      }
+      STRATA_CHECK(next == t.numel, Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
+                   " has no data for elements from ", next);
+    }
+  }
+  for (const auto& f : m.files) {
+    const std::uint64_t chunks = (f.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
+    STRATA_CHECK(f.xxh3.size() == chunks, Errc::corrupt, "checkpoint manifest ", where, ": file ", f.name, " has ",
+                 f.xxh3.size(), " checksums for ", chunks, " chunks");
+  }
+}
+
+}  // namespace
+
+const char* state_name(State s) noexcept {
+  switch (s) {
+    case State::master:
+      return "master";
+    case State::exp_avg:
+      return "exp_avg";
+    case State::exp_avg_sq:
+      return "exp_avg_sq";
+  }
+  return "?";
+}
+
+const TensorEntry* Manifest::find(const std::string& tensor) const noexcept {
+  for (const auto& t : tensors)
+    if (t.name == tensor) return &t;
+  return nullptr;
+}
+
+std::uint64_t Manifest::payload_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& f : files) n += f.bytes;
+  return n;
+}
+
+std::string to_json(const Manifest& m) {
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"xxh3", f.xxh3}});
+  json tensors = json::array();
+  for (const auto& t : m.tensors) {
+    json states;
+    for (int s = 0; s < kStates; ++s) states[state_name(static_cast<State>(s))] = segments_json(t.states[s]);
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"numel", t.numel}, {"states", states}});
+  }
+  const json j = {{"format", kFormatName},
+                  {"version", m.version},
+                  {"step", m.step},
+                  {"world_size", m.world_size},
+                  {"zero_stage", m.zero_stage},
+                  {"compute_dtype", m.compute_dtype},
+                  {"chunk_bytes", m.chunk_bytes},
+                  {"engine", json::parse(m.engine_state)},
+                  {"trainer", json::parse(m.trainer_state)},
+                  {"files", files},
+                  {"tensors", tensors}};
+  return j.dump(1) + "\n";
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& where, bool partial) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    STRATA_THROW(Errc::corrupt, "checkpoint manifest ", where, " is not valid JSON (", e.what(),
+                 "): the file is damaged; load an earlier checkpoint");
+  }
+  const std::string top = "the manifest";
+  STRATA_CHECK(need<std::string>(j, "format", where, top) == kFormatName, Errc::corrupt, "checkpoint manifest ", where,
+               " is not a Strata checkpoint (format '", j["format"].get<std::string>(), "')");
+  Manifest m;
+  m.version = need<int>(j, "version", where, top);
+  STRATA_CHECK(m.version == kFormatVersion, Errc::corrupt, "checkpoint manifest ", where, " has format version ",
+               m.version, "; this Strata reads version ", kFormatVersion);
+  m.step = need<std::int64_t>(j, "step", where, top);
+  m.world_size = need<int>(j, "world_size", where, top);
+  m.zero_stage = need<int>(j, "zero_stage", where, top);
+  m.compute_dtype = need<std::string>(j, "compute_dtype", where, top);
+  m.chunk_bytes = need<std::uint64_t>(j, "chunk_bytes", where, top);
+  STRATA_CHECK(m.chunk_bytes > 0 && m.world_size > 0, Errc::corrupt, "checkpoint manifest ", where,
+               ": chunk_bytes and world_size must be positive");
+  m.engine_state = need<json>(j, "engine", where, top).dump();
+  m.trainer_state = need<json>(j, "trainer", where, top).dump();
+  for (const auto& f : need<json>(j, "files", where, top)) {
+    FileEntry e;
+    e.name = need<std::string>(f, "name", where, "a file");
+    const std::string ctx = "file " + e.name;
+    e.rank = need<int>(f, "rank", where, ctx);
+    e.bytes = need<std::uint64_t>(f, "bytes", where, ctx);
+    e.xxh3 = need<std::vector<std::uint64_t>>(f, "xxh3", where, ctx);
+    STRATA_CHECK(e.name.find('/') == std::string::npos && !e.name.empty() && e.name[0] != '.', Errc::corrupt,
+                 "checkpoint manifest ", where, ": file name '", e.name, "' is not a plain file name");
+    m.files.push_back(std::move(e));
+  }
+  for (const auto& t : need<json>(j, "tensors", where, top)) {
+    TensorEntry e;
+    e.name = need<std::string>(t, "name", where, "a tensor");
+    const std::string ctx = "tensor '" + e.name + "'";
+    e.shape = need<std::vector<std::int64_t>>(t, "shape", where, ctx);
+    e.numel = need<std::uint64_t>(t, "numel", where, ctx);
+    const json states = need<json>(t, "states", where, ctx);
+    for (int s = 0; s < kStates; ++s) {
+      const char* sn = state_name(static_cast<State>(s));
+      e.states[s] = parse_segments(need<json>(states, sn, where, ctx), where, ctx + " " + sn);
+    }
+    m.tensors.push_back(std::move(e));
+  }
+  validate(m, where, partial);
+  return m;
+}
+
+Manifest merge_parts(const std::vector<Manifest>& parts) {
+  STRATA_CHECK(!parts.empty(), Errc::internal, "merge_parts: no parts");
+  Manifest m = parts[0];
+  m.files.clear();
+  for (auto& t : m.tensors)
+    for (auto& s : t.states) s.clear();
+  for (const auto& p : parts) {
+    STRATA_CHECK(p.tensors.size() == m.tensors.size(), Errc::internal, "checkpoint: rank parts list ",
+                 p.tensors.size(), " and ", m.tensors.size(), " tensors");
+    const int base = static_cast<int>(m.files.size());
+    m.files.insert(m.files.end(), p.files.begin(), p.files.end());
+    for (std::size_t i = 0; i < p.tensors.size(); ++i) {
+      STRATA_CHECK(p.tensors[i].name == m.tensors[i].name, Errc::internal, "checkpoint: rank parts disagree on tensor ",
+                   i, " ('", p.tensors[i].name, "' vs '", m.tensors[i].name, "')");
+      for (int s = 0; s < kStates; ++s) {
+        for (Segment g : p.tensors[i].states[s]) {
+          g.file += base;
+          m.tensors[i].states[s].push_back(g);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+std::string step_dir_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08" PRId64, step);
+  return buf;
+}
+
+std::int64_t step_of_dir_name(const std::string& name) noexcept {
+  if (name.size() < 6 || name.compare(0, 5, "step-") != 0) return -1;
+  std::int64_t v = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+}  // namespace strata::checkpoint

@@ -1,0 +1,84 @@
+// The checkpoint format: what a checkpoint directory holds and the manifest that describes it.
+//
+// A checkpoint is one directory per saved step (`step-00000012`) under a root directory,
+// holding one shard file per rank (`rank00000.bin`) and `manifest.json`. A shard file is
+// raw little-endian fp32 data: the pieces of master weights and optimizer moments that its
+// rank owned, unpadded, one segment per (tensor, state, contiguous range). The manifest says
+// everything needed to read them back at any world size and stage:
+//   - format and version, the step, the world size, ZeRO stage and compute dtype it was
+//     saved with, the engine's and the trainer's own state (opaque JSON objects);
+//   - per file: its name, rank, byte size and one XXH3-64 per `chunk_bytes` chunk;
+//   - per tensor: its name, global shape and, per state (master, exp_avg, exp_avg_sq), the
+//     segments (file, byte offset, first element, element count) that tile it exactly.
+// A manifest is only accepted when its segments lie inside their files and tile every
+// tensor with no gap or overlap, so a reader never returns an element nobody saved.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::checkpoint {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kFormatName = "strata-checkpoint";
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr std::uint64_t kDefaultChunkBytes = std::uint64_t{1} << 20;
+
+enum class State { master = 0, exp_avg = 1, exp_avg_sq = 2 };
+inline constexpr int kStates = 3;
+const char* state_name(State s) noexcept;
+
+struct Segment {
+  int file = 0;                  // index into Manifest::files
+  std::uint64_t file_offset = 0;  // bytes
+  std::uint64_t elem = 0;         // first element within the tensor (row-major, unpadded)
+  std::uint64_t count = 0;        // elements
+};
+
+struct TensorEntry {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::uint64_t numel = 0;
+  std::array<std::vector<Segment>, kStates> states;
+};
+
+struct FileEntry {
+  std::string name;  // relative to the checkpoint directory
+  int rank = 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> xxh3;  // one per chunk_bytes chunk (the last may be shorter)
+};
+
+struct Manifest {
+  int version = kFormatVersion;
+  std::int64_t step = 0;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string compute_dtype = "fp32";
+  std::uint64_t chunk_bytes = kDefaultChunkBytes;
+  std::string engine_state = "{}";   // a JSON object, the engine's (step counters, loss scaler)
+  std::string trainer_state = "{}";  // a JSON object, the trainer's (data position, seed)
+  std::vector<FileEntry> files;
+  std::vector<TensorEntry> tensors;
+
+  const TensorEntry* find(const std::string& tensor) const noexcept;
+  std::uint64_t payload_bytes() const noexcept;  // sum of the files' sizes
+};
+
+// JSON text of a manifest (also used for one rank's part before they are merged).
+std::string to_json(const Manifest& m);
+// Parses and validates (see the protocol above); throws Errc::corrupt naming `where` and the
+// key, file or tensor that is wrong. `partial`: one rank's part, not checked for tiling.
+Manifest parse_manifest(const std::string& text, const std::string& where, bool partial = false);
+// One manifest from every rank's part (in rank order): files concatenated, segments
+// re-pointed at them. Every part must list the same tensors in the same order.
+Manifest merge_parts(const std::vector<Manifest>& parts);
+
+// "step-00000012"
+std::string step_dir_name(std::int64_t step);
+// The step of a "step-NNNNNNNN" name, or -1.
+std::int64_t step_of_dir_name(const std::string& name) noexcept;
+
+}  // namespace strata::checkpoint

@@ -1,0 +1,163 @@
+// Shard files with a checksum per chunk (shard_file.h).
+#include "checkpoint/shard_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+
+namespace strata::checkpoint {
+
+ShardWriter::ShardWriter(std::string path, std::uint64_t chunk_bytes) : path_(std::move(path)), chunk_bytes_(chunk_bytes) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd_ >= 0, Errc::io, "checkpoint shard '", path_, "' cannot be created: ", errno_text(errno));
+  chunk_.reserve(chunk_bytes_);
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShardWriter::flush_chunk() {
+  if (chunk_.empty()) return;
+  sums_.push_back(XXH3_64bits(chunk_.data(), chunk_.size()));
+  std::size_t done = 0;
+  while (done < chunk_.size()) {
+    const ssize_t n = ::pwrite(fd_, chunk_.data() + done, chunk_.size() - done, static_cast<off_t>(written_ + done));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK(n > 0, Errc::io, "checkpoint shard '", path_, "': writing ", format_bytes(chunk_.size() - done),
+                 " at byte ", written_ + done, " failed: ", errno_text(n < 0 ? errno : ENOSPC),
+                 " (a full disk? free space or point the save directory elsewhere)");
+    done += static_cast<std::size_t>(n);
+  }
+  written_ += chunk_.size();
+  chunk_.clear();
+}
+
+std::uint64_t ShardWriter::append(const void* data, std::uint64_t bytes) {
+  const std::uint64_t at = offset_;
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const std::uint64_t take = std::min<std::uint64_t>(bytes, chunk_bytes_ - chunk_.size());
+    chunk_.insert(chunk_.end(), p, p + take);
+    p += take;
+    bytes -= take;
+    offset_ += take;
+    if (chunk_.size() == chunk_bytes_) flush_chunk();
+  }
+  return at;
+}
+
+FileEntry ShardWriter::finish(const std::string& name, int rank) {
+  flush_chunk();
+  STRATA_CHECK(::fsync(fd_) == 0, Errc::io, "checkpoint shard '", path_, "': fsync failed: ", errno_text(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  STRATA_CHECK(::close(fd) == 0, Errc::io, "checkpoint shard '", path_, "': close failed: ", errno_text(errno));
+  return {name, rank, written_, sums_};
+}
+
+ShardReader::ShardReader(std::string dir, const Manifest& manifest) : dir_(std::move(dir)), m_(manifest) {}
+
+ShardReader::~ShardReader() {
+  for (auto& [i, o] : open_) ::close(o.fd);
+}
+
+ShardReader::Open& ShardReader::open(int file) {
+  auto it = open_.find(file);
+  if (it != open_.end()) return it->second;
+  const FileEntry& f = m_.files.at(static_cast<std::size_t>(file));
+  const std::string path = dir_ + "/" + f.name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, Errc::corrupt, "checkpoint '", dir_, "': shard file ", f.name,
+               " cannot be opened: ", errno_text(errno), " (the checkpoint is incomplete; load another one)");
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0 || static_cast<std::uint64_t>(size) != f.bytes) {
+    ::close(fd);
+    STRATA_THROW(Errc::corrupt, "checkpoint '", dir_, "': shard file ", f.name, " holds ", size,
+                 " bytes but the manifest says ", f.bytes, " (truncated or replaced; load another checkpoint)");
+  }
+  Open& o = open_[file];
+  o.fd = fd;
+  return o;
+}
+
+std::string ShardReader::holders(int file, std::uint64_t begin, std::uint64_t end) const {
+  std::string out;
+  int listed = 0;
+  for (const auto& t : m_.tensors) {
+    for (int s = 0; s < kStates; ++s) {
+      for (const auto& g : t.states[s]) {
+        if (g.file != file || g.file_offset >= end || g.file_offset + g.count * 4 <= begin) continue;
+        if (listed++ < 4) out += str_cat(out.empty() ? "" : ", ", "'", t.name, "' (", state_name(static_cast<State>(s)), ")");
+      }
+    }
+  }
+  if (listed > 4) out += str_cat(" and ", listed - 4, " more");
+  return out.empty() ? "no tensor" : out;
+}
+
+const std::vector<char>& ShardReader::chunk(int file, std::uint64_t index, const std::string& what) {
+  Open& o = open(file);
+  if (o.chunk == static_cast<std::int64_t>(index)) return o.data;
+  const FileEntry& f = m_.files[static_cast<std::size_t>(file)];
+  const std::uint64_t begin = index * m_.chunk_bytes, end = std::min(f.bytes, begin + m_.chunk_bytes);
+  o.chunk = -1;
+  o.data.resize(end - begin);
+  std::size_t done = 0;
+  while (done < o.data.size()) {
+    const ssize_t n = ::pread(o.fd, o.data.data() + done, o.data.size() - done, static_cast<off_t>(begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK(n > 0, Errc::io, "checkpoint '", dir_, "': reading ", f.name, " at byte ", begin + done,
+                 " failed: ", n < 0 ? errno_text(errno) : std::string("unexpected end of file"));
+    done += static_cast<std::size_t>(n);
+  }
+  const std::uint64_t sum = XXH3_64bits(o.data.data(), o.data.size());
+  STRATA_CHECK(sum == f.xxh3[index], Errc::corrupt, "checkpoint '", dir_, "': ", f.name, " chunk ", index, " (bytes ",
+               begin, "-", end, ") fails its XXH3 checksum while reading ", what, "; the chunk holds ",
+               holders(file, begin, end), ". The file is corrupted: load an earlier checkpoint");
+  o.chunk = static_cast<std::int64_t>(index);
+  return o.data;
+}
+
+void ShardReader::read(int file, std::uint64_t offset, std::uint64_t bytes, void* out, const std::string& what) {
+  char* dst = static_cast<char*>(out);
+  while (bytes > 0) {
+    const std::uint64_t index = offset / m_.chunk_bytes, within = offset % m_.chunk_bytes;
+    const auto& data = chunk(file, index, what);
+    const std::uint64_t take = std::min<std::uint64_t>(bytes, data.size() - within);
+    std::memcpy(dst, data.data() + within, take);
+    dst += take;
+    offset += take;
+    bytes -= take;
+  }
+}
+
+void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem, std::uint64_t count, float* out) {
+  const std::uint64_t end = elem + count;
+  const std::string what = str_cat("tensor '", t.name, "' (", state_name(s), ")");
+  std::uint64_t covered = 0;
+  for (const auto& g : t.states[static_cast<int>(s)]) {
+    const std::uint64_t lo = std::max(elem, g.elem), hi = std::min(end, g.elem + g.count);
+    if (lo >= hi) continue;
+    read(g.file, g.file_offset + (lo - g.elem) * 4, (hi - lo) * 4, out + (lo - elem), what);
+    covered += hi - lo;
+  }
+  STRATA_CHECK(covered == count, Errc::corrupt, "checkpoint '", dir_, "': ", what, " elements ", elem, "-", end,
+               " are not all in the checkpoint");
+}
+
+void ShardReader::verify_all() {
+  for (std::size_t f = 0; f < m_.files.size(); ++f) {
+    const std::uint64_t chunks = m_.files[f].xxh3.size();
+    for (std::uint64_t c = 0; c < chunks; ++c) chunk(static_cast<int>(f), c, "the whole checkpoint (verify)");
+  }
+}
+
+}  // namespace strata::checkpoint

@@ -1,0 +1,282 @@
+// Engine::save_checkpoint and Engine::load_checkpoint (the protocol in engine.h): the
+// engine's state mapped onto the checkpoint format (checkpoint/format.h). Each rank saves
+// what it owns: its shard of every bucket, the same ranges at every stage (so stage 0's
+// replicas are saved once), cut at parameter boundaries with the padding left out. A
+// tensor's elements are so addressed by their place in the tensor, and a rank of any world
+// size or stage reads back the ranges it owns from whichever files hold them. The
+// compute-dtype parameters are not saved: they are the masters converted, as step() makes
+// them, and are rebuilt from them on load.
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/format.h"
+#include "checkpoint/shard_file.h"
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+
+namespace strata::engine {
+namespace {
+
+using checkpoint::State;
+
+// Calls fn(param index, first element in the param, array index, count) for each part of
+// `pc` that holds a parameter (padding between and after parameters is skipped).
+template <class Fn>
+void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t index, std::size_t pos,
+                          std::size_t len, Fn&& fn) {
+  for (int pi : L.params) {
+    const auto& p = lay.params()[pi];
+    const std::size_t lo = std::max(pos, p.offset), hi = std::min(pos + len, p.offset + p.numel);
+    if (lo < hi) fn(pi, lo - p.offset, index + (lo - pos), hi - lo);
+  }
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += str_cat(i ? ", " : "", shape[i]);
+  return out + "]";
+}
+
+std::string rank_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank%05d.bin", rank);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<Engine::Impl::Piece> Engine::Impl::pieces(int li, bool whole) const {
+  const auto& L = layout->layers()[li];
+  std::vector<Piece> out;
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = layout->buckets()[L.buckets[k]];
+    const std::size_t pos = bucket_pos(b, L);
+    if (whole)
+      out.push_back({pos, pos, b.padded});
+    else
+      out.push_back({cfg.zero.stage == 0 ? pos + own_begin(b) : layers[li].shard_off[k], pos + own_begin(b), b.shard});
+  }
+  return out;
+}
+
+std::string Engine::Impl::engine_state_json() const {
+  const auto s = scaler.state();
+  return nlohmann::json{{"steps_taken", steps_taken},
+                        {"step_calls", step_calls},
+                        {"loss_scaler",
+                         {{"scale", s.scale},
+                          {"iteration", s.iteration},
+                          {"last_overflow_iteration", s.last_overflow_iteration},
+                          {"hysteresis_left", s.hysteresis_left}}}}
+      .dump();
+}
+
+void Engine::Impl::restore_engine_state(const std::string& text, const std::string& where) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    const auto& ls = j.at("loss_scaler");
+    optim::LossScaler::State s;
+    s.scale = ls.at("scale").get<double>();
+    s.iteration = ls.at("iteration").get<std::int64_t>();
+    s.last_overflow_iteration = ls.at("last_overflow_iteration").get<std::int64_t>();
+    s.hysteresis_left = ls.at("hysteresis_left").get<int>();
+    steps_taken = j.at("steps_taken").get<std::int64_t>();
+    step_calls = j.at("step_calls").get<std::int64_t>();
+    scaler.restore(s);
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is incomplete (", e.what(), ")");
+  }
+}
+
+int Engine::Impl::first_failure(bool ok) {
+  if (comm == nullptr || world == 1) return ok ? -1 : rank;
+  const float mine = ok ? 0.0f : 1.0f;
+  std::vector<float> all(static_cast<std::size_t>(world));
+  comm->all_gather(&mine, all.data(), 1, DType::fp32);
+  for (int r = 0; r < world; ++r)
+    if (all[static_cast<std::size_t>(r)] != 0.0f) return r;
+  return -1;
+}
+
+SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, int keep) {
+  auto& I = *impl_;
+  I.require_setup("save_checkpoint");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "save_checkpoint() inside a step or an evaluation: call it after step() or end_eval()");
+  {
+    bool object = false;
+    try {
+      object = nlohmann::json::parse(trainer_state).is_object();
+    } catch (const nlohmann::json::exception&) {
+    }
+    STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
+                 trainer_state.substr(0, 80), "'");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  synchronize();  // parameter write-backs and reductions have landed
+  const std::int64_t step = I.step_calls;
+  // Each phase ends with every rank knowing whether every rank succeeded, so all fail
+  // together and rank 0 removes the unfinished save.
+  std::exception_ptr err;
+  auto phase = [&](const auto& fn) {
+    if (!err) {
+      try {
+        fn();
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    const int bad = I.first_failure(!err);
+    if (bad < 0) return;
+    if (I.rank == 0) checkpoint::abandon_save(root, step);
+    if (err) std::rethrow_exception(err);
+    STRATA_THROW(Errc::comm, "rank ", I.rank, ": the checkpoint save to '", root, "' failed on rank ", bad,
+                 " (its error says why); the previous checkpoint stays latest");
+  };
+  phase([&] {
+    if (I.rank == 0) checkpoint::prepare_save(root, step);
+  });
+  std::string part_text;
+  std::uint64_t my_bytes = 0;
+  phase([&] {
+    const Layout& lay = *I.layout;
+    checkpoint::Manifest part;
+    part.step = step;
+    part.world_size = I.world;
+    part.zero_stage = I.cfg.zero.stage;
+    part.compute_dtype = dtype_name(I.cdt);
+    part.engine_state = I.engine_state_json();
+    part.trainer_state = trainer_state;
+    for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
+    const std::string name = rank_file_name(I.rank);
+    checkpoint::ShardWriter w(checkpoint::staging_dir(root, step) + "/" + name, part.chunk_bytes);
+    std::vector<float> st[checkpoint::kStates];
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      const int l = static_cast<int>(li);
+      for (auto& v : st) v.resize(I.opt_elems(l));
+      I.read_opt_state(l, st[0].data(), st[1].data(), st[2].data());
+      for (int s = 0; s < checkpoint::kStates; ++s) {
+        for (const auto& pc : I.pieces(l, false)) {
+          for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+                               [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                                 const auto off = w.append(st[s].data() + index, count * 4);
+                                 part.tensors[pi].states[s].push_back({0, off, elem, count});
+                               });
+        }
+      }
+    }
+    part.files.push_back(w.finish(name, I.rank));
+    my_bytes = part.files[0].bytes;
+    part_text = checkpoint::to_json(part);
+  });
+  SaveResult out;
+  out.step = step;
+  out.dir = root + "/" + checkpoint::step_dir_name(step);
+  phase([&] {
+    // Every rank's part to rank 0 (length, then text), which merges and commits them.
+    if (I.rank != 0) {
+      const std::uint64_t n = part_text.size();
+      I.comm->send(&n, sizeof n, 0, 71);
+      I.comm->send(part_text.data(), n, 0, 72);
+      return;
+    }
+    std::vector<checkpoint::Manifest> parts;
+    parts.push_back(checkpoint::parse_manifest(part_text, "rank 0's part", true));
+    for (int r = 1; r < I.world; ++r) {
+      std::uint64_t n = 0;
+      I.comm->recv(&n, sizeof n, r, 71);
+      std::string text(n, '\0');
+      I.comm->recv(text.data(), n, r, 72);
+      parts.push_back(checkpoint::parse_manifest(text, str_cat("rank ", r, "'s part"), true));
+    }
+    out.dir = checkpoint::commit_save(root, checkpoint::merge_parts(parts), keep);
+  });
+  out.bytes = my_bytes;
+  if (I.comm != nullptr && I.world > 1) {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(I.world));
+    I.comm->all_gather(&my_bytes, all.data(), 2, DType::fp32);  // 8 bytes as two fp32 words
+    out.bytes = 0;
+    for (auto b : all) out.bytes += b;
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+std::string Engine::load_checkpoint(const std::string& path) {
+  auto& I = *impl_;
+  I.require_setup("load_checkpoint");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "load_checkpoint() inside a step or an evaluation: call it between steps");
+  synchronize();
+  std::string trainer;
+  std::exception_ptr err;
+  try {
+    const auto opened = checkpoint::open_checkpoint(path);
+    const auto& m = opened.manifest;
+    const Layout& lay = *I.layout;
+    std::vector<const checkpoint::TensorEntry*> entry;
+    for (const auto& p : lay.params()) {
+      const auto* t = m.find(p.name);
+      STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
+                   "': it was saved from another model (check the model flags)");
+      STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "checkpoint '", opened.dir, "': tensor '", p.name,
+                   "' has shape ", shape_text(t->shape), " there but ", shape_text(p.shape),
+                   " in this model (check the model flags)");
+      entry.push_back(t);
+    }
+    for (const auto& t : m.tensors) {
+      bool known = false;
+      for (const auto& p : lay.params()) known = known || p.name == t.name;
+      STRATA_CHECK(known, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '", t.name,
+                   "', which this model does not register: it was saved from another model");
+    }
+    // Gathered copies of the old parameters go; persistent ones are rewritten below.
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      if (!I.layers[li].persistent && I.cfg.zero.stage == 3) I.evict(static_cast<int>(li));
+    }
+    checkpoint::ShardReader reader(opened.dir, m);
+    auto read = [&](int li, State s, bool whole, float* out) {
+      for (const auto& pc : I.pieces(li, whole)) {
+        for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+                             [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                               reader.read_tensor(*entry[pi], s, elem, count, out + index);
+                             });
+      }
+    };
+    const bool stage0 = I.cfg.zero.stage == 0;
+    std::vector<float> st[checkpoint::kStates], full;
+    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+      const int l = static_cast<int>(li);
+      for (int s = 0; s < checkpoint::kStates; ++s) {
+        st[s].assign(I.opt_elems(l), 0.0f);  // padding stays zero
+        read(l, static_cast<State>(s), stage0, st[s].data());
+      }
+      I.write_opt_state(l, st[0].data(), st[1].data(), st[2].data());
+      const float* whole = st[0].data();
+      if (!stage0 && I.layers[li].params_full != nullptr) {
+        full.assign(lay.layers()[li].padded, 0.0f);
+        read(l, State::master, true, full.data());
+        whole = full.data();
+      }
+      I.write_params(l, whole, st[0].data());
+    }
+    if (I.param_store) I.param_store->commit();
+    I.restore_engine_state(m.engine_state, opened.dir);
+    trainer = m.trainer_state;
+  } catch (...) {
+    err = std::current_exception();
+  }
+  const int bad = I.first_failure(!err);
+  if (err) std::rethrow_exception(err);
+  STRATA_CHECK(bad < 0, Errc::comm, "rank ", I.rank, ": loading checkpoint '", path, "' failed on rank ", bad,
+               " (its error says why)");
+  return trainer;
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,72 @@
+// strata train's checkpoint flags and when it saves and resumes (train_checkpoint.h).
+#include "tools/cli/train_checkpoint.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+
+namespace strata::cli {
+
+void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
+  cmd.add_option("--save-dir", f.save_dir,
+                 "Save checkpoints under this directory (step-N/, 'latest'); default: the config's checkpoint.save_dir");
+  cmd.add_option("--save-every", f.save_every, "Save every N steps (0: only after the last step)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--keep", f.keep, "Keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--resume", f.resume,
+                 "Continue from a checkpoint: a save directory (its latest), a step-N directory, or 'latest' "
+                 "(the latest under --save-dir)");
+}
+
+TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::CheckpointConfig& c, std::uint64_t seed)
+    : save_dir_(f.save_dir.empty() ? c.save_dir : f.save_dir),
+      resume_(f.resume),
+      save_every_(f.save_every >= 0 ? f.save_every : c.save_every),
+      keep_(f.keep >= 0 ? f.keep : c.keep),
+      seed_(seed) {
+  if (resume_ == "latest") {
+    STRATA_CHECK(!save_dir_.empty(), Errc::invalid_argument,
+                 "--resume latest needs --save-dir (or checkpoint.save_dir in the config): the directory whose "
+                 "latest checkpoint to load");
+    resume_ = save_dir_;
+  }
+}
+
+std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
+  if (resume_.empty()) return 0;
+  const std::string text = engine.load_checkpoint(resume_);
+  std::int64_t next = 0;
+  std::uint64_t seed = 0;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    next = j.at("next_step").get<std::int64_t>();
+    seed = j.at("seed").get<std::uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(Errc::invalid_argument, "--resume '", resume_,
+                 "': the checkpoint has no strata train state (next_step, seed): it was not saved by strata train (",
+                 e.what(), ")");
+  }
+  STRATA_CHECK(seed == seed_, Errc::invalid_argument, "--resume '", resume_, "': the checkpoint was trained with --seed ",
+               seed, " but this run has --seed ", seed_, "; its data would differ: pass --seed ", seed);
+  if (engine.rank() == 0) {
+    std::printf("resumed from %s: continuing at step %lld\n", resume_.c_str(), static_cast<long long>(next + 1));
+  }
+  return next;
+}
+
+void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const {
+  if (save_dir_.empty()) return;
+  const bool last = s + 1 == steps;
+  if (!last && (save_every_ <= 0 || (s + 1) % save_every_ != 0)) return;
+  const std::string state = nlohmann::json{{"next_step", s + 1}, {"seed", seed_}}.dump();
+  const auto r = engine.save_checkpoint(save_dir_, state, keep_);
+  if (engine.rank() == 0) {
+    std::printf("           checkpoint: %s (%s in %.3f s, %.2f GB/s)\n", r.dir.c_str(), format_bytes(r.bytes).c_str(),
+                r.seconds, r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,40 @@
+// `strata train`'s checkpoints: --save-dir/--save-every/--keep (or the config's
+// "checkpoint" block, which the flags override) and --resume DIR|latest. The trainer's
+// part of a checkpoint is the next step to run (the data position: both models draw step
+// s's batch from (seed, s) alone) and the seed; the engine's part is everything else.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+
+namespace strata::cli {
+
+struct CheckpointFlags {
+  std::string save_dir, resume;
+  std::int64_t save_every = -1;  // -1: the config's
+  int keep = -1;                 // -1: the config's
+};
+
+void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
+
+class TrainCheckpoints {
+ public:
+  TrainCheckpoints(const CheckpointFlags& flags, const engine::CheckpointConfig& config, std::uint64_t seed);
+  // Loads --resume (after engine.setup()) and returns the first step to run (0 without).
+  // Throws naming the flag when the checkpoint was trained with another seed.
+  std::int64_t resume(engine::Engine& engine) const;
+  // After step index s (0-based) of `steps`: saves when due; rank 0 prints where and how fast.
+  void after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const;
+
+ private:
+  std::string save_dir_, resume_;
+  std::int64_t save_every_ = 0;
+  int keep_ = 0;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace strata::cli
