@@ -56,14 +56,19 @@ TrainRun train_mlp(const TrainSpec& spec) {
     engine::Engine engine(eo);
     model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7}, &c, eo.tracer);
     engine.setup();
+    if (!spec.load_checkpoint.empty()) engine.load_checkpoint(spec.load_checkpoint);
     std::vector<double> losses, ms;
     std::vector<engine::IoStats> io;
+    std::vector<std::int64_t> steps;
     for (int s = 0; s < spec.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
-      losses.push_back(mlp.train_step(s).loss);
+      const auto r = mlp.train_step(s);
+      losses.push_back(r.loss);
+      steps.push_back(r.result.step);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       io.push_back(engine.io_stats());
     }
+    if (!spec.save_checkpoint.empty()) engine.save_checkpoint(spec.save_checkpoint);
     auto params = engine.full_parameters();
     if (c.rank() == 0) {
       std::lock_guard<std::mutex> lock(m);
@@ -72,6 +77,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
       out.step_ms = ms;
       out.memory = engine.memory();
       out.io = io;
+      out.step_numbers = steps;
       out.placement = engine.explain_placement();
     }
   }));

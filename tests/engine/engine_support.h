@@ -22,6 +22,7 @@ struct TrainRun {
   std::vector<double> step_ms;      // rank 0
   std::vector<engine::IoStats> io;  // rank 0, per step
   std::string placement;            // rank 0's explain_placement()
+  std::vector<std::int64_t> step_numbers;  // rank 0, StepResult::step per step
 };
 
 struct TrainSpec {
@@ -40,6 +41,9 @@ struct TrainSpec {
   // engine's collectives on device memory go through it.
   bool device_comm = false;
   Tracer* tracer = nullptr;  // rank 0 only
+  // Checkpoints: loaded after setup() (its saved step counters continue), saved after the
+  // last step (Engine::load_checkpoint / save_checkpoint).
+  std::string load_checkpoint, save_checkpoint;
 };
 
 TrainRun train_mlp(const TrainSpec& spec);

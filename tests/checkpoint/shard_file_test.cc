@@ -1,0 +1,97 @@
+// Shard files: what is written reads back from any range across chunks, a flipped byte or a
+// truncated file is named (file, chunk, the tensor being read), and a full disk fails the
+// write naming the file.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "checkpoint/shard_file.h"
+#include "runtime/core/error.h"
+#include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
+#include "tests/support/temp_dir.h"
+
+namespace strata::checkpoint {
+namespace {
+using test::error_of;
+
+// One rank's file holding a 1000-element tensor "t": master, then exp_avg, then exp_avg_sq,
+// each the ramp s*10000 + i, in 1 KiB chunks.
+Manifest write_ramp(const std::string& dir) {
+  Manifest m;
+  m.chunk_bytes = 1024;
+  m.tensors = {{"t", {10, 100}, 1000, {}}};
+  ShardWriter w(dir + "/rank00000.bin", m.chunk_bytes);
+  for (int s = 0; s < kStates; ++s) {
+    std::vector<float> v(1000);
+    std::iota(v.begin(), v.end(), s * 10000.0f);
+    // Two segments per state, appended in pieces of odd sizes.
+    const auto off = w.append(v.data(), 333 * 4);
+    w.append(v.data() + 333, 267 * 4);
+    const auto off2 = w.append(v.data() + 600, 400 * 4);
+    m.tensors[0].states[s] = {{0, off, 0, 600}, {0, off2, 600, 400}};
+  }
+  m.files.push_back(w.finish("rank00000.bin", 0));
+  return parse_manifest(to_json(m), "test");
+}
+
+void flip(const std::string& path, std::size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x20;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+TEST_CASE("shard files read back any range across chunks and segments", "[checkpoint]") {
+  test::TempDir dir("ckpt-shard");
+  const Manifest m = write_ramp(dir.path());
+  REQUIRE(m.files[0].bytes == 12000);
+  REQUIRE(m.files[0].xxh3.size() == 12);
+  ShardReader r(dir.path(), m);
+  std::vector<float> got(700);
+  r.read_tensor(m.tensors[0], State::exp_avg, 250, 700, got.data());  // spans both segments
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == 10000.0f + 250 + static_cast<float>(i));
+  r.read_tensor(m.tensors[0], State::exp_avg_sq, 999, 1, got.data());
+  CHECK(got[0] == 20999.0f);
+  r.verify_all();
+}
+
+TEST_CASE("a flipped byte is named by file, chunk and tensor; a truncated file by its sizes", "[checkpoint]") {
+  test::TempDir dir("ckpt-shard");
+  const Manifest m = write_ramp(dir.path());
+  flip(dir.file("rank00000.bin"), 4000 + 17);  // chunk 3 (bytes 3072-4096): master's end, exp_avg's start
+  ShardReader r(dir.path(), m);
+  std::vector<float> got(1000);
+  r.read_tensor(m.tensors[0], State::master, 0, 700, got.data());  // chunks 0-2: untouched, reads
+  CHECK_THAT(error_of([&] { r.read_tensor(m.tensors[0], State::exp_avg, 0, 10, got.data()); }),
+             Catch::Contains("rank00000.bin chunk 3 (bytes 3072-4096) fails its XXH3 checksum while reading tensor "
+                             "'t' (exp_avg); the chunk holds 't' (master), 't' (exp_avg)"));
+  CHECK_THAT(error_of([&] { ShardReader(dir.path(), m).verify_all(); }), Catch::Contains("chunk 3"));
+
+  test::TempDir dir2("ckpt-shard");
+  const Manifest m2 = write_ramp(dir2.path());
+  std::filesystem::resize_file(dir2.file("rank00000.bin"), 5000);
+  ShardReader r2(dir2.path(), m2);
+  CHECK_THAT(error_of([&] { r2.read_tensor(m2.tensors[0], State::master, 0, 1, got.data()); }),
+             Catch::Contains("shard file rank00000.bin holds 5000 bytes but the manifest says 12000"));
+}
+
+TEST_CASE("a full disk fails the shard write naming the file", "[checkpoint]") {
+  test::TempDir dir("ckpt-shard");
+  std::vector<char> data(8192, 'x');
+  const std::string msg = error_of([&] {
+    test::FileSizeLimit limit(4096);
+    ShardWriter w(dir.file("rank00003.bin"), 1024);
+    w.append(data.data(), data.size());
+    w.finish("rank00003.bin", 3);
+  });
+  CHECK_THAT(msg, Catch::Contains("checkpoint shard '" + dir.file("rank00003.bin") + "': writing 1.00 KiB at byte 4096"));
+  CHECK_THAT(msg, Catch::Contains("a full disk?"));
+}
+
+}  // namespace
+}  // namespace strata::checkpoint
