@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/directory.h"
@@ -19,6 +20,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/units.h"
 
 namespace strata::engine {
 namespace {
@@ -35,12 +37,6 @@ void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t i
     const std::size_t lo = std::max(pos, p.offset), hi = std::min(pos + len, p.offset + p.numel);
     if (lo < hi) fn(pi, lo - p.offset, index + (lo - pos), hi - lo);
   }
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += str_cat(i ? ", " : "", shape[i]);
-  return out + "]";
 }
 
 std::string rank_file_name(int rank) {
@@ -123,21 +119,11 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   const std::int64_t step = I.step_calls;
   // Each phase ends with every rank knowing whether every rank succeeded, so all fail
   // together and rank 0 removes the unfinished save.
-  std::exception_ptr err;
-  auto phase = [&](const auto& fn) {
-    if (!err) {
-      try {
-        fn();
-      } catch (...) {
-        err = std::current_exception();
-      }
-    }
-    const int bad = I.first_failure(!err);
-    if (bad < 0) return;
-    if (I.rank == 0) checkpoint::abandon_save(root, step);
-    if (err) std::rethrow_exception(err);
-    STRATA_THROW(Errc::comm, "rank ", I.rank, ": the checkpoint save to '", root, "' failed on rank ", bad,
-                 " (its error says why); the previous checkpoint stays latest");
+  const std::string what = str_cat("the checkpoint save to '", root, "' (the previous checkpoint stays latest)");
+  auto phase = [&](const std::function<void()>& fn) {
+    I.all_or_nothing(fn, what, [&] {
+      if (I.rank == 0) checkpoint::abandon_save(root, step);
+    });
   };
   phase([&] {
     if (I.rank == 0) checkpoint::prepare_save(root, step);
@@ -208,6 +194,58 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   return out;
 }
 
+// Rebuilds every layer from `read(param, state, first element, count, out)`: the master
+// weights and, with `moments`, exp_avg and exp_avg_sq (else zeros) of the ranges this rank
+// owns (the whole layer at stage 0), and the compute-dtype parameters from the masters.
+void Engine::Impl::load_layers(const StateReader& read, bool moments) {
+  const Layout& lay = *layout;
+  // Gathered copies of the old parameters go; persistent ones are rewritten below.
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (!layers[li].persistent && cfg.zero.stage == 3) evict(static_cast<int>(li));
+  }
+  auto read_pieces = [&](int li, int state, bool whole, float* out) {
+    for (const auto& pc : pieces(li, whole)) {
+      for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+                           [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                             read(pi, state, elem, count, out + index);
+                           });
+    }
+  };
+  const bool stage0 = cfg.zero.stage == 0;
+  std::vector<float> st[checkpoint::kStates], full;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const int l = static_cast<int>(li);
+    for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
+      st[s].assign(opt_elems(l), 0.0f);  // padding stays zero
+      read_pieces(l, s, stage0, st[s].data());
+    }
+    write_opt_state(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
+    const float* whole = st[0].data();
+    if (!stage0 && layers[li].params_full != nullptr) {
+      full.assign(lay.layers()[li].padded, 0.0f);
+      read_pieces(l, 0, true, full.data());
+      whole = full.data();
+    }
+    write_params(l, whole, st[0].data());
+  }
+  if (param_store) param_store->commit();
+}
+
+void Engine::Impl::all_or_nothing(const std::function<void()>& fn, const std::string& what,
+                                  const std::function<void()>& on_failure) {
+  std::exception_ptr err;
+  try {
+    fn();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  const int bad = first_failure(!err);
+  if (bad < 0) return;
+  if (on_failure) on_failure();
+  if (err) std::rethrow_exception(err);
+  STRATA_THROW(Errc::comm, "rank ", rank, ": ", what, " failed on rank ", bad, " (its error says why)");
+}
+
 std::string Engine::load_checkpoint(const std::string& path) {
   auto& I = *impl_;
   I.require_setup("load_checkpoint");
@@ -215,68 +253,54 @@ std::string Engine::load_checkpoint(const std::string& path) {
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
   std::string trainer;
-  std::exception_ptr err;
-  try {
-    const auto opened = checkpoint::open_checkpoint(path);
-    const auto& m = opened.manifest;
-    const Layout& lay = *I.layout;
-    std::vector<const checkpoint::TensorEntry*> entry;
-    for (const auto& p : lay.params()) {
-      const auto* t = m.find(p.name);
-      STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
-                   "': it was saved from another model (check the model flags)");
-      STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "checkpoint '", opened.dir, "': tensor '", p.name,
-                   "' has shape ", shape_text(t->shape), " there but ", shape_text(p.shape),
-                   " in this model (check the model flags)");
-      entry.push_back(t);
-    }
-    for (const auto& t : m.tensors) {
-      bool known = false;
-      for (const auto& p : lay.params()) known = known || p.name == t.name;
-      STRATA_CHECK(known, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '", t.name,
-                   "', which this model does not register: it was saved from another model");
-    }
-    // Gathered copies of the old parameters go; persistent ones are rewritten below.
-    for (std::size_t li = 0; li < I.layers.size(); ++li) {
-      if (!I.layers[li].persistent && I.cfg.zero.stage == 3) I.evict(static_cast<int>(li));
-    }
-    checkpoint::ShardReader reader(opened.dir, m);
-    auto read = [&](int li, State s, bool whole, float* out) {
-      for (const auto& pc : I.pieces(li, whole)) {
-        for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
-                             [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                               reader.read_tensor(*entry[pi], s, elem, count, out + index);
-                             });
-      }
-    };
-    const bool stage0 = I.cfg.zero.stage == 0;
-    std::vector<float> st[checkpoint::kStates], full;
-    for (std::size_t li = 0; li < I.layers.size(); ++li) {
-      const int l = static_cast<int>(li);
-      for (int s = 0; s < checkpoint::kStates; ++s) {
-        st[s].assign(I.opt_elems(l), 0.0f);  // padding stays zero
-        read(l, static_cast<State>(s), stage0, st[s].data());
-      }
-      I.write_opt_state(l, st[0].data(), st[1].data(), st[2].data());
-      const float* whole = st[0].data();
-      if (!stage0 && I.layers[li].params_full != nullptr) {
-        full.assign(lay.layers()[li].padded, 0.0f);
-        read(l, State::master, true, full.data());
-        whole = full.data();
-      }
-      I.write_params(l, whole, st[0].data());
-    }
-    if (I.param_store) I.param_store->commit();
-    I.restore_engine_state(m.engine_state, opened.dir);
-    trainer = m.trainer_state;
-  } catch (...) {
-    err = std::current_exception();
-  }
-  const int bad = I.first_failure(!err);
-  if (err) std::rethrow_exception(err);
-  STRATA_CHECK(bad < 0, Errc::comm, "rank ", I.rank, ": loading checkpoint '", path, "' failed on rank ", bad,
-               " (its error says why)");
+  I.all_or_nothing(
+      [&] {
+        const auto opened = checkpoint::open_checkpoint(path);
+        const auto& m = opened.manifest;
+        const Layout& lay = *I.layout;
+        std::vector<const checkpoint::TensorEntry*> entry;
+        for (const auto& p : lay.params()) {
+          const auto* t = m.find(p.name);
+          STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
+                       "': it was saved from another model (check the model flags)");
+          STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "checkpoint '", opened.dir, "': tensor '", p.name,
+                       "' has shape ", format_shape(t->shape), " there but ", format_shape(p.shape),
+                       " in this model (check the model flags)");
+          entry.push_back(t);
+        }
+        for (const auto& t : m.tensors) {
+          bool known = false;
+          for (const auto& p : lay.params()) known = known || p.name == t.name;
+          STRATA_CHECK(known, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '", t.name,
+                       "', which this model does not register: it was saved from another model");
+        }
+        checkpoint::ShardReader reader(opened.dir, m);
+        I.load_layers(
+            [&](int pi, int state, std::uint64_t elem, std::uint64_t count, float* out) {
+              reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
+            },
+            true);
+        I.restore_engine_state(m.engine_state, opened.dir);
+        trainer = m.trainer_state;
+      },
+      str_cat("loading checkpoint '", path, "'"));
   return trainer;
+}
+
+void Engine::init_weights(const WeightReader& read) {
+  auto& I = *impl_;
+  I.require_setup("init_weights");
+  STRATA_CHECK(I.step_calls == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
+               "init_weights() after training began: call it right after setup()");
+  synchronize();
+  I.all_or_nothing(
+      [&] {
+        const auto& params = I.layout->params();
+        I.load_layers([&](int pi, int, std::uint64_t elem, std::uint64_t count,
+                          float* out) { read(params[pi].name, elem, count, out); },
+                      false);
+      },
+      "init_weights");
 }
 
 }  // namespace strata::engine

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -173,6 +174,12 @@ class Engine {
   // Returns the trainer_state saved with it. After a failure the engine's state is
   // undefined: create a new engine.
   std::string load_checkpoint(const std::string& path);
+  // Starts training from given weights (a pretrained or exported model): right after
+  // setup(), read(name, first element, count, out) is asked for the fp32 values of every
+  // registered tensor in ranges of this rank's choosing; moments start at zero. Collective.
+  using WeightReader =
+      std::function<void(const std::string& name, std::uint64_t elem, std::uint64_t count, float* out)>;
+  void init_weights(const WeightReader& read);
 
  private:
   struct Impl;

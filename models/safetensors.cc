@@ -1,88 +1,217 @@
-// safetensors writer and F32 reader (see safetensors.h).
+// Streaming safetensors writer and reader (see safetensors.h).
 #include "models/safetensors.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.h"
 
 namespace strata::model {
+namespace {
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+constexpr std::size_t kBufferBytes = std::size_t{1} << 20;
+
+const char* st_dtype(DType t, const std::string& path, const std::string& name) {
+  switch (t) {
+    case DType::fp32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::fp16:
+      return "F16";
+    default:
+      STRATA_THROW(Errc::invalid_argument, "'", path, "': tensor '", name, "' has dtype ", dtype_name(t),
+                   "; safetensors files here hold F32, BF16 or F16");
+  }
+}
+
+std::uint64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::uint64_t n = 1;
+  for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+}  // namespace
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)), buffer_(kBufferBytes) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    const std::uint64_t bytes = t.data.size() * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+  for (auto& t : tensors_) {
+    t.numel = numel_of(t.shape);
+    t.offset = offset;
+    const std::uint64_t bytes = t.numel * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", st_dtype(t.dtype, path_, t.name)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    STRATA_CHECK(f.good(), Errc::io, "cannot write '", tmp, "': ", errno_text(errno));
-    const std::uint64_t n = h.size();
-    unsigned char le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
-    f.write(reinterpret_cast<const char*>(le), 8);
-    f.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& t : tensors) {
-      f.write(reinterpret_cast<const char*>(t.data.data()),
-              static_cast<std::streamsize>(t.data.size() * sizeof(float)));
-    }
-    f.flush();
-    STRATA_CHECK(f.good(), Errc::io, "writing '", tmp, "' failed: ", errno_text(errno), " (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  STRATA_CHECK(!ec, Errc::io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd_ >= 0, Errc::io, "cannot write '", tmp_, "': ", errno_text(errno));
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(h.size()) >> (8 * i));
+  put(le, 8);
+  put(h.data(), h.size());
+  while (current_ < tensors_.size() && tensors_[current_].numel == 0) ++current_;
 }
 
-std::vector<NamedTensor> read_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  STRATA_CHECK(f.good(), Errc::io, "cannot open '", path, "': ", errno_text(errno));
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void SafetensorsWriter::put(const void* data, std::size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(file_offset_));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK(n > 0, Errc::io, "writing '", tmp_, "' at byte ", file_offset_,
+                 " failed: ", errno_text(n < 0 ? errno : ENOSPC), " (disk full?)");
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    file_offset_ += static_cast<std::uint64_t>(n);
+  }
+}
+
+void SafetensorsWriter::write(const float* values, std::uint64_t count) {
+  while (count > 0) {
+    STRATA_CHECK(current_ < tensors_.size(), Errc::invalid_argument, "'", path_, "': ", count,
+                 " values written past the last tensor");
+    const TensorInfo& t = tensors_[current_];
+    const std::size_t esize = dtype_size(t.dtype);
+    const std::uint64_t take = std::min<std::uint64_t>({count, t.numel - written_, buffer_.size() / esize});
+    convert(values, DType::fp32, buffer_.data(), t.dtype, take);
+    put(buffer_.data(), take * esize);
+    values += take;
+    count -= take;
+    written_ += take;
+    if (written_ == t.numel) {
+      written_ = 0;
+      ++current_;
+      while (current_ < tensors_.size() && tensors_[current_].numel == 0) ++current_;
+    }
+  }
+}
+
+void SafetensorsWriter::finish() {
+  STRATA_CHECK(current_ == tensors_.size(), Errc::invalid_argument, "'", path_, "': tensor '",
+               current_ < tensors_.size() ? tensors_[current_].name : "", "' was not written whole");
+  STRATA_CHECK(::fsync(fd_) == 0, Errc::io, "fsync of '", tmp_, "' failed: ", errno_text(errno));
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    STRATA_THROW(Errc::io, "cannot move '", tmp_, "' to '", path_, "': ", errno_text(err));
+  }
+}
+
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)), buffer_(kBufferBytes) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd_ >= 0, Errc::io, "cannot open '", path_, "': ", errno_text(errno));
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  const std::uint64_t size = end < 0 ? 0 : static_cast<std::uint64_t>(end);
   unsigned char le[8];
-  f.read(reinterpret_cast<char*>(le), 8);
-  STRATA_CHECK(f.gcount() == 8, Errc::corrupt, "'", path, "' is too short to be a safetensors file");
+  STRATA_CHECK(size >= 8 && ::pread(fd_, le, 8, 0) == 8, Errc::corrupt, "'", path_,
+               "' is too short to be a safetensors file");
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(le[i]) << (8 * i);
-  const auto size = std::filesystem::file_size(path);
-  STRATA_CHECK(n <= size - 8, Errc::corrupt, "'", path, "': header length ", n, " exceeds the file (", size, " B)");
+  STRATA_CHECK(n <= size - 8, Errc::corrupt, "'", path_, "': header length ", n, " exceeds the file (", size, " B)");
   std::string h(n, '\0');
-  f.read(h.data(), static_cast<std::streamsize>(n));
+  STRATA_CHECK(::pread(fd_, h.data(), n, 8) == static_cast<ssize_t>(n), Errc::corrupt, "'", path_,
+               "': the header cannot be read");
   nlohmann::ordered_json header;
   try {
     header = nlohmann::ordered_json::parse(h);
   } catch (const std::exception& e) {
-    STRATA_THROW(Errc::corrupt, "'", path, "': header is not JSON: ", e.what());
+    STRATA_THROW(Errc::corrupt, "'", path_, "': header is not JSON: ", e.what());
   }
-  const std::uint64_t data_start = 8 + n;
-  std::vector<NamedTensor> out;
+  data_start_ = 8 + n;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const auto& v = it.value();
-    STRATA_CHECK(v.value("dtype", "") == "F32", Errc::corrupt, "'", path, "': tensor '", it.key(), "' is not F32");
-    NamedTensor t;
+    if (it.key() == "__metadata__") {
+      for (auto m = it.value().begin(); m != it.value().end(); ++m)
+        if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    TensorInfo t;
     t.name = it.key();
-    t.shape = v.at("shape").get<std::vector<std::int64_t>>();
-    const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
-    STRATA_CHECK(off.size() == 2 && off[0] <= off[1] && data_start + off[1] <= size && (off[1] - off[0]) % 4 == 0,
-                 Errc::corrupt, "'", path, "': tensor '", t.name, "' has bad data_offsets");
-    std::uint64_t numel = 1;
-    for (auto d : t.shape) numel *= static_cast<std::uint64_t>(d);
-    STRATA_CHECK(numel * 4 == off[1] - off[0], Errc::corrupt, "'", path, "': tensor '", t.name,
-                 "' shape does not match its byte range");
-    t.data.resize(numel);
-    f.seekg(static_cast<std::streamoff>(data_start + off[0]));
-    f.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(numel * 4));
-    STRATA_CHECK(f.good(), Errc::corrupt, "'", path, "': tensor '", t.name, "' is truncated");
-    out.push_back(std::move(t));
+    try {
+      const auto& v = it.value();
+      const std::string dt = v.at("dtype").get<std::string>();
+      STRATA_CHECK(dt == "F32" || dt == "BF16" || dt == "F16", Errc::corrupt, "'", path_, "': tensor '", t.name,
+                   "' has dtype ", dt, "; Strata reads F32, BF16 and F16");
+      t.dtype = dt == "F32" ? DType::fp32 : dt == "BF16" ? DType::bf16 : DType::fp16;
+      t.shape = v.at("shape").get<std::vector<std::int64_t>>();
+      const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
+      t.numel = numel_of(t.shape);
+      STRATA_CHECK(off.size() == 2 && off[0] <= off[1] && data_start_ + off[1] <= size &&
+                       off[1] - off[0] == t.numel * dtype_size(t.dtype),
+                   Errc::corrupt, "'", path_, "': tensor '", t.name,
+                   "' has data_offsets that do not match its shape or lie past the end of the file (truncated?)");
+      t.offset = off[0];
+    } catch (const nlohmann::json::exception& e) {
+      STRATA_THROW(Errc::corrupt, "'", path_, "': tensor '", t.name, "' has a malformed entry: ", e.what());
+    }
+    tensors_.push_back(std::move(t));
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const TensorInfo* SafetensorsReader::find(const std::string& name) const noexcept {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void SafetensorsReader::read(const TensorInfo& t, std::uint64_t elem, std::uint64_t count, float* out) {
+  STRATA_CHECK(elem + count <= t.numel, Errc::invalid_argument, "'", path_, "': elements ", elem, "-", elem + count,
+               " are outside tensor '", t.name, "' (", t.numel, ")");
+  const std::size_t esize = dtype_size(t.dtype);
+  while (count > 0) {
+    const std::uint64_t take = std::min<std::uint64_t>(count, buffer_.size() / esize);
+    const std::uint64_t at = data_start_ + t.offset + elem * esize;
+    const ssize_t n = ::pread(fd_, buffer_.data(), take * esize, static_cast<off_t>(at));
+    STRATA_CHECK(n == static_cast<ssize_t>(take * esize), Errc::corrupt, "'", path_, "': tensor '", t.name,
+                 "' cannot be read at byte ", at, ": ", n < 0 ? errno_text(errno) : std::string("truncated"));
+    convert(buffer_.data(), t.dtype, out, DType::fp32, take);
+    out += take;
+    elem += take;
+    count -= take;
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorInfo> info;
+  for (const auto& t : tensors) {
+    info.push_back({t.name, DType::fp32, t.shape});
+    STRATA_CHECK(numel_of(t.shape) == t.data.size(), Errc::invalid_argument, "write_safetensors('", path,
+                 "'): tensor '", t.name, "' holds ", t.data.size(), " values for its shape's ", numel_of(t.shape));
+  }
+  SafetensorsWriter w(path, std::move(info), metadata);
+  for (const auto& t : tensors) w.write(t.data.data(), t.data.size());
+  w.finish();
+}
+
+std::vector<NamedTensor> read_safetensors(const std::string& path) {
+  SafetensorsReader r(path);
+  std::vector<NamedTensor> out;
+  for (const auto& t : r.tensors()) {
+    NamedTensor n{t.name, t.shape, std::vector<float>(t.numel)};
+    r.read(t, 0, t.numel, n.data.data());
+    out.push_back(std::move(n));
   }
   return out;
 }

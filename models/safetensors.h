@@ -2,13 +2,23 @@
 // an 8-byte little-endian header length N, N bytes of JSON mapping each tensor name to
 // {"dtype", "shape", "data_offsets": [begin, end]} relative to the data that follows (and
 // an optional "__metadata__" of string pairs), padded with spaces to 8 bytes, then the data.
-// Strata writes fp32 parameters so runs can be compared byte for byte and loaded by PyTorch.
+//
+// SafetensorsWriter streams a file: the header first (every tensor's name, dtype and shape
+// are known up front), then the values tensor after tensor in pieces of any size, converted
+// from fp32 to each tensor's dtype (F32, BF16, F16) through one fixed buffer, so writing
+// needs no memory in proportion to the model. It writes `path.tmp` and renames it over
+// `path` only when finish() finds every tensor complete (fsynced first); an unfinished
+// writer removes its temporary file. SafetensorsReader reads the header and any element
+// range of any tensor as fp32. Both throw strata::Error naming the path (and the tensor).
+// write_safetensors/read_safetensors are the whole-file forms.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "runtime/core/dtype.h"
 
 namespace strata::model {
 
@@ -18,10 +28,62 @@ struct NamedTensor {
   std::vector<float> data;
 };
 
-// Writes atomically (temporary file, then rename); throws Errc::io naming the path.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::fp32;  // fp32, bf16 or fp16
+  std::vector<std::int64_t> shape;
+  std::uint64_t numel = 0;   // filled by the writer and the reader
+  std::uint64_t offset = 0;  // bytes from the start of the data, filled likewise
+};
+
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors, const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  // The next `count` values, filling the tensors in order.
+  void write(const float* values, std::uint64_t count);
+  void finish();
+  const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+
+ private:
+  void put(const void* data, std::size_t bytes);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::vector<TensorInfo> tensors_;
+  std::size_t current_ = 0;      // tensor being written
+  std::uint64_t written_ = 0;    // its elements so far
+  std::vector<char> buffer_;     // conversion buffer
+  std::uint64_t file_offset_ = 0;
+};
+
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+  const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+  const TensorInfo* find(const std::string& name) const noexcept;
+  const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+  // Elements [elem, elem + count) of `t` (one of tensors()) as fp32.
+  void read(const TensorInfo& t, std::uint64_t elem, std::uint64_t count, float* out);
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t data_start_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<char> buffer_;
+};
+
+// Writes fp32 tensors atomically (temporary file, then rename).
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-// Reads F32 tensors back; throws Errc::corrupt naming the path for malformed files.
+// Reads every tensor back as fp32.
 std::vector<NamedTensor> read_safetensors(const std::string& path);
 
 }  // namespace strata::model

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -235,6 +236,12 @@ struct Engine::Impl {
   // Collective: every rank's outcome of its part of an operation; the lowest failing rank,
   // or -1 when every rank succeeded.
   int first_failure(bool ok);
+  // Collective: runs fn; if it failed on any rank, every rank runs on_failure and throws
+  // (its own error, or one naming `what` and the failing rank).
+  void all_or_nothing(const std::function<void()>& fn, const std::string& what,
+                      const std::function<void()>& on_failure = {});
+  using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
+  void load_layers(const StateReader& read, bool moments);
   std::size_t opt_elems(int li) const {
     return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
   }

@@ -93,4 +93,10 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
+std::string format_shape(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace strata {
 
@@ -16,5 +17,7 @@ std::uint64_t parse_count(std::string_view text, std::string_view what = "count"
 
 // "1.50 GiB", "512 B".
 std::string format_bytes(std::uint64_t bytes);
+// A tensor shape as "[768, 2304]".
+std::string format_shape(const std::vector<std::int64_t>& shape);
 
 }  // namespace strata

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "models/safetensors.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 
 namespace strata::cli {
-
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
   cmd.add_option("--save-dir", f.save_dir,
                  "Save checkpoints under this directory (step-N/, 'latest'); default: the config's checkpoint.save_dir");
@@ -18,14 +18,19 @@ void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
   cmd.add_option("--resume", f.resume,
                  "Continue from a checkpoint: a save directory (its latest), a step-N directory, or 'latest' "
                  "(the latest under --save-dir)");
+  cmd.add_option("--init-from", f.init_from,
+                 "Start from these weights (safetensors with this model's tensor names, e.g. from strata export)");
 }
 
 TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::CheckpointConfig& c, std::uint64_t seed)
     : save_dir_(f.save_dir.empty() ? c.save_dir : f.save_dir),
       resume_(f.resume),
+      init_from_(f.init_from),
       save_every_(f.save_every >= 0 ? f.save_every : c.save_every),
       keep_(f.keep >= 0 ? f.keep : c.keep),
       seed_(seed) {
+  STRATA_CHECK(resume_.empty() || init_from_.empty(), Errc::invalid_argument,
+               "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
   if (resume_ == "latest") {
     STRATA_CHECK(!save_dir_.empty(), Errc::invalid_argument,
                  "--resume latest needs --save-dir (or checkpoint.save_dir in the config): the directory whose "
@@ -34,7 +39,31 @@ TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::Check
   }
 }
 
+void TrainCheckpoints::init_from(engine::Engine& engine) const {
+  model::SafetensorsReader file(init_from_);
+  const auto& params = engine.layout().params();
+  for (const auto& p : params) {
+    const auto* t = file.find(p.name);
+    STRATA_CHECK(t != nullptr, Errc::invalid_argument, "--init-from '", init_from_, "' has no tensor '", p.name,
+                 "', which this model registers");
+    STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "--init-from '", init_from_, "': tensor '", p.name,
+                 "' has shape ", format_shape(t->shape), " but the model's is ",
+                 format_shape(p.shape));
+  }
+  for (const auto& t : file.tensors()) {
+    bool known = false;
+    for (const auto& p : params) known = known || p.name == t.name;
+    STRATA_CHECK(known, Errc::invalid_argument, "--init-from '", init_from_, "' has tensor '", t.name,
+                 "', which this model does not register");
+  }
+  engine.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
+    file.read(*file.find(name), elem, count, out);
+  });
+  if (engine.rank() == 0) std::printf("initialised %zu tensors from %s\n", params.size(), init_from_.c_str());
+}
+
 std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
+  if (!init_from_.empty()) init_from(engine);
   if (resume_.empty()) return 0;
   const std::string text = engine.load_checkpoint(resume_);
   std::int64_t next = 0;

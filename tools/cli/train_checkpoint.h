@@ -1,5 +1,6 @@
 // `strata train`'s checkpoints: --save-dir/--save-every/--keep (or the config's
-// "checkpoint" block, which the flags override) and --resume DIR|latest. The trainer's
+// "checkpoint" block, which the flags override), --resume DIR|latest, and --init-from
+// model.safetensors (weights to start from, e.g. from `strata export`). The trainer's
 // part of a checkpoint is the next step to run (the data position: both models draw step
 // s's batch from (seed, s) alone) and the seed; the engine's part is everything else.
 #pragma once
@@ -14,7 +15,7 @@
 namespace strata::cli {
 
 struct CheckpointFlags {
-  std::string save_dir, resume;
+  std::string save_dir, resume, init_from;
   std::int64_t save_every = -1;  // -1: the config's
   int keep = -1;                 // -1: the config's
 };
@@ -24,14 +25,16 @@ void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
 class TrainCheckpoints {
  public:
   TrainCheckpoints(const CheckpointFlags& flags, const engine::CheckpointConfig& config, std::uint64_t seed);
-  // Loads --resume (after engine.setup()) and returns the first step to run (0 without).
-  // Throws naming the flag when the checkpoint was trained with another seed.
+  // Loads --resume or --init-from (after engine.setup()) and returns the first step to run
+  // (0 unless resumed). Throws naming the flag when the checkpoint was trained with another
+  // seed, or naming the tensor that --init-from's file lacks, has extra or mis-shaped.
   std::int64_t resume(engine::Engine& engine) const;
   // After step index s (0-based) of `steps`: saves when due; rank 0 prints where and how fast.
   void after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const;
 
  private:
-  std::string save_dir_, resume_;
+  void init_from(engine::Engine& engine) const;
+  std::string save_dir_, resume_, init_from_;
   std::int64_t save_every_ = 0;
   int keep_ = 0;
   std::uint64_t seed_ = 0;

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# strata export: a checkpoint saved at world 2 (stage 2, two shard files) exports to the same
+# tensor bytes as the run's own --save-params; bf16 export is each fp32 master rounded to
+# nearest even; export's peak RSS above the same binary's baseline stays under its bound
+# (the largest tensor plus fixed buffers) on a model several times that bound. Then
+# --init-from: a run started from the exported file with lr 0 keeps exactly those weights
+# (fp32 and from the bf16 file), and a file missing a tensor, with an extra one or a
+# mis-shaped one is refused naming it.
+set -euo pipefail
+source "$(dirname "$0")/common.sh" "$1" export
+py=/usr/bin/python3  # Debian's, with numpy
+layers=24 hidden=1024
+mlp=(--model mlp --layers $layers --hidden $hidden --seed 2 --device host)
+config() {  # stage lr
+  cat <<JSON
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": $2, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": $1, "offload_optimizer": {"device": "cpu"}}}
+JSON
+}
+config 2 0.001 > "$dir/train.json"
+config 1 0 > "$dir/frozen.json"
+"$strata" launch -n 2 -- "$strata" train "${mlp[@]}" --config "$dir/train.json" --steps 1 --save-dir "$dir/ck" \
+  --save-params "$dir/ref.st" > "$dir/train.log"
+"$strata" export --checkpoint "$dir/ck" --out "$dir/e.st" > "$dir/export.log"
+tensors_equal "$dir/ref.st" "$dir/e.st" $((2 * layers)) || fail "the export differs from the run's own parameters"
+"$strata" export --checkpoint "$dir/ck" --out "$dir/e16.st" --dtype bf16 > /dev/null
+"$py" - "$dir/e.st" "$dir/e16.st" <<'PY' || fail "the bf16 export is not the fp32 masters rounded to nearest even"
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    return {k: (v["dtype"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+f32, b16 = load(sys.argv[1]), load(sys.argv[2])
+assert f32.keys() == b16.keys()
+for k in f32:
+    assert f32[k][0] == "F32" and b16[k][0] == "BF16", k
+    u = np.frombuffer(f32[k][1], dtype=np.uint32).astype(np.uint64)
+    want = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    assert np.array_equal(want, np.frombuffer(b16[k][1], dtype=np.uint16)), k
+PY
+echo "export: the world-2 checkpoint's masters equal --save-params byte for byte; bf16 is their RNE rounding"
+
+# Peak RSS: export against `checkpoint show` (the same binary, reading only the manifest).
+"$py" - "$strata" "$dir" $((hidden * hidden * 4)) $((layers * (hidden * hidden + hidden) * 4)) <<'PY' ||
+import os, subprocess, sys
+strata, d, largest, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def peak(args):
+    p = subprocess.Popen([strata] + args, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    assert status == 0, args
+    return ru.ru_maxrss * 1024
+base = min(peak(["checkpoint", "show", d + "/ck"]) for _ in range(3))
+exp = peak(["export", "--checkpoint", d + "/ck", "--out", d + "/rss.st"])
+bound = largest + 12 * 2**20  # the largest tensor + fixed buffers (1M-element piece, conversion, chunk caches)
+print(f"export peak RSS {exp / 2**20:.1f} MiB, baseline {base / 2**20:.1f} MiB: growth {(exp - base) / 2**20:.1f} MiB "
+      f"against a bound of {bound / 2**20:.1f} MiB for a model of {model / 2**20:.1f} MiB ({model / bound:.1f}x the bound)")
+sys.exit(0 if exp - base < bound and model > 4 * bound else 1)
+PY
+  fail "export's peak RSS is above its bound"
+
+"$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/e.st" --save-params "$dir/i.st" > "$dir/i.log"
+grep -q "initialised $((2 * layers)) tensors from" "$dir/i.log" || fail "no init message: $(cat "$dir/i.log")"
+tensors_equal "$dir/e.st" "$dir/i.st" || fail "--init-from (fp32) did not start from the file's weights"
+"$strata" export --checkpoint "$dir/ck" --out "$dir/e16b.st" --dtype bf16 > /dev/null
+"$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/e16b.st" --save-params "$dir/i16.st" > /dev/null
+"$py" - "$dir/e16b.st" "$dir/i16.st" <<'PY' || fail "--init-from (bf16) did not start from the file's weights"
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+for k in a:
+    want = np.frombuffer(a[k], dtype=np.uint16).astype(np.uint32) << 16
+    assert np.array_equal(want, np.frombuffer(b[k], dtype=np.uint32)), k
+PY
+echo "--init-from: a frozen (lr 0) run keeps the file's weights exactly, from fp32 and from bf16"
+
+# Files that do not fit the model.
+"$py" - "$dir/e.st" "$dir" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); meta = h.pop("__metadata__")
+data = b[8 + n:]
+def write(name, tensors):
+    out, blobs, off = {"__metadata__": meta}, [], 0
+    for k, (shape, blob) in tensors.items():
+        out[k] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob); off += len(blob)
+    hb = json.dumps(out).encode(); hb += b" " * (-len(hb) % 8)
+    open(sys.argv[2] + "/" + name, "wb").write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+t = {k: (v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in h.items()}
+write("missing.st", {k: v for k, v in t.items() if k != "layers.3.bias"})
+write("extra.st", dict(t, **{"lm_head.weight": ([2], b"\0" * 8)}))
+w = dict(t); w["layers.0.bias"] = ([2, t["layers.0.bias"][0][0] // 2], t["layers.0.bias"][1])
+write("shape.st", w)
+PY
+for c in "missing:has no tensor 'layers.3.bias', which this model registers" \
+         "extra:has tensor 'lm_head.weight', which this model does not register" \
+         "shape:tensor 'layers.0.bias' has shape \[2, 512\] but the model's is \[1024\]"; do
+  out=$("$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/${c%%:*}.st" 2>&1) &&
+    fail "--init-from ${c%%:*}.st was accepted"
+  grep -q "${c#*:}" <<<"$out" || fail "unclear: $out"
+done
+echo "--init-from refusals: a missing, an extra and a mis-shaped tensor, each named"
