@@ -79,7 +79,7 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
     }
   }
   for (const auto& f : m.files) {
-    const std::uint64_t chunks = (f.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
+    const std::uint64_t chunks = f.kind == FileKind::swap ? 0 : (f.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
     STRATA_CHECK(f.xxh3.size() == chunks, Errc::corrupt, "checkpoint manifest ", where, ": file ", f.name, " has ",
                  f.xxh3.size(), " checksums for ", chunks, " chunks");
   }
@@ -113,7 +113,16 @@ std::uint64_t Manifest::payload_bytes() const noexcept {
 
 std::string to_json(const Manifest& m) {
   json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"xxh3", f.xxh3}});
+  for (const auto& f : m.files) {
+    json e = {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}};
+    if (f.kind == FileKind::swap) {
+      e["kind"] = "swap";
+      e["table_xxh3"] = f.table_xxh3;
+    } else {
+      e["xxh3"] = f.xxh3;
+    }
+    files.push_back(e);
+  }
   json tensors = json::array();
   for (const auto& t : m.tensors) {
     json states;
@@ -164,7 +173,15 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
     const std::string ctx = "file " + e.name;
     e.rank = need<int>(f, "rank", where, ctx);
     e.bytes = need<std::uint64_t>(f, "bytes", where, ctx);
-    e.xxh3 = need<std::vector<std::uint64_t>>(f, "xxh3", where, ctx);
+    const std::string kind = f.contains("kind") ? need<std::string>(f, "kind", where, ctx) : "raw";
+    STRATA_CHECK(kind == "raw" || kind == "swap", Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
+                 " has kind '", kind, "' (raw or swap)");
+    if (kind == "swap") {
+      e.kind = FileKind::swap;
+      e.table_xxh3 = need<std::uint64_t>(f, "table_xxh3", where, ctx);
+    } else {
+      e.xxh3 = need<std::vector<std::uint64_t>>(f, "xxh3", where, ctx);
+    }
     STRATA_CHECK(e.name.find('/') == std::string::npos && !e.name.empty() && e.name[0] != '.', Errc::corrupt,
                  "checkpoint manifest ", where, ": file name '", e.name, "' is not a plain file name");
     m.files.push_back(std::move(e));

@@ -7,7 +7,12 @@
 // everything needed to read them back at any world size and stage:
 //   - format and version, the step, the world size, ZeRO stage and compute dtype it was
 //     saved with, the engine's and the trainer's own state (opaque JSON objects);
-//   - per file: its name, rank, byte size and one XXH3-64 per `chunk_bytes` chunk;
+//   - per file: its name, rank and kind. A "raw" file is written for the checkpoint: its
+//     byte size and one XXH3-64 per `chunk_bytes` chunk. A "swap" file is an optimizer swap
+//     file of the NVMe tier (io/swap_format.h: [master | exp_avg | exp_avg_sq] of one
+//     sub-group), hard-linked (or copied) into the checkpoint as it was: it carries its own
+//     per-block checksums, and the manifest pins them with the XXH3-64 of its checksum
+//     table; its size is its payload's, and segment offsets are payload offsets;
 //   - per tensor: its name, global shape and, per state (master, exp_avg, exp_avg_sq), the
 //     segments (file, byte offset, first element, element count) that tile it exactly.
 // A manifest is only accepted when its segments lie inside their files and tile every
@@ -44,11 +49,15 @@ struct TensorEntry {
   std::array<std::vector<Segment>, kStates> states;
 };
 
+enum class FileKind { raw, swap };
+
 struct FileEntry {
   std::string name;  // relative to the checkpoint directory
   int rank = 0;
-  std::uint64_t bytes = 0;
-  std::vector<std::uint64_t> xxh3;  // one per chunk_bytes chunk (the last may be shorter)
+  std::uint64_t bytes = 0;          // raw: the file's size; swap: its payload's
+  std::vector<std::uint64_t> xxh3;  // raw: one per chunk_bytes chunk (the last may be shorter)
+  FileKind kind = FileKind::raw;
+  std::uint64_t table_xxh3 = 0;  // swap: XXH3-64 of the file's checksum table
 };
 
 struct Manifest {

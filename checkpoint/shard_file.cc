@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/swap_format.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 
@@ -63,6 +64,63 @@ FileEntry ShardWriter::finish(const std::string& name, int rank) {
   return {name, rank, written_, sums_};
 }
 
+FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const std::string& name, int rank,
+                          bool* linked) {
+  const std::string to = dir + "/" + name;
+  *linked = ::link(from.c_str(), to.c_str()) == 0;
+  if (!*linked) {
+    const int link_err = errno;
+    STRATA_CHECK(link_err == EXDEV || link_err == EPERM || link_err == EMLINK || link_err == ENOTSUP, Errc::io,
+                 "checkpoint: linking swap file '", from, "' as '", to, "' failed: ", errno_text(link_err));
+    const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+    STRATA_CHECK(in >= 0, Errc::io, "checkpoint: cannot open swap file '", from, "': ", errno_text(errno));
+    const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+      const int err = errno;
+      ::close(in);
+      STRATA_THROW(Errc::io, "checkpoint: cannot create '", to, "': ", errno_text(err));
+    }
+    const off_t end = ::lseek(in, 0, SEEK_END);
+    off_t done = 0;
+    int err = 0;
+    while (done < end) {
+      const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(end - done), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        err = n < 0 ? errno : ENOSPC;
+        break;
+      }
+      done += n;
+    }
+    ::close(in);
+    ::close(out);
+    STRATA_CHECK(err == 0, Errc::io, "checkpoint: copying swap file '", from, "' to '", to, "' failed at byte ", done,
+                 ": ", errno_text(err), " (a full disk? free space; the previous checkpoint is kept)");
+  }
+  const int fd = ::open(to.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, Errc::io, "checkpoint: cannot open '", to, "': ", errno_text(errno));
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  const std::uint64_t size = end < 0 ? 0 : static_cast<std::uint64_t>(end);
+  std::vector<std::byte> head(io::kSwapHeaderBytes);
+  const std::uint64_t want = std::min<std::uint64_t>(size, io::kSwapHeaderBytes);
+  const bool head_ok = ::pread(fd, head.data(), want, 0) == static_cast<ssize_t>(want);
+  auto layout = io::decode_swap_header(head.data(), head_ok ? size : 0, to);
+  std::vector<std::uint64_t> table(layout.ok() ? layout->block_count : 0);
+  const bool table_ok =
+      layout.ok() && ::pread(fd, table.data(), table.size() * 8, static_cast<off_t>(layout->table_offset)) ==
+                         static_cast<ssize_t>(table.size() * 8);
+  ::close(fd);
+  STRATA_CHECK(table_ok, Errc::corrupt, "checkpoint: swap file '", from, "' cannot be taken into the checkpoint: ",
+               layout.ok() ? std::string("its checksum table cannot be read") : layout.status().message());
+  FileEntry e;
+  e.name = name;
+  e.rank = rank;
+  e.kind = FileKind::swap;
+  e.bytes = layout->payload_bytes;
+  e.table_xxh3 = XXH3_64bits(table.data(), table.size() * 8);
+  return e;
+}
+
 ShardReader::ShardReader(std::string dir, const Manifest& manifest) : dir_(std::move(dir)), m_(manifest) {}
 
 ShardReader::~ShardReader() {
@@ -77,15 +135,43 @@ ShardReader::Open& ShardReader::open(int file) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   STRATA_CHECK(fd >= 0, Errc::corrupt, "checkpoint '", dir_, "': shard file ", f.name,
                " cannot be opened: ", errno_text(errno), " (the checkpoint is incomplete; load another one)");
-  const off_t size = ::lseek(fd, 0, SEEK_END);
-  if (size < 0 || static_cast<std::uint64_t>(size) != f.bytes) {
-    ::close(fd);
-    STRATA_THROW(Errc::corrupt, "checkpoint '", dir_, "': shard file ", f.name, " holds ", size,
-                 " bytes but the manifest says ", f.bytes, " (truncated or replaced; load another checkpoint)");
-  }
-  Open& o = open_[file];
+  Open o;
   o.fd = fd;
-  return o;
+  try {
+    const off_t end = ::lseek(fd, 0, SEEK_END);
+    const std::uint64_t size = end < 0 ? 0 : static_cast<std::uint64_t>(end);
+    if (f.kind == FileKind::raw) {
+      STRATA_CHECK(size == f.bytes, Errc::corrupt, "checkpoint '", dir_, "': shard file ", f.name, " holds ", size,
+                   " bytes but the manifest says ", f.bytes, " (truncated or replaced; load another checkpoint)");
+      o.unit = m_.chunk_bytes;
+      o.chunks = f.xxh3.size();
+      o.sums = f.xxh3;
+    } else {
+      std::vector<std::byte> head(io::kSwapHeaderBytes);
+      const std::uint64_t want = std::min<std::uint64_t>(size, io::kSwapHeaderBytes);
+      STRATA_CHECK(::pread(fd, head.data(), want, 0) == static_cast<ssize_t>(want), Errc::io, "checkpoint '", dir_,
+                   "': reading the header of ", f.name, " failed: ", errno_text(errno));
+      auto layout = io::decode_swap_header(head.data(), size, path);
+      STRATA_CHECK(layout.ok(), Errc::corrupt, "checkpoint '", dir_, "': swap file ", f.name, ": ",
+                   layout.status().message(), " (load another checkpoint)");
+      STRATA_CHECK(layout->payload_bytes == f.bytes, Errc::corrupt, "checkpoint '", dir_, "': swap file ", f.name,
+                   " holds ", layout->payload_bytes, " payload bytes but the manifest says ", f.bytes);
+      o.sums.resize(layout->block_count);
+      const ssize_t t = ::pread(fd, o.sums.data(), layout->block_count * 8, static_cast<off_t>(layout->table_offset));
+      STRATA_CHECK(t == static_cast<ssize_t>(layout->block_count * 8) &&
+                       XXH3_64bits(o.sums.data(), layout->block_count * 8) == f.table_xxh3,
+                   Errc::corrupt, "checkpoint '", dir_, "': swap file ", f.name,
+                   "'s checksum table does not match the manifest (the file was replaced or damaged; load another "
+                   "checkpoint)");
+      o.unit = layout->spec.block_bytes;
+      o.data_offset = layout->data_offset;
+      o.chunks = layout->block_count;
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return open_[file] = std::move(o);
 }
 
 std::string ShardReader::holders(int file, std::uint64_t begin, std::uint64_t end) const {
@@ -107,19 +193,23 @@ const std::vector<char>& ShardReader::chunk(int file, std::uint64_t index, const
   Open& o = open(file);
   if (o.chunk == static_cast<std::int64_t>(index)) return o.data;
   const FileEntry& f = m_.files[static_cast<std::size_t>(file)];
-  const std::uint64_t begin = index * m_.chunk_bytes, end = std::min(f.bytes, begin + m_.chunk_bytes);
+  const std::uint64_t begin = index * o.unit, end = std::min(f.bytes, begin + o.unit);
+  STRATA_CHECK(index < o.chunks && begin < end, Errc::corrupt, "checkpoint '", dir_, "': ", f.name,
+               " has no chunk ", index);
   o.chunk = -1;
   o.data.resize(end - begin);
+  const std::uint64_t at = o.data_offset + begin;  // raw files: data_offset is 0
   std::size_t done = 0;
   while (done < o.data.size()) {
-    const ssize_t n = ::pread(o.fd, o.data.data() + done, o.data.size() - done, static_cast<off_t>(begin + done));
+    const ssize_t n = ::pread(o.fd, o.data.data() + done, o.data.size() - done, static_cast<off_t>(at + done));
     if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK(n > 0, Errc::io, "checkpoint '", dir_, "': reading ", f.name, " at byte ", begin + done,
+    STRATA_CHECK(n > 0, Errc::io, "checkpoint '", dir_, "': reading ", f.name, " at byte ", at + done,
                  " failed: ", n < 0 ? errno_text(errno) : std::string("unexpected end of file"));
     done += static_cast<std::size_t>(n);
   }
-  const std::uint64_t sum = XXH3_64bits(o.data.data(), o.data.size());
-  STRATA_CHECK(sum == f.xxh3[index], Errc::corrupt, "checkpoint '", dir_, "': ", f.name, " chunk ", index, " (bytes ",
+  const std::uint64_t sum = f.kind == FileKind::raw ? XXH3_64bits(o.data.data(), o.data.size())
+                                                    : io::block_checksum(o.data.data(), o.data.size(), index);
+  STRATA_CHECK(sum == o.sums[index], Errc::corrupt, "checkpoint '", dir_, "': ", f.name, " chunk ", index, " (bytes ",
                begin, "-", end, ") fails its XXH3 checksum while reading ", what, "; the chunk holds ",
                holders(file, begin, end), ". The file is corrupted: load an earlier checkpoint");
   o.chunk = static_cast<std::int64_t>(index);
@@ -129,7 +219,8 @@ const std::vector<char>& ShardReader::chunk(int file, std::uint64_t index, const
 void ShardReader::read(int file, std::uint64_t offset, std::uint64_t bytes, void* out, const std::string& what) {
   char* dst = static_cast<char*>(out);
   while (bytes > 0) {
-    const std::uint64_t index = offset / m_.chunk_bytes, within = offset % m_.chunk_bytes;
+    const std::uint64_t unit = open(file).unit;
+    const std::uint64_t index = offset / unit, within = offset % unit;
     const auto& data = chunk(file, index, what);
     const std::uint64_t take = std::min<std::uint64_t>(bytes, data.size() - within);
     std::memcpy(dst, data.data() + within, take);
@@ -155,7 +246,7 @@ void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem,
 
 void ShardReader::verify_all() {
   for (std::size_t f = 0; f < m_.files.size(); ++f) {
-    const std::uint64_t chunks = m_.files[f].xxh3.size();
+    const std::uint64_t chunks = open(static_cast<int>(f)).chunks;
     for (std::uint64_t c = 0; c < chunks; ++c) chunk(static_cast<int>(f), c, "the whole checkpoint (verify)");
   }
 }

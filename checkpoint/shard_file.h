@@ -7,10 +7,12 @@
 // the unfinished checkpoint, so a failed save never leaves a file a manifest names.
 //
 // ShardReader: reads byte ranges of a checkpoint's files. Sizes are checked against the
-// manifest when a file is first opened (a truncated file is named with both sizes), and
-// every chunk a read touches is verified before any of its bytes are used: a mismatch
-// throws Errc::corrupt naming the file, the chunk, its byte range and what was being read.
-// It keeps the last chunk of each file, so reading a file in order reads each chunk once.
+// manifest when a file is first opened (a truncated file is named with both sizes; a swap
+// file's header is decoded and its checksum table matched against the manifest), and every
+// chunk (a swap file's block) a read touches is verified before any of its bytes are used:
+// a mismatch throws Errc::corrupt naming the file, the chunk, its byte range and what was
+// being read. It keeps the last chunk of each file, so reading a file in order reads each
+// chunk once.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +47,13 @@ class ShardWriter {
   std::vector<std::uint64_t> sums_;
 };
 
+// A sealed optimizer swap file of the NVMe tier taken into a checkpoint as dir/name:
+// hard-linked when dir is on its filesystem (no byte moves), else copied inside the kernel
+// (copy_file_range: nothing passes through user memory). Returns its manifest entry (the
+// payload size and the XXH3 of its checksum table, read from the file); *linked says which.
+FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const std::string& name, int rank,
+                          bool* linked);
+
 class ShardReader {
  public:
   ShardReader(std::string dir, const Manifest& manifest);
@@ -65,6 +74,10 @@ class ShardReader {
     int fd = -1;
     std::int64_t chunk = -1;  // index of the chunk held in `data`
     std::vector<char> data;
+    std::uint64_t unit = 0;        // chunk (raw) or block (swap) bytes
+    std::uint64_t data_offset = 0;  // swap: where the payload starts
+    std::uint64_t chunks = 0;
+    std::vector<std::uint64_t> sums;  // per chunk: the manifest's (raw) or the file's table (swap)
   };
   Open& open(int file);
   const std::vector<char>& chunk(int file, std::uint64_t index, const std::string& what);

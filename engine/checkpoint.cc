@@ -8,6 +8,7 @@
 // them, and are rebuilt from them on load.
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -100,7 +101,99 @@ int Engine::Impl::first_failure(bool ok) {
   return -1;
 }
 
-SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, int keep) {
+// This rank's part of a save of `step`: its shard file (and the NVMe tier's sealed swap
+// files, linked) in the staging directory, described by a partial manifest (JSON text).
+std::string Engine::Impl::write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
+                                     bool link_nvme, SaveResult& counts) {
+  const Layout& lay = *layout;
+  checkpoint::Manifest part;
+  part.step = step;
+  part.world_size = world;
+  part.zero_stage = cfg.zero.stage;
+  part.compute_dtype = dtype_name(cdt);
+  part.engine_state = engine_state_json();
+  part.trainer_state = trainer_state;
+  for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
+  const std::string name = rank_file_name(rank);
+  part.files.emplace_back();  // the shard file, described when finished
+  checkpoint::ShardWriter w(staging + "/" + name, part.chunk_bytes);
+  std::vector<float> st[checkpoint::kStates];
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const int l = static_cast<int>(li);
+    const auto& L = lay.layers()[li];
+    if (layers[li].opt_tier == Tier::nvme && link_nvme) {
+      // The sealed generation's files join the checkpoint as they are; segments point into
+      // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements).
+      const auto sealed = swapper->sealed_files(static_cast<std::size_t>(layers[li].swap_index));
+      const int first = static_cast<int>(part.files.size());
+      for (const auto& f : sealed) {
+        bool linked = false;
+        const std::string fname = str_cat(name.substr(0, name.size() - 4), ".", std::filesystem::path(f.path).filename().string());
+        part.files.push_back(checkpoint::adopt_swap_file(f.path, staging, fname, rank, &linked));
+        (linked ? counts.nvme_linked_bytes : counts.nvme_copied_bytes) += part.files.back().bytes;
+      }
+      for (int s = 0; s < checkpoint::kStates; ++s) {
+        for (const auto& pc : pieces(l, false)) {
+          for_each_param_range(lay, L, pc.index, pc.pos, pc.len, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+            for (std::size_t c = 0; c < sealed.size(); ++c) {
+              const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
+              const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
+              if (lo >= hi) continue;
+              const std::uint64_t at = (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
+              part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
+            }
+          });
+        }
+      }
+      continue;
+    }
+    for (auto& v : st) v.resize(opt_elems(l));
+    read_opt_state(l, st[0].data(), st[1].data(), st[2].data());
+    for (int s = 0; s < checkpoint::kStates; ++s) {
+      for (const auto& pc : pieces(l, false)) {
+        for_each_param_range(lay, L, pc.index, pc.pos, pc.len,
+                             [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                               const auto off = w.append(st[s].data() + index, count * 4);
+                               part.tensors[pi].states[s].push_back({0, off, elem, count});
+                             });
+      }
+    }
+  }
+  part.files[0] = w.finish(name, rank);
+  counts.bytes += part.files[0].bytes;
+  return checkpoint::to_json(part);
+}
+
+// Every rank's part to rank 0 (length, then text), which merges and commits them.
+std::string Engine::Impl::commit_parts(const std::string& root, const std::string& part_text, int keep) {
+  if (rank != 0) {
+    const std::uint64_t n = part_text.size();
+    comm->send(&n, sizeof n, 0, 71);
+    comm->send(part_text.data(), n, 0, 72);
+    return {};
+  }
+  std::vector<checkpoint::Manifest> parts;
+  parts.push_back(checkpoint::parse_manifest(part_text, "rank 0's part", true));
+  for (int r = 1; r < world; ++r) {
+    std::uint64_t n = 0;
+    comm->recv(&n, sizeof n, r, 71);
+    std::string text(n, '\0');
+    comm->recv(text.data(), n, r, 72);
+    parts.push_back(checkpoint::parse_manifest(text, str_cat("rank ", r, "'s part"), true));
+  }
+  return checkpoint::commit_save(root, checkpoint::merge_parts(parts), keep);
+}
+
+void Engine::Impl::sum_over_ranks(std::vector<std::uint64_t>& values) {
+  if (comm == nullptr || world == 1) return;
+  std::vector<std::uint64_t> all(values.size() * static_cast<std::size_t>(world));
+  comm->all_gather(values.data(), all.data(), values.size() * 2, DType::fp32);  // 8-byte values as two fp32 words
+  std::fill(values.begin(), values.end(), 0);
+  for (std::size_t i = 0; i < all.size(); ++i) values[i % values.size()] += all[i];
+}
+
+SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state,
+                                   const SaveOptions& opts) {
   auto& I = *impl_;
   I.require_setup("save_checkpoint");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
@@ -128,68 +221,17 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   phase([&] {
     if (I.rank == 0) checkpoint::prepare_save(root, step);
   });
-  std::string part_text;
-  std::uint64_t my_bytes = 0;
-  phase([&] {
-    const Layout& lay = *I.layout;
-    checkpoint::Manifest part;
-    part.step = step;
-    part.world_size = I.world;
-    part.zero_stage = I.cfg.zero.stage;
-    part.compute_dtype = dtype_name(I.cdt);
-    part.engine_state = I.engine_state_json();
-    part.trainer_state = trainer_state;
-    for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
-    const std::string name = rank_file_name(I.rank);
-    checkpoint::ShardWriter w(checkpoint::staging_dir(root, step) + "/" + name, part.chunk_bytes);
-    std::vector<float> st[checkpoint::kStates];
-    for (std::size_t li = 0; li < I.layers.size(); ++li) {
-      const int l = static_cast<int>(li);
-      for (auto& v : st) v.resize(I.opt_elems(l));
-      I.read_opt_state(l, st[0].data(), st[1].data(), st[2].data());
-      for (int s = 0; s < checkpoint::kStates; ++s) {
-        for (const auto& pc : I.pieces(l, false)) {
-          for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
-                               [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                                 const auto off = w.append(st[s].data() + index, count * 4);
-                                 part.tensors[pi].states[s].push_back({0, off, elem, count});
-                               });
-        }
-      }
-    }
-    part.files.push_back(w.finish(name, I.rank));
-    my_bytes = part.files[0].bytes;
-    part_text = checkpoint::to_json(part);
-  });
   SaveResult out;
   out.step = step;
+  std::string part_text;
+  phase([&] { part_text = I.write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
   out.dir = root + "/" + checkpoint::step_dir_name(step);
-  phase([&] {
-    // Every rank's part to rank 0 (length, then text), which merges and commits them.
-    if (I.rank != 0) {
-      const std::uint64_t n = part_text.size();
-      I.comm->send(&n, sizeof n, 0, 71);
-      I.comm->send(part_text.data(), n, 0, 72);
-      return;
-    }
-    std::vector<checkpoint::Manifest> parts;
-    parts.push_back(checkpoint::parse_manifest(part_text, "rank 0's part", true));
-    for (int r = 1; r < I.world; ++r) {
-      std::uint64_t n = 0;
-      I.comm->recv(&n, sizeof n, r, 71);
-      std::string text(n, '\0');
-      I.comm->recv(text.data(), n, r, 72);
-      parts.push_back(checkpoint::parse_manifest(text, str_cat("rank ", r, "'s part"), true));
-    }
-    out.dir = checkpoint::commit_save(root, checkpoint::merge_parts(parts), keep);
-  });
-  out.bytes = my_bytes;
-  if (I.comm != nullptr && I.world > 1) {
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(I.world));
-    I.comm->all_gather(&my_bytes, all.data(), 2, DType::fp32);  // 8 bytes as two fp32 words
-    out.bytes = 0;
-    for (auto b : all) out.bytes += b;
-  }
+  phase([&] { I.commit_parts(root, part_text, opts.keep); });
+  std::vector<std::uint64_t> totals = {out.bytes, out.nvme_linked_bytes, out.nvme_copied_bytes};
+  I.sum_over_ranks(totals);
+  out.bytes = totals[0];
+  out.nvme_linked_bytes = totals[1];
+  out.nvme_copied_bytes = totals[2];
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -88,12 +88,21 @@ struct IoStats {
   double step_seconds = 0;  // begin_step() to the end of step()
 };
 
-// What save_checkpoint() wrote (engine/checkpoint.cc).
+struct SaveOptions {
+  int keep = 0;  // the newest checkpoints kept under the root (0: all)
+  // Optimizer state on NVMe: hard-link its sealed swap files into the checkpoint (copied in
+  // the kernel across filesystems); false: read it through host memory into the shard file.
+  bool link_nvme = true;
+};
+
+// What save_checkpoint() wrote (engine/checkpoint.cc); byte counts of every rank together.
 struct SaveResult {
-  std::string dir;          // the committed step directory
-  std::int64_t step = 0;    // step() calls so far (the directory's number)
-  std::uint64_t bytes = 0;  // shard bytes of every rank together
-  double seconds = 0;       // wall time of the whole save, commit included
+  std::string dir;        // the committed step directory
+  std::int64_t step = 0;  // step() calls so far (the directory's number)
+  std::uint64_t bytes = 0;              // written to shard files
+  std::uint64_t nvme_linked_bytes = 0;  // NVMe optimizer state hard-linked (no bytes moved)
+  std::uint64_t nvme_copied_bytes = 0;  // NVMe optimizer state copied file to file (another filesystem)
+  double seconds = 0;                   // wall time of the whole save, commit included
 };
 
 struct EngineOptions {
@@ -162,10 +171,11 @@ class Engine {
   // save_checkpoint writes every rank's shards of the fp32 master weights and optimizer
   // moments, unpadded, with the step counters and loss-scaler state, under root/step-N
   // (N = step() calls so far), commits it atomically, points root/latest at it and keeps
-  // the newest `keep` (0: all). trainer_state is a JSON object stored as is (the data
-  // position, seeds). A failure on any rank fails it on every rank and leaves the previous
-  // checkpoint latest.
-  SaveResult save_checkpoint(const std::string& root, const std::string& trainer_state = "{}", int keep = 0);
+  // the newest options.keep. Optimizer state on NVMe is linked, not copied (SaveOptions).
+  // trainer_state is a JSON object stored as is (the data position, seeds). A failure on
+  // any rank fails it on every rank and leaves the previous checkpoint latest.
+  SaveResult save_checkpoint(const std::string& root, const std::string& trainer_state = "{}",
+                             const SaveOptions& options = {});
   // load_checkpoint reads a checkpoint (root: the one `latest` names; or a step directory)
   // saved at any world size, stage or placement: each rank takes its shards of every
   // tensor's master weights and moments, its compute-dtype parameters are rebuilt from the

@@ -3,6 +3,7 @@
 #include "offload/optimizer_swapper.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +67,20 @@ struct OptimizerSwapper::Impl {
   std::string where(const Chunk& c) const {
     return str_cat("optimizer state of ", tensors[c.tensor].name, " (sub-group ", c.index, ", elements [", c.offset,
                    ", ", c.offset + c.elems, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
+  }
+  // A generation file that a checkpoint has hard-linked gets a new inode under its path
+  // before it is written, so the checkpoint keeps its bytes (its blocks stay reserved).
+  void unshare(Chunk& c, int gen) {
+    struct stat st {};
+    if (::stat(c.path[gen].c_str(), &st) != 0 || st.st_nlink <= 1) return;
+    const auto spec = c.file[gen]->layout().spec;
+    c.file[gen].reset();
+    STRATA_CHECK(::unlink(c.path[gen].c_str()) == 0, Errc::io, "optimizer swapper: cannot replace '", c.path[gen],
+                 "' (linked by a checkpoint): ", errno_text(errno));
+    auto f = io::SwapFile::create(*sio.engine, c.path[gen], spec);
+    STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
+    detail::reserve_blocks(c.path[gen], f->layout().file_bytes, "NVMe tier");
+    c.file[gen] = std::make_unique<io::SwapFile>(std::move(*f));
   }
   SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
     float* base = b.as<float>();
@@ -180,6 +195,7 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
 void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
   auto& I = *impl_;
   const int rd = I.current, wr = 1 - I.current;
+  for (auto& c : I.chunks) I.unshare(c, wr);
   struct Pending {
     std::size_t chunk;
     int buffer;
@@ -286,6 +302,16 @@ std::uint64_t OptimizerSwapper::file_bytes() const noexcept {
     for (const auto& f : c.file) n += f ? f->layout().file_bytes : 0;
   }
   return n;
+}
+
+std::vector<OptimizerSwapper::SealedFile> OptimizerSwapper::sealed_files(std::size_t tensor) const {
+  const auto& I = *impl_;
+  std::vector<SealedFile> out;
+  for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
+    const Chunk& c = I.chunks[ci];
+    out.push_back({c.path[I.current], c.offset, c.elems});
+  }
+  return out;
 }
 
 std::string OptimizerSwapper::file_of(std::size_t tensor, std::uint64_t elem) const {

@@ -92,6 +92,15 @@ class OptimizerSwapper {
   const std::string& dir() const noexcept;
   // The current generation's swap file of the sub-group holding `elem` of `tensor`.
   std::string file_of(std::size_t tensor, std::uint64_t elem) const;
+  // The current generation's swap files of `tensor`, one per sub-group, in element order.
+  // Between steps they are sealed: a checkpoint may hard-link them. step() never writes into
+  // a file that has another link: it replaces such a file (same path, new inode) first, so
+  // the linked copy keeps the state it had.
+  struct SealedFile {
+    std::string path;
+    std::uint64_t offset = 0, elems = 0;  // the tensor's elements it holds
+  };
+  std::vector<SealedFile> sealed_files(std::size_t tensor) const;
   SwapperStats stats() const noexcept;
 
   // The smallest budget that fits one buffer for these tensors and options.

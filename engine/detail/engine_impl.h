@@ -240,6 +240,10 @@ struct Engine::Impl {
   // (its own error, or one naming `what` and the failing rank).
   void all_or_nothing(const std::function<void()>& fn, const std::string& what,
                       const std::function<void()>& on_failure = {});
+  std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
+                         bool link_nvme, SaveResult& counts);
+  std::string commit_parts(const std::string& root, const std::string& part_text, int keep);
+  void sum_over_ranks(std::vector<std::uint64_t>& values);  // collective, elementwise
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
   void load_layers(const StateReader& read, bool moments);
   std::size_t opt_elems(int li) const {

@@ -9,6 +9,8 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
 #include "runtime/core/error.h"
+#include "models/mlp.h"
+#include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
@@ -81,6 +83,44 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
   CHECK(c.step_numbers == std::vector<std::int64_t>{4, 5});
   for (double l : c.losses) CHECK(std::isfinite(l));
   CHECK(c.params != a.params);
+}
+
+TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved while training goes on",
+          "[checkpoint]") {
+  TempDir dir("engine-ckpt");
+  device::DeviceOptions d;
+  d.budget_bytes = std::uint64_t{64} << 20;
+  auto dev = device::Device::create(d);
+  engine::EngineOptions eo;
+  eo.config = mlp_config(2, 1, DType::bf16);
+  eo.config.offload_optimizer.device = engine::OffloadDevice::nvme;
+  eo.config.offload_optimizer.nvme_path = dir.file("nvme");
+  eo.config.zero.sub_group_size = 1000;  // several swap files per layer
+  eo.device = dev.get();
+  engine::Engine engine(eo);
+  model::Mlp mlp(engine, {3, 40, 0, 7});
+  engine.setup();
+  for (int s = 0; s < 2; ++s) mlp.train_step(s);
+  const auto linked = engine.save_checkpoint(dir.file("linked"));
+  engine::SaveOptions copy;
+  copy.link_nvme = false;
+  const auto copied = engine.save_checkpoint(dir.file("copied"), "{}", copy);
+  CHECK(linked.nvme_linked_bytes > 0);
+  CHECK(linked.nvme_copied_bytes == 0);
+  CHECK(copied.nvme_linked_bytes == 0);
+  CHECK(copied.bytes > linked.bytes);  // the state went through host memory into the shard file
+  const auto saved = contents(dir.file("copied"));
+  CHECK(contents(dir.file("linked")) == saved);
+  int swap_files = 0;
+  for (const auto& f : checkpoint::open_checkpoint(dir.file("linked")).manifest.files)
+    swap_files += f.kind == checkpoint::FileKind::swap;
+  CHECK(swap_files >= 6);
+  // Both swap-file generations are rewritten: the linked ones get new inodes first.
+  for (int s = 2; s < 5; ++s) mlp.train_step(s);
+  CHECK(contents(dir.file("linked")) == saved);
+  const auto o = checkpoint::open_checkpoint(dir.file("linked"));
+  checkpoint::ShardReader(o.dir, o.manifest).verify_all();
+  CHECK(contents(engine.save_checkpoint(dir.file("later")).dir) != saved);
 }
 
 TEST_CASE("loading a checkpoint of another model names the tensor", "[checkpoint]") {

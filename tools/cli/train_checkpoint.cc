@@ -90,10 +90,16 @@ void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::i
   const bool last = s + 1 == steps;
   if (!last && (save_every_ <= 0 || (s + 1) % save_every_ != 0)) return;
   const std::string state = nlohmann::json{{"next_step", s + 1}, {"seed", seed_}}.dump();
-  const auto r = engine.save_checkpoint(save_dir_, state, keep_);
+  engine::SaveOptions so;
+  so.keep = keep_;
+  const auto r = engine.save_checkpoint(save_dir_, state, so);
   if (engine.rank() == 0) {
-    std::printf("           checkpoint: %s (%s in %.3f s, %.2f GB/s)\n", r.dir.c_str(), format_bytes(r.bytes).c_str(),
-                r.seconds, r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0);
+    std::string nvme;
+    if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
+    if (r.nvme_copied_bytes) nvme += str_cat(", NVMe state copied: ", format_bytes(r.nvme_copied_bytes));
+    std::printf("           checkpoint: %s (%s written in %.3f s, %.2f GB/s%s)\n", r.dir.c_str(),
+                format_bytes(r.bytes).c_str(), r.seconds,
+                r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0, nvme.c_str());
     std::fflush(stdout);
   }
 }
