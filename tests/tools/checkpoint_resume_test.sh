@@ -8,6 +8,7 @@
 # `strata checkpoint verify` passes on every checkpoint written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-resume
+py=/usr/bin/python3
 data="$(dirname "$0")/../../README.md"
 mlp=(--model mlp --layers 3 --hidden 48 --seed 5 --device host)
 gpt=(--model gpt --layers 2 --heads 2 --d-model 32 --seq-len 16 --data "$data" --seed 5 --device host)
@@ -81,3 +82,13 @@ grep -q "resume latest needs --save-dir" <<<"$out" || fail "unclear: $out"
 out=$("$strata" train "${mlp[@]}" --config "$dir/mlp-w1-ref.json" --steps 4 --resume "$dir/nothing" 2>&1) && fail "a missing checkpoint was accepted"
 grep -q "is not a directory" <<<"$out" || fail "unclear: $out"
 echo "refusals: another seed, another model, --resume latest without --save-dir, a missing directory"
+
+# strata bench checkpoint: linked and copied saves of the same NVMe state; the copy moves
+# exactly the state's bytes (master, exp_avg, exp_avg_sq of every parameter).
+j=$("$strata" bench checkpoint --dir "$dir/bench" --layers 2 --hidden 256 --iters 1 --json)
+"$py" -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert j["state_bytes"] == 2 * (256 * 256 + 256) * 12 == j["copied_bytes"], j
+assert j["link_seconds"] > 0 and j["copy_seconds"] > 0, j' "$j" || fail "bench checkpoint: $j"
+[ ! -e "$dir/bench" ] || [ -z "$(ls -A "$dir/bench")" ] || fail "bench checkpoint left files in its directory"
+echo "bench checkpoint: the copy moved the state's $((2 * (256 * 256 + 256) * 12)) bytes"
