@@ -228,6 +228,12 @@ Manifest merge_parts(const std::vector<Manifest>& parts) {
   return m;
 }
 
+std::string shard_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank%05d.bin", rank);
+  return buf;
+}
+
 std::string step_dir_name(std::int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%08" PRId64, step);

@@ -85,6 +85,8 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
 // re-pointed at them. Every part must list the same tensors in the same order.
 Manifest merge_parts(const std::vector<Manifest>& parts);
 
+// "rank00003.bin": rank 3's shard file.
+std::string shard_file_name(int rank);
 // "step-00000012"
 std::string step_dir_name(std::int64_t step);
 // The step of a "step-NNNNNNNN" name, or -1.

@@ -40,12 +40,6 @@ void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t i
   }
 }
 
-std::string rank_file_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank%05d.bin", rank);
-  return buf;
-}
-
 }  // namespace
 
 std::vector<Engine::Impl::Piece> Engine::Impl::pieces(int li, bool whole) const {
@@ -101,10 +95,12 @@ int Engine::Impl::first_failure(bool ok) {
   return -1;
 }
 
-// This rank's part of a save of `step`: its shard file (and the NVMe tier's sealed swap
-// files, linked) in the staging directory, described by a partial manifest (JSON text).
-std::string Engine::Impl::write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                                     bool link_nvme, SaveResult& counts) {
+// This rank's part of a save of `step`, described by a partial manifest whose file 0 is
+// the rank's shard file: its bytes go to `append` in file order (returning their offset);
+// the NVMe tier's sealed swap files are linked into the staging directory as they are.
+checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::int64_t step,
+                                              const std::string& trainer_state, bool link_nvme, SaveResult& counts,
+                                              const Appender& append) {
   const Layout& lay = *layout;
   checkpoint::Manifest part;
   part.step = step;
@@ -114,9 +110,8 @@ std::string Engine::Impl::write_part(const std::string& staging, std::int64_t st
   part.engine_state = engine_state_json();
   part.trainer_state = trainer_state;
   for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
-  const std::string name = rank_file_name(rank);
+  const std::string name = checkpoint::shard_file_name(rank);
   part.files.emplace_back();  // the shard file, described when finished
-  checkpoint::ShardWriter w(staging + "/" + name, part.chunk_bytes);
   std::vector<float> st[checkpoint::kStates];
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const int l = static_cast<int>(li);
@@ -153,12 +148,35 @@ std::string Engine::Impl::write_part(const std::string& staging, std::int64_t st
       for (const auto& pc : pieces(l, false)) {
         for_each_param_range(lay, L, pc.index, pc.pos, pc.len,
                              [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                               const auto off = w.append(st[s].data() + index, count * 4);
+                               const auto off = append(st[s].data() + index, count * 4);
                                part.tensors[pi].states[s].push_back({0, off, elem, count});
                              });
       }
     }
   }
+  return part;
+}
+
+std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
+  const Layout& lay = *layout;
+  std::uint64_t elems = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    if (layers[li].opt_tier == Tier::nvme && link_nvme) continue;
+    for (const auto& pc : pieces(static_cast<int>(li), false)) {
+      for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+                           [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });
+    }
+  }
+  return elems * 4 * checkpoint::kStates;
+}
+
+// The synchronous form: the shard file written as build_part produces it.
+std::string Engine::Impl::write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
+                                     bool link_nvme, SaveResult& counts) {
+  const std::string name = checkpoint::shard_file_name(rank);
+  checkpoint::ShardWriter w(staging + "/" + name, checkpoint::kDefaultChunkBytes);
+  auto part = build_part(staging, step, trainer_state, link_nvme, counts,
+                         [&](const void* data, std::uint64_t bytes) { return w.append(data, bytes); });
   part.files[0] = w.finish(name, rank);
   counts.bytes += part.files[0].bytes;
   return checkpoint::to_json(part);
@@ -207,8 +225,9 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
     STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
                  trainer_state.substr(0, 80), "'");
   }
-  const auto t0 = std::chrono::steady_clock::now();
   synchronize();  // parameter write-backs and reductions have landed
+  I.poll_save(true);  // one save at a time
+  const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t step = I.step_calls;
   // Each phase ends with every rank knowing whether every rank succeeded, so all fail
   // together and rank 0 removes the unfinished save.
@@ -223,6 +242,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   });
   SaveResult out;
   out.step = step;
+  if (opts.async && I.start_async_save(root, step, trainer_state, opts, out)) return out;
   std::string part_text;
   phase([&] { part_text = I.write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
   out.dir = root + "/" + checkpoint::step_dir_name(step);
@@ -294,6 +314,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
+  I.poll_save(true);
   std::string trainer;
   I.all_or_nothing(
       [&] {

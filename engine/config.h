@@ -93,6 +93,7 @@ struct CheckpointConfig {
   std::string save_dir;        // empty: no saving
   std::int64_t save_every = 0;  // steps between saves; 0: only after the last step
   int keep = 0;                 // newest checkpoints kept; 0: all
+  bool async = false;           // write in the background (SaveOptions::async)
 };
 
 struct EngineConfig {

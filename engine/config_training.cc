@@ -224,6 +224,7 @@ void read_checkpoint(ObjectReader& top, EngineConfig& config) {
   r.read_int("save_every", 0, std::numeric_limits<std::int64_t>::max(), "a step count >= 0 (0: after the last step)",
              config.checkpoint.save_every);
   r.read_int("keep", 0, 1 << 20, "a count >= 0 (0 keeps every checkpoint)", config.checkpoint.keep);
+  r.read_bool("async", config.checkpoint.async);
   for (const char* key : {"tag_validation", "load_universal", "use_node_local_storage", "parallel_write"}) r.notice(key);
 }
 

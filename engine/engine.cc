@@ -23,6 +23,7 @@ Engine::Engine(const EngineOptions& options) {
 Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   auto& I = *impl_;
+  I.drop_pending_save();
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
   I.settle({I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(), I.dev_stream.get()},

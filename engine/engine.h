@@ -93,6 +93,10 @@ struct SaveOptions {
   // Optimizer state on NVMe: hard-link its sealed swap files into the checkpoint (copied in
   // the kernel across filesystems); false: read it through host memory into the shard file.
   bool link_nvme = true;
+  // Return once the state is staged (host memory within the host budget; NVMe state
+  // linked) and write it while training goes on; it is committed at the end of a later
+  // step() once every rank's writes have landed (engine/checkpoint_async.cc).
+  bool async = false;
 };
 
 // What save_checkpoint() wrote (engine/checkpoint.cc); byte counts of every rank together.
@@ -103,6 +107,12 @@ struct SaveResult {
   std::uint64_t nvme_linked_bytes = 0;  // NVMe optimizer state hard-linked (no bytes moved)
   std::uint64_t nvme_copied_bytes = 0;  // NVMe optimizer state copied file to file (another filesystem)
   double seconds = 0;                   // wall time of the whole save, commit included
+  // Asynchronous saves: save_checkpoint returns committed = false and `seconds` the time
+  // training was held up; finished_checkpoints() reports the outcome (seconds: the whole
+  // save), committed, or not with the error.
+  bool async = false;
+  bool committed = true;
+  std::string error;
 };
 
 struct EngineOptions {
@@ -176,6 +186,12 @@ class Engine {
   // any rank fails it on every rank and leaves the previous checkpoint latest.
   SaveResult save_checkpoint(const std::string& root, const std::string& trainer_state = "{}",
                              const SaveOptions& options = {});
+  // Asynchronous saves that finished since the last call (committed, or failed with the
+  // previous checkpoint still latest), oldest first.
+  std::vector<SaveResult> finished_checkpoints();
+  // Collective: waits for a pending asynchronous save and commits it (a failure is reported
+  // through finished_checkpoints(), not thrown). Call it before the end of training.
+  void wait_checkpoint();
   // load_checkpoint reads a checkpoint (root: the one `latest` names; or a step directory)
   // saved at any world size, stage or placement: each rank takes its shards of every
   // tensor's master weights and moments, its compute-dtype parameters are rebuilt from the

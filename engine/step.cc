@@ -302,6 +302,7 @@ StepResult Engine::step() {
   result.step = I.steps_taken;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
+  I.poll_save(false);  // an asynchronous checkpoint commits once every rank's writes landed
   return result;
 }
 

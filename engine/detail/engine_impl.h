@@ -4,12 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <thread>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/gather_trace.h"
 #include "offload/optimizer_swapper.h"
@@ -240,10 +243,38 @@ struct Engine::Impl {
   // (its own error, or one naming `what` and the failing rank).
   void all_or_nothing(const std::function<void()>& fn, const std::string& what,
                       const std::function<void()>& on_failure = {});
+  using Appender = std::function<std::uint64_t(const void* data, std::uint64_t bytes)>;
+  checkpoint::Manifest build_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
+                                  bool link_nvme, SaveResult& counts, const Appender& append);
+  std::uint64_t shard_file_bytes(bool link_nvme) const;  // what build_part appends
   std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
                          bool link_nvme, SaveResult& counts);
   std::string commit_parts(const std::string& root, const std::string& part_text, int keep);
   void sum_over_ranks(std::vector<std::uint64_t>& values);  // collective, elementwise
+  // checkpoint_async.cc: a save being written in the background (SaveOptions::async).
+  struct PendingSave {
+    std::string root;
+    int keep = 0;
+    checkpoint::Manifest part;  // file 0 described when the writer is done
+    std::vector<char> staging;  // the shard file's bytes, charged to the host tier
+    std::uint64_t charged = 0;
+    std::thread writer;
+    std::atomic<bool> done{false};
+    std::exception_ptr error;  // the writer's
+    checkpoint::FileEntry file;
+    SaveResult result;
+    std::chrono::steady_clock::time_point t0;
+  };
+  std::unique_ptr<PendingSave> pending_save;
+  std::vector<SaveResult> finished_saves;
+  // Collective. Stages a save and starts its writer; false (on every rank) when some rank's
+  // staging does not fit the host budget: the caller saves synchronously.
+  bool start_async_save(const std::string& root, std::int64_t step, const std::string& trainer_state,
+                        const SaveOptions& opts, SaveResult& out);
+  // Collective. Commits the pending save once every rank's writer is done (wait: waits for
+  // them) or abandons it when one failed; the outcome goes to finished_saves.
+  void poll_save(bool wait);
+  void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
   void load_layers(const StateReader& read, bool moments);
   std::size_t opt_elems(int li) const {

@@ -5,6 +5,7 @@
 // step counter. A checkpoint of another model is refused by name.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
@@ -13,6 +14,7 @@
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::test {
@@ -121,6 +123,59 @@ TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved w
   const auto o = checkpoint::open_checkpoint(dir.file("linked"));
   checkpoint::ShardReader(o.dir, o.manifest).verify_all();
   CHECK(contents(engine.save_checkpoint(dir.file("later")).dir) != saved);
+}
+
+TEST_CASE("an asynchronous save that fails is reported, training goes on and latest stays", "[checkpoint]") {
+  TempDir dir("engine-ckpt");
+  device::DeviceOptions d;
+  d.budget_bytes = std::uint64_t{64} << 20;
+  auto dev = device::Device::create(d);
+  engine::EngineOptions eo;
+  eo.config = mlp_config(1, 1, DType::bf16);
+  eo.config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  eo.device = dev.get();
+  engine::Engine engine(eo);
+  model::Mlp mlp(engine, {3, 128, 0, 7});
+  engine.setup();
+  mlp.train_step(0);
+  const auto good = engine.save_checkpoint(dir.file("ck"));
+  engine::SaveOptions async;
+  async.async = true;
+  const auto host_before = engine.memory().host.used_bytes;
+  {
+    FileSizeLimit limit(64 * 1024);  // the shard file (600 KiB) does not fit
+    const auto r = engine.save_checkpoint(dir.file("ck"), "{}", async);
+    CHECK(r.async);
+    CHECK_FALSE(r.committed);
+    engine.wait_checkpoint();
+  }
+  const auto done = engine.finished_checkpoints();
+  REQUIRE(done.size() == 1);
+  CHECK_FALSE(done[0].committed);
+  CHECK_THAT(done[0].error, Catch::Contains("rank00000.bin': writing") && Catch::Contains("a full disk?"));
+  CHECK(checkpoint::open_checkpoint(dir.file("ck")).dir == good.dir);
+  CHECK(checkpoint::list_checkpoints(dir.file("ck")) == std::vector<std::int64_t>{1});
+  CHECK(engine.memory().host.used_bytes == host_before);  // the staging went back
+  // Training goes on, and the next asynchronous save commits at a step's end.
+  const auto next = engine.save_checkpoint(dir.file("ck"), "{}", async);
+  for (int s = 1; s < 40 && engine.finished_checkpoints().empty(); ++s) mlp.train_step(s);
+  CHECK(checkpoint::open_checkpoint(dir.file("ck")).dir == next.dir);
+  CHECK_FALSE(std::filesystem::exists(checkpoint::staging_dir(dir.file("ck"), next.step)));
+}
+
+TEST_CASE("an asynchronous save whose staging does not fit the host budget saves synchronously", "[checkpoint]") {
+  TempDir dir("engine-ckpt");
+  TrainSpec t = spec_for(1, 2);
+  t.hidden = 256;  // 2.4 MB of state: each rank stages 1.2 MB
+  t.steps = 1;
+  t.config.memory_budget.host = 1 << 20;
+  t.save_checkpoint = dir.file("ck");
+  t.async_save = true;
+  const TrainRun r = train_mlp(t);
+  REQUIRE(r.saved.size() == 1);
+  CHECK_FALSE(r.saved[0].async);
+  CHECK(r.saved[0].committed);
+  CHECK(checkpoint::open_checkpoint(dir.file("ck")).manifest.step == 1);
 }
 
 TEST_CASE("loading a checkpoint of another model names the tensor", "[checkpoint]") {

@@ -68,7 +68,13 @@ TrainRun train_mlp(const TrainSpec& spec) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       io.push_back(engine.io_stats());
     }
-    if (!spec.save_checkpoint.empty()) engine.save_checkpoint(spec.save_checkpoint);
+    std::vector<engine::SaveResult> saved;
+    if (!spec.save_checkpoint.empty()) {
+      engine::SaveOptions so;
+      so.async = spec.async_save;
+      saved.push_back(engine.save_checkpoint(spec.save_checkpoint, "{}", so));
+      engine.wait_checkpoint();
+    }
     auto params = engine.full_parameters();
     if (c.rank() == 0) {
       std::lock_guard<std::mutex> lock(m);
@@ -78,6 +84,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
       out.memory = engine.memory();
       out.io = io;
       out.step_numbers = steps;
+      out.saved = saved;
       out.placement = engine.explain_placement();
     }
   }));

@@ -23,6 +23,7 @@ struct TrainRun {
   std::vector<engine::IoStats> io;  // rank 0, per step
   std::string placement;            // rank 0's explain_placement()
   std::vector<std::int64_t> step_numbers;  // rank 0, StepResult::step per step
+  std::vector<engine::SaveResult> saved;   // rank 0: what save_checkpoint returned
 };
 
 struct TrainSpec {
@@ -44,6 +45,7 @@ struct TrainSpec {
   // Checkpoints: loaded after setup() (its saved step counters continue), saved after the
   // last step (Engine::load_checkpoint / save_checkpoint).
   std::string load_checkpoint, save_checkpoint;
+  bool async_save = false;  // SaveOptions::async (waited for before the run ends)
 };
 
 TrainRun train_mlp(const TrainSpec& spec);

@@ -24,6 +24,7 @@ RANDOM=7
 for i in $(seq 1 "$kills"); do
   resume=()
   [ -f "$ck/latest" ] && resume=(--resume latest)
+  [ $((i % 2)) = 0 ] && resume+=(--save-async)
   "$strata" train "${mlp[@]}" --config "$dir/c.json" --steps 1000000 --save-dir "$ck" --save-every 1 --keep 2 \
     "${resume[@]}" > "$dir/run.log" 2>&1 &
   pid=$!

@@ -204,6 +204,7 @@ int run(const Options& o) {
     if (rank == 0) report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log);
     checkpoints.after_step(engine, s, o.steps);
   }
+  checkpoints.finish(engine);
   {
     const std::string text = model->finish();
     if (rank == 0 && !text.empty()) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());

@@ -9,12 +9,28 @@
 #include "runtime/core/units.h"
 
 namespace strata::cli {
+namespace {
+
+// Rank 0's line for a committed save: where, how much, how fast, and the NVMe state linked.
+void print_saved(const engine::SaveResult& r) {
+  std::string nvme;
+  if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
+  if (r.nvme_copied_bytes) nvme += str_cat(", NVMe state copied: ", format_bytes(r.nvme_copied_bytes));
+  std::printf("           checkpoint: %s committed (%s written in %.3f s, %.2f GB/s%s%s)\n", r.dir.c_str(),
+              format_bytes(r.bytes).c_str(), r.seconds, r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0,
+              nvme.c_str(), r.async ? ", in the background" : "");
+}
+
+}  // namespace
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
   cmd.add_option("--save-dir", f.save_dir,
                  "Save checkpoints under this directory (step-N/, 'latest'); default: the config's checkpoint.save_dir");
   cmd.add_option("--save-every", f.save_every, "Save every N steps (0: only after the last step)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--keep", f.keep, "Keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--save-async", f.async,
+               "Write checkpoints in the background while training goes on (staging in host memory, within "
+               "memory_budget.host)");
   cmd.add_option("--resume", f.resume,
                  "Continue from a checkpoint: a save directory (its latest), a step-N directory, or 'latest' "
                  "(the latest under --save-dir)");
@@ -28,6 +44,7 @@ TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::Check
       init_from_(f.init_from),
       save_every_(f.save_every >= 0 ? f.save_every : c.save_every),
       keep_(f.keep >= 0 ? f.keep : c.keep),
+      async_(f.async || c.async),
       seed_(seed) {
   STRATA_CHECK(resume_.empty() || init_from_.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
@@ -86,22 +103,40 @@ std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
 }
 
 void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const {
+  report(engine, false);
   if (save_dir_.empty()) return;
   const bool last = s + 1 == steps;
   if (!last && (save_every_ <= 0 || (s + 1) % save_every_ != 0)) return;
   const std::string state = nlohmann::json{{"next_step", s + 1}, {"seed", seed_}}.dump();
   engine::SaveOptions so;
   so.keep = keep_;
+  so.async = async_;
   const auto r = engine.save_checkpoint(save_dir_, state, so);
-  if (engine.rank() == 0) {
-    std::string nvme;
-    if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
-    if (r.nvme_copied_bytes) nvme += str_cat(", NVMe state copied: ", format_bytes(r.nvme_copied_bytes));
-    std::printf("           checkpoint: %s (%s written in %.3f s, %.2f GB/s%s)\n", r.dir.c_str(),
-                format_bytes(r.bytes).c_str(), r.seconds,
-                r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0, nvme.c_str());
-    std::fflush(stdout);
+  if (engine.rank() != 0) return;
+  if (r.async) {
+    std::printf("           checkpoint: %s staged in %.3f s, writing in the background\n", r.dir.c_str(), r.seconds);
+  } else {
+    print_saved(r);
   }
+  std::fflush(stdout);
+}
+
+void TrainCheckpoints::report(engine::Engine& engine, bool throw_on_failure) const {
+  for (const auto& r : engine.finished_checkpoints()) {
+    if (!r.committed) {
+      STRATA_CHECK(!throw_on_failure, Errc::io, "the last checkpoint save failed: ", r.error);
+      if (engine.rank() == 0) std::printf("           checkpoint FAILED: %s\n", r.error.c_str());
+      continue;
+    }
+    if (engine.rank() == 0) print_saved(r);
+  }
+  std::fflush(stdout);
+}
+
+void TrainCheckpoints::finish(engine::Engine& engine) const {
+  if (save_dir_.empty()) return;
+  engine.wait_checkpoint();
+  report(engine, true);
 }
 
 }  // namespace strata::cli

@@ -18,6 +18,7 @@ struct CheckpointFlags {
   std::string save_dir, resume, init_from;
   std::int64_t save_every = -1;  // -1: the config's
   int keep = -1;                 // -1: the config's
+  bool async = false;            // or the config's checkpoint.async
 };
 
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
@@ -29,14 +30,20 @@ class TrainCheckpoints {
   // (0 unless resumed). Throws naming the flag when the checkpoint was trained with another
   // seed, or naming the tensor that --init-from's file lacks, has extra or mis-shaped.
   std::int64_t resume(engine::Engine& engine) const;
-  // After step index s (0-based) of `steps`: saves when due; rank 0 prints where and how fast.
+  // After step index s (0-based) of `steps`: saves when due; rank 0 prints where and how
+  // fast, and how the asynchronous saves that finished since went.
   void after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const;
+  // After training: waits for an asynchronous save and reports it. Throws when the last
+  // save failed, so the run does not end as if its state were kept.
+  void finish(engine::Engine& engine) const;
 
  private:
   void init_from(engine::Engine& engine) const;
+  void report(engine::Engine& engine, bool throw_on_failure) const;
   std::string save_dir_, resume_, init_from_;
   std::int64_t save_every_ = 0;
   int keep_ = 0;
+  bool async_ = false;
   std::uint64_t seed_ = 0;
 };
 

@@ -1,0 +1,136 @@
+// Asynchronous checkpoint saves (SaveOptions::async). save_checkpoint takes a snapshot and
+// returns: the NVMe tier's sealed swap files are linked at once (later steps write other
+// inodes), everything else is copied into host staging charged to the host tier, and a
+// writer thread writes the rank's shard file from it while training goes on. At the end of
+// each step(), where every rank is in lockstep, the ranks compare their writers; once all
+// are done the save is committed exactly as a synchronous one (rank 0 merges the parts,
+// renames, moves `latest`); if any failed it is abandoned and the previous checkpoint stays
+// latest. The outcome is reported by finished_checkpoints(). A later save or load, and
+// wait_checkpoint(), wait for a pending save. Staging that does not fit the host budget on
+// some rank makes the save synchronous on every rank, with a notice.
+#include <chrono>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/shard_file.h"
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+
+bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, const std::string& trainer_state,
+                                    const SaveOptions& opts, SaveResult& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t bytes = shard_file_bytes(opts.link_nvme);
+  bool fits = true;
+  try {
+    ledger->charge(Tier::host, Kind::buffers, bytes, "asynchronous checkpoint staging");
+  } catch (const Error& e) {
+    if (e.code() != Errc::out_of_budget) throw;
+    fits = false;
+  }
+  if (first_failure(fits) >= 0) {
+    if (fits) ledger->discharge(Tier::host, Kind::buffers, bytes);
+    warn_once("checkpoint.async",
+              str_cat("rank ", rank, ": an asynchronous checkpoint needs ", format_bytes(bytes),
+                      " of host staging per save, more than the host budget leaves on some rank: saving "
+                      "synchronously (raise memory_budget.host to save in the background)"));
+    return false;
+  }
+  auto P = std::make_unique<PendingSave>();
+  P->root = root;
+  P->keep = opts.keep;
+  P->charged = bytes;
+  P->t0 = t0;
+  P->staging.reserve(bytes);
+  P->result.step = step;
+  P->result.dir = root + "/" + checkpoint::step_dir_name(step);
+  P->result.async = true;
+  const std::string staging = checkpoint::staging_dir(root, step);
+  all_or_nothing(
+      [&] {
+        P->part = build_part(staging, step, trainer_state, opts.link_nvme, P->result,
+                             [&](const void* data, std::uint64_t n) {
+                               const std::uint64_t at = P->staging.size();
+                               const char* p = static_cast<const char*>(data);
+                               P->staging.insert(P->staging.end(), p, p + n);
+                               return at;
+                             });
+      },
+      str_cat("staging the checkpoint save to '", root, "' (the previous checkpoint stays latest)"),
+      [&] {
+        ledger->discharge(Tier::host, Kind::buffers, bytes);
+        if (rank == 0) checkpoint::abandon_save(root, step);
+      });
+  P->writer = std::thread([p = P.get(), staging, r = rank] {
+    const std::string name = checkpoint::shard_file_name(r);
+    try {
+      checkpoint::ShardWriter w(staging + "/" + name, checkpoint::kDefaultChunkBytes);
+      w.append(p->staging.data(), p->staging.size());
+      p->file = w.finish(name, r);
+    } catch (...) {
+      p->error = std::current_exception();
+    }
+    p->done = true;
+  });
+  out = P->result;
+  out.committed = false;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pending_save = std::move(P);
+  return true;
+}
+
+void Engine::Impl::poll_save(bool wait) {
+  if (!pending_save) return;
+  auto& P = *pending_save;
+  if (wait && P.writer.joinable()) P.writer.join();
+  if (first_failure(P.done.load()) >= 0) return;  // some rank is still writing
+  if (P.writer.joinable()) P.writer.join();
+  SaveResult r = P.result;
+  r.committed = false;
+  try {
+    all_or_nothing(
+        [&] {
+          if (P.error) std::rethrow_exception(P.error);
+          P.part.files[0] = P.file;
+          r.bytes += P.file.bytes;
+          commit_parts(P.root, checkpoint::to_json(P.part), P.keep);
+        },
+        str_cat("the asynchronous checkpoint save to '", P.root, "' (the previous checkpoint stays latest)"),
+        [&] {
+          if (rank == 0) checkpoint::abandon_save(P.root, r.step);
+        });
+    std::vector<std::uint64_t> totals = {r.bytes, r.nvme_linked_bytes, r.nvme_copied_bytes};
+    sum_over_ranks(totals);
+    r.bytes = totals[0];
+    r.nvme_linked_bytes = totals[1];
+    r.nvme_copied_bytes = totals[2];
+    r.committed = true;
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    STRATA_LOG(error, "rank ", rank, ": ", e.what());
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - P.t0).count();
+  ledger->discharge(Tier::host, Kind::buffers, P.charged);
+  pending_save.reset();
+  finished_saves.push_back(std::move(r));
+}
+
+void Engine::Impl::drop_pending_save() noexcept {
+  if (!pending_save) return;
+  if (pending_save->writer.joinable()) pending_save->writer.join();
+  if (ledger) ledger->discharge(Tier::host, Kind::buffers, pending_save->charged);
+  pending_save.reset();  // its staging directory is cleared by the next save under the root
+}
+
+std::vector<SaveResult> Engine::finished_checkpoints() { return std::exchange(impl_->finished_saves, {}); }
+
+void Engine::wait_checkpoint() {
+  impl_->require_setup("wait_checkpoint");
+  impl_->poll_save(true);
+}
+
+}  // namespace strata::engine
