@@ -165,8 +165,8 @@ Opened open_checkpoint(const std::string& path) {
       STRATA_THROW(Errc::invalid_argument, "no checkpoint in '", path, "': it has no '", kLatestName,
                    "' file (no save has completed there)");
     }
-    STRATA_CHECK(step_of_dir_name(name) >= 0, Errc::corrupt, "checkpoint '", path, "/", kLatestName, "' names '",
-                 name, "', which is not a step directory");
+    STRATA_CHECK(step_of_dir_name(name) >= 0, Errc::corrupt, "checkpoint '", path, "/", kLatestName, "' names '", name,
+                 "', which is not a step directory");
     dir = path + "/" + name;
     STRATA_CHECK(fs::exists(dir + "/" + kManifestName, ec), Errc::corrupt, "checkpoint '", path, "/", kLatestName,
                  "' names ", name, ", which has no ", kManifestName);

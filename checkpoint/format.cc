@@ -14,10 +14,9 @@ namespace {
 using nlohmann::json;
 
 // Reads a required key of the expected JSON type; a missing or mistyped key is corrupt.
-template <class T>
-T need(const json& j, const char* key, const std::string& where, const std::string& ctx) {
-  STRATA_CHECK(j.is_object() && j.contains(key), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
-               " has no '", key, "'");
+template <class T> T need(const json& j, const char* key, const std::string& where, const std::string& ctx) {
+  STRATA_CHECK(j.is_object() && j.contains(key), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has no '",
+               key, "'");
   try {
     return j.at(key).get<T>();
   } catch (const json::exception&) {
@@ -61,9 +60,9 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
       for (const auto& g : segs) {
         STRATA_CHECK(g.file >= 0 && g.file < static_cast<int>(m.files.size()), Errc::corrupt, "checkpoint manifest ",
                      where, ": ", ctx, " names file #", g.file, " of ", m.files.size());
-        STRATA_CHECK(g.file_offset + g.count * 4 <= m.files[g.file].bytes && g.elem + g.count <= t.numel,
-                     Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
-                     m.files[g.file].name, " or the tensor");
+        STRATA_CHECK(g.file_offset + g.count * 4 <= m.files[g.file].bytes && g.elem + g.count <= t.numel, Errc::corrupt,
+                     "checkpoint manifest ", where, ": ", ctx, " has a segment outside ", m.files[g.file].name,
+                     " or the tensor");
       }
       if (partial) continue;
       std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.elem < b.elem; });
@@ -210,8 +209,8 @@ Manifest merge_parts(const std::vector<Manifest>& parts) {
   for (auto& t : m.tensors)
     for (auto& s : t.states) s.clear();
   for (const auto& p : parts) {
-    STRATA_CHECK(p.tensors.size() == m.tensors.size(), Errc::internal, "checkpoint: rank parts list ",
-                 p.tensors.size(), " and ", m.tensors.size(), " tensors");
+    STRATA_CHECK(p.tensors.size() == m.tensors.size(), Errc::internal, "checkpoint: rank parts list ", p.tensors.size(),
+                 " and ", m.tensors.size(), " tensors");
     const int base = static_cast<int>(m.files.size());
     m.files.insert(m.files.end(), p.files.begin(), p.files.end());
     for (std::size_t i = 0; i < p.tensors.size(); ++i) {

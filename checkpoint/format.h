@@ -36,7 +36,7 @@ inline constexpr int kStates = 3;
 const char* state_name(State s) noexcept;
 
 struct Segment {
-  int file = 0;                  // index into Manifest::files
+  int file = 0;                   // index into Manifest::files
   std::uint64_t file_offset = 0;  // bytes
   std::uint64_t elem = 0;         // first element within the tensor (row-major, unpadded)
   std::uint64_t count = 0;        // elements

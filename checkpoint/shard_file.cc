@@ -15,7 +15,8 @@
 
 namespace strata::checkpoint {
 
-ShardWriter::ShardWriter(std::string path, std::uint64_t chunk_bytes) : path_(std::move(path)), chunk_bytes_(chunk_bytes) {
+ShardWriter::ShardWriter(std::string path, std::uint64_t chunk_bytes)
+    : path_(std::move(path)), chunk_bytes_(chunk_bytes) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   STRATA_CHECK(fd_ >= 0, Errc::io, "checkpoint shard '", path_, "' cannot be created: ", errno_text(errno));
   chunk_.reserve(chunk_bytes_);
@@ -181,7 +182,8 @@ std::string ShardReader::holders(int file, std::uint64_t begin, std::uint64_t en
     for (int s = 0; s < kStates; ++s) {
       for (const auto& g : t.states[s]) {
         if (g.file != file || g.file_offset >= end || g.file_offset + g.count * 4 <= begin) continue;
-        if (listed++ < 4) out += str_cat(out.empty() ? "" : ", ", "'", t.name, "' (", state_name(static_cast<State>(s)), ")");
+        if (listed++ < 4)
+          out += str_cat(out.empty() ? "" : ", ", "'", t.name, "' (", state_name(static_cast<State>(s)), ")");
       }
     }
   }
@@ -194,8 +196,8 @@ const std::vector<char>& ShardReader::chunk(int file, std::uint64_t index, const
   if (o.chunk == static_cast<std::int64_t>(index)) return o.data;
   const FileEntry& f = m_.files[static_cast<std::size_t>(file)];
   const std::uint64_t begin = index * o.unit, end = std::min(f.bytes, begin + o.unit);
-  STRATA_CHECK(index < o.chunks && begin < end, Errc::corrupt, "checkpoint '", dir_, "': ", f.name,
-               " has no chunk ", index);
+  STRATA_CHECK(index < o.chunks && begin < end, Errc::corrupt, "checkpoint '", dir_, "': ", f.name, " has no chunk ",
+               index);
   o.chunk = -1;
   o.data.resize(end - begin);
   const std::uint64_t at = o.data_offset + begin;  // raw files: data_offset is 0

@@ -42,7 +42,7 @@ class ShardWriter {
   int fd_ = -1;
   std::uint64_t chunk_bytes_;
   std::vector<char> chunk_;
-  std::uint64_t offset_ = 0;  // bytes appended
+  std::uint64_t offset_ = 0;   // bytes appended
   std::uint64_t written_ = 0;  // bytes on disk
   std::vector<std::uint64_t> sums_;
 };
@@ -74,7 +74,7 @@ class ShardReader {
     int fd = -1;
     std::int64_t chunk = -1;  // index of the chunk held in `data`
     std::vector<char> data;
-    std::uint64_t unit = 0;        // chunk (raw) or block (swap) bytes
+    std::uint64_t unit = 0;         // chunk (raw) or block (swap) bytes
     std::uint64_t data_offset = 0;  // swap: where the payload starts
     std::uint64_t chunks = 0;
     std::vector<std::uint64_t> sums;  // per chunk: the manifest's (raw) or the file's table (swap)

@@ -1,5 +1,6 @@
 // The C API (strata.h) over the C++ Engine: exceptions become status codes plus a
 // thread-local message; nothing throws across the C boundary.
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -197,6 +198,27 @@ strata_status strata_full_parameters(strata_engine* e, float* out, size_t capaci
     STRATA_CHECK(capacity >= all.size() && out != nullptr, strata::Errc::invalid_argument, "capacity ", capacity,
                  " is below the model's ", all.size(), " parameters");
     std::copy(all.begin(), all.end(), out);
+  });
+}
+
+strata_status strata_save(strata_engine* e, const char* root, const char* trainer_state, int keep) {
+  return guarded([&] {
+    STRATA_CHECK(root != nullptr, strata::Errc::invalid_argument, "strata_save: root must not be NULL");
+    strata::engine::SaveOptions so;
+    so.keep = keep;
+    engine_of(e).save_checkpoint(root, trainer_state != nullptr ? trainer_state : "{}", so);
+  });
+}
+
+strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity) {
+  return guarded([&] {
+    STRATA_CHECK(path != nullptr, strata::Errc::invalid_argument, "strata_load: path must not be NULL");
+    const std::string state = engine_of(e).load_checkpoint(path);
+    if (trainer_state_out == nullptr) return;
+    STRATA_CHECK(capacity > state.size(), strata::Errc::invalid_argument, "strata_load: the trainer state (",
+                 state.size() + 1, " bytes with its NUL) does not fit in capacity ", capacity,
+                 "; the checkpoint itself was loaded");
+    std::memcpy(trainer_state_out, state.c_str(), state.size() + 1);
   });
 }
 

@@ -8,8 +8,8 @@
 // them, and are rebuilt from them on load.
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -30,9 +30,8 @@ using checkpoint::State;
 
 // Calls fn(param index, first element in the param, array index, count) for each part of
 // `pc` that holds a parameter (padding between and after parameters is skipped).
-template <class Fn>
-void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t index, std::size_t pos,
-                          std::size_t len, Fn&& fn) {
+template <class Fn> void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t index,
+                                              std::size_t pos, std::size_t len, Fn&& fn) {
   for (int pi : L.params) {
     const auto& p = lay.params()[pi];
     const std::size_t lo = std::max(pos, p.offset), hi = std::min(pos + len, p.offset + p.numel);
@@ -123,21 +122,24 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       const int first = static_cast<int>(part.files.size());
       for (const auto& f : sealed) {
         bool linked = false;
-        const std::string fname = str_cat(name.substr(0, name.size() - 4), ".", std::filesystem::path(f.path).filename().string());
+        const std::string fname =
+            str_cat(name.substr(0, name.size() - 4), ".", std::filesystem::path(f.path).filename().string());
         part.files.push_back(checkpoint::adopt_swap_file(f.path, staging, fname, rank, &linked));
         (linked ? counts.nvme_linked_bytes : counts.nvme_copied_bytes) += part.files.back().bytes;
       }
       for (int s = 0; s < checkpoint::kStates; ++s) {
         for (const auto& pc : pieces(l, false)) {
-          for_each_param_range(lay, L, pc.index, pc.pos, pc.len, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-            for (std::size_t c = 0; c < sealed.size(); ++c) {
-              const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
-              const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
-              if (lo >= hi) continue;
-              const std::uint64_t at = (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
-              part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
-            }
-          });
+          for_each_param_range(
+              lay, L, pc.index, pc.pos, pc.len, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                for (std::size_t c = 0; c < sealed.size(); ++c) {
+                  const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
+                  const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
+                  if (lo >= hi) continue;
+                  const std::uint64_t at =
+                      (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
+                  part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
+                }
+              });
         }
       }
       continue;
@@ -210,8 +212,7 @@ void Engine::Impl::sum_over_ranks(std::vector<std::uint64_t>& values) {
   for (std::size_t i = 0; i < all.size(); ++i) values[i % values.size()] += all[i];
 }
 
-SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state,
-                                   const SaveOptions& opts) {
+SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
   auto& I = *impl_;
   I.require_setup("save_checkpoint");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
@@ -225,7 +226,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
     STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
                  trainer_state.substr(0, 80), "'");
   }
-  synchronize();  // parameter write-backs and reductions have landed
+  synchronize();      // parameter write-backs and reductions have landed
   I.poll_save(true);  // one save at a time
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t step = I.step_calls;
@@ -244,7 +245,8 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   out.step = step;
   if (opts.async && I.start_async_save(root, step, trainer_state, opts, out)) return out;
   std::string part_text;
-  phase([&] { part_text = I.write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
+  phase(
+      [&] { part_text = I.write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
   out.dir = root + "/" + checkpoint::step_dir_name(step);
   phase([&] { I.commit_parts(root, part_text, opts.keep); });
   std::vector<std::uint64_t> totals = {out.bytes, out.nvme_linked_bytes, out.nvme_copied_bytes};
@@ -338,11 +340,9 @@ std::string Engine::load_checkpoint(const std::string& path) {
                        "', which this model does not register: it was saved from another model");
         }
         checkpoint::ShardReader reader(opened.dir, m);
-        I.load_layers(
-            [&](int pi, int state, std::uint64_t elem, std::uint64_t count, float* out) {
-              reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
-            },
-            true);
+        I.load_layers([&](int pi, int state, std::uint64_t elem, std::uint64_t count,
+                          float* out) { reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out); },
+                      true);
         I.restore_engine_state(m.engine_state, opened.dir);
         trainer = m.trainer_state;
       },

@@ -52,13 +52,13 @@ bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, 
   const std::string staging = checkpoint::staging_dir(root, step);
   all_or_nothing(
       [&] {
-        P->part = build_part(staging, step, trainer_state, opts.link_nvme, P->result,
-                             [&](const void* data, std::uint64_t n) {
-                               const std::uint64_t at = P->staging.size();
-                               const char* p = static_cast<const char*>(data);
-                               P->staging.insert(P->staging.end(), p, p + n);
-                               return at;
-                             });
+        P->part =
+            build_part(staging, step, trainer_state, opts.link_nvme, P->result, [&](const void* data, std::uint64_t n) {
+              const std::uint64_t at = P->staging.size();
+              const char* p = static_cast<const char*>(data);
+              P->staging.insert(P->staging.end(), p, p + n);
+              return at;
+            });
       },
       str_cat("staging the checkpoint save to '", root, "' (the previous checkpoint stays latest)"),
       [&] {

@@ -90,7 +90,7 @@ struct MemoryBudget {  // Strata's own key; bytes, 0 = not set
 // Strata's keys in DeepSpeed's "checkpoint" block (DeepSpeed's own keys there are accepted
 // with a notice); the CLI's --save-dir, --save-every and --keep override them.
 struct CheckpointConfig {
-  std::string save_dir;        // empty: no saving
+  std::string save_dir;         // empty: no saving
   std::int64_t save_every = 0;  // steps between saves; 0: only after the last step
   int keep = 0;                 // newest checkpoints kept; 0: all
   bool async = false;           // write in the background (SaveOptions::async)

@@ -225,7 +225,8 @@ void read_checkpoint(ObjectReader& top, EngineConfig& config) {
              config.checkpoint.save_every);
   r.read_int("keep", 0, 1 << 20, "a count >= 0 (0 keeps every checkpoint)", config.checkpoint.keep);
   r.read_bool("async", config.checkpoint.async);
-  for (const char* key : {"tag_validation", "load_universal", "use_node_local_storage", "parallel_write"}) r.notice(key);
+  for (const char* key : {"tag_validation", "load_universal", "use_node_local_storage", "parallel_write"})
+    r.notice(key);
 }
 
 }  // namespace strata::engine::detail

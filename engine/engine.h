@@ -101,8 +101,8 @@ struct SaveOptions {
 
 // What save_checkpoint() wrote (engine/checkpoint.cc); byte counts of every rank together.
 struct SaveResult {
-  std::string dir;        // the committed step directory
-  std::int64_t step = 0;  // step() calls so far (the directory's number)
+  std::string dir;                      // the committed step directory
+  std::int64_t step = 0;                // step() calls so far (the directory's number)
   std::uint64_t bytes = 0;              // written to shard files
   std::uint64_t nvme_linked_bytes = 0;  // NVMe optimizer state hard-linked (no bytes moved)
   std::uint64_t nvme_copied_bytes = 0;  // NVMe optimizer state copied file to file (another filesystem)

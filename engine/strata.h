@@ -100,6 +100,16 @@ strata_status strata_synchronize(strata_engine* e);
 /* The whole model's fp32 parameters in registration order; collective across ranks. */
 strata_status strata_full_parameters(strata_engine* e, float* out, size_t capacity, size_t* count);
 
+/* Checkpoints (collective, between steps). strata_save writes the engine's state (fp32
+   masters, optimizer moments, step counters, loss scale) under root/step-N, commits it
+   atomically, points root/latest at it and keeps the newest `keep` (0: all);
+   trainer_state is a JSON object stored with it (NULL: {}). strata_load reads a checkpoint
+   (a root: its latest; or a step directory) saved at any world size, stage or placement and
+   copies the stored trainer state, NUL-terminated, into trainer_state_out (NULL: not
+   wanted; STRATA_ERR_INVALID when it does not fit in `capacity`, with the state loaded). */
+strata_status strata_save(strata_engine* e, const char* root, const char* trainer_state, int keep);
+strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

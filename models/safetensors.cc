@@ -49,7 +49,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
     t.numel = numel_of(t.shape);
     t.offset = offset;
     const std::uint64_t bytes = t.numel * dtype_size(t.dtype);
-    header[t.name] = {{"dtype", st_dtype(t.dtype, path_, t.name)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", st_dtype(t.dtype, path_, t.name)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();

@@ -38,7 +38,8 @@ struct TensorInfo {
 
 class SafetensorsWriter {
  public:
-  SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors, const std::map<std::string, std::string>& metadata = {});
+  SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors,
+                    const std::map<std::string, std::string>& metadata = {});
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -52,9 +53,9 @@ class SafetensorsWriter {
   std::string path_, tmp_;
   int fd_ = -1;
   std::vector<TensorInfo> tensors_;
-  std::size_t current_ = 0;      // tensor being written
-  std::uint64_t written_ = 0;    // its elements so far
-  std::vector<char> buffer_;     // conversion buffer
+  std::size_t current_ = 0;    // tensor being written
+  std::uint64_t written_ = 0;  // its elements so far
+  std::vector<char> buffer_;   // conversion buffer
   std::uint64_t file_offset_ = 0;
 };
 

@@ -186,7 +186,8 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
     if (lo >= hi) continue;
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
     const SubGroup g = I.view(c, b);
-    for (auto [dst, src] : {std::pair{master, g.master}, std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
+    for (auto [dst, src] :
+         {std::pair{master, g.master}, std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
       if (dst != nullptr) std::memcpy(dst + (lo - offset), src + (lo - c.offset), (hi - lo) * 4);
     }
   }

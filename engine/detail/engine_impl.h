@@ -5,11 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <thread>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/format.h"

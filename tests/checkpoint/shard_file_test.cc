@@ -89,7 +89,8 @@ TEST_CASE("a full disk fails the shard write naming the file", "[checkpoint]") {
     w.append(data.data(), data.size());
     w.finish("rank00003.bin", 3);
   });
-  CHECK_THAT(msg, Catch::Contains("checkpoint shard '" + dir.file("rank00003.bin") + "': writing 1.00 KiB at byte 4096"));
+  CHECK_THAT(msg,
+             Catch::Contains("checkpoint shard '" + dir.file("rank00003.bin") + "': writing 1.00 KiB at byte 4096"));
   CHECK_THAT(msg, Catch::Contains("a full disk?"));
 }
 

@@ -9,8 +9,8 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
-#include "runtime/core/error.h"
 #include "models/mlp.h"
+#include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
@@ -64,8 +64,8 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
     int stage, world;
     std::string from, to;
   };
-  for (const Hop& h : {Hop{1, 1, "w2s3", "w1s1"}, Hop{2, 4, "w2s3", "w4s2"}, Hop{3, 2, "w4s2", "back"},
-                       Hop{0, 2, "w1s1", "w2s0"}}) {
+  for (const Hop& h :
+       {Hop{1, 1, "w2s3", "w1s1"}, Hop{2, 4, "w2s3", "w4s2"}, Hop{3, 2, "w4s2", "back"}, Hop{0, 2, "w1s1", "w2s0"}}) {
     INFO("world " << h.world << " stage " << h.stage << " from " << h.from);
     TrainSpec t = spec_for(h.stage, h.world);
     t.steps = 0;

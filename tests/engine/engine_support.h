@@ -16,12 +16,12 @@ namespace strata::test {
 engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro = 2, int accum = 4);
 
 struct TrainRun {
-  std::vector<float> params;        // rank 0's full_parameters() after training
-  std::vector<double> losses;       // per step
-  engine::MemoryReport memory;      // rank 0, after the last step
-  std::vector<double> step_ms;      // rank 0
-  std::vector<engine::IoStats> io;  // rank 0, per step
-  std::string placement;            // rank 0's explain_placement()
+  std::vector<float> params;               // rank 0's full_parameters() after training
+  std::vector<double> losses;              // per step
+  engine::MemoryReport memory;             // rank 0, after the last step
+  std::vector<double> step_ms;             // rank 0
+  std::vector<engine::IoStats> io;         // rank 0, per step
+  std::string placement;                   // rank 0's explain_placement()
   std::vector<std::int64_t> step_numbers;  // rank 0, StepResult::step per step
   std::vector<engine::SaveResult> saved;   // rank 0: what save_checkpoint returned
 };

@@ -64,13 +64,14 @@ int run(const Options& o) {
   fs::remove_all(ck);
   const double l = median(link_s), c = median(copy_s);
   if (o.json) {
-    print_json(nlohmann::json{{"state_bytes", state},
-                              {"copied_bytes", copied},
-                              {"link_seconds", l},
-                              {"copy_seconds", c},
-                              {"copy_gbps", static_cast<double>(copied) / c / 1e9},
-                              {"copy_over_link", c / l}}
-                   .dump());
+    print_json(nlohmann::json{
+        {"state_bytes", state},
+        {"copied_bytes", copied},
+        {"link_seconds", l},
+        {"copy_seconds", c},
+        {"copy_gbps", static_cast<double>(copied) / c / 1e9},
+        {"copy_over_link",
+         c / l}}.dump());
   } else {
     std::printf("NVMe optimizer state %s (%llu parameters); save, median of %d:\n", format_bytes(state).c_str(),
                 static_cast<unsigned long long>(mlp.parameter_count()), o.iters);

@@ -36,8 +36,8 @@ Action show_setup(CLI::App& cmd) {
     const auto opened = checkpoint::open_checkpoint(*path);
     const auto& m = opened.manifest;
     std::printf("%s\n  step %lld, saved at world size %d, ZeRO stage %d, %s compute\n  engine %s\n  trainer %s\n",
-                opened.dir.c_str(), static_cast<long long>(m.step), m.world_size, m.zero_stage,
-                m.compute_dtype.c_str(), m.engine_state.c_str(), m.trainer_state.c_str());
+                opened.dir.c_str(), static_cast<long long>(m.step), m.world_size, m.zero_stage, m.compute_dtype.c_str(),
+                m.engine_state.c_str(), m.trainer_state.c_str());
     for (const auto& f : m.files) {
       std::printf("  %s (rank %d): %s, %zu chunks\n", f.name.c_str(), f.rank, format_bytes(f.bytes).c_str(),
                   f.xxh3.size());

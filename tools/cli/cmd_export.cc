@@ -25,19 +25,17 @@ struct Options {
 };
 
 int run(const Options& o) {
-  STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ",
-               o.dtype, " is not offered: use fp32, bf16 or fp16");
+  STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ", o.dtype,
+               " is not offered: use fp32, bf16 or fp16");
   const DType dt = o.dtype == "fp32" ? DType::fp32 : o.dtype == "bf16" ? DType::bf16 : DType::fp16;
   const auto t0 = std::chrono::steady_clock::now();
   const auto opened = checkpoint::open_checkpoint(o.checkpoint);
   const auto& m = opened.manifest;
   std::vector<model::TensorInfo> info;
   for (const auto& t : m.tensors) info.push_back({t.name, dt, t.shape});
-  model::SafetensorsWriter w(o.out, std::move(info),
-                             {{"format", "pt"},
-                              {"producer", "strata export"},
-                              {"step", std::to_string(m.step)},
-                              {"source", opened.dir}});
+  model::SafetensorsWriter w(
+      o.out, std::move(info),
+      {{"format", "pt"}, {"producer", "strata export"}, {"step", std::to_string(m.step)}, {"source", opened.dir}});
   checkpoint::ShardReader reader(opened.dir, m);
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
   std::vector<float> piece;

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
       if (it == groups.end()) {
         CLI::App* g = app.add_subcommand(
             spec.parent, spec.parent == "bench"        ? "Measure this machine (device, io, adam, comm)"
-            : spec.parent == "checkpoint" ? "Inspect and verify checkpoints (strata train --save-dir)"
-                                          : spec.parent);
+                         : spec.parent == "checkpoint" ? "Inspect and verify checkpoints (strata train --save-dir)"
+                                                       : spec.parent);
         g->require_subcommand(1);
         it = groups.emplace(spec.parent, g).first;
       }

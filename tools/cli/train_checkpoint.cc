@@ -17,14 +17,16 @@ void print_saved(const engine::SaveResult& r) {
   if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
   if (r.nvme_copied_bytes) nvme += str_cat(", NVMe state copied: ", format_bytes(r.nvme_copied_bytes));
   std::printf("           checkpoint: %s committed (%s written in %.3f s, %.2f GB/s%s%s)\n", r.dir.c_str(),
-              format_bytes(r.bytes).c_str(), r.seconds, r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0,
-              nvme.c_str(), r.async ? ", in the background" : "");
+              format_bytes(r.bytes).c_str(), r.seconds,
+              r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0, nvme.c_str(),
+              r.async ? ", in the background" : "");
 }
 
 }  // namespace
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
-  cmd.add_option("--save-dir", f.save_dir,
-                 "Save checkpoints under this directory (step-N/, 'latest'); default: the config's checkpoint.save_dir");
+  cmd.add_option(
+      "--save-dir", f.save_dir,
+      "Save checkpoints under this directory (step-N/, 'latest'); default: the config's checkpoint.save_dir");
   cmd.add_option("--save-every", f.save_every, "Save every N steps (0: only after the last step)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--keep", f.keep, "Keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
@@ -64,8 +66,7 @@ void TrainCheckpoints::init_from(engine::Engine& engine) const {
     STRATA_CHECK(t != nullptr, Errc::invalid_argument, "--init-from '", init_from_, "' has no tensor '", p.name,
                  "', which this model registers");
     STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "--init-from '", init_from_, "': tensor '", p.name,
-                 "' has shape ", format_shape(t->shape), " but the model's is ",
-                 format_shape(p.shape));
+                 "' has shape ", format_shape(t->shape), " but the model's is ", format_shape(p.shape));
   }
   for (const auto& t : file.tensors()) {
     bool known = false;
@@ -94,8 +95,9 @@ std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
                  "': the checkpoint has no strata train state (next_step, seed): it was not saved by strata train (",
                  e.what(), ")");
   }
-  STRATA_CHECK(seed == seed_, Errc::invalid_argument, "--resume '", resume_, "': the checkpoint was trained with --seed ",
-               seed, " but this run has --seed ", seed_, "; its data would differ: pass --seed ", seed);
+  STRATA_CHECK(seed == seed_, Errc::invalid_argument, "--resume '", resume_,
+               "': the checkpoint was trained with --seed ", seed, " but this run has --seed ", seed_,
+               "; its data would differ: pass --seed ", seed);
   if (engine.rank() == 0) {
     std::printf("resumed from %s: continuing at step %lld\n", resume_.c_str(), static_cast<long long>(next + 1));
   }
