@@ -87,21 +87,38 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
   CHECK(c.params != a.params);
 }
 
+// One rank's engine on a 64 MiB host device with the demo MLP (3 layers) registered and set up.
+struct OneRank {
+  OneRank(const engine::EngineConfig& config, int hidden)
+      : dev(device::Device::create(device_options())), engine(options(config)), mlp(engine, {3, hidden, 0, 7}) {
+    engine.setup();
+  }
+  static device::DeviceOptions device_options() {
+    device::DeviceOptions d;
+    d.budget_bytes = std::uint64_t{64} << 20;
+    return d;
+  }
+  engine::EngineOptions options(const engine::EngineConfig& config) {
+    engine::EngineOptions eo;
+    eo.config = config;
+    eo.device = dev.get();
+    return eo;
+  }
+  std::unique_ptr<device::Device> dev;
+  engine::Engine engine;
+  model::Mlp mlp;
+};
+
 TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved while training goes on",
           "[checkpoint]") {
   TempDir dir("engine-ckpt");
-  device::DeviceOptions d;
-  d.budget_bytes = std::uint64_t{64} << 20;
-  auto dev = device::Device::create(d);
-  engine::EngineOptions eo;
-  eo.config = mlp_config(2, 1, DType::bf16);
-  eo.config.offload_optimizer.device = engine::OffloadDevice::nvme;
-  eo.config.offload_optimizer.nvme_path = dir.file("nvme");
-  eo.config.zero.sub_group_size = 1000;  // several swap files per layer
-  eo.device = dev.get();
-  engine::Engine engine(eo);
-  model::Mlp mlp(engine, {3, 40, 0, 7});
-  engine.setup();
+  auto config = mlp_config(2, 1, DType::bf16);
+  config.offload_optimizer.device = engine::OffloadDevice::nvme;
+  config.offload_optimizer.nvme_path = dir.file("nvme");
+  config.zero.sub_group_size = 1000;  // several swap files per layer
+  OneRank one(config, 40);
+  auto& engine = one.engine;
+  auto& mlp = one.mlp;
   for (int s = 0; s < 2; ++s) mlp.train_step(s);
   const auto linked = engine.save_checkpoint(dir.file("linked"));
   engine::SaveOptions copy;
@@ -127,16 +144,11 @@ TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved w
 
 TEST_CASE("an asynchronous save that fails is reported, training goes on and latest stays", "[checkpoint]") {
   TempDir dir("engine-ckpt");
-  device::DeviceOptions d;
-  d.budget_bytes = std::uint64_t{64} << 20;
-  auto dev = device::Device::create(d);
-  engine::EngineOptions eo;
-  eo.config = mlp_config(1, 1, DType::bf16);
-  eo.config.offload_optimizer.device = engine::OffloadDevice::cpu;
-  eo.device = dev.get();
-  engine::Engine engine(eo);
-  model::Mlp mlp(engine, {3, 128, 0, 7});
-  engine.setup();
+  auto config = mlp_config(1, 1, DType::bf16);
+  config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  OneRank one(config, 128);
+  auto& engine = one.engine;
+  auto& mlp = one.mlp;
   mlp.train_step(0);
   const auto good = engine.save_checkpoint(dir.file("ck"));
   engine::SaveOptions async;

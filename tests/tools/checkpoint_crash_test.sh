@@ -2,7 +2,8 @@
 # Crash safety of checkpoints. 50 times, a run that saves after every step is killed with
 # SIGKILL at a random moment and resumed from `latest` by the next one; after every kill
 # the checkpoint `latest` names verifies (every chunk against its XXH3) and loads (a
-# one-step resume runs), and the step it names never goes back. Enough kills must land
+# one-step resume runs), and the step it names never goes back; at the end the chain of
+# killed and resumed runs has the bits of one uninterrupted run. Enough kills must land
 # inside a save (its staging directory is left behind) for the test to mean anything.
 # Then the damage cases: a flipped byte and a truncated shard file are errors naming the
 # file, chunk and tensor (verify and resume alike), a directory without its manifest is
@@ -43,6 +44,12 @@ done
 [ "$last" -gt 0 ] || fail "no checkpoint was ever committed"
 [ "$mid_save" -ge 10 ] || fail "only $mid_save of $kills kills landed inside a save"
 echo "$kills SIGKILLs ($mid_save inside a save): latest always verified and loaded; it reached step $last"
+# The chain of killed and resumed runs, taken 3 steps further, has the bits of one run.
+end=$((last + 3))
+"$strata" train "${mlp[@]}" --config "$dir/c.json" --steps $end --resume "$ck" --save-params "$dir/chain.st" > /dev/null
+"$strata" train "${mlp[@]}" --config "$dir/c.json" --steps $end --save-params "$dir/straight.st" > /dev/null
+tensors_equal "$dir/chain.st" "$dir/straight.st" || fail "after $kills kills and resumes, step $end differs from one run's"
+echo "step $end after $kills kills and resumes: the same parameter bytes as one uninterrupted run"
 
 # Damage. A fresh checkpoint to break in copies.
 "$strata" train "${mlp[@]}" --config "$dir/c.json" --steps 2 --save-dir "$dir/good" > /dev/null
