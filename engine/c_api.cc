@@ -222,4 +222,15 @@ strata_status strata_load(strata_engine* e, const char* path, char* trainer_stat
   });
 }
 
+strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user) {
+  return guarded([&] {
+    STRATA_CHECK(read != nullptr, strata::Errc::invalid_argument, "strata_init_weights: read must not be NULL");
+    engine_of(e).init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
+      STRATA_CHECK(read(user, name.c_str(), elem, count, out) == 0, strata::Errc::invalid_argument,
+                   "strata_init_weights: the reader failed for tensor '", name, "' (elements ", elem, "-", elem + count,
+                   ")");
+    });
+  });
+}
+
 }  // extern "C"

@@ -108,6 +108,11 @@ strata_status strata_full_parameters(strata_engine* e, float* out, size_t capaci
    copies the stored trainer state, NUL-terminated, into trainer_state_out (NULL: not
    wanted; STRATA_ERR_INVALID when it does not fit in `capacity`, with the state loaded). */
 strata_status strata_save(strata_engine* e, const char* root, const char* trainer_state, int keep);
+/* Starts from given weights, right after strata_setup (collective): `read` is asked for
+   elements [elem, elem + count) of tensor `name` as fp32 into `out` and returns 0, or
+   non-zero to fail the call (which then names the tensor). Moments start at zero. */
+typedef int (*strata_weight_reader)(void* user, const char* name, uint64_t elem, uint64_t count, float* out);
+strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user);
 strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity);
 
 #ifdef __cplusplus

@@ -40,6 +40,17 @@ strata_configure() {
   fi
 }
 
+# Puts python/ (the strata package) on Debian's /usr/bin/python3 path with a .pth file, so
+# `import strata` works after the build (it loads build/lib/libstrata_c.so beside it).
+strata_python_path() {
+  [ -x /usr/bin/python3 ] || return 0
+  local site sudo=""
+  site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])') || return 0
+  [ "$(cat "$site/strata.pth" 2>/dev/null)" = "$STRATA_ROOT/python" ] && return 0
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo mkdir -p "$site" && echo "$STRATA_ROOT/python" | $sudo tee "$site/strata.pth" >/dev/null
+}
+
 STRATA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export STRATA_ROOT
 # ccache keyed on paths relative to the checkout, so a fresh clone (CI) reuses the cache.

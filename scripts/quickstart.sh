@@ -16,7 +16,8 @@ set -euo pipefail
 source "$(dirname "$0")/deps.sh"
 strata_install_deps fortunes python3-matplotlib
 strata_configure "$STRATA_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$STRATA_ROOT/build" -j"${STRATA_JOBS:-2}" --target strata
+cmake --build "$STRATA_ROOT/build" -j"${STRATA_JOBS:-2}" --target strata strata_c
+strata_python_path  # `import strata` with Debian's python3
 strata="$STRATA_ROOT/build/bin/strata"
 out="$STRATA_ROOT/build/demo"
 mkdir -p "$out"

@@ -16,6 +16,7 @@ strict=${STRATA_STRICT:-OFF}
 echo "== build (strict=$strict)"
 strata_configure "$STRATA_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_STRICT="$strict"
 cmake --build "$STRATA_ROOT/build" -j"$jobs"
+strata_python_path  # `import strata` with Debian's python3 (python/strata, build/lib/libstrata_c.so)
 
 echo "== tests"
 (cd "$STRATA_ROOT/build" && ctest --output-on-failure -j"$jobs")

@@ -1,0 +1,244 @@
+"""Strata from Python: the engine's C API (engine/strata.h, libstrata_c.so) through ctypes.
+
+ctypes rather than pybind11: the C API already is Strata's stable boundary for other
+languages, ctypes ships with Python, and nothing needs compiling against a particular
+Python or torch; the library is found in STRATA_LIBRARY, else in the build tree beside this
+package (build/lib/libstrata_c.so). Every call that fails raises StrataError with Strata's
+message. `strata.torch.initialize` puts a torch model under the engine.
+"""
+import ctypes
+import json
+import os
+
+import numpy as np
+
+__all__ = ["Engine", "StrataError", "library_path"]
+
+
+class StrataError(RuntimeError):
+    """A Strata call failed; the message names what was wrong and what to do."""
+
+
+def library_path():
+    env = os.environ.get("STRATA_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "lib", "libstrata_c.so"))
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("numel", ctypes.c_size_t),
+                ("name", ctypes.c_char_p)]
+
+
+class _StepResult(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_int64), ("skipped", ctypes.c_int), ("grad_norm", ctypes.c_double),
+                ("loss_scale", ctypes.c_double), ("lr", ctypes.c_float)]
+
+
+class _Tier(ctypes.Structure):
+    _fields_ = [("used_bytes", ctypes.c_uint64), ("peak_bytes", ctypes.c_uint64), ("budget_bytes", ctypes.c_uint64)]
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("device", _Tier), ("host", _Tier), ("nvme", _Tier)]
+
+
+class _Io(ctypes.Structure):
+    _fields_ = [("h2d_bytes", ctypes.c_uint64), ("d2h_bytes", ctypes.c_uint64), ("nvme_read_bytes", ctypes.c_uint64),
+                ("nvme_write_bytes", ctypes.c_uint64), ("io_wait_seconds", ctypes.c_double),
+                ("step_seconds", ctypes.c_double)]
+
+
+_READER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64,
+                           ctypes.POINTER(ctypes.c_float))
+_lib = None
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = library_path()
+    if not os.path.exists(path):
+        raise StrataError(f"the Strata library '{path}' does not exist: build it (scripts/test.sh or "
+                          f"cmake --build build --target strata_c) or point STRATA_LIBRARY at libstrata_c.so")
+    lib = ctypes.CDLL(path)
+    P, I, U64, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_size_t
+    sigs = {
+        "strata_engine_create_on": [ctypes.c_char_p, ctypes.c_char_p, U64, U64, ctypes.POINTER(P)],
+        "strata_register_param": [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), I, I, I, ctypes.c_float],
+        "strata_setup": [P], "strata_begin_step": [P], "strata_synchronize": [P],
+        "strata_gather": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
+        "strata_grad_buffers": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
+        "strata_release": [P, I], "strata_reduce_grads": [P, I],
+        "strata_step": [P, ctypes.POINTER(_StepResult)],
+        "strata_memory": [P, ctypes.POINTER(_Memory)], "strata_io_stats": [P, ctypes.POINTER(_Io)],
+        "strata_full_parameters": [P, ctypes.POINTER(ctypes.c_float), S, ctypes.POINTER(S)],
+        "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
+        "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
+        "strata_init_weights": [P, _READER, P],
+    }
+    for name, args in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, I
+    lib.strata_last_error.restype = ctypes.c_char_p
+    lib.strata_engine_destroy.argtypes, lib.strata_engine_destroy.restype = [P], None
+    for name in ("strata_rank", "strata_world_size"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [P], I
+    lib.strata_loss_scale.argtypes, lib.strata_loss_scale.restype = [P], ctypes.c_float
+    _lib = lib
+    return lib
+
+
+def _check(status):
+    if status != 0:
+        raise StrataError(_load().strata_last_error().decode())
+
+
+_NP_DTYPES = {0: np.float32, 1: np.int16, 2: np.float16}  # bf16 travels as its 16 bits
+DTYPE_NAMES = {0: "fp32", 1: "bf16", 2: "fp16"}
+_INITS = {"normal": 0, "uniform": 1, "zeros": 2, "ones": 3, "constant": 4}
+
+
+class View:
+    """A parameter or gradient buffer in the engine's device memory (host RAM on the host
+    device): `array` is a zero-copy numpy view, valid until the matching release or
+    reduce_grads."""
+
+    def __init__(self, t):
+        self.name = t.name.decode()
+        self.dtype = DTYPE_NAMES[t.dtype]
+        buf = (ctypes.c_char * (t.numel * np.dtype(_NP_DTYPES[t.dtype]).itemsize)).from_address(t.data)
+        self.array = np.frombuffer(buf, dtype=_NP_DTYPES[t.dtype])
+
+
+class Engine:
+    """One rank's ZeRO engine (the host-trainer contract of docs/design.md). `config` is a
+    DeepSpeed-style JSON file path or a dict. Under `strata launch` it joins the other ranks."""
+
+    def __init__(self, config, device="host", device_budget=0, seed=0):
+        lib = _load()
+        self._tmp = None
+        if isinstance(config, dict):
+            import tempfile
+            fd, self._tmp = tempfile.mkstemp(prefix="strata-config-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(config, f)
+            config = self._tmp
+        self._h = ctypes.c_void_p()
+        try:
+            _check(lib.strata_engine_create_on(str(config).encode(), device.encode(), int(device_budget), int(seed),
+                                               ctypes.byref(self._h)))
+        finally:
+            if self._tmp:
+                os.unlink(self._tmp)
+                self._tmp = None
+        self._lib = lib
+        self._capacity = 64
+
+    def close(self):
+        if getattr(self, "_h", None) and self._h.value:
+            self._lib.strata_engine_destroy(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+    def register(self, name, shape, layer, init="zeros", scale=0.0):
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        _check(self._lib.strata_register_param(self._h, name.encode(), dims, len(shape), int(layer), _INITS[init],
+                                               float(scale)))
+
+    def setup(self):
+        _check(self._lib.strata_setup(self._h))
+
+    def begin_step(self):
+        _check(self._lib.strata_begin_step(self._h))
+
+    def _views(self, fn, layer):
+        out = (_Tensor * self._capacity)()
+        n = ctypes.c_size_t()
+        _check(fn(self._h, int(layer), out, self._capacity, ctypes.byref(n)))
+        return [View(out[i]) for i in range(n.value)]
+
+    def gather(self, layer):
+        return self._views(self._lib.strata_gather, layer)
+
+    def grad_buffers(self, layer):
+        return self._views(self._lib.strata_grad_buffers, layer)
+
+    def release(self, layer):
+        _check(self._lib.strata_release(self._h, int(layer)))
+
+    def reduce_grads(self, layer):
+        _check(self._lib.strata_reduce_grads(self._h, int(layer)))
+
+    def step(self):
+        r = _StepResult()
+        _check(self._lib.strata_step(self._h, ctypes.byref(r)))
+        return {"step": r.step, "skipped": bool(r.skipped), "grad_norm": r.grad_norm, "loss_scale": r.loss_scale,
+                "lr": r.lr}
+
+    def loss_scale(self):
+        return float(self._lib.strata_loss_scale(self._h))
+
+    @property
+    def rank(self):
+        return self._lib.strata_rank(self._h)
+
+    @property
+    def world_size(self):
+        return self._lib.strata_world_size(self._h)
+
+    def memory(self):
+        m = _Memory()
+        _check(self._lib.strata_memory(self._h, ctypes.byref(m)))
+        return {tier: {k: getattr(getattr(m, tier), k) for k in ("used_bytes", "peak_bytes", "budget_bytes")}
+                for tier in ("device", "host", "nvme")}
+
+    def io_stats(self):
+        s = _Io()
+        _check(self._lib.strata_io_stats(self._h, ctypes.byref(s)))
+        return {k: getattr(s, k) for k, _ in _Io._fields_}
+
+    def synchronize(self):
+        _check(self._lib.strata_synchronize(self._h))
+
+    def full_parameters(self):
+        n = ctypes.c_size_t()
+        self._lib.strata_full_parameters(self._h, None, 0, ctypes.byref(n))  # asks for the size
+        out = np.empty(n.value, dtype=np.float32)
+        _check(self._lib.strata_full_parameters(self._h, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                                                out.size, ctypes.byref(n)))
+        return out
+
+    def save(self, root, trainer_state=None, keep=0):
+        _check(self._lib.strata_save(self._h, str(root).encode(), json.dumps(trainer_state or {}).encode(), int(keep)))
+
+    def load(self, path):
+        buf = ctypes.create_string_buffer(1 << 16)
+        _check(self._lib.strata_load(self._h, str(path).encode(), buf, len(buf)))
+        return json.loads(buf.value.decode())
+
+    def init_weights(self, read):
+        """read(name, elem, count) -> float32 numpy array of `count` values of tensor `name`."""
+        failure = []
+
+        def reader(_user, name, elem, count, out):
+            try:
+                values = np.ascontiguousarray(read(name.decode(), elem, count), dtype=np.float32)
+                if values.size != count:
+                    raise ValueError(f"{values.size} values for {count}")
+                ctypes.memmove(out, values.ctypes.data, count * 4)
+                return 0
+            except Exception as e:  # reported through Strata's error, naming the tensor
+                failure.append(e)
+                return 1
+
+        callback = _READER(reader)
+        status = self._lib.strata_init_weights(self._h, callback, None)
+        if status != 0:
+            message = _load().strata_last_error().decode()
+            raise StrataError(message + (f": {failure[0]!r}" if failure else ""))

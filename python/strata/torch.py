@@ -1,0 +1,243 @@
+"""A torch model trained by Strata's ZeRO engine, in DeepSpeed's shape:
+
+    engine = strata.torch.initialize(model, config)
+    loss = engine(batch)            # the model's forward, blocks gathered as they run
+    engine.backward(loss)           # gradients handed to the engine block by block
+    engine.step()                   # at the gradient-accumulation boundary: the optimizer
+
+Each block (the elements of the model's ModuleLists and Sequentials, and its other direct
+children with parameters; or the `blocks` given) is one engine layer. Its parameters are
+registered under their names in the model and start from the model's own values; from
+then on they live in the engine: before a block's forward its layer is gathered and the
+parameters' `.data` point at the engine's buffers (zero-copy), after it they are released
+(an empty tensor stands in). Tensors autograd saves that are views of a gathered parameter
+are saved as (layer, parameter, offset, sizes, strides) and rebuilt from the buffer the
+layer is gathered into again in backward (saved-tensor hooks), so nothing reads a released
+buffer. In backward, a hook on the block's output (or the first rebuilt tensor) gathers the
+layer again, each parameter's gradient hook writes its gradient (times the loss scale) into
+the engine's gradient buffer, and when the block's last gradient is in, the layer's
+gradients are reduced; the layer is released (and the gradients torch accumulated dropped)
+at the next block's backward or the end of backward, once torch has accumulated the last
+gradient into the parameter. A parameter shared by two blocks is refused by name.
+Works on the host device, where the engine's memory is host RAM.
+"""
+import numpy as np
+import torch
+
+from . import Engine, StrataError
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def find_blocks(model):
+    """The model's blocks: ModuleList/Sequential children expanded into their elements, other
+    direct children with parameters as they are, in registration order."""
+    blocks = []
+    for child in model.children():
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
+            blocks.extend(m for m in child if any(True for _ in m.parameters()))
+        elif any(True for _ in child.parameters()):
+            blocks.append(child)
+    return blocks
+
+
+def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0):
+    """Returns a ModelEngine training `model` with the DeepSpeed-style `config` (dict or path)."""
+    return ModelEngine(model, config, blocks if blocks is not None else find_blocks(model), device, device_budget, seed)
+
+
+def _as_tensor(view, shape):
+    t = torch.from_numpy(view.array)
+    if view.dtype == "bf16":
+        t = t.view(torch.bfloat16)
+    return t.view(shape)
+
+
+class ModelEngine:
+    def __init__(self, model, config, blocks, device, device_budget, seed):
+        self.module = model
+        self.engine = Engine(config, device=device, device_budget=device_budget, seed=seed)
+        names = {id(p): n for n, p in model.named_parameters()}
+        self._blocks = list(blocks)
+        self._params = []  # per layer: [(name, parameter)]
+        self._shapes = {id(p): tuple(p.shape) for p in model.parameters()}
+        owner = {}
+        for layer, block in enumerate(self._blocks):
+            mine = []
+            for p in block.parameters():
+                if id(p) in owner:
+                    raise StrataError(f"parameter '{names.get(id(p), '?')}' belongs to blocks {owner[id(p)]} and "
+                                      f"{layer}: a parameter shared by two blocks is not supported; untie it")
+                owner[id(p)] = layer
+                mine.append((names[id(p)], p))
+                self.engine.register(names[id(p)], list(p.shape), layer)
+            self._params.append(mine)
+        missing = [n for n, p in model.named_parameters() if id(p) not in owner]
+        if missing:
+            raise StrataError(f"parameters {missing} are in no block: give initialize() blocks that hold every "
+                              f"parameter of the model")
+        self.engine.setup()
+        start = {n: p.detach().to(torch.float32).reshape(-1).contiguous() for ps in self._params for n, p in ps}
+        self.engine.init_weights(lambda name, elem, count: start[name][elem:elem + count].numpy())
+        self._empty = None
+        self._grads = {}     # layer -> {parameter id: gradient view} while its backward runs
+        self._waiting = {}   # layer -> parameters whose gradient has not arrived
+        self._in_step = False
+        self._micro = 0
+        self._storage = {}  # storage address of a gathered parameter -> (layer, index)
+        self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
+        cfg = config if isinstance(config, dict) else self._read_json(config)
+        accum = cfg.get("gradient_accumulation_steps", 1)
+        self.accumulation = 1 if accum in (None, "auto") else int(accum)
+        enabled = lambda key: bool((cfg.get(key) or {}).get("enabled", False))  # noqa: E731
+        self.compute_dtype = torch.bfloat16 if enabled("bf16") else torch.float16 if enabled("fp16") else torch.float32
+        for layer, block in enumerate(self._blocks):
+            block.register_forward_pre_hook(self._pre_forward(layer))
+            block.register_forward_hook(self._post_forward(layer))
+            for _, p in self._params[layer]:
+                p.register_hook(self._on_grad(layer, p))
+        for layer in range(len(self._blocks)):
+            self._point(layer, None)
+
+    @staticmethod
+    def _read_json(path):
+        import json
+        with open(path) as f:
+            return json.load(f)
+
+    # Parameters point at the engine's buffers while their layer is gathered, else at an empty tensor.
+    def _point(self, layer, views):
+        for i, (_, p) in enumerate(self._params[layer]):
+            self._storage.pop(p.data.storage().data_ptr(), None)
+            if views is None:
+                p.data = torch.empty(0, dtype=p.dtype)
+            else:
+                p.data = _as_tensor(views[i], self._shapes[id(p)])
+                self._storage[p.data.storage().data_ptr()] = (layer, i)
+
+    # Saved-tensor hooks: a view of a gathered parameter is saved by where it lies in it.
+    def _pack(self, t):
+        where = self._storage.get(t.storage().data_ptr()) if t.numel() else None
+        if where is None:
+            return t
+        return ("strata", where[0], where[1], t.storage_offset(), tuple(t.size()), tuple(t.stride()))
+
+    def _unpack(self, packed):
+        if not isinstance(packed, tuple):
+            return packed
+        _, layer, index, offset, size, stride = packed
+        self._backward_gather(layer)
+        base = self._params[layer][index][1].data
+        return torch.as_strided(base, size, stride, offset)
+
+    def _pre_forward(self, layer):
+        def hook(_block, _inputs):
+            if not self._in_step:
+                self.engine.begin_step()
+                self._in_step = True
+            self._point(layer, self.engine.gather(layer))
+        return hook
+
+    def _post_forward(self, layer):
+        def hook(_block, _inputs, output):
+            if torch.is_grad_enabled():
+                outs = output if isinstance(output, (tuple, list)) else (output,)
+                for o in outs:
+                    if isinstance(o, torch.Tensor) and o.requires_grad:
+                        o.register_hook(self._pre_backward(layer))
+                        break
+            self.engine.release(layer)
+            self._point(layer, None)
+        return hook
+
+    def _release_reduced(self):
+        for layer in self._reduced:
+            self.engine.release(layer)
+            self._point(layer, None)
+            for _, p in self._params[layer]:
+                p.grad = None  # the engine holds the gradients
+        self._reduced = []
+
+    def _backward_gather(self, layer):
+        if layer in self._waiting:
+            return
+        self._release_reduced()
+        self._point(layer, self.engine.gather(layer))
+        buffers = self.engine.grad_buffers(layer)
+        self._grads[layer] = {id(p): _as_tensor(buffers[i], self._shapes[id(p)])
+                              for i, (_, p) in enumerate(self._params[layer])}
+        self._waiting[layer] = {id(p) for _, p in self._params[layer]}
+
+    def _pre_backward(self, layer):
+        def hook(grad):
+            self._backward_gather(layer)
+            return grad
+        return hook
+
+    def _on_grad(self, layer, p):
+        def hook(grad):
+            waiting = self._waiting.get(layer)
+            if waiting is None or id(p) not in waiting:
+                raise StrataError(f"a gradient of layer {layer} arrived outside its backward (a parameter used "
+                                  f"outside its block, or twice in one micro-batch)")
+            self._grads[layer][id(p)].copy_(grad)
+            waiting.discard(id(p))
+            if not waiting:
+                del self._waiting[layer], self._grads[layer]
+                self.engine.reduce_grads(layer)
+                self._reduced.append(layer)
+            return grad
+        return hook
+
+    def __call__(self, *args, **kwargs):
+        """The model's forward; floating-point tensor arguments are cast to the compute dtype."""
+        cast = lambda a: a.to(self.compute_dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a  # noqa
+        args = tuple(cast(a) for a in args)
+        kwargs = {k: cast(v) for k, v in kwargs.items()}
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+            return self.module(*args, **kwargs)
+
+    def backward(self, loss):
+        """loss.backward() with the engine's loss scale; every block's gradients reduced."""
+        scale = self.engine.loss_scale()
+        (loss * scale if scale != 1.0 else loss).backward()
+        self._release_reduced()
+        if self._waiting:
+            raise StrataError(f"backward left layers {sorted(self._waiting)} without all their gradients: every "
+                              f"parameter of a block must get a gradient in each micro-batch")
+        self._micro += 1
+
+    def step(self):
+        """The optimizer at the gradient-accumulation boundary (else nothing); returns the
+        engine's step result there, None elsewhere."""
+        if self._micro < self.accumulation:
+            if self._micro == 0:
+                raise StrataError("step() without backward(): run forward and backward for each micro-batch first")
+            return None
+        self._micro = 0
+        self._in_step = False
+        return self.engine.step()
+
+    def memory(self):
+        return self.engine.memory()
+
+    def io_stats(self):
+        return self.engine.io_stats()
+
+    def save(self, root, trainer_state=None, keep=0):
+        self.engine.save(root, trainer_state, keep)
+
+    def load(self, path):
+        return self.engine.load(path)
+
+    def parameters_numpy(self):
+        """Every parameter's fp32 master, in registration order, as {name: array}."""
+        flat = self.engine.full_parameters()
+        out, at = {}, 0
+        for ps in self._params:
+            for name, p in ps:
+                shape = self._shapes[id(p)]
+                n = int(np.prod(shape)) if shape else 1
+                out[name] = flat[at:at + n].reshape(shape)
+                at += n
+        return out

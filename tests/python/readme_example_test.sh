@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the README's Python example (the ```python block under "## Python") as a user would,
+# with Debian's python3; exit 77 (skipped) where torch is missing.
+set -euo pipefail
+readme=$1 lib=$2 pkg=$3
+py=/usr/bin/python3
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "SKIPPED: $py cannot import torch: install python3-torch (scripts/test.sh does)"
+  exit 77
+fi
+dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-readme-XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+awk '/^## Python/ {in_section = 1} in_section && /^```python/ {grab = 1; next} grab && /^```/ {exit} grab' \
+  "$readme" > "$dir/example.py"
+[ -s "$dir/example.py" ] || { echo "FAIL: no python block under '## Python' in $readme" >&2; exit 1; }
+cd "$dir"
+out=$(STRATA_LIBRARY=$lib PYTHONPATH=$pkg "$py" example.py)
+echo "$out"
+grep -q "^step 20 loss" <<<"$out" || { echo "FAIL: the example did not train 20 steps" >&2; exit 1; }
+[ -f ckpt/latest ] || { echo "FAIL: the example saved no checkpoint" >&2; exit 1; }
+echo "1 passed, 0 failed"
