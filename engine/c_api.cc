@@ -1,5 +1,6 @@
 // The C API (strata.h) over the C++ Engine: exceptions become status codes plus a
 // thread-local message; nothing throws across the C boundary.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -163,6 +164,14 @@ strata_status strata_step(strata_engine* e, strata_step_result* out) {
 }
 
 float strata_loss_scale(const strata_engine* e) { return e && e->engine ? e->engine->loss_scale() : 0.0f; }
+int64_t strata_accumulation_steps(const strata_engine* e) {
+  return e && e->engine ? std::max<int64_t>(1, e->engine->config().gradient_accumulation_steps) : 0;
+}
+strata_dtype strata_compute_dtype(const strata_engine* e) {
+  if (!e || !e->engine) return STRATA_FP32;
+  const auto t = e->engine->compute_dtype();
+  return t == strata::DType::bf16 ? STRATA_BF16 : t == strata::DType::fp16 ? STRATA_FP16 : STRATA_FP32;
+}
 int strata_rank(const strata_engine* e) { return e && e->engine ? e->engine->rank() : -1; }
 int strata_world_size(const strata_engine* e) { return e && e->engine ? e->engine->world_size() : 0; }
 

@@ -171,7 +171,9 @@ void read_top_level_extras(ObjectReader& top) {
 EngineConfig parse_config(const std::string& json_text, const std::string& source, const ModelFacts& facts) {
   STRATA_CHECK(facts.world_size >= 1, Errc::invalid_argument, source, ": world size ", facts.world_size,
                " is not valid: it must be 1 or more");
-  const Json root = detail::parse_json(json_text, source);
+  Json root = detail::parse_json(json_text, source);
+  std::vector<std::string> resolved = detail::map_deprecated(root, source);
+  for (auto& line : detail::resolve_hf_auto(root, facts)) resolved.push_back(std::move(line));
   detail::ParseContext ctx(source, facts);
   if (!root.is_object()) {
     ctx.fail(str_cat("the top level must be a JSON object {...}, not ", root.type_name()));
@@ -199,6 +201,8 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
   ctx.run_deferred();
 
   config.ignored_keys = ctx.ignored();
+  config.resolved = resolved;
+  for (const auto& line : resolved) STRATA_LOG(warn, source, ": ", line);
   if (!config.ignored_keys.empty()) {
     std::string list;
     for (const auto& key : config.ignored_keys) list += (list.empty() ? "" : ", ") + key;

@@ -112,12 +112,14 @@ struct EngineConfig {
   MemoryBudget memory_budget;
   CheckpointConfig checkpoint;
   std::vector<std::string> ignored_keys;  // the accepted-with-notice keys that were present
+  std::vector<std::string> resolved;      // "auto" values filled and deprecated keys mapped, one line each
 };
 
 // What Strata knows when it resolves "auto": the world size and the model's sizes.
 struct ModelFacts {
   int world_size = 1;
   std::uint64_t hidden_size = 0;  // largest dimension of any 2-D parameter; 0 = unknown
+  std::int64_t total_steps = 0;   // the run's optimizer steps (scheduler "auto"); 0 = unknown
 };
 
 // Parses and validates. `source` names the file in errors ("ds_config.json"). Throws

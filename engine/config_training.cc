@@ -31,9 +31,7 @@ void read_fp16(ObjectReader& top, Fp16Config& fp16) {
   r.read_int("hysteresis", 1, std::numeric_limits<int>::max(), "use a whole number of overflows >= 1", fp16.hysteresis);
   r.read_float("min_loss_scale", std::numeric_limits<float>::min(), kMax, "use a number > 0", fp16.min_loss_scale);
   r.notice("fused_mode");  // an implementation choice in DeepSpeed; same arithmetic
-  r.notice_if("auto_cast", false,
-              "asks DeepSpeed to cast the model's inputs; in Strata the trainer owns the forward pass and casts "
-              "its own inputs: remove the key or set it to false");
+  r.notice("auto_cast");   // DeepSpeed casts the model's inputs; Strata's trainers cast their own (strata.torch does)
   r.notice_if("consecutive_hysteresis", false,
               "changes when the loss scale drops and Strata's loss scaler does not support it: remove the key or "
               "set it to false");
@@ -94,6 +92,17 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
   OptimizerConfig& opt = config.optimizer;
   r.notice("legacy_fusion");
   std::string type;
+  // DeepSpeed's optimizers that Strata does not implement are named as such (DeepSpeed runs them).
+  if (const Json* t = r.find("type"); t != nullptr && t->is_string()) {
+    const std::string name = t->get<std::string>();
+    for (const char* other : {"Lamb", "OneBitAdam", "OneBitLamb", "ZeroOneAdam", "MuAdam", "MuAdamW", "MuSGD"}) {
+      if (name == other) {
+        r.fail_value("type", *t,
+                     "is a DeepSpeed optimizer Strata does not implement (its CPU and CUDA optimizers are Adam, AdamW, "
+                     "Lion and Adagrad): use one of those");
+      }
+    }
+  }
   const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad"}, type);
   ObjectReader p = r.child("params");
   if (!r.present()) return;

@@ -91,6 +91,9 @@ strata_status strata_grad_buffers(strata_engine* e, int layer, strata_tensor* ou
 strata_status strata_reduce_grads(strata_engine* e, int layer);
 strata_status strata_step(strata_engine* e, strata_step_result* out);
 float strata_loss_scale(const strata_engine* e);
+/* The config as resolved ("auto" filled): micro-batches per step and the compute dtype. */
+int64_t strata_accumulation_steps(const strata_engine* e);
+strata_dtype strata_compute_dtype(const strata_engine* e);
 int strata_rank(const strata_engine* e);
 int strata_world_size(const strata_engine* e);
 strata_status strata_memory(const strata_engine* e, strata_memory_report* out);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/units.h"
 
 namespace strata::engine::detail {
@@ -197,7 +198,13 @@ void ParseContext::check_unknown_keys() const {
           }
         }
       }
-      // 3. Nothing close: list what this level accepts.
+      // 3. Nothing close. DeepSpeed ignores unknown keys at the top level (its sections are
+      // strict): so does Strata, saying so; in a section, list what it accepts.
+      if (section.path.empty()) {
+        STRATA_LOG(warn, source_, ": unknown key '", full,
+                   "' is ignored, as DeepSpeed ignores unknown top-level keys (nothing Strata knows is close to it)");
+        continue;
+      }
       std::string list;
       for (const auto& candidate : known) list += (list.empty() ? "" : ", ") + candidate;
       fail(str_cat("unknown key '", full, "'; the keys known ",

@@ -18,5 +18,9 @@ void read_optimizer(ObjectReader& top, EngineConfig& config);
 void read_scheduler(ObjectReader& top, EngineConfig& config);
 void read_memory_budget(ObjectReader& top, EngineConfig& config);
 void read_checkpoint(ObjectReader& top, EngineConfig& config);
+// config_compat.cc: "auto" resolved as the Hugging Face trainer would, and DeepSpeed's
+// deprecated spellings mapped; each returns what it did, one line per key.
+std::vector<std::string> resolve_hf_auto(Json& root, const ModelFacts& facts);
+std::vector<std::string> map_deprecated(Json& root, const std::string& source);
 
 }  // namespace strata::engine::detail

@@ -88,6 +88,8 @@ def _load():
     for name in ("strata_rank", "strata_world_size"):
         getattr(lib, name).argtypes, getattr(lib, name).restype = [P], I
     lib.strata_loss_scale.argtypes, lib.strata_loss_scale.restype = [P], ctypes.c_float
+    lib.strata_accumulation_steps.argtypes, lib.strata_accumulation_steps.restype = [P], ctypes.c_int64
+    lib.strata_compute_dtype.argtypes, lib.strata_compute_dtype.restype = [P], I
     _lib = lib
     return lib
 
@@ -183,6 +185,16 @@ class Engine:
 
     def loss_scale(self):
         return float(self._lib.strata_loss_scale(self._h))
+
+    @property
+    def accumulation_steps(self):
+        """Micro-batches per optimizer step, as the config resolved it."""
+        return int(self._lib.strata_accumulation_steps(self._h))
+
+    @property
+    def compute_dtype(self):
+        """"fp32", "bf16" or "fp16", as the config resolved it."""
+        return DTYPE_NAMES[self._lib.strata_compute_dtype(self._h)]
 
     @property
     def rank(self):

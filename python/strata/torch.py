@@ -86,11 +86,8 @@ class ModelEngine:
         self._micro = 0
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
         self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
-        cfg = config if isinstance(config, dict) else self._read_json(config)
-        accum = cfg.get("gradient_accumulation_steps", 1)
-        self.accumulation = 1 if accum in (None, "auto") else int(accum)
-        enabled = lambda key: bool((cfg.get(key) or {}).get("enabled", False))  # noqa: E731
-        self.compute_dtype = torch.bfloat16 if enabled("bf16") else torch.float16 if enabled("fp16") else torch.float32
+        self.accumulation = self.engine.accumulation_steps
+        self.compute_dtype = _TORCH_DTYPES[self.engine.compute_dtype]
         for layer, block in enumerate(self._blocks):
             block.register_forward_pre_hook(self._pre_forward(layer))
             block.register_forward_hook(self._post_forward(layer))
@@ -98,12 +95,6 @@ class ModelEngine:
                 p.register_hook(self._on_grad(layer, p))
         for layer in range(len(self._blocks)):
             self._point(layer, None)
-
-    @staticmethod
-    def _read_json(path):
-        import json
-        with open(path) as f:
-            return json.load(f)
 
     # Parameters point at the engine's buffers while their layer is gathered, else at an empty tensor.
     def _point(self, layer, views):

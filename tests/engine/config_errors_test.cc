@@ -45,8 +45,13 @@ TEST_CASE("an unknown key with nothing close lists the valid keys", "[config][ne
   CHECK(error_of(with_batch(R"("memory_budget": {"gpu_ram": "8GiB"})")) ==
         "ds_config.json: unknown key 'memory_budget.gpu_ram'; the keys known in 'memory_budget' are: device, "
         "host, nvme");
-  CHECK_THAT(error_of(with_batch(R"("something_else_entirely": 1)")),
-             Catch::Contains("the keys known at the top level are: ") && Catch::Contains("zero_optimization"));
+}
+
+TEST_CASE("an unknown top-level key is ignored with a warning, as DeepSpeed ignores it; a near miss is not",
+          "[config]") {
+  CHECK(parse(with_batch(R"("comms_config": {"verbose": false}, "zero_optimization": {"stage": 2})")).zero.stage == 2);
+  CHECK_THAT(error_of(with_batch(R"("zero_optimisation": {"stage": 2})")),
+             Catch::Contains("did you mean 'zero_optimization'?"));
 }
 
 TEST_CASE("keys that belong to another optimizer or scheduler type say so", "[config][negative]") {
@@ -126,23 +131,34 @@ TEST_CASE("bad values name the key, the value and the allowed range", "[config][
              Catch::Contains("fp16.enabled and bf16.enabled are both true"));
 }
 
-TEST_CASE("auto is refused by name where Strata cannot derive it", "[config][negative]") {
-  CHECK(error_of(with_batch(R"("optimizer": {"type": "AdamW", "params": {"lr": "auto"}})")) ==
-        "ds_config.json: optimizer.params.lr = \"auto\" is a placeholder the Hugging Face trainer fills in; "
-        "give a number");
-  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "AdamW", "params": {"betas": "auto"}})")),
-             Catch::Contains("optimizer.params.betas = \"auto\""));
-  CHECK_THAT(error_of(with_batch(R"("gradient_clipping": "auto")")),
-             Catch::Contains("gradient_clipping = \"auto\" is a placeholder"));
-  CHECK_THAT(error_of(with_batch(R"("fp16": {"enabled": "auto"})")),
-             Catch::Contains("fp16.enabled = \"auto\" is a placeholder") && Catch::Contains("give true or false"));
-  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": "auto"})")), Catch::Contains("bf16.enabled = \"auto\""));
-  CHECK_THAT(error_of(with_batch(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}})")),
-             Catch::Contains("scheduler.params.warmup_num_steps = \"auto\""));
+TEST_CASE("auto takes the Hugging Face trainer's default where nothing else gives it, and is said", "[config]") {
+  const EngineConfig c = parse(with_batch(R"("optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto",
+      "eps": "auto", "weight_decay": "auto"}}, "gradient_clipping": "auto", "fp16": {"enabled": "auto"},
+      "bf16": {"enabled": "auto"}, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto",
+      "warmup_max_lr": "auto", "warmup_num_steps": "auto"}})"));
+  CHECK(c.optimizer.lr == 5e-5f);
+  CHECK(c.optimizer.beta1 == 0.9f);
+  CHECK(c.optimizer.beta2 == 0.999f);
+  CHECK(c.optimizer.eps == 1e-8f);
+  CHECK(c.optimizer.weight_decay == 0.0f);
+  CHECK(c.gradient_clipping == 1.0f);
+  CHECK_FALSE(c.fp16.enabled);
+  CHECK_FALSE(c.bf16);
+  CHECK(c.resolved.size() == 10);
+  CHECK_THAT(c.resolved,
+             Catch::VectorContains(std::string("scheduler.params.warmup_max_lr = 5e-05 (the optimizer's lr)")));
+  CHECK_THAT(
+      c.resolved,
+      Catch::VectorContains(std::string("gradient_clipping = 1.0 (the Hugging Face trainer's default max_grad_norm)")));
+}
+
+TEST_CASE("auto is refused by name where neither Strata nor the trainer's defaults give it", "[config][negative]") {
   CHECK_THAT(error_of(with_batch(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}})")),
              Catch::Contains("scheduler.params.total_num_steps = \"auto\""));
-  CHECK_THAT(error_of(with_batch(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}})")),
-             Catch::Contains("scheduler.params.warmup_max_lr = \"auto\""));
+  ModelFacts f = facts();
+  f.total_steps = 300;
+  CHECK(parse(with_batch(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}})"), f)
+            .scheduler.total_num_steps == 300);
   CHECK_THAT(error_of(with_batch(R"("zero_optimization": {"stage": "auto"})")),
              Catch::Contains("zero_optimization.stage = \"auto\""));
   CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "auto"})")), Catch::Contains("optimizer.type = \"auto\""));

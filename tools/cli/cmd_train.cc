@@ -160,6 +160,7 @@ int run(const Options& o) {
 
   engine::ModelFacts facts;
   facts.world_size = world;
+  facts.total_steps = o.steps;
   facts.hidden_size = static_cast<std::uint64_t>(o.m.model == "mlp" ? (o.m.hidden > 0 ? o.m.hidden : 64) : o.m.d_model);
   const engine::EngineConfig cfg = engine::load_config(o.config, facts);
 
