@@ -163,6 +163,13 @@ strata_status strata_step(strata_engine* e, strata_step_result* out) {
   });
 }
 
+strata_status strata_begin_eval(strata_engine* e) {
+  return guarded([&] { engine_of(e).begin_eval(); });
+}
+strata_status strata_end_eval(strata_engine* e) {
+  return guarded([&] { engine_of(e).end_eval(); });
+}
+
 float strata_loss_scale(const strata_engine* e) { return e && e->engine ? e->engine->loss_scale() : 0.0f; }
 int64_t strata_accumulation_steps(const strata_engine* e) {
   return e && e->engine ? std::max<int64_t>(1, e->engine->config().gradient_accumulation_steps) : 0;

@@ -90,6 +90,10 @@ strata_status strata_release(strata_engine* e, int layer);
 strata_status strata_grad_buffers(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);
 strata_status strata_reduce_grads(strata_engine* e, int layer);
 strata_status strata_step(strata_engine* e, strata_step_result* out);
+/* Forward-only passes between steps (validation, generation): strata_gather and
+   strata_release in any order, no gradients, the recorded gather order untouched. */
+strata_status strata_begin_eval(strata_engine* e);
+strata_status strata_end_eval(strata_engine* e);
 float strata_loss_scale(const strata_engine* e);
 /* The config as resolved ("auto" filled): micro-batches per step and the compute dtype. */
 int64_t strata_accumulation_steps(const strata_engine* e);

@@ -70,6 +70,7 @@ def _load():
         "strata_engine_create_on": [ctypes.c_char_p, ctypes.c_char_p, U64, U64, ctypes.POINTER(P)],
         "strata_register_param": [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), I, I, I, ctypes.c_float],
         "strata_setup": [P], "strata_begin_step": [P], "strata_synchronize": [P],
+        "strata_begin_eval": [P], "strata_end_eval": [P],
         "strata_gather": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
         "strata_grad_buffers": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
         "strata_release": [P, I], "strata_reduce_grads": [P, I],
@@ -164,6 +165,12 @@ class Engine:
         n = ctypes.c_size_t()
         _check(fn(self._h, int(layer), out, self._capacity, ctypes.byref(n)))
         return [View(out[i]) for i in range(n.value)]
+
+    def begin_eval(self):
+        _check(self._lib.strata_begin_eval(self._h))
+
+    def end_eval(self):
+        _check(self._lib.strata_end_eval(self._h))
 
     def gather(self, layer):
         return self._views(self._lib.strata_gather, layer)

@@ -19,6 +19,8 @@ the engine's gradient buffer, and when the block's last gradient is in, the laye
 gradients are reduced; the layer is released (and the gradients torch accumulated dropped)
 at the next block's backward or the end of backward, once torch has accumulated the last
 gradient into the parameter. A parameter shared by two blocks is refused by name.
+A forward with gradients off (torch.no_grad(), outside a step: validation, generation) runs
+between steps as the engine's evaluation: the same gathers, no gradients, nothing recorded.
 Works on the host device, where the engine's memory is host RAM.
 """
 import numpy as np
@@ -83,6 +85,7 @@ class ModelEngine:
         self._grads = {}     # layer -> {parameter id: gradient view} while its backward runs
         self._waiting = {}   # layer -> parameters whose gradient has not arrived
         self._in_step = False
+        self._eval = False
         self._micro = 0
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
         self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
@@ -123,7 +126,7 @@ class ModelEngine:
 
     def _pre_forward(self, layer):
         def hook(_block, _inputs):
-            if not self._in_step:
+            if not self._in_step and not self._eval:
                 self.engine.begin_step()
                 self._in_step = True
             self._point(layer, self.engine.gather(layer))
@@ -185,6 +188,14 @@ class ModelEngine:
         cast = lambda a: a.to(self.compute_dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a  # noqa
         args = tuple(cast(a) for a in args)
         kwargs = {k: cast(v) for k, v in kwargs.items()}
+        if not torch.is_grad_enabled() and not self._in_step:
+            self.engine.begin_eval()
+            self._eval = True
+            try:
+                return self.module(*args, **kwargs)
+            finally:
+                self._eval = False
+                self.engine.end_eval()
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             return self.module(*args, **kwargs)
 

@@ -188,10 +188,19 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
             engine.step()
     pa, pb = a.parameters_numpy(), b.parameters_numpy()
     check(all(pa[n].tobytes() == pb[n].tobytes() for n in pa), "a loaded checkpoint continues with the same bits")
+    # An evaluation between steps: the same output as the training forward, nothing stepped.
+    x = more[0][0]
+    with torch.no_grad():
+        first, again = b(x), b(x)
+    check(torch.equal(first, again), "two evaluations agree")
+    b.backward(loss_of("mlp", b, x, more[0][1]))
+    b.backward(loss_of("mlp", b, x, more[0][1]))
+    check(b.step()["step"] == 6, "training goes on after an evaluation")
     mem = b.memory()
     check(mem["device"]["used_bytes"] > 0 and mem["host"]["used_bytes"] > 0, f"memory report: {mem}")
     check(b.io_stats()["step_seconds"] > 0, "io report")
-    print("checkpoint: saved after step 3, loaded into a fresh model, steps 4-5 with the same bits")
+    print("checkpoint: saved after step 3, loaded into a fresh model, steps 4-5 with the same bits; "
+          "evaluation under no_grad between steps")
 
 
 def raises(fn, text, what):
