@@ -3,11 +3,7 @@
 # with Debian's python3; exit 77 (skipped) where torch is missing.
 set -euo pipefail
 readme=$1 lib=$2 pkg=$3
-py=/usr/bin/python3
-if ! "$py" -c "import torch" 2>/dev/null; then
-  echo "SKIPPED: $py cannot import torch: install python3-torch (scripts/test.sh does)"
-  exit 77
-fi
+source "$(dirname "$0")/common.sh"
 dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-readme-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 awk '/^## Python/ {in_section = 1} in_section && /^```python/ {grab = 1; next} grab && /^```/ {exit} grab' \

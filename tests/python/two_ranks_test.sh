@@ -3,11 +3,7 @@
 # parameters, and ZeRO stages 0, 1, 2 and 3 give the same bits.
 set -euo pipefail
 strata=$1 lib=$2 pkg=$3
-py=/usr/bin/python3
-if ! "$py" -c "import torch" 2>/dev/null; then
-  echo "SKIPPED: $py cannot import torch: install python3-torch (scripts/test.sh does)"
-  exit 77
-fi
+source "$(dirname "$0")/common.sh"
 export STRATA_LIBRARY=$lib PYTHONPATH=$pkg
 ref=""
 for stage in 0 1 2 3; do
