@@ -14,7 +14,7 @@
 
 namespace strata::engine {
 
-enum class OptimizerType { adam, adamw, lion, adagrad };
+enum class OptimizerType { adam, adamw, lion, adagrad, lamb };
 enum class SchedulerType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr };
 enum class OffloadDevice { none, cpu, nvme };
 
@@ -26,6 +26,7 @@ struct OptimizerConfig {
   float weight_decay = 0.0f;
   bool bias_correction = true;
   // DeepSpeed's "Adam" with adam_w_mode=true (its default) is AdamW; false is Adam with L2.
+  float max_coeff = 10.0f, min_coeff = 0.01f;  // Lamb: the trust ratio's clamp
 };
 
 // DeepSpeed's scheduler "params" with its defaults (deepspeed/runtime/lr_schedules.py).

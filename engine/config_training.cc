@@ -95,29 +95,37 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
   // DeepSpeed's optimizers that Strata does not implement are named as such (DeepSpeed runs them).
   if (const Json* t = r.find("type"); t != nullptr && t->is_string()) {
     const std::string name = t->get<std::string>();
-    for (const char* other : {"Lamb", "OneBitAdam", "OneBitLamb", "ZeroOneAdam", "MuAdam", "MuAdamW", "MuSGD"}) {
+    for (const char* other : {"OneBitAdam", "OneBitLamb", "ZeroOneAdam", "MuAdam", "MuAdamW", "MuSGD"}) {
       if (name == other) {
         r.fail_value("type", *t,
-                     "is a DeepSpeed optimizer Strata does not implement (its CPU and CUDA optimizers are Adam, AdamW, "
-                     "Lion and Adagrad): use one of those");
+                     "is a DeepSpeed optimizer Strata does not implement (its optimizers are Adam, AdamW, Lion, "
+                     "Adagrad and Lamb): use one of those");
       }
     }
   }
-  const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad"}, type);
+  const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}, type);
   ObjectReader p = r.child("params");
   if (!r.present()) return;
   if (!typed) {
     // Declare every parameter name, so that only a misspelled "type" is reported before this.
     for (const char* key : {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode", "amsgrad",
-                            "torch_adam", "max_grad_norm"}) {
+                            "torch_adam", "max_grad_norm", "max_coeff", "min_coeff"}) {
       p.find(key);
     }
     r.context().defer(
-        [&ctx = r.context()] { ctx.fail("optimizer.type is missing: use Adam, AdamW, Lion or Adagrad"); });
+        [&ctx = r.context()] { ctx.fail("optimizer.type is missing: use Adam, AdamW, Lion, Adagrad or Lamb"); });
     return;
   }
   const bool adam = type == "Adam" || type == "AdamW";
-  opt.type = type == "Lion" ? OptimizerType::lion : type == "Adagrad" ? OptimizerType::adagrad : OptimizerType::adamw;
+  opt.type = type == "Lion"      ? OptimizerType::lion
+             : type == "Adagrad" ? OptimizerType::adagrad
+             : type == "Lamb"    ? OptimizerType::lamb
+                                 : OptimizerType::adamw;
+  if (type == "Lamb") {  // DeepSpeed's FusedLamb: bias_correction, max_coeff and min_coeff too
+    p.read_bool("bias_correction", opt.bias_correction);
+    p.read_float("max_coeff", 0, kMax, "use a number > 0 (the trust ratio's upper clamp)", opt.max_coeff);
+    p.read_float("min_coeff", 0, kMax, "use a number > 0 (the trust ratio's lower clamp)", opt.min_coeff);
+  }
   if (type == "Adagrad") {  // DeepSpeed's (and PyTorch's) Adagrad defaults
     opt.lr = 1e-2f;
     opt.eps = 1e-10f;
@@ -144,11 +152,15 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
     p.notice_if("amsgrad", false, "AMSGrad is not supported: remove the key or set it to false");
   }
   p.refuse("max_grad_norm", "use the top-level key gradient_clipping");
-  if (!adam) {
+  if (!adam && type != "Lamb") {
     const char* only_adam = "it applies to Adam and AdamW only: remove it";
     not_for(p, "bias_correction", type, only_adam);
     not_for(p, "adam_w_mode", type, only_adam);
     not_for(p, "torch_adam", type, only_adam);
+  }
+  if (type == "Lamb") {
+    not_for(p, "adam_w_mode", type, "it applies to Adam and AdamW only: remove it");
+    not_for(p, "torch_adam", type, "it applies to Adam and AdamW only: remove it");
   }
   if (type == "Lion") not_for(p, "eps", type, "Lion uses the sign of its update and has no epsilon: remove it");
   if (type == "Adagrad") not_for(p, "betas", type, "Adagrad keeps no moving averages: remove it");

@@ -47,6 +47,13 @@ Engine::Impl::Impl(const EngineOptions& o)
   STRATA_CHECK(cfg.offload_optimizer.device != OffloadDevice::nvme || cfg.zero.stage >= 1, Errc::invalid_argument,
                "offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1, 2 or 3; stage is ",
                cfg.zero.stage);
+  STRATA_CHECK(cfg.optimizer.type != OptimizerType::lamb || cfg.zero.stage == 0, Errc::invalid_argument,
+               "optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", cfg.zero.stage,
+               "): LAMB scales each tensor's update by a ratio of whole-tensor norms, and ZeRO stages 1-3 split "
+               "tensors across ranks (DeepSpeed refuses it there too, as an untested ZeRO optimizer)");
+  STRATA_CHECK(cfg.optimizer.type != OptimizerType::lamb || dev.backend() == device::Backend::host, Errc::unsupported,
+               "optimizer.type = \"Lamb\" has no CUDA kernel yet ('", dev.name(),
+               "'): use Adam/AdamW on a GPU, or --device host");
   // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
   // on host memory only.
   STRATA_CHECK(dev.backend() == device::Backend::host || world == 1 || dcomm != nullptr, Errc::invalid_argument,

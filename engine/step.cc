@@ -13,6 +13,7 @@
 #include "optim/adam.h"
 #include "optim/device_step.h"
 #include "optim/grad_norm.h"
+#include "optim/lamb.h"
 #include "optim/lion.h"
 #include "optim/step_plan.h"
 #include "runtime/comm/communicator.h"
@@ -119,6 +120,8 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
       case OptimizerType::adagrad:
         dev_stream->launch_host([adagrad, a] { optim::adagrad_step(adagrad, a); });
         break;
+      case OptimizerType::lamb:
+        STRATA_THROW(Errc::internal, "update_range: LAMB steps whole tensors (run_lamb)");
     }
     if (cdt == DType::fp32) copy_bytes(copy, Tier::device, a.master, Tier::device, n * 4);
   } else {
@@ -133,15 +136,55 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
       case OptimizerType::adagrad:
         optim::adagrad_step(adagrad, a);
         break;
+      case OptimizerType::lamb:
+        STRATA_THROW(Errc::internal, "update_range: LAMB steps whole tensors (run_lamb)");
     }
     if (cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
   }
   if (staged != nullptr) copy_updated(static_cast<int>(li), n);
 }
 
+// LAMB (stage 0 only, impl.cc): each tensor whole on the device stream, where its state and
+// compute copies may be device memory; its trust ratio needs the whole tensor's norms.
+void Engine::Impl::run_lamb(const optim::StepArgs& base, float lr) {
+  const auto& oc = cfg.optimizer;
+  const optim::LambConfig lamb{lr,           oc.beta1,    oc.beta2, oc.eps, oc.weight_decay, oc.bias_correction,
+                               oc.max_coeff, oc.min_coeff};
+  const bool fp32 = cdt == DType::fp32;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    auto& S = layers[li];
+    for (int pi : layout->layers()[li].params) {
+      const auto& p = layout->params()[pi];
+      optim::StepArgs a = base;
+      a.n = p.numel;
+      a.master = S.master + p.offset;
+      a.m = S.m + p.offset;
+      a.v = S.v + p.offset;
+      a.grad = S.acc + p.offset;
+      char* copy = static_cast<char*>(S.params_full) + p.offset * cbytes;
+      a.copy = fp32 ? nullptr : copy;
+      dev_stream->launch_host([lamb, a, copy, fp32] {
+        std::vector<float> update(a.n);
+        optim::lamb_step(lamb, a, update.data());
+        if (fp32) std::memcpy(copy, a.master, a.n * 4);  // an fp32 compute copy is the master's bits
+      });
+    }
+  }
+  dev_stream->synchronize();
+}
+
 void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
   const Layout& lay = *layout;
   const int stage = cfg.zero.stage;
+  if (cfg.optimizer.type == OptimizerType::lamb) {
+    try {
+      run_lamb(base, lr);
+    } catch (...) {
+      abort_step();
+      throw;
+    }
+    return;
+  }
   try {
     if (swapper) {
       // Sub-groups come in layer then offset order; a sub-group may cover parts of several

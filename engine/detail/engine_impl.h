@@ -205,6 +205,7 @@ struct Engine::Impl {
   optim::GradNorm global_grad_norm();  // of the summed, scaled gradients, combined in rank order
   // The optimizer on every shard wherever it lives; a failure rolls the step back (abort_step).
   void run_optimizer(const optim::StepArgs& base, float lr);
+  void run_lamb(const optim::StepArgs& base, float lr);  // stage 0: whole tensors
   // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
   // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
   void update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0, std::size_t n,

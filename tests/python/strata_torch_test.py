@@ -158,6 +158,38 @@ for kind, steps in (("mlp", 20), ("gpt", 8)):
           f"worst relative difference {worst:.2e}")
     check(worst < 1e-5 and result["step"] == steps, f"{kind}: strata against torch AdamW: {worst}")
 
+def train_torch_lamb(kind, steps, accum=2, lr=3e-3, wd=0.01, b1=0.9, b2=0.999, eps=1e-8, lo=0.01, hi=10.0):
+    """DeepSpeed's FusedLamb arithmetic per tensor, written in torch."""
+    model = make(kind)
+    state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
+    data = batches(kind, steps, accum)
+    for s in range(steps):
+        model.zero_grad()
+        for k in range(accum):
+            x, y = data[s * accum + k]
+            (loss_of(kind, model, x, y) / accum).backward()
+        with torch.no_grad():
+            t = s + 1
+            step_size = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            for n, p in model.named_parameters():
+                m, v = state[n]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                u = m / (v.sqrt() + eps) + wd * p
+                wn, un = p.double().norm().item(), u.double().norm().item()
+                ratio = min(max(wn / un, lo), hi) if wn > 0 and un > 0 else 1.0
+                p.sub_(step_size * ratio * u)
+    return {n: p.detach().numpy() for n, p in model.named_parameters()}
+
+
+lamb = config(0)
+lamb["optimizer"] = {"type": "Lamb", "params": {"lr": 3e-3, "weight_decay": 0.01}}
+mine, _ = train_strata("mlp", lamb, 20)
+worst = worst_relative(mine, train_torch_lamb("mlp", 20))
+print(f"mlp: 20 LAMB steps through strata (stage 0, fp32) against LAMB written in torch: worst relative difference "
+      f"{worst:.2e}")
+check(worst < 1e-5, f"LAMB against torch: {worst}")
+
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     cases = [(0, "none", "none"), (1, "cpu", "none"), (1, "nvme", "none"), (2, "none", "none"), (2, "nvme", "none"),
              (3, "none", "none"), (3, "cpu", "cpu"), (3, "nvme", "nvme"), (3, "cpu", "nvme")]
@@ -221,7 +253,10 @@ raises(lambda: e.load("/nonexistent/ck"), "/nonexistent/ck", "a missing checkpoi
 shared = Mlp()
 shared.layers[1].weight = shared.layers[0].weight
 raises(lambda: st.initialize(shared, config(0)), "shared by two blocks", "a parameter shared by two blocks")
-print("misuse: a misspelt key, step before backward, an unknown layer, a missing checkpoint, a shared parameter")
+raises(lambda: st.initialize(make("mlp"), dict(config(1), optimizer={"type": "Lamb", "params": {"lr": 1e-3}})),
+       "needs zero_optimization.stage 0", "LAMB under ZeRO stage 1")
+print("misuse: a misspelt key, step before backward, an unknown layer, a missing checkpoint, a shared parameter, "
+      "LAMB under ZeRO")
 
 print(f"{checks['passed']} passed, {checks['failed']} failed")
 sys.exit(1 if checks["failed"] else 0)
