@@ -18,7 +18,9 @@ layer again, each parameter's gradient hook writes its gradient (times the loss 
 the engine's gradient buffer, and when the block's last gradient is in, the layer's
 gradients are reduced; the layer is released (and the gradients torch accumulated dropped)
 at the next block's backward or the end of backward, once torch has accumulated the last
-gradient into the parameter. A parameter shared by two blocks is refused by name.
+gradient into the parameter. A parameter shared by two blocks (tied weights: an LM head that
+reuses the token embedding) belongs to the first; the other block gathers that layer too
+while it runs, and the parameter's gradient, summed over both uses, is handed over once.
 A forward with gradients off (torch.no_grad(), outside a step: validation, generation) runs
 between steps as the engine's evaluation: the same gathers, no gradients, nothing recorded.
 Works on the host device, where the engine's memory is host RAM.
@@ -63,17 +65,19 @@ class ModelEngine:
         self._blocks = list(blocks)
         self._params = []  # per layer: [(name, parameter)]
         self._shapes = {id(p): tuple(p.shape) for p in model.parameters()}
+        self._borrowed = []  # per layer: the layers holding parameters it shares with them
         owner = {}
         for layer, block in enumerate(self._blocks):
-            mine = []
+            mine, borrowed = [], set()
             for p in block.parameters():
                 if id(p) in owner:
-                    raise StrataError(f"parameter '{names.get(id(p), '?')}' belongs to blocks {owner[id(p)]} and "
-                                      f"{layer}: a parameter shared by two blocks is not supported; untie it")
+                    borrowed.add(owner[id(p)])
+                    continue
                 owner[id(p)] = layer
                 mine.append((names[id(p)], p))
                 self.engine.register(names[id(p)], list(p.shape), layer)
             self._params.append(mine)
+            self._borrowed.append(sorted(borrowed))
         missing = [n for n, p in model.named_parameters() if id(p) not in owner]
         if missing:
             raise StrataError(f"parameters {missing} are in no block: give initialize() blocks that hold every "
@@ -129,19 +133,26 @@ class ModelEngine:
             if not self._in_step and not self._eval:
                 self.engine.begin_step()
                 self._in_step = True
-            self._point(layer, self.engine.gather(layer))
+            if self._params[layer]:  # a block whose parameters are all shared is no layer of its own
+                self._point(layer, self.engine.gather(layer))
+            for other in self._borrowed[layer]:
+                self._point(other, self.engine.gather(other))
         return hook
 
     def _post_forward(self, layer):
         def hook(_block, _inputs, output):
-            if torch.is_grad_enabled():
+            if torch.is_grad_enabled() and self._params[layer]:
                 outs = output if isinstance(output, (tuple, list)) else (output,)
                 for o in outs:
                     if isinstance(o, torch.Tensor) and o.requires_grad:
                         o.register_hook(self._pre_backward(layer))
                         break
-            self.engine.release(layer)
-            self._point(layer, None)
+            if self._params[layer]:
+                self.engine.release(layer)
+                self._point(layer, None)
+            for other in self._borrowed[layer]:
+                self.engine.release(other)
+                self._point(other, None)
         return hook
 
     def _release_reduced(self):

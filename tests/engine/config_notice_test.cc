@@ -156,8 +156,10 @@ TEST_CASE("DeepSpeed features Strata does not have are errors naming them", "[co
   CHECK_THAT(error_of(with_batch(R"("tensor_parallel": {"autotp_size": 2})")), Catch::Contains("tensor_parallel"));
   CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}})")),
              Catch::Contains("optimizer.params.max_grad_norm") && Catch::Contains("gradient_clipping"));
-  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Lamb"})")),
-             Catch::Contains("optimizer.type = \"Lamb\" is a DeepSpeed optimizer Strata does not implement"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "OneBitAdam"})")),
+             Catch::Contains("optimizer.type = \"OneBitAdam\" is a DeepSpeed optimizer Strata does not implement"));
+  CHECK(parse(with_batch(R"("optimizer": {"type": "Lamb", "params": {"max_coeff": 0.3}})")).optimizer.max_coeff ==
+        0.3f);
   CHECK_THAT(error_of(with_batch(R"("scheduler": {"type": "OneCycle", "params": {}})")),
              Catch::Contains("use WarmupLR, WarmupDecayLR or WarmupCosineLR"));
 }
