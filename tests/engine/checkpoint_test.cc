@@ -22,23 +22,6 @@ namespace {
 
 using checkpoint::State;
 
-// Every tensor's every state, consolidated, as raw bytes keyed "name/state".
-std::map<std::string, std::vector<char>> contents(const std::string& path) {
-  const auto o = checkpoint::open_checkpoint(path);
-  checkpoint::ShardReader r(o.dir, o.manifest);
-  std::map<std::string, std::vector<char>> out;
-  for (const auto& t : o.manifest.tensors) {
-    for (int s = 0; s < checkpoint::kStates; ++s) {
-      std::vector<float> v(t.numel);
-      r.read_tensor(t, static_cast<State>(s), 0, t.numel, v.data());
-      auto& bytes = out[t.name + "/" + checkpoint::state_name(static_cast<State>(s))];
-      bytes.resize(v.size() * 4);
-      std::memcpy(bytes.data(), v.data(), bytes.size());
-    }
-  }
-  return out;
-}
-
 TrainSpec spec_for(int stage, int world) {
   TrainSpec s;
   s.config = mlp_config(stage, world, DType::bf16);
@@ -57,7 +40,7 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
   src.config.offload_param.device = engine::OffloadDevice::cpu;
   src.save_checkpoint = dir.file("w2s3");
   const TrainRun a = train_mlp(src);
-  const auto saved = contents(src.save_checkpoint);
+  const auto saved = checkpoint_contents(src.save_checkpoint);
   REQUIRE(saved.size() == 6 * 3);
 
   struct Hop {
@@ -73,7 +56,7 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
     t.save_checkpoint = dir.file(h.to);
     const TrainRun b = train_mlp(t);
     CHECK(b.params == a.params);  // the fp32 masters, gathered
-    CHECK(contents(t.save_checkpoint) == saved);
+    CHECK(checkpoint_contents(t.save_checkpoint) == saved);
     CHECK(checkpoint::open_checkpoint(t.save_checkpoint).manifest.world_size == h.world);
   }
 
@@ -128,18 +111,18 @@ TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved w
   CHECK(linked.nvme_copied_bytes == 0);
   CHECK(copied.nvme_linked_bytes == 0);
   CHECK(copied.bytes > linked.bytes);  // the state went through host memory into the shard file
-  const auto saved = contents(dir.file("copied"));
-  CHECK(contents(dir.file("linked")) == saved);
+  const auto saved = checkpoint_contents(dir.file("copied"));
+  CHECK(checkpoint_contents(dir.file("linked")) == saved);
   int swap_files = 0;
   for (const auto& f : checkpoint::open_checkpoint(dir.file("linked")).manifest.files)
     swap_files += f.kind == checkpoint::FileKind::swap;
   CHECK(swap_files >= 6);
   // Both swap-file generations are rewritten: the linked ones get new inodes first.
   for (int s = 2; s < 5; ++s) mlp.train_step(s);
-  CHECK(contents(dir.file("linked")) == saved);
+  CHECK(checkpoint_contents(dir.file("linked")) == saved);
   const auto o = checkpoint::open_checkpoint(dir.file("linked"));
   checkpoint::ShardReader(o.dir, o.manifest).verify_all();
-  CHECK(contents(engine.save_checkpoint(dir.file("later")).dir) != saved);
+  CHECK(checkpoint_contents(engine.save_checkpoint(dir.file("later")).dir) != saved);
 }
 
 TEST_CASE("an asynchronous save that fails is reported, training goes on and latest stays", "[checkpoint]") {

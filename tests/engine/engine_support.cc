@@ -2,13 +2,33 @@
 #include "tests/engine/engine_support.h"
 
 #include <chrono>
+#include <cstring>
 #include <mutex>
 
+#include "checkpoint/directory.h"
+#include "checkpoint/shard_file.h"
 #include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/support/ranks.h"
 
 namespace strata::test {
+
+std::map<std::string, std::vector<char>> checkpoint_contents(const std::string& path) {
+  const auto o = checkpoint::open_checkpoint(path);
+  checkpoint::ShardReader r(o.dir, o.manifest);
+  std::map<std::string, std::vector<char>> out;
+  for (const auto& t : o.manifest.tensors) {
+    for (int s = 0; s < checkpoint::kStates; ++s) {
+      const auto state = static_cast<checkpoint::State>(s);
+      std::vector<float> v(t.numel);
+      r.read_tensor(t, state, 0, t.numel, v.data());
+      auto& bytes = out[t.name + "/" + checkpoint::state_name(state)];
+      bytes.resize(v.size() * 4);
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+    }
+  }
+  return out;
+}
 
 engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro, int accum) {
   engine::EngineConfig c;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,9 @@ struct TrainSpec {
 };
 
 TrainRun train_mlp(const TrainSpec& spec);
+
+// A checkpoint's every tensor and state (master, exp_avg, exp_avg_sq), consolidated from all
+// its files and verified, as raw bytes keyed "name/state": equal maps mean equal state.
+std::map<std::string, std::vector<char>> checkpoint_contents(const std::string& path);
 
 }  // namespace strata::test

@@ -109,3 +109,21 @@ assert j["state_bytes"] == 2 * (256 * 256 + 256) * 12 == j["copied_bytes"], j
 assert j["link_seconds"] > 0 and j["copy_seconds"] > 0, j' "$j" || fail "bench checkpoint: $j"
 [ ! -e "$dir/bench" ] || [ -z "$(ls -A "$dir/bench")" ] || fail "bench checkpoint left files in its directory"
 echo "bench checkpoint: the copy moved the state's $((2 * (256 * 256 + 256) * 12)) bytes"
+
+# Ctrl-C (SIGINT through `strata launch`) during a 2-rank run that saves every 1000 steps:
+# every rank stops at the same step boundary after one final checkpoint, which verifies
+# and resumes.
+"$strata" launch -n 2 -- "$strata" train "${mlp[@]}" --config "$dir/mlp-w2-ref.json" --steps 1000000 \
+  --save-dir "$dir/int.ck" --save-every 1000 > "$dir/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "^\[rank 0\] step    5/" "$dir/int.log" 2>/dev/null && break; sleep 0.1; done
+kill -INT "$pid"
+wait "$pid" && fail "an interrupted run exited 0"
+grep -q "interrupted before step [0-9]*; the state after step [0-9]* is in $dir/int.ck" "$dir/int.log" ||
+  fail "no final checkpoint named: $(tail -5 "$dir/int.log")"
+saved=$(sed -n 's/.*the state after step \([0-9]*\) is in.*/\1/p' "$dir/int.log" | head -1)
+[ "$(cat "$dir/int.ck/latest")" = "$(printf 'step-%08d' "$saved")" ] || fail "latest is not step $saved"
+"$strata" checkpoint verify "$dir/int.ck" > /dev/null || fail "the final checkpoint does not verify"
+run 2 "${mlp[@]}" --config "$dir/mlp-w2-ref.json" --steps $((saved + 1)) --resume "$dir/int.ck" > "$dir/int2.log" ||
+  fail "the final checkpoint does not resume"
+echo "Ctrl-C at world 2: both ranks saved step $saved and stopped; it verifies and resumes"

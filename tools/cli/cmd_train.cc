@@ -197,6 +197,7 @@ int run(const Options& o) {
   }
   InterruptScope interrupt;  // Ctrl-C ends at the next step: swap files are removed on the way out
   for (std::int64_t s = first; s < o.steps; ++s) {
+    checkpoints.stop_if_interrupted(engine, comm.get(), s, first);  // a final checkpoint first
     check_interrupted("train");
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = model->step(s);

@@ -35,6 +35,8 @@ InterruptScope::~InterruptScope() {
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
 }
 
+bool interrupt_pending() noexcept { return g_signal != 0; }
+
 void check_interrupted(const char* what) {
   if (g_signal != 0) {
     STRATA_THROW(Errc::invalid_argument, what, ": interrupted by signal ", static_cast<int>(g_signal),

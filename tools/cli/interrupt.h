@@ -16,5 +16,7 @@ class InterruptScope {
 
 // Throws strata::Error naming `what` if a signal arrived since the scope began.
 void check_interrupted(const char* what);
+// Whether a signal arrived (for a command that must act on it first, such as a final save).
+bool interrupt_pending() noexcept;
 
 }  // namespace strata::cli

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "models/safetensors.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
+#include "tools/cli/interrupt.h"
 
 namespace strata::cli {
 namespace {
@@ -109,11 +111,7 @@ void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::i
   if (save_dir_.empty()) return;
   const bool last = s + 1 == steps;
   if (!last && (save_every_ <= 0 || (s + 1) % save_every_ != 0)) return;
-  const std::string state = nlohmann::json{{"next_step", s + 1}, {"seed", seed_}}.dump();
-  engine::SaveOptions so;
-  so.keep = keep_;
-  so.async = async_;
-  const auto r = engine.save_checkpoint(save_dir_, state, so);
+  const auto r = save(engine, s + 1, async_);
   if (engine.rank() != 0) return;
   if (r.async) {
     std::printf("           checkpoint: %s staged in %.3f s, writing in the background\n", r.dir.c_str(), r.seconds);
@@ -121,6 +119,31 @@ void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::i
     print_saved(r);
   }
   std::fflush(stdout);
+}
+
+engine::SaveResult TrainCheckpoints::save(engine::Engine& engine, std::int64_t next_step, bool async) const {
+  const std::string state = nlohmann::json{{"next_step", next_step}, {"seed", seed_}}.dump();
+  engine::SaveOptions so;
+  so.keep = keep_;
+  so.async = async;
+  return engine.save_checkpoint(save_dir_, state, so);
+}
+
+void TrainCheckpoints::stop_if_interrupted(engine::Engine& engine, comm::Communicator* comm, std::int64_t s,
+                                           std::int64_t first) const {
+  if (save_dir_.empty()) return;
+  float any = interrupt_pending() ? 1.0f : 0.0f;
+  if (comm != nullptr && engine.world_size() > 1) comm->all_reduce(&any, 1, DType::fp32, comm::ReduceOp::max);
+  if (any == 0.0f) return;
+  engine.wait_checkpoint();
+  report(engine, false);
+  const bool saved_already = save_every_ > 0 && s % save_every_ == 0;
+  if (s > first && !saved_already) {
+    const auto r = save(engine, s, false);
+    if (engine.rank() == 0) print_saved(r);
+  }
+  STRATA_THROW(Errc::invalid_argument, "train: interrupted before step ", s + 1, "; the state after step ", s,
+               " is in ", save_dir_, " (resume with --resume ", save_dir_, ")");
 }
 
 void TrainCheckpoints::report(engine::Engine& engine, bool throw_on_failure) const {

@@ -12,6 +12,10 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 
+namespace strata::comm {
+class Communicator;
+}
+
 namespace strata::cli {
 
 struct CheckpointFlags {
@@ -33,6 +37,10 @@ class TrainCheckpoints {
   // After step index s (0-based) of `steps`: saves when due; rank 0 prints where and how
   // fast, and how the asynchronous saves that finished since went.
   void after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const;
+  // Collective, at step index s before it runs: when any rank was interrupted (Ctrl-C,
+  // SIGTERM), every rank saves the state after s steps (when saving is on and something is
+  // new since the last save) and then throws, naming the checkpoint.
+  void stop_if_interrupted(engine::Engine& engine, comm::Communicator* comm, std::int64_t s, std::int64_t first) const;
   // After training: waits for an asynchronous save and reports it. Throws when the last
   // save failed, so the run does not end as if its state were kept.
   void finish(engine::Engine& engine) const;
@@ -40,6 +48,7 @@ class TrainCheckpoints {
  private:
   void init_from(engine::Engine& engine) const;
   void report(engine::Engine& engine, bool throw_on_failure) const;
+  engine::SaveResult save(engine::Engine& engine, std::int64_t next_step, bool async) const;
   std::string save_dir_, resume_, init_from_;
   std::int64_t save_every_ = 0;
   int keep_ = 0;
