@@ -13,6 +13,20 @@
 
 using namespace strata;
 
+namespace {
+
+optim::StepArgs args_for(std::vector<float>& w, std::vector<float>& g, std::vector<float>& m, std::vector<float>& v) {
+  optim::StepArgs a;
+  a.master = w.data();
+  a.grad = g.data();
+  a.m = m.data();
+  a.v = v.data();
+  a.n = w.size();
+  return a;
+}
+
+}  // namespace
+
 TEST_CASE("LAMB matches a double reference at every one of 20 steps", "[optim]") {
   const bool bias = GENERATE(true, false);
   const float wd = GENERATE(0.0f, 0.01f);
@@ -31,12 +45,7 @@ TEST_CASE("LAMB matches a double reference at every one of 20 steps", "[optim]")
   for (std::int64_t step = 1; step <= 20; ++step) {
     for (auto& x : g) x = dist(rng);
     const float scale = 0.5f;
-    optim::StepArgs a;
-    a.master = w.data();
-    a.grad = g.data();
-    a.m = m.data();
-    a.v = v.data();
-    a.n = n;
+    optim::StepArgs a = args_for(w, g, m, v);
     a.grad_scale = scale;
     a.step = step;
     const float ratio = optim::lamb_step(cfg, a, u.data());
@@ -72,12 +81,7 @@ TEST_CASE("LAMB's trust ratio is clamped, and 1 when a norm is zero; the bf16 co
   std::vector<float> w(n, 1.0f), m(n, 0.0f), v(n, 0.0f), g(n, 1e-3f), u(n);
   std::vector<std::uint16_t> copy(n);
   optim::LambConfig cfg;
-  optim::StepArgs a;
-  a.master = w.data();
-  a.grad = g.data();
-  a.m = m.data();
-  a.v = v.data();
-  a.n = n;
+  optim::StepArgs a = args_for(w, g, m, v);
   a.copy = copy.data();
   a.copy_dtype = DType::bf16;
   // The first update without bias correction in u: 0.1 g / sqrt(0.001 g^2) = sqrt(10) per

@@ -123,16 +123,22 @@ def train_strata(kind, cfg, steps, engine_out=None):
     return engine.parameters_numpy(), result
 
 
-def train_torch(kind, steps, accum=2):
+def train_torch(kind, steps, accum=2, update=None):
+    """torch's own training of the same model on the same batches: torch.optim.AdamW, or
+    update(step, model) after each step's gradients."""
     model = make(kind)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, eps=1e-8)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, eps=1e-8) if update is None else None
     data = batches(kind, steps, accum)
     for s in range(steps):
-        opt.zero_grad()
+        model.zero_grad()
         for k in range(accum):
             x, y = data[s * accum + k]
             (loss_of(kind, model, x, y) / accum).backward()
-        opt.step()
+        if opt is not None:
+            opt.step()
+        else:
+            with torch.no_grad():
+                update(s + 1, model)
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
@@ -161,34 +167,27 @@ for kind, steps in (("mlp", 20), ("gpt", 8)):
           f"worst relative difference {worst:.2e}")
     check(worst < 1e-5 and result["step"] == steps, f"{kind}: strata against torch AdamW: {worst}")
 
-def train_torch_lamb(kind, steps, accum=2, lr=3e-3, wd=0.01, b1=0.9, b2=0.999, eps=1e-8, lo=0.01, hi=10.0):
+def lamb_update(lr=3e-3, wd=0.01, b1=0.9, b2=0.999, eps=1e-8, lo=0.01, hi=10.0):
     """DeepSpeed's FusedLamb arithmetic per tensor, written in torch."""
-    model = make(kind)
-    state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in model.named_parameters()}
-    data = batches(kind, steps, accum)
-    for s in range(steps):
-        model.zero_grad()
-        for k in range(accum):
-            x, y = data[s * accum + k]
-            (loss_of(kind, model, x, y) / accum).backward()
-        with torch.no_grad():
-            t = s + 1
-            step_size = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
-            for n, p in model.named_parameters():
-                m, v = state[n]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                u = m / (v.sqrt() + eps) + wd * p
-                wn, un = p.double().norm().item(), u.double().norm().item()
-                ratio = min(max(wn / un, lo), hi) if wn > 0 and un > 0 else 1.0
-                p.sub_(step_size * ratio * u)
-    return {n: p.detach().numpy() for n, p in model.named_parameters()}
+    state = {}
+
+    def update(t, model):
+        step_size = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        for n, p in model.named_parameters():
+            m, v = state.setdefault(n, (torch.zeros_like(p), torch.zeros_like(p)))
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            u = m / (v.sqrt() + eps) + wd * p
+            wn, un = p.double().norm().item(), u.double().norm().item()
+            ratio = min(max(wn / un, lo), hi) if wn > 0 and un > 0 else 1.0
+            p.sub_(step_size * ratio * u)
+    return update
 
 
 lamb = config(0)
 lamb["optimizer"] = {"type": "Lamb", "params": {"lr": 3e-3, "weight_decay": 0.01}}
 mine, _ = train_strata("mlp", lamb, 20)
-worst = worst_relative(mine, train_torch_lamb("mlp", 20))
+worst = worst_relative(mine, train_torch("mlp", 20, update=lamb_update()))
 print(f"mlp: 20 LAMB steps through strata (stage 0, fp32) against LAMB written in torch: worst relative difference "
       f"{worst:.2e}")
 check(worst < 1e-5, f"LAMB against torch: {worst}")
