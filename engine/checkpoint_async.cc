@@ -6,8 +6,10 @@
 // are done the save is committed exactly as a synchronous one (rank 0 merges the parts,
 // renames, moves `latest`); if any failed it is abandoned and the previous checkpoint stays
 // latest. The outcome is reported by finished_checkpoints(). A later save or load, and
-// wait_checkpoint(), wait for a pending save. Staging that does not fit the host budget on
-// some rank makes the save synchronous on every rank, with a notice.
+// wait_checkpoint(), wait for a pending save. Staging that does not fit the host budget
+// beside the steps' own use (steady and transient) on some rank makes the save synchronous
+// on every rank, with a notice.
+#include <algorithm>
 #include <chrono>
 
 #include "checkpoint/directory.h"
@@ -25,21 +27,29 @@ bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, 
                                     const SaveOptions& opts, SaveResult& out) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t bytes = shard_file_bytes(opts.link_nvme);
-  bool fits = true;
-  try {
-    ledger->charge(Tier::host, Kind::buffers, bytes, "asynchronous checkpoint staging");
-  } catch (const Error& e) {
-    if (e.code() != Errc::out_of_budget) throw;
-    fits = false;
+  // The staging stays charged while later steps run: it must leave them the host room their
+  // transient buffers have needed above the steady use, as measured before any staging was
+  // charged (the tier's peak includes staging from then on).
+  const auto host = ledger->usage(Tier::host);
+  if (!staged_before) host_transient = std::max(host_transient, host.peak_bytes - host.used_bytes);
+  bool fits = host.used_bytes + host_transient + bytes <= host.budget_bytes;
+  if (fits) {
+    try {
+      ledger->charge(Tier::host, Kind::buffers, bytes, "asynchronous checkpoint staging");
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_budget) throw;
+      fits = false;
+    }
   }
   if (first_failure(fits) >= 0) {
     if (fits) ledger->discharge(Tier::host, Kind::buffers, bytes);
     warn_once("checkpoint.async",
               str_cat("rank ", rank, ": an asynchronous checkpoint needs ", format_bytes(bytes),
-                      " of host staging per save, more than the host budget leaves on some rank: saving "
-                      "synchronously (raise memory_budget.host to save in the background)"));
+                      " of host staging per save, more than the host budget leaves beside the steps' peak on some "
+                      "rank: saving synchronously (raise memory_budget.host to save in the background)"));
     return false;
   }
+  staged_before = true;
   auto P = std::make_unique<PendingSave>();
   P->root = root;
   P->keep = opts.keep;

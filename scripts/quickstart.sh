@@ -3,7 +3,9 @@
 # trains a byte-level GPT on the text of Debian's `fortunes` package (ZeRO-3, bf16, model
 # states larger than the device budget: budget-driven placement puts part of them on NVMe),
 # printing step, loss, tokens/s and memory per tier, validation loss every 50 steps and a
-# generated sample; writes build/demo/gpt.jsonl and the loss plot build/demo/gpt-loss.png.
+# generated sample; writes build/demo/gpt.jsonl and the loss plot build/demo/gpt-loss.png,
+# saves a checkpoint every 200 steps in the background (build/demo/gpt-ckpt), verifies the
+# last one and exports its weights (build/demo/gpt.safetensors).
 # Then it trains the demo MLP with ZeRO stage 3 (bf16, optimizer state in pinned host RAM, CPU
 # AdamW) on two local ranks through `strata launch`, printing step, loss, step time and
 # memory per tier; writes the per-step log, the final parameters (safetensors) and a
@@ -27,9 +29,12 @@ echo "== GPT: a byte-level GPT on Debian's fortunes (the fortune files themselve
 sed "s#build/demo/nvme#$out/nvme#g" "$STRATA_ROOT/scripts/configs/gpt-demo.json" > "$out/gpt-demo.json"
 "$strata" train --model gpt --data /usr/share/games/fortunes --layers 6 --d-model 192 --heads 6 --seq-len 128 \
   --remat always --config "$out/gpt-demo.json" --steps 600 --eval-every 50 --sample 400 --device host \
-  --log-json "$out/gpt.jsonl" | grep --line-buffered -v '^           io:' | awk 'NR <= 12 || /val/ || !/^step/ {print; fflush()}'
+  --log-json "$out/gpt.jsonl" --save-dir "$out/gpt-ckpt" --save-every 200 --keep 2 --save-async |
+  grep --line-buffered -v '^           io:' | awk 'NR <= 12 || /val/ || /checkpoint/ || !/^step/ {print; fflush()}'
 /usr/bin/python3 "$STRATA_ROOT/scripts/plot_loss.py" "$out/gpt.jsonl" "$out/gpt-loss.png" \
   "GPT 6 x 192 on fortunes (byte level), ZeRO-3 bf16, states on device + host + NVMe"
+"$strata" checkpoint verify "$out/gpt-ckpt"
+"$strata" export --checkpoint "$out/gpt-ckpt" --out "$out/gpt.safetensors"
 echo
 "$strata" launch -n 2 -- "$strata" train --model mlp --layers 8 --hidden 256 \
   --config "$STRATA_ROOT/scripts/configs/zero3-bf16.json" --steps 20 --device host \

@@ -267,6 +267,8 @@ struct Engine::Impl {
     std::chrono::steady_clock::time_point t0;
   };
   std::unique_ptr<PendingSave> pending_save;
+  std::uint64_t host_transient = 0;  // host bytes the steps need above their steady use
+  bool staged_before = false;        // once staging was charged, the host peak includes it
   std::vector<SaveResult> finished_saves;
   // Collective. Stages a save and starts its writer; false (on every rank) when some rank's
   // staging does not fit the host budget: the caller saves synchronously.

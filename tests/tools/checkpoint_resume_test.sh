@@ -70,7 +70,7 @@ for c in "1 none none" "3 cpu cpu" "3 nvme nvme"; do
   config "$1" "$2" "$3" > "$name.json"
   run 2 "${mlp[@]}" --config "$name.json" --steps 4 --save-dir "$name.ck" --save-every 2 --save-async > "$name.a.log"
   grep -q "step-00000002 staged in .* writing in the background" "$name.a.log" || fail "$name: not staged: $(cat "$name.a.log")"
-  grep -q "step-00000002 committed (.*in the background)" "$name.a.log" || fail "$name: step 2 not committed"
+  grep -q "step-00000002 committed (.*written in the background" "$name.a.log" || fail "$name: step 2 not committed"
   run 2 "${mlp[@]}" --config "$name.json" --steps 4 --resume "$name.ck/step-00000002" --log-json "$name.jsonl" \
     --save-params "$name.st" > "$name.b.log"
   [ "$(losses "$name.jsonl" 1)" = "$(losses "$dir/mlp-w2-ref.jsonl" 3)" ] || fail "$name: resumed losses differ"

@@ -18,10 +18,16 @@ void print_saved(const engine::SaveResult& r) {
   std::string nvme;
   if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
   if (r.nvme_copied_bytes) nvme += str_cat(", NVMe state copied: ", format_bytes(r.nvme_copied_bytes));
-  std::printf("           checkpoint: %s committed (%s written in %.3f s, %.2f GB/s%s%s)\n", r.dir.c_str(),
-              format_bytes(r.bytes).c_str(), r.seconds,
-              r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0, nvme.c_str(),
-              r.async ? ", in the background" : "");
+  if (r.async) {
+    std::printf(
+        "           checkpoint: %s committed (%s written in the background, committed %.3f s after it was "
+        "staged%s)\n",
+        r.dir.c_str(), format_bytes(r.bytes).c_str(), r.seconds, nvme.c_str());
+  } else {
+    std::printf("           checkpoint: %s committed (%s written in %.3f s, %.2f GB/s%s)\n", r.dir.c_str(),
+                format_bytes(r.bytes).c_str(), r.seconds,
+                r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0, nvme.c_str());
+  }
 }
 
 }  // namespace
