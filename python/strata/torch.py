@@ -47,6 +47,9 @@ def find_blocks(model):
 
 def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0):
     """Returns a ModelEngine training `model` with the DeepSpeed-style `config` (dict or path)."""
+    if device != "host":
+        raise StrataError(f"strata.torch runs on the host device for now (device='{device}' asked): its parameter "
+                          f"views are host memory; train on GPUs with the C++ API or strata train --device cuda")
     return ModelEngine(model, config, blocks if blocks is not None else find_blocks(model), device, device_budget, seed)
 
 

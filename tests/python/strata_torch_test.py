@@ -252,9 +252,11 @@ e = st.initialize(make("mlp"), config(0))
 raises(e.step, "step() without backward()", "step before backward")
 raises(lambda: e.engine.gather(42), "layer 42", "an unknown layer")
 raises(lambda: e.load("/nonexistent/ck"), "/nonexistent/ck", "a missing checkpoint")
+raises(lambda: st.initialize(make("mlp"), config(0), device="cuda"), "host device", "a CUDA device")
 raises(lambda: st.initialize(make("mlp"), dict(config(1), optimizer={"type": "Lamb", "params": {"lr": 1e-3}})),
        "needs zero_optimization.stage 0", "LAMB under ZeRO stage 1")
-print("misuse: a misspelt key, step before backward, an unknown layer, a missing checkpoint, LAMB under ZeRO")
+print("misuse: a misspelt key, step before backward, an unknown layer, a missing checkpoint, a CUDA device, "
+      "LAMB under ZeRO")
 
 print(f"{checks['passed']} passed, {checks['failed']} failed")
 sys.exit(1 if checks["failed"] else 0)
