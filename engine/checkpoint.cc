@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
@@ -29,13 +30,14 @@ namespace {
 using checkpoint::State;
 
 // Calls fn(param index, first element in the param, array index, count) for each part of
-// `pc` that holds a parameter (padding between and after parameters is skipped).
-template <class Fn> void for_each_param_range(const Layout& lay, const LayerLayout& L, std::size_t index,
-                                              std::size_t pos, std::size_t len, Fn&& fn) {
+// the piece `pc` (Engine::Impl::Piece) that holds a parameter (padding between and after
+// parameters is skipped).
+template <class Piece, class Fn>
+void for_each_param_range(const Layout& lay, const LayerLayout& L, const Piece& pc, Fn&& fn) {
   for (int pi : L.params) {
     const auto& p = lay.params()[pi];
-    const std::size_t lo = std::max(pos, p.offset), hi = std::min(pos + len, p.offset + p.numel);
-    if (lo < hi) fn(pi, lo - p.offset, index + (lo - pos), hi - lo);
+    const std::size_t lo = std::max(pc.pos, p.offset), hi = std::min(pc.pos + pc.len, p.offset + p.numel);
+    if (lo < hi) fn(pi, lo - p.offset, pc.index + (lo - pc.pos), hi - lo);
   }
 }
 
@@ -129,17 +131,15 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       }
       for (int s = 0; s < checkpoint::kStates; ++s) {
         for (const auto& pc : pieces(l, false)) {
-          for_each_param_range(
-              lay, L, pc.index, pc.pos, pc.len, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                for (std::size_t c = 0; c < sealed.size(); ++c) {
-                  const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
-                  const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
-                  if (lo >= hi) continue;
-                  const std::uint64_t at =
-                      (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
-                  part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
-                }
-              });
+          for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+            for (std::size_t c = 0; c < sealed.size(); ++c) {
+              const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
+              const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
+              if (lo >= hi) continue;
+              const std::uint64_t at = (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
+              part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
+            }
+          });
         }
       }
       continue;
@@ -148,11 +148,10 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
     read_opt_state(l, st[0].data(), st[1].data(), st[2].data());
     for (int s = 0; s < checkpoint::kStates; ++s) {
       for (const auto& pc : pieces(l, false)) {
-        for_each_param_range(lay, L, pc.index, pc.pos, pc.len,
-                             [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                               const auto off = append(st[s].data() + index, count * 4);
-                               part.tensors[pi].states[s].push_back({0, off, elem, count});
-                             });
+        for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+          const auto off = append(st[s].data() + index, count * 4);
+          part.tensors[pi].states[s].push_back({0, off, elem, count});
+        });
       }
     }
   }
@@ -165,7 +164,7 @@ std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   for (std::size_t li = 0; li < layers.size(); ++li) {
     if (layers[li].opt_tier == Tier::nvme && link_nvme) continue;
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
-      for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+      for_each_param_range(lay, lay.layers()[li], pc,
                            [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });
     }
   }
@@ -185,12 +184,12 @@ std::string Engine::Impl::write_part(const std::string& staging, std::int64_t st
 }
 
 // Every rank's part to rank 0 (length, then text), which merges and commits them.
-std::string Engine::Impl::commit_parts(const std::string& root, const std::string& part_text, int keep) {
+void Engine::Impl::commit_parts(const std::string& root, const std::string& part_text, int keep) {
   if (rank != 0) {
     const std::uint64_t n = part_text.size();
     comm->send(&n, sizeof n, 0, 71);
     comm->send(part_text.data(), n, 0, 72);
-    return {};
+    return;
   }
   std::vector<checkpoint::Manifest> parts;
   parts.push_back(checkpoint::parse_manifest(part_text, "rank 0's part", true));
@@ -201,15 +200,20 @@ std::string Engine::Impl::commit_parts(const std::string& root, const std::strin
     comm->recv(text.data(), n, r, 72);
     parts.push_back(checkpoint::parse_manifest(text, str_cat("rank ", r, "'s part"), true));
   }
-  return checkpoint::commit_save(root, checkpoint::merge_parts(parts), keep);
+  checkpoint::commit_save(root, checkpoint::merge_parts(parts), keep);
 }
 
-void Engine::Impl::sum_over_ranks(std::vector<std::uint64_t>& values) {
+void Engine::Impl::sum_counts_over_ranks(SaveResult& r) {
   if (comm == nullptr || world == 1) return;
-  std::vector<std::uint64_t> all(values.size() * static_cast<std::size_t>(world));
-  comm->all_gather(values.data(), all.data(), values.size() * 2, DType::fp32);  // 8-byte values as two fp32 words
-  std::fill(values.begin(), values.end(), 0);
-  for (std::size_t i = 0; i < all.size(); ++i) values[i % values.size()] += all[i];
+  const std::uint64_t mine[3] = {r.bytes, r.nvme_linked_bytes, r.nvme_copied_bytes};
+  std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(world));
+  comm->all_gather(mine, all.data(), 3 * 2, DType::fp32);  // 8-byte counts as two fp32 words each
+  r.bytes = r.nvme_linked_bytes = r.nvme_copied_bytes = 0;
+  for (std::size_t i = 0; i < all.size(); i += 3) {
+    r.bytes += all[i];
+    r.nvme_linked_bytes += all[i + 1];
+    r.nvme_copied_bytes += all[i + 2];
+  }
 }
 
 SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
@@ -249,11 +253,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
       [&] { part_text = I.write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
   out.dir = root + "/" + checkpoint::step_dir_name(step);
   phase([&] { I.commit_parts(root, part_text, opts.keep); });
-  std::vector<std::uint64_t> totals = {out.bytes, out.nvme_linked_bytes, out.nvme_copied_bytes};
-  I.sum_over_ranks(totals);
-  out.bytes = totals[0];
-  out.nvme_linked_bytes = totals[1];
-  out.nvme_copied_bytes = totals[2];
+  I.sum_counts_over_ranks(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
@@ -269,7 +269,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
   }
   auto read_pieces = [&](int li, int state, bool whole, float* out) {
     for (const auto& pc : pieces(li, whole)) {
-      for_each_param_range(lay, lay.layers()[li], pc.index, pc.pos, pc.len,
+      for_each_param_range(lay, lay.layers()[li], pc,
                            [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
                              read(pi, state, elem, count, out + index);
                            });
@@ -333,10 +333,11 @@ std::string Engine::load_checkpoint(const std::string& path) {
                        " in this model (check the model flags)");
           entry.push_back(t);
         }
+        std::unordered_set<std::string> registered;
+        for (const auto& p : lay.params()) registered.insert(p.name);
         for (const auto& t : m.tensors) {
-          bool known = false;
-          for (const auto& p : lay.params()) known = known || p.name == t.name;
-          STRATA_CHECK(known, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '", t.name,
+          STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "checkpoint '", opened.dir,
+                       "' has tensor '", t.name,
                        "', which this model does not register: it was saved from another model");
         }
         checkpoint::ShardReader reader(opened.dir, m);

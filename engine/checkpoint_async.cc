@@ -113,11 +113,7 @@ void Engine::Impl::poll_save(bool wait) {
         [&] {
           if (rank == 0) checkpoint::abandon_save(P.root, r.step);
         });
-    std::vector<std::uint64_t> totals = {r.bytes, r.nvme_linked_bytes, r.nvme_copied_bytes};
-    sum_over_ranks(totals);
-    r.bytes = totals[0];
-    r.nvme_linked_bytes = totals[1];
-    r.nvme_copied_bytes = totals[2];
+    sum_counts_over_ranks(r);
     r.committed = true;
   } catch (const std::exception& e) {
     r.error = e.what();

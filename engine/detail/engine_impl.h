@@ -250,8 +250,8 @@ struct Engine::Impl {
   std::uint64_t shard_file_bytes(bool link_nvme) const;  // what build_part appends
   std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
                          bool link_nvme, SaveResult& counts);
-  std::string commit_parts(const std::string& root, const std::string& part_text, int keep);
-  void sum_over_ranks(std::vector<std::uint64_t>& values);  // collective, elementwise
+  void commit_parts(const std::string& root, const std::string& part_text, int keep);
+  void sum_counts_over_ranks(SaveResult& r);  // collective: bytes, linked and copied bytes
   // checkpoint_async.cc: a save being written in the background (SaveOptions::async).
   struct PendingSave {
     std::string root;

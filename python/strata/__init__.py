@@ -139,7 +139,7 @@ class Engine:
                 os.unlink(self._tmp)
                 self._tmp = None
         self._lib = lib
-        self._capacity = 64
+        self._counts = {}  # layer -> parameters registered (the views a gather returns)
 
     def close(self):
         if getattr(self, "_h", None) and self._h.value:
@@ -153,6 +153,7 @@ class Engine:
         dims = (ctypes.c_int64 * len(shape))(*shape)
         _check(self._lib.strata_register_param(self._h, name.encode(), dims, len(shape), int(layer), _INITS[init],
                                                float(scale)))
+        self._counts[int(layer)] = self._counts.get(int(layer), 0) + 1
 
     def setup(self):
         _check(self._lib.strata_setup(self._h))
@@ -161,9 +162,10 @@ class Engine:
         _check(self._lib.strata_begin_step(self._h))
 
     def _views(self, fn, layer):
-        out = (_Tensor * self._capacity)()
+        capacity = self._counts.get(int(layer), 1)
+        out = (_Tensor * capacity)()
         n = ctypes.c_size_t()
-        _check(fn(self._h, int(layer), out, self._capacity, ctypes.byref(n)))
+        _check(fn(self._h, int(layer), out, capacity, ctypes.byref(n)))
         return [View(out[i]) for i in range(n.value)]
 
     def begin_eval(self):

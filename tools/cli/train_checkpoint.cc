@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "models/safetensors.h"
 #include "runtime/comm/communicator.h"
@@ -76,11 +77,11 @@ void TrainCheckpoints::init_from(engine::Engine& engine) const {
     STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "--init-from '", init_from_, "': tensor '", p.name,
                  "' has shape ", format_shape(t->shape), " but the model's is ", format_shape(p.shape));
   }
+  std::unordered_set<std::string> registered;
+  for (const auto& p : params) registered.insert(p.name);
   for (const auto& t : file.tensors()) {
-    bool known = false;
-    for (const auto& p : params) known = known || p.name == t.name;
-    STRATA_CHECK(known, Errc::invalid_argument, "--init-from '", init_from_, "' has tensor '", t.name,
-                 "', which this model does not register");
+    STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "--init-from '", init_from_, "' has tensor '",
+                 t.name, "', which this model does not register");
   }
   engine.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
     file.read(*file.find(name), elem, count, out);
