@@ -31,13 +31,21 @@ void Engine::Impl::warn_aio_knobs() const {
   }
 }
 
+std::string Engine::Impl::lock_rank_dir(const std::string& nvme_path, const char* key) {
+  const std::string dir = nvme_path + "/rank" + std::to_string(rank);
+  for (const auto& held : nvme_locks)
+    if (held.dir() == dir) return dir;
+  nvme_locks.emplace_back(dir, key);
+  return dir;
+}
+
 void Engine::Impl::setup_swapper() {
   const OffloadConfig& oc = cfg.offload_optimizer;
   STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
                "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the "
                "NVMe drive");
   offload::SwapperOptions so;
-  so.dir = oc.nvme_path + "/rank" + std::to_string(rank);
+  so.dir = lock_rank_dir(oc.nvme_path, "offload_optimizer.nvme_path");
   so.sub_group_elems = cfg.zero.sub_group_size;
   so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
   so.budget_bytes = ledger->available(Tier::host);
@@ -71,7 +79,7 @@ Engine::Impl::StoreBuild Engine::Impl::build_param_store(const std::vector<Tier>
       !pc.nvme_path.empty(), Errc::invalid_argument,
       "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
   offload::ParamStoreOptions po;
-  po.dir = pc.nvme_path + "/rank" + std::to_string(rank) + "/" + subdir;
+  po.dir = lock_rank_dir(pc.nvme_path, "offload_param.nvme_path") + "/" + subdir;
   po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
   po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
   po.budget_bytes = ledger->available(Tier::host);

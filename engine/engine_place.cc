@@ -17,6 +17,7 @@
 #include "engine/detail/engine_impl.h"
 #include "offload/placement.h"
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
 
@@ -347,6 +348,37 @@ std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_
       opt_on_device ? " or offload the optimizer to the CPU" : "",
       params_on_device ? " or offload the parameters (offload_param)" : "");
   return minimum;
+}
+
+// What the placement puts in host RAM (and, on the host-emulated device, what the device
+// will hold, which is host RAM too) against what the machine has left, before any of it is
+// allocated: a run that cannot fit is refused naming the bytes and the keys to change,
+// instead of swapping the machine to a halt or meeting the OOM killer mid-setup.
+void Engine::Impl::check_host_fit() const {
+  std::uint64_t opt = 0, acc = 0, params = 0;
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const auto& S = layers[li];
+    const int i = static_cast<int>(li);
+    if (S.opt_tier == Tier::host) opt += opt_elems(i) * 12;
+    if (acc_on_host(i)) acc += (cfg.zero.stage <= 1 ? padded_elems(i) : S.shard_total) * 4;
+    if (cfg.zero.stage == 3 && S.param_tier == Tier::host) params += S.shard_total * cbytes;
+  }
+  const offload::PlacementProblem p = placement_problem({});
+  const std::uint64_t buffers = p.host_fixed_bytes + p.nvme_buffer_bytes;
+  const bool emulated = dev.backend() == device::Backend::host;
+  const std::uint64_t device = emulated ? check_device_fit(false, false) : 0;
+  const std::uint64_t need = opt + acc + params + buffers + device;
+  const HostMemory have = host_memory_available();
+  STRATA_CHECK(
+      need <= have.available, Errc::out_of_budget, "rank ", rank, ": host memory: this placement needs ",
+      format_bytes(need), " of host RAM (", format_bytes(opt), " optimizer state, ", format_bytes(acc),
+      " gradient accumulators, ", format_bytes(params), " parameter shards, ", format_bytes(buffers), " of buffers",
+      emulated ? str_cat(", ", format_bytes(device), " for the host-emulated device") : std::string(), ") but only ",
+      format_bytes(have.available), " is available (", have.source,
+      "). Move optimizer state to NVMe (offload_optimizer.device = \"nvme\" with nvme_path)",
+      cfg.zero.stage == 3 ? ", parameters too (offload_param.device = \"nvme\")" : ", use ZeRO stage 3",
+      ", set memory_budget.host below what the machine has (the planner then puts the rest on NVMe), or train a "
+      "smaller model");
 }
 
 }  // namespace strata::engine

@@ -130,6 +130,7 @@ void Engine::setup() {
   // trainer already holds there) before anything is allocated (engine_place.cc).
   I.device_held_by_others = I.dev.memory_stats().used_bytes;
   I.place_layers();
+  I.check_host_fit();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < I.layers.size(); ++li) {

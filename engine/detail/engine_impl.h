@@ -15,6 +15,7 @@
 #include "checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/gather_trace.h"
+#include "offload/dir_lock.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
 #include "offload/placement.h"
@@ -89,6 +90,10 @@ struct Engine::Impl {
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
   std::uint64_t device_scratch_bytes() const;  // what dscratch and dscratch_shard take
   optim::LossScaler scaler;
+  // The rank directories under the nvme_paths in use, locked for this engine's lifetime
+  // (declared before the stores so that they go after them).
+  std::vector<offload::DirLock> nvme_locks;
+  std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the rank directory
   // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
   // master, m and v stay null); its buffers are charged to the host tier.
   std::unique_ptr<offload::OptimizerSwapper> swapper;
@@ -176,6 +181,7 @@ struct Engine::Impl {
   // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
   offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
+  void check_host_fit() const;              // host RAM (and an emulated device) against what is available
   std::uint64_t device_room() const;        // the device budget less what the trainer holds there
   std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
   void check_plan_against_trace();

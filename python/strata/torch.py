@@ -98,11 +98,12 @@ class ModelEngine:
         self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
         self.accumulation = self.engine.accumulation_steps
         self.compute_dtype = _TORCH_DTYPES[self.engine.compute_dtype]
+        self._hooks = []
         for layer, block in enumerate(self._blocks):
-            block.register_forward_pre_hook(self._pre_forward(layer))
-            block.register_forward_hook(self._post_forward(layer))
+            self._hooks.append(block.register_forward_pre_hook(self._pre_forward(layer)))
+            self._hooks.append(block.register_forward_hook(self._post_forward(layer)))
             for _, p in self._params[layer]:
-                p.register_hook(self._on_grad(layer, p))
+                self._hooks.append(p.register_hook(self._on_grad(layer, p)))
         for layer in range(len(self._blocks)):
             self._point(layer, None)
 
@@ -233,6 +234,15 @@ class ModelEngine:
         self._micro = 0
         self._in_step = False
         return self.engine.step()
+
+    def close(self):
+        """Frees the engine now: its memory, its swap files and its lock on nvme_path (a second engine on the same
+        nvme_path is refused while this one lives). The hooks hold the engine in a reference cycle, so without this
+        it goes only when the garbage collector runs. The model must not be used with this engine afterwards."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.engine.close()
 
     def memory(self):
         return self.engine.memory()

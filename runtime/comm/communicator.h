@@ -8,8 +8,10 @@
 // return a Work to wait on, and the stream forms enqueue the op on a device Stream. Buffers
 // belong to the caller and must stay valid until the op completes. Every op has the
 // communicator's timeout: a dead or absent peer becomes Errc::comm/Errc::timeout naming
-// this rank, the op and its size, never a hang. After a failure the communicator is broken
-// and every later op fails at once.
+// this rank, the op and its size, and the peer that died, stopped or went silent (from the
+// ranks' beacons in the rendezvous directory), never a hang. After a failure the
+// communicator is broken and every later op fails at once; destroying it never waits for a
+// peer.
 //
 // Sizes that do not divide by the world size: the *_v forms take per-rank counts; the
 // caller may instead pad to a multiple of world_size (ZeRO's partitioner pads).
@@ -57,7 +59,8 @@ RendezvousConfig rendezvous_from_env();
 struct CommOptions {
   Backend backend = Backend::gloo;
   RendezvousConfig rendezvous;
-  std::string interface;   // Gloo: network interface (e.g. "eth0"); empty = loopback
+  std::string interface;   // Gloo: network interface (e.g. "eth0"); empty: $STRATA_COMM_IFACE or
+                           // $GLOO_SOCKET_IFNAME, else loopback (ranks on one host)
   int device_ordinal = 0;  // NCCL: CUDA device of this rank
 };
 

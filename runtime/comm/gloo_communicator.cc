@@ -18,6 +18,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -35,14 +36,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Gloo failures become strata errors: a timeout or a peer that went away.
-[[noreturn]] void rethrow_gloo(const std::exception& e, std::chrono::milliseconds timeout) {
+// Gloo failures become strata errors: a timeout or a peer that went away, with the peers
+// that the beacons show dead, stopped or silent (`watch` is null for a world of one).
+[[noreturn]] void rethrow_gloo(const std::exception& e, std::chrono::milliseconds timeout, const PeerWatch* watch) {
   const std::string what = e.what();
   const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+  const std::string peers = watch != nullptr ? watch->diagnose() : std::string();
   STRATA_THROW(timed_out ? Errc::timeout : Errc::comm, timed_out ? "no answer within " : "failed (",
-               timed_out ? std::to_string(timeout.count()) + " ms" : what, timed_out ? " (" + what + ")" : ")",
-               ". A peer rank died, hung or issued a different collective: every rank must issue the same "
-               "collectives in the same order");
+               timed_out ? std::to_string(timeout.count()) + " ms" : what, timed_out ? " (" + what + ")" : ")", ". ",
+               peers.empty() ? "Every other rank is alive and beating: the network between the ranks failed, or a "
+                               "rank issued a different collective (every rank must issue the same collectives in "
+                               "the same order)"
+                             : "The cause: " + peers);
 }
 
 // A peer that dies mid-transfer must become an error, not kill this process: Gloo writes
@@ -51,6 +56,15 @@ using Clock = std::chrono::steady_clock;
 void ignore_sigpipe() {
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+}
+
+// STRATA_COMM_IFACE, else Gloo's and PyTorch's GLOO_SOCKET_IFNAME; empty: loopback.
+std::string interface_from_env() {
+  for (const char* name : {"STRATA_COMM_IFACE", "GLOO_SOCKET_IFNAME"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return {};
 }
 
 std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) {
@@ -64,8 +78,8 @@ std::vector<std::size_t> prefix_offsets(const std::vector<std::size_t>& counts) 
 class P2PWork final : public Work {
  public:
   P2PWork(std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send, std::string what,
-          std::chrono::milliseconds timeout)
-      : buf_(std::move(buf)), is_send_(is_send), what_(std::move(what)), timeout_(timeout) {}
+          std::chrono::milliseconds timeout, const PeerWatch* watch)
+      : buf_(std::move(buf)), is_send_(is_send), what_(std::move(what)), timeout_(timeout), watch_(watch) {}
   void wait() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) {
@@ -79,7 +93,7 @@ class P2PWork final : public Work {
       } catch (const Error&) {
         throw;
       } catch (const std::exception& e) {
-        rethrow_gloo(e, timeout_);
+        rethrow_gloo(e, timeout_, watch_);
       }
     } catch (const Error& e) {
       error_ = std::make_exception_ptr(Error(e.code(), what_ + ": " + e.what(), e.where()));
@@ -98,6 +112,7 @@ class P2PWork final : public Work {
   bool is_send_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  const PeerWatch* watch_;
   bool done_ = false;
   std::exception_ptr error_;
 };
@@ -112,10 +127,11 @@ class GlooCommunicator final : public Communicator {
     try {
       store_ = open_run_store(cfg_);
       gloo::transport::tcp::attr attr;
-      if (o.interface.empty())
+      const std::string iface = !o.interface.empty() ? o.interface : interface_from_env();
+      if (iface.empty())
         attr.hostname = "127.0.0.1";
       else
-        attr.iface = o.interface;
+        attr.iface = iface;
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(cfg_.rank, cfg_.world_size);
       context_->setTimeout(cfg_.timeout);
@@ -261,7 +277,7 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       STRATA_THROW(Errc::comm, what, ": ", e.what());
     }
-    return std::make_shared<P2PWork>(std::move(buf), is_send, what, cfg_.timeout);
+    return std::make_shared<P2PWork>(std::move(buf), is_send, what, cfg_.timeout, store_.watch.get());
   }
 
   void reduce_fp32(float* data, std::size_t count, ReduceOp op, std::uint32_t tag) {
@@ -289,7 +305,7 @@ class GlooCommunicator final : public Communicator {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      rethrow_gloo(e, cfg_.timeout);
+      rethrow_gloo(e, cfg_.timeout, store_.watch.get());
     }
   }
 

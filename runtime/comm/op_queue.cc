@@ -11,6 +11,9 @@ OpQueue::~OpQueue() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    for (auto& item : queue_)
+      if (item.gate) item.gate->abort();
+    if (waiting_) waiting_->abort();
   }
   cv_.notify_all();
   worker_.join();
@@ -35,10 +38,14 @@ void OpQueue::run() {
     Item item = std::move(queue_.front());
     queue_.pop_front();
     const std::string broken = broken_;
+    waiting_ = item.gate;
     lock.unlock();
     std::exception_ptr error;
-    if (item.gate) item.gate->wait();
-    if (!broken.empty()) {
+    const bool reached = !item.gate || item.gate->wait();
+    if (!reached) {
+      error = std::make_exception_ptr(
+          Error(Errc::comm, item.describe + ": not run, the communicator was destroyed before its stream reached it"));
+    } else if (!broken.empty()) {
       error = std::make_exception_ptr(
           Error(Errc::comm, item.describe + ": not run, the communicator is broken by an earlier failure: " + broken));
     } else {
@@ -50,7 +57,7 @@ void OpQueue::run() {
         error = std::make_exception_ptr(Error(Errc::comm, item.describe + ": " + e.what()));
       }
     }
-    if (error && broken.empty()) {
+    if (error && broken.empty() && reached) {
       try {
         std::rethrow_exception(error);
       } catch (const std::exception& e) {
@@ -62,6 +69,7 @@ void OpQueue::run() {
     item.work->finish(error);
     item.op = nullptr;
     lock.lock();
+    waiting_.reset();
   }
 }
 

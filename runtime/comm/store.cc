@@ -1,10 +1,8 @@
 // Rendezvous store and arrival check (see detail/store.h).
 #include "runtime/comm/detail/store.h"
 
-#include <unistd.h>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "runtime/core/error.h"
@@ -21,15 +19,11 @@ RunStore open_run_store(const RendezvousConfig& c) {
   RunStore rs;
   rs.file = std::make_unique<gloo::rendezvous::FileStore>(c.path);
   rs.store = std::make_unique<gloo::rendezvous::PrefixStore>("strata-" + c.run_id, *rs.file);
-  // Arrival markers are plain files beside the store's (Gloo's stores offer no public
-  // "is this key there" check), written by rename so a reader never sees half a file.
+  // Arrival markers are the ranks' beacons (plain files beside the store's: Gloo's stores
+  // offer no public "is this key there" check), written by rename so a reader never sees
+  // half a file, and kept fresh for the failure diagnosis.
   const std::string alive = c.path + "/strata-" + c.run_id + "-alive-";
-  {
-    const std::string mine = alive + std::to_string(c.rank), tmp = mine + ".tmp";
-    std::ofstream(tmp) << ::getpid() << "\n";
-    std::filesystem::rename(tmp, mine, ec);
-    STRATA_CHECK(!ec, Errc::io, "rendezvous: cannot write '", mine, "': ", ec.message());
-  }
+  rs.watch = std::make_unique<PeerWatch>(alive, c.rank, c.world_size);
   const auto deadline = std::chrono::steady_clock::now() + c.timeout;
   for (;;) {
     std::string missing;

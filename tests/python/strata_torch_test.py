@@ -118,9 +118,12 @@ def train_strata(kind, cfg, steps, engine_out=None):
             x, y = data[s * accum + k]
             engine.backward(loss_of(kind, engine, x, y))
         result = engine.step()
+    params = engine.parameters_numpy()
     if engine_out is not None:
         engine_out.append(engine)
-    return engine.parameters_numpy(), result
+    else:
+        engine.close()  # its swap files and nvme_path go now, not when the collector runs
+    return params, result
 
 
 def train_torch(kind, steps, accum=2, update=None):

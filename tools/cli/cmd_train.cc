@@ -24,6 +24,7 @@
 #include "runtime/device/device.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
+#include "tools/cli/output_check.h"
 #include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_model.h"
 
@@ -79,7 +80,8 @@ device::DeviceOptions device_options(const Options& o, const engine::EngineConfi
 
 // Rank 0's line per step (loss, throughput, memory per tier, I/O) and its --log-json object.
 void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
-                 const engine::MemoryReport& mem, const engine::IoStats& io, std::ofstream& log) {
+                 const engine::MemoryReport& mem, const engine::IoStats& io, std::ofstream& log,
+                 const std::string& log_path) {
   // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
   const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
   const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
@@ -125,6 +127,8 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
     if (!std::isnan(val)) j["val_loss"] = val;
     log << j.dump() << "\n";
     log.flush();
+    STRATA_CHECK(log.good(), Errc::io, "--log-json '", log_path, "': writing step ", s + 1,
+                 " failed (disk full or removed?): ", errno_text(errno));
   }
 }
 
@@ -152,11 +156,22 @@ int run(const Options& o) {
   STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
                " is not available: use mlp or gpt");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
+  InterruptScope interrupt;  // from the start: a signal during setup also ends with the files removed
   comm::CommOptions co;
   co.rendezvous = comm::rendezvous_from_env();
   std::unique_ptr<comm::Communicator> comm;
   if (co.rendezvous.world_size > 1) comm = comm::Communicator::create(co);
   const int rank = co.rendezvous.rank, world = co.rendezvous.world_size;
+  // Every output is checked before anything trains (rank 0 writes the shared ones).
+  std::ofstream log;
+  if (rank == 0 && !o.log_json.empty()) {
+    check_output_file("--log-json", o.log_json);
+    log.open(o.log_json, std::ios::trunc);
+    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json,
+                 "' cannot be opened for writing: ", errno_text(errno));
+  }
+  if (rank == 0 && !o.save_params.empty()) check_output_file("--save-params", o.save_params);
+  if (!o.trace.empty()) check_output_file("--trace", o.trace);
 
   engine::ModelFacts facts;
   facts.world_size = world;
@@ -183,19 +198,12 @@ int run(const Options& o) {
   const std::int64_t first = checkpoints.resume(engine);
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
 
-  std::ofstream log;
-  if (rank == 0 && !o.log_json.empty()) {
-    log.open(o.log_json, std::ios::trunc);
-    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json,
-                 "' cannot be opened for writing: ", errno_text(errno));
-  }
   if (rank == 0) {
     std::printf("strata train: %s\n  ZeRO stage %d, %s, world %d, micro-batch %lld x %lld, device %s\n",
                 model->describe().c_str(), cfg.zero.stage, dtype_name(engine.compute_dtype()), world,
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
   }
-  InterruptScope interrupt;  // Ctrl-C ends at the next step: swap files are removed on the way out
   for (std::int64_t s = first; s < o.steps; ++s) {
     checkpoints.stop_if_interrupted(engine, comm.get(), s, first);  // a final checkpoint first
     check_interrupted("train");
@@ -203,7 +211,7 @@ int run(const Options& o) {
     const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double val = model->validate(s + 1, o.steps);
-    if (rank == 0) report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log);
+    if (rank == 0) report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), log, o.log_json);
     checkpoints.after_step(engine, s, o.steps);
   }
   checkpoints.finish(engine);

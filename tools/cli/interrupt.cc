@@ -37,6 +37,8 @@ InterruptScope::~InterruptScope() {
 
 bool interrupt_pending() noexcept { return g_signal != 0; }
 
+int interrupt_signal() noexcept { return static_cast<int>(g_signal); }
+
 void check_interrupted(const char* what) {
   if (g_signal != 0) {
     STRATA_THROW(Errc::invalid_argument, what, ": interrupted by signal ", static_cast<int>(g_signal),

@@ -1,5 +1,6 @@
 // `strata` entry point: builds the command tree from the registry, parses, runs the chosen
-// command and turns a strata::Error into one clear line on stderr and exit code 1.
+// command and turns a strata::Error into one clear line on stderr and exit code 1 (128 + the
+// signal when a signal stopped the command).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -7,6 +8,15 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
+
+namespace {
+// 1, or 128 + the signal when the command stopped because of one (130 SIGINT, 143 SIGTERM).
+int failure_code() {
+  const int sig = strata::cli::interrupt_signal();
+  return sig != 0 ? 128 + sig : 1;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace strata;
@@ -56,9 +66,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     if (log_level() >= LogLevel::debug)
       std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
-    return 1;
+    return failure_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
-    return 1;
+    return failure_code();
   }
 }

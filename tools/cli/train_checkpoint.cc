@@ -10,6 +10,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/interrupt.h"
+#include "tools/cli/output_check.h"
 
 namespace strata::cli {
 namespace {
@@ -65,6 +66,7 @@ TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::Check
                  "latest checkpoint to load");
     resume_ = save_dir_;
   }
+  if (!save_dir_.empty()) check_output_dir("--save-dir", save_dir_);  // before training, not at the first save
 }
 
 void TrainCheckpoints::init_from(engine::Engine& engine) const {

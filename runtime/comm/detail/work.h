@@ -38,25 +38,33 @@ class OpWork final : public Work {
   std::exception_ptr error_;
 };
 
-// Opened by a stream task when the stream reaches a stream-ordered op.
+// Opened by a stream task when the stream reaches a stream-ordered op; aborted when the
+// communicator goes away first (its stream failed or was torn down and will never get there).
 class Gate {
  public:
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  void wait() {
+  void open() { release(false); }
+  void abort() { release(true); }
+  // Returns false when aborted.
+  bool wait() {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [this] { return open_; });
+    return !aborted_;
   }
 
  private:
+  void release(bool aborted) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_) return;
+      open_ = true;
+      aborted_ = aborted;
+    }
+    cv_.notify_all();
+  }
   std::mutex mutex_;
   std::condition_variable cv_;
   bool open_ = false;
+  bool aborted_ = false;
 };
 
 // Set while a stream-ordered form issues its op: the op is queued in issue order (so every

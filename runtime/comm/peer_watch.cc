@@ -1,0 +1,104 @@
+// PeerWatch (see detail/peer_watch.h).
+#include "runtime/comm/detail/peer_watch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/core/error.h"
+
+namespace strata::comm::detail {
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie...); 0 when gone.
+char process_state(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return 0;
+  const auto close = text.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : 0;
+}
+
+}  // namespace
+
+std::string PeerWatch::beacon_text() { return str_cat(::getpid(), " ", this_host(), "\n"); }
+
+PeerWatch::PeerWatch(std::string prefix, int rank, int world_size)
+    : prefix_(std::move(prefix)), rank_(rank), world_size_(world_size) {
+  const std::string mine = prefix_ + std::to_string(rank_), tmp = mine + ".tmp";
+  std::ofstream(tmp) << beacon_text();
+  std::error_code ec;
+  std::filesystem::rename(tmp, mine, ec);
+  STRATA_CHECK(!ec, Errc::io, "rendezvous: cannot write '", mine, "': ", ec.message());
+  thread_ = std::thread([this] { beat(); });
+}
+
+PeerWatch::~PeerWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void PeerWatch::beat() {
+  const std::string mine = prefix_ + std::to_string(rank_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!cv_.wait_for(lock, kBeat, [this] { return stop_; })) {
+    ::utimensat(AT_FDCWD, mine.c_str(), nullptr, 0);  // now; a failure only ages the beacon
+  }
+}
+
+std::string PeerWatch::scan() const {
+  const std::string host = this_host();
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::string found;
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    const std::string path = prefix_ + std::to_string(r);
+    long pid = 0;
+    std::string peer_host;
+    std::ifstream(path) >> pid >> peer_host;
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    std::string what;
+    if (pid > 0 && peer_host == host) {
+      const char state = process_state(pid);
+      if (state == 0 || state == 'Z' || state == 'X')
+        what = "died";
+      else if (state == 'T' || state == 't')
+        what = "is stopped (SIGSTOP or a debugger)";
+    }
+    if (what.empty() && !ec) {
+      const auto age = std::chrono::duration_cast<std::chrono::seconds>(now - mtime);
+      if (age >= kBeat * kSilentBeats) what = str_cat("has been silent for ", age.count(), " s");
+    }
+    if (what.empty()) continue;
+    found += str_cat(found.empty() ? "" : "; ", "rank ", r, " (pid ", pid, " on ", peer_host, ") ", what);
+  }
+  return found;
+}
+
+std::string PeerWatch::diagnose(std::chrono::milliseconds settle) const {
+  const auto deadline = std::chrono::steady_clock::now() + settle;
+  for (;;) {
+    std::string found = scan();
+    if (!found.empty() || std::chrono::steady_clock::now() >= deadline) return found;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace strata::comm::detail
