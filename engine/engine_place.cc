@@ -356,15 +356,17 @@ std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_
 // instead of swapping the machine to a halt or meeting the OOM killer mid-setup.
 void Engine::Impl::check_host_fit() const {
   std::uint64_t opt = 0, acc = 0, params = 0;
+  bool nvme = false;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const auto& S = layers[li];
     const int i = static_cast<int>(li);
+    nvme = nvme || S.opt_tier == Tier::nvme || S.param_tier == Tier::nvme;
     if (S.opt_tier == Tier::host) opt += opt_elems(i) * 12;
     if (acc_on_host(i)) acc += (cfg.zero.stage <= 1 ? padded_elems(i) : S.shard_total) * 4;
     if (cfg.zero.stage == 3 && S.param_tier == Tier::host) params += S.shard_total * cbytes;
   }
   const offload::PlacementProblem p = placement_problem({});
-  const std::uint64_t buffers = p.host_fixed_bytes + p.nvme_buffer_bytes;
+  const std::uint64_t buffers = p.host_fixed_bytes + (nvme ? p.nvme_buffer_bytes : 0);
   const bool emulated = dev.backend() == device::Backend::host;
   const std::uint64_t device = emulated ? check_device_fit(false, false) : 0;
   const std::uint64_t need = opt + acc + params + buffers + device;

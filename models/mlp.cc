@@ -9,7 +9,9 @@
 #include "models/detail/mlp_cuda.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/random.h"
+#include "runtime/core/units.h"
 #include "runtime/device/device.h"
 #include "runtime/device/ops.h"
 
@@ -80,11 +82,23 @@ Mlp::Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* co
                                  static_cast<std::size_t>(engine_.config().train_micro_batch_size_per_gpu),
                                  static_cast<std::size_t>(cfg_.hidden));
   }
-  teacher_.resize(static_cast<std::size_t>(h * h));
+}
+
+// The teacher is made at the first batch, after engine.setup() has checked the model's
+// state against the machine's memory; its own size is checked here.
+const std::vector<float>& Mlp::teacher() const {
+  if (!teacher_.empty()) return teacher_;
+  const auto h = static_cast<std::uint64_t>(cfg_.hidden);
+  const HostMemory have = host_memory_available();
+  STRATA_CHECK(h * h * 4 <= have.available, Errc::out_of_budget, "mlp: the teacher matrix of --hidden ", h, " takes ",
+               format_bytes(h * h * 4), " but only ", format_bytes(have.available), " of host RAM is available (",
+               have.source, "): use a smaller --hidden");
+  teacher_.resize(h * h);
   for (std::size_t i = 0; i < teacher_.size(); ++i) {
     teacher_[i] =
         gaussian(mix(cfg_.seed ^ 0x7ea0c0ffeeull) + i) * static_cast<float>(2.0 / std::sqrt(static_cast<double>(h)));
   }
+  return teacher_;
 }
 
 std::size_t Mlp::parameter_count() const noexcept {
@@ -103,9 +117,10 @@ void Mlp::make_batch(std::int64_t step, int k, std::vector<float>& x, std::vecto
         static_cast<std::uint64_t>(step * c.train_batch_size + (k * world + engine_.rank()) * micro + j);
     float* xs = x.data() + j * H;
     for (std::size_t i = 0; i < H; ++i) xs[i] = gaussian(mix(cfg_.seed ^ 0xda7aull) + s * H + i);
+    const std::vector<float>& teacher = this->teacher();
     for (std::size_t o = 0; o < H; ++o) {
       float z = 0;
-      for (std::size_t i = 0; i < H; ++i) z += teacher_[o * H + i] * xs[i];
+      for (std::size_t i = 0; i < H; ++i) z += teacher[o * H + i] * xs[i];
       target[j * H + o] = std::sin(z);
     }
   }

@@ -57,7 +57,8 @@ class Mlp {
   MlpConfig cfg_;
   comm::Communicator* comm_;
   Tracer* tracer_;
-  std::vector<float> teacher_;  // [H, H], fixed
+  const std::vector<float>& teacher() const;  // made on first use
+  mutable std::vector<float> teacher_;        // [H, H], fixed
   struct Gpu;
   std::unique_ptr<Gpu> gpu_;  // the CUDA path's stream, cuBLAS handle and buffers
 };

@@ -101,6 +101,15 @@ Schedule interleaved_1f1b(int p, int m, int v) {
 Schedule generate(const GenerateOptions& o, AutoReport* report) {
   STRATA_CHECK(o.kind == ScheduleKind::interleaved || o.chunks == 1, Errc::invalid_argument, "chunks=", o.chunks,
                " applies only to the interleaved schedule; ", schedule_kind_name(o.kind), " has one chunk per stage");
+  // Each (stage, chunk, micro-batch) holds three actions of a few hundred bytes once
+  // simulated: a bound keeps a typo from taking the machine's memory.
+  const std::uint64_t pairs = static_cast<std::uint64_t>(o.stages) * static_cast<std::uint64_t>(o.micro_batches) *
+                              static_cast<std::uint64_t>(std::max(1, o.chunks));
+  STRATA_CHECK(pairs <= kMaxScheduleCells, Errc::invalid_argument, "stages ", o.stages, " x micro-batches ",
+               o.micro_batches, " x chunks ", std::max(1, o.chunks), " = ", pairs, " cells is above the ",
+               kMaxScheduleCells,
+               " a schedule may have (about 1 KiB of memory each): use fewer micro-batches (the bubble rate hardly "
+               "changes beyond m = 8p)");
   switch (o.kind) {
     case ScheduleKind::gpipe:
       return gpipe(o.stages, o.micro_batches);

@@ -6,6 +6,7 @@
 // naming the input and what would work.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,9 @@ ScheduleKind parse_schedule_kind(std::string_view text);  // throws listing the 
 // All forwards, then all full backwards. Any m; keeps m micro-batches of activations on
 // every stage. Backwards run in micro-batch order (the GPipe paper draws them reversed;
 // the bubble is the same), so weight gradients accumulate in order with nothing held back.
+// generate() refuses schedules with more stage x micro-batch x chunk cells than this.
+constexpr std::uint64_t kMaxScheduleCells = std::uint64_t{1} << 20;
+
 Schedule gpipe(int stages, int micro_batches);
 // One forward one backward (PipeDream-flush): stage r warms up with min(p-r-1, m) forwards.
 // Any m; stage r keeps at most min(p-r, m) micro-batches of activations.
