@@ -64,9 +64,9 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::string& rdzv, const std
   dup2(out_fd, STDERR_FILENO);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  setenv("STRATA_RANK", std::to_string(rank).c_str(), 1);
+  setenv("STRATA_RANK", std::to_string(o.node_rank * o.nprocs + rank).c_str(), 1);
   setenv("STRATA_LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("STRATA_WORLD_SIZE", std::to_string(o.nprocs).c_str(), 1);
+  setenv("STRATA_WORLD_SIZE", std::to_string(o.nnodes * o.nprocs).c_str(), 1);
   setenv("STRATA_RENDEZVOUS", ("file://" + rdzv).c_str(), 1);
   setenv("STRATA_RUN_ID", run_id.c_str(), 1);
   for (const auto& [k, v] : o.env) setenv(k.c_str(), v.c_str(), 1);
@@ -150,9 +150,16 @@ LaunchResult launch_local(const LaunchOptions& o) {
   STRATA_CHECK(o.nprocs >= 1, Errc::invalid_argument, "strata launch: -n ", o.nprocs, " must be at least 1");
   STRATA_CHECK(!o.command.empty(), Errc::invalid_argument,
                "strata launch: no command given (strata launch -n N -- CMD ARGS)");
+  STRATA_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes, Errc::invalid_argument,
+               "strata launch: --node-rank ", o.node_rank, " is not a node of --nnodes ", o.nnodes);
+  STRATA_CHECK(o.nnodes == 1 || (!o.rendezvous_dir.empty() && !o.run_id.empty()), Errc::invalid_argument,
+               "strata launch: --nnodes ", o.nnodes,
+               " needs --rendezvous DIR on a filesystem every node shares and the same --run-id on every node "
+               "(for example $SLURM_JOB_ID)");
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = !o.rendezvous_dir.empty() ? o.rendezvous_dir : (tmp && *tmp ? tmp : "/tmp");
-  const std::string run_id = str_cat("launch-", getpid(), "-", Clock::now().time_since_epoch().count());
+  const std::string run_id =
+      !o.run_id.empty() ? o.run_id : str_cat("launch-", getpid(), "-", Clock::now().time_since_epoch().count());
   const std::string rdzv = base + "/strata-rdzv-" + run_id;
   std::error_code ec;
   std::filesystem::create_directories(rdzv, ec);
@@ -218,7 +225,7 @@ LaunchResult launch_local(const LaunchOptions& o) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  std::filesystem::remove_all(rdzv, ec);
+  if (o.nnodes == 1) std::filesystem::remove_all(rdzv, ec);  // other nodes may still read theirs
 
   for (auto& c : children) result.ranks.push_back(c.exit);
   if (result.failed_rank >= 0) {

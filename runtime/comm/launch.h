@@ -1,5 +1,8 @@
 // Starts N local ranks of a command, like torchrun: each gets STRATA_RANK, STRATA_WORLD_SIZE,
 // STRATA_LOCAL_RANK, STRATA_RENDEZVOUS (a fresh directory for this run) and STRATA_RUN_ID.
+// On several nodes, one launcher per node with the same nnodes, run_id and a rendezvous
+// directory on a filesystem every node shares; node k's ranks are k*N .. k*N+N-1 (the file
+// store replaces torchrun's master address and port).
 // Output lines are prefixed with the rank; SIGINT/SIGTERM are forwarded; when a rank fails
 // the others get `grace` to report their own errors, then SIGTERM, then SIGKILL, and the
 // result names the first rank that failed.
@@ -15,7 +18,10 @@ namespace strata::comm {
 struct LaunchOptions {
   int nprocs = 1;
   std::vector<std::string> command;  // argv; command[0] is looked up in PATH
-  std::string rendezvous_dir;        // base directory; empty: $TMPDIR or /tmp
+  std::string rendezvous_dir;        // base directory; empty: $TMPDIR or /tmp (one node only)
+  int nnodes = 1;                    // nodes, each running one launcher
+  int node_rank = 0;                 // this node, 0 .. nnodes-1
+  std::string run_id;                // the same on every node; empty: made up (one node only)
   bool prefix_output = true;         // "[rank r] " before each line
   int only_rank_output = -1;         // forward only this rank's output (-1: all)
   bool capture = false;              // keep each rank's output in the result
