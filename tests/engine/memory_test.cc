@@ -5,6 +5,7 @@
 // and stage 3 never holds more than stage3_max_live_parameters gathered.
 #include <catch2/catch.hpp>
 
+#include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 
@@ -107,4 +108,19 @@ TEST_CASE("freed page-locked staging is reused, and handed back when the host bu
   CHECK(dev->pinned_stats().allocations == 0);
   CHECK(ledger.usage(engine::Tier::host).used_bytes == 600u << 10);
   ledger.free(c);
+}
+
+TEST_CASE("the host tier's budget edge is exact: the last byte fits, one more does not", "[zero][memory][negative]") {
+  device::DeviceOptions d;
+  d.budget_bytes = 1 << 20;
+  auto dev = device::Device::create(d);
+  engine::MemoryLedger ledger(*dev, 4096, false);
+  void* a = ledger.allocate(engine::Tier::host, engine::Kind::buffers, 4000, "most");
+  void* b = ledger.allocate(engine::Tier::host, engine::Kind::buffers, 96, "the rest");
+  CHECK(ledger.usage(engine::Tier::host).used_bytes == 4096);
+  CHECK_THROWS_AS(ledger.allocate(engine::Tier::host, engine::Kind::buffers, 1, "one byte more"), Error);
+  ledger.free(b);
+  void* c = ledger.allocate(engine::Tier::host, engine::Kind::buffers, 96, "the rest again");
+  ledger.free(c);
+  ledger.free(a);
 }

@@ -530,3 +530,30 @@ TEST_CASE("a parameter write-back that fails is reported, and its staging is not
   CHECK(m.find("parameter shard of layer") != std::string::npos);
   CHECK(t.engine->memory().host.kind_used[buffers] == before);
 }
+
+// [regression] A prefetch that ran one layer past stage3_max_live_parameters evicted layers
+// before their use and gathered them again: 8.8x the host-to-device traffic with the same
+// results, unseen by every other test. Each gather moves its layer at most once, and the
+// live window holds, at every live limit.
+TEST_CASE("stage 3 gather traffic per step is at most one transfer per gather, within the live window",
+          "[offload][memory]") {
+  const std::uint64_t max_live = GENERATE(1056u, 2u * 1056u, 1000000u);
+  test::TrainSpec spec;
+  spec.steps = 4;
+  spec.config = stage3_config(1);
+  spec.config.zero.reduce_bucket_size = 100000;  // one bucket per layer
+  spec.config.zero.stage3_max_live_parameters = max_live;
+  place(spec.config, OffloadDevice::cpu, OffloadDevice::cpu, "");
+  const auto run = test::train_mlp(spec);
+  // 3 layers of 32 x 32 + 32 = 1056 parameters, bf16; forward and backward of 4 micro-batches.
+  const std::uint64_t layer_bytes = 1056 * 2, gathers = 2 * 4 * 3;
+  INFO("max_live " << max_live << " peak gathered " << run.memory.peak_gathered_elems);
+  CHECK(run.memory.peak_gathered_elems <= max_live);
+  for (std::size_t s = 0; s < run.io.size(); ++s) {
+    INFO("step " << s + 1 << ": " << run.io[s].h2d_bytes << " B host-to-device");
+    CHECK(run.io[s].h2d_bytes % layer_bytes == 0);
+    CHECK(run.io[s].h2d_bytes <= gathers * layer_bytes);
+    CHECK(run.io[s].h2d_bytes >= 3 * layer_bytes);                 // each layer at least once
+    if (s > 0) CHECK(run.io[s].h2d_bytes == run.io[1].h2d_bytes);  // the replayed trace moves the same every step
+  }
+}

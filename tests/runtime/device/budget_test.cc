@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/core/error.h"
+#include "runtime/device/budget.h"
 #include "runtime/device/device.h"
 
 using namespace strata;
@@ -125,5 +126,32 @@ TEST_CASE("freeing memory that the device does not own is refused", "[device][ne
   int local = 0;
   CHECK_THROWS_AS(dev->free(&local), Error);
   CHECK_THROWS_AS(dev->free_pinned(&local), Error);
+  CHECK(dev->memory_stats().used_bytes == 0);
+}
+
+// [regression] A budget that let one more alignment block through was caught only by the
+// randomized stress test, and not every time: the edge itself, exactly.
+TEST_CASE("the budget's edge is exact: the last block fits, one byte more does not", "[device][negative]") {
+  Budget b("device", 1000);
+  b.reserve(1000);
+  CHECK_FALSE(b.try_reserve(1));
+  CHECK_THROWS_AS(b.reserve(1), Error);
+  b.release(1);
+  CHECK(b.try_reserve(1));
+  CHECK(b.used_bytes() == 1000);
+
+  // The host device rounds its budget down to whole 256-byte blocks and every allocation up.
+  auto dev = host_device((1 << 20) + 100);
+  CHECK(dev->memory_stats().budget_bytes == (1u << 20));
+  void* most = dev->allocate((1 << 20) - 256);
+  void* last = dev->allocate(256);
+  CHECK(dev->memory_stats().used_bytes == (1u << 20));
+  CHECK_THROWS_AS(dev->allocate(1), Error);
+  dev->free(last);
+  void* one = dev->allocate(1);  // charged as one whole block
+  CHECK(dev->memory_stats().used_bytes == (1u << 20));
+  CHECK_THROWS_AS(dev->allocate(1), Error);
+  dev->free(one);
+  dev->free(most);
   CHECK(dev->memory_stats().used_bytes == 0);
 }
