@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "runtime/core/error.h"
 
@@ -13,16 +15,42 @@ namespace {
 
 using nlohmann::json;
 
+// Nesting a manifest may have: its own is four levels, the engine's and trainer's states a
+// few more. Deeper is damage (and every step that walks the JSON recursively stays bounded).
+constexpr int kMaxDepth = 128;
+
+// A whole JSON number that fits in T (a float, or one out of T's range, would be undefined
+// or wrap in nlohmann's conversion).
+template <class T> bool fits(const json& v) {
+  if (v.is_number_unsigned())
+    return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  if (!v.is_number_integer()) return false;
+  const std::int64_t i = v.get<std::int64_t>();
+  if (i < 0) return std::is_signed_v<T> && i >= static_cast<std::int64_t>(std::numeric_limits<T>::min());
+  return static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+}
+
+template <class T> bool has_type(const json& v) {
+  if constexpr (std::is_integral_v<T>) {
+    return fits<T>(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else if constexpr (std::is_same_v<T, json>) {
+    return true;
+  } else {  // std::vector of a whole-number type
+    return v.is_array() &&
+           std::all_of(v.begin(), v.end(), [](const json& e) { return fits<typename T::value_type>(e); });
+  }
+}
+
 // Reads a required key of the expected JSON type; a missing or mistyped key is corrupt.
 template <class T> T need(const json& j, const char* key, const std::string& where, const std::string& ctx) {
   STRATA_CHECK(j.is_object() && j.contains(key), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has no '",
                key, "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    STRATA_THROW(Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " '", key, "' has the wrong type (",
-                 j.at(key).type_name(), ")");
-  }
+  const json& v = j.at(key);
+  STRATA_CHECK(has_type<T>(v), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " '", key,
+               "' has the wrong type or is out of range (", v.type_name(), ")");
+  return v.get<T>();
 }
 
 json segments_json(const std::vector<Segment>& segs) {
@@ -35,10 +63,10 @@ std::vector<Segment> parse_segments(const json& a, const std::string& where, con
   STRATA_CHECK(a.is_array(), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " is not an array");
   std::vector<Segment> out;
   for (const auto& s : a) {
-    STRATA_CHECK(s.is_array() && s.size() == 4 && s[0].is_number_integer() && s[1].is_number_unsigned() &&
+    STRATA_CHECK(s.is_array() && s.size() == 4 && fits<int>(s[0]) && s[1].is_number_unsigned() &&
                      s[2].is_number_unsigned() && s[3].is_number_unsigned(),
                  Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
-                 " has a segment that is not [file, offset, elem, count]: ", s.dump());
+                 " has a segment that is not [file, offset, elem, count]: ", s.dump().substr(0, 200));
     out.push_back({s[0].get<int>(), s[1].get<std::uint64_t>(), s[2].get<std::uint64_t>(), s[3].get<std::uint64_t>()});
   }
   return out;
@@ -50,7 +78,8 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
     std::uint64_t numel = 1;
     for (auto d : t.shape) {
       STRATA_CHECK(d >= 0, Errc::corrupt, "checkpoint manifest ", where, ": tensor '", t.name, "' has a negative dim");
-      numel *= static_cast<std::uint64_t>(d);
+      STRATA_CHECK(!__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel), Errc::corrupt,
+                   "checkpoint manifest ", where, ": tensor '", t.name, "' has a shape too large for 64 bits");
     }
     STRATA_CHECK(numel == t.numel, Errc::corrupt, "checkpoint manifest ", where, ": tensor '", t.name, "' has ",
                  t.numel, " elements but its shape holds ", numel);
@@ -60,9 +89,11 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
       for (const auto& g : segs) {
         STRATA_CHECK(g.file >= 0 && g.file < static_cast<int>(m.files.size()), Errc::corrupt, "checkpoint manifest ",
                      where, ": ", ctx, " names file #", g.file, " of ", m.files.size());
-        STRATA_CHECK(g.file_offset + g.count * 4 <= m.files[g.file].bytes && g.elem + g.count <= t.numel, Errc::corrupt,
-                     "checkpoint manifest ", where, ": ", ctx, " has a segment outside ", m.files[g.file].name,
-                     " or the tensor");
+        const std::uint64_t bytes = m.files[g.file].bytes;  // fp32 elements; written so no sum can wrap
+        STRATA_CHECK(g.count <= bytes / 4 && g.file_offset <= bytes - g.count * 4 && g.count <= t.numel &&
+                         g.elem <= t.numel - g.count,
+                     Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
+                     m.files[g.file].name, " or the tensor");
       }
       if (partial) continue;
       std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.elem < b.elem; });
@@ -78,7 +109,8 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
     }
   }
   for (const auto& f : m.files) {
-    const std::uint64_t chunks = f.kind == FileKind::swap ? 0 : (f.bytes + m.chunk_bytes - 1) / m.chunk_bytes;
+    const std::uint64_t chunks =
+        f.kind == FileKind::swap ? 0 : f.bytes / m.chunk_bytes + (f.bytes % m.chunk_bytes != 0 ? 1 : 0);
     STRATA_CHECK(f.xxh3.size() == chunks, Errc::corrupt, "checkpoint manifest ", where, ": file ", f.name, " has ",
                  f.xxh3.size(), " checksums for ", chunks, " chunks");
   }
@@ -145,7 +177,12 @@ std::string to_json(const Manifest& m) {
 Manifest parse_manifest(const std::string& text, const std::string& where, bool partial) {
   json j;
   try {
-    j = json::parse(text);
+    j = json::parse(text, [&](int depth, json::parse_event_t event, json&) {
+      const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+      STRATA_CHECK(!opens || depth < kMaxDepth, Errc::corrupt, "checkpoint manifest ", where, " nests deeper than ",
+                   kMaxDepth, " levels: the file is damaged; load an earlier checkpoint");
+      return true;
+    });
   } catch (const json::exception& e) {
     STRATA_THROW(Errc::corrupt, "checkpoint manifest ", where, " is not valid JSON (", e.what(),
                  "): the file is damaged; load an earlier checkpoint");

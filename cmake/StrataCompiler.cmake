@@ -11,15 +11,29 @@ if(STRATA_ARCH)
   target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=${STRATA_ARCH}>)
 endif()
 if(STRATA_SANITIZE)
-  if(NOT STRATA_SANITIZE MATCHES "^(address|undefined|thread)$")
-    message(FATAL_ERROR "STRATA_SANITIZE='${STRATA_SANITIZE}': use address, undefined or thread")
+  if(NOT STRATA_SANITIZE MATCHES "^(address|undefined|thread|address,undefined)$")
+    message(FATAL_ERROR "STRATA_SANITIZE='${STRATA_SANITIZE}': use address, undefined, address,undefined or thread")
   endif()
   set(_san -fsanitize=${STRATA_SANITIZE} -fno-omit-frame-pointer)
-  if(STRATA_SANITIZE STREQUAL "undefined")
-    list(APPEND _san -fno-sanitize-recover=all)
+  if(STRATA_SANITIZE MATCHES "undefined")
+    list(APPEND _san -fno-sanitize-recover=all)  # any undefined behaviour fails the test
   endif()
   target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX,C>:${_san}>)
   target_link_options(strata_options INTERFACE ${_san})
+endif()
+
+# STRATA_FUZZ: coverage for libFuzzer in every Strata target, with ASan and UBSan (any
+# report aborts); the harnesses in fuzz/ add libFuzzer's main at link time.
+if(STRATA_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "STRATA_FUZZ=ON needs clang (libFuzzer): configure with CC=clang CXX=clang++")
+  endif()
+  if(STRATA_SANITIZE)
+    message(FATAL_ERROR "STRATA_FUZZ=ON brings its own sanitizers (address, undefined): leave STRATA_SANITIZE empty")
+  endif()
+  set(_fuzz -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=fuzzer-no-link ${_fuzz}>)
+  target_link_options(strata_options INTERFACE ${_fuzz})
 endif()
 
 find_program(STRATA_CCACHE ccache)
@@ -42,7 +56,7 @@ target_compile_options(strata_simd INTERFACE $<$<CONFIG:Debug>:-O1>)
 # in system headers (libstdc++ <regex> through Catch2, and psrldi512/pslldi512 in
 # avx512fintrin.h, GCC bug 105593). The unsanitized strict build keeps both warnings; the
 # ASan build (scripts/test.sh) drops them so -Werror stops only on warnings in our code.
-if(STRATA_SANITIZE STREQUAL "address")
+if(STRATA_SANITIZE MATCHES "address")
   target_compile_options(strata_options INTERFACE
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-maybe-uninitialized -Wno-uninitialized>)
 endif()

@@ -4,11 +4,13 @@
 // and config_training.cc; the typed reader in detail/json_reader.cc.
 #include "engine/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "engine/detail/json_reader.h"
 #include "engine/detail/sections.h"
@@ -212,6 +214,47 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
   return config;
 }
 
+namespace {
+
+// The file's bytes, at most kMaxConfigBytes of them: a larger regular file is refused by its
+// size, anything else (/dev/zero, a pipe) when the read passes the limit.
+std::string read_config_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    ::strata::detail::throw_error(Errc::io, str_cat("config file '", path, "' cannot be opened: ", errno_text(err)),
+                                  __FILE__, __LINE__, err);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const char* advice = "DeepSpeed configs are a few KiB: check that it is the config you meant";
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > kMaxConfigBytes) {
+    STRATA_THROW(Errc::invalid_argument, "config file '", path, "' is ", st.st_size, " bytes, over the ",
+                 kMaxConfigBytes >> 20, " MiB limit for a config file: ", advice);
+  }
+  std::string text;
+  std::vector<char> buffer(std::size_t{1} << 16);
+  while (true) {
+    const ssize_t n = ::read(fd, buffer.data(), std::min(buffer.size(), kMaxConfigBytes + 1 - text.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::strata::detail::throw_error(Errc::io, str_cat("config file '", path, "' could not be read: ", errno_text(err)),
+                                    __FILE__, __LINE__, err);
+    }
+    if (n == 0) return text;
+    text.append(buffer.data(), static_cast<std::size_t>(n));
+    STRATA_CHECK(text.size() <= kMaxConfigBytes, Errc::invalid_argument, "config file '", path,
+                 "' holds more than the ", kMaxConfigBytes >> 20, " MiB limit for a config file (reading stopped at ",
+                 text.size(), " bytes): ", advice);
+  }
+}
+
+}  // namespace
+
 EngineConfig load_config(const std::string& path, const ModelFacts& facts) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -220,16 +263,7 @@ EngineConfig load_config(const std::string& path, const ModelFacts& facts) {
                "' does not exist: give the path of a DeepSpeed-style JSON file");
   STRATA_CHECK(!fs::is_directory(status), Errc::invalid_argument, "config file '", path,
                "' is a directory: give the path of the JSON file inside it");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    ::strata::detail::throw_error(Errc::io, str_cat("config file '", path, "' cannot be opened: ", errno_text(err)),
-                                  __FILE__, __LINE__, err);
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  STRATA_CHECK(!in.bad(), Errc::io, "config file '", path, "' could not be read");
-  return parse_config(text.str(), path, facts);
+  return parse_config(read_config_file(path), path, facts);
 }
 
 }  // namespace strata::engine

@@ -7,6 +7,7 @@
 // by name otherwise. Nothing is silently ignored.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -123,11 +124,24 @@ struct ModelFacts {
   std::int64_t total_steps = 0;   // the run's optimizer steps (scheduler "auto"); 0 = unknown
 };
 
+// Bounds on what a config file may be, so that any file is read, or refused with a one-line
+// error, in well under a second: real DeepSpeed configs are a few KiB, nest four levels and
+// hold a few dozen keys per object. Keys longer than kMaxSuggestedKey get no "did you mean";
+// keys and values are echoed in errors cut to kEchoChars characters (and their length).
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+inline constexpr int kMaxConfigDepth = 64;          // objects and arrays inside each other
+inline constexpr std::size_t kMaxConfigKeys = 256;  // keys in one object
+inline constexpr std::size_t kMaxSuggestedKey = 64;
+inline constexpr std::size_t kEchoChars = 60;
+
 // Parses and validates. `source` names the file in errors ("ds_config.json"). Throws
-// Errc::invalid_argument. Prints the one notice for accepted-but-ignored keys (log info).
-// A JSON null means "not set" (DeepSpeed's default applies).
+// Errc::invalid_argument with a one-line message naming the source and, for JSON errors,
+// the line, column and key path. Prints the one notice for accepted-but-ignored keys (log
+// info). A JSON null means "not set" (DeepSpeed's default applies).
 EngineConfig parse_config(const std::string& json_text, const std::string& source, const ModelFacts& facts);
-EngineConfig load_config(const std::string& path, const ModelFacts& facts);  // reads the file
+// Reads the file (at most kMaxConfigBytes: /dev/zero or an endless pipe stops there), then
+// parse_config with the path as source.
+EngineConfig load_config(const std::string& path, const ModelFacts& facts);
 
 // lr at 1-based step `step` for the configured scheduler (optimizer lr when none).
 // Step `step` uses DeepSpeed's value at last_batch_iteration = step - 1, so step 1 runs at

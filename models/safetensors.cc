@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.h"
@@ -35,6 +36,47 @@ std::uint64_t numel_of(const std::vector<std::int64_t>& shape) {
   std::uint64_t n = 1;
   for (auto d : shape) n *= static_cast<std::uint64_t>(d);
   return n;
+}
+
+// One tensor's entry: {"dtype", "shape", "data_offsets": [begin, end]} with whole, non-
+// negative numbers only (a float or a negative one would wrap in a conversion), a shape
+// whose byte size fits in 64 bits, and offsets inside the `data_bytes` after the header.
+TensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::ordered_json& v,
+                       std::uint64_t data_bytes) {
+  TensorInfo t;
+  t.name = name;
+  const auto bad = [&](const std::string& what) {
+    STRATA_THROW(Errc::corrupt, "'", path, "': tensor '", name, "' ", what);
+  };
+  const auto whole = [](const nlohmann::ordered_json& x) {
+    return x.is_number_unsigned() || (x.is_number_integer() && x.get<std::int64_t>() >= 0);
+  };
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+    bad("has a malformed entry: expected {\"dtype\", \"shape\", \"data_offsets\"}");
+  const auto& dtype = v["dtype"];
+  const std::string dt = dtype.is_string() ? dtype.get<std::string>() : std::string("a ") + dtype.type_name();
+  if (dt != "F32" && dt != "BF16" && dt != "F16") bad(str_cat("has dtype ", dt, "; Strata reads F32, BF16 and F16"));
+  t.dtype = dt == "F32" ? DType::fp32 : dt == "BF16" ? DType::bf16 : DType::fp16;
+  const auto& shape = v["shape"];
+  if (!shape.is_array()) bad("has a shape that is not an array");
+  t.numel = 1;
+  for (const auto& d : shape) {
+    if (!whole(d) || d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      bad(str_cat("has a shape with ", d.is_number() ? d.dump() : std::string("a ") + d.type_name(),
+                  " in it: dimensions are whole numbers >= 0"));
+    t.shape.push_back(d.get<std::int64_t>());
+    if (__builtin_mul_overflow(t.numel, d.get<std::uint64_t>(), &t.numel)) bad("has a shape too large for 64 bits");
+  }
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(t.numel, dtype_size(t.dtype), &bytes)) bad("has a shape too large for 64 bits");
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !whole(off[0]) || !whole(off[1]))
+    bad("has data_offsets that are not [begin, end] in bytes");
+  const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+  if (begin > end || end > data_bytes || end - begin != bytes)
+    bad("has data_offsets that do not match its shape or lie past the end of the file (truncated?)");
+  t.offset = begin;
+  return t;
 }
 
 }  // namespace
@@ -136,33 +178,18 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)),
   } catch (const std::exception& e) {
     STRATA_THROW(Errc::corrupt, "'", path_, "': header is not JSON: ", e.what());
   }
+  STRATA_CHECK(header.is_object(), Errc::corrupt, "'", path_, "': the header is a JSON ", header.type_name(),
+               ", not an object of tensors");
   data_start_ = 8 + n;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      STRATA_CHECK(it.value().is_object(), Errc::corrupt, "'", path_, "': __metadata__ is a JSON ",
+                   it.value().type_name(), ", not an object of strings");
       for (auto m = it.value().begin(); m != it.value().end(); ++m)
         if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
       continue;
     }
-    TensorInfo t;
-    t.name = it.key();
-    try {
-      const auto& v = it.value();
-      const std::string dt = v.at("dtype").get<std::string>();
-      STRATA_CHECK(dt == "F32" || dt == "BF16" || dt == "F16", Errc::corrupt, "'", path_, "': tensor '", t.name,
-                   "' has dtype ", dt, "; Strata reads F32, BF16 and F16");
-      t.dtype = dt == "F32" ? DType::fp32 : dt == "BF16" ? DType::bf16 : DType::fp16;
-      t.shape = v.at("shape").get<std::vector<std::int64_t>>();
-      const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
-      t.numel = numel_of(t.shape);
-      STRATA_CHECK(off.size() == 2 && off[0] <= off[1] && data_start_ + off[1] <= size &&
-                       off[1] - off[0] == t.numel * dtype_size(t.dtype),
-                   Errc::corrupt, "'", path_, "': tensor '", t.name,
-                   "' has data_offsets that do not match its shape or lie past the end of the file (truncated?)");
-      t.offset = off[0];
-    } catch (const nlohmann::json::exception& e) {
-      STRATA_THROW(Errc::corrupt, "'", path_, "': tensor '", t.name, "' has a malformed entry: ", e.what());
-    }
-    tensors_.push_back(std::move(t));
+    tensors_.push_back(parse_entry(path_, it.key(), it.value(), size - data_start_));
   }
 }
 

@@ -50,6 +50,8 @@ class Checker {
   ValidationReport run() {
     check_header();
     if (!report_.ok()) return std::move(report_);
+    check_counts();
+    if (!report_.ok()) return std::move(report_);
     for (int st = 0; st < s_.stages; ++st) index_.emplace_back(s_.micro_batches, s_.chunks);
     for (int st = 0; st < s_.stages; ++st) index_stage(st);
     if (!report_.ok()) return std::move(report_);
@@ -71,6 +73,23 @@ class Checker {
       add("shape: stages=", s_.stages, " micro=", s_.micro_batches, " chunks=", s_.chunks, " must all be >= 1");
     else if (static_cast<int>(s_.actions.size()) != s_.stages)
       add("shape: ", s_.actions.size(), " action lists for ", s_.stages, " stages");
+  }
+
+  // Every stage runs an F and a backward for each (micro-batch, chunk): a stage listing
+  // fewer compute actions than micro x chunks cannot be valid. Checked before the index,
+  // whose size is micro x chunks per stage, so that a header promising 2^20 micro-batches
+  // over an empty list costs nothing.
+  void check_counts() {
+    const std::size_t needed = static_cast<std::size_t>(s_.micro_batches) * static_cast<std::size_t>(s_.chunks);
+    for (int st = 0; st < s_.stages; ++st) {
+      const auto& list = s_.actions[st];
+      const auto computes = static_cast<std::size_t>(
+          std::count_if(list.begin(), list.end(), [](const Action& a) { return is_compute(a.kind); }));
+      if (computes < needed) {
+        add("stage ", st, ": ", computes, " compute actions for ", s_.micro_batches, " micro-batches x ", s_.chunks,
+            " chunks: each needs an F and a backward (B and W, or BW)");
+      }
+    }
   }
 
   void index_stage(int st) {

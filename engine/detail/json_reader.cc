@@ -54,16 +54,19 @@ bool words_within(const std::vector<std::string>& a, const std::vector<std::stri
 
 // The known key `key` most likely meant, or "": a typo of one edit (two for long keys)
 // first, then a key with the same words and one more or fewer, then a typo within
-// close_enough().
+// close_enough(). Keys longer than kMaxSuggestedKey are nobody's typo: no search.
 std::string nearest_key(const std::string& key, const std::vector<std::string>& known) {
+  if (key.size() > kMaxSuggestedKey) return {};
+  std::vector<std::size_t> distance;
+  distance.reserve(known.size());
+  for (const auto& candidate : known) distance.push_back(edit_distance(key, candidate));
   const auto best_by = [&](auto&& accept) {
     std::string best;
     std::size_t best_distance = std::numeric_limits<std::size_t>::max();
-    for (const auto& candidate : known) {
-      const std::size_t d = edit_distance(key, candidate);
-      if (d < best_distance && accept(candidate, d)) {
-        best = candidate;
-        best_distance = d;
+    for (std::size_t i = 0; i < known.size(); ++i) {
+      if (distance[i] < best_distance && accept(known[i], distance[i])) {
+        best = known[i];
+        best_distance = distance[i];
       }
     }
     return best;
@@ -83,91 +86,40 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
   return best_by([&](const std::string& c, std::size_t d) { return d <= close_enough(key, c); });
 }
 
-// 1-based line and column of a 1-based byte position, as editors count them.
-std::pair<std::size_t, std::size_t> line_column(const std::string& text, std::size_t byte) {
-  const std::size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
-  std::size_t line = 1, line_start = 0;
-  for (std::size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  return {line, end - line_start + 1};
+// A string short and plain enough to hand to parse_count/parse_bytes, whose messages quote
+// it whole: within kEchoChars and free of control characters.
+bool short_plain(const Json& v) {
+  const auto& text = v.get_ref<const std::string&>();
+  return text.size() <= kEchoChars && std::none_of(text.begin(), text.end(), [](char c) {
+           return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
+         });
 }
 
 }  // namespace
 
-Json parse_json(const std::string& text, const std::string& source) {
-  // Duplicate keys: one frame per open object or array, holding the keys seen so far.
-  struct Frame {
-    bool object;
-    std::vector<std::string> keys;
-  };
-  std::vector<Frame> open;
-  const Json::parser_callback_t check = [&](int, Json::parse_event_t event, Json& parsed) {
-    using E = Json::parse_event_t;
-    if (event == E::object_start || event == E::array_start) {
-      open.push_back({event == E::object_start, {}});
-    } else if (event == E::object_end || event == E::array_end) {
-      open.pop_back();
-    } else if (event == E::key) {
-      const auto key = parsed.get<std::string>();
-      std::string path;
-      for (std::size_t i = 0; i + 1 < open.size(); ++i) {
-        path += open[i].object ? (open[i].keys.empty() ? "?" : open[i].keys.back()) + "." : "[].";
-      }
-      auto& keys = open.back().keys;
-      STRATA_CHECK(std::find(keys.begin(), keys.end(), key) == keys.end(), Errc::invalid_argument, source, ": key '",
-                   path, key, "' appears twice: keep one (JSON readers disagree on ",
-                   "which one wins, so Strata, like DeepSpeed, refuses the file)");
-      keys.push_back(key);
-    }
-    return true;
-  };
-  try {
-    return Json::parse(text, check);
-  } catch (const Json::parse_error& e) {
-    const auto [line, column] = line_column(text, e.byte);
-    std::string detail = e.what();
-    // nlohmann's text reads "[json.exception.parse_error.101] parse error at line 3, column
-    // 5: syntax error ..."; keep only the part after the position, which is given above.
-    if (const auto at = detail.find("column "); at != std::string::npos) {
-      if (const auto colon = detail.find(": ", at); colon != std::string::npos) detail.erase(0, colon + 2);
-    } else if (const auto bracket = detail.find("] "); bracket != std::string::npos) {
-      detail.erase(0, bracket + 2);
-    }
-    STRATA_THROW(Errc::invalid_argument, source, ": invalid JSON at line ", line, ", column ", column, " (byte ",
-                 e.byte, "): ", detail);
-  }
-}
-
 std::size_t edit_distance(std::string_view a, std::string_view b) {
-  // Optimal string alignment: Levenshtein plus adjacent transpositions ("stgae").
-  const std::size_t n = a.size(), m = b.size();
-  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
-  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= n; ++i) {
+  // Optimal string alignment: Levenshtein plus adjacent transpositions ("stgae"), over
+  // three rolling rows (i - 2, i - 1, i).
+  const std::size_t m = b.size();
+  std::vector<std::size_t> before(m + 1), previous(m + 1), current(m + 1);
+  for (std::size_t j = 0; j <= m; ++j) previous[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
     for (std::size_t j = 1; j <= m; ++j) {
       const std::size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
       if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1])) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        current[j] = std::min(current[j], before[j - 2] + 1);
       }
     }
+    std::swap(before, previous);
+    std::swap(previous, current);
   }
-  return d[n][m];
-}
-
-std::string show(const Json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
+  return previous[m];
 }
 
 void ParseContext::fail(const std::string& message) const {
-  STRATA_THROW(Errc::invalid_argument, source_, ": ", message);
+  STRATA_THROW(Errc::invalid_argument, source_, ": ", one_line(message));
 }
 
 Section& ParseContext::add_section(std::string path, const Json* object) {
@@ -182,7 +134,7 @@ void ParseContext::check_unknown_keys() const {
       const std::string& key = item.key();
       const auto& known = section.declared;
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      const std::string full = join_path(section.path, key);
+      const std::string full = join_path(section.path, clip(key));
       // 1. A near miss at the same level: a typo ("stag", "zero_optimisation"), or a name
       // with a word missing or extra ("warmup_steps" for warmup_num_steps).
       const std::string best = nearest_key(key, known);
@@ -315,6 +267,7 @@ bool ObjectReader::read_count(std::string_view key, std::uint64_t lo, std::uint6
     if (value < 0 || value >= 1.8e19) fail_value(key, *v, str_cat("is out of range: ", range));
     out = static_cast<std::uint64_t>(value);
   } else if (v->is_string()) {
+    if (!short_plain(*v)) fail_value(key, *v, str_cat("is not a count: ", range));
     try {
       out = parse_count(v->get_ref<const std::string&>(), path_of(key));
     } catch (const Error& e) {
@@ -333,6 +286,7 @@ bool ObjectReader::read_bytes(std::string_view key, std::uint64_t& out) {
   if (is_auto(key)) refuse_auto(key, "a byte size like \"8GiB\"");
   const char* range = "use a byte size like \"8GiB\", \"512MB\" or a whole number of bytes >= 0";
   if (v->is_string()) {
+    if (!short_plain(*v)) fail_value(key, *v, str_cat("is not a byte size: ", range));
     try {
       out = parse_bytes(v->get_ref<const std::string&>(), path_of(key));
     } catch (const Error& e) {
@@ -358,7 +312,9 @@ bool ObjectReader::read_float(std::string_view key, double lo, double hi, std::s
   if (is_auto(key)) refuse_auto(key, "a number");
   if (!v->is_number()) fail_value(key, *v, str_cat("has the wrong type: ", range));
   const double value = v->get<double>();
-  if (!std::isfinite(value) || value < lo || value > hi) {
+  // The value is stored as a float: beyond its range is out of range whatever hi says.
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  if (!std::isfinite(value) || value < std::max(lo, -kFloatMax) || value > std::min(hi, kFloatMax)) {
     fail_value(key, *v, str_cat("is out of range: ", range));
   }
   out = static_cast<float>(value);

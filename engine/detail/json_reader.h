@@ -21,14 +21,22 @@ namespace strata::engine::detail {
 // Ordered, so that unknown keys and notices come out in the file's order.
 using Json = nlohmann::ordered_json;
 
-// Parses JSON text; errors name `source`, the line, column and byte, and duplicate keys
-// (DeepSpeed refuses them too; nlohmann would silently keep the last one).
+// Parses JSON text within the limits of config.h (size, nesting depth, keys per object);
+// refuses duplicate keys (DeepSpeed refuses them too; nlohmann would silently keep the last
+// one) and numbers beyond a double's range. Every error is one line naming `source`, the
+// line, column and byte, and the key path where one is open (json_parse.cc).
 Json parse_json(const std::string& text, const std::string& source);
 
 // Optimal-string-alignment distance, case-insensitive ("stag" -> "stage" is 1).
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
-// A JSON value as it appears in messages: 4, "auto", true, {...}, [0.9,0.999].
+// Text from the file as it appears in messages: control characters and bytes that are not
+// UTF-8 escaped (\n, \x9f), cut after `limit` characters with "... (N bytes)".
+std::string clip(std::string_view text, std::size_t limit = kEchoChars);
+// A message made one line: control characters escaped as clip() does, nothing cut.
+std::string one_line(std::string_view message);
+// A JSON value as it appears in messages: 4, "auto", true, {...}, [0.9,0.999]; a long one
+// cut as clip() does.
 std::string show(const Json& value);
 
 struct Section {

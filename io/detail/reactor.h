@@ -111,7 +111,6 @@ class Reactor {
   std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Request>> inbox_;
   std::atomic<bool> stopping_{false};
-  bool stopped_ = false;
 
   // io thread only
   std::deque<Request*> queue_;  // requests with pieces left to issue, round robin

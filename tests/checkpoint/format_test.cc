@@ -84,6 +84,38 @@ TEST_CASE("a damaged, foreign or newer manifest is refused naming the file", "[c
   CHECK_THAT(error_of([&] { parse_manifest(no_step, "x"); }), Catch::Contains("the manifest has no 'step'"));
 }
 
+// Found by fuzz/manifest_fuzz.cc: numbers that nlohmann would convert with undefined
+// behaviour or wrap (a float, a negative or out-of-range integer), sums that wrapped past
+// the segment check, and nesting deep enough to overflow the stack when dumped or copied.
+TEST_CASE("a manifest with numbers out of range, wrapping segments or deep nesting is refused", "[checkpoint]") {
+  const std::string good = to_json(merge_parts(parts()));
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  CHECK_THAT(error_of([&] { parse_manifest(with("\"version\": 1", "\"version\": 1e300"), "x"); }),
+             Catch::Contains("the manifest 'version' has the wrong type or is out of range (number)"));
+  CHECK_THAT(error_of([&] { parse_manifest(with("\"world_size\": 2", "\"world_size\": 4294967298"), "x"); }),
+             Catch::Contains("'world_size' has the wrong type or is out of range"));
+  CHECK_THAT(error_of([&] { parse_manifest(with("\"chunk_bytes\": 1048576", "\"chunk_bytes\": -1"), "x"); }),
+             Catch::Contains("'chunk_bytes' has the wrong type or is out of range"));
+  CHECK_THAT(error_of([&] { parse_manifest(with("\"numel\": 6", "\"numel\": 6.5"), "x"); }),
+             Catch::Contains("'numel' has the wrong type or is out of range"));
+  // A segment of 2^62 elements: count * 4 wrapped to 0 and passed the file-size check.
+  Manifest wrap = merge_parts(parts());
+  wrap.tensors[1].states[0][0].count = std::uint64_t{1} << 62;
+  CHECK_THAT(error_of([&] { parse_manifest(to_json(wrap), "m.json", true); }),
+             Catch::Contains("tensor 'b' (master) has a segment outside rank00001.bin"));
+  // File 2^32 + 1 was read as int 1, a file that exists.
+  CHECK_THAT(error_of([&] { parse_manifest(with("      1,\n      8,\n", "      4294967297,\n      8,\n"), "x"); }),
+             Catch::Contains("tensor 'b' master has a segment that is not [file, offset, elem, count]"));
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THAT(error_of([&] { parse_manifest(with("{\n  \"steps_taken\": 7\n }", deep), "x"); }),
+             Catch::Contains("checkpoint manifest x nests deeper than 128 levels"));
+}
+
 TEST_CASE("step directory names", "[checkpoint]") {
   CHECK(step_dir_name(12) == "step-00000012");
   CHECK(step_of_dir_name("step-00000012") == 12);

@@ -2,6 +2,7 @@
 // with a message naming the stage and the action, deadlocks included.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "pipeline/generators.h"
 #include "pipeline/simulate.h"
@@ -112,4 +113,16 @@ TEST_CASE("swapping two micro-batches' receives on one stage deadlocks a 1F1B sc
   const auto r = validate(s);
   // Not a deadlock (sends never block), but F0 now runs before its receive.
   CHECK_THAT(r.summary(), Catch::Contains("RA0<1 comes after the action that needs it"));
+}
+
+// Found by fuzz/schedule_fuzz.cc: a header promising the most micro-batches, chunks and
+// stages over empty lists made the validator index 2^26 slots per stage (gigabytes).
+TEST_CASE("a schedule with fewer compute actions than its shape needs is refused before indexing",
+          "[pipeline][negative]") {
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(errors_of(load("strata-schedule v1 stages=4096 micro=1048576 chunks=64\n")),
+             Catch::Contains("stage 0: 0 compute actions for 1048576 micro-batches x 64 chunks"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.0);
+  CHECK_THAT(errors_of(load("strata-schedule v1 stages=1 micro=3\nstage 0: F0 BW0 OPT\n")),
+             Catch::Contains("stage 0: 2 compute actions for 3 micro-batches x 1 chunks"));
 }
