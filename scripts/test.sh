@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test suite (ctest), then the stream/event, io and offload
-# tests again under ThreadSanitizer and the io suite under AddressSanitizer (leaks: every buffer and
-# descriptor released). Installs missing Debian packages first. Environment:
+# Builds everything and runs every test suite (ctest), then the device, io, comm, engine,
+# offload and pipeline suites again under ThreadSanitizer and every suite under
+# AddressSanitizer with UndefinedBehaviorSanitizer (leaks: every buffer and descriptor
+# released), and the fuzzers briefly. Installs missing Debian packages first. Environment:
 #   STRATA_STRICT=ON   warnings are errors (CI sets it)
 #   STRATA_TSAN=0      skip the ThreadSanitizer pass
-#   STRATA_ASAN=0      skip the AddressSanitizer pass
+#   STRATA_ASAN=0      skip the AddressSanitizer + UndefinedBehaviorSanitizer pass
+#   STRATA_FUZZ=0      skip the libFuzzer stage (scripts/fuzz.sh)
+#   STRATA_FUZZ_SECONDS=N   seconds per fuzz harness (default 10)
 #   STRATA_JOBS=N      build parallelism (default 2)
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
@@ -22,28 +25,44 @@ echo "== tests"
 (cd "$STRATA_ROOT/build" && ctest --output-on-failure -j"$jobs")
 
 if [ "${STRATA_TSAN:-1}" != "0" ]; then
-  echo "== ThreadSanitizer: device streams and events, io engine, offload (engine with NVMe tiers)"
+  echo "== ThreadSanitizer: device streams and events, io engine, comm, engine, offload, pipeline"
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
-  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests strata_offload_tests
+  cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests strata_comm_tests \
+    strata_engine_tests strata_offload_tests strata_pipeline_tests
+  tsan() { TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R "$@"; }
   # Timing assertions (throttle) are meaningless under TSan's slowdown, and the guard's
   # tests fork; everything else runs.
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
-    "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]~[pku]"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
-    "$STRATA_ROOT/build-tsan/bin/strata_io_tests"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_device_tests" "~[throttle]~[cuda]~[pku]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_io_tests"
+  # Thread ranks: every collective, stream-ordered ops, failures and teardown (process ranks
+  # fork and exec, which TSan does not follow).
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_comm_tests" "~[.]~[process]"
   # The engine's gather, io, reduce and transfer streams against its ledger and stores; the
   # planner's brute-force comparisons are single-threaded and slow under TSan.
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
-    "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_engine_tests" "~[.]~[cuda]~[pku]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_pipeline_tests" "~[.]~[process]~[timing]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
-  echo "== AddressSanitizer (leak check included): io engine, buffer pool, swap files"
-  strata_configure "$STRATA_ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=address \
-    -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
-  cmake --build "$STRATA_ROOT/build-asan" -j"$jobs" --target strata_io_tests
-  # No test spec: the runner skips (and names) [uring]/[mount] tests this machine cannot run.
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
-    "$STRATA_ROOT/build-asan/bin/strata_io_tests"
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer (leaks included): every suite"
+  strata_configure "$STRATA_ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSTRATA_SANITIZE=address,undefined -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
+  suites=(strata_core_tests strata_device_tests strata_comm_tests strata_io_tests strata_optim_tests
+    strata_offload_tests strata_engine_tests strata_engine_config_tests strata_checkpoint_tests strata_models_tests
+    strata_pipeline_tests strata_c_api_test)
+  cmake --build "$STRATA_ROOT/build-asan" -j"$jobs" --target "${suites[@]}"
+  for suite in "${suites[@]}"; do
+    echo "-- $suite"
+    # No test spec: each runner skips (and names) the hardware this machine lacks. Left
+    # out: the guard's tests ([pku], which fault on purpose and run in the plain build) and
+    # the timing assertions ([timing], [throttle]) that the sanitizers' slowdown breaks.
+    STRATA_TEST_EXCLUDE=pku,timing,throttle ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
+      UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" "$STRATA_ROOT/build-asan/bin/$suite"
+  done
+fi
+if [ "${STRATA_FUZZ:-1}" != "0" ]; then
+  echo "== fuzz: libFuzzer harnesses (config, schedule, swap header, safetensors, manifest) under ASan and UBSan"
+  bash "$STRATA_ROOT/scripts/fuzz.sh" "${STRATA_FUZZ_SECONDS:-10}"
 fi
 echo "== all test stages passed"

@@ -178,8 +178,9 @@ TEST_CASE("the host ops give the same bits on every run and with one or two thre
     // Products: forward, both backward products, and the head, at shapes split into panels.
     const int OC = 3 * C, V = 200;
     auto W = randn(std::size_t(C) * OC, 55), dz = randn(std::size_t(N) * OC, 56), wte = randn(std::size_t(V) * C, 57);
+    auto bias = randn(OC, 58);  // [regression] was `w` (C values) for OC outputs: ASan found the overread
     std::vector<float> z(std::size_t(N) * OC), dxm(x.size()), dW(W.size(), 0.0f), dbm(OC, 0.0f);
-    ops::matmul_forward(z.data(), x.data(), W.data(), w.data(), N, C, OC);
+    ops::matmul_forward(z.data(), x.data(), W.data(), bias.data(), N, C, OC);
     ops::matmul_backward(dxm.data(), dW.data(), dbm.data(), dz.data(), x.data(), W.data(), N, C, OC, false);
     std::vector<float> logits(std::size_t(N) * V), dxh(x.size()), dwte(wte.size(), 0.0f);
     ops::lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V);

@@ -110,3 +110,21 @@ grep -q "offload_optimizer.nvme_path: '$dir/nvme/rank0' is in use by pid $pid on
 [ "$rc" = 130 ] || fail "SIGINT gave exit code $rc, not 130"
 [ -z "$(find "$dir/nvme" -mindepth 1 2>/dev/null)" ] || fail "files left after Ctrl-C: $(find "$dir/nvme")"
 echo "ok: a second run on one path refused naming pid $pid; Ctrl-C exits 130 and removes the swap files"
+
+# Ctrl-C during setup (swap files being created and initialised): exit 130, nothing left.
+cat > "$dir/big.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme"}},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+"$strata" train --model mlp --layers 16 --hidden 1024 --config "$dir/big.json" --steps 3 > "$dir/setup.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ -n "$(find "$dir/nvme" -name '*.swap' 2> /dev/null)" ] && break; sleep 0.02; done
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" = 130 ] || fail "Ctrl-C during setup gave exit code $rc: $(cat "$dir/setup.log")"
+grep -q "interrupted by signal 2" "$dir/setup.log" || fail "no interruption message: $(cat "$dir/setup.log")"
+[ -z "$(find "$dir/nvme" -name '*.swap' 2> /dev/null)" ] || fail "swap files left after Ctrl-C in setup"
+echo "ok: Ctrl-C during setup exits 130 with the swap files removed"
