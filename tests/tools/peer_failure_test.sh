@@ -63,24 +63,31 @@ for world in 2 4; do
   for sig in 9 TERM STOP; do by_hand "$world" "$sig"; done
 done
 
-# Under the launcher: rank 1 killed; the launcher's exit names it and every other rank ended
-# by itself (not by the launcher's SIGTERM after its grace).
-rm -rf "$dir/nvme"
-STRATA_COMM_TIMEOUT_MS=$timeout_ms "$strata" launch -n 4 -- "$strata" "${train[@]}" > "$dir/launch.log" 2>&1 &
-lpid=$!
-for _ in $(seq 1 300); do grep -q "step" "$dir/launch.log" 2>/dev/null && break; sleep 0.1; done
-victim=$(pgrep -f -n "strata train --model mlp --layers 4 --hidden 128 --config $dir/ds.json" || true)
-[ -n "$victim" ] || fail "no rank process found"
-t0=$(date +%s)
-kill -STOP "$victim"
-rc=0
-wait "$lpid" || rc=$?
-took=$(($(date +%s) - t0))
-[ "$rc" != 0 ] || fail "launch exited 0 after a rank was stopped"
-[ "$took" -le $((limit + 6)) ] || fail "launch took $took s after SIGSTOP (limit $limit + the launcher's 5 s grace)"
-grep -q "The cause: rank [0-9] (pid $victim .*is stopped" "$dir/launch.log" ||
-  fail "no rank named the stopped peer $victim: $(grep error "$dir/launch.log")"
-echo "ok: strata launch -n 4 with one rank stopped: ended in $took s naming pid $victim"
+# under_launcher WORLD SIGNAL: the newest rank gets SIGNAL under `strata launch`; the launch
+# fails, and a surviving rank's error names the victim's pid (the launcher's own SIGTERM to
+# the rest comes only after its 5 s grace, and SIGKILL 3 s later for a stopped rank).
+under_launcher() {
+  local world=$1 sig=$2 lpid victim t0 rc took log="$dir/launch-$1-$2.log"
+  rm -rf "$dir/nvme"
+  STRATA_COMM_TIMEOUT_MS=$timeout_ms "$strata" launch -n "$world" -- "$strata" "${train[@]}" > "$log" 2>&1 &
+  lpid=$!
+  for _ in $(seq 1 300); do grep -q "step" "$log" 2> /dev/null && break; sleep 0.1; done
+  victim=$(pgrep -f -n "strata train --model mlp --layers 4 --hidden 128 --config $dir/ds.json" || true)
+  [ -n "$victim" ] || fail "no rank process found"
+  t0=$(date +%s)
+  kill -"$sig" "$victim"
+  rc=0
+  wait "$lpid" || rc=$?
+  took=$(($(date +%s) - t0))
+  [ "$rc" != 0 ] || fail "launch -n $world exited 0 after SIG$sig to a rank"
+  [ "$took" -le $((limit + 8)) ] || fail "launch -n $world took $took s after SIG$sig"
+  grep -q "The cause: rank [0-9] (pid $victim " "$log" ||
+    fail "no rank named the peer $victim after SIG$sig: $(grep error "$log")"
+  echo "ok: strata launch -n $world, SIG$sig to one rank: ended in $took s, $(grep -o -m1 'The cause: .*' "$log")"
+}
+under_launcher 2 KILL
+under_launcher 2 TERM
+under_launcher 4 STOP
 
 # kill -9 leaves swap files behind; the next run removes them with a notice, and leaves none.
 rm -rf "$dir/nvme"

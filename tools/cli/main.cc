@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <new>
 
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/log.h"
+#include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
 
@@ -66,6 +69,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     if (log_level() >= LogLevel::debug)
       std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
+    return failure_code();
+  } catch (const std::bad_alloc&) {
+    // Strata's own allocations name themselves (tier, bytes, what); this is one that did not.
+    const HostMemory have = host_memory_available();
+    std::fprintf(stderr,
+                 "strata: error: out of host memory: an allocation failed (std::bad_alloc) with %s available (%s). "
+                 "Use a smaller model or batch, or move state to NVMe (offload_optimizer/offload_param)\n",
+                 format_bytes(have.available).c_str(), have.source.c_str());
     return failure_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
