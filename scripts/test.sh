@@ -11,8 +11,9 @@
 #   STRATA_JOBS=N      build parallelism (default 2)
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
-# python3-torch: the GPT's PyTorch oracle (tests/models/gpt_oracle_test.py).
-strata_install_deps python3-torch
+# python3-torch: the GPT's PyTorch oracle (tests/models/gpt_oracle_test.py); iproute2 and
+# procps: the two-hosts and peer-failure tests (ip netns, pgrep).
+strata_install_deps python3-torch iproute2 procps
 jobs=${STRATA_JOBS:-2}
 strict=${STRATA_STRICT:-OFF}
 
