@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "runtime/core/error.h"
 
@@ -52,6 +55,12 @@ PeerWatch::~PeerWatch() {
   }
   cv_.notify_all();
   thread_.join();
+  // "left": a rank that ends after its own error is not the cause of anyone else's, and its
+  // beacon's time (now) orders it after the peer that failed first.
+  const std::string mine = prefix_ + std::to_string(rank_), tmp = mine + ".tmp";
+  std::ofstream(tmp) << ::getpid() << " " << this_host() << " left\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, mine, ec);
 }
 
 void PeerWatch::beat() {
@@ -65,17 +74,21 @@ void PeerWatch::beat() {
 std::string PeerWatch::scan() const {
   const std::string host = this_host();
   const auto now = std::filesystem::file_time_type::clock::now();
-  std::string found;
+  // Peers that are gone or silent, ordered by their last sign of life (the beacon's time):
+  // the first is the likely cause, the others followed it.
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
   for (int r = 0; r < world_size_; ++r) {
     if (r == rank_) continue;
     const std::string path = prefix_ + std::to_string(r);
     long pid = 0;
-    std::string peer_host;
-    std::ifstream(path) >> pid >> peer_host;
+    std::string peer_host, mark;
+    std::ifstream(path) >> pid >> peer_host >> mark;
     std::error_code ec;
     const auto mtime = std::filesystem::last_write_time(path, ec);
     std::string what;
-    if (pid > 0 && peer_host == host) {
+    if (mark == "left") {
+      what = "left (it closed its communicator: its own error or its end)";
+    } else if (pid > 0 && peer_host == host) {
       const char state = process_state(pid);
       if (state == 0 || state == 'Z' || state == 'X')
         what = "died";
@@ -87,9 +100,12 @@ std::string PeerWatch::scan() const {
       if (age >= kBeat * kSilentBeats) what = str_cat("has been silent for ", age.count(), " s");
     }
     if (what.empty()) continue;
-    found += str_cat(found.empty() ? "" : "; ", "rank ", r, " (pid ", pid, " on ", peer_host, ") ", what);
+    found.emplace_back(ec ? now : mtime, str_cat("rank ", r, " (pid ", pid, " on ", peer_host, ") ", what));
   }
-  return found;
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string text;
+  for (std::size_t i = 0; i < found.size(); ++i) text += (i == 0 ? "" : i == 1 ? "; then " : ", ") + found[i].second;
+  return text;
 }
 
 std::string PeerWatch::diagnose(std::chrono::milliseconds settle) const {
