@@ -10,12 +10,16 @@
 // fits no placement is refused here, naming the smallest budget that would fit. Before
 // anything is allocated the device budget is checked against what the placement leaves
 // there, naming the minimum.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "engine/detail/engine_impl.h"
 #include "offload/placement.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/host_memory.h"
 #include "runtime/core/log.h"
@@ -371,12 +375,34 @@ void Engine::Impl::check_host_fit() const {
   const std::uint64_t device = emulated ? check_device_fit(false, false) : 0;
   const std::uint64_t need = opt + acc + params + buffers + device;
   const HostMemory have = host_memory_available();
+  // Ranks on one host share its RAM: count them (by host name), and decide together, so
+  // that no rank is left waiting in a collective for one that refused.
+  int local = 1;
+  bool other_refused = false;
+  bool fits = need <= have.available;
+  if (comm != nullptr && world > 1) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    const std::uint64_t mine = std::hash<std::string>{}(name);
+    std::vector<std::uint64_t> hosts(world);
+    comm->all_gather(&mine, hosts.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
+    local = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
+    fits = need <= have.available / static_cast<std::uint64_t>(local);
+    float refused = fits ? 0.0f : 1.0f;
+    comm->all_reduce(&refused, 1, DType::fp32, comm::ReduceOp::max);
+    other_refused = fits && refused > 0.0f;
+  }
+  STRATA_CHECK(!other_refused, Errc::out_of_budget, "rank ", rank,
+               ": another rank refused this placement for lack of host memory (see its error)");
   STRATA_CHECK(
-      need <= have.available, Errc::out_of_budget, "rank ", rank, ": host memory: this placement needs ",
-      format_bytes(need), " of host RAM (", format_bytes(opt), " optimizer state, ", format_bytes(acc),
-      " gradient accumulators, ", format_bytes(params), " parameter shards, ", format_bytes(buffers), " of buffers",
-      emulated ? str_cat(", ", format_bytes(device), " for the host-emulated device") : std::string(), ") but only ",
-      format_bytes(have.available), " is available (", have.source,
+      fits, Errc::out_of_budget, "rank ", rank, ": host memory: this placement needs ", format_bytes(need),
+      " of host RAM per rank (", format_bytes(opt), " optimizer state, ", format_bytes(acc), " gradient accumulators, ",
+      format_bytes(params), " parameter shards, ", format_bytes(buffers), " of buffers",
+      emulated ? str_cat(", ", format_bytes(device), " for the host-emulated device") : std::string(), ")",
+      local > 1 ? str_cat(", ", format_bytes(need * static_cast<std::uint64_t>(local)), " for the ", local,
+                          " ranks on this host,")
+                : std::string(),
+      " but only ", format_bytes(have.available), " is available (", have.source,
       "). Move optimizer state to NVMe (offload_optimizer.device = \"nvme\" with nvme_path)",
       cfg.zero.stage == 3 ? ", parameters too (offload_param.device = \"nvme\")" : ", use ZeRO stage 3",
       ", set memory_budget.host below what the machine has (the planner then puts the rest on NVMe), or train a "

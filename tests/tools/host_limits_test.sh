@@ -42,6 +42,24 @@ grep -q "host memory: this placement needs .* of host RAM .* but only .* is avai
 grep -q 'offload_optimizer.device = "nvme"' <<<"$out" || fail "no key to change named: $out"
 echo "ok: 2.1e9 parameters on the host refused: $out"
 
+# Two ranks on one host share its RAM: a model whose state fits the machine once (about 70%
+# of MemAvailable per rank) is refused for two, by both ranks, before they allocate.
+avail=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
+h=$(python3 -c "import math; print(int(math.sqrt(0.7 * $avail / 11 / 8)))")
+t0=$(date +%s)
+if out=$("$strata" launch -n 2 -- "$strata" train --model mlp --layers 8 --hidden "$h" --config "$dir/cpu.json" \
+  --steps 1 --device-budget 64GiB 2>&1); then fail "two ranks of 70% of the host's RAM each were accepted"; fi
+[ $(($(date +%s) - t0)) -le 3 ] || fail "two ranks on one host: the refusal took over 3 s"
+python3 - "$out" <<'PY' || fail "two ranks on one host: $out"
+import re, sys
+out = sys.argv[1]
+rows = re.findall(r"rank (\d): host memory: this placement needs ([\d.]+) GiB of host RAM per rank .*"
+                  r"for the 2 ranks on this host, but only ([\d.]+) GiB is available", out)
+assert sorted(r[0] for r in rows) == ["0", "1"], out
+assert all(float(need) < float(have) < 2 * float(need) for _, need, have in rows), rows
+print(f"ok: two local ranks of {rows[0][1]} GiB each refused against {rows[0][2]} GiB available")
+PY
+
 out=$(refused "$strata" train --model mlp --layers 1 --hidden 1048576 --config "$dir/small.json" --steps 1 \
   --device-budget 64TiB) || fail "--hidden 1048576: $out"
 echo "ok: --hidden 1048576: $out"
