@@ -58,26 +58,11 @@ DirLock::DirLock(const std::string& dir, const char* key) : dir_(dir) {
   // A lock file nobody holds was left by a run that died: the directory is Strata's (made
   // by that run), so it goes when this run ends, as if this run had made it.
   const bool stale = created_.empty() && ::access(path.c_str(), F_OK) == 0;
-  for (;;) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    STRATA_CHECK(fd_ >= 0, Errc::io, key, ": cannot create the lock file '", path, "': ", errno_text(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      fd_ = -1;
-      STRATA_CHECK(err == EWOULDBLOCK, Errc::io, key, ": cannot lock '", path, "': ", errno_text(err));
-      STRATA_THROW(Errc::invalid_argument, key, ": '", dir, "' is in use by ", holder_of(path),
-                   ". Two runs on one swap directory would overwrite each other's files: give this run another ", key,
-                   ", or stop the other run");
-    }
-    // The previous holder may have unlinked the file between our open and flock: then
-    // we hold a lock on a file nobody else will see. Retry on the current file.
-    struct stat held {
-    }, now{};
-    if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
-        held.st_dev == now.st_dev)
-      break;
-    ::close(fd_);
+  try {
+    acquire(path, key);
+  } catch (...) {
+    detail::remove_swap_dirs(created_);  // what this constructor made, now empty again
+    throw;
   }
   if (stale) created_.push_back(dir);
   const std::uint64_t removed = remove_leftovers(dir);
@@ -88,8 +73,33 @@ DirLock::DirLock(const std::string& dir, const char* key) : dir_(dir) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string me = str_cat("pid ", ::getpid(), " on ", host, "\n");
-  if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) < 0) {
-    // The holder's name is a courtesy for the refusal message; the lock itself is the flock.
+  // The holder's name is a courtesy for a refusal message; the lock itself is the flock.
+  const bool named = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) >= 0;
+  (void)named;
+}
+
+void DirLock::acquire(const std::string& path, const char* key) {
+  for (;;) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    STRATA_CHECK(fd_ >= 0, Errc::io, key, ": cannot create the lock file '", path, "': ", errno_text(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      STRATA_CHECK(err == EWOULDBLOCK, Errc::io, key, ": cannot lock '", path, "': ", errno_text(err));
+      STRATA_THROW(Errc::invalid_argument, key, ": '", dir_, "' is in use by ", holder_of(path),
+                   ". Two runs on one swap directory would overwrite each other's files: give this run another ", key,
+                   ", or stop the other run");
+    }
+    // The previous holder may have unlinked the file between our open and flock: then
+    // we hold a lock on a file nobody else will see. Retry on the current file.
+    struct stat held {
+    }, now{};
+    if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev)
+      return;
+    ::close(fd_);
+    fd_ = -1;
   }
 }
 

@@ -28,6 +28,8 @@ class DirLock {
   static constexpr const char* kFileName = ".strata.lock";
 
  private:
+  void acquire(const std::string& path, const char* key);  // open and flock, retrying a replaced file
+
   std::string dir_;
   int fd_ = -1;
   std::vector<std::string> created_;  // directories this lock created, outermost first
