@@ -85,9 +85,9 @@ under_launcher() {
     fail "no rank named the peer $victim after SIG$sig: $(grep error "$log")"
   echo "ok: strata launch -n $world, SIG$sig to one rank: ended in $took s, $(grep -o -m1 'The cause: .*' "$log")"
 }
-under_launcher 2 KILL
-under_launcher 2 TERM
-under_launcher 4 STOP
+for world in 2 4; do
+  for sig in KILL TERM STOP; do under_launcher "$world" "$sig"; done
+done
 
 # kill -9 leaves swap files behind; the next run removes them with a notice, and leaves none.
 rm -rf "$dir/nvme"
