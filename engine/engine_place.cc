@@ -10,8 +10,6 @@
 // fits no placement is refused here, naming the smallest budget that would fit. Before
 // anything is allocated the device budget is checked against what the placement leaves
 // there, naming the minimum.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -381,9 +379,7 @@ void Engine::Impl::check_host_fit() const {
   bool other_refused = false;
   bool fits = need <= have.available;
   if (comm != nullptr && world > 1) {
-    char name[256] = {};
-    ::gethostname(name, sizeof name - 1);
-    const std::uint64_t mine = std::hash<std::string>{}(name);
+    const std::uint64_t mine = std::hash<std::string>{}(host_name());
     std::vector<std::uint64_t> hosts(world);
     comm->all_gather(&mine, hosts.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
     local = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));

@@ -12,6 +12,7 @@
 
 #include "offload/detail/swap_files.h"
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
 
@@ -70,9 +71,7 @@ DirLock::DirLock(const std::string& dir, const char* key) : dir_(dir) {
     STRATA_LOG(warn, key, ": removed ", format_bytes(removed), " of swap files in '", dir,
                "' left by an earlier run that ended without cleaning up");
   }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = str_cat("pid ", ::getpid(), " on ", host, "\n");
+  const std::string me = str_cat("pid ", ::getpid(), " on ", host_name(), "\n");
   // The holder's name is a courtesy for a refusal message; the lock itself is the flock.
   const bool named = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) >= 0;
   (void)named;

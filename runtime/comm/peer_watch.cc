@@ -15,15 +15,10 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 
 namespace strata::comm::detail {
 namespace {
-
-std::string this_host() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
 
 // The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z' zombie...); 0 when gone.
 char process_state(long pid) {
@@ -36,15 +31,19 @@ char process_state(long pid) {
 
 }  // namespace
 
-std::string PeerWatch::beacon_text() { return str_cat(::getpid(), " ", this_host(), "\n"); }
+// "pid host [mark]", written by rename so that a reader never sees half a beacon.
+std::error_code PeerWatch::write_beacon(const char* mark) const {
+  const std::string mine = prefix_ + std::to_string(rank_), tmp = mine + ".tmp";
+  std::ofstream(tmp) << ::getpid() << " " << host_name() << " " << mark << "\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, mine, ec);
+  return ec;
+}
 
 PeerWatch::PeerWatch(std::string prefix, int rank, int world_size)
     : prefix_(std::move(prefix)), rank_(rank), world_size_(world_size) {
-  const std::string mine = prefix_ + std::to_string(rank_), tmp = mine + ".tmp";
-  std::ofstream(tmp) << beacon_text();
-  std::error_code ec;
-  std::filesystem::rename(tmp, mine, ec);
-  STRATA_CHECK(!ec, Errc::io, "rendezvous: cannot write '", mine, "': ", ec.message());
+  const std::error_code ec = write_beacon("");
+  STRATA_CHECK(!ec, Errc::io, "rendezvous: cannot write '", prefix_, rank_, "': ", ec.message());
   thread_ = std::thread([this] { beat(); });
 }
 
@@ -57,10 +56,7 @@ PeerWatch::~PeerWatch() {
   thread_.join();
   // "left": a rank that ends after its own error is not the cause of anyone else's, and its
   // beacon's time (now) orders it after the peer that failed first.
-  const std::string mine = prefix_ + std::to_string(rank_), tmp = mine + ".tmp";
-  std::ofstream(tmp) << ::getpid() << " " << this_host() << " left\n";
-  std::error_code ec;
-  std::filesystem::rename(tmp, mine, ec);
+  (void)write_beacon("left");  // best effort: a beacon that stays unmarked ages into "silent"
 }
 
 void PeerWatch::beat() {
@@ -72,7 +68,7 @@ void PeerWatch::beat() {
 }
 
 std::string PeerWatch::scan() const {
-  const std::string host = this_host();
+  const std::string host = host_name();
   const auto now = std::filesystem::file_time_type::clock::now();
   // Peers that are gone or silent, ordered by their last sign of life (the beacon's time):
   // the first is the likely cause, the others followed it.

@@ -1,6 +1,8 @@
 // host_memory_available (see host_memory.h).
 #include "runtime/core/host_memory.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -43,6 +45,12 @@ HostMemory host_memory_available() {
     }
   }
   return m;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
 }
 
 }  // namespace strata

@@ -1,7 +1,7 @@
-// How much host RAM this process may still take: the kernel's MemAvailable, capped by the
-// memory cgroup's limit less its usage when one is set (containers, Slurm jobs). Used to
-// refuse a run before it allocates more than the machine has, rather than after swapping
-// or being killed by the OOM killer.
+// This host: how much RAM this process may still take (the kernel's MemAvailable, capped by
+// the memory cgroup's limit less its usage when one is set: containers, Slurm jobs), used to
+// refuse a run before it allocates more than the machine has rather than after swapping or
+// being killed by the OOM killer; and its name, which tells ranks that share it apart.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +15,6 @@ struct HostMemory {
 };
 
 HostMemory host_memory_available();
+std::string host_name();  // gethostname(), or "?"
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 
 namespace strata::comm::detail {
@@ -28,11 +29,11 @@ class PeerWatch {
   // show it (a killed process's sockets close before its pid is reaped).
   std::string diagnose(std::chrono::milliseconds settle = std::chrono::milliseconds(1500)) const;
 
-  static std::string beacon_text();  // "pid host\n" of this process
   static constexpr std::chrono::seconds kBeat{1};
   static constexpr int kSilentBeats = 3;  // a beacon older than this many beats is silent
 
  private:
+  std::error_code write_beacon(const char* mark) const;
   std::string scan() const;
   void beat();
 
