@@ -205,8 +205,7 @@ int run(const Options& o) {
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
   }
   for (std::int64_t s = first; s < o.steps; ++s) {
-    checkpoints.stop_if_interrupted(engine, comm.get(), s, first);  // a final checkpoint first
-    check_interrupted("train");
+    checkpoints.stop_if_interrupted(engine, comm.get(), s, first);  // a final checkpoint first when saving
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

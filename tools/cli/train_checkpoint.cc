@@ -140,7 +140,10 @@ engine::SaveResult TrainCheckpoints::save(engine::Engine& engine, std::int64_t n
 
 void TrainCheckpoints::stop_if_interrupted(engine::Engine& engine, comm::Communicator* comm, std::int64_t s,
                                            std::int64_t first) const {
-  if (save_dir_.empty()) return;
+  if (save_dir_.empty()) {
+    check_interrupted("train");
+    return;
+  }
   float any = interrupt_pending() ? 1.0f : 0.0f;
   if (comm != nullptr && engine.world_size() > 1) comm->all_reduce(&any, 1, DType::fp32, comm::ReduceOp::max);
   if (any == 0.0f) return;

@@ -39,7 +39,9 @@ class TrainCheckpoints {
   void after_step(engine::Engine& engine, std::int64_t s, std::int64_t steps) const;
   // Collective, at step index s before it runs: when any rank was interrupted (Ctrl-C,
   // SIGTERM), every rank saves the state after s steps (when saving is on and something is
-  // new since the last save) and then throws, naming the checkpoint.
+  // new since the last save) and then throws, naming the checkpoint. The agreed flag is the
+  // only check while saving is on: a signal that lands after this rank's vote waits for the
+  // next step's, so no rank stops alone. Without saving, a signal throws on its own rank.
   void stop_if_interrupted(engine::Engine& engine, comm::Communicator* comm, std::int64_t s, std::int64_t first) const;
   // After training: waits for an asynchronous save and reports it. Throws when the last
   // save failed, so the run does not end as if its state were kept.
