@@ -1,7 +1,7 @@
 // The Engine facade (the protocol is in engine.h): checks each call against the protocol and
-// delegates to the engine's parts: setup.cc, gather.cc (stage-3 gathers), reduce.cc
-// (gradient reduction), step.cc (the optimizer step), engine_place.cc and engine_nvme.cc
-// (where state lives), impl.cc (shared helpers).
+// delegates to the engine's parts: setup.cc, gather.cc (stage-3 gathers), GradReducer
+// (grad_reducer.h: gradient buffers, reduction, accumulators), step.cc (the optimizer step), engine_place.cc and
+// engine_nvme.cc (where state lives), impl.cc (shared helpers).
 #include "engine/engine.h"
 
 #include <chrono>
@@ -26,29 +26,19 @@ Engine::~Engine() {
   I.drop_pending_save();
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
-  I.settle({I.gather_stream.get(), I.io_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(), I.dev_stream.get()},
-           "engine shutdown");
+  I.settle({I.gather_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}, "engine shutdown");
   if (!I.ledger) return;  // setup() failed before allocating anything
-  try {
-    I.drain_io();  // already drained above: this frees write-back staging a failure skipped
-  } catch (const std::exception&) {
-  }
+  I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
   I.drop_param_store(I.store);
   I.swapper.reset();
   if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
   if (I.swap_file_bytes) I.ledger->discharge(Tier::nvme, Kind::optimizer, I.swap_file_bytes);
   for (auto& s : I.layers) {
-    for (void* p :
-         {s.params_full, s.params_shard, static_cast<void*>(s.acc), static_cast<void*>(s.master),
-          static_cast<void*>(s.m), static_cast<void*>(s.v), s.grad_buf, s.staging, s.copy_stage, s.device_copy}) {
+    for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.master), static_cast<void*>(s.m),
+                    static_cast<void*>(s.v), s.staging, s.copy_stage, s.device_copy}) {
       I.ledger->free(p);
     }
   }
-  I.ledger->free(I.scratch);
-  I.ledger->free(I.scratch_shard);
-  I.ledger->free(I.dscratch);
-  I.ledger->free(I.dscratch_shard);
-  I.ledger->free(I.grad_stage);
 }
 
 int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init) {
@@ -70,8 +60,7 @@ void Engine::begin_step() {
   I.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
-  std::erase_if(I.writebacks, [](const Engine::Impl::Writeback& w) { return w.freed->load(); });
-  for (auto& S : I.layers) S.reductions = 0;
+  I.grads->begin_step();
   I.gather_trace.begin_step();
 }
 
@@ -101,12 +90,16 @@ void Engine::release(int layer) {
   impl_->release(impl_->layout->layer_index(layer));
 }
 std::vector<TensorView> Engine::grad_buffers(int layer) {
-  impl_->require_setup("grad_buffers");
-  return impl_->grad_buffers(impl_->layout->layer_index(layer));
+  auto& I = *impl_;
+  I.require_setup("grad_buffers");
+  const int li = I.layout->layer_index(layer);
+  STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
+  return I.views(li, I.grads->buffer(li, [&I] { return I.drop_retained(); }), I.cdt);
 }
 void Engine::reduce_grads(int layer) {
-  impl_->require_setup("reduce_grads");
-  impl_->reduce_grads(impl_->layout->layer_index(layer));
+  auto& I = *impl_;
+  I.require_setup("reduce_grads");
+  I.grads->reduce(I.layout->layer_index(layer), I.io);
 }
 
 float Engine::loss_scale() const noexcept { return static_cast<float>(impl_->scaler.scale()); }
@@ -142,7 +135,8 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
-  for (auto* st : {I.gather_stream.get(), I.reduce_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}) {
+  I.grads->sync();
+  for (auto* st : {I.gather_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}) {
     if (st != nullptr) st->synchronize();
   }
   I.drain_io();

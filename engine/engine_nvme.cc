@@ -126,20 +126,7 @@ void Engine::Impl::setup_param_store() {
 }
 
 void Engine::Impl::drain_io() {
-  if (!io_stream) return;
-  auto reap = [this] {
-    for (auto& w : writebacks) {
-      if (!w.freed->load()) ledger->free(w.buf);  // skipped after an earlier failure
-    }
-    writebacks.clear();
-  };
-  try {
-    io_stream->synchronize();
-  } catch (...) {
-    reap();
-    throw;
-  }
-  reap();
+  if (nvme_io) nvme_io->synchronize();
 }
 
 void* Engine::Impl::copy_target(int li) {
@@ -151,9 +138,9 @@ void* Engine::Impl::copy_target(int li) {
     try {
       S.copy_stage = ledger->allocate(Tier::host, Kind::buffers, copy_elems(li) * cbytes, what);
     } catch (const Error& e) {
-      // Write-backs queued on the gather stream hold their staging until written: when the
+      // Write-backs queued on the I/O worker hold their staging until written: when the
       // host tier is full, wait for them to drain (bounding them by the budget) and retry.
-      if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
+      if (e.code() != Errc::out_of_budget || nvme_io == nullptr) throw;
       {
         Tracer::Span span(options.tracer, "optimizer", "wait write-back");
         const auto t0 = std::chrono::steady_clock::now();
@@ -174,29 +161,21 @@ void Engine::Impl::copy_updated(int li, std::uint64_t elems) {
   const auto& L = layout->layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (S.param_tier == Tier::nvme) {
-    // Written behind the optimizer, on the io stream: FIFO order puts the write (and the
+    // Written behind the optimizer by the I/O worker: FIFO order puts the write (and the
     // commit step() queues after the last one) before the next step's read of the layer,
-    // so the next forward overlaps the write-back. A failed write becomes the io stream's
-    // sticky error: the commit is skipped (the last good shards stay current) and the
-    // next gather reports it.
+    // so the next forward overlaps the write-back. A failed write is the worker's sticky
+    // failure: the commit is skipped (the last good shards stay current) and the next
+    // gather reports it. The staging goes back to the host tier in every case.
     void* buf = S.copy_stage;
     io.nvme_write_bytes += S.shard_total * cbytes;
     S.copy_stage = nullptr;
     S.copy_done = 0;
-    auto freed = std::make_shared<std::atomic<bool>>(false);
-    writebacks.push_back({buf, freed});
-    io_stream->launch_host([this, buf, freed, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
-      Tracer::Span span(options.tracer, "nvme write", str_cat("params L", id));
-      try {
-        param_store->write(idx, buf);
-      } catch (...) {
-        ledger->retire(buf);
-        freed->store(true);
-        throw;
-      }
-      ledger->retire(buf);
-      freed->store(true);
-    });
+    nvme_io->submit(
+        [this, buf, idx = static_cast<std::size_t>(S.store_index), id = L.id] {
+          Tracer::Span span(options.tracer, "nvme write", str_cat("params L", id));
+          param_store->write(idx, buf);
+        },
+        [this, buf] { ledger->retire(buf); });
     return;
   } else {
     Tracer::Span span(options.tracer, "copy", str_cat("H2D updated L", L.id));

@@ -261,7 +261,7 @@ std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
     // Switch stores: every layer in it has its bytes there now.
     drop_param_store(store);
     store = std::move(fresh);
-    if (!io_stream) io_stream = dev.create_stream();
+    if (!nvme_io) nvme_io = std::make_unique<offload::IoWorker>(dev);
     for (std::size_t li = 0; li < n; ++li) {
       auto& S = layers[li];
       S.store_index = store.index[li];

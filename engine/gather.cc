@@ -76,8 +76,8 @@ void Engine::Impl::issue_gather(int li) {
       // Page-locked: copies read it after stream work (an NVMe read, a host copy) fills it.
       S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what, /*pinned=*/true);
     } catch (const Error& e) {
-      // Write-backs queued on the io stream hold host staging until written: wait for them.
-      if (e.code() != Errc::out_of_budget || io_stream == nullptr) throw;
+      // Write-backs queued on the I/O worker hold host staging until written: wait for them.
+      if (e.code() != Errc::out_of_budget || nvme_io == nullptr) throw;
       drain_io();
       S.staging = ledger->allocate(Tier::host, Kind::buffers, need * cbytes, staging_what, /*pinned=*/true);
     }
@@ -94,11 +94,10 @@ void Engine::Impl::issue_gather(int li) {
     // Work queued before the failure may still touch the buffers: let the streams drain
     // (their errors are this one's consequences), then drop the half-issued gather so the
     // next gather() issues it anew rather than handing out what it left.
-    settle({gather_stream.get(), io_stream.get()}, "");
+    settle({gather_stream.get()}, "");
     S.ready.reset();
     S.gather_ok.reset();
-    S.read_ok.reset();
-    S.read_done.reset();
+    S.read_ticket = 0;
     ledger->free(S.staging);
     S.staging = nullptr;
     ledger->free(S.params_full);
@@ -154,7 +153,8 @@ void Engine::Impl::submit_gather(int li) {
     st.copy_async(S.params_full, staging, need * cbytes, device::CopyKind::host_to_device);
   }
   S.gather_ok = std::make_shared<std::atomic<bool>>(false);
-  st.launch_host([ok = S.gather_ok, read_ok = S.read_ok, started, copied, tracer, on_device, id = L.id] {
+  st.launch_host([ok = S.gather_ok, io = nvme_io.get(), read = S.read_ticket, started, copied, tracer, on_device,
+                  id = L.id] {
     if (tracer != nullptr && tracer->enabled()) {
       const auto end = Tracer::Clock::now();
       // Without device collectives: all-gather in host staging, then the layer's H2D copy;
@@ -163,7 +163,7 @@ void Engine::Impl::submit_gather(int li) {
                      *copied);
       tracer->record(on_device ? "gather" : "copy", str_cat(on_device ? "all_gather L" : "H2D L", id), *copied, end);
     }
-    ok->store(read_ok == nullptr || read_ok->load());
+    ok->store(read == 0 || io->succeeded(read));
   });
   S.ready = dev.create_event();
   st.record(*S.ready);
@@ -171,17 +171,16 @@ void Engine::Impl::submit_gather(int li) {
 
 // This rank's shards of every bucket of layer li into their places in the staging buffer,
 // as gather-stream work: a D2H copy from device shards, a host copy from host shards, or a
-// read from the parameter store (checksums verified; an error becomes the stream's sticky
-// error, which wait_gather rethrows).
+// read from the parameter store by the I/O worker, which the stream waits for (checksums
+// verified; a failed read is the worker's sticky failure, which wait_gather rethrows).
 void Engine::Impl::stage_params_in(int li, char* staging) {
   auto& S = layers[li];
   const auto& L = layout->layers()[li];
   auto& st = *gather_stream;
   if (S.param_tier == Tier::nvme) {
     io.nvme_read_bytes += S.shard_total * cbytes;
-    S.read_ok = std::make_shared<std::atomic<bool>>(false);
     // The store's bytes are the shards of the layer's buckets, concatenated.
-    io_stream->launch_host([this, &L, &S, staging, ok = S.read_ok] {
+    S.read_ticket = nvme_io->submit([this, &L, &S, staging] {
       Tracer::Span span(options.tracer, "nvme read", str_cat("params L", L.id));
       param_store->read(
           static_cast<std::size_t>(S.store_index), [&](std::uint64_t off, const void* data, std::uint64_t n) {
@@ -194,11 +193,8 @@ void Engine::Impl::stage_params_in(int li, char* staging) {
               std::memcpy(staging + (bucket_pos(b, L) + own_begin(b)) * cbytes + (lo - b0), src + (lo - off), hi - lo);
             }
           });
-      ok->store(true);
     });
-    S.read_done = dev.create_event();
-    io_stream->record(*S.read_done);
-    st.wait(*S.read_done);  // events fire after a failed read too: read_ok tells
+    nvme_io->wait_on(st, S.read_ticket);  // raised after a failed read too: succeeded() tells
     return;
   }
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
@@ -248,8 +244,7 @@ void Engine::Impl::wait_gather(int li) {
     STRATA_THROW(Errc::internal, "rank ", rank, ": the gather of layer ", layout->layers()[li].id,
                  " failed without an error");
   }
-  S.read_ok.reset();
-  S.read_done.reset();
+  S.read_ticket = 0;
   S.ready.reset();
   ledger->free(S.staging);
   S.staging = nullptr;
@@ -308,7 +303,7 @@ void Engine::Impl::prefetch_after(std::size_t position) {
     // Leave the device room for the gradient buffers of backward (the current one, and the
     // one a running reduction still holds): a prefetch that a gradient buffer then evicts
     // is read twice.
-    const std::uint64_t reserve = layout->largest_layer_padded() * cbytes * (reduce_stream ? 2 : 1);
+    const std::uint64_t reserve = layout->largest_layer_padded() * cbytes * (grads->overlapped() ? 2 : 1);
     if (ledger->available(Tier::device) < need * cbytes + reserve) break;
     try {
       issue_gather(li);

@@ -68,13 +68,7 @@ Engine::Impl::Impl(const EngineOptions& o)
 }
 
 std::uint64_t Engine::Impl::device_scratch_bytes() const {
-  if (!device_collectives()) return 0;
-  std::uint64_t max_bucket = 0, max_shard = 0;
-  for (const auto& b : layout->buckets()) {
-    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
-    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
-  }
-  return (max_bucket + max_shard) * 4;
+  return GradReducer::device_scratch_bytes(*layout, device_collectives());
 }
 
 std::size_t Engine::Impl::copy_elems(int li) const {
@@ -174,14 +168,17 @@ void Engine::Impl::write_params(int li, const float* full, const float* shard) {
 }
 
 void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {
-  for (auto* st : streams) {
-    if (st == nullptr) continue;
+  auto quietly = [&](auto&& sync) {
     try {
-      st->synchronize();
+      sync();
     } catch (const std::exception& e) {
       if (*when != '\0') STRATA_LOG(warn, "rank ", rank, ": ", when, ": ", e.what());
     }
+  };
+  for (auto* st : streams) {
+    if (st != nullptr) quietly([st] { st->synchronize(); });
   }
+  if (nvme_io) quietly([this] { nvme_io->synchronize(); });
 }
 
 void Engine::Impl::require_setup(const char* op) const {

@@ -32,34 +32,21 @@ void Engine::Impl::check_same_model() const {
 }
 
 void Engine::Impl::allocate_step_buffers() {
-  const Layout& lay = *layout;
-  std::size_t max_bucket = 0, max_shard = 0;
-  for (const auto& b : lay.buckets()) {
-    max_bucket = std::max(max_bucket, b.padded);
-    max_shard = std::max(max_shard, b.shard);
-  }
-  scratch = static_cast<float*>(ledger->allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
-  scratch_shard = static_cast<float*>(ledger->allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
-  if (device_collectives()) {
-    dscratch =
-        static_cast<float*>(ledger->allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
-    dscratch_shard =
-        static_cast<float*>(ledger->allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
-  }
   bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     any_acc_on_host |= acc_on_host(static_cast<int>(li));
     any_opt_nvme |= layers[li].opt_tier == Tier::nvme;
     any_param_nvme |= layers[li].param_tier == Tier::nvme;
   }
-  if (any_acc_on_host) {
-    grad_stage = ledger->allocate(Tier::host, Kind::buffers, max_bucket * cbytes, "gradient staging (device -> host)");
-  }
+  const GradReducer::Context rc{
+      *layout, cfg.zero.stage, cfg.zero.overlap_comm, dev, *dev_stream, comm, dcomm, rank, world,
+      cdt,     *ledger,        options.tracer};
+  grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   if (any_acc_on_host) xfer_stream = dev.create_stream();
   if (any_opt_nvme) setup_swapper();
   if (any_param_nvme) {
     setup_param_store();
-    io_stream = dev.create_stream();
+    nvme_io = std::make_unique<offload::IoWorker>(dev);
   }
 }
 
@@ -77,10 +64,7 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
     S.m = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg"));
     S.v = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
   }
-  const std::size_t acc_elems = stage <= 1 ? L.padded : S.shard_total;
-  const Tier acc_tier = acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device;
-  S.acc = static_cast<float*>(ledger->allocate(acc_tier, Kind::grads, acc_elems * 4, name + " gradients"));
-  fill_zero(S.acc, acc_elems * 4, acc_tier);
+  grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
   // in host memory and written to their tier with zeroed moments.
@@ -148,7 +132,6 @@ void Engine::setup() {
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
   if (I.param_store) I.param_store->commit();
   if (stage == 3) I.gather_stream = I.dev.create_stream();
-  if (I.cfg.zero.overlap_comm) I.reduce_stream = I.dev.create_stream();
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }

@@ -27,9 +27,10 @@ void Engine::Impl::check_step_ready() const {
   const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
   const Layout& lay = *layout;
   for (std::size_t li = 0; li < layers.size(); ++li) {
-    STRATA_CHECK(layers[li].reductions == accum, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
-                 " reduced its gradients ", layers[li].reductions, " times this step; gradient_accumulation_steps is ",
-                 accum, ": call reduce_grads once per layer per micro-batch");
+    const int reductions = grads->reductions(static_cast<int>(li));
+    STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
+                 " reduced its gradients ", reductions, " times this step; gradient_accumulation_steps is ", accum,
+                 ": call reduce_grads once per layer per micro-batch");
     STRATA_CHECK(layers[li].in_use == 0, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
                  " is still gathered: release() every gather() before step()");
   }
@@ -43,9 +44,10 @@ optim::GradNorm Engine::Impl::global_grad_norm() {
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const auto& L = lay.layers()[li];
     const auto& S = layers[li];
+    const float* acc = grads->accumulator(static_cast<int>(li));
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
-      const float* g = stage <= 1 ? S.acc + bucket_pos(b, L) + own_begin(b) : S.acc + S.shard_off[k];
+      const float* g = stage <= 1 ? acc + bucket_pos(b, L) + own_begin(b) : acc + S.shard_off[k];
       local += acc_on_host(static_cast<int>(li)) ? optim::grad_norm_sq(g, DType::fp32, b.shard)
                                                  : optim::grad_norm_sq(dev, *dev_stream, g, DType::fp32, b.shard);
     }
@@ -76,7 +78,8 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
   a.master = master;
   a.m = m;
   a.v = v;
-  a.grad = (stage <= 1 ? S.acc + pos + (stage == 0 ? 0 : own_begin(b)) : S.acc + S.shard_off[k]) + e0;
+  const float* acc = grads->accumulator(static_cast<int>(li));
+  a.grad = (stage <= 1 ? acc + pos + (stage == 0 ? 0 : own_begin(b)) : acc + S.shard_off[k]) + e0;
   // Updated compute copies go where the parameters live, or through the host staging
   // (engine_nvme.cc) that carries them there once the whole layer is updated. The device
   // optimizer of a stage-3 layer whose shards live off the device writes them to a device
@@ -160,7 +163,7 @@ void Engine::Impl::run_lamb(const optim::StepArgs& base, float lr) {
       a.master = S.master + p.offset;
       a.m = S.m + p.offset;
       a.v = S.v + p.offset;
-      a.grad = S.acc + p.offset;
+      a.grad = grads->accumulator(static_cast<int>(li)) + p.offset;
       char* copy = static_cast<char*>(S.params_full) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
       dev_stream->launch_host([lamb, a, copy, fp32] {
@@ -220,7 +223,7 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
       flush_device_copy(static_cast<int>(li));
     }
     dev_stream->synchronize();  // the device optimizer's updates are in
-    if (param_store) io_stream->launch_host([store = param_store.get()] { store->commit(); });
+    if (param_store) nvme_io->submit([store = param_store.get()] { store->commit(); });
   } catch (...) {
     abort_step();
     throw;
@@ -228,17 +231,11 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
 }
 
 void Engine::Impl::abort_step() noexcept {
-  // Device work already queued may still write the buffers dropped below: let it finish.
-  settle({dev_stream.get(), xfer_stream.get()}, "device work after a failed step");
+  // Device work and parameter write-backs already queued may still read or write the
+  // buffers dropped below: let them finish.
+  settle({dev_stream.get(), xfer_stream.get()}, "device work or a parameter write-back after a failed step");
   // The last good parameter shards on NVMe stay current; staged copies are dropped.
-  if (param_store) {
-    try {
-      drain_io();  // queued write-backs finish before they are dropped
-    } catch (const std::exception& e) {
-      STRATA_LOG(warn, "rank ", rank, ": parameter write-back after a failed step: ", e.what());
-    }
-    param_store->abort();
-  }
+  if (param_store) param_store->abort();
   for (auto& S : layers) {
     ledger->free(S.copy_stage);
     S.copy_stage = nullptr;
@@ -292,23 +289,12 @@ void Engine::Impl::refresh_replicas() {
   dev_stream->synchronize();
 }
 
-void Engine::Impl::zero_accumulators() {
-  const Layout& lay = *layout;
-  const int stage = cfg.zero.stage;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    const auto& L = lay.layers()[li];
-    fill_zero(layers[li].acc, (stage <= 1 ? L.padded : layers[li].shard_total) * 4,
-              acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
-  }
-  dev_stream->synchronize();
-}
-
 StepResult Engine::step() {
   auto& I = *impl_;
   I.require_setup("step");
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "step() without begin_step()");
   I.check_step_ready();
-  if (I.reduce_stream) I.reduce_stream->synchronize();  // every reduction of the step is in
+  I.grads->sync();  // every reduction of the step is in
   I.dev_stream->synchronize();
   Tracer::Span span(I.options.tracer, "optimizer", "step");
   I.end_step_trace();
@@ -340,7 +326,7 @@ StepResult Engine::step() {
     STRATA_LOG(info, "rank ", I.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
                " (next scale ", I.scaler.scale(), ")");
   }
-  I.zero_accumulators();
+  I.grads->zero();
   I.in_step = false;
   result.step = I.steps_taken;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();

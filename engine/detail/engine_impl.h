@@ -1,5 +1,6 @@
-// The engine's private state, shared by engine.cc (setup, step), reduce.cc (gradient
-// buffers and reductions) and gather.cc (stage-3 gathers, the trace and prefetch).
+// The engine's private state, shared by its phases: setup.cc, step.cc, gather.cc (stage-3
+// gathers and prefetch), engine_place.cc and engine_nvme.cc (placement and the NVMe tier),
+// checkpoint*.cc. The parts that own their state (GatherTrace, GradReducer) are members.
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,9 @@
 #include "checkpoint/format.h"
 #include "engine/engine.h"
 #include "engine/gather_trace.h"
+#include "engine/grad_reducer.h"
 #include "offload/dir_lock.h"
+#include "offload/io_worker.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
 #include "offload/placement.h"
@@ -34,18 +37,14 @@ struct LayerState {
   void* params_full = nullptr;
   void* params_shard = nullptr;  // stage 3: this rank's shards, concatenated (device or host
                                  // tier; null when they live in the parameter store on NVMe)
-  float* acc = nullptr;          // fp32 gradient accumulator: padded (0-1) or shards (2-3), on
-                                 // the device, or in host RAM when the optimizer is offloaded
   float* master = nullptr;       // fp32 master: padded (stage 0) or shards (1-3)
   float* m = nullptr;
   float* v = nullptr;
-  void* grad_buf = nullptr;            // the trainer's gradient buffer while handed out
   std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
   std::size_t shard_total = 0;
-  int reductions = 0;  // reduce_grads calls this step
 
   // Placement (offload/placement.h): where this layer's optimizer state (and with it the
-  // gradient accumulator: device, else host) and, at stage 3, its parameter shards live.
+  // gradient accumulator the GradReducer keeps: device, else host) and, at stage 3, its parameter shards live.
   Tier opt_tier = Tier::device;
   Tier param_tier = Tier::device;
   int swap_index = -1;   // tensor index in the optimizer swapper (opt_tier nvme)
@@ -66,8 +65,7 @@ struct LayerState {
   std::shared_ptr<device::Event> ready;          // gather complete (recorded on the gather stream)
   void* staging = nullptr;                       // pinned staging while a gather is in flight
   std::shared_ptr<std::atomic<bool>> gather_ok;  // set by the gather's last stream task
-  std::shared_ptr<std::atomic<bool>> read_ok;    // NVMe shards: set by the read on the io stream
-  std::shared_ptr<device::Event> read_done;      // recorded on the io stream after the read
+  offload::IoWorker::Ticket read_ticket = 0;     // NVMe shards: the read the gather waits for (0: none)
 };
 
 struct Engine::Impl {
@@ -83,12 +81,8 @@ struct Engine::Impl {
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
   std::vector<LayerState> layers;
-  float* scratch = nullptr;        // fp32, largest bucket (reductions)
-  float* scratch_shard = nullptr;  // fp32, largest shard
-  float* dscratch = nullptr;       // the same two on the device, for device_comm reductions
-  float* dscratch_shard = nullptr;
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
-  std::uint64_t device_scratch_bytes() const;  // what dscratch and dscratch_shard take
+  std::uint64_t device_scratch_bytes() const;  // the gradient path's device scratch
   optim::LossScaler scaler;
   // The rank directories under the nvme_paths in use, locked for this engine's lifetime
   // (declared before the stores so that they go after them).
@@ -120,34 +114,26 @@ struct Engine::Impl {
   // Nothing in the engine touches device memory from the CPU, so every path runs on a real
   // GPU; the host backend runs the same stream work on its worker.
   std::unique_ptr<device::Stream> dev_stream;
-  // Host <-> device copies that step() and reductions make synchronously (gradients out,
-  // updated shards in) when no stream of their own carries them.
+  // Host -> device copies of updated shards that step() makes synchronously.
   std::unique_ptr<device::Stream> xfer_stream;
-  void* grad_stage = nullptr;  // pinned, largest bucket in compute dtype (gradients D2H)
+  // The gradient path: buffers, reductions, accumulators (grad_reducer.h). After the ledger
+  // and the device stream, so that it goes before them.
+  std::unique_ptr<GradReducer> grads;
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
   bool in_eval = false;  // between begin_eval() and end_eval(): gathers only, no trace
 
-  // overlap_comm: reductions run on this stream while the trainer computes.
-  std::unique_ptr<device::Stream> reduce_stream;
-
   // Stage 3.
   std::unique_ptr<device::Stream> gather_stream;
-  // NVMe parameter reads and write-backs: a stream of their own, so the read of the next
-  // layer overlaps the all-gather and H2D copy of this one; FIFO order keeps each layer's
-  // write-back (and the commit after the last) ahead of its next read.
-  std::unique_ptr<device::Stream> io_stream;
-  // Write-backs queued on the io stream: each frees its staging when it runs; one skipped
-  // after a failure on the stream is freed here once the stream has drained (drain_io).
-  struct Writeback {
-    void* buf;
-    std::shared_ptr<std::atomic<bool>> freed;
-  };
-  std::vector<Writeback> writebacks;
-  void drain_io();  // io_stream->synchronize(), then reap what it left
-  // Waits for each stream's queued work (null ones skipped) before what it touches goes;
-  // a stream's failure is logged as `when` ("" : not logged), not thrown.
+  // NVMe parameter reads and write-backs, on the I/O worker's thread: the read of the next
+  // layer overlaps the all-gather and H2D copy of this one (the gather stream waits on the
+  // read's ticket); FIFO order keeps each layer's write-back (and the commit after the last)
+  // ahead of its next read. A write-back frees its staging when done, failed or skipped.
+  std::unique_ptr<offload::IoWorker> nvme_io;
+  void drain_io();  // nvme_io->synchronize() (rethrows a failed read or write), if there is one
+  // Waits for each stream's queued work (null ones skipped), and the NVMe I/O worker's,
+  // before what it touches goes; a failure is logged as `when` ("" : not logged), not thrown.
   void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
   GatherTrace gather_trace;  // stage 3: the recorded gather order and its replay
   std::uint64_t live_elems = 0, peak_live_elems = 0;
@@ -162,9 +148,6 @@ struct Engine::Impl {
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
 
-  // reduce.cc
-  std::vector<TensorView> grad_buffers(int li);
-  void reduce_grads(int li);
   // gather.cc (stage 3; stages 0-2 return the persistent buffer)
   std::vector<TensorView> gather(int li);
   void release(int li);
@@ -218,8 +201,7 @@ struct Engine::Impl {
                     float* master, float* m, float* v);
   void abort_step() noexcept;  // settles device work, keeps the last good NVMe state, drops staging
   void regather(std::size_t li, std::size_t k);
-  void refresh_replicas();   // stages 1-2 replicas and stage-3 persistent layers from the new shards
-  void zero_accumulators();  // for the next step
+  void refresh_replicas();  // stages 1-2 replicas and stage-3 persistent layers from the new shards
   // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
   // before host memory they read or write is reused.
   void fill_zero(void* p, std::size_t bytes, Tier tier);

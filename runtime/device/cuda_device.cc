@@ -15,6 +15,7 @@
 #include "runtime/device/arena.h"
 #include "runtime/device/budget.h"
 #include "runtime/device/cuda_check.h"
+#include "runtime/device/detail/cuda_signal.h"
 #include "runtime/device/device.h"
 
 namespace strata::device {
@@ -90,6 +91,7 @@ class CudaStream final : public Stream {
     STRATA_CHECK(ce != nullptr, Errc::invalid_argument, "wait: event is not a CUDA event");
     STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, ce->handle(), 0), "stream wait event");
   }
+  void wait(HostSignal& signal, std::uint32_t value) override { detail::cuda_wait_signal(stream_, signal, value); }
   bool query() override {
     const cudaError_t e = cudaStreamQuery(stream_);
     if (e == cudaErrorNotReady) return false;
@@ -253,6 +255,9 @@ class CudaDevice final : public Device {
     return s;
   }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(options().ordinal); }
+  std::unique_ptr<HostSignal> create_host_signal() override {
+    return detail::create_cuda_host_signal(options().ordinal);
+  }
   void synchronize() override {
     STRATA_CUDA_CHECK(cudaSetDevice(options().ordinal), "synchronize");
     STRATA_CUDA_CHECK(cudaDeviceSynchronize(), "synchronize");

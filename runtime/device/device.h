@@ -4,13 +4,14 @@
 //
 // Protocol. A Device owns device memory (allocate/free, or stream-ordered
 // allocate_async/free_async), pinned host memory (allocate_pinned/free_pinned), and makes
-// Streams and Events. Every allocation is charged to a hard byte budget per tier; asking
+// Streams, Events and HostSignals. Every allocation is charged to a hard byte budget per tier; asking
 // past it throws Errc::out_of_budget naming the tier, bytes asked, bytes in use and the
 // budget. Work submitted to one Stream runs in submission order. Event::record captures the
 // work submitted to that stream so far; Stream::wait makes later work on another stream wait
-// for it, without blocking the caller. An error inside stream work (a throwing host task,
+// for it, without blocking the caller; Stream::wait on a HostSignal does the same for work
+// the host completes outside every stream. An error inside stream work (a throwing host task,
 // a failed CUDA call) is sticky: that stream skips later data work and every synchronize()
-// rethrows it. Streams and Events must not outlive their Device; memory must be freed
+// rethrows it. Streams, Events and HostSignals must not outlive their Device; memory must be freed
 // before the Device is destroyed (leaks are reported).
 #pragma once
 
@@ -64,6 +65,26 @@ class Event {
   virtual double elapsed_ms(Event& later) = 0;
 };
 
+// A counter that the host raises and device streams wait on: how work outside every stream
+// (file I/O on a thread of its own) tells a stream that its input is ready, with no host
+// function on the stream. raise(v), from any host thread, sets the value to v; values only
+// grow, compared modulo 2^32 ((int32)(value - v) >= 0 means reached). Stream::wait(signal, v)
+// makes work submitted later to that stream wait until the value reaches v, without blocking
+// the caller. Host backend: the stream's worker blocks on it; CUDA: the stream polls a mapped
+// pinned word (cuStreamWaitValue32). A signal must be raised to every value a stream waits
+// for before it is destroyed.
+class HostSignal {
+ public:
+  virtual ~HostSignal() = default;
+  virtual void raise(std::uint32_t value) = 0;
+  virtual std::uint32_t value() const = 0;
+};
+
+// Whether `value` has reached `target` in a HostSignal's modulo-2^32 order.
+constexpr bool signal_reached(std::uint32_t value, std::uint32_t target) noexcept {
+  return static_cast<std::int32_t>(value - target) >= 0;
+}
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -75,9 +96,10 @@ class Stream {
   virtual void launch_host(std::function<void()> fn) = 0;
   virtual void record(Event& event) = 0;
   virtual void wait(Event& event) = 0;
-  virtual bool query() = 0;                    // all submitted work finished
-  virtual void synchronize() = 0;              // blocks; rethrows the sticky error, if any
-  virtual void* native_handle() noexcept = 0;  // cudaStream_t, or nullptr on host
+  virtual void wait(HostSignal& signal, std::uint32_t value) = 0;  // see HostSignal
+  virtual bool query() = 0;                                        // all submitted work finished
+  virtual void synchronize() = 0;                                  // blocks; rethrows the sticky error, if any
+  virtual void* native_handle() noexcept = 0;                      // cudaStream_t, or nullptr on host
   virtual Backend backend() const noexcept = 0;
 };
 
@@ -106,6 +128,7 @@ class Device {
 
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  virtual std::unique_ptr<HostSignal> create_host_signal() = 0;
   virtual void synchronize() = 0;  // every stream of this device
 
   // Whether the calling thread may touch device memory from the CPU (see guard_memory):

@@ -25,6 +25,7 @@ std::unique_ptr<Device> create_host_device(const DeviceOptions& options);
 namespace {
 
 using detail::HostEvent;
+using detail::HostSignalImpl;
 using detail::HostStream;
 using detail::Link;
 
@@ -204,6 +205,7 @@ class HostDevice final : public Device {
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(); }
+  std::unique_ptr<HostSignal> create_host_signal() override { return std::make_unique<HostSignalImpl>(); }
 
   void synchronize() override {
     std::lock_guard<std::mutex> lock(streams_mutex_);

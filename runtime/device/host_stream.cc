@@ -66,6 +66,24 @@ double HostEvent::elapsed_ms(Event& later) {
   return std::chrono::duration<double, std::milli>(b->when - a->when).count();
 }
 
+void HostSignalImpl::State::wait_for(std::uint32_t target) {
+  std::unique_lock<std::mutex> lock(mutex);
+  cv.wait(lock, [&] { return signal_reached(value, target); });
+}
+
+void HostSignalImpl::raise(std::uint32_t value) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->value = value;
+  }
+  state_->cv.notify_all();
+}
+
+std::uint32_t HostSignalImpl::value() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->value;
+}
+
 void Link::transfer(void* dst, const void* src, std::size_t bytes) {
   if (bytes_per_s_ <= 0) {
     std::memcpy(dst, src, bytes);
@@ -181,6 +199,12 @@ void HostStream::wait(Event& event) {
   auto mark = host->current();
   if (!mark) return;  // never recorded: nothing to wait for (as in CUDA)
   enqueue([mark] { mark->wait(); }, /*always=*/true);
+}
+
+void HostStream::wait(HostSignal& signal, std::uint32_t value) {
+  auto* host = dynamic_cast<HostSignalImpl*>(&signal);
+  STRATA_CHECK(host != nullptr, Errc::invalid_argument, "wait: signal is not a host signal");
+  enqueue([state = host->state(), value] { state->wait_for(value); }, /*always=*/true);
 }
 
 bool HostStream::query() {

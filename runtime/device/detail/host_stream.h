@@ -43,6 +43,24 @@ class HostEvent final : public Event {
   std::shared_ptr<Mark> mark_;
 };
 
+// The host backend's HostSignal: the value and its waiters live in a shared state, so a
+// stream task waiting on it holds the state, not the signal.
+class HostSignalImpl final : public HostSignal {
+ public:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::uint32_t value = 0;
+    void wait_for(std::uint32_t target);
+  };
+  void raise(std::uint32_t value) override;
+  std::uint32_t value() const override;
+  const std::shared_ptr<State>& state() const noexcept { return state_; }
+
+ private:
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
 // Serialises transfers in one direction at a fixed bandwidth: a copy of n bytes occupies
 // the link for n / bandwidth seconds after the previous copy's slot ends, and completes at
 // the end of its slot. Unthrottled when bytes_per_s <= 0.
@@ -70,6 +88,7 @@ class HostStream final : public Stream {
   void launch_host(std::function<void()> fn) override;
   void record(Event& event) override;
   void wait(Event& event) override;
+  void wait(HostSignal& signal, std::uint32_t value) override;
   bool query() override;
   void synchronize() override;
   void* native_handle() noexcept override { return nullptr; }

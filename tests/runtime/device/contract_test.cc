@@ -1,5 +1,6 @@
 // One contract, two backends: every test here runs on the host backend ([device]) and on
 // the CUDA backend ([cuda]; skipped with the reason where no GPU is present).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -171,6 +172,56 @@ CONTRACT_TEST("events measure elapsed time between records", elapsed) {
   a->synchronize();
   CHECK(a->elapsed_ms(*b) >= 25.0);
   CHECK(a->elapsed_ms(*b) < 1000.0);
+}
+
+CONTRACT_TEST("a stream waits for a host signal without blocking the caller", host_signal_wait) {
+  auto dev = make(backend);
+  auto s = dev->create_stream();
+  auto signal = dev->create_host_signal();
+  CHECK(signal->value() == 0);
+  constexpr std::size_t n = 1 << 16;
+  PinnedBuffer h(*dev, n), back(*dev, n);
+  DeviceBuffer d(*dev, n);
+  std::memset(h.get(), 0, n);
+  std::memset(back.get(), 0xff, n);
+  const auto t0 = std::chrono::steady_clock::now();
+  s->wait(*signal, 2);
+  s->copy_async(d.get(), h.get(), n, CopyKind::host_to_device);
+  s->copy_async(back.get(), d.get(), n, CopyKind::device_to_host);
+  auto done = dev->create_event();
+  s->record(*done);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // the caller went on
+  signal->raise(1);                                   // below the value waited for
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(done->query());
+  std::memset(h.get(), 7, n);  // what the host produces before it raises the signal
+  signal->raise(2);
+  done->synchronize();
+  CHECK(signal->value() == 2);
+  const auto* b = back.as<unsigned char>();
+  CHECK(std::all_of(b, b + n, [](unsigned char c) { return c == 7; }));
+}
+
+CONTRACT_TEST("host signal values are compared modulo 2^32", host_signal_wrap) {
+  STATIC_REQUIRE(signal_reached(5, 5));
+  STATIC_REQUIRE(signal_reached(0x10, 0xfffffff0u));  // 0x20 past it, across the wrap
+  STATIC_REQUIRE_FALSE(signal_reached(0xffffffffu, 0x10));
+  auto dev = make(backend);
+  auto s = dev->create_stream();
+  auto signal = dev->create_host_signal();
+  signal->raise(0xfffffff0u);
+  s->wait(*signal, 0x10);
+  auto done = dev->create_event();
+  s->record(*done);
+  signal->raise(0xffffffffu);
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(done->query());
+  signal->raise(0x10);
+  done->synchronize();
+  // A value already reached releases at once.
+  s->wait(*signal, 0x08);
+  s->record(*done);
+  done->synchronize();
 }
 
 CONTRACT_TEST("device-side dtype conversion matches the host conversion bit for bit", device_convert) {

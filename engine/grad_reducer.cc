@@ -1,0 +1,262 @@
+// The gradient path (the protocol in grad_reducer.h).
+#include "engine/grad_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/device/ops.h"
+
+namespace strata::engine {
+
+namespace {
+
+std::pair<std::uint64_t, std::uint64_t> largest_bucket_and_shard(const Layout& layout) {
+  std::uint64_t max_bucket = 0, max_shard = 0;
+  for (const auto& b : layout.buckets()) {
+    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
+    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
+  }
+  return {max_bucket, max_shard};
+}
+
+}  // namespace
+
+std::uint64_t GradReducer::device_scratch_bytes(const Layout& layout, bool device_collectives) {
+  if (!device_collectives) return 0;
+  const auto [max_bucket, max_shard] = largest_bucket_and_shard(layout);
+  return (max_bucket + max_shard) * 4;
+}
+
+GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
+    : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
+  const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
+  auto& ledger = c_.ledger;
+  try {
+    scratch_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+    scratch_shard_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+    if (device_collectives()) {
+      dscratch_ =
+          static_cast<float*>(ledger.allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
+      dscratch_shard_ =
+          static_cast<float*>(ledger.allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
+    }
+    if (any_acc_on_host) {
+      stage_ = ledger.allocate(Tier::host, Kind::buffers, max_bucket * cbytes_, "gradient staging (device -> host)");
+      copy_stream_ = c_.dev.create_stream();
+    }
+    if (c_.overlap_comm) reduce_stream_ = c_.dev.create_stream();
+  } catch (...) {
+    for (void* p : {static_cast<void*>(scratch_), static_cast<void*>(scratch_shard_), static_cast<void*>(dscratch_),
+                    static_cast<void*>(dscratch_shard_), stage_})
+      ledger.free(p);
+    throw;
+  }
+}
+
+GradReducer::~GradReducer() {
+  // Queued reductions still read the buffers and write the accumulators freed below.
+  for (auto* st : {reduce_stream_.get(), copy_stream_.get(), &c_.dev_stream}) {
+    if (st == nullptr) continue;
+    try {
+      st->synchronize();
+    } catch (const std::exception&) {
+      // Reported by whoever synchronized first; the buffers go either way.
+    }
+  }
+  auto& ledger = c_.ledger;
+  for (auto& g : layers_) {
+    ledger.free(g.acc);
+    ledger.free(g.buf);
+  }
+  for (void* p : {static_cast<void*>(scratch_), static_cast<void*>(scratch_shard_), static_cast<void*>(dscratch_),
+                  static_cast<void*>(dscratch_shard_), stage_})
+    ledger.free(p);
+}
+
+std::size_t GradReducer::acc_elems(int li) const {
+  const auto& L = c_.layout.layers()[li];
+  if (c_.stage <= 1) return L.padded;
+  std::size_t n = 0;
+  for (int bi : L.buckets) n += c_.layout.buckets()[bi].shard;
+  return n;
+}
+
+void GradReducer::add_layer(int li, Tier acc_tier) {
+  auto& g = layers_[li];
+  const std::size_t bytes = acc_elems(li) * 4;
+  g.tier = acc_tier;
+  g.acc = static_cast<float*>(
+      c_.ledger.allocate(acc_tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients")));
+  if (acc_tier == Tier::device)
+    c_.dev_stream.memset_async(g.acc, 0, bytes);
+  else
+    std::memset(g.acc, 0, bytes);
+}
+
+void* GradReducer::buffer(int li, const std::function<bool()>& make_room) {
+  auto& g = layers_[li];
+  const auto& L = c_.layout.layers()[li];
+  if (g.buf != nullptr) return g.buf;
+  // When the device is full, make_room gives way first (prefetched or retained layers), then
+  // the buffers of reductions still running on the reduce stream are waited for (each is
+  // freed when its reduction completes).
+  bool waited = false;
+  for (;;) {
+    try {
+      g.buf = c_.ledger.allocate(Tier::device, Kind::buffers, L.padded * cbytes_,
+                                 str_cat("layer ", L.id, " gradient buffer"));
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Errc::out_of_budget) throw;
+      if (make_room()) continue;
+      if (reduce_stream_ == nullptr || waited) throw;
+      Tracer::Span span(c_.tracer, "compute", str_cat("wait reductions L", L.id));
+      reduce_stream_->synchronize();
+      waited = true;
+    }
+  }
+  c_.dev_stream.memset_async(g.buf, 0, L.padded * cbytes_);
+  c_.dev_stream.synchronize();
+  return g.buf;
+}
+
+void GradReducer::reduce(int li, IoStats& io) {
+  auto& g = layers_[li];
+  const auto& L = c_.layout.layers()[li];
+  STRATA_CHECK(g.buf != nullptr, Errc::invalid_argument, "reduce_grads(", L.id, ") without grad_buffers(", L.id,
+               ") in this micro-batch");
+  void* grads = g.buf;
+  g.buf = nullptr;
+  ++g.reductions;
+  const auto t0 = Tracer::Clock::now();
+  // With overlap_comm each piece of work is a task on the reduce stream, and every
+  // collective is still issued now, in call order (stream-ordered form: queued at once,
+  // started when the stream gets there); the stream's FIFO order is what lets all buckets
+  // share one scratch buffer. Inline otherwise.
+  device::Stream* st = reduce_stream_.get();
+  // A collective on host memory (Gloo) cannot wait inside a CUDA host function (the driver
+  // may run them one at a time, so a gated op could wait on another stream's callback):
+  // on a CUDA device, reductions into host accumulators at world > 1 run inline.
+  const bool to_host = g.tier != Tier::device;
+  if (to_host && c_.world > 1 && c_.dev.backend() == device::Backend::cuda) st = nullptr;
+  // The accumulator on the device and one rank, or several ranks with device collectives:
+  // nothing crosses the link and everything happens in device memory.
+  if (!to_host && (c_.world == 1 || device_collectives()))
+    reduce_on_device(li, grads, st, t0);
+  else
+    reduce_on_host(li, grads, st, io, t0);
+}
+
+// One device op per bucket on one rank (the same bits as widening into the scratch and
+// adding); with device collectives: widened into the device scratch, reduce-scattered (then
+// all-gathered back at stages 0-1: the same sums as an all-reduce at every stage, whatever
+// the backend's algorithms) and added.
+void GradReducer::reduce_on_device(int li, void* grads, device::Stream* st, Tracer::Clock::time_point t0) {
+  const auto& L = c_.layout.layers()[li];
+  auto& g = layers_[li];
+  const bool stage01 = c_.stage <= 1;
+  device::Stream& ds = st != nullptr ? *st : c_.dev_stream;
+  std::size_t shard_off = 0;
+  for (int bi : L.buckets) {
+    const auto& b = c_.layout.buckets()[bi];
+    const std::size_t pos = b.flat_offset - L.flat_offset;
+    float* acc = stage01 ? g.acc + pos : g.acc + shard_off;
+    shard_off += b.shard;
+    const char* src = static_cast<const char*>(grads) + pos * cbytes_;
+    if (c_.world == 1) {
+      device::accumulate_async(ds, acc, src, c_.cdt, b.padded);
+      continue;
+    }
+    device::convert_async(ds, src, c_.cdt, dscratch_, DType::fp32, b.padded);
+    c_.dcomm->reduce_scatter(dscratch_, dscratch_shard_, b.shard, DType::fp32, comm::ReduceOp::sum, ds);
+    if (stage01) c_.dcomm->all_gather(dscratch_shard_, dscratch_, b.shard, DType::fp32, ds);
+    device::accumulate_async(ds, acc, stage01 ? dscratch_ : dscratch_shard_, DType::fp32, stage01 ? b.padded : b.shard);
+  }
+  ds.launch_host([ledger = &c_.ledger, tracer = c_.tracer, grads, id = L.id, t0] {
+    ledger->retire(grads);
+    if (tracer != nullptr) tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+  });
+  if (st == nullptr) c_.dev_stream.synchronize();
+}
+
+// Per bucket: (D2H into the pinned staging when the accumulator is in host RAM), widen into
+// the host scratch, all-reduce or reduce-scatter over ranks, add to the accumulator.
+void GradReducer::reduce_on_host(int li, void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0) {
+  const auto& L = c_.layout.layers()[li];
+  auto& g = layers_[li];
+  const bool stage01 = c_.stage <= 1;
+  const bool to_host = g.tier != Tier::device;
+  auto run = [st](std::function<void()> f) {
+    if (st != nullptr)
+      st->launch_host(std::move(f));
+    else
+      f();
+  };
+  std::size_t shard_off = 0;
+  for (int bi : L.buckets) {
+    const auto& b = c_.layout.buckets()[bi];
+    const std::size_t pos = b.flat_offset - L.flat_offset;
+    const char* src = static_cast<const char*>(grads) + pos * cbytes_;
+    if (to_host) {
+      const std::size_t bytes = b.padded * cbytes_;
+      io.d2h_bytes += bytes;
+      if (st != nullptr) {
+        st->copy_async(stage_, src, bytes, device::CopyKind::device_to_host);
+      } else {
+        Tracer::Span span(c_.tracer, "copy", str_cat("D2H grads L", L.id));
+        copy_stream_->copy_async(stage_, src, bytes, device::CopyKind::device_to_host);
+        copy_stream_->synchronize();
+      }
+      src = static_cast<const char*>(stage_);
+    }
+    run([this, src, n = b.padded] { convert(src, c_.cdt, scratch_, DType::fp32, n); });
+    if (c_.world > 1) {
+      if (st != nullptr) {
+        if (stage01)
+          c_.comm->all_reduce(scratch_, b.padded, DType::fp32, comm::ReduceOp::sum, *st);
+        else
+          c_.comm->reduce_scatter(scratch_, scratch_shard_, b.shard, DType::fp32, comm::ReduceOp::sum, *st);
+      } else {
+        if (stage01)
+          c_.comm->all_reduce(scratch_, b.padded, DType::fp32, comm::ReduceOp::sum);
+        else
+          c_.comm->reduce_scatter(scratch_, scratch_shard_, b.shard, DType::fp32, comm::ReduceOp::sum);
+      }
+    }
+    const float* reduced = (stage01 || c_.world == 1) ? scratch_ : scratch_shard_;
+    float* acc = stage01 ? g.acc + pos : g.acc + shard_off;
+    shard_off += b.shard;
+    const std::size_t n = stage01 ? b.padded : b.shard;
+    run([reduced, acc, n] {
+      for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
+    });
+  }
+  run([ledger = &c_.ledger, tracer = c_.tracer, grads, id = L.id, t0] {
+    ledger->retire(grads);
+    if (tracer != nullptr) tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+  });
+}
+
+void GradReducer::begin_step() {
+  for (auto& g : layers_) g.reductions = 0;
+}
+
+void GradReducer::sync() {
+  if (reduce_stream_) reduce_stream_->synchronize();
+}
+
+void GradReducer::zero() {
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    auto& g = layers_[li];
+    const std::size_t bytes = acc_elems(static_cast<int>(li)) * 4;
+    if (g.tier == Tier::device)
+      c_.dev_stream.memset_async(g.acc, 0, bytes);
+    else
+      std::memset(g.acc, 0, bytes);
+  }
+  c_.dev_stream.synchronize();
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,97 @@
+// GradReducer: the engine's gradient path (docs/design.md, "The engine's parts"). It owns
+// the trainer's gradient buffers while they are handed out, the fp32 accumulators, the
+// reduction scratch (host and, with device collectives, device), the pinned gradient
+// staging and the streams reductions run on; no other part touches them.
+//
+// Protocol. setup() builds it once the layout and the placement are known, then calls
+// add_layer(li, tier) in layer order: layer li's accumulator, zeroed, on the device or in
+// host RAM (where the layer's optimizer state lives). Per micro-batch the trainer gets
+// buffer(li), a zeroed compute-dtype buffer on the device (make_room is called while the
+// device is full; when it frees nothing, running reductions are waited for), and hands it
+// back with reduce(li). Every ZeRO stage takes the same path: widen the buffer to fp32 bucket
+// by bucket, sum it over ranks (all-reduce at stages 0-1, reduce-scatter at 2-3: with Gloo
+// both are the same all-reduce of the same length, so the sums are bitwise equal) and add it
+// to the accumulator, then free the buffer. With overlap_comm the reduction runs on the
+// reduce stream while the trainer goes on; its collectives are still issued in call order,
+// so every rank runs the same sequence. Gradients whose accumulator lives in host RAM cross
+// the link first. An accumulator on the device is updated there by device ops: directly on
+// one rank, and after a reduce-scatter in device memory (all-gathered back at stages 0-1)
+// with the device communicator; these are the paths a GPU takes, with the same bits.
+// begin_step() resets the per-layer reduction counts; before reading accumulator(li) the
+// step calls sync(), after the optimizer zero().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "offload/ledger.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/trace.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class GradReducer {
+ public:
+  struct Context {  // what the reducer uses and does not own
+    const Layout& layout;
+    int stage = 0;
+    bool overlap_comm = false;
+    device::Device& dev;
+    device::Stream& dev_stream;  // the engine's device stream: device ops without overlap
+    comm::Communicator* comm = nullptr;
+    comm::Communicator* dcomm = nullptr;  // device-memory collectives, or null
+    int rank = 0, world = 1;
+    DType cdt = DType::fp32;
+    MemoryLedger& ledger;
+    Tracer* tracer = nullptr;
+  };
+  // any_acc_on_host: some accumulator will live in host RAM (the staging and a copy stream
+  // are made for it).
+  GradReducer(const Context& ctx, bool any_acc_on_host);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // The device scratch the reducer takes with device collectives (placement counts it first).
+  static std::uint64_t device_scratch_bytes(const Layout& layout, bool device_collectives);
+
+  void add_layer(int li, Tier acc_tier);
+  void* buffer(int li, const std::function<bool()>& make_room);
+  void reduce(int li, IoStats& io);
+  void begin_step();
+  int reductions(int li) const { return layers_[li].reductions; }
+  void sync();  // every reduction queued so far is in the accumulators
+  bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
+  const float* accumulator(int li) const { return layers_[li].acc; }
+  void zero();  // every accumulator, for the next step
+
+ private:
+  struct LayerGrads {
+    float* acc = nullptr;  // padded (stages 0-1) or this rank's shards (2-3), fp32
+    Tier tier = Tier::device;
+    void* buf = nullptr;  // the trainer's gradient buffer while handed out
+    int reductions = 0;   // reduce() calls this step
+  };
+  bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
+  std::size_t acc_elems(int li) const;
+  void reduce_on_device(int li, void* grads, device::Stream* st, Tracer::Clock::time_point t0);
+  void reduce_on_host(int li, void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0);
+
+  Context c_;
+  std::size_t cbytes_;
+  std::vector<LayerGrads> layers_;
+  float* scratch_ = nullptr;        // fp32, largest bucket
+  float* scratch_shard_ = nullptr;  // fp32, largest shard
+  float* dscratch_ = nullptr;       // the same two on the device (device collectives)
+  float* dscratch_shard_ = nullptr;
+  void* stage_ = nullptr;                        // pinned, largest bucket in compute dtype (D2H)
+  std::unique_ptr<device::Stream> copy_stream_;  // D2H without overlap (host accumulators)
+  std::unique_ptr<device::Stream> reduce_stream_;
+};
+
+}  // namespace strata::engine
