@@ -120,7 +120,8 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
     if (layers[li].opt_tier == Tier::nvme && link_nvme) {
       // The sealed generation's files join the checkpoint as they are; segments point into
       // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements).
-      const auto sealed = swapper->sealed_files(static_cast<std::size_t>(layers[li].swap_index));
+      const auto sealed =
+          nvme->swapper()->sealed_files(static_cast<std::size_t>(nvme->swap_index(static_cast<int>(li))));
       const int first = static_cast<int>(part.files.size());
       for (const auto& f : sealed) {
         bool linked = false;
@@ -264,9 +265,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
 void Engine::Impl::load_layers(const StateReader& read, bool moments) {
   const Layout& lay = *layout;
   // Gathered copies of the old parameters go; persistent ones are rewritten below.
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    if (!layers[li].persistent && cfg.zero.stage == 3) evict(static_cast<int>(li));
-  }
+  if (gather_path) gather_path->evict_all();
   auto read_pieces = [&](int li, int state, bool whole, float* out) {
     for (const auto& pc : pieces(li, whole)) {
       for_each_param_range(lay, lay.layers()[li], pc,
@@ -292,7 +291,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
     }
     write_params(l, whole, st[0].data());
   }
-  if (param_store) param_store->commit();
+  if (auto* store = param_store()) store->commit();
 }
 
 void Engine::Impl::all_or_nothing(const std::function<void()>& fn, const std::string& what,

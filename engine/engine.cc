@@ -1,7 +1,8 @@
 // The Engine facade (the protocol is in engine.h): checks each call against the protocol and
-// delegates to the engine's parts: setup.cc, gather.cc (stage-3 gathers), GradReducer
-// (grad_reducer.h: gradient buffers, reduction, accumulators), step.cc (the optimizer step), engine_place.cc and
-// engine_nvme.cc (where state lives), impl.cc (shared helpers).
+// delegates to the engine's parts: GatherPath (gather_path.h: stage-3 gathers), GradReducer
+// (grad_reducer.h: gradient buffers, reduction, accumulators), NvmeHomes (nvme_homes.h: the
+// NVMe tier's files), and the phases setup.cc, step.cc (the optimizer step), engine_place.cc
+// and updated_copies.cc (where state lives), impl.cc (shared helpers).
 #include "engine/engine.h"
 
 #include <chrono>
@@ -26,16 +27,21 @@ Engine::~Engine() {
   I.drop_pending_save();
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
-  I.settle({I.gather_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}, "engine shutdown");
+  if (I.gather_path) {
+    try {
+      I.gather_path->synchronize();
+    } catch (const std::exception& e) {
+      STRATA_LOG(warn, "rank ", I.rank, ": engine shutdown: ", e.what());
+    }
+  }
+  I.settle({I.xfer_stream.get(), I.dev_stream.get()}, "engine shutdown");
   if (!I.ledger) return;  // setup() failed before allocating anything
+  I.gather_path.reset();  // frees the gathered layers and their staging
   I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
-  I.drop_param_store(I.store);
-  I.swapper.reset();
-  if (I.swap_buffer_bytes) I.ledger->discharge(Tier::host, Kind::buffers, I.swap_buffer_bytes);
-  if (I.swap_file_bytes) I.ledger->discharge(Tier::nvme, Kind::optimizer, I.swap_file_bytes);
+  I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
   for (auto& s : I.layers) {
     for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.master), static_cast<void*>(s.m),
-                    static_cast<void*>(s.v), s.staging, s.copy_stage, s.device_copy}) {
+                    static_cast<void*>(s.v), s.copy_stage, s.device_copy}) {
       I.ledger->free(p);
     }
   }
@@ -61,7 +67,7 @@ void Engine::begin_step() {
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
   I.grads->begin_step();
-  I.gather_trace.begin_step();
+  if (I.gather_path) I.gather_path->begin_step();
 }
 
 void Engine::begin_eval() {
@@ -74,27 +80,35 @@ void Engine::begin_eval() {
 void Engine::end_eval() {
   auto& I = *impl_;
   STRATA_CHECK(I.in_eval, Errc::invalid_argument, "end_eval() without begin_eval()");
-  for (const auto& S : I.layers) {
-    STRATA_CHECK(S.in_use == 0, Errc::invalid_argument,
+  for (std::size_t li = 0; li < I.layers.size() && I.gather_path; ++li) {
+    STRATA_CHECK(I.gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
                  "end_eval() with a layer still gathered: release every gather first");
   }
   I.in_eval = false;
 }
 
 std::vector<TensorView> Engine::gather(int layer) {
-  impl_->require_setup("gather");
-  return impl_->gather(impl_->layout->layer_index(layer));
+  auto& I = *impl_;
+  I.require_setup("gather");
+  const int li = I.layout->layer_index(layer);
+  STRATA_CHECK(I.in_step || I.in_eval, Errc::invalid_argument, "gather(", layer,
+               ") outside begin_step()/step() and begin_eval()/end_eval()");
+  // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
+  void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls + 1) : nullptr;
+  return I.views(li, gathered != nullptr ? gathered : I.layers[li].params_full, I.cdt);
 }
 void Engine::release(int layer) {
-  impl_->require_setup("release");
-  impl_->release(impl_->layout->layer_index(layer));
+  auto& I = *impl_;
+  I.require_setup("release");
+  const int li = I.layout->layer_index(layer);
+  if (I.gather_path) I.gather_path->release(li, I.in_eval);
 }
 std::vector<TensorView> Engine::grad_buffers(int layer) {
   auto& I = *impl_;
   I.require_setup("grad_buffers");
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
-  return I.views(li, I.grads->buffer(li, [&I] { return I.drop_retained(); }), I.cdt);
+  return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
 void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
@@ -125,8 +139,10 @@ MemoryReport Engine::memory() const {
   r.device = impl_->ledger->usage(Tier::device);
   r.host = impl_->ledger->usage(Tier::host);
   r.nvme = impl_->ledger->usage(Tier::nvme);
-  r.live_gathered_elems = impl_->live_elems;
-  r.peak_gathered_elems = impl_->peak_live_elems;
+  if (const auto& g = impl_->gather_path) {
+    r.live_gathered_elems = g->live_elems();
+    r.peak_gathered_elems = g->peak_live_elems();
+  }
   return r;
 }
 
@@ -136,7 +152,8 @@ void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
   I.grads->sync();
-  for (auto* st : {I.gather_stream.get(), I.xfer_stream.get(), I.dev_stream.get()}) {
+  if (I.gather_path) I.gather_path->synchronize();
+  for (auto* st : {I.xfer_stream.get(), I.dev_stream.get()}) {
     if (st != nullptr) st->synchronize();
   }
   I.drain_io();

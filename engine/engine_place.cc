@@ -158,7 +158,7 @@ void Engine::Impl::check_plan_against_trace() {
   if (!budget_driven() || cfg.zero.stage != 3 || plan_checked) return;
   plan_checked = true;
   std::vector<int> gathers(layers.size(), 0);
-  for (int li : gather_trace.trace()) ++gathers[static_cast<std::size_t>(li)];
+  for (int li : gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
   try {
     const auto problem = placement_problem(gathers);
     const auto plan = offload::plan_placement(problem);
@@ -211,7 +211,7 @@ void Engine::Impl::check_plan_against_trace() {
 // goes to the device or host gets its new home on its own: one that does not fit stays.
 std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
   drain_io();
-  gather_stream->synchronize();
+  gather_path->synchronize();
   const std::size_t n = layers.size();
   bool store_changes = false;
   std::uint64_t largest = 0;
@@ -228,25 +228,26 @@ std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
                                  : device::CopyKind::host_to_host;
   };
   if (store_changes) {
-    StoreBuild fresh;
+    NvmeHomes::ParamFiles fresh;
     void* bounce = nullptr;
     try {
-      fresh = build_param_store(in_store, store.subdir == "params" ? "params.1" : "params");
+      fresh = nvme->build_params(in_store, nvme->params_subdir() == "params" ? "params.1" : "params");
       for (std::size_t li = 0; li < n; ++li) {
         auto& S = layers[li];
         if (in_store[li] != Tier::nvme) continue;
         const std::uint64_t bytes = S.shard_total * cbytes;
         const auto idx = static_cast<std::size_t>(fresh.index[li]);
         if (S.param_tier == Tier::nvme) {
-          fresh.store->write_from(idx, *param_store, static_cast<std::size_t>(S.store_index));
+          fresh.store->write_from(idx, *param_store(),
+                                  static_cast<std::size_t>(nvme->store_index(static_cast<int>(li))));
           io.nvme_read_bytes += bytes;
         } else if (S.param_tier == Tier::host) {
           fresh.store->write(idx, S.params_shard);
         } else {
           if (bounce == nullptr)
             bounce = ledger->allocate(Tier::host, Kind::buffers, largest, "parameter migration bounce buffer");
-          gather_stream->copy_async(bounce, S.params_shard, bytes, device::CopyKind::device_to_host);
-          gather_stream->synchronize();
+          dev_stream->copy_async(bounce, S.params_shard, bytes, device::CopyKind::device_to_host);
+          dev_stream->synchronize();
           fresh.store->write(idx, bounce);
         }
         io.nvme_write_bytes += bytes;
@@ -254,17 +255,14 @@ std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
       fresh.store->commit();
     } catch (...) {
       ledger->free(bounce);
-      if (fresh.store) drop_param_store(fresh);
+      if (fresh.store) nvme->drop(fresh);
       throw;
     }
     ledger->free(bounce);
     // Switch stores: every layer in it has its bytes there now.
-    drop_param_store(store);
-    store = std::move(fresh);
-    if (!nvme_io) nvme_io = std::make_unique<offload::IoWorker>(dev);
+    nvme->adopt(std::move(fresh));
     for (std::size_t li = 0; li < n; ++li) {
       auto& S = layers[li];
-      S.store_index = store.index[li];
       if (in_store[li] != Tier::nvme || S.param_tier == Tier::nvme) continue;
       ledger->free(S.params_shard);
       S.params_shard = nullptr;
@@ -282,15 +280,15 @@ std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
                               str_cat("layer ", layout->layers()[li].id, " parameter shards"));
       if (S.param_tier == Tier::nvme) {
         char* dst = static_cast<char*>(home);
-        param_store->read(static_cast<std::size_t>(S.store_index),
-                          [&](std::uint64_t off, const void* data, std::uint64_t len) {
-                            gather_stream->copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
-                            gather_stream->synchronize();  // `data` is the store's buffer, reused after this call
-                          });
+        param_store()->read(static_cast<std::size_t>(nvme->store_index(static_cast<int>(li))),
+                            [&](std::uint64_t off, const void* data, std::uint64_t len) {
+                              dev_stream->copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
+                              dev_stream->synchronize();  // `data` is the store's buffer, reused after this call
+                            });
         io.nvme_read_bytes += bytes;
       } else {
-        gather_stream->copy_async(home, S.params_shard, bytes, kind_of(S.param_tier, to[li]));
-        gather_stream->synchronize();
+        dev_stream->copy_async(home, S.params_shard, bytes, kind_of(S.param_tier, to[li]));
+        dev_stream->synchronize();
       }
     } catch (const Error& e) {
       ledger->free(home);
@@ -358,17 +356,17 @@ std::uint64_t Engine::Impl::check_device_fit(bool opt_on_device, bool params_on_
 // instead of swapping the machine to a halt or meeting the OOM killer mid-setup.
 void Engine::Impl::check_host_fit() const {
   std::uint64_t opt = 0, acc = 0, params = 0;
-  bool nvme = false;
+  bool on_nvme = false;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const auto& S = layers[li];
     const int i = static_cast<int>(li);
-    nvme = nvme || S.opt_tier == Tier::nvme || S.param_tier == Tier::nvme;
+    on_nvme = on_nvme || S.opt_tier == Tier::nvme || S.param_tier == Tier::nvme;
     if (S.opt_tier == Tier::host) opt += opt_elems(i) * 12;
     if (acc_on_host(i)) acc += (cfg.zero.stage <= 1 ? padded_elems(i) : S.shard_total) * 4;
     if (cfg.zero.stage == 3 && S.param_tier == Tier::host) params += S.shard_total * cbytes;
   }
   const offload::PlacementProblem p = placement_problem({});
-  const std::uint64_t buffers = p.host_fixed_bytes + (nvme ? p.nvme_buffer_bytes : 0);
+  const std::uint64_t buffers = p.host_fixed_bytes + (on_nvme ? p.nvme_buffer_bytes : 0);
   const bool emulated = dev.backend() == device::Backend::host;
   const std::uint64_t device = emulated ? check_device_fit(false, false) : 0;
   const std::uint64_t need = opt + acc + params + buffers + device;

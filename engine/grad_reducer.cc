@@ -76,11 +76,7 @@ GradReducer::~GradReducer() {
 }
 
 std::size_t GradReducer::acc_elems(int li) const {
-  const auto& L = c_.layout.layers()[li];
-  if (c_.stage <= 1) return L.padded;
-  std::size_t n = 0;
-  for (int bi : L.buckets) n += c_.layout.buckets()[bi].shard;
-  return n;
+  return c_.stage <= 1 ? c_.layout.layers()[li].padded : c_.layout.layer_shard(li);
 }
 
 void GradReducer::add_layer(int li, Tier acc_tier) {

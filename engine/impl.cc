@@ -121,7 +121,7 @@ void Engine::Impl::read_opt_state(int li, float* master, float* m, float* v) {
   auto& S = layers[li];
   const std::size_t n = opt_elems(li);
   if (S.opt_tier == Tier::nvme) {
-    swapper->read_state(static_cast<std::size_t>(S.swap_index), 0, n, master, m, v);
+    nvme->swapper()->read_state(static_cast<std::size_t>(nvme->swap_index(li)), 0, n, master, m, v);
     return;
   }
   for (auto [dst, src] : {std::pair{master, S.master}, std::pair{m, S.m}, std::pair{v, S.v}}) {
@@ -134,7 +134,7 @@ void Engine::Impl::write_opt_state(int li, const float* master, const float* m, 
   auto& S = layers[li];
   const std::size_t n = opt_elems(li);
   if (S.opt_tier == Tier::nvme) {
-    swapper->write_state(static_cast<std::size_t>(S.swap_index), master, m, v);
+    nvme->swapper()->write_state(static_cast<std::size_t>(nvme->swap_index(li)), master, m, v);
     return;
   }
   for (auto [dst, src] : {std::pair{S.master, master}, std::pair{S.m, m}, std::pair{S.v, v}}) {
@@ -160,7 +160,7 @@ void Engine::Impl::write_params(int li, const float* full, const float* shard) {
   bytes.resize(S.shard_total * cbytes);
   convert(shard, DType::fp32, bytes.data(), cdt, S.shard_total);
   if (S.param_tier == Tier::nvme) {
-    param_store->write(static_cast<std::size_t>(S.store_index), bytes.data());
+    param_store()->write(static_cast<std::size_t>(nvme->store_index(li)), bytes.data());
   } else {
     copy_bytes(S.params_shard, S.param_tier, bytes.data(), Tier::host, bytes.size());
     dev_stream->synchronize();
@@ -178,7 +178,7 @@ void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const 
   for (auto* st : streams) {
     if (st != nullptr) quietly([st] { st->synchronize(); });
   }
-  if (nvme_io) quietly([this] { nvme_io->synchronize(); });
+  if (nvme) quietly([this] { nvme->drain(); });
 }
 
 void Engine::Impl::require_setup(const char* op) const {

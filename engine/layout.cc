@@ -68,6 +68,12 @@ std::size_t Layout::largest_layer_padded() const noexcept {
   return m;
 }
 
+std::size_t Layout::layer_shard(int li) const {
+  std::size_t n = 0;
+  for (int bi : layers_[li].buckets) n += buckets_[bi].shard;
+  return n;
+}
+
 int Layout::layer_index(int layer_id) const {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i].id == layer_id) return static_cast<int>(i);

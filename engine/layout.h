@@ -64,6 +64,8 @@ class Layout {
   std::size_t total_numel() const noexcept { return numel_; }
   std::size_t total_padded() const noexcept { return padded_; }
   std::size_t largest_layer_padded() const noexcept;
+  // Elements of one rank's shard of layer li: its shard of every bucket, concatenated.
+  std::size_t layer_shard(int li) const;
   // Dense index of a user layer id; throws naming the id when it was never registered.
   int layer_index(int layer_id) const;
   // 64-bit hash of every registration (names, shapes, layers, init) for cross-rank checks.

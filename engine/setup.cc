@@ -43,11 +43,28 @@ void Engine::Impl::allocate_step_buffers() {
       cdt,     *ledger,        options.tracer};
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   if (any_acc_on_host) xfer_stream = dev.create_stream();
-  if (any_opt_nvme) setup_swapper();
-  if (any_param_nvme) {
-    setup_param_store();
-    nvme_io = std::make_unique<offload::IoWorker>(dev);
+  nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
+  std::vector<Tier> opt_tiers, param_tiers;
+  for (const auto& S : layers) {
+    opt_tiers.push_back(S.opt_tier);
+    param_tiers.push_back(S.param_tier);
   }
+  if (any_opt_nvme) nvme->open_swapper(opt_tiers);
+  if (any_param_nvme) nvme->open_params(param_tiers);
+}
+
+void Engine::Impl::make_gather_path() {
+  std::vector<bool> persistent;
+  for (const auto& S : layers) persistent.push_back(S.persistent);
+  const GatherPath::Context gc{
+      *layout, cfg.zero, rank, world, cdt, dev, *ledger, comm, dcomm, options.tracer, io, *nvme,
+      [this](int li) {
+        return GatherPath::Shards{layers[li].params_shard, layers[li].param_tier};
+      },
+      // Room for backward's gradient buffers (the current one, and the one a running
+      // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
+      [this] { return layout->largest_layer_padded() * cbytes * (grads->overlapped() ? 2 : 1); }};
+  gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
 
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
@@ -130,8 +147,8 @@ void Engine::setup() {
 
   Impl::InitScratch buf;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
-  if (I.param_store) I.param_store->commit();
-  if (stage == 3) I.gather_stream = I.dev.create_stream();
+  if (auto* store = I.param_store()) store->commit();
+  if (stage == 3) I.make_gather_path();
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }

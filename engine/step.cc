@@ -31,8 +31,8 @@ void Engine::Impl::check_step_ready() const {
     STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
                  " reduced its gradients ", reductions, " times this step; gradient_accumulation_steps is ", accum,
                  ": call reduce_grads once per layer per micro-batch");
-    STRATA_CHECK(layers[li].in_use == 0, Errc::invalid_argument, "step(): layer ", lay.layers()[li].id,
-                 " is still gathered: release() every gather() before step()");
+    STRATA_CHECK(!gather_path || gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
+                 "step(): layer ", lay.layers()[li].id, " is still gathered: release() every gather() before step()");
   }
 }
 
@@ -81,7 +81,7 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
   const float* acc = grads->accumulator(static_cast<int>(li));
   a.grad = (stage <= 1 ? acc + pos + (stage == 0 ? 0 : own_begin(b)) : acc + S.shard_off[k]) + e0;
   // Updated compute copies go where the parameters live, or through the host staging
-  // (engine_nvme.cc) that carries them there once the whole layer is updated. The device
+  // (updated_copies.cc) that carries them there once the whole layer is updated. The device
   // optimizer of a stage-3 layer whose shards live off the device writes them to a device
   // buffer first (flush_device_copy).
   const bool on_device = S.opt_tier == Tier::device;
@@ -189,12 +189,12 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
     return;
   }
   try {
-    if (swapper) {
+    if (auto* swapper = nvme ? nvme->swapper() : nullptr) {
       // Sub-groups come in layer then offset order; a sub-group may cover parts of several
       // buckets and a bucket may span sub-groups: the optimizer is elementwise, so the bits
       // do not depend on where the state is cut.
       swapper->step([&](const offload::SubGroup& g) {
-        const std::size_t li = static_cast<std::size_t>(swap_layers[g.tensor]);
+        const std::size_t li = static_cast<std::size_t>(nvme->swap_layer(static_cast<int>(g.tensor)));
         const auto& L = lay.layers()[li];
         const auto& S = layers[li];
         for (std::size_t k = 0; k < L.buckets.size(); ++k) {
@@ -223,7 +223,7 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
       flush_device_copy(static_cast<int>(li));
     }
     dev_stream->synchronize();  // the device optimizer's updates are in
-    if (param_store) nvme_io->submit([store = param_store.get()] { store->commit(); });
+    if (auto* store = param_store()) nvme->io()->submit([store] { store->commit(); });
   } catch (...) {
     abort_step();
     throw;
@@ -235,7 +235,7 @@ void Engine::Impl::abort_step() noexcept {
   // buffers dropped below: let them finish.
   settle({dev_stream.get(), xfer_stream.get()}, "device work or a parameter write-back after a failed step");
   // The last good parameter shards on NVMe stay current; staged copies are dropped.
-  if (param_store) param_store->abort();
+  if (auto* store = param_store()) store->abort();
   for (auto& S : layers) {
     ledger->free(S.copy_stage);
     S.copy_stage = nullptr;
@@ -297,7 +297,7 @@ StepResult Engine::step() {
   I.grads->sync();  // every reduction of the step is in
   I.dev_stream->synchronize();
   Tracer::Span span(I.options.tracer, "optimizer", "step");
-  I.end_step_trace();
+  if (I.gather_path && I.gather_path->end_step(I.step_calls + 1)) I.check_plan_against_trace();
   ++I.step_calls;
 
   optim::GradNorm global = I.global_grad_norm();

@@ -1,6 +1,6 @@
-// The engine's private state, shared by its phases: setup.cc, step.cc, gather.cc (stage-3
-// gathers and prefetch), engine_place.cc and engine_nvme.cc (placement and the NVMe tier),
-// checkpoint*.cc. The parts that own their state (GatherTrace, GradReducer) are members.
+// The engine's private state, shared by its phases: setup.cc, step.cc, engine_place.cc and
+// updated_copies.cc (placement, updated shards to their tier), checkpoint*.cc. The parts
+// that own their state (GradReducer, NvmeHomes, GatherPath) are members.
 #pragma once
 
 #include <atomic>
@@ -15,12 +15,9 @@
 
 #include "checkpoint/format.h"
 #include "engine/engine.h"
-#include "engine/gather_trace.h"
+#include "engine/gather_path.h"
 #include "engine/grad_reducer.h"
-#include "offload/dir_lock.h"
-#include "offload/io_worker.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_store.h"
+#include "engine/nvme_homes.h"
 #include "offload/placement.h"
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
@@ -31,9 +28,9 @@
 namespace strata::engine {
 
 struct LayerState {
-  // Stages 0-2: the layer's compute-dtype parameters, padded, persistent. Stage 3: the
-  // gathered buffer while the layer is live (null otherwise), or persistent for layers below
-  // stage3_param_persistence_threshold.
+  // The layer's compute-dtype parameters, padded, resident on the device: stages 0-2, and
+  // stage-3 layers below stage3_param_persistence_threshold (null for the others, whose
+  // gathered copies the GatherPath holds while they are live).
   void* params_full = nullptr;
   void* params_shard = nullptr;  // stage 3: this rank's shards, concatenated (device or host
                                  // tier; null when they live in the parameter store on NVMe)
@@ -47,8 +44,6 @@ struct LayerState {
   // gradient accumulator the GradReducer keeps: device, else host) and, at stage 3, its parameter shards live.
   Tier opt_tier = Tier::device;
   Tier param_tier = Tier::device;
-  int swap_index = -1;   // tensor index in the optimizer swapper (opt_tier nvme)
-  int store_index = -1;  // tensor index in the parameter store (param_tier nvme)
   // step(): updated compute-dtype shards land here (host) when they cannot be written where
   // they live directly (NVMe shards, or device shards updated by the CPU optimizer), and go
   // to their tier once the whole layer is updated.
@@ -58,14 +53,8 @@ struct LayerState {
   // the device (host or NVMe), on the device until the layer is updated, then copied out.
   void* device_copy = nullptr;
 
-  // Stage 3 residency.
+  // Stage 3: a layer below stage3_param_persistence_threshold stays gathered in params_full.
   bool persistent = false;
-  int in_use = 0;                                // gather() calls not yet released
-  bool retained = false;                         // released but kept for a near reuse
-  std::shared_ptr<device::Event> ready;          // gather complete (recorded on the gather stream)
-  void* staging = nullptr;                       // pinned staging while a gather is in flight
-  std::shared_ptr<std::atomic<bool>> gather_ok;  // set by the gather's last stream task
-  offload::IoWorker::Ticket read_ticket = 0;     // NVMe shards: the read the gather waits for (0: none)
 };
 
 struct Engine::Impl {
@@ -84,29 +73,15 @@ struct Engine::Impl {
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
   std::uint64_t device_scratch_bytes() const;  // the gradient path's device scratch
   optim::LossScaler scaler;
-  // The rank directories under the nvme_paths in use, locked for this engine's lifetime
-  // (declared before the stores so that they go after them).
-  std::vector<offload::DirLock> nvme_locks;
-  std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the rank directory
-  // offload_optimizer.device nvme: master/m/v live in the swapper's files (LayerState's
-  // master, m and v stay null); its buffers are charged to the host tier.
-  std::unique_ptr<offload::OptimizerSwapper> swapper;
-  std::uint64_t swap_buffer_bytes = 0, swap_file_bytes = 0;
-  std::vector<int> swap_layers;  // swapper tensor -> dense layer index
-  // offload_param.device nvme: stage-3 shards in checksummed swap files, buffers on the host
-  // tier, files on the NVMe tier.
-  struct StoreBuild {
-    std::unique_ptr<offload::ParamStore> store;
-    std::uint64_t buffer_bytes = 0, file_bytes = 0;  // charged to the ledger
-    std::vector<int> index;                          // per layer: tensor index, or -1
-    std::string subdir;
-  };
-  StoreBuild store;
-  std::unique_ptr<offload::ParamStore>& param_store = store.store;
+  // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
+  // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
+  // parameter store with its I/O worker, the directory locks.
+  std::unique_ptr<NvmeHomes> nvme;
+  offload::ParamStore* param_store() const noexcept { return nvme ? nvme->params() : nullptr; }
   std::string placement_text;  // explain(): what lives where and why
   bool plan_checked = false;   // the plan was compared with the first recorded trace
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
-  // complete on the gather stream during the next step), and the time waited on it.
+  // complete on the I/O worker during the next step), and the time waited on it.
   IoStats io, last_io;
   std::chrono::steady_clock::time_point step_start;
   // The engine's own device work, in order: initial values, zeroing, accumulation of
@@ -124,19 +99,18 @@ struct Engine::Impl {
   bool in_step = false;
   bool in_eval = false;  // between begin_eval() and end_eval(): gathers only, no trace
 
-  // Stage 3.
-  std::unique_ptr<device::Stream> gather_stream;
-  // NVMe parameter reads and write-backs, on the I/O worker's thread: the read of the next
-  // layer overlaps the all-gather and H2D copy of this one (the gather stream waits on the
-  // read's ticket); FIFO order keeps each layer's write-back (and the commit after the last)
-  // ahead of its next read. A write-back frees its staging when done, failed or skipped.
-  std::unique_ptr<offload::IoWorker> nvme_io;
-  void drain_io();  // nvme_io->synchronize() (rethrows a failed read or write), if there is one
+  // NVMe parameter reads and write-backs run on the NVMe tier's I/O worker: the read of the
+  // next layer overlaps the all-gather and H2D copy of this one (the gather stream waits on
+  // the read's ticket); FIFO order keeps each layer's write-back (and the commit after the
+  // last) ahead of its next read. A write-back frees its staging when done, failed or skipped.
+  void drain_io();  // the I/O worker's synchronize() (rethrows a failed read or write)
   // Waits for each stream's queued work (null ones skipped), and the NVMe I/O worker's,
   // before what it touches goes; a failure is logged as `when` ("" : not logged), not thrown.
   void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
-  GatherTrace gather_trace;  // stage 3: the recorded gather order and its replay
-  std::uint64_t live_elems = 0, peak_live_elems = 0;
+  // Stage 3: the gathers, their prefetch and the recorded trace (gather_path.h). After the
+  // NVMe tier, whose reads its gathers wait for, so that it goes first.
+  std::unique_ptr<GatherPath> gather_path;
+  void make_gather_path();
 
   Impl(const EngineOptions& o);
   bool setup_done() const noexcept { return layout != nullptr; }
@@ -148,17 +122,7 @@ struct Engine::Impl {
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
 
-  // gather.cc (stage 3; stages 0-2 return the persistent buffer)
-  std::vector<TensorView> gather(int li);
-  void release(int li);
-  void issue_gather(int li);
-  void submit_gather(int li);
-  void wait_gather(int li);
-  void evict(int li);
-  bool drop_retained();
-  void prefetch_after(std::size_t position);
-  void end_step_trace();
-  // engine_nvme.cc
+  // engine_place.cc, updated_copies.cc
   void place_layers();
   bool budget_driven() const;
   // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
@@ -169,12 +133,6 @@ struct Engine::Impl {
   std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
   void check_plan_against_trace();
   std::vector<int> migrate_params(const std::vector<Tier>& to);
-  void setup_swapper();
-  void warn_aio_knobs() const;
-  void setup_param_store();
-  StoreBuild build_param_store(const std::vector<Tier>& tiers, const std::string& subdir);
-  void drop_param_store(StoreBuild& b) noexcept;
-  void stage_params_in(int li, char* staging);     // gather: this rank's shards -> staging regions
   void* copy_target(int li);                       // step(): where update() writes compute copies
   void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
   bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }

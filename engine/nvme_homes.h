@@ -1,0 +1,91 @@
+// NvmeHomes: the engine's NVMe tier (docs/design.md, "The engine's parts"). It owns the
+// locks on the rank directories under the nvme_paths in use, the optimizer swapper (fp32
+// master, exp_avg and exp_avg_sq of the layers whose optimizer state lives on NVMe, under
+// offload_optimizer.nvme_path/rank<R>), the parameter store (stage-3 compute-dtype shards of
+// the layers whose parameters live there, under offload_param.nvme_path/rank<R>/params) with
+// the I/O worker that reads and writes it, and what they charge to the ledger: buffers to the
+// host tier, swap files (both generations) to the NVMe tier.
+//
+// Protocol. setup() calls open_swapper(tiers) and open_params(tiers) with every layer's tier
+// of that kind (only the NVMe ones get files), once each. The gather path and the step reach
+// the files through swapper(), params() and io() and the per-layer indices. A migration
+// builds a second parameter store with build_params() (filled by the caller, dropped with
+// drop() on failure) and switches to it with adopt(), which drops the current one. The
+// destructor drains the I/O worker, then closes the store, the swapper and the locks, and
+// gives their charges back.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "offload/dir_lock.h"
+#include "offload/io_worker.h"
+#include "offload/ledger.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
+#include "runtime/core/trace.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class NvmeHomes {
+ public:
+  struct Context {  // what the tier uses and does not own
+    const EngineConfig& cfg;
+    const Layout& layout;
+    int rank = 0;
+    std::size_t cbytes = 4;  // compute-dtype element bytes (parameter shards)
+    device::Device& dev;
+    MemoryLedger& ledger;
+    Tracer* tracer = nullptr;
+  };
+  // A parameter store with its charges and the tensor index of every layer in it (-1: not).
+  struct ParamFiles {
+    std::unique_ptr<offload::ParamStore> store;
+    std::uint64_t buffer_bytes = 0, file_bytes = 0;
+    std::vector<int> index;
+    std::string subdir;
+  };
+
+  explicit NvmeHomes(const Context& ctx);
+  ~NvmeHomes();
+  NvmeHomes(const NvmeHomes&) = delete;
+  NvmeHomes& operator=(const NvmeHomes&) = delete;
+
+  void open_swapper(const std::vector<Tier>& opt_tiers);
+  void open_params(const std::vector<Tier>& param_tiers);
+  // A store for the layers `tiers` puts on NVMe, under nvme_path/rank<R>/<subdir>, charged
+  // (both charges released again if either fails).
+  ParamFiles build_params(const std::vector<Tier>& tiers, const std::string& subdir);
+  void drop(ParamFiles& files) noexcept;
+  void adopt(ParamFiles&& files);  // the current store goes; this one is current
+
+  offload::OptimizerSwapper* swapper() const noexcept { return swapper_.get(); }
+  int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
+  int swap_layer(int tensor) const { return swap_layers_[tensor]; }
+  offload::ParamStore* params() const noexcept { return params_.store.get(); }
+  int store_index(int li) const { return params_.index.empty() ? -1 : params_.index[li]; }
+  const std::string& params_subdir() const noexcept { return params_.subdir; }
+  offload::IoWorker* io() const noexcept { return io_.get(); }
+  void drain();  // the I/O worker's synchronize(), if there is one
+
+ private:
+  std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the directory
+  void warn_aio_knobs() const;
+
+  Context c_;
+  // Declared before the files so that the locks go after them.
+  std::vector<offload::DirLock> locks_;
+  std::unique_ptr<offload::OptimizerSwapper> swapper_;
+  std::uint64_t swap_buffer_bytes_ = 0, swap_file_bytes_ = 0;
+  std::vector<int> swap_index_;   // per layer: swapper tensor, or -1
+  std::vector<int> swap_layers_;  // per swapper tensor: the layer
+  ParamFiles params_;
+  std::unique_ptr<offload::IoWorker> io_;  // declared last: drained and gone before the store
+};
+
+}  // namespace strata::engine
