@@ -146,7 +146,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       continue;
     }
     for (auto& v : st) v.resize(opt_elems(l));
-    read_opt_state(l, st[0].data(), st[1].data(), st[2].data());
+    opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
     for (int s = 0; s < checkpoint::kStates; ++s) {
       for (const auto& pc : pieces(l, false)) {
         for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
@@ -282,7 +282,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
       st[s].assign(opt_elems(l), 0.0f);  // padding stays zero
       read_pieces(l, s, stage0, st[s].data());
     }
-    write_opt_state(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
+    opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
     const float* whole = st[0].data();
     if (!stage0 && layers[li].params_full != nullptr) {
       full.assign(lay.layers()[li].padded, 0.0f);

@@ -38,10 +38,10 @@ Engine::~Engine() {
   if (!I.ledger) return;  // setup() failed before allocating anything
   I.gather_path.reset();  // frees the gathered layers and their staging
   I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
+  I.opt_state.reset();    // frees the resident optimizer state
   I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
   for (auto& s : I.layers) {
-    for (void* p : {s.params_full, s.params_shard, static_cast<void*>(s.master), static_cast<void*>(s.m),
-                    static_cast<void*>(s.v), s.copy_stage, s.device_copy}) {
+    for (void* p : {s.params_full, s.params_shard, s.copy_stage, s.device_copy}) {
       I.ledger->free(p);
     }
   }
@@ -175,14 +175,14 @@ std::vector<float> Engine::full_parameters() {
     auto& full = per_layer[li];
     full.resize(L.padded);
     if (I.cfg.zero.stage == 0) {
-      I.read_opt_state(static_cast<int>(li), full.data(), nullptr, nullptr);
+      I.opt_state->read(static_cast<int>(li), full.data(), nullptr, nullptr);
       continue;
     }
     std::vector<float> copied;
-    const float* master = S.master;
+    const float* master = I.opt_state->resident(static_cast<int>(li)).master;
     if (S.opt_tier != Tier::host) {
       copied.resize(S.shard_total);
-      I.read_opt_state(static_cast<int>(li), copied.data(), nullptr, nullptr);
+      I.opt_state->read(static_cast<int>(li), copied.data(), nullptr, nullptr);
       master = copied.data();
     }
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {

@@ -2,7 +2,8 @@
 #include "engine/grad_reducer.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "engine/tier_copy.h"
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -85,10 +86,7 @@ void GradReducer::add_layer(int li, Tier acc_tier) {
   g.tier = acc_tier;
   g.acc = static_cast<float*>(
       c_.ledger.allocate(acc_tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients")));
-  if (acc_tier == Tier::device)
-    c_.dev_stream.memset_async(g.acc, 0, bytes);
-  else
-    std::memset(g.acc, 0, bytes);
+  fill_zero(c_.dev_stream, g.acc, bytes, acc_tier);
 }
 
 void* GradReducer::buffer(int li, const std::function<bool()>& make_room) {
@@ -246,11 +244,7 @@ void GradReducer::sync() {
 void GradReducer::zero() {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];
-    const std::size_t bytes = acc_elems(static_cast<int>(li)) * 4;
-    if (g.tier == Tier::device)
-      c_.dev_stream.memset_async(g.acc, 0, bytes);
-    else
-      std::memset(g.acc, 0, bytes);
+    fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * 4, g.tier);
   }
   c_.dev_stream.synchronize();
 }

@@ -6,6 +6,7 @@
 
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
+#include "engine/tier_copy.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -80,22 +81,10 @@ std::size_t Engine::Impl::copy_offset(int li, std::size_t k) const {
   return cfg.zero.stage == 0 ? bucket_pos(layout->buckets()[L.buckets[k]], L) : layers[li].shard_off[k];
 }
 
-void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) {
-  if (tier == Tier::device)
-    dev_stream->memset_async(p, 0, bytes);
-  else
-    std::memset(p, 0, bytes);
-}
+void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) { engine::fill_zero(*dev_stream, p, bytes, tier); }
 
 void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes) {
-  if (dst_tier != Tier::device && src_tier != Tier::device) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-  const auto kind = dst_tier != Tier::device   ? device::CopyKind::device_to_host
-                    : src_tier != Tier::device ? device::CopyKind::host_to_device
-                                               : device::CopyKind::device_to_device;
-  dev_stream->copy_async(dst, src, bytes, kind);
+  copy_between(*dev_stream, dst, dst_tier, src, src_tier, bytes);
 }
 
 // The device optimizer wrote the layer's updated compute copies to device_copy (its shards
@@ -115,35 +104,6 @@ void Engine::Impl::flush_device_copy(int li) {
   ledger->free(S.device_copy);
   S.device_copy = nullptr;
   if (staged != nullptr) copy_updated(li, S.shard_total);
-}
-
-void Engine::Impl::read_opt_state(int li, float* master, float* m, float* v) {
-  auto& S = layers[li];
-  const std::size_t n = opt_elems(li);
-  if (S.opt_tier == Tier::nvme) {
-    nvme->swapper()->read_state(static_cast<std::size_t>(nvme->swap_index(li)), 0, n, master, m, v);
-    return;
-  }
-  for (auto [dst, src] : {std::pair{master, S.master}, std::pair{m, S.m}, std::pair{v, S.v}}) {
-    if (dst != nullptr) copy_bytes(dst, Tier::host, src, S.opt_tier, n * 4);
-  }
-  dev_stream->synchronize();
-}
-
-void Engine::Impl::write_opt_state(int li, const float* master, const float* m, const float* v) {
-  auto& S = layers[li];
-  const std::size_t n = opt_elems(li);
-  if (S.opt_tier == Tier::nvme) {
-    nvme->swapper()->write_state(static_cast<std::size_t>(nvme->swap_index(li)), master, m, v);
-    return;
-  }
-  for (auto [dst, src] : {std::pair{S.master, master}, std::pair{S.m, m}, std::pair{S.v, v}}) {
-    if (src != nullptr)
-      copy_bytes(dst, S.opt_tier, src, Tier::host, n * 4);
-    else
-      fill_zero(dst, n * 4, S.opt_tier);
-  }
-  dev_stream->synchronize();
 }
 
 void Engine::Impl::write_params(int li, const float* full, const float* shard) {

@@ -51,6 +51,8 @@ void Engine::Impl::allocate_step_buffers() {
   }
   if (any_opt_nvme) nvme->open_swapper(opt_tiers);
   if (any_param_nvme) nvme->open_params(param_tiers);
+  opt_state =
+      std::make_unique<OptimizerState>(OptimizerState::Context{*layout, cfg.zero.stage, *dev_stream, *ledger, *nvme});
 }
 
 void Engine::Impl::make_gather_path() {
@@ -75,12 +77,7 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   const auto& L = lay.layers()[li];
   auto& S = layers[li];
   const std::string name = str_cat("layer ", L.id);
-  if (S.opt_tier != Tier::nvme) {
-    const std::size_t bytes = opt_elems(static_cast<int>(li)) * 4;
-    S.master = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " master"));
-    S.m = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg"));
-    S.v = static_cast<float*>(ledger->allocate(S.opt_tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
-  }
+  opt_state->add_layer(static_cast<int>(li), S.opt_tier);
   grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
@@ -94,7 +91,7 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
       std::memcpy(master_shard.data() + S.shard_off[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
     }
   }
-  write_opt_state(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
+  opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
   if (stage <= 2 || S.persistent) {
     S.params_full = ledger->allocate(Tier::device, Kind::params, L.padded * cbytes, name + " parameters");
   }

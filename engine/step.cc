@@ -160,9 +160,10 @@ void Engine::Impl::run_lamb(const optim::StepArgs& base, float lr) {
       const auto& p = layout->params()[pi];
       optim::StepArgs a = base;
       a.n = p.numel;
-      a.master = S.master + p.offset;
-      a.m = S.m + p.offset;
-      a.v = S.v + p.offset;
+      const auto& st = opt_state->resident(static_cast<int>(li));
+      a.master = st.master + p.offset;
+      a.m = st.m + p.offset;
+      a.v = st.v + p.offset;
       a.grad = grads->accumulator(static_cast<int>(li)) + p.offset;
       char* copy = static_cast<char*>(S.params_full) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
@@ -218,7 +219,8 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
         const std::size_t off = stage == 0 ? bucket_pos(b, L) : S.shard_off[k];
-        update_range(base, lr, li, k, 0, stage == 0 ? b.padded : b.shard, S.master + off, S.m + off, S.v + off);
+        const auto& st = opt_state->resident(static_cast<int>(li));
+        update_range(base, lr, li, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, st.m + off, st.v + off);
       }
       flush_device_copy(static_cast<int>(li));
     }

@@ -18,6 +18,7 @@
 #include "engine/gather_path.h"
 #include "engine/grad_reducer.h"
 #include "engine/nvme_homes.h"
+#include "engine/optimizer_state.h"
 #include "offload/placement.h"
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
@@ -32,11 +33,8 @@ struct LayerState {
   // stage-3 layers below stage3_param_persistence_threshold (null for the others, whose
   // gathered copies the GatherPath holds while they are live).
   void* params_full = nullptr;
-  void* params_shard = nullptr;  // stage 3: this rank's shards, concatenated (device or host
-                                 // tier; null when they live in the parameter store on NVMe)
-  float* master = nullptr;       // fp32 master: padded (stage 0) or shards (1-3)
-  float* m = nullptr;
-  float* v = nullptr;
+  void* params_shard = nullptr;        // stage 3: this rank's shards, concatenated (device or host
+                                       // tier; null when they live in the parameter store on NVMe)
   std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
   std::size_t shard_total = 0;
 
@@ -94,6 +92,9 @@ struct Engine::Impl {
   // The gradient path: buffers, reductions, accumulators (grad_reducer.h). After the ledger
   // and the device stream, so that it goes before them.
   std::unique_ptr<GradReducer> grads;
+  // Every layer's fp32 master, exp_avg and exp_avg_sq (optimizer_state.h). After the NVMe
+  // tier, whose swapper holds the state of the layers on NVMe.
+  std::unique_ptr<OptimizerState> opt_state;
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
@@ -165,11 +166,6 @@ struct Engine::Impl {
   void fill_zero(void* p, std::size_t bytes, Tier tier);
   void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
   void flush_device_copy(int li);  // step(): device_copy -> the layer's shards off the device
-  // Layer li's optimizer state (opt_elems(li) fp32 each: master, exp_avg, exp_avg_sq) to or
-  // from host memory, wherever it lives; a null pointer is skipped (read) or zeros (write).
-  // Synchronous.
-  void read_opt_state(int li, float* master, float* m, float* v);
-  void write_opt_state(int li, const float* master, const float* m, const float* v);
   // The layer's compute-dtype copies from fp32 values: `full` (the padded layer; needed at
   // stages 0-2 and for persistent layers, else null) and this rank's shard of it (stage 3).
   void write_params(int li, const float* full, const float* shard);
@@ -226,9 +222,7 @@ struct Engine::Impl {
   void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
   void load_layers(const StateReader& read, bool moments);
-  std::size_t opt_elems(int li) const {
-    return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
-  }
+  std::size_t opt_elems(int li) const { return OptimizerState::elems(*layout, cfg.zero.stage, li); }
   std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };
 

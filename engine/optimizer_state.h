@@ -1,0 +1,63 @@
+// OptimizerState: each layer's fp32 optimizer state (docs/design.md, "The engine's parts"):
+// the master weights, exp_avg and exp_avg_sq, opt_elems(li) elements each (the padded layer
+// at stage 0, this rank's shard of it above). It owns the arrays of the layers whose state
+// lives on the device or in host RAM; the state of layers on NVMe lives in the NVMe tier's
+// swapper and is reached through it.
+//
+// Protocol. setup() calls add_layer(li, tier) in layer order with the tier placement chose;
+// the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
+// move a layer's whole state to or from host memory wherever it lives (a null pointer is
+// skipped on read, zeros on write); both are synchronous. The optimizer step updates resident
+// layers in place through resident(li) and layers on NVMe through the swapper's sub-groups.
+#pragma once
+
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "engine/nvme_homes.h"
+#include "offload/ledger.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class OptimizerState {
+ public:
+  struct Context {  // what the state uses and does not own
+    const Layout& layout;
+    int stage = 0;
+    device::Stream& dev_stream;  // copies to and from device arrays
+    MemoryLedger& ledger;
+    NvmeHomes& nvme;
+  };
+  struct Arrays {  // a resident layer's state; null on NVMe
+    float* master = nullptr;
+    float* m = nullptr;
+    float* v = nullptr;
+  };
+
+  explicit OptimizerState(const Context& ctx) : c_(ctx), layers_(ctx.layout.layers().size()) {}
+  ~OptimizerState();
+  OptimizerState(const OptimizerState&) = delete;
+  OptimizerState& operator=(const OptimizerState&) = delete;
+
+  void add_layer(int li, Tier tier);
+  Tier tier(int li) const { return layers_[li].tier; }
+  std::size_t elems(int li) const { return elems(c_.layout, c_.stage, li); }
+  static std::size_t elems(const Layout& layout, int stage, int li) {
+    return stage == 0 ? layout.layers()[li].padded : layout.layer_shard(li);
+  }
+  const Arrays& resident(int li) const { return layers_[li].arrays; }
+  void read(int li, float* master, float* m, float* v);
+  void write(int li, const float* master, const float* m, const float* v);
+
+ private:
+  struct LayerOpt {
+    Tier tier = Tier::device;
+    Arrays arrays;
+  };
+  Context c_;
+  std::vector<LayerOpt> layers_;
+};
+
+}  // namespace strata::engine
