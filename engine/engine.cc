@@ -60,7 +60,7 @@ int Engine::register_param(const std::string& name, std::vector<std::int64_t> sh
 
 void Engine::begin_step() {
   auto& I = *impl_;
-  I.require_setup("begin_step");
+  I.require_complete_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
   I.in_step = true;
@@ -72,7 +72,7 @@ void Engine::begin_step() {
 
 void Engine::begin_eval() {
   auto& I = *impl_;
-  I.require_setup("begin_eval");
+  I.require_complete_setup("begin_eval");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument, "begin_eval() inside a step or another evaluation");
   I.in_eval = true;
 }
@@ -151,7 +151,7 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
-  I.grads->sync();
+  if (I.grads) I.grads->sync();
   if (I.gather_path) I.gather_path->synchronize();
   for (auto* st : {I.xfer_stream.get(), I.dev_stream.get()}) {
     if (st != nullptr) st->synchronize();

@@ -146,6 +146,12 @@ void Engine::Impl::require_setup(const char* op) const {
                "() before setup(): register the parameters and call setup() first");
 }
 
+void Engine::Impl::require_complete_setup(const char* op) const {
+  require_setup(op);
+  STRATA_CHECK(setup_complete, Errc::invalid_argument, op,
+               "(): setup() failed on this engine, so it cannot train: fix what it reported and create a new Engine");
+}
+
 void Engine::Impl::fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const {
   std::size_t pos = begin;
   const std::size_t end = begin + count;

@@ -146,6 +146,7 @@ void Engine::setup() {
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
   if (auto* store = I.param_store()) store->commit();
   if (stage == 3) I.make_gather_path();
+  I.setup_complete = true;
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }

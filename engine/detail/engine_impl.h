@@ -115,7 +115,9 @@ struct Engine::Impl {
 
   Impl(const EngineOptions& o);
   bool setup_done() const noexcept { return layout != nullptr; }
+  bool setup_complete = false;  // setup() returned: every part exists
   void require_setup(const char* op) const;
+  void require_complete_setup(const char* op) const;  // a step or evaluation may begin
 
   // Layout helpers.
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(rank) * b.shard; }

@@ -154,3 +154,21 @@ TEST_CASE("misuse of the step protocol is a clear error", "[zero][negative]") {
                                   Catch::Contains("gradient_accumulation_steps is 2"));
   CHECK_THROWS_WITH(e.reduce_grads(0), Catch::Contains("without grad_buffers(0)"));
 }
+
+TEST_CASE("an engine whose setup failed refuses to train and shuts down cleanly", "[zero][negative]") {
+  device::DeviceOptions d;
+  auto dev = device::Device::create(d);
+  engine::EngineOptions o;
+  o.config = test::mlp_config(3, 1, DType::fp32, 1, 2);
+  o.config.memory_budget.host = 64 << 10;  // the fp32 optimizer state alone needs more: setup refuses
+  o.config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  o.device = dev.get();
+  engine::Engine e(o);
+  e.register_param("w", {64, 1024}, 0);
+  e.register_param("b", {1024}, 1);
+  CHECK_THROWS_WITH(e.setup(), Catch::Contains("host"));
+  CHECK_THROWS_WITH(e.begin_step(), Catch::Contains("setup() failed on this engine"));
+  CHECK_THROWS_WITH(e.begin_eval(), Catch::Contains("setup() failed on this engine"));
+  CHECK_NOTHROW(e.synchronize());
+  CHECK_NOTHROW(e.memory());
+}
