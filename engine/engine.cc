@@ -1,8 +1,9 @@
 // The Engine facade (the protocol is in engine.h): checks each call against the protocol and
 // delegates to the engine's parts: GatherPath (gather_path.h: stage-3 gathers), GradReducer
-// (grad_reducer.h: gradient buffers, reduction, accumulators), NvmeHomes (nvme_homes.h: the
-// NVMe tier's files), and the phases setup.cc, step.cc (the optimizer step), engine_place.cc
-// and updated_copies.cc (where state lives), impl.cc (shared helpers).
+// (grad_reducer.h: gradient buffers, reduction, accumulators), OptimizerState
+// (optimizer_state.h), UpdateStaging (update_staging.h: updated copies to their tier),
+// NvmeHomes (nvme_homes.h: the NVMe tier's files), and the phases setup.cc, step.cc (the
+// optimizer step), engine_place.cc (where state lives), impl.cc (shared helpers).
 #include "engine/engine.h"
 
 #include <chrono>
@@ -34,14 +35,15 @@ Engine::~Engine() {
       STRATA_LOG(warn, "rank ", I.rank, ": engine shutdown: ", e.what());
     }
   }
-  I.settle({I.xfer_stream.get(), I.dev_stream.get()}, "engine shutdown");
+  I.settle({I.dev_stream.get()}, "engine shutdown");
   if (!I.ledger) return;  // setup() failed before allocating anything
   I.gather_path.reset();  // frees the gathered layers and their staging
   I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
+  I.updates.reset();      // waits for its copies, frees the staging
   I.opt_state.reset();    // frees the resident optimizer state
   I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
   for (auto& s : I.layers) {
-    for (void* p : {s.params_full, s.params_shard, s.copy_stage, s.device_copy}) {
+    for (void* p : {s.params_full, s.params_shard}) {
       I.ledger->free(p);
     }
   }
@@ -153,9 +155,8 @@ void Engine::synchronize() {
   if (!I.setup_done()) return;
   if (I.grads) I.grads->sync();
   if (I.gather_path) I.gather_path->synchronize();
-  for (auto* st : {I.xfer_stream.get(), I.dev_stream.get()}) {
-    if (st != nullptr) st->synchronize();
-  }
+  if (I.updates) I.updates->synchronize();
+  if (I.dev_stream) I.dev_stream->synchronize();
   I.drain_io();
 }
 

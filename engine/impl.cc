@@ -72,38 +72,10 @@ std::uint64_t Engine::Impl::device_scratch_bytes() const {
   return GradReducer::device_scratch_bytes(*layout, device_collectives());
 }
 
-std::size_t Engine::Impl::copy_elems(int li) const {
-  return cfg.zero.stage == 0 ? layout->layers()[li].padded : layers[li].shard_total;
-}
-
-std::size_t Engine::Impl::copy_offset(int li, std::size_t k) const {
-  const auto& L = layout->layers()[li];
-  return cfg.zero.stage == 0 ? bucket_pos(layout->buckets()[L.buckets[k]], L) : layers[li].shard_off[k];
-}
-
 void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) { engine::fill_zero(*dev_stream, p, bytes, tier); }
 
 void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes) {
   copy_between(*dev_stream, dst, dst_tier, src, src_tier, bytes);
-}
-
-// The device optimizer wrote the layer's updated compute copies to device_copy (its shards
-// live on the host or NVMe): they go to the host shards, or through the staging to NVMe.
-void Engine::Impl::flush_device_copy(int li) {
-  auto& S = layers[li];
-  if (S.device_copy == nullptr) return;
-  void* staged = copy_target(li);
-  const std::size_t bytes = S.shard_total * cbytes;
-  {
-    Tracer::Span span(options.tracer, "copy", str_cat("D2H updated L", layout->layers()[li].id));
-    dev_stream->copy_async(staged != nullptr ? staged : S.params_shard, S.device_copy, bytes,
-                           device::CopyKind::device_to_host);
-    dev_stream->synchronize();
-  }
-  io.d2h_bytes += bytes;
-  ledger->free(S.device_copy);
-  S.device_copy = nullptr;
-  if (staged != nullptr) copy_updated(li, S.shard_total);
 }
 
 void Engine::Impl::write_params(int li, const float* full, const float* shard) {
@@ -125,6 +97,10 @@ void Engine::Impl::write_params(int li, const float* full, const float* shard) {
     copy_bytes(S.params_shard, S.param_tier, bytes.data(), Tier::host, bytes.size());
     dev_stream->synchronize();
   }
+}
+
+void Engine::Impl::drain_io() {
+  if (nvme) nvme->drain();
 }
 
 void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {

@@ -42,7 +42,6 @@ void Engine::Impl::allocate_step_buffers() {
       *layout, cfg.zero.stage, cfg.zero.overlap_comm, dev, *dev_stream, comm, dcomm, rank, world,
       cdt,     *ledger,        options.tracer};
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
-  if (any_acc_on_host) xfer_stream = dev.create_stream();
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
   std::vector<Tier> opt_tiers, param_tiers;
   for (const auto& S : layers) {
@@ -51,6 +50,12 @@ void Engine::Impl::allocate_step_buffers() {
   }
   if (any_opt_nvme) nvme->open_swapper(opt_tiers);
   if (any_param_nvme) nvme->open_params(param_tiers);
+  const UpdateStaging::Context uc{
+      *layout, cfg.zero.stage, rank, cdt, dev, *dev_stream, *ledger, *nvme, io, options.tracer, [this](int li) {
+        const auto& S = layers[li];
+        return UpdateStaging::Home{S.params_full, S.params_shard, S.param_tier, S.opt_tier};
+      }};
+  updates = std::make_unique<UpdateStaging>(uc, any_acc_on_host);
   opt_state =
       std::make_unique<OptimizerState>(OptimizerState::Context{*layout, cfg.zero.stage, *dev_stream, *ledger, *nvme});
 }

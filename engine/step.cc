@@ -80,30 +80,11 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
   a.v = v;
   const float* acc = grads->accumulator(static_cast<int>(li));
   a.grad = (stage <= 1 ? acc + pos + (stage == 0 ? 0 : own_begin(b)) : acc + S.shard_off[k]) + e0;
-  // Updated compute copies go where the parameters live, or through the host staging
-  // (updated_copies.cc) that carries them there once the whole layer is updated. The device
-  // optimizer of a stage-3 layer whose shards live off the device writes them to a device
-  // buffer first (flush_device_copy).
+  // Updated compute copies go where the parameters live, through host staging, or to a device
+  // buffer first (update_staging.h).
   const bool on_device = S.opt_tier == Tier::device;
-  void* staged = nullptr;
-  void* copy_base = nullptr;
-  std::size_t copy_off = 0;
-  if (on_device && stage == 3 && S.param_tier != Tier::device) {
-    if (S.device_copy == nullptr) {
-      S.device_copy = ledger->allocate(Tier::device, Kind::buffers, S.shard_total * cbytes,
-                                       str_cat("layer ", L.id, " updated parameters (device)"));
-    }
-    copy_base = S.device_copy;
-    copy_off = S.shard_off[k] + e0;
-  } else {
-    staged = copy_target(static_cast<int>(li));
-    copy_base = staged != nullptr ? staged : stage == 3 ? S.params_shard : S.params_full;
-    copy_off = (staged != nullptr ? copy_offset(static_cast<int>(li), k)
-                : stage == 3      ? S.shard_off[k]
-                                  : pos + (stage == 0 ? 0 : own_begin(b))) +
-               e0;
-  }
-  char* copy = static_cast<char*>(copy_base) + copy_off * cbytes;
+  const UpdateStaging::Target target = updates->target(static_cast<int>(li), k, e0);
+  char* copy = target.copy;
   a.copy = cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
   const optim::AdamConfig adam{
       lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw, oc.bias_correction};
@@ -144,7 +125,7 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
     }
     if (cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
   }
-  if (staged != nullptr) copy_updated(static_cast<int>(li), n);
+  if (target.staged) updates->written(static_cast<int>(li), n);
 }
 
 // LAMB (stage 0 only, impl.cc): each tensor whole on the device stream, where its state and
@@ -222,7 +203,7 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
         const auto& st = opt_state->resident(static_cast<int>(li));
         update_range(base, lr, li, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, st.m + off, st.v + off);
       }
-      flush_device_copy(static_cast<int>(li));
+      updates->flush_device(static_cast<int>(li));
     }
     dev_stream->synchronize();  // the device optimizer's updates are in
     if (auto* store = param_store()) nvme->io()->submit([store] { store->commit(); });
@@ -235,16 +216,10 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
 void Engine::Impl::abort_step() noexcept {
   // Device work and parameter write-backs already queued may still read or write the
   // buffers dropped below: let them finish.
-  settle({dev_stream.get(), xfer_stream.get()}, "device work or a parameter write-back after a failed step");
+  settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
   // The last good parameter shards on NVMe stay current; staged copies are dropped.
   if (auto* store = param_store()) store->abort();
-  for (auto& S : layers) {
-    ledger->free(S.copy_stage);
-    S.copy_stage = nullptr;
-    S.copy_done = 0;
-    ledger->free(S.device_copy);
-    S.device_copy = nullptr;
-  }
+  updates->drop();
   in_step = false;
 }
 

@@ -1,6 +1,7 @@
-// The engine's private state, shared by its phases: setup.cc, step.cc, engine_place.cc and
-// updated_copies.cc (placement, updated shards to their tier), checkpoint*.cc. The parts
-// that own their state (GradReducer, NvmeHomes, GatherPath) are members.
+// The engine's private state, shared by its phases: setup.cc, step.cc, engine_place.cc
+// (placement), checkpoint*.cc. What is left here is each layer's parameter homes and
+// placement; the parts that own their state (GatherPath, GradReducer, OptimizerState,
+// UpdateStaging, NvmeHomes) are members.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
+#include "engine/update_staging.h"
 #include "offload/placement.h"
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
@@ -42,14 +44,6 @@ struct LayerState {
   // gradient accumulator the GradReducer keeps: device, else host) and, at stage 3, its parameter shards live.
   Tier opt_tier = Tier::device;
   Tier param_tier = Tier::device;
-  // step(): updated compute-dtype shards land here (host) when they cannot be written where
-  // they live directly (NVMe shards, or device shards updated by the CPU optimizer), and go
-  // to their tier once the whole layer is updated.
-  void* copy_stage = nullptr;
-  std::uint64_t copy_done = 0;  // elements of copy_stage updated this step
-  // step(): the device optimizer's compute copies of a stage-3 layer whose shards live off
-  // the device (host or NVMe), on the device until the layer is updated, then copied out.
-  void* device_copy = nullptr;
 
   // Stage 3: a layer below stage3_param_persistence_threshold stays gathered in params_full.
   bool persistent = false;
@@ -87,14 +81,15 @@ struct Engine::Impl {
   // Nothing in the engine touches device memory from the CPU, so every path runs on a real
   // GPU; the host backend runs the same stream work on its worker.
   std::unique_ptr<device::Stream> dev_stream;
-  // Host -> device copies of updated shards that step() makes synchronously.
-  std::unique_ptr<device::Stream> xfer_stream;
   // The gradient path: buffers, reductions, accumulators (grad_reducer.h). After the ledger
   // and the device stream, so that it goes before them.
   std::unique_ptr<GradReducer> grads;
   // Every layer's fp32 master, exp_avg and exp_avg_sq (optimizer_state.h). After the NVMe
   // tier, whose swapper holds the state of the layers on NVMe.
   std::unique_ptr<OptimizerState> opt_state;
+  // Where the optimizer writes updated compute copies, and how they reach their tier
+  // (update_staging.h).
+  std::unique_ptr<UpdateStaging> updates;
   std::int64_t steps_taken = 0;
   std::int64_t step_calls = 0;
   bool in_step = false;
@@ -125,7 +120,7 @@ struct Engine::Impl {
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
 
-  // engine_place.cc, updated_copies.cc
+  // engine_place.cc
   void place_layers();
   bool budget_driven() const;
   // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
@@ -136,13 +131,7 @@ struct Engine::Impl {
   std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
   void check_plan_against_trace();
   std::vector<int> migrate_params(const std::vector<Tier>& to);
-  void* copy_target(int li);                       // step(): where update() writes compute copies
-  void copy_updated(int li, std::uint64_t elems);  // step(): `elems` more written; flushes when done
   bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
-  // Updated compute copies of layer li that pass through host staging (copy_target): the
-  // whole padded layer at stage 0, this rank's shards above; bucket k's offset in them.
-  std::size_t copy_elems(int li) const;
-  std::size_t copy_offset(int li, std::size_t k) const;
   // setup.cc
   struct InitScratch {  // host buffers reused from layer to layer
     std::vector<float> init, master_shard;
@@ -167,7 +156,6 @@ struct Engine::Impl {
   // before host memory they read or write is reused.
   void fill_zero(void* p, std::size_t bytes, Tier tier);
   void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
-  void flush_device_copy(int li);  // step(): device_copy -> the layer's shards off the device
   // The layer's compute-dtype copies from fp32 values: `full` (the padded layer; needed at
   // stages 0-2 and for persistent layers, else null) and this rank's shard of it (stage 3).
   void write_params(int li, const float* full, const float* shard);

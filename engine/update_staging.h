@@ -1,0 +1,87 @@
+// UpdateStaging: how the optimizer's updated compute-dtype copies reach the tier the layer's
+// parameters live on (docs/design.md, "The engine's parts"). It owns the host staging of
+// updated shards, the device buffers of the device optimizer's copies of shards that live
+// off the device, and the transfer stream that copies staging to the device.
+//
+// Protocol. For elements [e0, e0 + n) of bucket k of layer li, target() says where the
+// optimizer writes their compute copies: straight into the parameters where it can reach
+// them (device optimizer and device parameters; CPU optimizer and host shards), else into
+// host staging (NVMe shards; device parameters updated by the CPU optimizer), else, for the
+// device optimizer of a stage-3 layer whose shards live off the device, into a device buffer.
+// After writing through staging the caller reports written(li, n); once the whole layer is
+// in, the staging goes to the device (H2D, waited for) or to the parameter store (a write
+// behind the optimizer on the NVMe tier's I/O worker, which frees the staging when done).
+// flush_device(li) after a layer's device updates moves the device buffer to the shards
+// (through staging to NVMe). drop() frees what a failed step left.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "engine/nvme_homes.h"
+#include "offload/ledger.h"
+#include "runtime/core/trace.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class UpdateStaging {
+ public:
+  // Where a layer's parameters live and which side runs its optimizer.
+  struct Home {
+    void* full = nullptr;   // resident copy (stages 0-2, persistent stage-3 layers)
+    void* shard = nullptr;  // stage 3: this rank's shards on the device or the host; null on NVMe
+    Tier param_tier = Tier::device;
+    Tier opt_tier = Tier::device;
+  };
+  struct Context {  // what the staging uses and does not own
+    const Layout& layout;
+    int stage = 0;
+    int rank = 0;
+    DType cdt = DType::fp32;
+    device::Device& dev;
+    device::Stream& dev_stream;  // the device optimizer's stream
+    MemoryLedger& ledger;
+    NvmeHomes& nvme;
+    IoStats& io;
+    Tracer* tracer = nullptr;
+    std::function<Home(int li)> home;
+  };
+  struct Target {
+    char* copy = nullptr;  // where the compute copy of element e0 goes
+    bool staged = false;   // through host staging: report written(li, n) after
+  };
+
+  UpdateStaging(const Context& ctx, bool any_acc_on_host);
+  ~UpdateStaging();
+  UpdateStaging(const UpdateStaging&) = delete;
+  UpdateStaging& operator=(const UpdateStaging&) = delete;
+
+  Target target(int li, std::size_t k, std::size_t e0);
+  void written(int li, std::uint64_t elems);
+  void flush_device(int li);
+  void drop() noexcept;
+  void synchronize();  // the transfer stream, if there is one
+
+ private:
+  struct LayerStaging {
+    void* stage = nullptr;        // host: the layer's updated copies (copy_elems of them)
+    std::uint64_t done = 0;       // elements of `stage` written this step
+    void* device_copy = nullptr;  // device: the device optimizer's copies of off-device shards
+  };
+  std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }
+  std::size_t copy_elems(int li) const;
+  std::size_t copy_offset(int li, std::size_t k) const;   // of bucket k within the copies
+  std::size_t shard_offset(int li, std::size_t k) const;  // of bucket k within the layer's shards
+  void* staging(int li);  // the layer's host staging when its copies pass through it, else null
+
+  Context c_;
+  std::size_t cbytes_;
+  std::vector<LayerStaging> layers_;
+  std::unique_ptr<device::Stream> xfer_;  // H2D of staged copies (device parameters, CPU optimizer)
+};
+
+}  // namespace strata::engine
