@@ -30,6 +30,13 @@ std::map<std::string, std::vector<char>> checkpoint_contents(const std::string& 
   return out;
 }
 
+std::unique_ptr<device::Device> host_device(std::uint64_t budget_bytes, std::uint64_t pinned_bytes) {
+  device::DeviceOptions o;
+  o.budget_bytes = budget_bytes;
+  o.pinned_budget_bytes = pinned_bytes;
+  return device::Device::create(o);
+}
+
 engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro, int accum) {
   engine::EngineConfig c;
   c.zero.stage = stage;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@
 namespace strata::test {
 
 engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro = 2, int accum = 4);
+
+// A host (emulated) device with these device and pinned budgets, for tests of the engine's parts.
+std::unique_ptr<device::Device> host_device(std::uint64_t budget_bytes, std::uint64_t pinned_bytes = 64 << 20);
 
 struct TrainRun {
   std::vector<float> params;               // rank 0's full_parameters() after training

@@ -12,6 +12,7 @@
 
 #include "engine/gather_path.h"
 #include "runtime/core/error.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/ranks.h"
 
 using namespace strata;
@@ -34,12 +35,7 @@ float value(int li, std::size_t i) { return static_cast<float>(1000 * li + stati
 
 struct Fixture {
   Layout lay;
-  std::unique_ptr<device::Device> dev = [] {
-    device::DeviceOptions o;
-    o.budget_bytes = 4 << 20;
-    o.pinned_budget_bytes = 4 << 20;
-    return device::Device::create(o);
-  }();
+  std::unique_ptr<device::Device> dev = test::host_device(4 << 20, 4 << 20);
   MemoryLedger ledger{*dev, 16 << 20, false};
   EngineConfig cfg;
   IoStats io;

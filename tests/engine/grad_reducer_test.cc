@@ -11,6 +11,7 @@
 #include "engine/grad_reducer.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/ranks.h"
 
 using namespace strata;
@@ -24,13 +25,6 @@ std::vector<ParamSpec> model() {
   p[1].name = "a.bias", p[1].shape = {7}, p[1].layer = 0;
   p[2].name = "b.weight", p[2].shape = {100}, p[2].layer = 1;
   return p;
-}
-
-std::unique_ptr<device::Device> host_device(std::uint64_t budget = 64 << 20) {
-  device::DeviceOptions o;
-  o.budget_bytes = budget;
-  o.pinned_budget_bytes = 64 << 20;
-  return device::Device::create(o);
 }
 
 // The gradient a rank hands back for element i of a layer in micro-batch mb: small
@@ -67,7 +61,7 @@ std::size_t acc_len(const Layout& lay, int li, int stage) {
 // accumulator holds the exact sum over ranks and micro-batches.
 std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world, int stage, bool overlap, Tier tier,
                                   DType cdt, IoStats& io) {
-  auto dev = host_device();
+  auto dev = test::host_device(64 << 20);
   const Layout lay(model(), world, 32);
   MemoryLedger ledger(*dev, 64 << 20, false);
   auto dev_stream = dev->create_stream();
@@ -148,7 +142,7 @@ TEST_CASE("grad reducer: two ranks hold their shard of the sum (stages 2-3) or t
 
 TEST_CASE("grad reducer: a full device asks make_room, then refuses naming the layer", "[engine][grad_reducer]") {
   const Layout lay(model(), 1, 32);
-  auto dev = host_device(1 << 20);
+  auto dev = test::host_device(1 << 20);
   MemoryLedger ledger(*dev, 64 << 20, false);
   auto dev_stream = dev->create_stream();
   const GradReducer::Context c{lay, 2, false, *dev, *dev_stream, nullptr, nullptr, 0, 1, DType::fp32, ledger, nullptr};

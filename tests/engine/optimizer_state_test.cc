@@ -11,6 +11,7 @@
 
 #include "engine/config.h"
 #include "engine/optimizer_state.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -24,10 +25,7 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
   for (const int stage : {0, 2}) {
     INFO("stage " << stage);
     const Layout lay(specs, 1, 32);
-    device::DeviceOptions o;
-    o.budget_bytes = 8 << 20;
-    o.pinned_budget_bytes = 8 << 20;
-    auto dev = device::Device::create(o);
+    auto dev = test::host_device(8 << 20, 8 << 20);
     auto stream = dev->create_stream();
     MemoryLedger ledger(*dev, 64 << 20, false);
     EngineConfig cfg;

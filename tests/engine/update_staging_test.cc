@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/update_staging.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -19,12 +20,7 @@ namespace {
 
 struct Fixture {
   Layout lay;
-  std::unique_ptr<device::Device> dev = [] {
-    device::DeviceOptions o;
-    o.budget_bytes = 8 << 20;
-    o.pinned_budget_bytes = 8 << 20;
-    return device::Device::create(o);
-  }();
+  std::unique_ptr<device::Device> dev = test::host_device(8 << 20, 8 << 20);
   std::unique_ptr<device::Stream> stream = dev->create_stream();
   MemoryLedger ledger{*dev, 64 << 20, false};
   test::TempDir dir{"strata-updates"};
