@@ -284,12 +284,12 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
     }
     opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
     const float* whole = st[0].data();
-    if (!stage0 && layers[li].params_full != nullptr) {
+    if (!stage0 && homes->full(static_cast<int>(li)) != nullptr) {
       full.assign(lay.layers()[li].padded, 0.0f);
       read_pieces(l, 0, true, full.data());
       whole = full.data();
     }
-    write_params(l, whole, st[0].data());
+    homes->write(l, whole, st[0].data());
   }
   if (auto* store = param_store()) store->commit();
 }

@@ -41,12 +41,8 @@ Engine::~Engine() {
   I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
   I.updates.reset();      // waits for its copies, frees the staging
   I.opt_state.reset();    // frees the resident optimizer state
+  I.homes.reset();        // frees the resident parameters and shards
   I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
-  for (auto& s : I.layers) {
-    for (void* p : {s.params_full, s.params_shard}) {
-      I.ledger->free(p);
-    }
-  }
 }
 
 int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init) {
@@ -97,7 +93,7 @@ std::vector<TensorView> Engine::gather(int layer) {
                ") outside begin_step()/step() and begin_eval()/end_eval()");
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
   void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls + 1) : nullptr;
-  return I.views(li, gathered != nullptr ? gathered : I.layers[li].params_full, I.cdt);
+  return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
 }
 void Engine::release(int layer) {
   auto& I = *impl_;

@@ -172,9 +172,16 @@ void Engine::Impl::check_plan_against_trace() {
     }
     if (same_opt && !same_params) {
       std::vector<int> stayed;
+      // The plan follows the shards wherever the migration left them.
+      auto follow_homes = [this] {
+        for (std::size_t li = 0; li < layers.size(); ++li) layers[li].param_tier = homes->tier(static_cast<int>(li));
+      };
       try {
-        stayed = migrate_params(to);
+        gather_path->synchronize();
+        stayed = homes->migrate(to);
+        follow_homes();
       } catch (const Error& e) {
+        follow_homes();
         STRATA_LOG(warn, "rank ", rank,
                    ": moving parameter shards to the placement the recorded trace favours failed; "
                    "the placement stays as it was: ",
@@ -200,108 +207,6 @@ void Engine::Impl::check_plan_against_trace() {
   } catch (const Error& e) {
     STRATA_LOG(warn, "rank ", rank, ": re-planning with the recorded gather trace failed: ", e.what());
   }
-}
-
-// Moves stage-3 parameter shards to the tiers `to` names; returns the layers that could not
-// move (they stay where they were, intact). Runs between a step's gathers and its optimizer:
-// nothing is gathered and no write-back is in flight. When the set of NVMe layers changes, a
-// new store is built for every layer that is or will be on NVMe and filled from the old
-// homes first (a failure there drops it and throws, nothing changed); the engine then
-// switches to it, so a layer leaving NVMe can always fall back to it. Then each layer that
-// goes to the device or host gets its new home on its own: one that does not fit stays.
-std::vector<int> Engine::Impl::migrate_params(const std::vector<Tier>& to) {
-  drain_io();
-  gather_path->synchronize();
-  const std::size_t n = layers.size();
-  bool store_changes = false;
-  std::uint64_t largest = 0;
-  std::vector<Tier> in_store(n, Tier::host);
-  for (std::size_t li = 0; li < n; ++li) {
-    const Tier from = layers[li].param_tier;
-    store_changes |= from != to[li] && (from == Tier::nvme || to[li] == Tier::nvme);
-    if (from == Tier::nvme || to[li] == Tier::nvme) in_store[li] = Tier::nvme;
-    largest = std::max<std::uint64_t>(largest, layers[li].shard_total * cbytes);
-  }
-  auto kind_of = [](Tier from, Tier dst) {
-    return from == Tier::device  ? device::CopyKind::device_to_host
-           : dst == Tier::device ? device::CopyKind::host_to_device
-                                 : device::CopyKind::host_to_host;
-  };
-  if (store_changes) {
-    NvmeHomes::ParamFiles fresh;
-    void* bounce = nullptr;
-    try {
-      fresh = nvme->build_params(in_store, nvme->params_subdir() == "params" ? "params.1" : "params");
-      for (std::size_t li = 0; li < n; ++li) {
-        auto& S = layers[li];
-        if (in_store[li] != Tier::nvme) continue;
-        const std::uint64_t bytes = S.shard_total * cbytes;
-        const auto idx = static_cast<std::size_t>(fresh.index[li]);
-        if (S.param_tier == Tier::nvme) {
-          fresh.store->write_from(idx, *param_store(),
-                                  static_cast<std::size_t>(nvme->store_index(static_cast<int>(li))));
-          io.nvme_read_bytes += bytes;
-        } else if (S.param_tier == Tier::host) {
-          fresh.store->write(idx, S.params_shard);
-        } else {
-          if (bounce == nullptr)
-            bounce = ledger->allocate(Tier::host, Kind::buffers, largest, "parameter migration bounce buffer");
-          dev_stream->copy_async(bounce, S.params_shard, bytes, device::CopyKind::device_to_host);
-          dev_stream->synchronize();
-          fresh.store->write(idx, bounce);
-        }
-        io.nvme_write_bytes += bytes;
-      }
-      fresh.store->commit();
-    } catch (...) {
-      ledger->free(bounce);
-      if (fresh.store) nvme->drop(fresh);
-      throw;
-    }
-    ledger->free(bounce);
-    // Switch stores: every layer in it has its bytes there now.
-    nvme->adopt(std::move(fresh));
-    for (std::size_t li = 0; li < n; ++li) {
-      auto& S = layers[li];
-      if (in_store[li] != Tier::nvme || S.param_tier == Tier::nvme) continue;
-      ledger->free(S.params_shard);
-      S.params_shard = nullptr;
-      S.param_tier = Tier::nvme;
-    }
-  }
-  std::vector<int> stayed;
-  for (std::size_t li = 0; li < n; ++li) {
-    auto& S = layers[li];
-    if (to[li] == Tier::nvme || to[li] == S.param_tier) continue;
-    const std::uint64_t bytes = S.shard_total * cbytes;
-    void* home = nullptr;
-    try {
-      home = ledger->allocate(to[li], Kind::params, bytes,
-                              str_cat("layer ", layout->layers()[li].id, " parameter shards"));
-      if (S.param_tier == Tier::nvme) {
-        char* dst = static_cast<char*>(home);
-        param_store()->read(static_cast<std::size_t>(nvme->store_index(static_cast<int>(li))),
-                            [&](std::uint64_t off, const void* data, std::uint64_t len) {
-                              dev_stream->copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
-                              dev_stream->synchronize();  // `data` is the store's buffer, reused after this call
-                            });
-        io.nvme_read_bytes += bytes;
-      } else {
-        dev_stream->copy_async(home, S.params_shard, bytes, kind_of(S.param_tier, to[li]));
-        dev_stream->synchronize();
-      }
-    } catch (const Error& e) {
-      ledger->free(home);
-      STRATA_LOG(warn, "rank ", rank, ": layer ", layout->layers()[li].id, "'s parameter shards stay on ",
-                 tier_name(S.param_tier), ": ", e.what());
-      stayed.push_back(static_cast<int>(li));
-      continue;
-    }
-    if (S.param_tier != Tier::nvme) ledger->free(S.params_shard);
-    S.params_shard = home;
-    S.param_tier = to[li];
-  }
-  return stayed;
 }
 
 // The device budget less what others (the trainer's activations) held on the Device when

@@ -78,27 +78,6 @@ void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier sr
   copy_between(*dev_stream, dst, dst_tier, src, src_tier, bytes);
 }
 
-void Engine::Impl::write_params(int li, const float* full, const float* shard) {
-  const auto& L = layout->layers()[li];
-  auto& S = layers[li];
-  std::vector<char> bytes;
-  if (S.params_full != nullptr) {
-    bytes.resize(L.padded * cbytes);
-    convert(full, DType::fp32, bytes.data(), cdt, L.padded);
-    copy_bytes(S.params_full, Tier::device, bytes.data(), Tier::host, bytes.size());
-    dev_stream->synchronize();
-  }
-  if (cfg.zero.stage != 3) return;
-  bytes.resize(S.shard_total * cbytes);
-  convert(shard, DType::fp32, bytes.data(), cdt, S.shard_total);
-  if (S.param_tier == Tier::nvme) {
-    param_store()->write(static_cast<std::size_t>(nvme->store_index(li)), bytes.data());
-  } else {
-    copy_bytes(S.params_shard, S.param_tier, bytes.data(), Tier::host, bytes.size());
-    dev_stream->synchronize();
-  }
-}
-
 void Engine::Impl::drain_io() {
   if (nvme) nvme->drain();
 }

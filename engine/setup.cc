@@ -50,10 +50,12 @@ void Engine::Impl::allocate_step_buffers() {
   }
   if (any_opt_nvme) nvme->open_swapper(opt_tiers);
   if (any_param_nvme) nvme->open_params(param_tiers);
+  homes = std::make_unique<ParamHomes>(
+      ParamHomes::Context{*layout, cfg.zero.stage, rank, world, cdt, *dev_stream, *ledger, *nvme, comm, dcomm, io});
   const UpdateStaging::Context uc{
       *layout, cfg.zero.stage, rank, cdt, dev, *dev_stream, *ledger, *nvme, io, options.tracer, [this](int li) {
         const auto& S = layers[li];
-        return UpdateStaging::Home{S.params_full, S.params_shard, S.param_tier, S.opt_tier};
+        return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), S.opt_tier};
       }};
   updates = std::make_unique<UpdateStaging>(uc, any_acc_on_host);
   opt_state =
@@ -66,7 +68,7 @@ void Engine::Impl::make_gather_path() {
   const GatherPath::Context gc{
       *layout, cfg.zero, rank, world, cdt, dev, *ledger, comm, dcomm, options.tracer, io, *nvme,
       [this](int li) {
-        return GatherPath::Shards{layers[li].params_shard, layers[li].param_tier};
+        return GatherPath::Shards{homes->shard(li), homes->tier(li)};
       },
       // Room for backward's gradient buffers (the current one, and the one a running
       // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
@@ -97,13 +99,8 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
     }
   }
   opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
-  if (stage <= 2 || S.persistent) {
-    S.params_full = ledger->allocate(Tier::device, Kind::params, L.padded * cbytes, name + " parameters");
-  }
-  if (stage == 3 && S.param_tier != Tier::nvme) {
-    S.params_shard = ledger->allocate(S.param_tier, Kind::params, S.shard_total * cbytes, name + " parameter shards");
-  }
-  write_params(static_cast<int>(li), init.data(), master_shard.data());
+  homes->add_layer(static_cast<int>(li), S.param_tier, S.persistent);
+  homes->write(static_cast<int>(li), init.data(), master_shard.data());
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
 }
 

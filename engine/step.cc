@@ -136,7 +136,6 @@ void Engine::Impl::run_lamb(const optim::StepArgs& base, float lr) {
                                oc.max_coeff, oc.min_coeff};
   const bool fp32 = cdt == DType::fp32;
   for (std::size_t li = 0; li < layers.size(); ++li) {
-    auto& S = layers[li];
     for (int pi : layout->layers()[li].params) {
       const auto& p = layout->params()[pi];
       optim::StepArgs a = base;
@@ -146,7 +145,7 @@ void Engine::Impl::run_lamb(const optim::StepArgs& base, float lr) {
       a.m = st.m + p.offset;
       a.v = st.v + p.offset;
       a.grad = grads->accumulator(static_cast<int>(li)) + p.offset;
-      char* copy = static_cast<char*>(S.params_full) + p.offset * cbytes;
+      char* copy = static_cast<char*>(homes->full(static_cast<int>(li))) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
       dev_stream->launch_host([lamb, a, copy, fp32] {
         std::vector<float> update(a.n);
@@ -223,49 +222,6 @@ void Engine::Impl::abort_step() noexcept {
   in_step = false;
 }
 
-// Stages 1-2: every rank refreshes its replica of bucket k of layer li from the owners.
-void Engine::Impl::regather(std::size_t li, std::size_t k) {
-  const Layout& lay = *layout;
-  const int stage = cfg.zero.stage;
-  if ((stage != 1 && stage != 2) || world == 1) return;
-  const auto& L = lay.layers()[li];
-  const auto& b = lay.buckets()[L.buckets[k]];
-  char* full = static_cast<char*>(layers[li].params_full) + bucket_pos(b, L) * cbytes;
-  if (device_collectives())
-    dcomm->all_gather(full + own_begin(b) * cbytes, full, b.shard, cdt, *dev_stream);
-  else
-    comm->all_gather(full + own_begin(b) * cbytes, full, b.shard, cdt);
-}
-
-void Engine::Impl::refresh_replicas() {
-  const Layout& lay = *layout;
-  const int stage = cfg.zero.stage;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
-    const auto& L = lay.layers()[li];
-    auto& S = layers[li];
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(li, k);
-    // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
-    if (stage == 3 && S.persistent) {
-      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-        const auto& b = lay.buckets()[L.buckets[k]];
-        char* full = static_cast<char*>(S.params_full) + bucket_pos(b, L) * cbytes;
-        const char* mine = static_cast<char*>(S.params_shard) + S.shard_off[k] * cbytes;
-        if (device_collectives()) {
-          // This rank's shard into its place, then all-gathered in place on the device.
-          char* own = full + own_begin(b) * cbytes;
-          copy_bytes(own, Tier::device, mine, S.param_tier, b.shard * cbytes);
-          dcomm->all_gather(own, full, b.shard, cdt, *dev_stream);
-        } else if (world > 1) {
-          comm->all_gather(mine, full, b.shard, cdt);
-        } else {
-          copy_bytes(full, Tier::device, mine, S.param_tier, b.shard * cbytes);
-        }
-      }
-    }
-  }
-  dev_stream->synchronize();
-}
-
 StepResult Engine::step() {
   auto& I = *impl_;
   I.require_setup("step");
@@ -298,7 +254,7 @@ StepResult Engine::step() {
     a.grad_scale = static_cast<float>(plan.grad_scale / avg);
     a.step = I.steps_taken;
     I.run_optimizer(a, result.lr);
-    I.refresh_replicas();
+    I.homes->refresh();
   } else {
     STRATA_LOG(info, "rank ", I.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
                " (next scale ", I.scaler.scale(), ")");

@@ -1,7 +1,7 @@
 // The engine's private state, shared by its phases: setup.cc, step.cc, engine_place.cc
-// (placement), checkpoint*.cc. What is left here is each layer's parameter homes and
-// placement; the parts that own their state (GatherPath, GradReducer, OptimizerState,
-// UpdateStaging, NvmeHomes) are members.
+// (placement), checkpoint*.cc. What is left here is each layer's placement plan, the step's
+// counters and flags, and the checkpoint machinery; the parts that own their state
+// (GatherPath, GradReducer, OptimizerState, UpdateStaging, ParamHomes, NvmeHomes) are members.
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
+#include "engine/param_homes.h"
 #include "engine/update_staging.h"
 #include "offload/placement.h"
 #include "optim/grad_norm.h"
@@ -30,22 +31,18 @@
 
 namespace strata::engine {
 
+// Per layer: its shard offsets (from the layout) and its placement plan.
 struct LayerState {
-  // The layer's compute-dtype parameters, padded, resident on the device: stages 0-2, and
-  // stage-3 layers below stage3_param_persistence_threshold (null for the others, whose
-  // gathered copies the GatherPath holds while they are live).
-  void* params_full = nullptr;
-  void* params_shard = nullptr;        // stage 3: this rank's shards, concatenated (device or host
-                                       // tier; null when they live in the parameter store on NVMe)
   std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
   std::size_t shard_total = 0;
 
   // Placement (offload/placement.h): where this layer's optimizer state (and with it the
-  // gradient accumulator the GradReducer keeps: device, else host) and, at stage 3, its parameter shards live.
+  // gradient accumulator: device, else host) and, at stage 3, its parameter shards live.
+  // param_tier follows the ParamHomes when a re-plan migrates them.
   Tier opt_tier = Tier::device;
   Tier param_tier = Tier::device;
 
-  // Stage 3: a layer below stage3_param_persistence_threshold stays gathered in params_full.
+  // Stage 3: a layer below stage3_param_persistence_threshold stays resident (ParamHomes).
   bool persistent = false;
 };
 
@@ -69,6 +66,9 @@ struct Engine::Impl {
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
   // parameter store with its I/O worker, the directory locks.
   std::unique_ptr<NvmeHomes> nvme;
+  // Each layer's resident parameters and stage-3 shards, and where the shards live now
+  // (param_homes.h; LayerState::param_tier is placement's plan, kept equal to it).
+  std::unique_ptr<ParamHomes> homes;
   offload::ParamStore* param_store() const noexcept { return nvme ? nvme->params() : nullptr; }
   std::string placement_text;  // explain(): what lives where and why
   bool plan_checked = false;   // the plan was compared with the first recorded trace
@@ -130,7 +130,6 @@ struct Engine::Impl {
   std::uint64_t device_room() const;        // the device budget less what the trainer holds there
   std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
   void check_plan_against_trace();
-  std::vector<int> migrate_params(const std::vector<Tier>& to);
   bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
   // setup.cc
   struct InitScratch {  // host buffers reused from layer to layer
@@ -150,15 +149,10 @@ struct Engine::Impl {
   void update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0, std::size_t n,
                     float* master, float* m, float* v);
   void abort_step() noexcept;  // settles device work, keeps the last good NVMe state, drops staging
-  void regather(std::size_t li, std::size_t k);
-  void refresh_replicas();  // stages 1-2 replicas and stage-3 persistent layers from the new shards
   // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
   // before host memory they read or write is reused.
   void fill_zero(void* p, std::size_t bytes, Tier tier);
   void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
-  // The layer's compute-dtype copies from fp32 values: `full` (the padded layer; needed at
-  // stages 0-2 and for persistent layers, else null) and this rank's shard of it (stage 3).
-  void write_params(int li, const float* full, const float* shard);
   // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array
   // index, position in the layer's padded flat buffer, elements.
   struct Piece {
