@@ -21,7 +21,8 @@ static_assert(std::endian::native == std::endian::little, "swap files are little
 // Field offsets in the header.
 constexpr std::size_t kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOffDtype = 16, kOffElementBytes = 20,
                       kOffElementCount = 24, kOffBlockBytes = 32, kOffChecksumKind = 36, kOffBlockCount = 40,
-                      kOffTableOffset = 48, kOffDataOffset = 56, kOffPayloadBytes = 64, kOffHeaderHash = 120;
+                      kOffTableOffset = 48, kOffDataOffset = 56, kOffPayloadBytes = 64, kOffReserved = 72,
+                      kOffHeaderHash = 120;
 constexpr std::uint32_t kChecksumXxh3 = 1;
 
 template <class T> void put(std::byte* out, std::size_t off, T v) { std::memcpy(out + off, &v, sizeof v); }
@@ -118,13 +119,17 @@ Result<SwapLayout> decode_swap_header(const std::byte* in, std::uint64_t file_by
                "has a corrupted header (its XXH3 checksum does not match): delete it and let Strata "
                "re-create it");
   }
+  // The bytes between the fields and the hash are written as zeros: anything else is not a
+  // header this build wrote (its own encoding would differ).
+  const bool reserved_zero =
+      std::all_of(in + kOffReserved, in + kOffHeaderHash, [](std::byte b) { return b == std::byte{0}; });
   SwapSpec spec;
   spec.dtype_code = get<std::uint32_t>(in, kOffDtype);
   spec.element_bytes = get<std::uint32_t>(in, kOffElementBytes);
   spec.element_count = get<std::uint64_t>(in, kOffElementCount);
   spec.block_bytes = get<std::uint32_t>(in, kOffBlockBytes);
   auto layout = swap_layout(spec);
-  if (!layout || get<std::uint32_t>(in, kOffHeaderBytes) != kSwapHeaderBytes ||
+  if (!layout || !reserved_zero || get<std::uint32_t>(in, kOffHeaderBytes) != kSwapHeaderBytes ||
       get<std::uint32_t>(in, kOffChecksumKind) != kChecksumXxh3 ||
       get<std::uint64_t>(in, kOffBlockCount) != layout->block_count ||
       get<std::uint64_t>(in, kOffTableOffset) != layout->table_offset ||
