@@ -117,7 +117,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    if (layers[li].opt_tier == Tier::nvme && link_nvme) {
+    if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
       // The sealed generation's files join the checkpoint as they are; segments point into
       // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements).
       const auto sealed =
@@ -163,7 +163,7 @@ std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   const Layout& lay = *layout;
   std::uint64_t elems = 0;
   for (std::size_t li = 0; li < layers.size(); ++li) {
-    if (layers[li].opt_tier == Tier::nvme && link_nvme) continue;
+    if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
       for_each_param_range(lay, lay.layers()[li], pc,
                            [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });

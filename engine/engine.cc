@@ -1,9 +1,11 @@
 // The Engine facade (the protocol is in engine.h): checks each call against the protocol and
-// delegates to the engine's parts: GatherPath (gather_path.h: stage-3 gathers), GradReducer
-// (grad_reducer.h: gradient buffers, reduction, accumulators), OptimizerState
-// (optimizer_state.h), UpdateStaging (update_staging.h: updated copies to their tier),
-// NvmeHomes (nvme_homes.h: the NVMe tier's files), and the phases setup.cc, step.cc (the
-// optimizer step), engine_place.cc (where state lives), impl.cc (shared helpers).
+// delegates to the engine's parts: PlacementPlan (placement_plan.h: where state goes),
+// ParamHomes (param_homes.h: resident parameters and shards), OptimizerState
+// (optimizer_state.h), GradReducer (grad_reducer.h: gradient buffers, reduction,
+// accumulators), GatherPath (gather_path.h: stage-3 gathers), UpdateStaging
+// (update_staging.h: updated copies to their tier), NvmeHomes (nvme_homes.h: the NVMe tier's
+// files); setup.cc and step.cc are the phases that run them in order, impl.cc the shared
+// helpers.
 #include "engine/engine.h"
 
 #include <chrono>
@@ -158,7 +160,7 @@ void Engine::synchronize() {
 
 std::string Engine::explain_placement() const {
   impl_->require_setup("explain_placement");
-  return impl_->placement_text;
+  return impl_->plan->explain();
 }
 
 std::vector<float> Engine::full_parameters() {
@@ -177,7 +179,7 @@ std::vector<float> Engine::full_parameters() {
     }
     std::vector<float> copied;
     const float* master = I.opt_state->resident(static_cast<int>(li)).master;
-    if (S.opt_tier != Tier::host) {
+    if (I.plan->opt_tier(static_cast<int>(li)) != Tier::host) {
       copied.resize(S.shard_total);
       I.opt_state->read(static_cast<int>(li), copied.data(), nullptr, nullptr);
       master = copied.data();

@@ -1,5 +1,5 @@
 // Engine::setup (the protocol in engine.h): checks that every rank registered the same model,
-// lays it out, places every layer's state on its tiers (engine_place.cc), allocates the
+// lays it out, places every layer's state on its tiers (placement_plan.h), allocates the
 // buffers and streams the step needs and gives every layer its initial values: fp32
 // masters and zeroed moments where the optimizer state lives, compute-dtype parameters
 // where they live (replicated at stages 0-2, sharded at stage 3), zeroed accumulators.
@@ -35,8 +35,8 @@ void Engine::Impl::allocate_step_buffers() {
   bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     any_acc_on_host |= acc_on_host(static_cast<int>(li));
-    any_opt_nvme |= layers[li].opt_tier == Tier::nvme;
-    any_param_nvme |= layers[li].param_tier == Tier::nvme;
+    any_opt_nvme |= plan->opt_tier(static_cast<int>(li)) == Tier::nvme;
+    any_param_nvme |= plan->param_tier(static_cast<int>(li)) == Tier::nvme;
   }
   const GradReducer::Context rc{
       *layout, cfg.zero.stage, cfg.zero.overlap_comm, dev, *dev_stream, comm, dcomm, rank, world,
@@ -44,9 +44,9 @@ void Engine::Impl::allocate_step_buffers() {
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
   std::vector<Tier> opt_tiers, param_tiers;
-  for (const auto& S : layers) {
-    opt_tiers.push_back(S.opt_tier);
-    param_tiers.push_back(S.param_tier);
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    opt_tiers.push_back(plan->opt_tier(static_cast<int>(li)));
+    param_tiers.push_back(plan->param_tier(static_cast<int>(li)));
   }
   if (any_opt_nvme) nvme->open_swapper(opt_tiers);
   if (any_param_nvme) nvme->open_params(param_tiers);
@@ -54,8 +54,7 @@ void Engine::Impl::allocate_step_buffers() {
       ParamHomes::Context{*layout, cfg.zero.stage, rank, world, cdt, *dev_stream, *ledger, *nvme, comm, dcomm, io});
   const UpdateStaging::Context uc{
       *layout, cfg.zero.stage, rank, cdt, dev, *dev_stream, *ledger, *nvme, io, options.tracer, [this](int li) {
-        const auto& S = layers[li];
-        return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), S.opt_tier};
+        return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
       }};
   updates = std::make_unique<UpdateStaging>(uc, any_acc_on_host);
   opt_state =
@@ -64,7 +63,7 @@ void Engine::Impl::allocate_step_buffers() {
 
 void Engine::Impl::make_gather_path() {
   std::vector<bool> persistent;
-  for (const auto& S : layers) persistent.push_back(S.persistent);
+  for (std::size_t li = 0; li < layers.size(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
   const GatherPath::Context gc{
       *layout, cfg.zero, rank, world, cdt, dev, *ledger, comm, dcomm, options.tracer, io, *nvme,
       [this](int li) {
@@ -84,7 +83,7 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   const auto& L = lay.layers()[li];
   auto& S = layers[li];
   const std::string name = str_cat("layer ", L.id);
-  opt_state->add_layer(static_cast<int>(li), S.opt_tier);
+  opt_state->add_layer(static_cast<int>(li), plan->opt_tier(static_cast<int>(li)));
   grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
@@ -99,7 +98,8 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
     }
   }
   opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
-  homes->add_layer(static_cast<int>(li), S.param_tier, S.persistent);
+  homes->add_layer(static_cast<int>(li), plan->param_tier(static_cast<int>(li)),
+                   plan->persistent(static_cast<int>(li)));
   homes->write(static_cast<int>(li), init.data(), master_shard.data());
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
 }
@@ -118,23 +118,26 @@ void Engine::setup() {
       I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
   I.dev_stream = I.dev.create_stream();
   I.layers.resize(lay.layers().size());
+  std::vector<bool> persistent;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     auto& S = I.layers[li];
     for (int bi : lay.layers()[li].buckets) {
       S.shard_off.push_back(S.shard_total);
       S.shard_total += lay.buckets()[bi].shard;
     }
-    S.persistent = stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold;
+    persistent.push_back(stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold);
   }
   // Where every layer's state lives, checked against the device budget (less what the
-  // trainer already holds there) before anything is allocated (engine_place.cc).
-  I.device_held_by_others = I.dev.memory_stats().used_bytes;
-  I.place_layers();
-  I.check_host_fit();
+  // trainer already holds there) and host RAM before anything is allocated.
+  const PlacementPlan::Context pc{
+      I.cfg, lay, I.rank, I.world, I.cbytes, I.dev, I.comm, I.device_collectives(), I.dev.memory_stats().used_bytes};
+  I.plan = std::make_unique<PlacementPlan>(pc, std::move(persistent));
+  I.plan->place();
+  I.plan->check_host_fit();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < I.layers.size(); ++li) {
-      STRATA_CHECK(I.layers[li].opt_tier != Tier::device, Errc::unsupported, "optimizer.type ",
+      STRATA_CHECK(I.plan->opt_tier(static_cast<int>(li)) != Tier::device, Errc::unsupported, "optimizer.type ",
                    oc.type == OptimizerType::lion ? "Lion" : "Adagrad", " has no CUDA kernel yet, and layer ",
                    lay.layers()[li].id,
                    "'s optimizer state is placed on the GPU: use Adam/AdamW, or run it on the "

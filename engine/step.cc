@@ -82,7 +82,7 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
   a.grad = (stage <= 1 ? acc + pos + (stage == 0 ? 0 : own_begin(b)) : acc + S.shard_off[k]) + e0;
   // Updated compute copies go where the parameters live, through host staging, or to a device
   // buffer first (update_staging.h).
-  const bool on_device = S.opt_tier == Tier::device;
+  const bool on_device = plan->opt_tier(static_cast<int>(li)) == Tier::device;
   const UpdateStaging::Target target = updates->target(static_cast<int>(li), k, e0);
   char* copy = target.copy;
   a.copy = cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
@@ -195,7 +195,7 @@ void Engine::Impl::run_optimizer(const optim::StepArgs& base, float lr) {
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const auto& L = lay.layers()[li];
       auto& S = layers[li];
-      if (S.opt_tier == Tier::nvme) continue;
+      if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme) continue;
       for (std::size_t k = 0; k < L.buckets.size(); ++k) {
         const auto& b = lay.buckets()[L.buckets[k]];
         const std::size_t off = stage == 0 ? bucket_pos(b, L) : S.shard_off[k];
@@ -230,7 +230,18 @@ StepResult Engine::step() {
   I.grads->sync();  // every reduction of the step is in
   I.dev_stream->synchronize();
   Tracer::Span span(I.options.tracer, "optimizer", "step");
-  if (I.gather_path && I.gather_path->end_step(I.step_calls + 1)) I.check_plan_against_trace();
+  if (I.gather_path && I.gather_path->end_step(I.step_calls + 1)) {
+    // The first recorded trace: the budget-driven plan is checked against it (placement_plan.h).
+    std::vector<int> gathers(I.layers.size(), 0);
+    for (int li : I.gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
+    I.plan->replan(
+        gathers, I.step_calls + 1,
+        [&I](const std::vector<Tier>& to) {
+          I.gather_path->synchronize();
+          return I.homes->migrate(to);
+        },
+        [&I](int li) { return I.homes->tier(li); });
+  }
   ++I.step_calls;
 
   optim::GradNorm global = I.global_grad_norm();

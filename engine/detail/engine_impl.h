@@ -1,7 +1,8 @@
-// The engine's private state, shared by its phases: setup.cc, step.cc, engine_place.cc
-// (placement), checkpoint*.cc. What is left here is each layer's placement plan, the step's
-// counters and flags, and the checkpoint machinery; the parts that own their state
-// (GatherPath, GradReducer, OptimizerState, UpdateStaging, ParamHomes, NvmeHomes) are members.
+// The engine's private state: what every phase (setup.cc, step.cc, checkpoint*.cc) reads
+// (the options, the layout, the ledger, the streams), the step's counters and flags, the
+// checkpoint machinery, and the parts that own the rest (PlacementPlan, ParamHomes,
+// OptimizerState, GradReducer, GatherPath, UpdateStaging, NvmeHomes), reached only through
+// their interfaces.
 #pragma once
 
 #include <atomic>
@@ -21,8 +22,8 @@
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
 #include "engine/param_homes.h"
+#include "engine/placement_plan.h"
 #include "engine/update_staging.h"
-#include "offload/placement.h"
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
 #include "optim/step_args.h"
@@ -31,19 +32,10 @@
 
 namespace strata::engine {
 
-// Per layer: its shard offsets (from the layout) and its placement plan.
+// Per layer: its shard offsets (from the layout).
 struct LayerState {
   std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
   std::size_t shard_total = 0;
-
-  // Placement (offload/placement.h): where this layer's optimizer state (and with it the
-  // gradient accumulator: device, else host) and, at stage 3, its parameter shards live.
-  // param_tier follows the ParamHomes when a re-plan migrates them.
-  Tier opt_tier = Tier::device;
-  Tier param_tier = Tier::device;
-
-  // Stage 3: a layer below stage3_param_persistence_threshold stays resident (ParamHomes).
-  bool persistent = false;
 };
 
 struct Engine::Impl {
@@ -67,11 +59,11 @@ struct Engine::Impl {
   // parameter store with its I/O worker, the directory locks.
   std::unique_ptr<NvmeHomes> nvme;
   // Each layer's resident parameters and stage-3 shards, and where the shards live now
-  // (param_homes.h; LayerState::param_tier is placement's plan, kept equal to it).
+  // (param_homes.h; the placement plan follows it after a migration).
   std::unique_ptr<ParamHomes> homes;
   offload::ParamStore* param_store() const noexcept { return nvme ? nvme->params() : nullptr; }
-  std::string placement_text;  // explain(): what lives where and why
-  bool plan_checked = false;   // the plan was compared with the first recorded trace
+  // Where each layer's state goes (placement_plan.h).
+  std::unique_ptr<PlacementPlan> plan;
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
   // complete on the I/O worker during the next step), and the time waited on it.
   IoStats io, last_io;
@@ -120,17 +112,7 @@ struct Engine::Impl {
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
 
-  // engine_place.cc
-  void place_layers();
-  bool budget_driven() const;
-  // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
-  offload::PlacementProblem placement_problem(const std::vector<int>& gathers) const;
-  std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;
-  void check_host_fit() const;              // host RAM (and an emulated device) against what is available
-  std::uint64_t device_room() const;        // the device budget less what the trainer holds there
-  std::uint64_t device_held_by_others = 0;  // Device memory in use when setup() began
-  void check_plan_against_trace();
-  bool acc_on_host(int li) const { return layers[li].opt_tier != Tier::device; }
+  bool acc_on_host(int li) const { return plan->acc_on_host(li); }
   // setup.cc
   struct InitScratch {  // host buffers reused from layer to layer
     std::vector<float> init, master_shard;

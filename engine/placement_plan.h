@@ -1,0 +1,81 @@
+// PlacementPlan: the engine's placement policy (docs/design.md, "The engine's parts"): which
+// tier holds each layer's optimizer state (and with it the fp32 gradient accumulator: on the
+// device with device optimizer state, in host RAM otherwise) and, at stage 3, its parameter
+// shards. It owns the plan per layer and its explanation.
+//
+// Protocol. place() decides the plan before anything is allocated. The static form follows
+// DeepSpeed: offload_optimizer.device and offload_param.device for every layer, with
+// offload_param.max_in_cpu elements of NVMe parameter shards kept in host RAM instead (layers
+// in order). With memory_budget set, the kinds whose offload device is left at "none" are
+// placed by the budget-driven planner (offload/placement.h): per layer, the tiers that move
+// the fewest bytes per step within the budgets, assuming the host-trainer contract's gathers
+// (forward and backward of every micro-batch). A model that fits no placement is refused,
+// naming the smallest budget that would fit; the device budget is checked against what the
+// plan leaves there, naming the minimum. check_host_fit() (collective) checks host RAM on
+// every host. After the first step, replan(recorded gathers) plans again with the recorded
+// counts: when only parameter shards would move, it hands the new tiers to `migrate` (which
+// returns the layers that stayed) and follows where the shards ended up (`tier_now`); a plan
+// that would also move optimizer state is reported and applies at the next start.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "offload/placement.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class PlacementPlan {
+ public:
+  struct Context {  // what the policy uses and does not own
+    const EngineConfig& cfg;
+    const Layout& layout;
+    int rank = 0, world = 1;
+    std::size_t cbytes = 4;
+    device::Device& dev;
+    comm::Communicator* comm = nullptr;
+    bool device_collectives = false;
+    std::uint64_t device_held_by_others = 0;  // device memory in use when setup() began
+  };
+  PlacementPlan(const Context& ctx, std::vector<bool> persistent);
+
+  void place();
+  void check_host_fit() const;
+  using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;
+  void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
+              const std::function<Tier(int li)>& tier_now);
+
+  Tier opt_tier(int li) const { return layers_[li].opt; }
+  Tier param_tier(int li) const { return layers_[li].params; }
+  bool persistent(int li) const { return layers_[li].persistent; }
+  bool acc_on_host(int li) const { return layers_[li].opt != Tier::device; }
+  bool budget_driven() const;
+  std::size_t size() const noexcept { return layers_.size(); }
+  const std::string& explain() const noexcept { return text_; }
+
+ private:
+  struct LayerPlan {
+    Tier opt = Tier::device;
+    Tier params = Tier::device;
+    bool persistent = false;
+  };
+  // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
+  offload::PlacementProblem make_problem(const std::vector<int>& gathers) const;
+  std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;  // returns the minimum
+  std::uint64_t device_room() const;  // the device budget less what the trainer holds there
+  std::uint64_t device_scratch_bytes() const;
+  std::size_t shard(int li) const { return c_.layout.layer_shard(li); }
+
+  Context c_;
+  std::vector<LayerPlan> layers_;
+  std::string text_;      // explain(): what lives where and why
+  bool checked_ = false;  // replan() ran (once)
+};
+
+}  // namespace strata::engine
