@@ -219,7 +219,7 @@ void Engine::Impl::sum_counts_over_ranks(SaveResult& r) {
 
 SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
   auto& I = *impl_;
-  I.require_setup("save_checkpoint");
+  I.require_complete_setup("save_checkpoint");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
                "save_checkpoint() inside a step or an evaluation: call it after step() or end_eval()");
   {
@@ -311,7 +311,7 @@ void Engine::Impl::all_or_nothing(const std::function<void()>& fn, const std::st
 
 std::string Engine::load_checkpoint(const std::string& path) {
   auto& I = *impl_;
-  I.require_setup("load_checkpoint");
+  I.require_complete_setup("load_checkpoint");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
@@ -352,7 +352,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
 
 void Engine::init_weights(const WeightReader& read) {
   auto& I = *impl_;
-  I.require_setup("init_weights");
+  I.require_complete_setup("init_weights");
   STRATA_CHECK(I.step_calls == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
                "init_weights() after training began: call it right after setup()");
   synchronize();

@@ -112,7 +112,7 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
 }
 void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
-  I.require_setup("reduce_grads");
+  I.require_complete_setup("reduce_grads");
   I.grads->reduce(I.layout->layer_index(layer), I.io);
 }
 
@@ -160,12 +160,12 @@ void Engine::synchronize() {
 
 std::string Engine::explain_placement() const {
   impl_->require_setup("explain_placement");
-  return impl_->plan->explain();
+  return impl_->plan ? impl_->plan->explain() : std::string();
 }
 
 std::vector<float> Engine::full_parameters() {
   auto& I = *impl_;
-  I.require_setup("full_parameters");
+  I.require_complete_setup("full_parameters");
   const Layout& lay = *I.layout;
   std::vector<std::vector<float>> per_layer(lay.layers().size());
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {

@@ -169,6 +169,10 @@ TEST_CASE("an engine whose setup failed refuses to train and shuts down cleanly"
   CHECK_THROWS_WITH(e.setup(), Catch::Contains("host"));
   CHECK_THROWS_WITH(e.begin_step(), Catch::Contains("setup() failed on this engine"));
   CHECK_THROWS_WITH(e.begin_eval(), Catch::Contains("setup() failed on this engine"));
+  CHECK_THROWS_WITH(e.reduce_grads(0), Catch::Contains("setup() failed on this engine"));
+  CHECK_THROWS_WITH(e.full_parameters(), Catch::Contains("setup() failed on this engine"));
+  CHECK_THROWS_WITH(e.save_checkpoint("unused"), Catch::Contains("setup() failed on this engine"));
   CHECK_NOTHROW(e.synchronize());
   CHECK_NOTHROW(e.memory());
+  CHECK_NOTHROW(e.explain_placement());
 }
