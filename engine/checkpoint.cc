@@ -145,7 +145,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       }
       continue;
     }
-    for (auto& v : st) v.resize(opt_elems(l));
+    for (auto& v : st) v.resize(opt_state->elems(l));
     opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
     for (int s = 0; s < checkpoint::kStates; ++s) {
       for (const auto& pc : pieces(l, false)) {
@@ -279,7 +279,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const int l = static_cast<int>(li);
     for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
-      st[s].assign(opt_elems(l), 0.0f);  // padding stays zero
+      st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
       read_pieces(l, s, stage0, st[s].data());
     }
     opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);

@@ -6,7 +6,6 @@
 
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
-#include "engine/tier_copy.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -66,16 +65,6 @@ Engine::Impl::Impl(const EngineOptions& o)
                ": EngineOptions.device_comm is a gloo communicator, which "
                "cannot reach the memory of a CUDA device ('",
                dev.name(), "'): use an NCCL communicator");
-}
-
-std::uint64_t Engine::Impl::device_scratch_bytes() const {
-  return GradReducer::device_scratch_bytes(*layout, device_collectives());
-}
-
-void Engine::Impl::fill_zero(void* p, std::size_t bytes, Tier tier) { engine::fill_zero(*dev_stream, p, bytes, tier); }
-
-void Engine::Impl::copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes) {
-  copy_between(*dev_stream, dst, dst_tier, src, src_tier, bytes);
 }
 
 void Engine::Impl::drain_io() {

@@ -9,6 +9,7 @@
 
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
+#include "engine/tier_copy.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/device_step.h"
@@ -107,7 +108,7 @@ void Engine::Impl::update_range(const optim::StepArgs& base, float lr, std::size
       case OptimizerType::lamb:
         STRATA_THROW(Errc::internal, "update_range: LAMB steps whole tensors (run_lamb)");
     }
-    if (cdt == DType::fp32) copy_bytes(copy, Tier::device, a.master, Tier::device, n * 4);
+    if (cdt == DType::fp32) copy_between(*dev_stream, copy, Tier::device, a.master, Tier::device, n * 4);
   } else {
     switch (oc.type) {
       case OptimizerType::adam:

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "engine/optimizer_state.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 
@@ -16,9 +17,7 @@ UpdateStaging::UpdateStaging(const Context& ctx, bool any_acc_on_host)
 
 UpdateStaging::~UpdateStaging() { drop(); }
 
-std::size_t UpdateStaging::copy_elems(int li) const {
-  return c_.stage == 0 ? c_.layout.layers()[li].padded : c_.layout.layer_shard(li);
-}
+std::size_t UpdateStaging::copy_elems(int li) const { return OptimizerState::elems(c_.layout, c_.stage, li); }
 
 std::size_t UpdateStaging::shard_offset(int li, std::size_t k) const {
   const auto& L = c_.layout.layers()[li];

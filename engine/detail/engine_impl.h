@@ -52,7 +52,6 @@ struct Engine::Impl {
   std::unique_ptr<MemoryLedger> ledger;
   std::vector<LayerState> layers;
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
-  std::uint64_t device_scratch_bytes() const;  // the gradient path's device scratch
   optim::LossScaler scaler;
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
@@ -131,10 +130,6 @@ struct Engine::Impl {
   void update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0, std::size_t n,
                     float* master, float* m, float* v);
   void abort_step() noexcept;  // settles device work, keeps the last good NVMe state, drops staging
-  // Device-memory helpers (engine.cc), in dev_stream order; the caller synchronizes it
-  // before host memory they read or write is reused.
-  void fill_zero(void* p, std::size_t bytes, Tier tier);
-  void copy_bytes(void* dst, Tier dst_tier, const void* src, Tier src_tier, std::size_t bytes);
   // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array
   // index, position in the layer's padded flat buffer, elements.
   struct Piece {
@@ -188,8 +183,6 @@ struct Engine::Impl {
   void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
   void load_layers(const StateReader& read, bool moments);
-  std::size_t opt_elems(int li) const { return OptimizerState::elems(*layout, cfg.zero.stage, li); }
-  std::uint64_t padded_elems(int li) const { return layout->layers()[li].padded; }
 };
 
 }  // namespace strata::engine
