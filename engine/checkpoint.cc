@@ -52,15 +52,17 @@ std::vector<Engine::Impl::Piece> Engine::Impl::pieces(int li, bool whole) const 
     if (whole)
       out.push_back({pos, pos, b.padded});
     else
-      out.push_back({cfg.zero.stage == 0 ? pos + own_begin(b) : layers[li].shard_off[k], pos + own_begin(b), b.shard});
+      out.push_back({cfg.zero.stage == 0 ? pos + own_begin(b) : layout->layers()[li].shard_offsets[k],
+                     pos + own_begin(b), b.shard});
   }
   return out;
 }
 
 std::string Engine::Impl::engine_state_json() const {
-  const auto s = scaler.state();
-  return nlohmann::json{{"steps_taken", steps_taken},
-                        {"step_calls", step_calls},
+  const auto c = stepper->counters();
+  const auto& s = c.scaler;
+  return nlohmann::json{{"steps_taken", c.steps_taken},
+                        {"step_calls", c.step_calls},
                         {"loss_scaler",
                          {{"scale", s.scale},
                           {"iteration", s.iteration},
@@ -73,14 +75,15 @@ void Engine::Impl::restore_engine_state(const std::string& text, const std::stri
   try {
     const auto j = nlohmann::json::parse(text);
     const auto& ls = j.at("loss_scaler");
-    optim::LossScaler::State s;
+    OptimizerStep::Counters c;
+    auto& s = c.scaler;
     s.scale = ls.at("scale").get<double>();
     s.iteration = ls.at("iteration").get<std::int64_t>();
     s.last_overflow_iteration = ls.at("last_overflow_iteration").get<std::int64_t>();
     s.hysteresis_left = ls.at("hysteresis_left").get<int>();
-    steps_taken = j.at("steps_taken").get<std::int64_t>();
-    step_calls = j.at("step_calls").get<std::int64_t>();
-    scaler.restore(s);
+    c.steps_taken = j.at("steps_taken").get<std::int64_t>();
+    c.step_calls = j.at("step_calls").get<std::int64_t>();
+    stepper->restore(c);
   } catch (const nlohmann::json::exception& e) {
     STRATA_THROW(Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is incomplete (", e.what(), ")");
   }
@@ -114,7 +117,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
   const std::string name = checkpoint::shard_file_name(rank);
   part.files.emplace_back();  // the shard file, described when finished
   std::vector<float> st[checkpoint::kStates];
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  for (std::size_t li = 0; li < layer_count(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
@@ -162,7 +165,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
 std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   const Layout& lay = *layout;
   std::uint64_t elems = 0;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  for (std::size_t li = 0; li < layer_count(); ++li) {
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
       for_each_param_range(lay, lay.layers()[li], pc,
@@ -234,7 +237,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   synchronize();      // parameter write-backs and reductions have landed
   I.poll_save(true);  // one save at a time
   const auto t0 = std::chrono::steady_clock::now();
-  const std::int64_t step = I.step_calls;
+  const std::int64_t step = I.step_calls();
   // Each phase ends with every rank knowing whether every rank succeeded, so all fail
   // together and rank 0 removes the unfinished save.
   const std::string what = str_cat("the checkpoint save to '", root, "' (the previous checkpoint stays latest)");
@@ -276,7 +279,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments) {
   };
   const bool stage0 = cfg.zero.stage == 0;
   std::vector<float> st[checkpoint::kStates], full;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  for (std::size_t li = 0; li < layer_count(); ++li) {
     const int l = static_cast<int>(li);
     for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
       st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
@@ -353,7 +356,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
 void Engine::init_weights(const WeightReader& read) {
   auto& I = *impl_;
   I.require_complete_setup("init_weights");
-  STRATA_CHECK(I.step_calls == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
                "init_weights() after training began: call it right after setup()");
   synchronize();
   I.all_or_nothing(

@@ -4,8 +4,8 @@
 // (optimizer_state.h), GradReducer (grad_reducer.h: gradient buffers, reduction,
 // accumulators), GatherPath (gather_path.h: stage-3 gathers), UpdateStaging
 // (update_staging.h: updated copies to their tier), NvmeHomes (nvme_homes.h: the NVMe tier's
-// files); setup.cc and step.cc are the phases that run them in order, impl.cc the shared
-// helpers.
+// files), OptimizerStep (optimizer_step.h: norm, scaling, clipping, the update on every
+// tier); setup.cc builds them in order, impl.cc holds the shared helpers.
 #include "engine/engine.h"
 
 #include <chrono>
@@ -63,6 +63,10 @@ void Engine::begin_step() {
   I.require_complete_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
+  if (I.grads_stale) {
+    I.grads->zero();
+    I.grads_stale = false;
+  }
   I.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
@@ -80,7 +84,7 @@ void Engine::begin_eval() {
 void Engine::end_eval() {
   auto& I = *impl_;
   STRATA_CHECK(I.in_eval, Errc::invalid_argument, "end_eval() without begin_eval()");
-  for (std::size_t li = 0; li < I.layers.size() && I.gather_path; ++li) {
+  for (std::size_t li = 0; li < I.layer_count() && I.gather_path; ++li) {
     STRATA_CHECK(I.gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
                  "end_eval() with a layer still gathered: release every gather first");
   }
@@ -94,7 +98,7 @@ std::vector<TensorView> Engine::gather(int layer) {
   STRATA_CHECK(I.in_step || I.in_eval, Errc::invalid_argument, "gather(", layer,
                ") outside begin_step()/step() and begin_eval()/end_eval()");
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
-  void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls + 1) : nullptr;
+  void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls() + 1) : nullptr;
   return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
 }
 void Engine::release(int layer) {
@@ -110,13 +114,68 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
   return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
+void Engine::Impl::check_step_ready() const {
+  const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
+  for (std::size_t li = 0; li < layer_count(); ++li) {
+    const int id = layout->layers()[li].id, reductions = grads->reductions(static_cast<int>(li));
+    STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", id, " reduced its gradients ",
+                 reductions, " times this step; gradient_accumulation_steps is ", accum,
+                 ": call reduce_grads once per layer per micro-batch");
+    STRATA_CHECK(!gather_path || gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
+                 "step(): layer ", id, " is still gathered: release() every gather() before step()");
+  }
+}
+
+// The first recorded trace: the budget-driven plan is checked against it (placement_plan.h).
+void Engine::Impl::replan_on_first_trace() {
+  if (!gather_path || !gather_path->end_step(step_calls() + 1)) return;
+  std::vector<int> gathers(layer_count(), 0);
+  for (int li : gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
+  plan->replan(
+      gathers, step_calls() + 1,
+      [this](const std::vector<Tier>& to) {
+        gather_path->synchronize();
+        return homes->migrate(to);
+      },
+      [this](int li) { return homes->tier(li); });
+}
+
+StepResult Engine::step() {
+  auto& I = *impl_;
+  I.require_setup("step");
+  STRATA_CHECK(I.in_step, Errc::invalid_argument, "step() without begin_step()");
+  I.check_step_ready();
+  I.grads->sync();  // every reduction of the step is in
+  I.dev_stream->synchronize();
+  Tracer::Span span(I.options.tracer, "optimizer", "step");
+  I.replan_on_first_trace();
+  StepResult result;
+  try {
+    result = I.stepper->run();
+  } catch (...) {
+    // The step is over (OptimizerStep rolled back what it could) and its gradients are dropped.
+    I.in_step = false;
+    I.grads_stale = true;
+    throw;
+  }
+  I.grads->zero();
+  I.in_step = false;
+  I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
+  I.last_io = I.io;
+  I.poll_save(false);  // an asynchronous checkpoint commits once every rank's writes landed
+  return result;
+}
+
 void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
   I.require_complete_setup("reduce_grads");
   I.grads->reduce(I.layout->layer_index(layer), I.io);
 }
 
-float Engine::loss_scale() const noexcept { return static_cast<float>(impl_->scaler.scale()); }
+float Engine::loss_scale() const noexcept {
+  const auto& I = *impl_;
+  return static_cast<float>(I.stepper ? I.stepper->loss_scale() : I.initial_loss_scale);
+}
 DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
 int Engine::rank() const noexcept { return impl_->rank; }
 int Engine::world_size() const noexcept { return impl_->world; }
@@ -170,7 +229,6 @@ std::vector<float> Engine::full_parameters() {
   std::vector<std::vector<float>> per_layer(lay.layers().size());
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const auto& L = lay.layers()[li];
-    const auto& S = I.layers[li];
     auto& full = per_layer[li];
     full.resize(L.padded);
     if (I.cfg.zero.stage == 0) {
@@ -180,7 +238,7 @@ std::vector<float> Engine::full_parameters() {
     std::vector<float> copied;
     const float* master = I.opt_state->resident(static_cast<int>(li)).master;
     if (I.plan->opt_tier(static_cast<int>(li)) != Tier::host) {
-      copied.resize(S.shard_total);
+      copied.resize(L.shard);
       I.opt_state->read(static_cast<int>(li), copied.data(), nullptr, nullptr);
       master = copied.data();
     }
@@ -188,9 +246,9 @@ std::vector<float> Engine::full_parameters() {
       const auto& b = lay.buckets()[L.buckets[k]];
       float* dst = full.data() + I.bucket_pos(b, L);
       if (I.world > 1)
-        I.comm->all_gather(master + S.shard_off[k], dst, b.shard, DType::fp32);
+        I.comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
       else
-        std::memcpy(dst, master + S.shard_off[k], b.shard * 4);
+        std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
     }
   }
   std::vector<float> out;

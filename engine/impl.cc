@@ -14,7 +14,7 @@
 namespace strata::engine {
 namespace {
 
-optim::LossScalerConfig scaler_config(const EngineConfig& c) {
+optim::LossScalerConfig make_scaler_config(const EngineConfig& c) {
   if (!c.fp16.enabled) {
     optim::LossScalerConfig s;
     s.dynamic = false;
@@ -28,7 +28,7 @@ optim::LossScalerConfig scaler_config(const EngineConfig& c) {
 }  // namespace
 
 Engine::Impl::Impl(const EngineOptions& o)
-    : options(o), dev(*o.device), comm(o.comm), dcomm(o.device_comm), scaler(scaler_config(o.config)) {
+    : options(o), dev(*o.device), comm(o.comm), dcomm(o.device_comm), scaler_config(make_scaler_config(o.config)) {
   if (comm != nullptr) {
     rank = comm->rank();
     world = comm->world_size();
@@ -37,6 +37,7 @@ Engine::Impl::Impl(const EngineOptions& o)
                Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
                dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
                world, ")");
+  initial_loss_scale = optim::LossScaler(scaler_config).scale();  // a bad fp16 block fails here
   cdt = cfg.bf16 ? DType::bf16 : cfg.fp16.enabled ? DType::fp16 : DType::fp32;
   cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,

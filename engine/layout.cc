@@ -54,6 +54,8 @@ Layout::Layout(std::vector<ParamSpec> params, int world_size, std::size_t bucket
       b.flat_offset = padded_;
       padded_ += b.padded;
       L.padded += b.padded;
+      L.shard_offsets.push_back(L.shard);
+      L.shard += b.shard;
       L.buckets.push_back(static_cast<int>(buckets_.size()));
       buckets_.push_back(b);
     }
@@ -66,12 +68,6 @@ std::size_t Layout::largest_layer_padded() const noexcept {
   std::size_t m = 0;
   for (const auto& L : layers_) m = std::max(m, L.padded);
   return m;
-}
-
-std::size_t Layout::layer_shard(int li) const {
-  std::size_t n = 0;
-  for (int bi : layers_[li].buckets) n += buckets_[bi].shard;
-  return n;
 }
 
 int Layout::layer_index(int layer_id) const {

@@ -48,6 +48,9 @@ struct LayerLayout {
   std::size_t numel = 0;
   std::size_t padded = 0;       // sum of its buckets' padded sizes
   std::size_t flat_offset = 0;  // of its first bucket
+  // One rank's shard of the layer: its shard of every bucket, concatenated in bucket order.
+  std::size_t shard = 0;                   // elements
+  std::vector<std::size_t> shard_offsets;  // per bucket: where its shard starts in the layer's
 };
 
 class Layout {
@@ -65,7 +68,7 @@ class Layout {
   std::size_t total_padded() const noexcept { return padded_; }
   std::size_t largest_layer_padded() const noexcept;
   // Elements of one rank's shard of layer li: its shard of every bucket, concatenated.
-  std::size_t layer_shard(int li) const;
+  std::size_t layer_shard(int li) const { return layers_[li].shard; }
   // Dense index of a user layer id; throws naming the id when it was never registered.
   int layer_index(int layer_id) const;
   // 64-bit hash of every registration (names, shapes, layers, init) for cross-rank checks.

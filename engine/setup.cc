@@ -33,7 +33,7 @@ void Engine::Impl::check_same_model() const {
 
 void Engine::Impl::allocate_step_buffers() {
   bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  for (std::size_t li = 0; li < layer_count(); ++li) {
     any_acc_on_host |= acc_on_host(static_cast<int>(li));
     any_opt_nvme |= plan->opt_tier(static_cast<int>(li)) == Tier::nvme;
     any_param_nvme |= plan->param_tier(static_cast<int>(li)) == Tier::nvme;
@@ -44,7 +44,7 @@ void Engine::Impl::allocate_step_buffers() {
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
   std::vector<Tier> opt_tiers, param_tiers;
-  for (std::size_t li = 0; li < layers.size(); ++li) {
+  for (std::size_t li = 0; li < layer_count(); ++li) {
     opt_tiers.push_back(plan->opt_tier(static_cast<int>(li)));
     param_tiers.push_back(plan->param_tier(static_cast<int>(li)));
   }
@@ -63,7 +63,7 @@ void Engine::Impl::allocate_step_buffers() {
 
 void Engine::Impl::make_gather_path() {
   std::vector<bool> persistent;
-  for (std::size_t li = 0; li < layers.size(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
+  for (std::size_t li = 0; li < layer_count(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
   const GatherPath::Context gc{
       *layout, cfg.zero, rank, world, cdt, dev, *ledger, comm, dcomm, options.tracer, io, *nvme,
       [this](int li) {
@@ -75,13 +75,21 @@ void Engine::Impl::make_gather_path() {
   gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
 
+void Engine::Impl::make_stepper() {
+  auto settle_after_failure = [this] {
+    settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
+  };
+  const OptimizerStep::Context sc{cfg,        *layout, rank,     world,  cdt,   dev, *dev_stream,         comm, *grads,
+                                  *opt_state, *plan,   *updates, *homes, *nvme, io,  settle_after_failure};
+  stepper = std::make_unique<OptimizerStep>(sc, scaler_config);
+}
+
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   const Layout& lay = *layout;
   const int stage = cfg.zero.stage;
   std::vector<float>& init = buf.init;
   std::vector<float>& master_shard = buf.master_shard;
   const auto& L = lay.layers()[li];
-  auto& S = layers[li];
   const std::string name = str_cat("layer ", L.id);
   opt_state->add_layer(static_cast<int>(li), plan->opt_tier(static_cast<int>(li)));
   grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
@@ -91,10 +99,10 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   init.resize(L.padded);
   fill_init(L, 0, L.padded, init.data());
   if (stage != 0) {
-    master_shard.resize(S.shard_total);
+    master_shard.resize(L.shard);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
-      std::memcpy(master_shard.data() + S.shard_off[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
+      std::memcpy(master_shard.data() + L.shard_offsets[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
     }
   }
   opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
@@ -117,14 +125,8 @@ void Engine::setup() {
       I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
       I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
   I.dev_stream = I.dev.create_stream();
-  I.layers.resize(lay.layers().size());
   std::vector<bool> persistent;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    auto& S = I.layers[li];
-    for (int bi : lay.layers()[li].buckets) {
-      S.shard_off.push_back(S.shard_total);
-      S.shard_total += lay.buckets()[bi].shard;
-    }
     persistent.push_back(stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold);
   }
   // Where every layer's state lives, checked against the device budget (less what the
@@ -136,7 +138,7 @@ void Engine::setup() {
   I.plan->check_host_fit();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
-    for (std::size_t li = 0; li < I.layers.size(); ++li) {
+    for (std::size_t li = 0; li < lay.layers().size(); ++li) {
       STRATA_CHECK(I.plan->opt_tier(static_cast<int>(li)) != Tier::device, Errc::unsupported, "optimizer.type ",
                    oc.type == OptimizerType::lion ? "Lion" : "Adagrad", " has no CUDA kernel yet, and layer ",
                    lay.layers()[li].id,
@@ -151,6 +153,7 @@ void Engine::setup() {
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
   if (auto* store = I.param_store()) store->commit();
   if (stage == 3) I.make_gather_path();
+  I.make_stepper();
   I.setup_complete = true;
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");

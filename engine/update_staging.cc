@@ -19,17 +19,10 @@ UpdateStaging::~UpdateStaging() { drop(); }
 
 std::size_t UpdateStaging::copy_elems(int li) const { return OptimizerState::elems(c_.layout, c_.stage, li); }
 
-std::size_t UpdateStaging::shard_offset(int li, std::size_t k) const {
-  const auto& L = c_.layout.layers()[li];
-  std::size_t off = 0;
-  for (std::size_t j = 0; j < k; ++j) off += c_.layout.buckets()[L.buckets[j]].shard;
-  return off;
-}
-
 std::size_t UpdateStaging::copy_offset(int li, std::size_t k) const {
   const auto& L = c_.layout.layers()[li];
   const auto& b = c_.layout.buckets()[L.buckets[k]];
-  return c_.stage == 0 ? b.flat_offset - L.flat_offset : shard_offset(li, k);
+  return c_.stage == 0 ? b.flat_offset - L.flat_offset : c_.layout.layers()[li].shard_offsets[k];
 }
 
 void* UpdateStaging::staging(int li) {
@@ -68,13 +61,13 @@ UpdateStaging::Target UpdateStaging::target(int li, std::size_t k, std::size_t e
       s.device_copy = c_.ledger.allocate(Tier::device, Kind::buffers, c_.layout.layer_shard(li) * cbytes_,
                                          str_cat("layer ", L.id, " updated parameters (device)"));
     }
-    return {static_cast<char*>(s.device_copy) + (shard_offset(li, k) + e0) * cbytes_, false};
+    return {static_cast<char*>(s.device_copy) + (c_.layout.layers()[li].shard_offsets[k] + e0) * cbytes_, false};
   }
   void* staged = staging(li);
   void* base = staged != nullptr ? staged : c_.stage == 3 ? h.shard : h.full;
   const std::size_t pos = b.flat_offset - L.flat_offset;
   const std::size_t off = (staged != nullptr ? copy_offset(li, k)
-                           : c_.stage == 3   ? shard_offset(li, k)
+                           : c_.stage == 3   ? c_.layout.layers()[li].shard_offsets[k]
                                              : pos + (c_.stage == 0 ? 0 : own_begin(b))) +
                           e0;
   return {static_cast<char*>(base) + off * cbytes_, staged != nullptr};
@@ -114,7 +107,7 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
     if (c_.stage == 0) xfer_->copy_async(h.full, src, L.padded * cbytes_, device::CopyKind::host_to_device);
     for (std::size_t k = 0; k < L.buckets.size() && c_.stage > 0; ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
-      const std::size_t so = shard_offset(static_cast<int>(li), k);
+      const std::size_t so = c_.layout.layers()[li].shard_offsets[k];
       char* dst = c_.stage == 3 ? static_cast<char*>(h.shard) + so * cbytes_
                                 : static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b)) * cbytes_;
       xfer_->copy_async(dst, src + so * cbytes_, b.shard * cbytes_, device::CopyKind::host_to_device);

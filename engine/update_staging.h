@@ -74,8 +74,7 @@ class UpdateStaging {
   };
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }
   std::size_t copy_elems(int li) const;
-  std::size_t copy_offset(int li, std::size_t k) const;   // of bucket k within the copies
-  std::size_t shard_offset(int li, std::size_t k) const;  // of bucket k within the layer's shards
+  std::size_t copy_offset(int li, std::size_t k) const;  // of bucket k within the copies
   void* staging(int li);  // the layer's host staging when its copies pass through it, else null
 
   Context c_;

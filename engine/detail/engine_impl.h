@@ -1,7 +1,7 @@
-// The engine's private state: what every phase (setup.cc, step.cc, checkpoint*.cc) reads
-// (the options, the layout, the ledger, the streams), the step's counters and flags, the
-// checkpoint machinery, and the parts that own the rest (PlacementPlan, ParamHomes,
-// OptimizerState, GradReducer, GatherPath, UpdateStaging, NvmeHomes), reached only through
+// The engine's private state: what every phase (setup.cc, checkpoint*.cc) reads (the
+// options, the layout, the ledger, the streams), the protocol's flags, the checkpoint
+// machinery, and the parts that own the rest (PlacementPlan, ParamHomes, OptimizerState,
+// GradReducer, GatherPath, UpdateStaging, NvmeHomes, OptimizerStep), reached only through
 // their interfaces.
 #pragma once
 
@@ -21,22 +21,15 @@
 #include "engine/grad_reducer.h"
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
+#include "engine/optimizer_step.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
 #include "engine/update_staging.h"
-#include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
-#include "optim/step_args.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
-
-// Per layer: its shard offsets (from the layout).
-struct LayerState {
-  std::vector<std::size_t> shard_off;  // per bucket of the layer: offset in the shard arrays
-  std::size_t shard_total = 0;
-};
 
 struct Engine::Impl {
   EngineOptions options;
@@ -50,9 +43,10 @@ struct Engine::Impl {
   std::vector<ParamSpec> pending;
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
-  std::vector<LayerState> layers;
+  std::size_t layer_count() const { return layout->layers().size(); }
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
-  optim::LossScaler scaler;
+  optim::LossScalerConfig scaler_config;  // OptimizerStep's scaler, checked when the engine is made
+  double initial_loss_scale = 1.0;        // loss_scale() before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
   // parameter store with its I/O worker, the directory locks.
@@ -81,10 +75,13 @@ struct Engine::Impl {
   // Where the optimizer writes updated compute copies, and how they reach their tier
   // (update_staging.h).
   std::unique_ptr<UpdateStaging> updates;
-  std::int64_t steps_taken = 0;
-  std::int64_t step_calls = 0;
+  // The step's arithmetic: norm, loss scale, clipping, the optimizer on every tier, and the
+  // step counters (optimizer_step.h). Made last in setup(): it works on every part above.
+  std::unique_ptr<OptimizerStep> stepper;
+  std::int64_t step_calls() const noexcept { return stepper ? stepper->calls() : 0; }
   bool in_step = false;
-  bool in_eval = false;  // between begin_eval() and end_eval(): gathers only, no trace
+  bool in_eval = false;      // between begin_eval() and end_eval(): gathers only, no trace
+  bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
 
   // NVMe parameter reads and write-backs run on the NVMe tier's I/O worker: the read of the
   // next layer overlaps the all-gather and H2D copy of this one (the gather stream waits on
@@ -119,17 +116,10 @@ struct Engine::Impl {
   void check_same_model() const;                      // every rank registered the same parameters in the same order
   void allocate_step_buffers();                       // reduction scratch, gradient staging, streams, NVMe stores
   void init_layer(std::size_t li, InitScratch& buf);  // allocates and initialises layer li's state
-  // step.cc: the optimizer step's phases, in the order Engine::step runs them.
-  void check_step_ready() const;       // every layer reduced each micro-batch and released
-  optim::GradNorm global_grad_norm();  // of the summed, scaled gradients, combined in rank order
-  // The optimizer on every shard wherever it lives; a failure rolls the step back (abort_step).
-  void run_optimizer(const optim::StepArgs& base, float lr);
-  void run_lamb(const optim::StepArgs& base, float lr);  // stage 0: whole tensors
-  // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
-  // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
-  void update_range(const optim::StepArgs& base, float lr, std::size_t li, std::size_t k, std::size_t e0, std::size_t n,
-                    float* master, float* m, float* v);
-  void abort_step() noexcept;  // settles device work, keeps the last good NVMe state, drops staging
+  void make_stepper();
+  // engine.cc: step()'s protocol checks, and the placement's check against the first trace.
+  void check_step_ready() const;  // every layer reduced each micro-batch and released
+  void replan_on_first_trace();
   // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array
   // index, position in the layer's padded flat buffer, elements.
   struct Piece {

@@ -53,6 +53,18 @@ engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro, 
   return c;
 }
 
+MlpRank::MlpRank(const engine::EngineConfig& c) {
+  dev = device::Device::create({});
+  engine::EngineOptions eo;
+  eo.config = c;
+  eo.device = dev.get();
+  eo.seed = 7;
+  engine = std::make_unique<engine::Engine>(eo);
+  mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, 32, 0.0, 7});
+  engine->setup();
+}
+MlpRank::~MlpRank() = default;
+
 TrainRun train_mlp(const TrainSpec& spec) {
   TrainRun out;
   std::mutex m;

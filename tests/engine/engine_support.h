@@ -1,6 +1,6 @@
-// Shared by the engine tests: a config builder, and a runner that trains the demo MLP on
-// N thread ranks (each with its own host device and Gloo communicator) and returns rank 0's
-// final fp32 parameters and memory report.
+// Shared by the engine tests: a config builder, a runner that trains the demo MLP on N
+// thread ranks (each with its own host device and Gloo communicator) and returns rank 0's
+// final fp32 parameters and memory report, and one MLP rank driven by hand.
 #pragma once
 
 #include <functional>
@@ -12,6 +12,10 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "runtime/device/device.h"
+
+namespace strata::model {
+class Mlp;
+}
 
 namespace strata::test {
 
@@ -54,6 +58,16 @@ struct TrainSpec {
 };
 
 TrainRun train_mlp(const TrainSpec& spec);
+
+// One rank of the demo MLP (3 layers of 32, seed 7) on a host device, driven step by step,
+// so a test can reach the engine and the swap files between steps.
+struct MlpRank {
+  std::unique_ptr<device::Device> dev;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<model::Mlp> mlp;
+  explicit MlpRank(const engine::EngineConfig& c);
+  ~MlpRank();
+};
 
 // A checkpoint's every tensor and state (master, exp_avg, exp_avg_sq), consolidated from all
 // its files and verified, as raw bytes keyed "name/state": equal maps mean equal state.

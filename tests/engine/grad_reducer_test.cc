@@ -19,7 +19,7 @@ using namespace strata::engine;
 
 namespace {
 
-std::vector<ParamSpec> model() {
+std::vector<ParamSpec> two_layers() {
   std::vector<ParamSpec> p(3);
   p[0].name = "a.weight", p[0].shape = {3, 5}, p[0].layer = 0;
   p[1].name = "a.bias", p[1].shape = {7}, p[1].layer = 0;
@@ -62,7 +62,7 @@ std::size_t acc_len(const Layout& lay, int li, int stage) {
 std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world, int stage, bool overlap, Tier tier,
                                   DType cdt, IoStats& io) {
   auto dev = test::host_device(64 << 20);
-  const Layout lay(model(), world, 32);
+  const Layout lay(two_layers(), world, 32);
   MemoryLedger ledger(*dev, 64 << 20, false);
   auto dev_stream = dev->create_stream();
   std::string bad;
@@ -115,7 +115,7 @@ TEST_CASE("grad reducer: one rank accumulates the exact sum, inline and overlapp
         IoStats io;
         CHECK(run_two_micro_batches(nullptr, 0, 1, 2, overlap, tier, cdt, io) == "");
         // Gradients whose accumulator is in host RAM cross the link, the whole padded layers.
-        const Layout lay(model(), 1, 32);
+        const Layout lay(two_layers(), 1, 32);
         const std::uint64_t expect =
             tier == Tier::host ? 2 * (lay.layers()[0].padded + lay.layers()[1].padded) * dtype_size(cdt) : 0;
         CHECK(io.d2h_bytes == expect);
@@ -141,7 +141,7 @@ TEST_CASE("grad reducer: two ranks hold their shard of the sum (stages 2-3) or t
 }
 
 TEST_CASE("grad reducer: a full device asks make_room, then refuses naming the layer", "[engine][grad_reducer]") {
-  const Layout lay(model(), 1, 32);
+  const Layout lay(two_layers(), 1, 32);
   auto dev = test::host_device(1 << 20);
   MemoryLedger ledger(*dev, 64 << 20, false);
   auto dev_stream = dev->create_stream();

@@ -173,24 +173,7 @@ TEST_CASE("a model 8x the device budget and 2x the host budget trains from NVMe 
 
 namespace {
 
-// One rank driven by hand, so a test can reach the swap files between steps.
-struct Trainer {
-  std::unique_ptr<device::Device> dev;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<model::Mlp> mlp;
-  explicit Trainer(const engine::EngineConfig& c) {
-    dev = device::Device::create({});
-    engine::EngineOptions eo;
-    eo.config = c;
-    eo.device = dev.get();
-    eo.seed = 7;
-    engine = std::make_unique<engine::Engine>(eo);
-    mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, 32, 0.0, 7});
-    engine->setup();
-  }
-};
-
-std::string step_error(Trainer& t, std::int64_t step) {
+std::string step_error(test::MlpRank& t, std::int64_t step) {
   return test::error_of([&] { (void)t.mlp->train_step(step); });
 }
 
@@ -207,7 +190,7 @@ TEST_CASE("a corrupted parameter swap block fails the gather naming the tensor, 
   place(c, OffloadDevice::none, OffloadDevice::nvme, dir.path());
   c.aio.block_size = 4096;
   c.offload_param.buffer_size = 4096;  // one chunk per layer: 2112 B in one block
-  Trainer t(c);
+  test::MlpRank t(c);
   (void)t.mlp->train_step(0);
   t.engine->synchronize();  // the step's parameter write-back runs on into the next step
   // Flip a byte of layer 1's shard in both generations (whichever is current is read).
@@ -232,7 +215,7 @@ TEST_CASE("a full NVMe device mid-step fails the step and keeps the last good pa
   auto c = stage3_config(1);
   place(c, OffloadDevice::nvme, OffloadDevice::nvme, dir.path());
   c.aio.block_size = 4096;
-  Trainer t(c);
+  test::MlpRank t(c);
   (void)t.mlp->train_step(0);
   (void)t.mlp->train_step(1);
   const auto good = t.engine->full_parameters();
@@ -514,7 +497,7 @@ TEST_CASE("a parameter write-back that fails is reported, and its staging is not
   auto c = stage3_config(1);
   place(c, OffloadDevice::cpu, OffloadDevice::nvme, dir.path());
   c.aio.block_size = 4096;
-  Trainer t(c);
+  test::MlpRank t(c);
   (void)t.mlp->train_step(0);
   t.engine->synchronize();
   const auto buffers = static_cast<int>(engine::Kind::buffers);

@@ -1,0 +1,239 @@
+// OptimizerStep (the protocol in optimizer_step.h): the global norm, the step plan and the
+// optimizer on every shard wherever it lives (device stream, CPU, or the NVMe swapper's
+// sub-groups), and the rollback of an update that fails halfway.
+#include "engine/optimizer_step.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/tier_copy.h"
+#include "optim/adagrad.h"
+#include "optim/adam.h"
+#include "optim/device_step.h"
+#include "optim/lamb.h"
+#include "optim/lion.h"
+#include "optim/step_plan.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+
+namespace strata::engine {
+
+OptimizerStep::OptimizerStep(const Context& ctx, const optim::LossScalerConfig& scaler) : c_(ctx), scaler_(scaler) {}
+
+void OptimizerStep::restore(const Counters& c) {
+  scaler_.restore(c.scaler);  // checks the scaler's state first: a bad one leaves the counters as they were
+  taken_ = c.steps_taken;
+  calls_ = c.step_calls;
+}
+
+std::size_t OptimizerStep::grad_offset(int li, std::size_t k, bool whole_bucket) const {
+  const auto& L = c_.layout.layers()[li];
+  const auto& b = c_.layout.buckets()[L.buckets[k]];
+  if (c_.cfg.zero.stage >= 2) return L.shard_offsets[k];  // the accumulator holds this rank's shards
+  const std::size_t pos = b.flat_offset - L.flat_offset;  // stages 0-1: the whole layer
+  return whole_bucket ? pos : pos + static_cast<std::size_t>(c_.rank) * b.shard;
+}
+
+StepResult OptimizerStep::run() {
+  ++calls_;
+  const optim::LossScaler::State scaler_before = scaler_.state();
+  optim::GradNorm global = global_grad_norm();
+  // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
+  const auto accum = c_.cfg.gradient_accumulation_steps > 0 ? c_.cfg.gradient_accumulation_steps : 1;
+  const double avg = static_cast<double>(c_.world) * static_cast<double>(accum);
+  global.sumsq /= avg * avg;
+  const optim::StepPlan plan = optim::plan_step(global, scaler_, c_.cfg.gradient_clipping);
+  StepResult result;
+  result.skipped = plan.skip;
+  result.grad_norm = plan.grad_norm;
+  result.loss_scale = plan.loss_scale;
+  result.clip_coef = plan.clip_coef;
+  if (!plan.skip) {
+    result.lr = scheduled_lr(c_.cfg, taken_ + 1);
+    optim::StepArgs a;
+    a.grad_dtype = DType::fp32;
+    a.state_dtype = DType::fp32;
+    a.copy_dtype = c_.cdt;
+    a.grad_scale = static_cast<float>(plan.grad_scale / avg);
+    a.step = taken_ + 1;
+    try {
+      run_optimizer(a, result.lr);
+    } catch (...) {
+      scaler_.restore(scaler_before);  // the failed step counts for nothing but the call
+      throw;
+    }
+    ++taken_;
+    c_.homes.refresh();
+  } else {
+    STRATA_LOG(info, "rank ", c_.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
+               " (next scale ", scaler_.scale(), ")");
+  }
+  result.step = taken_;
+  return result;
+}
+
+optim::GradNorm OptimizerStep::global_grad_norm() {
+  // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order.
+  optim::GradNorm local;
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    const auto& L = c_.layout.layers()[li];
+    const float* acc = c_.grads.accumulator(l);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const float* g = acc + grad_offset(l, k, false);
+      const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
+      local += c_.plan.acc_on_host(l) ? optim::grad_norm_sq(g, DType::fp32, n)
+                                      : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, DType::fp32, n);
+    }
+  }
+  // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
+  optim::GradNorm global = local;
+  if (c_.comm != nullptr && c_.world > 1) {
+    double mine[2] = {local.sumsq, local.finite ? 1.0 : 0.0};
+    std::vector<double> all(2 * static_cast<std::size_t>(c_.world));
+    c_.comm->all_gather(mine, all.data(), 4, DType::fp32);  // 16 bytes as four fp32 words
+    global = {};
+    for (int r = 0; r < c_.world; ++r) global += optim::GradNorm{all[2 * r], all[2 * r + 1] != 0.0};
+  }
+  return global;
+}
+
+void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0,
+                                 std::size_t n, float* master, float* m, float* v) {
+  const auto& oc = c_.cfg.optimizer;
+  optim::StepArgs a = base;
+  a.n = n;
+  a.master = master;
+  a.m = m;
+  a.v = v;
+  a.grad = c_.grads.accumulator(li) + grad_offset(li, k, c_.cfg.zero.stage == 0) + e0;
+  // Updated compute copies go where the parameters live, through host staging, or to a device
+  // buffer first (update_staging.h).
+  const UpdateStaging::Target target = c_.updates.target(li, k, e0);
+  char* copy = target.copy;
+  a.copy = c_.cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
+  const optim::AdamConfig adam{
+      lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw, oc.bias_correction};
+  const optim::LionConfig lion{lr, oc.beta1, oc.beta2, oc.weight_decay};
+  const optim::AdagradConfig adagrad{lr, 0.0f, oc.eps, oc.weight_decay};
+  STRATA_CHECK(oc.type != OptimizerType::lamb, Errc::internal, "update_range: LAMB steps whole tensors (run_lamb)");
+  const bool adam_like = oc.type == OptimizerType::adam || oc.type == OptimizerType::adamw;
+  if (c_.plan.opt_tier(li) == Tier::device) {
+    // On the device's stream: the CUDA kernels, or the same CPU kernels on the host
+    // backend's worker (Lion and Adagrad have no CUDA kernel: setup() refuses them there).
+    if (adam_like)
+      optim::adam_step_async(c_.dev_stream, adam, a);
+    else if (oc.type == OptimizerType::lion)
+      c_.dev_stream.launch_host([lion, a] { optim::lion_step(lion, a); });
+    else
+      c_.dev_stream.launch_host([adagrad, a] { optim::adagrad_step(adagrad, a); });
+    if (c_.cdt == DType::fp32) copy_between(c_.dev_stream, copy, Tier::device, a.master, Tier::device, n * 4);
+  } else {
+    if (adam_like)
+      optim::adam_step(adam, a);
+    else if (oc.type == OptimizerType::lion)
+      optim::lion_step(lion, a);
+    else
+      optim::adagrad_step(adagrad, a);
+    if (c_.cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
+  }
+  if (target.staged) c_.updates.written(li, n);
+}
+
+// LAMB (stage 0 only, impl.cc): each tensor whole on the device stream, where its state and
+// compute copies may be device memory; its trust ratio needs the whole tensor's norms.
+void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
+  const auto& oc = c_.cfg.optimizer;
+  const optim::LambConfig lamb{lr,           oc.beta1,    oc.beta2, oc.eps, oc.weight_decay, oc.bias_correction,
+                               oc.max_coeff, oc.min_coeff};
+  const bool fp32 = c_.cdt == DType::fp32;
+  const std::size_t cbytes = dtype_size(c_.cdt);
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    for (int pi : c_.layout.layers()[li].params) {
+      const auto& p = c_.layout.params()[pi];
+      optim::StepArgs a = base;
+      a.n = p.numel;
+      const auto& st = c_.state.resident(l);
+      a.master = st.master + p.offset;
+      a.m = st.m + p.offset;
+      a.v = st.v + p.offset;
+      a.grad = c_.grads.accumulator(l) + p.offset;
+      char* copy = static_cast<char*>(c_.homes.full(l)) + p.offset * cbytes;
+      a.copy = fp32 ? nullptr : copy;
+      c_.dev_stream.launch_host([lamb, a, copy, fp32] {
+        std::vector<float> update(a.n);
+        optim::lamb_step(lamb, a, update.data());
+        if (fp32) std::memcpy(copy, a.master, a.n * 4);  // an fp32 compute copy is the master's bits
+      });
+    }
+  }
+  c_.dev_stream.synchronize();
+}
+
+// Sub-groups come in layer then offset order; a sub-group may cover parts of several buckets
+// and a bucket may span sub-groups: the optimizer is elementwise, so the bits do not depend on
+// where the state is cut.
+void OptimizerStep::run_swapped(const optim::StepArgs& base, float lr) {
+  auto* swapper = c_.nvme.swapper();
+  if (swapper == nullptr) return;
+  swapper->step([&](const offload::SubGroup& g) {
+    const int li = c_.nvme.swap_layer(static_cast<int>(g.tensor));
+    const auto& L = c_.layout.layers()[li];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const std::size_t b0 = L.shard_offsets[k], b1 = b0 + c_.layout.buckets()[L.buckets[k]].shard;
+      const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
+      if (lo >= hi) continue;
+      const std::size_t at = lo - g.offset;
+      update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+    }
+  });
+  const auto ss = swapper->stats();
+  c_.io.nvme_read_bytes += ss.bytes_read;
+  c_.io.nvme_write_bytes += ss.bytes_written;
+  c_.io.io_wait_seconds += ss.wait_seconds;
+}
+
+void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
+  const int stage = c_.cfg.zero.stage;
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    const auto& L = c_.layout.layers()[li];
+    if (c_.plan.opt_tier(l) == Tier::nvme) continue;
+    const auto& st = c_.state.resident(l);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      const std::size_t off = stage == 0 ? b.flat_offset - L.flat_offset : L.shard_offsets[k];
+      update_range(base, lr, l, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, st.m + off, st.v + off);
+    }
+    c_.updates.flush_device(l);
+  }
+  c_.dev_stream.synchronize();  // the device optimizer's updates are in
+}
+
+void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
+  try {
+    if (c_.cfg.optimizer.type == OptimizerType::lamb) {
+      run_lamb(base, lr);
+      return;
+    }
+    run_swapped(base, lr);
+    run_resident(base, lr);
+    if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
+  } catch (...) {
+    roll_back();
+    throw;
+  }
+}
+
+void OptimizerStep::roll_back() noexcept {
+  // Device work and parameter write-backs already queued may still read or write the
+  // buffers dropped below: let them finish.
+  c_.settle();
+  // The last good parameter shards on NVMe stay current; staged copies are dropped.
+  if (auto* store = c_.nvme.params()) store->abort();
+  c_.updates.drop();
+}
+
+}  // namespace strata::engine

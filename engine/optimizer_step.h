@@ -1,0 +1,101 @@
+// OptimizerStep: the arithmetic of a step once its gradients are in (docs/design.md, "The
+// engine's parts"). It owns the loss scaler and the step counters (step() calls, and steps
+// the optimizer ran), and runs the update on every shard wherever its state lives.
+//
+// Protocol. run() reads every layer's fp32 accumulator (the caller has synchronized the
+// reductions) and: (1) sums this rank's squared gradient norm over its shard of every bucket in
+// bucket order, on the side that holds the accumulator, and combines the ranks' sums in rank
+// order, so every stage, rank and world sees the same bits; (2) averages over ranks and
+// micro-batches and asks the loss scaler and gradient clipping for the step's plan; (3) skips
+// an overflowed step (the scaler moves), else counts the step, takes its learning rate from the
+// schedule and runs the optimizer: resident state in layer then bucket order (on the device
+// stream where it lives on the device, else on the CPU), NVMe state in the swapper's sub-group
+// order. Updated compute copies go through UpdateStaging; parameter shards on NVMe are
+// committed behind the update on the I/O worker; then ParamHomes refreshes the replicated and
+// persistent parameters. An update that fails rolls back before it rethrows: device work and
+// queued I/O are let finish, the NVMe parameter store keeps its last committed state, the
+// staging is dropped, and the loss scaler and the count of optimizer steps stay as they were
+// (the count of calls moves). Bits depend only on the gradients, the configuration and the
+// counters, never on where state lives or how the swapper cuts it (every optimizer but LAMB
+// is elementwise; LAMB runs at stage 0 on whole tensors).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/grad_reducer.h"
+#include "engine/layout.h"
+#include "engine/nvme_homes.h"
+#include "engine/optimizer_state.h"
+#include "engine/param_homes.h"
+#include "engine/placement_plan.h"
+#include "engine/update_staging.h"
+#include "optim/grad_norm.h"
+#include "optim/loss_scaler.h"
+#include "optim/step_args.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class OptimizerStep {
+ public:
+  struct Context {  // what the step reads and updates and does not own
+    const EngineConfig& cfg;
+    const Layout& layout;
+    int rank = 0, world = 1;
+    DType cdt = DType::fp32;
+    device::Device& dev;
+    device::Stream& dev_stream;  // the device optimizer's stream
+    comm::Communicator* comm;    // null: one rank
+    GradReducer& grads;
+    OptimizerState& state;
+    const PlacementPlan& plan;
+    UpdateStaging& updates;
+    ParamHomes& homes;
+    NvmeHomes& nvme;
+    IoStats& io;
+    // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
+    // what failed: what a failed update still has queued finishes before its staging goes.
+    std::function<void()> settle;
+  };
+  // What a checkpoint saves and restores.
+  struct Counters {
+    std::int64_t steps_taken = 0;  // steps the optimizer ran (the schedule's and Adam's step)
+    std::int64_t step_calls = 0;   // step() calls, skipped ones included
+    optim::LossScaler::State scaler;
+  };
+
+  OptimizerStep(const Context& ctx, const optim::LossScalerConfig& scaler);
+  OptimizerStep(const OptimizerStep&) = delete;
+  OptimizerStep& operator=(const OptimizerStep&) = delete;
+
+  StepResult run();
+  double loss_scale() const noexcept { return scaler_.scale(); }
+  std::int64_t calls() const noexcept { return calls_; }
+  Counters counters() const noexcept { return {taken_, calls_, scaler_.state()}; }
+  void restore(const Counters& c);
+
+ private:
+  optim::GradNorm global_grad_norm();
+  void run_optimizer(const optim::StepArgs& base, float lr);
+  void run_resident(const optim::StepArgs& base, float lr);
+  void run_swapped(const optim::StepArgs& base, float lr);
+  void run_lamb(const optim::StepArgs& base, float lr);
+  // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
+  // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
+  void update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n,
+                    float* master, float* m, float* v);
+  // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
+  std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
+  void roll_back() noexcept;
+
+  Context c_;
+  optim::LossScaler scaler_;
+  std::int64_t taken_ = 0;
+  std::int64_t calls_ = 0;
+};
+
+}  // namespace strata::engine
