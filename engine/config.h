@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/dtype.h"
+
 namespace strata::engine {
 
 enum class OptimizerType { adam, adamw, lion, adagrad, lamb };
@@ -147,5 +149,10 @@ EngineConfig load_config(const std::string& path, const ModelFacts& facts);
 // Step `step` uses DeepSpeed's value at last_batch_iteration = step - 1, so step 1 runs at
 // the warmup's start (DeepSpeed's engine lags this by one step; see lr_schedule.cc).
 float scheduled_lr(const EngineConfig& config, std::int64_t step);
+
+// The dtype of parameters and gradients the trainer sees: bf16, fp16 or fp32.
+inline DType compute_dtype_of(const EngineConfig& c) {
+  return c.bf16 ? DType::bf16 : c.fp16.enabled ? DType::fp16 : DType::fp32;
+}
 
 }  // namespace strata::engine

@@ -198,6 +198,7 @@ MemoryReport Engine::memory() const {
   r.device = impl_->ledger->usage(Tier::device);
   r.host = impl_->ledger->usage(Tier::host);
   r.nvme = impl_->ledger->usage(Tier::nvme);
+  r.device_memory_peak = impl_->dev.memory_stats().peak_bytes;
   if (const auto& g = impl_->gather_path) {
     r.live_gathered_elems = g->live_elems();
     r.peak_gathered_elems = g->peak_live_elems();

@@ -79,6 +79,9 @@ struct MemoryReport {
   TierUsage device, host, nvme;
   std::uint64_t live_gathered_elems = 0;  // stage 3: parameters gathered right now
   std::uint64_t peak_gathered_elems = 0;
+  // The Device's own peak: the engine's ledger and what the trainer holds there (activations),
+  // in the device's allocation granules.
+  std::uint64_t device_memory_peak = 0;
 };
 
 // One step's traffic between tiers (begin_step() to the end of step()), counted where the

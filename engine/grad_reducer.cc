@@ -30,6 +30,11 @@ std::uint64_t GradReducer::device_scratch_bytes(const Layout& layout, bool devic
   return (max_bucket + max_shard) * 4;
 }
 
+std::uint64_t GradReducer::host_scratch_bytes(const Layout& layout, std::size_t cbytes, bool any_acc_on_host) {
+  const auto [max_bucket, max_shard] = largest_bucket_and_shard(layout);
+  return (max_bucket + max_shard) * 4 + (any_acc_on_host ? max_bucket * cbytes : 0);
+}
+
 GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
     : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
   const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
@@ -74,10 +79,6 @@ GradReducer::~GradReducer() {
   for (void* p : {static_cast<void*>(scratch_), static_cast<void*>(scratch_shard_), static_cast<void*>(dscratch_),
                   static_cast<void*>(dscratch_shard_), stage_})
     ledger.free(p);
-}
-
-std::size_t GradReducer::acc_elems(int li) const {
-  return c_.stage <= 1 ? c_.layout.layers()[li].padded : c_.layout.layer_shard(li);
 }
 
 void GradReducer::add_layer(int li, Tier acc_tier) {
@@ -135,12 +136,37 @@ void GradReducer::reduce(int li, IoStats& io) {
   // on a CUDA device, reductions into host accumulators at world > 1 run inline.
   const bool to_host = g.tier != Tier::device;
   if (to_host && c_.world > 1 && c_.dev.backend() == device::Backend::cuda) st = nullptr;
+  if (st != nullptr) wait_for_room();
   // The accumulator on the device and one rank, or several ranks with device collectives:
   // nothing crosses the link and everything happens in device memory.
   if (!to_host && (c_.world == 1 || device_collectives()))
     reduce_on_device(li, grads, st, t0);
   else
     reduce_on_host(li, grads, st, io, t0);
+  if (st != nullptr) mark_queued();
+}
+
+void GradReducer::wait_for_room() {
+  while (in_flight_.size() >= max_in_flight(c_.world)) {
+    {
+      Tracer::Span span(c_.tracer, "compute", "wait reduction");
+      in_flight_.front()->synchronize();
+    }
+    spare_.push_back(std::move(in_flight_.front()));
+    in_flight_.pop_front();
+  }
+}
+
+void GradReducer::mark_queued() {
+  std::unique_ptr<device::Event> ev;
+  if (spare_.empty()) {
+    ev = c_.dev.create_event();
+  } else {
+    ev = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  reduce_stream_->record(*ev);
+  in_flight_.push_back(std::move(ev));
 }
 
 // One device op per bucket on one rank (the same bits as widening into the scratch and
@@ -238,7 +264,10 @@ void GradReducer::begin_step() {
 }
 
 void GradReducer::sync() {
-  if (reduce_stream_) reduce_stream_->synchronize();
+  if (!reduce_stream_) return;
+  reduce_stream_->synchronize();
+  for (auto& ev : in_flight_) spare_.push_back(std::move(ev));
+  in_flight_.clear();
 }
 
 void GradReducer::zero() {

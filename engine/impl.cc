@@ -38,7 +38,7 @@ Engine::Impl::Impl(const EngineOptions& o)
                dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
                world, ")");
   initial_loss_scale = optim::LossScaler(scaler_config).scale();  // a bad fp16 block fails here
-  cdt = cfg.bf16 ? DType::bf16 : cfg.fp16.enabled ? DType::fp16 : DType::fp32;
+  cdt = compute_dtype_of(cfg);
   cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,
                "zero_optimization.stage = ", cfg.zero.stage, ": use 0, 1, 2 or 3");

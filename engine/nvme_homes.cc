@@ -32,6 +32,57 @@ void NvmeHomes::warn_aio_knobs() const {
   }
 }
 
+namespace {
+
+// The aio block's knobs, which both stores take alike.
+template <class StoreOptions> void apply_aio(const EngineConfig& cfg, StoreOptions& o) {
+  o.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
+  o.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+  o.submit_batch = cfg.aio.single_submit ? 1 : 8;
+}
+
+}  // namespace
+
+offload::SwapperOptions NvmeHomes::swapper_options(const EngineConfig& cfg, std::uint64_t host_room) {
+  const OffloadConfig& oc = cfg.offload_optimizer;
+  offload::SwapperOptions so;
+  so.sub_group_elems = cfg.zero.sub_group_size;
+  so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
+  so.budget_bytes = host_room;
+  apply_aio(cfg, so);
+  return so;
+}
+
+std::vector<offload::SwapTensor> NvmeHomes::swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers) {
+  std::vector<offload::SwapTensor> tensors;
+  for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
+    if (opt_tiers[li] == Tier::nvme)
+      tensors.push_back({str_cat("layer ", layout.layers()[li].id), layout.layer_shard(static_cast<int>(li))});
+  }
+  return tensors;
+}
+
+offload::ParamStoreOptions NvmeHomes::param_options(const EngineConfig& cfg, std::size_t cbytes,
+                                                    std::uint64_t host_room) {
+  const OffloadConfig& pc = cfg.offload_param;
+  offload::ParamStoreOptions po;
+  po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
+  po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
+  po.budget_bytes = host_room;
+  apply_aio(cfg, po);
+  return po;
+}
+
+std::vector<offload::ParamTensor> NvmeHomes::param_tensors(const Layout& layout, std::size_t cbytes,
+                                                           const std::vector<Tier>& param_tiers) {
+  std::vector<offload::ParamTensor> tensors;
+  for (std::size_t li = 0; li < param_tiers.size(); ++li) {
+    if (param_tiers[li] == Tier::nvme)
+      tensors.push_back({str_cat("layer ", layout.layers()[li].id), layout.layer_shard(static_cast<int>(li)) * cbytes});
+  }
+  return tensors;
+}
+
 std::string NvmeHomes::lock_rank_dir(const std::string& nvme_path, const char* key) {
   const std::string dir = nvme_path + "/rank" + std::to_string(c_.rank);
   for (const auto& held : locks_)
@@ -45,25 +96,17 @@ void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers) {
   STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
                "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the "
                "NVMe drive");
-  offload::SwapperOptions so;
+  offload::SwapperOptions so = swapper_options(c_.cfg, c_.ledger.available(Tier::host));
   so.dir = lock_rank_dir(oc.nvme_path, "offload_optimizer.nvme_path");
-  so.sub_group_elems = c_.cfg.zero.sub_group_size;
-  so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
-  so.budget_bytes = c_.ledger.available(Tier::host);
-  so.queue_depth = static_cast<unsigned>(c_.cfg.aio.queue_depth);
-  so.block_bytes = static_cast<std::uint32_t>(c_.cfg.aio.block_size);
-  so.submit_batch = c_.cfg.aio.single_submit ? 1 : 8;
   so.tracer = c_.tracer;
   warn_aio_knobs();
-  std::vector<offload::SwapTensor> tensors;
   swap_index_.assign(opt_tiers.size(), -1);
   for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
     if (opt_tiers[li] != Tier::nvme) continue;
     swap_index_[li] = static_cast<int>(swap_layers_.size());
     swap_layers_.push_back(static_cast<int>(li));
-    tensors.push_back({str_cat("layer ", c_.layout.layers()[li].id), c_.layout.layer_shard(static_cast<int>(li))});
   }
-  swapper_ = std::make_unique<offload::OptimizerSwapper>(so, std::move(tensors));
+  swapper_ = std::make_unique<offload::OptimizerSwapper>(so, swap_tensors(c_.layout, opt_tiers));
   const std::uint64_t buffers = swapper_->buffer_bytes() * static_cast<std::uint64_t>(swapper_->buffer_count());
   c_.ledger.charge(Tier::host, Kind::buffers, buffers, "the NVMe optimizer swap buffers");
   swap_buffer_bytes_ = buffers;
@@ -77,24 +120,15 @@ NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, co
   STRATA_CHECK(
       !pc.nvme_path.empty(), Errc::invalid_argument,
       "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
-  offload::ParamStoreOptions po;
+  offload::ParamStoreOptions po = param_options(c_.cfg, c_.cbytes, c_.ledger.available(Tier::host));
   po.dir = lock_rank_dir(pc.nvme_path, "offload_param.nvme_path") + "/" + subdir;
-  po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * c_.cbytes;
-  po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
-  po.budget_bytes = c_.ledger.available(Tier::host);
-  po.queue_depth = static_cast<unsigned>(c_.cfg.aio.queue_depth);
-  po.block_bytes = static_cast<std::uint32_t>(c_.cfg.aio.block_size);
-  po.submit_batch = c_.cfg.aio.single_submit ? 1 : 8;
   warn_aio_knobs();
   ParamFiles b;
   b.subdir = subdir;
   b.index.assign(tiers.size(), -1);
-  std::vector<offload::ParamTensor> tensors;
-  for (std::size_t li = 0; li < tiers.size(); ++li) {
-    if (tiers[li] != Tier::nvme) continue;
-    b.index[li] = static_cast<int>(tensors.size());
-    tensors.push_back(
-        {str_cat("layer ", c_.layout.layers()[li].id), c_.layout.layer_shard(static_cast<int>(li)) * c_.cbytes});
+  std::vector<offload::ParamTensor> tensors = param_tensors(c_.layout, c_.cbytes, tiers);
+  for (std::size_t li = 0, n = 0; li < tiers.size(); ++li) {
+    if (tiers[li] == Tier::nvme) b.index[li] = static_cast<int>(n++);
   }
   b.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
   const std::uint64_t buffers = b.store->buffer_bytes() * static_cast<std::uint64_t>(b.store->buffer_count());

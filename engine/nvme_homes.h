@@ -73,6 +73,15 @@ class NvmeHomes {
   offload::IoWorker* io() const noexcept { return io_.get(); }
   void drain();  // the I/O worker's synchronize(), if there is one
 
+  // The stores' options from the config (no directory: the caller adds the rank's) with
+  // `host_room` host bytes for their buffers, and their tensors: the layers `tiers` puts on
+  // NVMe, in layer order. What the estimate (memory_estimate.h) sizes them with, too.
+  static offload::SwapperOptions swapper_options(const EngineConfig& cfg, std::uint64_t host_room);
+  static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers);
+  static offload::ParamStoreOptions param_options(const EngineConfig& cfg, std::size_t cbytes, std::uint64_t host_room);
+  static std::vector<offload::ParamTensor> param_tensors(const Layout& layout, std::size_t cbytes,
+                                                         const std::vector<Tier>& param_tiers);
+
  private:
   std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the directory
   void warn_aio_knobs() const;

@@ -26,6 +26,13 @@ PlacementPlan::PlacementPlan(const Context& ctx, std::vector<bool> persistent) :
   for (std::size_t li = 0; li < persistent.size(); ++li) layers_[li].persistent = persistent[li];
 }
 
+std::vector<bool> PlacementPlan::persistent_layers(const EngineConfig& cfg, const Layout& layout) {
+  std::vector<bool> out;
+  for (const auto& L : layout.layers())
+    out.push_back(cfg.zero.stage == 3 && L.numel < cfg.zero.stage3_param_persistence_threshold);
+  return out;
+}
+
 std::uint64_t PlacementPlan::device_scratch_bytes() const {
   return GradReducer::device_scratch_bytes(c_.layout, c_.device_collectives);
 }
@@ -142,9 +149,9 @@ void PlacementPlan::place() {
   if (stage == 3 && par == Tier::nvme)
     out << " (offload_param.device nvme, max_in_cpu " << c_.cfg.offload_param.max_in_cpu
         << " elements kept in host RAM)";
-  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(c_.dev.options().budget_bytes);
-  if (device_room() < c_.dev.options().budget_bytes) {
-    out << " (" << format_bytes(c_.dev.options().budget_bytes - device_room()) << " of it held by the trainer)";
+  out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(c_.device_budget);
+  if (device_room() < c_.device_budget) {
+    out << " (" << format_bytes(c_.device_budget - device_room()) << " of it held by the trainer)";
   }
   out << "\n";
   text_ = out.str();
@@ -211,7 +218,7 @@ void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, c
 // The device budget less what others (the trainer's activations) held on the Device when
 // setup() began.
 std::uint64_t PlacementPlan::device_room() const {
-  const std::uint64_t budget = c_.dev.options().budget_bytes;
+  const std::uint64_t budget = c_.device_budget;
   return budget > c_.device_held_by_others ? budget - c_.device_held_by_others : 0;
 }
 
@@ -238,10 +245,10 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
   const std::uint64_t window = largest * c_.cbytes * 2;  // one gathered layer and its gradient buffer
   const std::uint64_t minimum = persistent + window + device_scratch_bytes();
   const std::uint64_t budget = device_room();
-  const std::uint64_t held = c_.dev.options().budget_bytes - budget;
+  const std::uint64_t held = c_.device_budget - budget;
   STRATA_CHECK(
       minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget),
-      held ? str_cat(" (", format_bytes(c_.dev.options().budget_bytes), " less ", format_bytes(held),
+      held ? str_cat(" (", format_bytes(c_.device_budget), " less ", format_bytes(held),
                      " the trainer holds on the device)")
            : std::string(),
       " is too small for ZeRO stage ", stage, " of this model on rank ", c_.rank, ": it needs at least ",
@@ -272,7 +279,7 @@ void PlacementPlan::check_host_fit() const {
   }
   const offload::PlacementProblem p = make_problem({});
   const std::uint64_t buffers = p.host_fixed_bytes + (on_nvme ? p.nvme_buffer_bytes : 0);
-  const bool emulated = c_.dev.backend() == device::Backend::host;
+  const bool emulated = c_.device_in_host_ram;
   const std::uint64_t device = emulated ? check_device_fit(false, false) : 0;
   const std::uint64_t need = opt + acc + params + buffers + device;
   const HostMemory have = host_memory_available();

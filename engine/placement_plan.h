@@ -27,7 +27,6 @@
 #include "engine/layout.h"
 #include "offload/placement.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/device/device.h"
 
 namespace strata::engine {
 
@@ -38,12 +37,15 @@ class PlacementPlan {
     const Layout& layout;
     int rank = 0, world = 1;
     std::size_t cbytes = 4;
-    device::Device& dev;
+    std::uint64_t device_budget = 0;  // bytes of the device's memory the engine may use, with others
+    bool device_in_host_ram = false;  // the host-emulated device: its memory is host RAM too
     comm::Communicator* comm = nullptr;
     bool device_collectives = false;
     std::uint64_t device_held_by_others = 0;  // device memory in use when setup() began
   };
   PlacementPlan(const Context& ctx, std::vector<bool> persistent);
+  // Per layer: stays gathered on the device (stage 3, under stage3_param_persistence_threshold).
+  static std::vector<bool> persistent_layers(const EngineConfig& cfg, const Layout& layout);
 
   void place();
   void check_host_fit() const;

@@ -125,15 +125,19 @@ void Engine::setup() {
       I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
       I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
   I.dev_stream = I.dev.create_stream();
-  std::vector<bool> persistent;
-  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    persistent.push_back(stage == 3 && lay.layers()[li].numel < I.cfg.zero.stage3_param_persistence_threshold);
-  }
   // Where every layer's state lives, checked against the device budget (less what the
   // trainer already holds there) and host RAM before anything is allocated.
-  const PlacementPlan::Context pc{
-      I.cfg, lay, I.rank, I.world, I.cbytes, I.dev, I.comm, I.device_collectives(), I.dev.memory_stats().used_bytes};
-  I.plan = std::make_unique<PlacementPlan>(pc, std::move(persistent));
+  const PlacementPlan::Context pc{I.cfg,
+                                  lay,
+                                  I.rank,
+                                  I.world,
+                                  I.cbytes,
+                                  I.dev.options().budget_bytes,
+                                  I.dev.backend() == device::Backend::host,
+                                  I.comm,
+                                  I.device_collectives(),
+                                  I.dev.memory_stats().used_bytes};
+  I.plan = std::make_unique<PlacementPlan>(pc, PlacementPlan::persistent_layers(I.cfg, lay));
   I.plan->place();
   I.plan->check_host_fit();
   const auto& oc = I.cfg.optimizer;

@@ -67,16 +67,30 @@ struct Mlp::Gpu {
 
 Mlp::~Mlp() = default;
 
+std::vector<engine::ParamSpec> Mlp::param_specs(const MlpConfig& c) {
+  const auto h = static_cast<std::int64_t>(c.hidden);
+  std::vector<engine::ParamSpec> out;
+  for (int l = 0; l < c.layers; ++l) {
+    engine::ParamSpec w, b;
+    w.name = "layers." + std::to_string(l) + ".weight";
+    w.shape = {h, h};
+    w.layer = l;
+    w.init = {engine::InitKind::normal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(h)))};
+    b.name = "layers." + std::to_string(l) + ".bias";
+    b.shape = {h};
+    b.layer = l;
+    b.init = {engine::InitKind::zeros, 0.0f};
+    out.push_back(std::move(w));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 Mlp::Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* comm, Tracer* tracer)
     : engine_(engine), cfg_(config), comm_(comm), tracer_(tracer) {
   STRATA_CHECK(cfg_.layers >= 1 && cfg_.hidden >= 1, Errc::invalid_argument, "mlp: --layers ", cfg_.layers,
                " and --hidden ", cfg_.hidden, " must be >= 1");
-  const auto h = static_cast<std::int64_t>(cfg_.hidden);
-  for (int l = 0; l < cfg_.layers; ++l) {
-    engine_.register_param("layers." + std::to_string(l) + ".weight", {h, h}, l,
-                           {engine::InitKind::normal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(h)))});
-    engine_.register_param("layers." + std::to_string(l) + ".bias", {h}, l, {engine::InitKind::zeros, 0.0f});
-  }
+  for (const auto& p : param_specs(cfg_)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   if (engine_.device().backend() == device::Backend::cuda) {
     gpu_ = std::make_unique<Gpu>(engine_.device(), cfg_.layers,
                                  static_cast<std::size_t>(engine_.config().train_micro_batch_size_per_gpu),

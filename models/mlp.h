@@ -42,6 +42,8 @@ class Mlp {
   Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* comm = nullptr, Tracer* tracer = nullptr);
   ~Mlp();
   MlpStep train_step(std::int64_t step);
+  // The parameters the constructor registers, in order (for estimates without an engine).
+  static std::vector<engine::ParamSpec> param_specs(const MlpConfig& config);
   std::size_t parameter_count() const noexcept;
 
  private:

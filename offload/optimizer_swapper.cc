@@ -92,6 +92,19 @@ std::uint64_t OptimizerSwapper::min_budget_bytes(const SwapperOptions& o, const 
   return io::align_up(buffer_elems_for(o, tensors) * kBytesPerElem);
 }
 
+OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
+                                                        const std::vector<SwapTensor>& tensors) {
+  Footprint f;
+  const std::uint64_t elems = buffer_elems_for(o, tensors);
+  f.buffer_bytes = min_budget_bytes(o, tensors);
+  f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
+  for (const auto& t : tensors) {
+    for (std::uint64_t off = 0; off < t.elems; off += elems)
+      f.file_bytes += detail::swap_pair_bytes(4, std::min(elems, t.elems - off) * kBytesPerElem, o.block_bytes);
+  }
+  return f;
+}
+
 OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<SwapTensor> tensors)
     : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;

@@ -76,6 +76,17 @@ std::uint64_t ParamStore::min_budget_bytes(const ParamStoreOptions& o, const std
   return chunk_bytes_for(o, tensors);
 }
 
+ParamStore::Footprint ParamStore::footprint(const ParamStoreOptions& o, const std::vector<ParamTensor>& tensors) {
+  Footprint f;
+  f.buffer_bytes = chunk_bytes_for(o, tensors);
+  f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
+  for (const auto& t : tensors) {
+    for (std::uint64_t off = 0; off < t.bytes; off += f.buffer_bytes)
+      f.file_bytes += detail::swap_pair_bytes(1, std::min(f.buffer_bytes, t.bytes - off), o.block_bytes);
+  }
+  return f;
+}
+
 ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor> tensors)
     : impl_(std::make_unique<Impl>()) {
   auto& I = *impl_;

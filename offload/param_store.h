@@ -70,6 +70,15 @@ class ParamStore {
   ParamStoreStats stats() const;
 
   static std::uint64_t min_budget_bytes(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
+  // What a store for these tensors takes, computed without creating it: the buffers the
+  // constructor allocates (count 0: the budget fits none; the constructor refuses) and both
+  // generations of the swap files on disk, headers included.
+  struct Footprint {
+    std::uint64_t buffer_bytes = 0;
+    int buffer_count = 0;
+    std::uint64_t file_bytes = 0;
+  };
+  static Footprint footprint(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
 
  private:
   struct Impl;

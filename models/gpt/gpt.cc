@@ -123,7 +123,7 @@ std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType c
   // gradient buffer of the layer being reduced.
   const std::uint64_t live =
       (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
-  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) + access_bytes(c.shape, compute) + live;
+  return activation_bytes(c, micro_batch, compute) + live;
 }
 
 Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm,
@@ -139,9 +139,8 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
   STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
                " is below one GPT block's live window plus its activations: activations and buffers ",
-               format_bytes(GptPass::device_bytes(cfg_.shape, micro, cfg_.seq_len, cfg_.remat) +
-                            access_bytes(cfg_.shape, engine_.compute_dtype())),
-               " (micro-batch ", micro, " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
+               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype())), " (micro-batch ", micro,
+               " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
                ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
                "--device-budget) to at least ",
                format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
@@ -158,9 +157,12 @@ Gpt::~Gpt() = default;
 std::uint64_t Gpt::parameter_count() const noexcept { return gpt_parameter_count(cfg_.shape); }
 
 std::uint64_t Gpt::activation_bytes() const noexcept {
-  const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
-  return GptPass::device_bytes(cfg_.shape, micro, cfg_.seq_len, cfg_.remat) +
-         access_bytes(cfg_.shape, engine_.compute_dtype());
+  return activation_bytes(cfg_, static_cast<int>(engine_.config().train_micro_batch_size_per_gpu),
+                          engine_.compute_dtype());
+}
+
+std::uint64_t Gpt::activation_bytes(const GptConfig& c, int micro_batch, DType compute) noexcept {
+  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) + access_bytes(c.shape, compute);
 }
 
 GptStep Gpt::train_step(std::int64_t step) {

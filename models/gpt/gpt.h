@@ -49,6 +49,7 @@ class Gpt {
   std::uint64_t parameter_count() const noexcept;
   // Device bytes of activations, temporaries and fp32 conversion buffers.
   std::uint64_t activation_bytes() const noexcept;
+  static std::uint64_t activation_bytes(const GptConfig& config, int micro_batch, DType compute) noexcept;
   // Smallest device budget one block's live window plus the activations need (stage 3).
   static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute);
 

@@ -56,15 +56,30 @@ std::vector<std::string> create_swap_dir(const std::string& dir, const char* key
   return created;
 }
 
-std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
-                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
-                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
-                               const std::function<std::string(int gen)>& where, const char* tier) {
+namespace {
+
+io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
   io::SwapSpec spec;
   spec.element_bytes = element_bytes;
   spec.element_count = payload_bytes / element_bytes;
   spec.block_bytes =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(io::align_up(block_bytes), io::align_up(payload_bytes)));
+  return spec;
+}
+
+}  // namespace
+
+std::uint64_t swap_pair_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
+  auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
+  STRATA_IO_CHECK(layout.status(), "swap file layout");
+  return 2 * layout->file_bytes;
+}
+
+std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
+                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
+                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
+                               const std::function<std::string(int gen)>& where, const char* tier) {
+  const io::SwapSpec spec = pair_spec(element_bytes, payload_bytes, block_bytes);
   std::uint64_t total = 0;
   for (int g = 0; g < 2; ++g) {
     path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");

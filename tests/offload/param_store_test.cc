@@ -132,3 +132,20 @@ TEST_CASE("a host budget below one parameter buffer is refused, naming the minim
   CHECK(m.find("offload_param.buffer_size") != std::string::npos);
   CHECK(m.find("memory_budget.host") != std::string::npos);
 }
+
+TEST_CASE("a store's footprint, computed without creating it, is what the store takes", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  for (std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{20000}}) {
+    INFO("budget " << budget);
+    auto o = options_in(dir.file("rank0"));
+    o.budget_bytes = budget;  // the second fits two of the three buffers asked for
+    o.buffer_count = 3;
+    const std::vector<offload::ParamTensor> tensors{{"layer 0", 20000}, {"layer 1", 100}, {"layer 2", 8192}};
+    const auto f = offload::ParamStore::footprint(o, tensors);
+    offload::ParamStore s(o, tensors);
+    CHECK(f.buffer_bytes == s.buffer_bytes());
+    CHECK(f.buffer_count == s.buffer_count());
+    CHECK(f.file_bytes == s.file_bytes());
+    CHECK(f.buffer_count == (budget < 30000 ? 2 : 3));
+  }
+}

@@ -114,3 +114,21 @@ TEST_CASE("a budget smaller than one buffer is refused, naming the minimum", "[o
   offload::OptimizerSwapper sw(o, tensors);
   CHECK(sw.buffer_count() == 2);
 }
+
+TEST_CASE("a swapper's footprint, computed without creating it, is what the swapper takes", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  // Sub-groups of 1000 elements cut the first tensor into a short last one; the second budget
+  // fits two of the four buffers asked for.
+  for (std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{30000}}) {
+    INFO("budget " << budget);
+    auto o = small_options(dir.file("rank0"), 1000, 4);
+    o.budget_bytes = budget;
+    const std::vector<offload::SwapTensor> tensors{{"layer 0", 2500}, {"layer 1", 7}};
+    const auto f = offload::OptimizerSwapper::footprint(o, tensors);
+    offload::OptimizerSwapper sw(o, tensors);
+    CHECK(f.buffer_bytes == sw.buffer_bytes());
+    CHECK(f.buffer_count == sw.buffer_count());
+    CHECK(f.file_bytes == sw.file_bytes());
+    CHECK(f.buffer_count == (budget < (1u << 20) ? 2 : 4));
+  }
+}

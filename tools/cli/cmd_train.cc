@@ -123,7 +123,8 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
           {"nvme_gbps", nvme_gbps},
           {"io_wait_ms", io.io_wait_seconds * 1e3},
           {"engine_step_ms", io.step_seconds * 1e3}}},
-        {"gathered_elems_peak", mem.peak_gathered_elems}};
+        {"gathered_elems_peak", mem.peak_gathered_elems},
+        {"device_memory_peak_bytes", mem.device_memory_peak}};
     if (!std::isnan(val)) j["val_loss"] = val;
     log << j.dump() << "\n";
     log.flush();
@@ -176,7 +177,7 @@ int run(const Options& o) {
   engine::ModelFacts facts;
   facts.world_size = world;
   facts.total_steps = o.steps;
-  facts.hidden_size = static_cast<std::uint64_t>(o.m.model == "mlp" ? (o.m.hidden > 0 ? o.m.hidden : 64) : o.m.d_model);
+  facts.hidden_size = model_hidden_size(o.m);
   const engine::EngineConfig cfg = engine::load_config(o.config, facts);
 
   const device::DeviceOptions dopt = device_options(o, cfg, co);
@@ -230,12 +231,8 @@ int run(const Options& o) {
 Action setup(CLI::App& cmd) {
   auto o = std::make_shared<Options>();
   auto& m = o->m;
-  cmd.add_option("--model", m.model, "Model to train: mlp (the demo) or gpt");
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
-  cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")
-      ->check(CLI::Range(1, 100000));
-  cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
-  add_gpt_shape_options(cmd, m);
+  add_model_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");
   cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16 (see models/gpt/data.h)");
   cmd.add_option("--val-fraction", m.val_fraction, "Share of the data held out for validation (default 0.1)");

@@ -40,6 +40,14 @@ class MlpModel : public TrainModel {
 
 }  // namespace
 
+void add_model_options(CLI::App& cmd, ModelOptions& m) {
+  cmd.add_option("--model", m.model, "Model: mlp (the demo) or gpt");
+  cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")
+      ->check(CLI::Range(1, 100000));
+  cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
+  add_gpt_shape_options(cmd, m);
+}
+
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
   cmd.add_option("--preset", m.preset, "GPT size: tiny|124M|350M|774M|1.5B");
   cmd.add_option("--heads", m.heads, "GPT attention heads")->check(CLI::Range(1, 4096));
@@ -77,20 +85,52 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
   return c;
 }
 
-namespace {
+std::uint64_t model_hidden_size(const ModelOptions& o) {
+  if (o.model == "gpt") return static_cast<std::uint64_t>(gpt_config(o, false).shape.d_model);
+  return static_cast<std::uint64_t>(o.hidden > 0 ? o.hidden : 64);
+}
 
-// The config asks for re-materialization with DeepSpeed's activation_checkpointing block.
-bool config_remat(const engine::Engine& engine) {
-  const auto& ignored = engine.config().ignored_keys;
+bool config_remat(const engine::EngineConfig& config) {
+  const auto& ignored = config.ignored_keys;
   return std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
 }
+
+ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) {
+  ModelSize out;
+  if (o.model == "mlp") {
+    const model::MlpConfig m{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, 0.0, o.seed};
+    out.params = model::Mlp::param_specs(m);
+    out.describe = str_cat("mlp ", m.layers, " x ", m.hidden);
+    return out;  // its activations live in host memory on the host device
+  }
+  STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
+  const model::GptConfig c = gpt_config(o, config_remat(config));
+  for (const auto& p : model::gpt_params(c.shape)) {
+    engine::ParamSpec s;
+    s.name = p.name;
+    s.shape = p.shape;
+    s.layer = p.layer;
+    s.init = p.init;
+    out.params.push_back(std::move(s));
+  }
+  out.device_bytes = model::Gpt::activation_bytes(c, static_cast<int>(config.train_micro_batch_size_per_gpu),
+                                                  engine::compute_dtype_of(config));
+  out.min_device_bytes = model::Gpt::min_device_bytes(c, static_cast<int>(config.train_micro_batch_size_per_gpu),
+                                                      engine::compute_dtype_of(config));
+  const auto& s = c.shape;
+  out.describe = str_cat("gpt ", s.layers, " layers x ", s.d_model, " (", s.heads, " heads, vocab ", s.vocab, ", seq ",
+                         c.seq_len, ", remat ", model::remat_name(c.remat), ")");
+  return out;
+}
+
+namespace {
 
 class GptModel : public TrainModel {
  public:
   GptModel(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm, Tracer* tracer)
       : o_(o),
         engine_(engine),
-        cfg_(gpt_config(o, config_remat(engine))),
+        cfg_(gpt_config(o, config_remat(engine.config()))),
         data_(model::TokenData::load(o.data, cfg_.shape.vocab, o.data_format, engine.rank() != 0)),
         batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed),
         gpt_(engine, cfg_, batcher_, comm, tracer) {

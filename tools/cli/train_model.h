@@ -51,6 +51,8 @@ class TrainModel {
   virtual std::string finish() = 0;
 };
 
+// Adds the model's flags: --model, --layers, --hidden and the GPT's shape.
+void add_model_options(CLI::App& cmd, ModelOptions& m);
 // Adds the GPT's shape flags (--preset --heads --d-model --seq-len --positions --vocab
 // --remat; --layers is the caller's, shared with the MLP).
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
@@ -59,6 +61,22 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
 // re-materialization from --remat, else `always` when config_remat. Throws
 // Errc::invalid_argument naming the flag for a shape that cannot work.
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
+
+// The model's hidden size, for the config's "auto" values (MLP --hidden; GPT width, from
+// its preset or --d-model).
+std::uint64_t model_hidden_size(const ModelOptions& o);
+
+// The config asks for re-materialization (DeepSpeed's activation_checkpointing block).
+bool config_remat(const engine::EngineConfig& config);
+
+// What a model registers and holds on the device, without building it (strata estimate).
+struct ModelSize {
+  std::vector<engine::ParamSpec> params;
+  std::uint64_t device_bytes = 0;      // activations, temporaries and conversion buffers on the device
+  std::uint64_t min_device_bytes = 0;  // the smallest device budget the model itself accepts
+  std::string describe;
+};
+ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config);
 
 // Throws Errc::invalid_argument naming the flag for a bad model option.
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,

@@ -1,0 +1,163 @@
+// The engine's memory per tier and kind before anything is allocated (the protocol in
+// memory_estimate.h).
+#include "engine/memory_estimate.h"
+
+#include <algorithm>
+
+#include "engine/grad_reducer.h"
+#include "engine/nvme_homes.h"
+#include "engine/optimizer_state.h"
+#include "engine/placement_plan.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
+
+namespace strata::engine {
+namespace {
+
+std::uint64_t& at(MemoryEstimate& e, Tier t, Kind k) {
+  return e.tiers[static_cast<std::size_t>(t)].kind[static_cast<std::size_t>(k)];
+}
+
+// What setup() allocates for every layer where the plan puts it, and the NVMe stores.
+void add_model_state(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
+  const int stage = in.config.zero.stage;
+  const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
+  std::vector<Tier> opt_tiers, param_tiers;
+  bool any_acc_on_host = false;
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    const auto& L = lay.layers()[li];
+    opt_tiers.push_back(plan.opt_tier(l));
+    param_tiers.push_back(plan.param_tier(l));
+    any_acc_on_host |= plan.acc_on_host(l);
+    if (plan.opt_tier(l) != Tier::nvme)
+      at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
+    at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) += 4 * GradReducer::acc_elems(lay, stage, l);
+    if (stage <= 2 || plan.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
+    if (stage == 3 && plan.param_tier(l) != Tier::nvme)
+      at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;
+  }
+  // The NVMe stores are opened after the reducer's scratch, with what the host budget leaves.
+  const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, any_acc_on_host);
+  at(e, Tier::host, Kind::buffers) += scratch;
+  at(e, Tier::device, Kind::buffers) += GradReducer::device_scratch_bytes(lay, in.device_collectives);
+  const std::uint64_t host_budget = in.config.memory_budget.host ? in.config.memory_budget.host : ~std::uint64_t{0} / 2;
+  std::uint64_t host_used = scratch;
+  if (std::count(opt_tiers.begin(), opt_tiers.end(), Tier::nvme) > 0) {
+    const auto f = offload::OptimizerSwapper::footprint(
+        NvmeHomes::swapper_options(in.config, host_budget - std::min(host_budget, host_used)),
+        NvmeHomes::swap_tensors(lay, opt_tiers));
+    at(e, Tier::nvme, Kind::optimizer) += f.file_bytes;
+    at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
+    host_used += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
+  }
+  if (std::count(param_tiers.begin(), param_tiers.end(), Tier::nvme) > 0) {
+    const auto f = offload::ParamStore::footprint(
+        NvmeHomes::param_options(in.config, c, host_budget - std::min(host_budget, host_used)),
+        NvmeHomes::param_tensors(lay, c, param_tiers));
+    at(e, Tier::nvme, Kind::params) += f.file_bytes;
+    at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
+  }
+}
+
+// Elements of gather staging held at once: the largest layer gathered on demand, or the
+// layers prefetched ahead of use, whole layers in the host-trainer contract's order within
+// stage3_prefetch_bucket_size (gather_path.h).
+std::uint64_t prefetch_staging(const EngineConfig& cfg, const Layout& lay, const PlacementPlan& plan) {
+  std::vector<std::uint64_t> order;  // forward then backward
+  for (std::size_t li = 0; li < lay.layers().size(); ++li)
+    if (!plan.persistent(static_cast<int>(li))) order.push_back(lay.layers()[li].padded);
+  for (std::size_t k = order.size(); k-- > 0;) order.push_back(order[k]);
+  std::uint64_t most = lay.largest_layer_padded();
+  for (std::size_t start = 0; start < order.size(); ++start) {
+    std::uint64_t issued = 0;
+    for (std::size_t k = start; k < order.size() && issued + order[k] <= cfg.zero.stage3_prefetch_bucket_size; ++k)
+      issued += order[k];
+    most = std::max(most, std::min<std::uint64_t>(issued, cfg.zero.stage3_max_live_parameters));
+  }
+  return most;
+}
+
+// Bounds of the buffers a step holds for a while (the protocol in memory_estimate.h).
+void add_step_buffers(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
+  const auto& z = in.config.zero;
+  const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
+  std::uint64_t gathered = 0, device_copy = 0, staged = 0, nvme_copies = 0, nvme_sum = 0;
+  bool paced = true;  // every NVMe parameter layer's optimizer waits on its own NVMe state
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    const std::uint64_t copies = OptimizerState::elems(lay, z.stage, l) * c;
+    if (z.stage == 3 && !plan.persistent(l)) gathered += lay.layers()[li].padded;
+    if (z.stage == 3 && plan.opt_tier(l) == Tier::device && plan.param_tier(l) != Tier::device)
+      device_copy = std::max(device_copy, copies);
+    if (plan.param_tier(l) == Tier::nvme) {
+      nvme_copies = std::max(nvme_copies, copies);
+      nvme_sum += copies;
+      paced = paced && plan.opt_tier(l) == Tier::nvme;
+    } else if (plan.opt_tier(l) != Tier::device && plan.param_tier(l) == Tier::device) {
+      staged = std::max(staged, copies);
+    }
+  }
+  // Gradient buffers: the one the trainer fills, and with overlap_comm those the queued
+  // reductions still hold (GradReducer::max_in_flight): the largest layers' at most.
+  const std::uint64_t largest = lay.largest_layer_padded();
+  std::vector<std::uint64_t> sizes;
+  for (const auto& L : lay.layers()) sizes.push_back(L.padded);
+  std::sort(sizes.rbegin(), sizes.rend());
+  const std::size_t held_buffers = z.overlap_comm ? 1 + GradReducer::max_in_flight(in.world) : 1;
+  std::uint64_t grad_buffers = 0;
+  for (std::size_t k = 0; k < held_buffers; ++k) grad_buffers += sizes[std::min(k, sizes.size() - 1)] * c;
+  // Updated copies staged in host memory during the optimizer step: one layer for the host
+  // link; for NVMe, the layer being filled and the one whose write-back holds it, or every
+  // layer's when an optimizer that does not wait on NVMe outruns the write-backs.
+  staged = std::max(staged, paced ? std::min(nvme_sum, 2 * nvme_copies) : nvme_sum);
+  std::uint64_t& host = at(e, Tier::host, Kind::buffers);
+  // Gather staging (pinned) lives during forward and backward, update staging during the
+  // optimizer step; the step's write-backs run into the next step, so its first gathers may
+  // stage beside the last write-back's copies (beside all of them when they outran the NVMe).
+  const std::uint64_t gather_staging = z.stage == 3 && gathered > 0 ? prefetch_staging(in.config, lay, plan) * c : 0;
+  host += paced ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
+  // The device: what the step adds there fits the room the rest leaves. Gathered layers stay
+  // (prefetched or retained) while there is room and the live limit allows; at least the
+  // largest layer (setup() checked it).
+  std::uint64_t held = in.trainer_device_bytes;
+  for (const auto& t : e.tiers[0].kind) held += t;
+  const std::uint64_t room = in.device_budget > held ? in.device_budget - held : 0;
+  std::uint64_t dynamic = grad_buffers + device_copy;
+  if (z.stage == 3 && gathered > 0)
+    dynamic += std::max(std::min<std::uint64_t>(gathered, z.stage3_max_live_parameters) * c, largest * c);
+  at(e, Tier::device, Kind::buffers) += std::max(std::min(dynamic, room), largest * c * (z.stage == 3 ? 2 : 1));
+}
+
+}  // namespace
+
+std::uint64_t TierEstimate::total() const noexcept {
+  std::uint64_t n = 0;
+  for (auto k : kind) n += k;
+  return n;
+}
+
+MemoryEstimate estimate_memory(const EstimateInput& in) {
+  const Layout lay(in.params, in.world, in.config.zero.reduce_bucket_size);
+  const PlacementPlan::Context pc{in.config,
+                                  lay,
+                                  in.rank,
+                                  in.world,
+                                  dtype_size(compute_dtype_of(in.config)),
+                                  in.device_budget,
+                                  in.device_in_host_ram,
+                                  nullptr,
+                                  in.device_collectives,
+                                  in.trainer_device_bytes};
+  PlacementPlan plan(pc, PlacementPlan::persistent_layers(in.config, lay));
+  plan.place();  // refuses what fits nowhere, naming the smallest budget that would
+  MemoryEstimate e;
+  e.trainer_device_bytes = in.trainer_device_bytes;
+  e.params = lay.total_numel();
+  e.placement = plan.explain();
+  add_model_state(in, lay, plan, e);
+  add_step_buffers(in, lay, plan, e);
+  return e;
+}
+
+}  // namespace strata::engine

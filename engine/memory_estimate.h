@@ -1,0 +1,59 @@
+// MemoryEstimate: what one rank of the engine will hold on each tier, per kind, at its peak,
+// computed from the registrations and the configuration without allocating the model
+// (docs/design.md, "Sizing a run"). `strata estimate` prints it.
+//
+// Protocol. estimate_memory() lays the model out as setup() would, places it with the same
+// policy (PlacementPlan: the static DeepSpeed form, or the budget-driven planner, which
+// refuses a budget nothing fits and names the smallest that would), then sizes each part
+// from the functions the parts allocate with: the resident model state per tier (parameters
+// and stage-3 shards, fp32 accumulators, fp32 master and moments) is what setup() allocates,
+// byte for byte; the NVMe swap files and their pinned buffers are the stores' footprints;
+// the reduction scratch is the reducer's. Buffers that come and go during a step are bounded
+// by the engine's rules: the gradient buffer the trainer fills (with overlap_comm also those
+// the queued reductions hold: GradReducer::max_in_flight of the largest layers);
+// at stage 3 the gathered window (prefetch and retention fill the device up to
+// stage3_max_live_parameters and the room the rest leaves), the pinned staging of the gathers
+// in flight (the prefetch window), the updated copies staged for the host link or NVMe (one
+// layer; every NVMe layer's shards while their write-backs queue) and the device copies of
+// the device optimizer for off-device shards (one layer). A tier's peak adds the kinds'
+// peaks: an upper bound, reached when the buffers' peaks coincide.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/layout.h"
+#include "offload/ledger.h"
+
+namespace strata::engine {
+
+struct EstimateInput {
+  EngineConfig config;
+  std::vector<ParamSpec> params;  // the model's registrations, in order
+  int world = 1;
+  int rank = 0;
+  std::uint64_t device_budget = 0;         // bytes of device memory (the device's budget)
+  std::uint64_t trainer_device_bytes = 0;  // what the trainer holds there before setup() (activations)
+  bool device_collectives = false;         // EngineOptions::device_comm with world > 1 (NCCL on GPUs)
+  bool device_in_host_ram = true;          // the host-emulated device
+};
+
+struct TierEstimate {
+  std::array<std::uint64_t, kKinds> kind{};  // peak bytes per kind (params, grads, optimizer, buffers)
+  std::uint64_t total() const noexcept;
+};
+
+struct MemoryEstimate {
+  std::array<TierEstimate, kTiers> tiers;  // device, host, nvme: the engine's ledger
+  std::uint64_t trainer_device_bytes = 0;  // the trainer's own device memory, beside the engine's
+  std::uint64_t params = 0;                // the model's parameters (elements)
+  std::string placement;                   // what lives where and why (PlacementPlan::explain)
+};
+
+MemoryEstimate estimate_memory(const EstimateInput& in);
+
+}  // namespace strata::engine

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Checks `strata estimate` against `strata train` over a sweep of configurations: ZeRO stages
+0-3, optimizer state and parameters on the device, in host RAM and on NVMe, budget-driven
+placement, overlap_comm, micro-batch and accumulation, bf16 and fp32, world 1 and 2, the MLP
+and the GPT. For each it runs the estimate and a few training steps, and compares the
+predicted peak of each tier (the engine's ledger: device, host, NVMe; the GPT's own device
+memory beside it) with the measured one. Prints one row per configuration and the worst
+error per tier; --csv writes the rows.
+
+  estimate_sweep.py STRATA [--quick] [--csv FILE] [--nvme DIR]
+
+Exit status 1 when a prediction is below what was measured (the whole device: by more than
+0.5%, its allocation granules) or more than --tolerance (5%) above it."""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+TIERS = ["device", "host", "nvme"]
+COLUMNS = TIERS + ["device_total"]
+
+
+def config(stage, opt="none", par="none", micro=2, accum=2, bf16=True, overlap=False, nvme="", budget=None,
+           bucket=20000, persistence=0):
+    zero = {"stage": stage, "overlap_comm": overlap, "reduce_bucket_size": bucket, "sub_group_size": 30000,
+            "stage3_param_persistence_threshold": persistence, "stage3_prefetch_bucket_size": 50000,
+            "offload_optimizer": {"device": opt, "nvme_path": nvme},
+            "offload_param": {"device": par, "nvme_path": nvme, "buffer_size": 20000, "max_in_cpu": 0}}
+    c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum,
+         "bf16": {"enabled": bf16}, "gradient_clipping": 1.0,
+         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+         "zero_optimization": zero, "aio": {"block_size": 65536}}
+    if budget:
+        c["memory_budget"] = budget
+    return c
+
+
+MLP = ["--model", "mlp", "--layers", "6", "--hidden", "256"]
+GPT = ["--model", "gpt", "--layers", "2", "--heads", "4", "--d-model", "64", "--seq-len", "32"]
+GPT_LONG = ["--model", "gpt", "--layers", "2", "--heads", "4", "--d-model", "64", "--seq-len", "64"]
+DATA = ["--data", os.path.join(ROOT, "docs", "design.md")]
+
+
+def sweep(nvme, quick):
+    runs = []
+    for world in (1, 2):
+        for stage in (0, 1, 2, 3):
+            runs.append((f"mlp w{world} s{stage}", MLP, world, config(stage)))
+        for stage in (1, 2, 3):
+            runs.append((f"mlp w{world} s{stage} opt-cpu", MLP, world, config(stage, "cpu")))
+            runs.append((f"mlp w{world} s{stage} opt-nvme", MLP, world, config(stage, "nvme", nvme=nvme)))
+        runs.append((f"mlp w{world} s3 cpu/cpu", MLP, world, config(3, "cpu", "cpu")))
+        runs.append((f"mlp w{world} s3 nvme/nvme", MLP, world, config(3, "nvme", "nvme", nvme=nvme)))
+        runs.append((f"mlp w{world} s3 cpu/nvme", MLP, world, config(3, "cpu", "nvme", nvme=nvme)))
+        runs.append((f"mlp w{world} s2 overlap", MLP, world, config(2, overlap=True)))
+        runs.append((f"mlp w{world} s3 fp32 micro4", MLP, world, config(3, micro=4, accum=1, bf16=False)))
+        runs.append((f"gpt w{world} s3", GPT, world, config(3)))
+        runs.append((f"gpt w{world} s1 opt-cpu", GPT, world, config(1, "cpu")))
+    runs.append(("gpt w1 s3 seq64 remat", GPT_LONG + ["--remat", "always"], 1, config(3)))
+    runs.append(("gpt w1 s3 seq64 micro4", GPT_LONG, 1, config(3, micro=4, accum=1)))
+    runs.append(("gpt w1 s2 remat opt-nvme", GPT + ["--remat", "always"], 1, config(2, "nvme", nvme=nvme)))
+    runs.append(("gpt w1 s3 nvme/nvme", GPT, 1, config(3, "nvme", "nvme", nvme=nvme)))
+    runs.append(("mlp w1 s3 budget", MLP, 1, config(3, nvme=nvme, budget={"device": "3MiB", "host": "4MiB"})))
+    if quick:
+        runs = runs[::3]
+    return runs
+
+
+def last_json_line(path):
+    with open(path) as f:
+        lines = [l for l in f if l.strip()]
+    return json.loads(lines[-1])
+
+
+def run_one(strata, name, model, world, cfg, tmp, device_budget):
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    common = model + ["--config", path, "--device-budget", device_budget]
+    est = json.loads(subprocess.run([strata, "estimate", *common, "--world", str(world), "--json"], check=True,
+                                    capture_output=True, text=True).stdout)
+    log = os.path.join(tmp, "log.jsonl")
+    data = DATA if model[1] == "gpt" else []
+    train = [strata, "train", *common, *data, "--device", "host", "--steps", "3", "--log-json", log]
+    if world > 1:
+        train = [strata, "launch", "-n", str(world), "--", *train]
+    done = subprocess.run(train, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: strata train failed:\n{done.stdout}\n{done.stderr}")
+    got = last_json_line(log)
+    row = {"run": name}
+    for t in TIERS:
+        row[f"{t}_predicted"] = est["tiers"][t]["total"]
+        row[f"{t}_measured"] = got["tiers"][t]["peak_bytes"]
+    # The whole device: the engine's ledger and the model's own memory (GPT activations).
+    row["device_total_predicted"] = est["device_total"]
+    row["device_total_measured"] = got["device_memory_peak_bytes"]
+    return row
+
+
+def error(pred, meas):
+    if meas == 0:
+        return 0.0 if pred == 0 else float("inf")
+    return (pred - meas) / meas
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("strata")
+    ap.add_argument("--quick", action="store_true", help="every third configuration")
+    ap.add_argument("--csv")
+    ap.add_argument("--nvme", default="/var/tmp/strata-estimate-sweep")
+    ap.add_argument("--device-budget", default="64MiB")
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, world, cfg in sweep(a.nvme, a.quick):
+            rows.append(run_one(a.strata, name, model, world, cfg, tmp, a.device_budget))
+            r = rows[-1]
+            cells = "  ".join(f"{t} {r[f'{t}_measured']:>10} {100 * error(r[f'{t}_predicted'], r[f'{t}_measured']):+6.1f}%"
+                              for t in COLUMNS)
+            print(f"{name:28s} {cells}", flush=True)
+    worst = {t: max((error(r[f"{t}_predicted"], r[f"{t}_measured"]) for r in rows), key=abs) for t in COLUMNS}
+    print(f"{len(rows)} configurations; worst error per tier (predicted vs measured peak): " +
+          ", ".join(f"{t} {100 * worst[t]:+.1f}%" for t in COLUMNS))
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+    # The engine's tiers are counted in bytes and must never exceed the prediction; the whole
+    # device is counted in the device's allocation granules, which the estimate does not model.
+    floor = {t: 0.0 for t in TIERS}
+    floor["device_total"] = -0.005
+    bad = [r["run"] for r in rows for t in COLUMNS
+           if not (floor[t] <= error(r[f"{t}_predicted"], r[f"{t}_measured"]) <= a.tolerance)]
+    if bad:
+        print("outside [0, +%.0f%%] (device total: [-0.5%%, +%.0f%%]): %s" %
+              (100 * a.tolerance, 100 * a.tolerance, ", ".join(sorted(set(bad)))))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

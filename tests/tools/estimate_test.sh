@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `strata estimate` against `strata train`: the full sweep of scripts/estimate_sweep.py (35+
+# configurations: stages 0-3, every placement, budget-driven, overlap_comm, micro-batch,
+# sequence length, re-materialization, world 1 and 2, MLP and GPT) predicts every tier's
+# peak within [0, +5%] of the measured one; the text form names the tiers and DeepSpeed's
+# figure; a budget nothing fits is refused by estimate as by train, naming the smallest one.
+# Exits 77 (skipped) where io_uring is unavailable (the sweep puts state on NVMe).
+set -euo pipefail
+source "$(dirname "$0")/common.sh" "$1" estimate
+root=$(cd "$(dirname "$0")/../.." && pwd)
+python3 "$root/scripts/estimate_sweep.py" "$strata" --nvme "$dir/nvme" --csv "$dir/sweep.csv" \
+  || fail "estimate_sweep.py: a prediction outside its bounds (see above)"
+
+cat > "$dir/ds.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"}},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+out=$("$strata" estimate --model mlp --layers 8 --hidden 512 --config "$dir/ds.json" --world 2)
+for want in "tier" "device" "host" "nvme" "optimizer" "DeepSpeed's estimator" "ZeRO-3, optimizer offloaded"; do
+  grep -q "$want" <<<"$out" || fail "estimate output lacks '$want': $out"
+done
+
+# A device budget below the fixed part: both commands refuse it, naming the minimum.
+for cmd in estimate train; do
+  set +e
+  err=$("$strata" "$cmd" --model mlp --layers 8 --hidden 512 --config "$dir/ds.json" --device-budget 64KiB 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || fail "$cmd accepted a 64 KiB device budget"
+  grep -q "device budget" <<<"$err" && grep -q "needs at least" <<<"$err" \
+    || fail "$cmd: the refusal does not name the smallest budget: $err"
+done
+echo "estimate: OK"

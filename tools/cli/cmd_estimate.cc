@@ -1,0 +1,154 @@
+// `strata estimate --model mlp|gpt --config FILE.json [--world N]`: the peak bytes one rank
+// of `strata train` with the same flags will hold on each tier (device, host, NVMe) and per
+// kind (parameters, gradients, optimizer state, buffers), and the model's own device memory
+// (GPT activations), computed without allocating the model (engine/memory_estimate.h), with
+// DeepSpeed's estimator beside it. A budget nothing fits is refused, naming the smallest
+// that would. --json prints the same as one object.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/config.h"
+#include "engine/memory_estimate.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+#include "tools/cli/command.h"
+#include "tools/cli/train_model.h"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  ModelOptions m;
+  std::string config;
+  int world = 1;
+  std::string device = "host";
+  std::string device_budget = "1GiB";
+  bool json = false;
+};
+
+// DeepSpeed's model-state estimator for the same run (Ψ parameters, L in the largest layer,
+// g ranks on the node, one node; buffer factor 1.5): per GPU and CPU bytes, as its
+// estimate_zero{2,3}_model_states_mem_needs functions compute them. It counts neither NVMe
+// nor activations; stage 0 has no estimator there (plain data parallelism: 18 B a parameter).
+struct DeepSpeedFigure {
+  std::string formula;
+  double gpu = 0, cpu = 0;
+};
+
+DeepSpeedFigure deepspeed_figure(const engine::EngineConfig& c, double psi, double largest, int g) {
+  const double f = 1.5;
+  const bool opt_off = c.offload_optimizer.device != engine::OffloadDevice::none;
+  const bool par_off = c.offload_param.device != engine::OffloadDevice::none;
+  if (c.zero.stage == 0) return {"stage 0: 18 B per parameter on the GPU", 18 * psi, 0};
+  if (c.zero.stage <= 2) {
+    if (opt_off)
+      return {"ZeRO-2, optimizer offloaded: GPU 2Ψ, CPU Ψ·max(4g,16)·1.5", 2 * psi, psi * std::max(4.0 * g, 16.0) * f};
+    return {"ZeRO-2: GPU 4Ψ + 16Ψ/g, CPU 4Ψ·g·1.5", 4 * psi + 16 * psi / g, 4 * psi * g * f};
+  }
+  if (opt_off && par_off)
+    return {"ZeRO-3, parameters and optimizer offloaded: GPU 4L, CPU 18Ψ·1.5", 4 * largest, 18 * psi * f};
+  if (opt_off)
+    return {"ZeRO-3, optimizer offloaded: GPU 4L + 2Ψ/g, CPU Ψ·max(4g,16)·1.5", 4 * largest + 2 * psi / g,
+            psi * std::max(4.0 * g, 16.0) * f};
+  return {"ZeRO-3: GPU 4L + 18Ψ/g, CPU 4Ψ·g·1.5", 4 * largest + 18 * psi / g, 4 * psi * g * f};
+}
+
+nlohmann::json tier_json(const engine::TierEstimate& t) {
+  nlohmann::json j;
+  for (int k = 0; k < engine::kKinds; ++k) j[engine::kind_name(static_cast<engine::Kind>(k))] = t.kind[k];
+  j["total"] = t.total();
+  return j;
+}
+
+int run(const Options& o) {
+  STRATA_CHECK(o.world >= 1, Errc::invalid_argument, "--world ", o.world, " must be >= 1");
+  STRATA_CHECK(o.device == "host" || o.device == "cuda", Errc::invalid_argument, "--device ", o.device,
+               " is not available: use host or cuda");
+  engine::ModelFacts facts;
+  facts.world_size = o.world;
+  facts.total_steps = 1;
+  facts.hidden_size = model_hidden_size(o.m);
+  engine::EstimateInput in;
+  in.config = engine::load_config(o.config, facts);
+  const ModelSize model = model_size(o.m, in.config);
+  in.params = model.params;
+  in.world = o.world;
+  in.device_budget =
+      in.config.memory_budget.device ? in.config.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
+  in.trainer_device_bytes = model.device_bytes;
+  in.device_in_host_ram = o.device == "host";
+  in.device_collectives = o.device == "cuda" && o.world > 1;  // strata train adds NCCL there
+  STRATA_CHECK(model.min_device_bytes <= in.device_budget, Errc::out_of_budget, "device budget ",
+               format_bytes(in.device_budget), " is below what ", model.describe,
+               " needs on the device itself: ", format_bytes(model.min_device_bytes), " (", model.min_device_bytes,
+               " B: activations, and one block gathered with its gradient buffer); raise memory_budget.device (or "
+               "--device-budget) to at least that");
+  const engine::MemoryEstimate e = engine::estimate_memory(in);  // refuses a budget nothing fits
+
+  std::size_t largest = 0;
+  {
+    std::vector<std::size_t> per_layer;
+    for (const auto& p : in.params) {
+      std::size_t n = 1;
+      for (auto d : p.shape) n *= static_cast<std::size_t>(d);
+      if (per_layer.size() <= static_cast<std::size_t>(p.layer)) per_layer.resize(p.layer + 1, 0);
+      per_layer[static_cast<std::size_t>(p.layer)] += n;
+    }
+    for (auto n : per_layer) largest = std::max(largest, n);
+  }
+  const DeepSpeedFigure ds =
+      deepspeed_figure(in.config, static_cast<double>(e.params), static_cast<double>(largest), o.world);
+  const std::uint64_t device_total = e.tiers[0].total() + e.trainer_device_bytes;
+  const char* tiers[] = {"device", "host", "nvme"};
+  if (o.json) {
+    nlohmann::json j{{"model", model.describe},
+                     {"parameters", e.params},
+                     {"stage", in.config.zero.stage},
+                     {"world", o.world},
+                     {"compute_dtype", dtype_name(engine::compute_dtype_of(in.config))},
+                     {"device_budget", in.device_budget},
+                     {"trainer_device_bytes", e.trainer_device_bytes},
+                     {"device_total", device_total},
+                     {"deepspeed", {{"formula", ds.formula}, {"gpu_bytes", ds.gpu}, {"cpu_bytes", ds.cpu}}}};
+    for (int t = 0; t < engine::kTiers; ++t) j["tiers"][tiers[t]] = tier_json(e.tiers[t]);
+    print_json(j.dump());
+    return 0;
+  }
+  std::printf("strata estimate: %s, %llu parameters; ZeRO stage %d, %s, world %d (peak bytes of one rank)\n",
+              model.describe.c_str(), static_cast<unsigned long long>(e.params), in.config.zero.stage,
+              dtype_name(engine::compute_dtype_of(in.config)), o.world);
+  std::printf("  %-8s %12s %12s %12s %12s %12s\n", "tier", "params", "grads", "optimizer", "buffers", "total");
+  for (int t = 0; t < engine::kTiers; ++t) {
+    const auto& k = e.tiers[t].kind;
+    std::printf("  %-8s %12s %12s %12s %12s %12s\n", tiers[t], format_bytes(k[0]).c_str(), format_bytes(k[1]).c_str(),
+                format_bytes(k[2]).c_str(), format_bytes(k[3]).c_str(), format_bytes(e.tiers[t].total()).c_str());
+  }
+  std::printf("  the model's own device memory (activations, temporaries): %s; device total %s of budget %s\n",
+              format_bytes(e.trainer_device_bytes).c_str(), format_bytes(device_total).c_str(),
+              format_bytes(in.device_budget).c_str());
+  std::printf("DeepSpeed's estimator (%s; no NVMe, no activations): GPU %s, CPU %s\n", ds.formula.c_str(),
+              format_bytes(static_cast<std::uint64_t>(ds.gpu)).c_str(),
+              format_bytes(static_cast<std::uint64_t>(ds.cpu)).c_str());
+  std::printf("%s", e.placement.c_str());
+  return 0;
+}
+
+Action setup(CLI::App& cmd) {
+  auto o = std::make_shared<Options>();
+  auto& m = o->m;
+  cmd.add_option("--config", o->config, "DeepSpeed-style JSON config (as for strata train)")->required();
+  add_model_options(cmd, m);
+  cmd.add_option("--world", o->world, "Data-parallel ranks (strata launch -n N)")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--device", o->device, "host (the emulated device) or cuda (GPUs; NCCL between ranks)");
+  cmd.add_option("--device-budget", o->device_budget,
+                 "Device memory budget when the config has no memory_budget.device (default 1GiB)");
+  cmd.add_flag("--json", o->json, "Print one JSON object");
+  return [o] { return run(*o); };
+}
+
+const Registration reg("", "estimate", "Predict the peak memory per tier of a strata train run, allocating nothing",
+                       setup);
+
+}  // namespace
+}  // namespace strata::cli
