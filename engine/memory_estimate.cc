@@ -60,28 +60,55 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   }
 }
 
-// Elements of gather staging held at once: the largest layer gathered on demand, or the
-// layers prefetched ahead of use, whole layers in the host-trainer contract's order within
-// stage3_prefetch_bucket_size (gather_path.h).
-std::uint64_t prefetch_staging(const EngineConfig& cfg, const Layout& lay, const PlacementPlan& plan) {
-  std::vector<std::uint64_t> order;  // forward then backward
+// Elements prefetched ahead of use at most: from each point of the host-trainer contract's
+// gather order (forward, then backward), the next layers not yet gathered, whole, within
+// stage3_prefetch_bucket_size and `limit` (gather_path.h).
+std::uint64_t prefetch_elems(const EngineConfig& cfg, const Layout& lay, const PlacementPlan& plan,
+                             std::uint64_t limit) {
+  std::vector<int> order;
   for (std::size_t li = 0; li < lay.layers().size(); ++li)
-    if (!plan.persistent(static_cast<int>(li))) order.push_back(lay.layers()[li].padded);
+    if (!plan.persistent(static_cast<int>(li))) order.push_back(static_cast<int>(li));
   for (std::size_t k = order.size(); k-- > 0;) order.push_back(order[k]);
-  std::uint64_t most = lay.largest_layer_padded();
+  std::uint64_t most = 0;
   for (std::size_t start = 0; start < order.size(); ++start) {
+    std::vector<bool> seen(lay.layers().size(), false);
     std::uint64_t issued = 0;
-    for (std::size_t k = start; k < order.size() && issued + order[k] <= cfg.zero.stage3_prefetch_bucket_size; ++k)
-      issued += order[k];
-    most = std::max(most, std::min<std::uint64_t>(issued, cfg.zero.stage3_max_live_parameters));
+    for (std::size_t k = start + 1; k < order.size(); ++k) {
+      const std::uint64_t need = lay.layers()[order[k]].padded;
+      if (seen[order[k]] || order[k] == order[start]) continue;
+      if (issued + need > std::min(cfg.zero.stage3_prefetch_bucket_size, limit)) break;
+      seen[order[k]] = true;
+      issued += need;
+    }
+    most = std::max(most, issued);
   }
   return most;
+}
+
+// The gradient buffer the trainer fills, and with overlap_comm those the queued reductions
+// still hold (GradReducer::max_in_flight): the largest layers' at most.
+std::uint64_t grad_buffer_bytes(const EstimateInput& in, const Layout& lay, std::uint64_t c) {
+  std::vector<std::uint64_t> sizes;
+  for (const auto& L : lay.layers()) sizes.push_back(L.padded);
+  std::sort(sizes.rbegin(), sizes.rend());
+  const std::size_t held = in.config.zero.overlap_comm ? 1 + GradReducer::max_in_flight(in.world) : 1;
+  std::uint64_t bytes = 0;
+  for (std::size_t k = 0; k < held; ++k) bytes += sizes[std::min(k, sizes.size() - 1)] * c;
+  return bytes;
+}
+
+// What a tier can still take: the budget less what the estimate already put there.
+std::uint64_t room(const MemoryEstimate& e, Tier t, std::uint64_t budget, std::uint64_t others = 0) {
+  std::uint64_t held = others;
+  for (auto k : e.tiers[static_cast<std::size_t>(t)].kind) held += k;
+  return budget > held ? budget - held : 0;
 }
 
 // Bounds of the buffers a step holds for a while (the protocol in memory_estimate.h).
 void add_step_buffers(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const auto& z = in.config.zero;
   const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
+  const std::uint64_t largest = lay.largest_layer_padded();
   std::uint64_t gathered = 0, device_copy = 0, staged = 0, nvme_copies = 0, nvme_sum = 0;
   bool paced = true;  // every NVMe parameter layer's optimizer waits on its own NVMe state
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
@@ -98,35 +125,30 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
       staged = std::max(staged, copies);
     }
   }
-  // Gradient buffers: the one the trainer fills, and with overlap_comm those the queued
-  // reductions still hold (GradReducer::max_in_flight): the largest layers' at most.
-  const std::uint64_t largest = lay.largest_layer_padded();
-  std::vector<std::uint64_t> sizes;
-  for (const auto& L : lay.layers()) sizes.push_back(L.padded);
-  std::sort(sizes.rbegin(), sizes.rend());
-  const std::size_t held_buffers = z.overlap_comm ? 1 + GradReducer::max_in_flight(in.world) : 1;
-  std::uint64_t grad_buffers = 0;
-  for (std::size_t k = 0; k < held_buffers; ++k) grad_buffers += sizes[std::min(k, sizes.size() - 1)] * c;
-  // Updated copies staged in host memory during the optimizer step: one layer for the host
-  // link; for NVMe, the layer being filled and the one whose write-back holds it, or every
-  // layer's when an optimizer that does not wait on NVMe outruns the write-backs.
+  // The device: gradient buffers, the device optimizer's copies of off-device shards, and at
+  // stage 3 the gathered window: layers stay gathered (prefetched or retained) while the
+  // device has room and the live limit allows; at least the largest layer (setup() checked it).
+  const std::uint64_t device_room = room(e, Tier::device, in.device_budget, in.trainer_device_bytes);
+  const std::uint64_t fixed = grad_buffer_bytes(in, lay, c) + device_copy;
+  std::uint64_t window = 0;  // elements
+  if (z.stage == 3 && gathered > 0) {
+    const std::uint64_t fits = device_room > fixed ? (device_room - fixed) / c : 0;
+    window = std::max(std::min({gathered, z.stage3_max_live_parameters, fits}), largest);
+  }
+  at(e, Tier::device, Kind::buffers) += std::max(std::min(fixed + window * c, device_room), largest * c);
+  // Host: updated copies staged during the optimizer step (one layer for the host link; for
+  // NVMe the layer being filled and the one whose write-back holds it, or every layer's when
+  // an optimizer that does not wait on NVMe outruns the write-backs); gather staging (pinned)
+  // of the layer gathered on demand or of those prefetched, each also in the device window.
+  // The step's write-backs run into the next step, so its first gathers may stage beside the
+  // last write-back's copies (beside all of them when they outran the NVMe). The host budget
+  // caps it: a full host tier waits for write-backs.
   staged = std::max(staged, paced ? std::min(nvme_sum, 2 * nvme_copies) : nvme_sum);
-  std::uint64_t& host = at(e, Tier::host, Kind::buffers);
-  // Gather staging (pinned) lives during forward and backward, update staging during the
-  // optimizer step; the step's write-backs run into the next step, so its first gathers may
-  // stage beside the last write-back's copies (beside all of them when they outran the NVMe).
-  const std::uint64_t gather_staging = z.stage == 3 && gathered > 0 ? prefetch_staging(in.config, lay, plan) * c : 0;
-  host += paced ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
-  // The device: what the step adds there fits the room the rest leaves. Gathered layers stay
-  // (prefetched or retained) while there is room and the live limit allows; at least the
-  // largest layer (setup() checked it).
-  std::uint64_t held = in.trainer_device_bytes;
-  for (const auto& t : e.tiers[0].kind) held += t;
-  const std::uint64_t room = in.device_budget > held ? in.device_budget - held : 0;
-  std::uint64_t dynamic = grad_buffers + device_copy;
-  if (z.stage == 3 && gathered > 0)
-    dynamic += std::max(std::min<std::uint64_t>(gathered, z.stage3_max_live_parameters) * c, largest * c);
-  at(e, Tier::device, Kind::buffers) += std::max(std::min(dynamic, room), largest * c * (z.stage == 3 ? 2 : 1));
+  const std::uint64_t gather_staging =
+      window > 0 ? std::max(largest, prefetch_elems(in.config, lay, plan, window)) * c : 0;
+  const std::uint64_t host = paced ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
+  const std::uint64_t host_budget = in.config.memory_budget.host ? in.config.memory_budget.host : ~std::uint64_t{0};
+  at(e, Tier::host, Kind::buffers) += std::min(host, room(e, Tier::host, host_budget));
 }
 
 }  // namespace

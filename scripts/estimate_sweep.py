@@ -122,8 +122,8 @@ def main():
         for name, model, world, cfg in sweep(a.nvme, a.quick):
             rows.append(run_one(a.strata, name, model, world, cfg, tmp, a.device_budget))
             r = rows[-1]
-            cells = "  ".join(f"{t} {r[f'{t}_measured']:>10} {100 * error(r[f'{t}_predicted'], r[f'{t}_measured']):+6.1f}%"
-                              for t in COLUMNS)
+            errs = {t: 100 * error(r[f"{t}_predicted"], r[f"{t}_measured"]) for t in COLUMNS}
+            cells = "  ".join(f"{t} {r[f'{t}_measured']:>10} {errs[t]:+6.1f}%" for t in COLUMNS)
             print(f"{name:28s} {cells}", flush=True)
     worst = {t: max((error(r[f"{t}_predicted"], r[f"{t}_measured"]) for r in rows), key=abs) for t in COLUMNS}
     print(f"{len(rows)} configurations; worst error per tier (predicted vs measured peak): " +

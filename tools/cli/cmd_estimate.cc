@@ -27,7 +27,7 @@ struct Options {
   bool json = false;
 };
 
-// DeepSpeed's model-state estimator for the same run (Ψ parameters, L in the largest layer,
+// DeepSpeed's model-state estimator for the same run (Psi parameters, L in the largest layer,
 // g ranks on the node, one node; buffer factor 1.5): per GPU and CPU bytes, as its
 // estimate_zero{2,3}_model_states_mem_needs functions compute them. It counts neither NVMe
 // nor activations; stage 0 has no estimator there (plain data parallelism: 18 B a parameter).
@@ -43,15 +43,16 @@ DeepSpeedFigure deepspeed_figure(const engine::EngineConfig& c, double psi, doub
   if (c.zero.stage == 0) return {"stage 0: 18 B per parameter on the GPU", 18 * psi, 0};
   if (c.zero.stage <= 2) {
     if (opt_off)
-      return {"ZeRO-2, optimizer offloaded: GPU 2Ψ, CPU Ψ·max(4g,16)·1.5", 2 * psi, psi * std::max(4.0 * g, 16.0) * f};
-    return {"ZeRO-2: GPU 4Ψ + 16Ψ/g, CPU 4Ψ·g·1.5", 4 * psi + 16 * psi / g, 4 * psi * g * f};
+      return {"ZeRO-2, optimizer offloaded: GPU 2Psi, CPU Psi*max(4g,16)*1.5", 2 * psi,
+              psi * std::max(4.0 * g, 16.0) * f};
+    return {"ZeRO-2: GPU 4Psi + 16Psi/g, CPU 4Psi*g*1.5", 4 * psi + 16 * psi / g, 4 * psi * g * f};
   }
   if (opt_off && par_off)
-    return {"ZeRO-3, parameters and optimizer offloaded: GPU 4L, CPU 18Ψ·1.5", 4 * largest, 18 * psi * f};
+    return {"ZeRO-3, parameters and optimizer offloaded: GPU 4L, CPU 18Psi*1.5", 4 * largest, 18 * psi * f};
   if (opt_off)
-    return {"ZeRO-3, optimizer offloaded: GPU 4L + 2Ψ/g, CPU Ψ·max(4g,16)·1.5", 4 * largest + 2 * psi / g,
+    return {"ZeRO-3, optimizer offloaded: GPU 4L + 2Psi/g, CPU Psi*max(4g,16)*1.5", 4 * largest + 2 * psi / g,
             psi * std::max(4.0 * g, 16.0) * f};
-  return {"ZeRO-3: GPU 4L + 18Ψ/g, CPU 4Ψ·g·1.5", 4 * largest + 18 * psi / g, 4 * psi * g * f};
+  return {"ZeRO-3: GPU 4L + 18Psi/g, CPU 4Psi*g*1.5", 4 * largest + 18 * psi / g, 4 * psi * g * f};
 }
 
 nlohmann::json tier_json(const engine::TierEstimate& t) {
