@@ -125,17 +125,18 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
       staged = std::max(staged, copies);
     }
   }
-  // The device: gradient buffers, the device optimizer's copies of off-device shards, and at
-  // stage 3 the gathered window: layers stay gathered (prefetched or retained) while the
-  // device has room and the live limit allows; at least the largest layer (setup() checked it).
+  // The device: in forward and backward the gathered window (stage 3: layers stay gathered,
+  // prefetched or retained, while the device has room beside the gradient buffers' reserve and
+  // the live limit allows; at least the largest layer, which setup() checked) and the
+  // gradient buffers; in the optimizer step the device optimizer's copies of off-device shards.
   const std::uint64_t device_room = room(e, Tier::device, in.device_budget, in.trainer_device_bytes);
-  const std::uint64_t fixed = grad_buffer_bytes(in, lay, c) + device_copy;
+  const std::uint64_t reserve = largest * c * (z.overlap_comm ? 2 : 1);  // GatherPath's room for backward
+  const std::uint64_t fits = device_room > reserve ? (device_room - reserve) / c : 0;
   std::uint64_t window = 0;  // elements
-  if (z.stage == 3 && gathered > 0) {
-    const std::uint64_t fits = device_room > fixed ? (device_room - fixed) / c : 0;
+  if (z.stage == 3 && gathered > 0)
     window = std::max(std::min({gathered, z.stage3_max_live_parameters, fits}), largest);
-  }
-  at(e, Tier::device, Kind::buffers) += std::max(std::min(fixed + window * c, device_room), largest * c);
+  const std::uint64_t passes = grad_buffer_bytes(in, lay, c) + window * c;
+  at(e, Tier::device, Kind::buffers) += std::max(std::min(std::max(passes, device_copy), device_room), largest * c);
   // Host: updated copies staged during the optimizer step (one layer for the host link; for
   // NVMe the layer being filled and the one whose write-back holds it, or every layer's when
   // an optimizer that does not wait on NVMe outruns the write-backs); gather staging (pinned)

@@ -15,8 +15,9 @@
 // stage3_max_live_parameters and the room the rest leaves), the pinned staging of the gathers
 // in flight (the prefetch window), the updated copies staged for the host link or NVMe (one
 // layer; every NVMe layer's shards while their write-backs queue) and the device copies of
-// the device optimizer for off-device shards (one layer). A tier's peak adds the kinds'
-// peaks: an upper bound, reached when the buffers' peaks coincide.
+// the device optimizer for off-device shards (one layer, in the optimizer step, when nothing
+// is gathered). Each tier's step buffers are capped by what its budget leaves. A tier's peak
+// adds the kinds' peaks: an upper bound, reached when the buffers' peaks coincide.
 #pragma once
 
 #include <array>
