@@ -10,12 +10,25 @@
 #include "engine/placement_plan.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::engine {
 namespace {
 
 std::uint64_t& at(MemoryEstimate& e, Tier t, Kind k) {
   return e.tiers[static_cast<std::size_t>(t)].kind[static_cast<std::size_t>(k)];
+}
+
+// The ledger refuses an allocation past a tier's budget: so does the estimate, naming the
+// budget that would do (the device's fit is the placement's check).
+void check_budget(const EstimateInput& in, const MemoryEstimate& e, Tier t) {
+  const std::uint64_t budget = t == Tier::host ? in.config.memory_budget.host : in.config.memory_budget.nvme;
+  const std::uint64_t need = e.tiers[static_cast<std::size_t>(t)].total();
+  STRATA_CHECK(budget == 0 || need <= budget, Errc::out_of_budget, tier_name(t), " tier: this run needs at least ",
+               format_bytes(need), " (", need, " B) there but memory_budget.", tier_name(t), " is ",
+               format_bytes(budget), ": raise memory_budget.", tier_name(t), " to at least ", need,
+               " B or place less there");
 }
 
 // What setup() allocates for every layer where the plan puts it, and the NVMe stores.
@@ -40,6 +53,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   // The NVMe stores are opened after the reducer's scratch, with what the host budget leaves.
   const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, any_acc_on_host);
   at(e, Tier::host, Kind::buffers) += scratch;
+  check_budget(in, e, Tier::host);  // the reducer allocates first
   at(e, Tier::device, Kind::buffers) += GradReducer::device_scratch_bytes(lay, in.device_collectives);
   const std::uint64_t host_budget = in.config.memory_budget.host ? in.config.memory_budget.host : ~std::uint64_t{0} / 2;
   std::uint64_t host_used = scratch;
@@ -180,6 +194,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.placement = plan.explain();
   add_model_state(in, lay, plan, e);
   add_step_buffers(in, lay, plan, e);
+  check_budget(in, e, Tier::host);
+  check_budget(in, e, Tier::nvme);
   return e;
 }
 

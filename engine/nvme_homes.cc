@@ -45,6 +45,9 @@ template <class StoreOptions> void apply_aio(const EngineConfig& cfg, StoreOptio
 
 offload::SwapperOptions NvmeHomes::swapper_options(const EngineConfig& cfg, std::uint64_t host_room) {
   const OffloadConfig& oc = cfg.offload_optimizer;
+  STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
+               "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the "
+               "NVMe drive");
   offload::SwapperOptions so;
   so.sub_group_elems = cfg.zero.sub_group_size;
   so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
@@ -65,6 +68,9 @@ std::vector<offload::SwapTensor> NvmeHomes::swap_tensors(const Layout& layout, c
 offload::ParamStoreOptions NvmeHomes::param_options(const EngineConfig& cfg, std::size_t cbytes,
                                                     std::uint64_t host_room) {
   const OffloadConfig& pc = cfg.offload_param;
+  STRATA_CHECK(
+      !pc.nvme_path.empty(), Errc::invalid_argument,
+      "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
   offload::ParamStoreOptions po;
   po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
   po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
@@ -93,9 +99,6 @@ std::string NvmeHomes::lock_rank_dir(const std::string& nvme_path, const char* k
 
 void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers) {
   const OffloadConfig& oc = c_.cfg.offload_optimizer;
-  STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
-               "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the "
-               "NVMe drive");
   offload::SwapperOptions so = swapper_options(c_.cfg, c_.ledger.available(Tier::host));
   so.dir = lock_rank_dir(oc.nvme_path, "offload_optimizer.nvme_path");
   so.tracer = c_.tracer;
@@ -117,9 +120,6 @@ void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers) {
 
 NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, const std::string& subdir) {
   const OffloadConfig& pc = c_.cfg.offload_param;
-  STRATA_CHECK(
-      !pc.nvme_path.empty(), Errc::invalid_argument,
-      "parameters are placed on NVMe but offload_param.nvme_path is not set: give a directory on the NVMe drive");
   offload::ParamStoreOptions po = param_options(c_.cfg, c_.cbytes, c_.ledger.available(Tier::host));
   po.dir = lock_rank_dir(pc.nvme_path, "offload_param.nvme_path") + "/" + subdir;
   warn_aio_knobs();

@@ -74,8 +74,9 @@ class NvmeHomes {
   void drain();  // the I/O worker's synchronize(), if there is one
 
   // The stores' options from the config (no directory: the caller adds the rank's) with
-  // `host_room` host bytes for their buffers, and their tensors: the layers `tiers` puts on
-  // NVMe, in layer order. What the estimate (memory_estimate.h) sizes them with, too.
+  // `host_room` host bytes for their buffers (a missing nvme_path is refused, naming the key),
+  // and their tensors: the layers `tiers` puts on NVMe, in layer order. What the estimate
+  // (memory_estimate.h) sizes them with, too.
   static offload::SwapperOptions swapper_options(const EngineConfig& cfg, std::uint64_t host_room);
   static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers);
   static offload::ParamStoreOptions param_options(const EngineConfig& cfg, std::size_t cbytes, std::uint64_t host_room);

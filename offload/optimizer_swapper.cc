@@ -94,9 +94,16 @@ std::uint64_t OptimizerSwapper::min_budget_bytes(const SwapperOptions& o, const 
 
 OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
                                                         const std::vector<SwapTensor>& tensors) {
+  STRATA_CHECK(o.buffer_count >= 1, Errc::invalid_argument, "offload_optimizer.buffer_count = ", o.buffer_count,
+               ": use at least 1 (4 lets reads, the optimizer and writes overlap)");
   Footprint f;
   const std::uint64_t elems = buffer_elems_for(o, tensors);
   f.buffer_bytes = min_budget_bytes(o, tensors);
+  STRATA_CHECK(
+      o.budget_bytes >= f.buffer_bytes, Errc::out_of_budget, "host tier: the NVMe optimizer swapper needs at least ",
+      format_bytes(f.buffer_bytes), " (", f.buffer_bytes, " B) of pinned host memory for one swap buffer of ", elems,
+      " elements (fp32 master, exp_avg, exp_avg_sq), but the budget leaves ", format_bytes(o.budget_bytes), " (",
+      o.budget_bytes, " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
   for (const auto& t : tensors) {
     for (std::uint64_t off = 0; off < t.elems; off += elems)
@@ -111,18 +118,10 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
   I.options = options;
   I.tensors = std::move(tensors);
   STRATA_CHECK(!options.dir.empty(), Errc::invalid_argument, "optimizer swapper: offload_optimizer.nvme_path is empty");
-  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument,
-               "offload_optimizer.buffer_count = ", options.buffer_count,
-               ": use at least 1 (4 lets reads, the optimizer and writes overlap)");
+  const Footprint f = footprint(options, I.tensors);  // refuses a buffer count or budget that cannot work
   I.buffer_elems = buffer_elems_for(options, I.tensors);
-  I.buffer_bytes = min_budget_bytes(options, I.tensors);
-  const std::uint64_t fit = options.budget_bytes / I.buffer_bytes;
-  STRATA_CHECK(fit >= 1, Errc::out_of_budget, "host tier: the NVMe optimizer swapper needs at least ",
-               format_bytes(I.buffer_bytes), " (", I.buffer_bytes, " B) of pinned host memory for one swap buffer of ",
-               I.buffer_elems, " elements (fp32 master, exp_avg, exp_avg_sq), but the budget leaves ",
-               format_bytes(options.budget_bytes), " (", options.budget_bytes,
-               " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
-  const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
+  I.buffer_bytes = f.buffer_bytes;
+  const int count = f.buffer_count;
 
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 

@@ -77,8 +77,15 @@ std::uint64_t ParamStore::min_budget_bytes(const ParamStoreOptions& o, const std
 }
 
 ParamStore::Footprint ParamStore::footprint(const ParamStoreOptions& o, const std::vector<ParamTensor>& tensors) {
+  STRATA_CHECK(o.buffer_count >= 1, Errc::invalid_argument, "offload_param.buffer_count = ", o.buffer_count,
+               ": use at least 1 (2 or more lets chunk reads overlap)");
   Footprint f;
   f.buffer_bytes = chunk_bytes_for(o, tensors);
+  STRATA_CHECK(o.budget_bytes >= f.buffer_bytes, Errc::out_of_budget,
+               "host tier: NVMe parameter offload needs at least ", format_bytes(f.buffer_bytes), " (", f.buffer_bytes,
+               " B) of pinned host memory for one parameter buffer, but the budget leaves ",
+               format_bytes(o.budget_bytes), " (", o.budget_bytes,
+               " B): raise memory_budget.host (or the pinned budget) or lower offload_param.buffer_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
   for (const auto& t : tensors) {
     for (std::uint64_t off = 0; off < t.bytes; off += f.buffer_bytes)
@@ -93,17 +100,9 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   I.options = options;
   I.tensors = std::move(tensors);
   STRATA_CHECK(!options.dir.empty(), Errc::invalid_argument, "parameter store: offload_param.nvme_path is empty");
-  STRATA_CHECK(options.buffer_count >= 1, Errc::invalid_argument, "offload_param.buffer_count = ", options.buffer_count,
-               ": use at least 1 (2 or more lets chunk reads overlap)");
-  I.chunk_bytes = chunk_bytes_for(options, I.tensors);
-  const std::uint64_t fit = options.budget_bytes / I.chunk_bytes;
-  STRATA_CHECK(fit >= 1, Errc::out_of_budget, "host tier: NVMe parameter offload needs at least ",
-               format_bytes(I.chunk_bytes), " (", I.chunk_bytes,
-               " B) of pinned host memory for one parameter buffer, but the "
-               "budget leaves ",
-               format_bytes(options.budget_bytes), " (", options.budget_bytes,
-               " B): raise memory_budget.host (or the pinned budget) or lower offload_param.buffer_size");
-  const int count = static_cast<int>(std::min<std::uint64_t>(options.buffer_count, fit));
+  const Footprint f = footprint(options, I.tensors);  // refuses a buffer count or budget that cannot work
+  I.chunk_bytes = f.buffer_bytes;
+  const int count = f.buffer_count;
   I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
 
   detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count,

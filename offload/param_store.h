@@ -71,8 +71,8 @@ class ParamStore {
 
   static std::uint64_t min_budget_bytes(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
   // What a store for these tensors takes, computed without creating it: the buffers the
-  // constructor allocates (count 0: the budget fits none; the constructor refuses) and both
-  // generations of the swap files on disk, headers included.
+  // constructor allocates and both generations of the swap files on disk, headers included.
+  // Refuses, as the constructor does, a buffer count below 1 or a budget below one buffer.
   struct Footprint {
     std::uint64_t buffer_bytes = 0;
     int buffer_count = 0;

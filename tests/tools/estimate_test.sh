@@ -31,4 +31,29 @@ for cmd in estimate train; do
   grep -q "device budget" <<<"$err" && grep -q "needs at least" <<<"$err" \
     || fail "$cmd: the refusal does not name the smallest budget: $err"
 done
+# Optimizer state on NVMe without an nvme_path, and a host budget below one swap buffer:
+# both commands refuse them alike, naming the key to set or raise.
+refuses() {  # $1: config file, $2: text the refusal must hold
+  for cmd in estimate train; do
+    set +e
+    extra=()
+    [ "$cmd" = train ] && extra=(--steps 1)
+    err=$("$strata" "$cmd" --model mlp --layers 4 --hidden 256 --config "$1" "${extra[@]}" 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" -ne 0 ] || fail "$cmd accepted $1"
+    grep -q "$2" <<<"$err" || fail "$cmd: the refusal of $1 does not name '$2': $err"
+  done
+}
+sed 's#"nvme_path": "[^"]*"#"nvme_path": ""#' "$dir/ds.json" > "$dir/no-path.json"
+refuses "$dir/no-path.json" "offload_optimizer.nvme_path"
+python3 - "$dir/ds.json" "$dir/small-host.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["memory_budget"] = {"host": "64KiB"}
+c["zero_optimization"]["offload_optimizer"]["buffer_count"] = 2
+c["zero_optimization"]["offload_param"] = {"device": "cpu"}  # the static form: no planner in between
+json.dump(c, open(sys.argv[2], "w"))
+PY
+refuses "$dir/small-host.json" "memory_budget.host"
 echo "estimate: OK"
