@@ -150,6 +150,12 @@ EngineConfig load_config(const std::string& path, const ModelFacts& facts);
 // the warmup's start (DeepSpeed's engine lags this by one step; see lr_schedule.cc).
 float scheduled_lr(const EngineConfig& config, std::int64_t step);
 
+// Host bytes the engine's ledger may hold: memory_budget.host, or (unset) no limit but the
+// machine's RAM.
+inline std::uint64_t host_budget_of(const EngineConfig& c) {
+  return c.memory_budget.host ? c.memory_budget.host : ~std::uint64_t{0} / 2;
+}
+
 // The dtype of parameters and gradients the trainer sees: bf16, fp16 or fp32.
 inline DType compute_dtype_of(const EngineConfig& c) {
   return c.bf16 ? DType::bf16 : c.fp16.enabled ? DType::fp16 : DType::fp32;

@@ -143,13 +143,11 @@ void GatherPath::submit(int li) {
     // This rank's shards into their places in the device buffer (only they cross the link),
     // then all-gathered there by the device communicator.
     if (from.tier == Tier::nvme) stage_in(li, from, staging);  // read into their staging places
-    std::size_t shard_off = 0;
-    for (int bi : L.buckets) {
-      const auto& b = c_.layout.buckets()[bi];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
       const std::size_t own = (bucket_pos(b, L) + own_begin(b)) * cbytes_;
       const char* src =
-          from.tier == Tier::nvme ? staging + own : static_cast<const char*>(from.data) + shard_off * cbytes_;
-      shard_off += b.shard;
+          from.tier == Tier::nvme ? staging + own : static_cast<const char*>(from.data) + L.shard_offsets[k] * cbytes_;
       st.copy_async(full + own, src, b.shard * cbytes_,
                     from.tier == Tier::device ? device::CopyKind::device_to_device : device::CopyKind::host_to_device);
     }
@@ -218,12 +216,10 @@ void GatherPath::stage_in(int li, const Shards& from, char* staging) {
     c_.nvme.io()->wait_on(st, G.read_ticket);  // raised after a failed read too: succeeded() tells
     return;
   }
-  std::size_t shard_off = 0;
-  for (int bi : L.buckets) {
-    const auto& b = c_.layout.buckets()[bi];
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = c_.layout.buckets()[L.buckets[k]];
     char* dst = staging + (bucket_pos(b, L) + own_begin(b)) * cbytes_;
-    const char* src = static_cast<const char*>(from.data) + shard_off * cbytes_;
-    shard_off += b.shard;
+    const char* src = static_cast<const char*>(from.data) + L.shard_offsets[k] * cbytes_;
     if (from.tier == Tier::device) {
       st.copy_async(dst, src, b.shard * cbytes_, device::CopyKind::device_to_host);
     } else {

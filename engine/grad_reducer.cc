@@ -178,12 +178,10 @@ void GradReducer::reduce_on_device(int li, void* grads, device::Stream* st, Trac
   auto& g = layers_[li];
   const bool stage01 = c_.stage <= 1;
   device::Stream& ds = st != nullptr ? *st : c_.dev_stream;
-  std::size_t shard_off = 0;
-  for (int bi : L.buckets) {
-    const auto& b = c_.layout.buckets()[bi];
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = c_.layout.buckets()[L.buckets[k]];
     const std::size_t pos = b.flat_offset - L.flat_offset;
-    float* acc = stage01 ? g.acc + pos : g.acc + shard_off;
-    shard_off += b.shard;
+    float* acc = g.acc + acc_offset(c_.layout, c_.stage, li, k);
     const char* src = static_cast<const char*>(grads) + pos * cbytes_;
     if (c_.world == 1) {
       device::accumulate_async(ds, acc, src, c_.cdt, b.padded);
@@ -214,9 +212,8 @@ void GradReducer::reduce_on_host(int li, void* grads, device::Stream* st, IoStat
     else
       f();
   };
-  std::size_t shard_off = 0;
-  for (int bi : L.buckets) {
-    const auto& b = c_.layout.buckets()[bi];
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = c_.layout.buckets()[L.buckets[k]];
     const std::size_t pos = b.flat_offset - L.flat_offset;
     const char* src = static_cast<const char*>(grads) + pos * cbytes_;
     if (to_host) {
@@ -246,8 +243,7 @@ void GradReducer::reduce_on_host(int li, void* grads, device::Stream* st, IoStat
       }
     }
     const float* reduced = (stage01 || c_.world == 1) ? scratch_ : scratch_shard_;
-    float* acc = stage01 ? g.acc + pos : g.acc + shard_off;
-    shard_off += b.shard;
+    float* acc = g.acc + acc_offset(c_.layout, c_.stage, li, k);
     const std::size_t n = stage01 ? b.padded : b.shard;
     run([reduced, acc, n] {
       for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];

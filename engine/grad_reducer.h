@@ -74,6 +74,12 @@ class GradReducer {
   static std::size_t acc_elems(const Layout& layout, int stage, int li) {
     return stage <= 1 ? layout.layers()[li].padded : layout.layer_shard(li);
   }
+  // Where bucket k of layer li starts in the accumulator: its place in the padded layer at
+  // stages 0-1, this rank's shard of it above.
+  static std::size_t acc_offset(const Layout& layout, int stage, int li, std::size_t k) {
+    const auto& L = layout.layers()[li];
+    return stage <= 1 ? layout.buckets()[L.buckets[k]].flat_offset - L.flat_offset : L.shard_offsets[k];
+  }
 
   void add_layer(int li, Tier acc_tier);
   void* buffer(int li, const std::function<bool()>& make_room);

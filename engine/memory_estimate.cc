@@ -35,14 +35,9 @@ void check_budget(const EstimateInput& in, const MemoryEstimate& e, Tier t) {
 void add_model_state(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const int stage = in.config.zero.stage;
   const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
-  std::vector<Tier> opt_tiers, param_tiers;
-  bool any_acc_on_host = false;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    opt_tiers.push_back(plan.opt_tier(l));
-    param_tiers.push_back(plan.param_tier(l));
-    any_acc_on_host |= plan.acc_on_host(l);
     if (plan.opt_tier(l) != Tier::nvme)
       at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
     at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) += 4 * GradReducer::acc_elems(lay, stage, l);
@@ -51,11 +46,12 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
       at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;
   }
   // The NVMe stores are opened after the reducer's scratch, with what the host budget leaves.
-  const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, any_acc_on_host);
+  const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, plan.any_acc_on_host());
   at(e, Tier::host, Kind::buffers) += scratch;
   check_budget(in, e, Tier::host);  // the reducer allocates first
   at(e, Tier::device, Kind::buffers) += GradReducer::device_scratch_bytes(lay, in.device_collectives);
-  const std::uint64_t host_budget = in.config.memory_budget.host ? in.config.memory_budget.host : ~std::uint64_t{0} / 2;
+  const std::uint64_t host_budget = host_budget_of(in.config);
+  const std::vector<Tier> opt_tiers = plan.opt_tiers(), param_tiers = plan.param_tiers();
   std::uint64_t host_used = scratch;
   if (std::count(opt_tiers.begin(), opt_tiers.end(), Tier::nvme) > 0) {
     const auto f = offload::OptimizerSwapper::footprint(
@@ -162,8 +158,7 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   const std::uint64_t gather_staging =
       window > 0 ? std::max(largest, prefetch_elems(in.config, lay, plan, window)) * c : 0;
   const std::uint64_t host = paced ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
-  const std::uint64_t host_budget = in.config.memory_budget.host ? in.config.memory_budget.host : ~std::uint64_t{0};
-  at(e, Tier::host, Kind::buffers) += std::min(host, room(e, Tier::host, host_budget));
+  at(e, Tier::host, Kind::buffers) += std::min(host, room(e, Tier::host, host_budget_of(in.config)));
 }
 
 }  // namespace
@@ -191,6 +186,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   MemoryEstimate e;
   e.trainer_device_bytes = in.trainer_device_bytes;
   e.params = lay.total_numel();
+  for (const auto& L : lay.layers()) e.largest_layer_params = std::max<std::uint64_t>(e.largest_layer_params, L.numel);
   e.placement = plan.explain();
   add_model_state(in, lay, plan, e);
   add_step_buffers(in, lay, plan, e);

@@ -52,6 +52,7 @@ struct MemoryEstimate {
   std::array<TierEstimate, kTiers> tiers;  // device, host, nvme: the engine's ledger
   std::uint64_t trainer_device_bytes = 0;  // the trainer's own device memory, beside the engine's
   std::uint64_t params = 0;                // the model's parameters (elements)
+  std::uint64_t largest_layer_params = 0;  // of its largest layer (DeepSpeed's estimators' L)
   std::string placement;                   // what lives where and why (PlacementPlan::explain)
 };
 

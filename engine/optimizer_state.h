@@ -47,6 +47,12 @@ class OptimizerState {
   static std::size_t elems(const Layout& layout, int stage, int li) {
     return stage == 0 ? layout.layers()[li].padded : layout.layer_shard(li);
   }
+  // Where bucket k of layer li starts in the layer's arrays: its place in the padded layer at
+  // stage 0, this rank's shard of it above.
+  static std::size_t offset(const Layout& layout, int stage, int li, std::size_t k) {
+    const auto& L = layout.layers()[li];
+    return stage == 0 ? layout.buckets()[L.buckets[k]].flat_offset - L.flat_offset : L.shard_offsets[k];
+  }
   const Arrays& resident(int li) const { return layers_[li].arrays; }
   void read(int li, float* master, float* m, float* v);
   void write(int li, const float* master, const float* m, const float* v);

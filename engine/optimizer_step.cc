@@ -28,11 +28,10 @@ void OptimizerStep::restore(const Counters& c) {
 }
 
 std::size_t OptimizerStep::grad_offset(int li, std::size_t k, bool whole_bucket) const {
-  const auto& L = c_.layout.layers()[li];
-  const auto& b = c_.layout.buckets()[L.buckets[k]];
-  if (c_.cfg.zero.stage >= 2) return L.shard_offsets[k];  // the accumulator holds this rank's shards
-  const std::size_t pos = b.flat_offset - L.flat_offset;  // stages 0-1: the whole layer
-  return whole_bucket ? pos : pos + static_cast<std::size_t>(c_.rank) * b.shard;
+  const std::size_t at = GradReducer::acc_offset(c_.layout, c_.cfg.zero.stage, li, k);
+  // Stages 0-1 accumulate the whole bucket: this rank's shard of it starts further in.
+  if (c_.cfg.zero.stage >= 2 || whole_bucket) return at;
+  return at + static_cast<std::size_t>(c_.rank) * c_.layout.buckets()[c_.layout.layers()[li].buckets[k]].shard;
 }
 
 StepResult OptimizerStep::run() {
@@ -204,7 +203,7 @@ void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
     const auto& st = c_.state.resident(l);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
-      const std::size_t off = stage == 0 ? b.flat_offset - L.flat_offset : L.shard_offsets[k];
+      const std::size_t off = OptimizerState::offset(c_.layout, stage, l, k);
       update_range(base, lr, l, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, st.m + off, st.v + off);
     }
     c_.updates.flush_device(l);

@@ -71,12 +71,10 @@ void ParamHomes::refresh() {
     for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(static_cast<int>(li), k);
     // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
     if (c_.stage != 3 || !h.persistent) continue;
-    std::size_t shard_off = 0;
-    for (int bi : L.buckets) {
-      const auto& b = c_.layout.buckets()[bi];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
       char* full = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset) * cbytes_;
-      const char* mine = static_cast<char*>(h.shard) + shard_off * cbytes_;
-      shard_off += b.shard;
+      const char* mine = static_cast<char*>(h.shard) + L.shard_offsets[k] * cbytes_;
       if (device_collectives()) {
         // This rank's shard into its place, then all-gathered in place on the device.
         char* own = full + own_begin(b) * cbytes_;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/grad_reducer.h"
+#include "engine/optimizer_state.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/host_memory.h"
@@ -33,6 +34,22 @@ std::vector<bool> PlacementPlan::persistent_layers(const EngineConfig& cfg, cons
   return out;
 }
 
+bool PlacementPlan::any_acc_on_host() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const LayerPlan& S) { return S.opt != Tier::device; });
+}
+
+std::vector<Tier> PlacementPlan::opt_tiers() const {
+  std::vector<Tier> out;
+  for (const auto& S : layers_) out.push_back(S.opt);
+  return out;
+}
+
+std::vector<Tier> PlacementPlan::param_tiers() const {
+  std::vector<Tier> out;
+  for (const auto& S : layers_) out.push_back(S.params);
+  return out;
+}
+
 std::uint64_t PlacementPlan::device_scratch_bytes() const {
   return GradReducer::device_scratch_bytes(c_.layout, c_.device_collectives);
 }
@@ -51,22 +68,18 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.stage = stage;
   p.compute_bytes = static_cast<std::uint32_t>(c_.cbytes);
   p.accumulation_steps = static_cast<int>(std::max<std::int64_t>(1, c_.cfg.gradient_accumulation_steps));
-  std::uint64_t persistent = 0, max_bucket = 0, max_shard = 0, largest_shard = 0;
+  std::uint64_t persistent = 0, largest_shard = 0;
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const auto& L = lay.layers()[li];
     const auto& S = layers_[li];
     offload::PlacementLayer pl;
     pl.name = str_cat("layer ", L.id);
-    pl.shard_elems = stage == 0 ? L.padded : shard(static_cast<int>(li));
+    pl.shard_elems = OptimizerState::elems(lay, stage, static_cast<int>(li));
     pl.padded_elems = L.padded;
     pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
     p.layers.push_back(pl);
     if (S.persistent) persistent += L.padded * c_.cbytes;
     largest_shard = std::max<std::uint64_t>(largest_shard, shard(static_cast<int>(li)));
-  }
-  for (const auto& b : lay.buckets()) {
-    max_bucket = std::max<std::uint64_t>(max_bucket, b.padded);
-    max_shard = std::max<std::uint64_t>(max_shard, b.shard);
   }
   const std::uint64_t largest = lay.largest_layer_padded();
   p.device_budget = device_room();
@@ -78,7 +91,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   // Live window + persistent layers (+ the device reduction scratch with device collectives).
   p.device_fixed_bytes = largest * c_.cbytes * 2 + persistent + device_scratch_bytes();
   // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
-  p.host_fixed_bytes = (max_bucket + max_shard) * 4 + max_bucket * c_.cbytes + (stage == 3 ? largest * c_.cbytes : 0) +
+  p.host_fixed_bytes = GradReducer::host_scratch_bytes(lay, c_.cbytes, true) + (stage == 3 ? largest * c_.cbytes : 0) +
                        largest_shard * c_.cbytes;
   const int opt_buffers = c_.cfg.offload_optimizer.buffer_count > 0 ? c_.cfg.offload_optimizer.buffer_count : 4;
   const std::uint64_t sub_group =
@@ -234,8 +247,8 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
     if (stage == 3 && S.params == Tier::device) persistent += shard(static_cast<int>(li)) * c_.cbytes;
     if (S.persistent) persistent += L.padded * c_.cbytes;
     if (S.opt == Tier::device)
-      persistent += (stage <= 1 ? L.padded : shard(static_cast<int>(li))) * 4 +
-                    (stage == 0 ? L.padded : shard(static_cast<int>(li))) * 12;
+      persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
+                    OptimizerState::elems(lay, stage, static_cast<int>(li)) * 12;
   }
   if (stage == 3) {
     STRATA_CHECK(c_.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
@@ -273,8 +286,8 @@ void PlacementPlan::check_host_fit() const {
     const auto& S = layers_[li];
     const int i = static_cast<int>(li);
     on_nvme = on_nvme || S.opt == Tier::nvme || S.params == Tier::nvme;
-    if (S.opt == Tier::host) opt += (c_.cfg.zero.stage == 0 ? c_.layout.layers()[li].padded : shard(i)) * 12;
-    if (acc_on_host(i)) acc += (c_.cfg.zero.stage <= 1 ? c_.layout.layers()[li].padded : shard(i)) * 4;
+    if (S.opt == Tier::host) opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * 12;
+    if (acc_on_host(i)) acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * 4;
     if (c_.cfg.zero.stage == 3 && S.params == Tier::host) params += shard(static_cast<int>(li)) * c_.cbytes;
   }
   const offload::PlacementProblem p = make_problem({});

@@ -57,6 +57,9 @@ class PlacementPlan {
   Tier param_tier(int li) const { return layers_[li].params; }
   bool persistent(int li) const { return layers_[li].persistent; }
   bool acc_on_host(int li) const { return layers_[li].opt != Tier::device; }
+  bool any_acc_on_host() const;
+  std::vector<Tier> opt_tiers() const;    // per layer
+  std::vector<Tier> param_tiers() const;  // per layer
   bool budget_driven() const;
   std::size_t size() const noexcept { return layers_.size(); }
   const std::string& explain() const noexcept { return text_; }

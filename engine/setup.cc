@@ -32,24 +32,16 @@ void Engine::Impl::check_same_model() const {
 }
 
 void Engine::Impl::allocate_step_buffers() {
-  bool any_acc_on_host = false, any_opt_nvme = false, any_param_nvme = false;
-  for (std::size_t li = 0; li < layer_count(); ++li) {
-    any_acc_on_host |= acc_on_host(static_cast<int>(li));
-    any_opt_nvme |= plan->opt_tier(static_cast<int>(li)) == Tier::nvme;
-    any_param_nvme |= plan->param_tier(static_cast<int>(li)) == Tier::nvme;
-  }
+  const bool any_acc_on_host = plan->any_acc_on_host();
+  const std::vector<Tier> opt_tiers = plan->opt_tiers(), param_tiers = plan->param_tiers();
   const GradReducer::Context rc{
       *layout, cfg.zero.stage, cfg.zero.overlap_comm, dev, *dev_stream, comm, dcomm, rank, world,
       cdt,     *ledger,        options.tracer};
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
-  std::vector<Tier> opt_tiers, param_tiers;
-  for (std::size_t li = 0; li < layer_count(); ++li) {
-    opt_tiers.push_back(plan->opt_tier(static_cast<int>(li)));
-    param_tiers.push_back(plan->param_tier(static_cast<int>(li)));
-  }
-  if (any_opt_nvme) nvme->open_swapper(opt_tiers);
-  if (any_param_nvme) nvme->open_params(param_tiers);
+  auto on_nvme = [](const std::vector<Tier>& tiers) { return std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0; };
+  if (on_nvme(opt_tiers)) nvme->open_swapper(opt_tiers);
+  if (on_nvme(param_tiers)) nvme->open_params(param_tiers);
   homes = std::make_unique<ParamHomes>(
       ParamHomes::Context{*layout, cfg.zero.stage, rank, world, cdt, *dev_stream, *ledger, *nvme, comm, dcomm, io});
   const UpdateStaging::Context uc{
@@ -121,9 +113,9 @@ void Engine::setup() {
 
   I.check_same_model();
 
-  I.ledger = std::make_unique<MemoryLedger>(
-      I.dev, I.cfg.memory_budget.host ? I.cfg.memory_budget.host : ~std::uint64_t{0} / 2,
-      I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory, I.cfg.memory_budget.nvme);
+  I.ledger = std::make_unique<MemoryLedger>(I.dev, host_budget_of(I.cfg),
+                                            I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory,
+                                            I.cfg.memory_budget.nvme);
   I.dev_stream = I.dev.create_stream();
   // Where every layer's state lives, checked against the device budget (less what the
   // trainer already holds there) and host RAM before anything is allocated.

@@ -19,12 +19,6 @@ UpdateStaging::~UpdateStaging() { drop(); }
 
 std::size_t UpdateStaging::copy_elems(int li) const { return OptimizerState::elems(c_.layout, c_.stage, li); }
 
-std::size_t UpdateStaging::copy_offset(int li, std::size_t k) const {
-  const auto& L = c_.layout.layers()[li];
-  const auto& b = c_.layout.buckets()[L.buckets[k]];
-  return c_.stage == 0 ? b.flat_offset - L.flat_offset : c_.layout.layers()[li].shard_offsets[k];
-}
-
 void* UpdateStaging::staging(int li) {
   auto& s = layers_[li];
   const Home h = c_.home(li);
@@ -66,7 +60,7 @@ UpdateStaging::Target UpdateStaging::target(int li, std::size_t k, std::size_t e
   void* staged = staging(li);
   void* base = staged != nullptr ? staged : c_.stage == 3 ? h.shard : h.full;
   const std::size_t pos = b.flat_offset - L.flat_offset;
-  const std::size_t off = (staged != nullptr ? copy_offset(li, k)
+  const std::size_t off = (staged != nullptr ? OptimizerState::offset(c_.layout, c_.stage, li, k)
                            : c_.stage == 3   ? c_.layout.layers()[li].shard_offsets[k]
                                              : pos + (c_.stage == 0 ? 0 : own_begin(b))) +
                           e0;

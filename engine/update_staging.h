@@ -74,7 +74,6 @@ class UpdateStaging {
   };
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }
   std::size_t copy_elems(int li) const;
-  std::size_t copy_offset(int li, std::size_t k) const;  // of bucket k within the copies
   void* staging(int li);  // the layer's host staging when its copies pass through it, else null
 
   Context c_;

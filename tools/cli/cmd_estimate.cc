@@ -87,21 +87,9 @@ int run(const Options& o) {
                "--device-budget) to at least that");
   const engine::MemoryEstimate e = engine::estimate_memory(in);  // refuses a budget nothing fits
 
-  std::size_t largest = 0;
-  {
-    std::vector<std::size_t> per_layer;
-    for (const auto& p : in.params) {
-      std::size_t n = 1;
-      for (auto d : p.shape) n *= static_cast<std::size_t>(d);
-      if (per_layer.size() <= static_cast<std::size_t>(p.layer)) per_layer.resize(p.layer + 1, 0);
-      per_layer[static_cast<std::size_t>(p.layer)] += n;
-    }
-    for (auto n : per_layer) largest = std::max(largest, n);
-  }
   const DeepSpeedFigure ds =
-      deepspeed_figure(in.config, static_cast<double>(e.params), static_cast<double>(largest), o.world);
+      deepspeed_figure(in.config, static_cast<double>(e.params), static_cast<double>(e.largest_layer_params), o.world);
   const std::uint64_t device_total = e.tiers[0].total() + e.trainer_device_bytes;
-  const char* tiers[] = {"device", "host", "nvme"};
   if (o.json) {
     nlohmann::json j{{"model", model.describe},
                      {"parameters", e.params},
@@ -112,7 +100,8 @@ int run(const Options& o) {
                      {"trainer_device_bytes", e.trainer_device_bytes},
                      {"device_total", device_total},
                      {"deepspeed", {{"formula", ds.formula}, {"gpu_bytes", ds.gpu}, {"cpu_bytes", ds.cpu}}}};
-    for (int t = 0; t < engine::kTiers; ++t) j["tiers"][tiers[t]] = tier_json(e.tiers[t]);
+    for (int t = 0; t < engine::kTiers; ++t)
+      j["tiers"][engine::tier_name(static_cast<engine::Tier>(t))] = tier_json(e.tiers[t]);
     print_json(j.dump());
     return 0;
   }
@@ -122,8 +111,9 @@ int run(const Options& o) {
   std::printf("  %-8s %12s %12s %12s %12s %12s\n", "tier", "params", "grads", "optimizer", "buffers", "total");
   for (int t = 0; t < engine::kTiers; ++t) {
     const auto& k = e.tiers[t].kind;
-    std::printf("  %-8s %12s %12s %12s %12s %12s\n", tiers[t], format_bytes(k[0]).c_str(), format_bytes(k[1]).c_str(),
-                format_bytes(k[2]).c_str(), format_bytes(k[3]).c_str(), format_bytes(e.tiers[t].total()).c_str());
+    std::printf("  %-8s %12s %12s %12s %12s %12s\n", engine::tier_name(static_cast<engine::Tier>(t)),
+                format_bytes(k[0]).c_str(), format_bytes(k[1]).c_str(), format_bytes(k[2]).c_str(),
+                format_bytes(k[3]).c_str(), format_bytes(e.tiers[t].total()).c_str());
   }
   std::printf("  the model's own device memory (activations, temporaries): %s; device total %s of budget %s\n",
               format_bytes(e.trainer_device_bytes).c_str(), format_bytes(device_total).c_str(),
