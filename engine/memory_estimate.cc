@@ -188,6 +188,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.params = lay.total_numel();
   for (const auto& L : lay.layers()) e.largest_layer_params = std::max<std::uint64_t>(e.largest_layer_params, L.numel);
   e.placement = plan.explain();
+  for (std::size_t li = 0; li < lay.layers().size(); ++li)
+    e.optimizer_elems += OptimizerState::elems(lay, in.config.zero.stage, static_cast<int>(li));
+  const offload::Placement moved = plan.traffic();
+  e.h2d_bytes = moved.h2d_bytes;
+  e.d2h_bytes = moved.d2h_bytes;
+  e.nvme_read_bytes = moved.nvme_read_bytes;
+  e.nvme_write_bytes = moved.nvme_write_bytes;
   add_model_state(in, lay, plan, e);
   add_step_buffers(in, lay, plan, e);
   check_budget(in, e, Tier::host);

@@ -54,6 +54,10 @@ struct MemoryEstimate {
   std::uint64_t params = 0;                // the model's parameters (elements)
   std::uint64_t largest_layer_params = 0;  // of its largest layer (DeepSpeed's estimators' L)
   std::string placement;                   // what lives where and why (PlacementPlan::explain)
+  std::uint64_t optimizer_elems = 0;       // this rank's fp32 master elements (what its optimizer steps)
+  // Bytes moved per step by the placement (PlacementPlan::traffic: the host-trainer contract's
+  // gathers, every micro-batch's gradients), over the host link and to and from NVMe.
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
 };
 
 MemoryEstimate estimate_memory(const EstimateInput& in);

@@ -61,6 +61,12 @@ bool PlacementPlan::budget_driven() const {
           (c_.cfg.zero.stage == 3 && c_.cfg.offload_param.device == OffloadDevice::none));
 }
 
+offload::Placement PlacementPlan::traffic() const {
+  std::vector<offload::LayerPlacement> places;
+  for (const auto& S : layers_) places.push_back({S.opt, S.params});
+  return offload::evaluate_placement(make_problem({}), places);
+}
+
 offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& gathers) const {
   const int stage = c_.cfg.zero.stage;
   const Layout& lay = c_.layout;

@@ -61,6 +61,9 @@ class PlacementPlan {
   std::vector<Tier> opt_tiers() const;    // per layer
   std::vector<Tier> param_tiers() const;  // per layer
   bool budget_driven() const;
+  // The bytes this plan moves per step and holds per tier under the planner's cost model
+  // (offload/placement.h; the host-trainer contract's gathers): what `strata plan` times.
+  offload::Placement traffic() const;
   std::size_t size() const noexcept { return layers_.size(); }
   const std::string& explain() const noexcept { return text_; }
 

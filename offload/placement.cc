@@ -262,26 +262,51 @@ std::optional<std::uint64_t> min_budget_bytes(const PlacementProblem& problem, T
   return min_cap(m, static_cast<int>(tier), problem.search_nodes);
 }
 
-Placement plan_placement(const PlacementProblem& problem) {
-  const Model m = build_model(problem);
-  const Outcome o = solve(m, problem.search_nodes);
-  if (!complete(m, o.state)) STRATA_THROW(Errc::out_of_budget, refusal_message(problem, m));
+namespace {
+
+// The Placement of a complete state: places per layer, tier bytes and the flows per step.
+Placement placement_of(const detail::Model& m, const detail::State& s, std::size_t layers) {
   Placement out;
-  out.layers.resize(problem.layers.size());
-  for (std::size_t i = 0; i < problem.layers.size(); ++i) {
-    if (m.opt_item[i] >= 0) out.layers[i].optimizer = static_cast<Tier>(o.state.place[m.opt_item[i]]);
-    if (m.param_item[i] >= 0) out.layers[i].params = static_cast<Tier>(o.state.place[m.param_item[i]]);
+  out.layers.resize(layers);
+  for (std::size_t i = 0; i < layers; ++i) {
+    if (m.opt_item[i] >= 0) out.layers[i].optimizer = static_cast<Tier>(s.place[m.opt_item[i]]);
+    if (m.param_item[i] >= 0) out.layers[i].params = static_cast<Tier>(s.place[m.param_item[i]]);
   }
-  out.tier_bytes = o.state.used;
+  out.tier_bytes = s.used;
   for (std::size_t i = 0; i < m.items.size(); ++i) {
-    const auto& f = m.items[i].flow[o.state.place[i]];
+    const auto& f = m.items[i].flow[s.place[i]];
     out.h2d_bytes += f[kH2d];
     out.d2h_bytes += f[kD2h];
     out.nvme_read_bytes += f[kNvmeRead];
     out.nvme_write_bytes += f[kNvmeWrite];
   }
+  return out;
+}
+
+}  // namespace
+
+Placement plan_placement(const PlacementProblem& problem) {
+  const Model m = build_model(problem);
+  const Outcome o = solve(m, problem.search_nodes);
+  if (!complete(m, o.state)) STRATA_THROW(Errc::out_of_budget, refusal_message(problem, m));
+  Placement out = placement_of(m, o.state, problem.layers.size());
   out.proven_optimal = o.optimal;
   return out;
+}
+
+Placement evaluate_placement(PlacementProblem problem, const std::vector<LayerPlacement>& layers) {
+  STRATA_CHECK(layers.size() == problem.layers.size(), Errc::invalid_argument, "placement: ", layers.size(),
+               " layer places for ", problem.layers.size(), " layers");
+  problem.optimizer_fixed.reset();  // a place the static form chose need not be the fixed one (max_in_cpu)
+  problem.params_fixed.reset();
+  problem.nvme_available = true;
+  const Model m = build_model(problem);
+  State s = empty_state(m);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (m.opt_item[i] >= 0) put(m, s, static_cast<std::size_t>(m.opt_item[i]), static_cast<int>(layers[i].optimizer));
+    if (m.param_item[i] >= 0) put(m, s, static_cast<std::size_t>(m.param_item[i]), static_cast<int>(layers[i].params));
+  }
+  return placement_of(m, s, layers.size());
 }
 
 }  // namespace strata::offload

@@ -112,6 +112,12 @@ struct Placement {
 // nvme_path is needed ("offload_optimizer.nvme_path" / "offload_param.nvme_path").
 Placement plan_placement(const PlacementProblem& problem);
 
+// The bytes a given placement (layers[i]: layer i's places) takes per tier and moves per
+// step under the cost model above, budgets aside: what a static placement costs, or one
+// the engine re-planned. Places the problem's *_fixed forms would forbid are evaluated too
+// (the static form keeps offload_param.max_in_cpu elements in host RAM).
+Placement evaluate_placement(PlacementProblem problem, const std::vector<LayerPlacement>& layers);
+
 // The smallest budget of `tier` with which plan_placement(problem) succeeds, the other
 // budgets as they are, found by bisection: plan_placement() accepts it and refuses one byte
 // less. nullopt if no budget does (or tier is nvme and !nvme_available; for nvme, 0 =

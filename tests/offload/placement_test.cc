@@ -76,6 +76,30 @@ TEST_CASE("with room everywhere, optimizer state stays on the device and paramet
   CHECK(r.proven_optimal);
 }
 
+TEST_CASE("evaluate_placement costs a given placement as the planner would, budgets and fixed forms aside",
+          "[placement]") {
+  auto p = two_layers();
+  const auto planned = offload::plan_placement(p);
+  const auto same = offload::evaluate_placement(p, planned.layers);
+  CHECK(same.tier_bytes == planned.tier_bytes);
+  CHECK(same.h2d_bytes == planned.h2d_bytes);
+  CHECK(same.d2h_bytes == planned.d2h_bytes);
+  CHECK(same.moved_bytes() == planned.moved_bytes());
+  // Everything on NVMe, by hand (the comment at two_layers): optimizer 0 moves 600 over the
+  // link and 1200 each way on NVMe, optimizer 1 300 and 600; params 800 + 400 h2d, 400 + 200
+  // read and 200 + 100 written. Held: the accumulators on the host, state and shards on NVMe.
+  p.device_budget = 0;          // budgets do not apply
+  p.params_fixed = Tier::host;  // nor do fixed forms
+  const auto nvme = offload::evaluate_placement(p, {{Tier::nvme, Tier::nvme}, {Tier::nvme, Tier::nvme}});
+  CHECK(nvme.h2d_bytes == 200 + 100 + 800 + 400);
+  CHECK(nvme.d2h_bytes == 400 + 200);
+  CHECK(nvme.nvme_read_bytes == 1200 + 600 + 400 + 200);
+  CHECK(nvme.nvme_write_bytes == 1200 + 600 + 200 + 100);
+  CHECK(nvme.tier_bytes == std::array<std::uint64_t, 3>{0, 400 + 200, 1200 + 600 + 200 + 100});
+  CHECK(nvme.layers[1].params == Tier::nvme);
+  CHECK_THROWS_AS(offload::evaluate_placement(p, {{Tier::host, Tier::host}}), Error);  // one place for two layers
+}
+
 TEST_CASE("a device budget with room for one optimizer keeps the one that saves more traffic", "[placement]") {
   auto p = two_layers();
   p.device_fixed_bytes = 1000;

@@ -15,7 +15,7 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-nlohmann::json run_self_json(const std::string& args, const char* who) {
+std::string run_self(const std::string& args, const char* who) {
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   STRATA_CHECK(n > 0, Errc::io, who, ": cannot find this executable (/proc/self/exe)");
@@ -28,7 +28,11 @@ nlohmann::json run_self_json(const std::string& args, const char* who) {
   for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, got);
   const int rc = ::pclose(p);
   STRATA_CHECK(rc == 0, Errc::io, who, ": '", cmd, "' failed (status ", rc, "): ", out);
-  return nlohmann::json::parse(out);
+  return out;
+}
+
+nlohmann::json run_self_json(const std::string& args, const char* who) {
+  return nlohmann::json::parse(run_self(args, who));
 }
 
 }  // namespace strata::cli

@@ -8,7 +8,10 @@
 namespace strata::cli {
 
 std::string shell_quote(const std::string& s);
-// Runs `strata <args>` (args already shell-quoted where needed) and parses its stdout as JSON.
+// Runs `strata <args>` (args already shell-quoted where needed) and returns its stdout; a
+// failure throws naming `who`, the command and what it printed.
+std::string run_self(const std::string& args, const char* who);
+// run_self() with stdout parsed as JSON.
 nlohmann::json run_self_json(const std::string& args, const char* who);
 
 }  // namespace strata::cli
