@@ -72,6 +72,7 @@ GradReducer::~GradReducer() {
     }
   }
   auto& ledger = c_.ledger;
+  for (auto& q : in_flight_) ledger.free(q.buf);
   for (auto& g : layers_) {
     ledger.free(g.acc);
     ledger.free(g.buf);
@@ -95,9 +96,7 @@ void* GradReducer::buffer(int li, const std::function<bool()>& make_room) {
   const auto& L = c_.layout.layers()[li];
   if (g.buf != nullptr) return g.buf;
   // When the device is full, make_room gives way first (prefetched or retained layers), then
-  // the buffers of reductions still running on the reduce stream are waited for (each is
-  // freed when its reduction completes).
-  bool waited = false;
+  // the queued reductions are retired, oldest first (each frees its buffer).
   for (;;) {
     try {
       g.buf = c_.ledger.allocate(Tier::device, Kind::buffers, L.padded * cbytes_,
@@ -106,10 +105,8 @@ void* GradReducer::buffer(int li, const std::function<bool()>& make_room) {
     } catch (const Error& e) {
       if (e.code() != Errc::out_of_budget) throw;
       if (make_room()) continue;
-      if (reduce_stream_ == nullptr || waited) throw;
-      Tracer::Span span(c_.tracer, "compute", str_cat("wait reductions L", L.id));
-      reduce_stream_->synchronize();
-      waited = true;
+      if (in_flight_.empty()) throw;
+      retire_oldest();
     }
   }
   c_.dev_stream.memset_async(g.buf, 0, L.padded * cbytes_);
@@ -143,21 +140,28 @@ void GradReducer::reduce(int li, IoStats& io) {
     reduce_on_device(li, grads, st, t0);
   else
     reduce_on_host(li, grads, st, io, t0);
-  if (st != nullptr) mark_queued();
-}
-
-void GradReducer::wait_for_room() {
-  while (in_flight_.size() >= max_in_flight(c_.world)) {
-    {
-      Tracer::Span span(c_.tracer, "compute", "wait reduction");
-      in_flight_.front()->synchronize();
-    }
-    spare_.push_back(std::move(in_flight_.front()));
-    in_flight_.pop_front();
+  if (st != nullptr) {
+    mark_queued(grads);  // freed when retired, at a point of the program's own order
+  } else {
+    c_.ledger.free(grads);  // the inline reduction has read it
   }
 }
 
-void GradReducer::mark_queued() {
+void GradReducer::wait_for_room() {
+  while (in_flight_.size() >= max_in_flight(c_.world)) retire_oldest();
+}
+
+void GradReducer::retire_oldest() {
+  {
+    Tracer::Span span(c_.tracer, "compute", "wait reduction");
+    in_flight_.front().done->synchronize();
+  }
+  c_.ledger.free(in_flight_.front().buf);
+  spare_.push_back(std::move(in_flight_.front().done));
+  in_flight_.pop_front();
+}
+
+void GradReducer::mark_queued(void* buf) {
   std::unique_ptr<device::Event> ev;
   if (spare_.empty()) {
     ev = c_.dev.create_event();
@@ -166,14 +170,14 @@ void GradReducer::mark_queued() {
     spare_.pop_back();
   }
   reduce_stream_->record(*ev);
-  in_flight_.push_back(std::move(ev));
+  in_flight_.push_back({std::move(ev), buf});
 }
 
 // One device op per bucket on one rank (the same bits as widening into the scratch and
 // adding); with device collectives: widened into the device scratch, reduce-scattered (then
 // all-gathered back at stages 0-1: the same sums as an all-reduce at every stage, whatever
 // the backend's algorithms) and added.
-void GradReducer::reduce_on_device(int li, void* grads, device::Stream* st, Tracer::Clock::time_point t0) {
+void GradReducer::reduce_on_device(int li, const void* grads, device::Stream* st, Tracer::Clock::time_point t0) {
   const auto& L = c_.layout.layers()[li];
   auto& g = layers_[li];
   const bool stage01 = c_.stage <= 1;
@@ -192,16 +196,18 @@ void GradReducer::reduce_on_device(int li, void* grads, device::Stream* st, Trac
     if (stage01) c_.dcomm->all_gather(dscratch_shard_, dscratch_, b.shard, DType::fp32, ds);
     device::accumulate_async(ds, acc, stage01 ? dscratch_ : dscratch_shard_, DType::fp32, stage01 ? b.padded : b.shard);
   }
-  ds.launch_host([ledger = &c_.ledger, tracer = c_.tracer, grads, id = L.id, t0] {
-    ledger->retire(grads);
-    if (tracer != nullptr) tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
-  });
+  if (c_.tracer != nullptr) {
+    ds.launch_host([tracer = c_.tracer, id = L.id, t0] {
+      tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+    });
+  }
   if (st == nullptr) c_.dev_stream.synchronize();
 }
 
 // Per bucket: (D2H into the pinned staging when the accumulator is in host RAM), widen into
 // the host scratch, all-reduce or reduce-scatter over ranks, add to the accumulator.
-void GradReducer::reduce_on_host(int li, void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0) {
+void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, IoStats& io,
+                                 Tracer::Clock::time_point t0) {
   const auto& L = c_.layout.layers()[li];
   auto& g = layers_[li];
   const bool stage01 = c_.stage <= 1;
@@ -249,10 +255,11 @@ void GradReducer::reduce_on_host(int li, void* grads, device::Stream* st, IoStat
       for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
     });
   }
-  run([ledger = &c_.ledger, tracer = c_.tracer, grads, id = L.id, t0] {
-    ledger->retire(grads);
-    if (tracer != nullptr) tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
-  });
+  if (c_.tracer != nullptr) {
+    run([tracer = c_.tracer, id = L.id, t0] {
+      tracer->record("reduce", str_cat("reduce L", id), t0, Tracer::Clock::now());
+    });
+  }
 }
 
 void GradReducer::begin_step() {
@@ -262,8 +269,7 @@ void GradReducer::begin_step() {
 void GradReducer::sync() {
   if (!reduce_stream_) return;
   reduce_stream_->synchronize();
-  for (auto& ev : in_flight_) spare_.push_back(std::move(ev));
-  in_flight_.clear();
+  while (!in_flight_.empty()) retire_oldest();
 }
 
 void GradReducer::zero() {

@@ -15,7 +15,12 @@
 // reduce stream while the trainer goes on; its collectives are still issued in call order,
 // so every rank runs the same sequence. At most max_in_flight(world) reductions are queued
 // there: reduce() waits for the oldest first, so the buffers they hold stay bounded (those
-// plus the one the trainer fills) however much slower the collectives are than backward. Gradients whose accumulator
+// plus the one the trainer fills) however much slower the collectives are than backward.
+// A queued reduction's buffer is freed when the host retires it (that wait in reduce(), in
+// buffer() when the device is full, or sync()), never from stream work: device use then
+// changes only at the program's own points, so the gather path's choices that depend on it
+// (prefetch, eviction) and with them the collectives are the same on every rank, however the
+// streams are timed. Gradients whose accumulator
 // lives in host RAM cross the link first. An accumulator on the device is updated there by device ops: directly on one
 // rank, and after a reduce-scatter in device memory (all-gathered back at stages 0-1) with the device communicator;
 // these are the paths a GPU takes, with the same bits. begin_step() resets the per-layer reduction counts; before
@@ -100,8 +105,8 @@ class GradReducer {
   };
   bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
   std::size_t acc_elems(int li) const { return acc_elems(c_.layout, c_.stage, li); }
-  void reduce_on_device(int li, void* grads, device::Stream* st, Tracer::Clock::time_point t0);
-  void reduce_on_host(int li, void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0);
+  void reduce_on_device(int li, const void* grads, device::Stream* st, Tracer::Clock::time_point t0);
+  void reduce_on_host(int li, const void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0);
 
   Context c_;
   std::size_t cbytes_;
@@ -113,10 +118,17 @@ class GradReducer {
   void* stage_ = nullptr;                        // pinned, largest bucket in compute dtype (D2H)
   std::unique_ptr<device::Stream> copy_stream_;  // D2H without overlap (host accumulators)
   std::unique_ptr<device::Stream> reduce_stream_;
-  // Recorded after each overlapped reduction, oldest first; done ones are reused.
-  std::deque<std::unique_ptr<device::Event>> in_flight_, spare_;
+  // Each overlapped reduction, oldest first: the event recorded after it and the gradient
+  // buffer it reads, freed when the host retires it. Events of retired ones are reused.
+  struct InFlight {
+    std::unique_ptr<device::Event> done;
+    void* buf = nullptr;
+  };
+  std::deque<InFlight> in_flight_;
+  std::vector<std::unique_ptr<device::Event>> spare_;
   void wait_for_room();  // until fewer than max_in_flight(world) reductions are queued
-  void mark_queued();
+  void retire_oldest();  // waits for the oldest queued reduction and frees its buffer
+  void mark_queued(void* buf);
 };
 
 }  // namespace strata::engine

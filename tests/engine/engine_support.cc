@@ -73,7 +73,8 @@ TrainRun train_mlp(const TrainSpec& spec) {
     d.backend = spec.backend;
     d.guard_memory = spec.guard_memory;
     d.budget_bytes = spec.device_budget;
-    d.link_gbps = spec.link_gbps;
+    const auto rank = static_cast<std::size_t>(c.rank());
+    d.link_gbps = rank < spec.rank_link_gbps.size() ? spec.rank_link_gbps[rank] : spec.link_gbps;
     if (spec.pinned_budget) d.pinned_budget_bytes = spec.pinned_budget;
     auto dev = device::Device::create(d);
     std::unique_ptr<comm::Communicator> dcomm;

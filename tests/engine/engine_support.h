@@ -43,6 +43,7 @@ struct TrainSpec {
   int steps = 10;
   double layer_ms = 0;
   double link_gbps = 0;
+  std::vector<double> rank_link_gbps;  // per rank, in place of link_gbps: ranks of unequal speed
   std::uint64_t device_budget = std::uint64_t{256} << 20;
   std::uint64_t pinned_budget = 0;                  // 0: the device's default
   device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU

@@ -67,6 +67,37 @@ TEST_CASE("stage 3 with prefetch is faster than without when the link and comput
   CHECK(overlap_us > 20000);
 }
 
+TEST_CASE("ranks whose reductions run at different speeds make the same gathers on a full device", "[zero][stage3]") {
+  // Rank 1's link is slow, so its overlapped reductions (D2H, then Gloo) finish later than
+  // rank 0's. When a finished reduction freed its gradient buffer from stream work, the slow
+  // rank found the device fuller at its next gradient buffer and dropped a retained layer the
+  // other rank kept; re-gathering it was an all-gather only that rank issued, and the ranks
+  // then ran different collectives against each other (a hang, or mixed-up sums). Buffers are
+  // now freed at points of the program's own order, so every rank decides alike.
+  auto cfg = test::mlp_config(3, 2, DType::bf16, 2, 4);
+  cfg.zero.overlap_comm = true;
+  cfg.zero.reduce_bucket_size = 4096;
+  cfg.zero.stage3_param_persistence_threshold = 0;
+  test::TrainSpec spec;
+  spec.config = cfg;
+  spec.world = 2;
+  spec.layers = 6;
+  spec.hidden = 128;
+  spec.steps = 8;
+  spec.layer_ms = 1;                // reductions of the quick rank end while it computes
+  spec.device_budget = 1060 << 10;  // the minimum is 935 KiB: a window of about two layers
+  spec.rank_link_gbps = {0, 0.05};  // before the fix every such run hung (9 of 9)
+  const auto uneven = test::train_mlp(spec);
+  spec.rank_link_gbps.clear();
+  const auto even = test::train_mlp(spec);
+  CHECK(uneven.params == even.params);
+  CHECK(uneven.losses == even.losses);
+  // The device was full: layers a roomy device keeps gathered were gathered again, which is
+  // where the ranks could part.
+  spec.device_budget = 64 << 20;
+  CHECK(even.io.back().h2d_bytes > test::train_mlp(spec).io.back().h2d_bytes);
+}
+
 TEST_CASE("ranks that register different models are refused at setup", "[zero][negative]") {
   const auto outcomes = test::run_thread_ranks(2, [](comm::Communicator& c) {
     device::DeviceOptions d;

@@ -26,7 +26,7 @@ namespace {
 struct Options {
   ModelOptions m;
   std::string budget, nvme_path, config, calibration = "strata-calibration.json", emit;
-  int world = 1, batch = 0, top = 5, iters = 5;
+  int world = 1, local_ranks = 0, batch = 0, top = 5, iters = 5;
   bool json = false;
 };
 
@@ -120,6 +120,9 @@ int run(const Options& o) {
   r.model = o.m;
   r.nvme_path = o.nvme_path;
   r.world = o.world;
+  r.local_ranks = o.local_ranks > 0 ? o.local_ranks : o.world;
+  STRATA_CHECK(r.local_ranks <= r.world, Errc::invalid_argument, "--local-ranks ", r.local_ranks, " is above --world ",
+               r.world);
   parse_budget(o.budget, r);
   r.base = base_config(o);
   const int base_batch =
@@ -203,6 +206,9 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--budget", o->budget, "Budgets per tier: device=BYTES,host=BYTES[,nvme=BYTES]")->required();
   cmd.add_option("--nvme-path", o->nvme_path, "Directory on the NVMe device (lets the search use NVMe)");
   cmd.add_option("--world", o->world, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--local-ranks", o->local_ranks,
+                 "Ranks per host, sharing its cores (default: --world, as strata launch -n N runs them)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--batch", o->batch,
                  "Sequences per rank per step (default: the config's micro-batch x "
                  "accumulation, else 8)")

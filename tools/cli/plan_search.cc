@@ -157,9 +157,10 @@ std::vector<Candidate> plan_candidates(const PlanRequest& r) {
 StepTime predict_step(const Calibration& cal, const Candidate& c, const PlanRequest& r, double pass_seconds) {
   const engine::MemoryEstimate& e = c.estimate;
   StepTime t;
-  t.compute = c.accum * pass_seconds;
-  t.gradients = c.accum * static_cast<double>(e.params) * cal.grad_path_ns_per_elem * 1e-9;
-  t.optimizer = static_cast<double>(e.optimizer_elems) / cal.adam_params_per_s;
+  const double shared = r.local_ranks;  // the ranks on this host take turns on its cores
+  t.compute = shared * c.accum * pass_seconds;
+  t.gradients = shared * c.accum * static_cast<double>(e.params) * cal.grad_path_ns_per_elem * 1e-9;
+  t.optimizer = shared * static_cast<double>(e.optimizer_elems) / cal.adam_params_per_s;
   t.link =
       static_cast<double>(e.h2d_bytes) / (cal.h2d_gbps * 1e9) + static_cast<double>(e.d2h_bytes) / (cal.d2h_gbps * 1e9);
   t.nvme = static_cast<double>(e.nvme_read_bytes) / (cal.nvme_read_gbps * 1e9) +

@@ -14,6 +14,8 @@
 //             conversion, the reduction and the fp32 accumulation of every micro-batch)
 //   optimizer the rank's fp32 master elements / the calibrated CPU AdamW rate (on the host
 //             device every tier's optimizer runs on the CPU)
+// The ranks on one host share its cores (each computes with all of them, as strata train
+// does): the CPU terms (compute, gradients, optimizer) take local_ranks times as long.
 //   link      the placement's predicted H2D and D2H bytes (engine/memory_estimate.h) over the
 //             calibrated link rates
 //   nvme      the predicted NVMe bytes read and written over the calibrated read and write rates
@@ -38,7 +40,8 @@ struct PlanRequest {
   ModelOptions model;   // the GPT's shape
   nlohmann::json base;  // the user's config (optimizer, precision, ...), or a default
   int world = 1;
-  int batch = 8;  // sequences per rank per step: micro-batch x accumulation
+  int local_ranks = 1;  // ranks on this host: they share its cores (strata launch -n N: N)
+  int batch = 8;        // sequences per rank per step: micro-batch x accumulation
   std::uint64_t device_budget = 0, host_budget = 0, nvme_budget = 0;
   std::string nvme_path;  // empty: nothing on NVMe
 };

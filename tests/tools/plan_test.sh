@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `strata bench calibrate` and `strata plan` against `strata train`: calibrate writes every
+# rate; plan, on two budgets of one GPT, chooses differently (everything on the device; the
+# optimizer state on NVMe when device and host are small), and each choice, trained from the
+# config plan emits, runs within 15% of its predicted step time (scripts/plan_check.py:
+# medians of 3 alternated plans and runs); a budget nothing fits is refused naming the
+# smallest budget that would; a damaged calibration file is refused naming the file and key.
+# Exits 77 (skipped) where io_uring is unavailable (calibrate measures NVMe).
+set -euo pipefail
+source "$(dirname "$0")/common.sh" "$1" plan
+root=$(cd "$(dirname "$0")/../.." && pwd)
+
+"$strata" bench calibrate --quick --nvme "$dir/nvme" --out "$dir/cal.json" > "$dir/calibrate.txt"
+python3 - "$dir/cal.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+keys = ["gemm_fp32_flops", "gemm_bf16_flops", "adam_params_per_s", "grad_path_ns_per_elem", "h2d_gbps", "d2h_gbps",
+        "nvme_read_gbps", "nvme_write_gbps", "nvme_mixed_gbps", "reduce_scatter_busbw_gbps",
+        "all_gather_busbw_gbps", "all_reduce_busbw_gbps"]
+missing = [k for k in keys if not isinstance(c.get(k), (int, float)) or c[k] < 0]
+sys.exit(f"calibration lacks {missing}: {c}" if missing else 0)
+PY
+[ -z "$(ls -A "$dir/nvme")" ] || fail "calibrate left files in its NVMe directory: $(ls -A "$dir/nvme")"
+
+cat > "$dir/base.json" <<'JSON'
+{"bf16": {"enabled": true}, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
+ "zero_optimization": {"stage3_param_persistence_threshold": 0, "sub_group_size": 65536,
+   "offload_optimizer": {"buffer_count": 4}, "offload_param": {"buffer_count": 4, "buffer_size": 65536, "max_in_cpu": 0}}}
+JSON
+check() {  # $1: budget; prints plan_check's JSON, fails when off by more than 15%
+  python3 "$root/scripts/plan_check.py" "$strata" --calibration "$dir/cal.json" --budget "$1" \
+    --nvme-path "$dir/nvme" --config "$dir/base.json" --steps 8 --repeat 3 --json \
+    || fail "plan for $1: measured step time more than 15% off the prediction (above)"
+}
+roomy=$(check device=64MiB,host=256MiB)
+tight=$(check device=8MiB,host=10MiB,nvme=512MiB)
+echo "$roomy"
+echo "$tight"
+python3 - "$roomy" "$tight" <<'PY'
+import json, sys
+roomy, tight = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert roomy["choice"] != tight["choice"], (roomy["choice"], tight["choice"])
+assert roomy["peaks"]["nvme"] == 0 and tight["peaks"]["nvme"] > 0, (roomy["peaks"], tight["peaks"])
+PY
+
+# Nothing fits: refused, naming the smallest budget of a tier that would.
+set +e
+err=$("$strata" plan --model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --budget device=1MiB,host=64MiB \
+  --calibration "$dir/cal.json" 2>&1)
+rc=$?
+set -e
+[ "$rc" -ne 0 ] || fail "plan accepted device=1MiB,host=64MiB"
+grep -q "raise --budget to device=" <<<"$err" || fail "the refusal names no budget that would fit: $err"
+least=$(grep -o 'device=[0-9.]* [KMG]iB ([0-9]* B)' <<<"$err" | grep -o '([0-9]*' | tr -d '(')
+"$strata" plan --model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --budget "device=$least,host=64MiB" \
+  --calibration "$dir/cal.json" --iters 1 > /dev/null 2>&1 || fail "plan refused the device budget it named ($least B)"
+
+# A damaged calibration file names the file and the key.
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); del c['nvme_read_gbps']; json.dump(c, open(sys.argv[2],'w'))" \
+  "$dir/cal.json" "$dir/bad.json"
+set +e
+err=$("$strata" plan --model gpt --layers 2 --budget device=64MiB,host=64MiB --calibration "$dir/bad.json" 2>&1)
+set -e
+grep -q "bad.json" <<<"$err" && grep -q "nvme_read_gbps" <<<"$err" && grep -q "bench calibrate" <<<"$err" \
+  || fail "a calibration without nvme_read_gbps is not refused by name: $err"
+echo "PASS"
