@@ -145,6 +145,8 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   std::uint64_t window = 0;  // elements
   if (z.stage == 3 && gathered > 0)
     window = std::max(std::min({gathered, z.stage3_max_live_parameters, fits}), largest);
+  e.window_elems = window;
+  e.largest_layer_padded = largest;
   const std::uint64_t passes = grad_buffer_bytes(in, lay, c) + window * c;
   at(e, Tier::device, Kind::buffers) += std::max(std::min(std::max(passes, device_copy), device_room), largest * c);
   // Host: updated copies staged during the optimizer step (one layer for the host link; for

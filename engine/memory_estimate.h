@@ -53,6 +53,8 @@ struct MemoryEstimate {
   std::uint64_t trainer_device_bytes = 0;  // the trainer's own device memory, beside the engine's
   std::uint64_t params = 0;                // the model's parameters (elements)
   std::uint64_t largest_layer_params = 0;  // of its largest layer (DeepSpeed's estimators' L)
+  std::uint64_t largest_layer_padded = 0;  // the same padded: its gathered copy and gradient buffer, in elements
+  std::uint64_t window_elems = 0;          // stage 3: the gathered window (prefetched and retained layers)
   std::string placement;                   // what lives where and why (PlacementPlan::explain)
   std::uint64_t optimizer_elems = 0;       // this rank's fp32 master elements (what its optimizer steps)
   // Bytes moved per step by the placement (PlacementPlan::traffic: the host-trainer contract's

@@ -7,7 +7,7 @@ the medians are compared. Prints the choice, both times and their ratio; with --
 object.
 
   plan_check.py STRATA --calibration FILE --budget device=..,host=..[,nvme=..] [--nvme-path DIR]
-      [--config BASE] [--batch 8] [--world 1] [--steps 8] [--repeat 1] [--tolerance 0.15] [--json]
+      [--config BASE] [--batch 8] [--world 1] [--steps 8] [--repeat 1] [--iters 5] [--tolerance 0.15] [--json]
       [-- GPT FLAGS...]   (default: 4 blocks x 128, 4 heads, 64-byte sequences)
 
 Exit status 1 when the measured step time is off the prediction by more than --tolerance."""
@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=1, help="training runs; the median of their medians is used")
     ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--iters", type=int, default=5, help="profiled passes per micro-batch (strata plan --iters)")
     ap.add_argument("--data", default=os.path.join(ROOT, "docs", "design.md"))
     ap.add_argument("--json", action="store_true")
     argv = sys.argv[1:]
@@ -44,7 +45,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "plan.json")
         plan = [a.strata, "plan", "--model", "gpt", *model, "--budget", a.budget, "--batch", str(a.batch),
-                "--calibration", a.calibration, "--json", "--top", "1000", "--world", str(a.world)]
+                "--calibration", a.calibration, "--json", "--top", "1000", "--world", str(a.world), "--iters", str(a.iters)]
         if a.nvme_path:
             plan += ["--nvme-path", a.nvme_path]
         if a.config:

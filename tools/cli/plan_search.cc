@@ -91,11 +91,26 @@ void size_candidate(const PlanRequest& r, Candidate& c) {
     in.trainer_device_bytes = size.device_bytes;
     c.estimate = engine::estimate_memory(in);
     c.device_total = c.estimate.tiers[0].total() + c.estimate.trainer_device_bytes;
-    STRATA_CHECK(c.device_total <= r.device_budget, Errc::out_of_budget, "device peak ", format_bytes(c.device_total),
-                 " is above the budget");
+    // Headroom on the device against fragmentation: a full device can hold the bytes of the
+    // largest gradient buffer in pieces too small for it, so a plan leaves that much free. At
+    // stage 3, where the gathered window fills what the device leaves, it narrows the window
+    // (stage3_max_live_parameters) by what is missing.
+    const std::uint64_t cb = dtype_size(engine::compute_dtype_of(in.config));
+    const std::uint64_t slack = c.estimate.largest_layer_padded * cb;
+    const std::uint64_t want = r.device_budget > slack ? r.device_budget - slack : 0;
+    if (c.device_total > want && c.estimate.window_elems > 0) {
+      const std::uint64_t cut = (c.device_total - want + cb - 1) / cb;
+      if (c.estimate.window_elems > cut + c.estimate.largest_layer_padded) {
+        c.config["zero_optimization"]["stage3_max_live_parameters"] = c.estimate.window_elems - cut;
+        in.config = engine::parse_config(c.config.dump(), "strata plan's candidate", facts);
+        c.estimate = engine::estimate_memory(in);
+        c.device_total = c.estimate.tiers[0].total() + c.estimate.trainer_device_bytes;
+      }
+    }
+    STRATA_CHECK(c.device_total <= want, Errc::out_of_budget, "device peak ", format_bytes(c.device_total),
+                 " leaves less than the largest gradient buffer (", format_bytes(slack), ") of the budget free");
     // Headroom on the host: at a full host tier a gather's staging can come before a write-back
     // frees its own (the estimate counts them apart), so a plan keeps 5% of that budget free.
-    // The device needs none: the stage-3 window fills what the device leaves by design.
     STRATA_CHECK(c.estimate.tiers[1].total() <= r.host_budget / 20 * 19, Errc::out_of_budget, "host peak ",
                  format_bytes(c.estimate.tiers[1].total()), " leaves less than 5% of the budget free");
   } catch (const Error& e) {
@@ -159,7 +174,14 @@ StepTime predict_step(const Calibration& cal, const Candidate& c, const PlanRequ
   StepTime t;
   const double shared = r.local_ranks;  // the ranks on this host take turns on its cores
   t.compute = shared * c.accum * pass_seconds;
-  t.gradients = shared * c.accum * static_cast<double>(e.params) * cal.grad_path_ns_per_elem * 1e-9;
+  // The share of the accumulators in host RAM (offloaded optimizer state) takes the host path.
+  const auto& grads_device = e.tiers[0].kind[static_cast<int>(engine::Kind::grads)];
+  const auto& grads_host = e.tiers[1].kind[static_cast<int>(engine::Kind::grads)];
+  const double on_host = grads_host + grads_device > 0
+                             ? static_cast<double>(grads_host) / static_cast<double>(grads_host + grads_device)
+                             : 0.0;
+  const double ns = (1 - on_host) * cal.grad_path_ns_per_elem + on_host * cal.grad_path_host_ns_per_elem;
+  t.gradients = shared * c.accum * static_cast<double>(e.params) * ns * 1e-9;
   t.optimizer = shared * static_cast<double>(e.optimizer_elems) / cal.adam_params_per_s;
   t.link =
       static_cast<double>(e.h2d_bytes) / (cal.h2d_gbps * 1e9) + static_cast<double>(e.d2h_bytes) / (cal.d2h_gbps * 1e9);

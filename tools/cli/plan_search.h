@@ -2,16 +2,19 @@
 // (static, or the budget-driven planner where the offload device is left at "none"),
 // micro-batch and accumulation for a fixed batch, and re-materialization, for one GPT on the
 // host device. Each candidate is a runnable config; it fits when `strata estimate` accepts it
-// with its device peak (the engine's ledger plus the model's activations) within the device
-// budget and its host peak within 95% of the host budget (at a full host tier a gather's
-// staging can come before a write-back frees its own), and its
+// with its device peak (the engine's ledger plus the model's activations) leaving the largest
+// gradient buffer of the device budget free (a full device can hold that many bytes in pieces
+// too small for it; at stage 3 the plan narrows the gathered window with
+// stage3_max_live_parameters to leave it) and its host peak within 95% of the host budget (at
+// a full host tier a gather's staging can come before a write-back frees its own), and its
 // step time is predicted from this machine's calibration (calibration.h) and the model's
 // training pass profiled at that micro-batch (`strata bench gpt`).
 //
 // Step-time model, per step of one rank (A micro-batches of m sequences):
 //   compute   A x the profiled pass (forward, backward, every gradient) at micro-batch m
 //   gradients A x the model's elements x the calibrated gradient path (the trainer's
-//             conversion, the reduction and the fp32 accumulation of every micro-batch)
+//             conversion, the reduction and the fp32 accumulation of every micro-batch), the
+//             host path for the share of the accumulators in host RAM
 //   optimizer the rank's fp32 master elements / the calibrated CPU AdamW rate (on the host
 //             device every tier's optimizer runs on the CPU)
 // The ranks on one host share its cores (each computes with all of them, as strata train
