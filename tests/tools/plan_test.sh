@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 python3 - "$dir/cal.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-keys = ["gemm_fp32_flops", "gemm_bf16_flops", "adam_params_per_s", "grad_path_ns_per_elem", "grad_path_host_ns_per_elem", "h2d_gbps", "d2h_gbps",
+keys = ["gemm_fp32_flops", "gemm_bf16_flops", "adam_params_per_s", "grad_path_ns_per_elem", "h2d_gbps", "d2h_gbps",
         "nvme_read_gbps", "nvme_write_gbps", "nvme_mixed_gbps", "reduce_scatter_busbw_gbps",
         "all_gather_busbw_gbps", "all_reduce_busbw_gbps"]
 missing = [k for k in keys if not isinstance(c.get(k), (int, float)) or c[k] < 0]

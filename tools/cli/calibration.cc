@@ -18,7 +18,6 @@ std::vector<std::pair<const char*, double Calibration::*>> rate_keys() {
           {"gemm_bf16_flops", &Calibration::gemm_bf16_flops},
           {"adam_params_per_s", &Calibration::adam_params_per_s},
           {"grad_path_ns_per_elem", &Calibration::grad_path_ns_per_elem},
-          {"grad_path_host_ns_per_elem", &Calibration::grad_path_host_ns_per_elem},
           {"h2d_gbps", &Calibration::h2d_gbps},
           {"d2h_gbps", &Calibration::d2h_gbps},
           {"nvme_read_gbps", &Calibration::nvme_read_gbps},
@@ -55,7 +54,7 @@ Calibration load_calibration(const std::string& path) {
     STRATA_CHECK(it != j.end() && it->is_number(), Errc::corrupt, "calibration file '", path, "': \"", key,
                  "\" is missing or not a number", again);
     c.*field = it->get<double>();
-    const bool cost = std::string(key).rfind("grad_path", 0) == 0;  // times may be 0; the rest are rates
+    const bool cost = std::string(key) == "grad_path_ns_per_elem";  // a time, may be 0; the rest are rates
     STRATA_CHECK(std::isfinite(c.*field) && (cost ? c.*field >= 0 : c.*field > 0), Errc::corrupt, "calibration file '",
                  path, "': \"", key, "\" = ", c.*field, cost ? " is not a time" : " is not a positive rate", again);
   }

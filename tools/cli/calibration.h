@@ -10,14 +10,13 @@
 namespace strata::cli {
 
 struct Calibration {
-  std::string host;                       // the machine it was measured on
-  int threads = 0;                        // hardware threads the benches used
-  double gemm_fp32_flops = 0;             // FLOP/s, the GPT block's weight products in fp32
-  double gemm_bf16_flops = 0;             // the same with bf16 products (fp32 where the CPU lacks them)
-  double adam_params_per_s = 0;           // CPU AdamW: fp32 master and moments, fp32 gradient, bf16 copy
-  double grad_path_ns_per_elem = 0;       // the engine's gradient path, per element and micro-batch
-  double grad_path_host_ns_per_elem = 0;  // the same into accumulators in host RAM (the link aside)
-  double h2d_gbps = 0, d2h_gbps = 0;      // the host device's link (pinned), GB/s
+  std::string host;                   // the machine it was measured on
+  int threads = 0;                    // hardware threads the benches used
+  double gemm_fp32_flops = 0;         // FLOP/s, the GPT block's weight products in fp32
+  double gemm_bf16_flops = 0;         // the same with bf16 products (fp32 where the CPU lacks them)
+  double adam_params_per_s = 0;       // CPU AdamW: fp32 master and moments, fp32 gradient, bf16 copy
+  double grad_path_ns_per_elem = 0;   // the engine's gradient path, per element and micro-batch
+  double h2d_gbps = 0, d2h_gbps = 0;  // the host device's link (pinned), GB/s
   double nvme_read_gbps = 0, nvme_write_gbps = 0, nvme_mixed_gbps = 0;
   double reduce_scatter_busbw_gbps = 0;  // two local ranks over Gloo, largest message
   double all_gather_busbw_gbps = 0;

@@ -48,12 +48,10 @@ double median_step_ms(const std::string& log_path) {
 }
 
 // The engine's gradient path (the trainer's conversion, the reduction, the fp32 accumulation)
-// per element and micro-batch, with the accumulators on the device (stage 0, everything
-// there) or in host RAM (stage 1, optimizer offloaded to the CPU: the gradients also cross the
-// link, at the rates measured above): the GPT trained by `strata train` with 8 micro-batches
-// of one sequence per step, less 8 of its passes alone (`bench gpt`), the optimizer and the
-// link. Pass and training alternate.
-double grad_path_seconds_per_elem(const Options& o, const Calibration& c, bool host_acc) {
+// per element and micro-batch: the GPT trained by `strata train` at stage 0 with everything on
+// the device, 8 micro-batches of one sequence per step, less 8 of its passes alone (`bench
+// gpt`) and the optimizer at the rate measured above. Pass and training alternate.
+double grad_path_seconds_per_elem(const Options& o, double adam_params_per_s) {
   const std::string dir = o.nvme + "/strata-calibrate-gpt";
   check_output_dir("--nvme", dir);
   const std::string data = dir + "/text.txt", cfg = dir + "/config.json", log = dir + "/log.jsonl";
@@ -63,8 +61,7 @@ double grad_path_seconds_per_elem(const Options& o, const Calibration& c, bool h
     for (int i = 0; i < (1 << 16); ++i) t.put(gen() % 6 == 0 ? ' ' : static_cast<char>('a' + gen() % 26));
     std::ofstream(cfg, std::ios::trunc)
         << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": true},)"
-        << R"( "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": )"
-        << (host_acc ? R"({"stage": 1, "offload_optimizer": {"device": "cpu"}}})" : R"({"stage": 0}})");
+        << R"( "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 0}})";
   }
   // Short sequences: the pass is small beside the gradient path, so the difference is its.
   const std::string shape = " --layers 4 --d-model 256 --heads 4 --seq-len 16 --remat never";
@@ -76,10 +73,7 @@ double grad_path_seconds_per_elem(const Options& o, const Calibration& c, bool h
                  " --steps 10 --device host --device-budget 256MiB --log-json " + shell_quote(log),
              "bench calibrate");
     const double params = number(pass, "parameters", "gpt");
-    // bf16 gradients down each micro-batch, bf16 parameters up after the step
-    const double link = host_acc ? params * 2 * (8 / (c.d2h_gbps * 1e9) + 1 / (c.h2d_gbps * 1e9)) : 0.0;
-    const double extra =
-        median_step_ms(log) / 1e3 - 8 * number(pass, "pass_s", "gpt") - params / c.adam_params_per_s - link;
+    const double extra = median_step_ms(log) / 1e3 - 8 * number(pass, "pass_s", "gpt") - params / adam_params_per_s;
     per_elem.push_back(std::max(0.0, extra) / (8 * params));
   }
   std::filesystem::remove_all(dir);
@@ -126,8 +120,7 @@ int run(const Options& o) {
   c.nvme_mixed_gbps = number(io, "mixed_gbps", "io");
   std::printf(", gradient path");
   std::fflush(stdout);
-  c.grad_path_ns_per_elem = 1e9 * grad_path_seconds_per_elem(o, c, false);
-  c.grad_path_host_ns_per_elem = 1e9 * grad_path_seconds_per_elem(o, c, true);
+  c.grad_path_ns_per_elem = 1e9 * grad_path_seconds_per_elem(o, c.adam_params_per_s);
   std::printf(", collectives\n");
   const auto comm = run_self_json(std::string("bench comm -n 2 --min-size ") + (o.quick ? "1MiB" : "4MiB") +
                                       " --max-size " + (o.quick ? "1MiB" : "16MiB") + it + " --json",
@@ -146,8 +139,7 @@ int run(const Options& o) {
   STRATA_CHECK(f.good(), Errc::io, "--out '", o.out, "': writing the calibration failed (disk full?)");
   std::printf("  GEMM fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", c.gemm_fp32_flops / 1e9, c.gemm_bf16_flops / 1e9);
   std::printf("  CPU AdamW %.3f Gparam/s\n", c.adam_params_per_s / 1e9);
-  std::printf("  engine gradient path %.2f ns per element and micro-batch (accumulators in host RAM: %.2f ns)\n",
-              c.grad_path_ns_per_elem, c.grad_path_host_ns_per_elem);
+  std::printf("  engine gradient path %.2f ns per element and micro-batch\n", c.grad_path_ns_per_elem);
   std::printf("  host link H2D %.2f GB/s, D2H %.2f GB/s\n", c.h2d_gbps, c.d2h_gbps);
   std::printf("  NVMe (%s) read %.2f GB/s, write %.2f GB/s, mixed %.2f GB/s\n", o.nvme.c_str(), c.nvme_read_gbps,
               c.nvme_write_gbps, c.nvme_mixed_gbps);

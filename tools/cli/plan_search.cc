@@ -174,14 +174,7 @@ StepTime predict_step(const Calibration& cal, const Candidate& c, const PlanRequ
   StepTime t;
   const double shared = r.local_ranks;  // the ranks on this host take turns on its cores
   t.compute = shared * c.accum * pass_seconds;
-  // The share of the accumulators in host RAM (offloaded optimizer state) takes the host path.
-  const auto& grads_device = e.tiers[0].kind[static_cast<int>(engine::Kind::grads)];
-  const auto& grads_host = e.tiers[1].kind[static_cast<int>(engine::Kind::grads)];
-  const double on_host = grads_host + grads_device > 0
-                             ? static_cast<double>(grads_host) / static_cast<double>(grads_host + grads_device)
-                             : 0.0;
-  const double ns = (1 - on_host) * cal.grad_path_ns_per_elem + on_host * cal.grad_path_host_ns_per_elem;
-  t.gradients = shared * c.accum * static_cast<double>(e.params) * ns * 1e-9;
+  t.gradients = shared * c.accum * static_cast<double>(e.params) * cal.grad_path_ns_per_elem * 1e-9;
   t.optimizer = shared * static_cast<double>(e.optimizer_elems) / cal.adam_params_per_s;
   t.link =
       static_cast<double>(e.h2d_bytes) / (cal.h2d_gbps * 1e9) + static_cast<double>(e.d2h_bytes) / (cal.d2h_gbps * 1e9);

@@ -13,8 +13,7 @@
 // Step-time model, per step of one rank (A micro-batches of m sequences):
 //   compute   A x the profiled pass (forward, backward, every gradient) at micro-batch m
 //   gradients A x the model's elements x the calibrated gradient path (the trainer's
-//             conversion, the reduction and the fp32 accumulation of every micro-batch), the
-//             host path for the share of the accumulators in host RAM
+//             conversion, the reduction and the fp32 accumulation of every micro-batch)
 //   optimizer the rank's fp32 master elements / the calibrated CPU AdamW rate (on the host
 //             device every tier's optimizer runs on the CPU)
 // The ranks on one host share its cores (each computes with all of them, as strata train
