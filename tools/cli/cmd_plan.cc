@@ -193,7 +193,7 @@ int run(const Options& o) {
                 format_bytes(c.device_total).c_str(), format_bytes(c.estimate.tiers[1].total()).c_str(),
                 format_bytes(c.estimate.tiers[2].total()).c_str());
   }
-  std::printf("chosen: %s\n", best.label().c_str());
+  std::printf("chosen: %s\n%s", best.label().c_str(), best.estimate.placement.c_str());
   if (!o.emit.empty())
     std::printf("wrote %s: strata train --model gpt%s --remat %s --config %s ...\n", o.emit.c_str(),
                 model_flags(o.m).c_str(), best.remat.c_str(), o.emit.c_str());
