@@ -149,16 +149,15 @@ int run(const Options& o) {
                  what.empty() ? std::string(": no budget of one tier alone makes it fit; raise several")
                               : str_cat(": raise --budget to ", what, " (the other tiers as given)"));
   }
-  const bool bf16 = r.base.contains("bf16") && r.base["bf16"].value("enabled", false);
   std::map<std::pair<int, std::string>, double> pass;  // profiled seconds per (micro, remat)
   for (auto& c : fit) {
     const auto key = std::make_pair(c.micro, c.remat);
     if (!pass.count(key)) {
       if (!o.json) std::fprintf(stderr, "profiling the pass at micro-batch %d, remat %s\n", c.micro, c.remat.c_str());
-      const auto j =
-          run_self_json(str_cat("bench gpt", model_flags(o.m), " --micro-batch ", c.micro, " --remat ", c.remat,
-                                " --products ", bf16 ? "bf16" : "fp32", " --iters ", o.iters, " --json"),
-                        "strata plan");
+      const auto j = run_self_json(
+          str_cat("bench gpt", model_flags(o.m), " --micro-batch ", c.micro, " --remat ", c.remat, " --products ",
+                  c.compute == DType::bf16 ? "bf16" : "fp32", " --iters ", o.iters, " --json"),
+          "strata plan");
       pass[key] = j.at("pass_s").get<double>();
     }
     c.time = predict_step(cal, c, r, pass[key]);

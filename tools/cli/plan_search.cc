@@ -89,13 +89,17 @@ void size_candidate(const PlanRequest& r, Candidate& c) {
     in.world = r.world;
     in.device_budget = r.device_budget;
     in.trainer_device_bytes = size.device_bytes;
-    c.estimate = engine::estimate_memory(in);
-    c.device_total = c.estimate.tiers[0].total() + c.estimate.trainer_device_bytes;
+    c.compute = engine::compute_dtype_of(in.config);
+    auto estimate = [&] {
+      c.estimate = engine::estimate_memory(in);
+      c.device_total = c.estimate.tiers[0].total() + c.estimate.trainer_device_bytes;
+    };
+    estimate();
     // Headroom on the device against fragmentation: a full device can hold the bytes of the
     // largest gradient buffer in pieces too small for it, so a plan leaves that much free. At
     // stage 3, where the gathered window fills what the device leaves, it narrows the window
     // (stage3_max_live_parameters) by what is missing.
-    const std::uint64_t cb = dtype_size(engine::compute_dtype_of(in.config));
+    const std::uint64_t cb = dtype_size(c.compute);
     const std::uint64_t slack = c.estimate.largest_layer_padded * cb;
     const std::uint64_t want = r.device_budget > slack ? r.device_budget - slack : 0;
     if (c.device_total > want && c.estimate.window_elems > 0) {
@@ -103,8 +107,7 @@ void size_candidate(const PlanRequest& r, Candidate& c) {
       if (c.estimate.window_elems > cut + c.estimate.largest_layer_padded) {
         c.config["zero_optimization"]["stage3_max_live_parameters"] = c.estimate.window_elems - cut;
         in.config = engine::parse_config(c.config.dump(), "strata plan's candidate", facts);
-        c.estimate = engine::estimate_memory(in);
-        c.device_total = c.estimate.tiers[0].total() + c.estimate.trainer_device_bytes;
+        estimate();
       }
     }
     STRATA_CHECK(c.device_total <= want, Errc::out_of_budget, "device peak ", format_bytes(c.device_total),
@@ -183,7 +186,7 @@ StepTime predict_step(const Calibration& cal, const Candidate& c, const PlanRequ
   if (r.world > 1) {
     // Bus bytes: a reduce-scatter or all-gather of S moves S (n-1)/n, an all-reduce twice that.
     const double n = r.world, share = (n - 1) / n, P = static_cast<double>(e.params);
-    const double cb = c.config.contains("bf16") && c.config["bf16"].value("enabled", false) ? 2.0 : 4.0;
+    const double cb = static_cast<double>(dtype_size(c.compute));
     const double grads = c.accum * 4.0 * P * share;  // fp32 gradients, every micro-batch
     t.comm =
         c.stage >= 2 ? grads / (cal.reduce_scatter_busbw_gbps * 1e9) : 2 * grads / (cal.all_reduce_busbw_gbps * 1e9);

@@ -58,6 +58,7 @@ struct Candidate {
   std::string optimizer = "none", params = "none";  // offload devices; "none" with memory_budget: the planner
   int micro = 1, accum = 1;
   std::string remat = "never";
+  DType compute = DType::fp32;      // the config's compute dtype (when it parsed)
   nlohmann::json config;            // runnable with strata train --config
   engine::MemoryEstimate estimate;  // when it fits
   std::uint64_t device_total = 0;   // ledger + activations
