@@ -112,6 +112,7 @@ class OptimizerSwapper {
     std::uint64_t buffer_bytes = 0;
     int buffer_count = 0;
     std::uint64_t file_bytes = 0;
+    std::uint64_t table_bytes = 0;  // host memory of the open files' checksum tables (not in the ledger)
   };
   static Footprint footprint(const SwapperOptions& options, const std::vector<SwapTensor>& tensors);
 

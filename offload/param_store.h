@@ -77,6 +77,7 @@ class ParamStore {
     std::uint64_t buffer_bytes = 0;
     int buffer_count = 0;
     std::uint64_t file_bytes = 0;
+    std::uint64_t table_bytes = 0;  // host memory of the open files' checksum tables (not in the ledger)
   };
   static Footprint footprint(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
 

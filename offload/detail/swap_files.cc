@@ -75,6 +75,13 @@ std::uint64_t swap_pair_bytes(std::uint32_t element_bytes, std::uint64_t payload
   return 2 * layout->file_bytes;
 }
 
+std::uint64_t swap_pair_table_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes,
+                                    std::uint32_t block_bytes) {
+  auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
+  STRATA_IO_CHECK(layout.status(), "swap file layout");
+  return 2 * layout->table_bytes;
+}
+
 std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
                                std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
                                std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,

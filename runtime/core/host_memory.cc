@@ -1,4 +1,4 @@
-// host_memory_available (see host_memory.h).
+// host_memory_available, host_name and the process's resident set (see host_memory.h).
 #include "runtime/core/host_memory.h"
 
 #include <unistd.h>
@@ -45,6 +45,26 @@ HostMemory host_memory_available() {
     }
   }
   return m;
+}
+
+std::uint64_t process_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::uint64_t process_peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      std::uint64_t kib = 0;
+      return status >> kib ? kib * 1024 : 0;
+    }
+    status.ignore(1 << 20, '\n');
+  }
+  return 0;
 }
 
 std::string host_name() {

@@ -2,8 +2,9 @@
 # `strata estimate` against `strata train`: the full sweep of scripts/estimate_sweep.py (35+
 # configurations: stages 0-3, every placement, budget-driven, overlap_comm, micro-batch,
 # sequence length, re-materialization, world 1 and 2, MLP and GPT) predicts every tier's
-# peak within [0, +5%] of the measured one; the text form names the tiers and DeepSpeed's
-# figure; a budget nothing fits is refused by estimate as by train, naming the smallest one.
+# peak within [0, +5%] of the measured one and the process RSS within 5% either way; the
+# text form names the tiers, the RSS and DeepSpeed's figure; a budget nothing fits is
+# refused by estimate as by train, naming the smallest one.
 # Exits 77 (skipped) where io_uring is unavailable (the sweep puts state on NVMe).
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" estimate
@@ -17,7 +18,8 @@ cat > "$dir/ds.json" <<JSON
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
 JSON
 out=$("$strata" estimate --model mlp --layers 8 --hidden 512 --config "$dir/ds.json" --world 2)
-for want in "tier" "device" "host" "nvme" "optimizer" "DeepSpeed's estimator" "ZeRO-3, optimizer offloaded"; do
+for want in "tier" "device" "host" "nvme" "optimizer" "DeepSpeed's estimator" "ZeRO-3, optimizer offloaded" \
+    "process RSS peak"; do
   grep -q "$want" <<<"$out" || fail "estimate output lacks '$want': $out"
 done
 

@@ -2,7 +2,8 @@
 // of `strata train` with the same flags will hold on each tier (device, host, NVMe) and per
 // kind (parameters, gradients, optimizer state, buffers), and the model's own device memory
 // (GPT activations), computed without allocating the model (engine/memory_estimate.h), with
-// DeepSpeed's estimator beside it. A budget nothing fits is refused, naming the smallest
+// DeepSpeed's estimator beside it, and the process RSS the rank will peak at (rss_estimate.h;
+// --data names the GPT's training text, whose tokens it holds). A budget nothing fits is refused, naming the smallest
 // that would. --json prints the same as one object.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -11,8 +12,10 @@
 #include "engine/config.h"
 #include "engine/memory_estimate.h"
 #include "runtime/core/error.h"
+#include "runtime/core/host_memory.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/rss_estimate.h"
 #include "tools/cli/train_model.h"
 
 namespace strata::cli {
@@ -62,7 +65,14 @@ nlohmann::json tier_json(const engine::TierEstimate& t) {
   return j;
 }
 
+nlohmann::json rss_json(const RssEstimate& r) {
+  return {{"base_bytes", r.base},     {"runtime_bytes", r.runtime}, {"trainer_bytes", r.trainer},
+          {"engine_bytes", r.engine}, {"device_bytes", r.device},   {"peak_bytes", r.peak()}};
+}
+
 int run(const Options& o) {
+  RssEstimate rss;
+  rss.base = process_rss_bytes();  // where strata train reads its own: nothing set up yet
   STRATA_CHECK(o.world >= 1, Errc::invalid_argument, "--world ", o.world, " must be >= 1");
   STRATA_CHECK(o.device == "host" || o.device == "cuda", Errc::invalid_argument, "--device ", o.device,
                " is not available: use host or cuda");
@@ -90,6 +100,10 @@ int run(const Options& o) {
   const DeepSpeedFigure ds =
       deepspeed_figure(in.config, static_cast<double>(e.params), static_cast<double>(e.largest_layer_params), o.world);
   const std::uint64_t device_total = e.tiers[0].total() + e.trainer_device_bytes;
+  rss.runtime = measure_runtime_rss(o.m.model);
+  rss.trainer = trainer_host_bytes(o.m, in.config);
+  rss.engine = e.tiers[1].total() + e.swap_table_bytes;
+  rss.device = in.device_in_host_ram ? device_total : 0;
   if (o.json) {
     nlohmann::json j{{"model", model.describe},
                      {"parameters", e.params},
@@ -99,6 +113,7 @@ int run(const Options& o) {
                      {"device_budget", in.device_budget},
                      {"trainer_device_bytes", e.trainer_device_bytes},
                      {"device_total", device_total},
+                     {"rss", rss_json(rss)},
                      {"deepspeed", {{"formula", ds.formula}, {"gpu_bytes", ds.gpu}, {"cpu_bytes", ds.cpu}}}};
     for (int t = 0; t < engine::kTiers; ++t)
       j["tiers"][engine::tier_name(static_cast<engine::Tier>(t))] = tier_json(e.tiers[t]);
@@ -118,6 +133,12 @@ int run(const Options& o) {
   std::printf("  the model's own device memory (activations, temporaries): %s; device total %s of budget %s\n",
               format_bytes(e.trainer_device_bytes).c_str(), format_bytes(device_total).c_str(),
               format_bytes(in.device_budget).c_str());
+  std::printf(
+      "  process RSS peak %s: this executable %s, libraries' first use %s, the trainer's host arrays %s, the "
+      "engine's host tier %s%s\n",
+      format_bytes(rss.peak()).c_str(), format_bytes(rss.base).c_str(), format_bytes(rss.runtime).c_str(),
+      format_bytes(rss.trainer).c_str(), format_bytes(rss.engine).c_str(),
+      rss.device ? str_cat(", the host device's memory ", format_bytes(rss.device)).c_str() : "");
   std::printf("DeepSpeed's estimator (%s; no NVMe, no activations): GPU %s, CPU %s\n", ds.formula.c_str(),
               format_bytes(static_cast<std::uint64_t>(ds.gpu)).c_str(),
               format_bytes(static_cast<std::uint64_t>(ds.cpu)).c_str());
@@ -130,6 +151,7 @@ Action setup(CLI::App& cmd) {
   auto& m = o->m;
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config (as for strata train)")->required();
   add_model_options(cmd, m);
+  cmd.add_option("--data", m.data, "GPT training text as for strata train (its tokens count in the process RSS)");
   cmd.add_option("--world", o->world, "Data-parallel ranks (strata launch -n N)")->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--device", o->device, "host (the emulated device) or cuda (GPUs; NCCL between ranks)");
   cmd.add_option("--device-budget", o->device_budget,

@@ -1,0 +1,79 @@
+// The parts of a train rank's process RSS that are not the engine's (see rss_estimate.h).
+#include "tools/cli/rss_estimate.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "models/gpt/gemm.h"
+#include "runtime/core/host_memory.h"
+
+namespace strata::cli {
+namespace {
+
+// Every TBB worker allocates and touches a little, as the engine's kernels do: the threads
+// start and each gets its malloc arena.
+void warm_tbb() {
+  tbb::parallel_for(tbb::blocked_range<int>(0, 1024, 1), [](const tbb::blocked_range<int>&) {
+    void* p = std::malloc(4096);
+    std::memset(p, 1, 4096);
+    std::free(p);
+  });
+}
+
+// One product of each kind the GPT computes: oneDNN generates its kernels and starts its pool.
+void warm_gemm() {
+  const int n = 64;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 1.0f), c(n * n, 0.0f);
+  for (auto p : {model::ops::Products::fp32, model::ops::Products::bf16}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true})
+        model::ops::gemm(p, ta, tb, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
+  }
+}
+
+std::uint64_t data_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return 0;
+  std::error_code ec;
+  std::uint64_t bytes = 0;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::recursive_directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) bytes += e.file_size(ec);
+  } else {
+    bytes = fs::file_size(path, ec);
+    if (ec) bytes = 0;
+  }
+  return 2 * bytes;  // a byte of text is one 2-byte token; token files hold fewer
+}
+
+}  // namespace
+
+std::uint64_t measure_runtime_rss(const std::string& model) {
+  const std::uint64_t before = process_rss_bytes();
+  warm_tbb();
+  if (model == "gpt") warm_gemm();
+  const std::uint64_t after = process_rss_bytes();
+  return after > before ? after - before : 0;
+}
+
+std::uint64_t trainer_host_bytes(const ModelOptions& o, const engine::EngineConfig& config) {
+  const auto B = static_cast<std::uint64_t>(std::max<std::int64_t>(1, config.train_micro_batch_size_per_gpu));
+  if (o.model == "mlp") {
+    const std::uint64_t H = o.hidden > 0 ? o.hidden : 64, L = o.layers > 0 ? o.layers : 4;
+    // teacher, a layer's fp32 W and dW; activations of every layer, and six B x H
+    // vectors of the micro-batch (input, target, output, its gradient, dz, din)
+    return 4 * (3 * H * H + (L + 1) * B * H + 6 * B * H + 2 * H);
+  }
+  const model::GptConfig c = gpt_config(o, config_remat(config));
+  // tokens, and a micro-batch's inputs and targets (4 bytes each)
+  return data_bytes(o.data) + 2 * B * static_cast<std::uint64_t>(c.seq_len) * 4;
+}
+
+}  // namespace strata::cli
