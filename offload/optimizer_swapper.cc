@@ -107,9 +107,9 @@ OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
   for (const auto& t : tensors) {
     for (std::uint64_t off = 0; off < t.elems; off += elems) {
-      const std::uint64_t payload = std::min(elems, t.elems - off) * kBytesPerElem;
-      f.file_bytes += detail::swap_pair_bytes(4, payload, o.block_bytes);
-      f.table_bytes += detail::swap_pair_table_bytes(4, payload, o.block_bytes);
+      const auto pair = detail::swap_pair_size(4, std::min(elems, t.elems - off) * kBytesPerElem, o.block_bytes);
+      f.file_bytes += pair.file_bytes;
+      f.table_bytes += pair.table_bytes;
     }
   }
   return f;

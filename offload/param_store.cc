@@ -89,9 +89,9 @@ ParamStore::Footprint ParamStore::footprint(const ParamStoreOptions& o, const st
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
   for (const auto& t : tensors) {
     for (std::uint64_t off = 0; off < t.bytes; off += f.buffer_bytes) {
-      const std::uint64_t payload = std::min(f.buffer_bytes, t.bytes - off);
-      f.file_bytes += detail::swap_pair_bytes(1, payload, o.block_bytes);
-      f.table_bytes += detail::swap_pair_table_bytes(1, payload, o.block_bytes);
+      const auto pair = detail::swap_pair_size(1, std::min(f.buffer_bytes, t.bytes - off), o.block_bytes);
+      f.file_bytes += pair.file_bytes;
+      f.table_bytes += pair.table_bytes;
     }
   }
   return f;

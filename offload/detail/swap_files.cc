@@ -69,17 +69,10 @@ io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes,
 
 }  // namespace
 
-std::uint64_t swap_pair_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
+SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
   auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
   STRATA_IO_CHECK(layout.status(), "swap file layout");
-  return 2 * layout->file_bytes;
-}
-
-std::uint64_t swap_pair_table_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes,
-                                    std::uint32_t block_bytes) {
-  auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
-  STRATA_IO_CHECK(layout.status(), "swap file layout");
-  return 2 * layout->table_bytes;
+  return {2 * layout->file_bytes, 2 * layout->table_bytes};
 }
 
 std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,

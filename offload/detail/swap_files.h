@@ -33,12 +33,13 @@ std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std:
                                std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
                                std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
                                const std::function<std::string(int gen)>& where, const char* tier);
-// The bytes create_swap_pair() puts on disk for these arguments (both files, headers,
-// checksum tables and padded blocks included), without creating anything.
-std::uint64_t swap_pair_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes);
-// The host memory the pair keeps while open: each file's checksum table (io::SwapFile).
-std::uint64_t swap_pair_table_bytes(std::uint32_t element_bytes, std::uint64_t payload_bytes,
-                                    std::uint32_t block_bytes);
+// What create_swap_pair() makes for these arguments, without creating anything: the bytes
+// it puts on disk (both files, headers, checksum tables and padded blocks included) and the
+// host memory the pair keeps while open (each file's checksum table, io::SwapFile).
+struct SwapPairSize {
+  std::uint64_t file_bytes = 0, table_bytes = 0;
+};
+SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes);
 // Unlinks the files (missing ones are fine).
 void remove_swap_files(const std::vector<std::string>& paths) noexcept;
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
