@@ -58,7 +58,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
         NvmeHomes::swapper_options(in.config, host_budget - std::min(host_budget, host_used)),
         NvmeHomes::swap_tensors(lay, opt_tiers));
     at(e, Tier::nvme, Kind::optimizer) += f.file_bytes;
-    e.swap_table_bytes += f.table_bytes;
+    e.swap_file_host_bytes += f.host_bytes;
     at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
     host_used += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
   }
@@ -67,7 +67,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
         NvmeHomes::param_options(in.config, c, host_budget - std::min(host_budget, host_used)),
         NvmeHomes::param_tensors(lay, c, param_tiers));
     at(e, Tier::nvme, Kind::params) += f.file_bytes;
-    e.swap_table_bytes += f.table_bytes;
+    e.swap_file_host_bytes += f.host_bytes;
     at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
   }
 }

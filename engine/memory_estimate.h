@@ -57,7 +57,7 @@ struct MemoryEstimate {
   std::uint64_t window_elems = 0;          // stage 3: the gathered window (prefetched and retained layers)
   std::string placement;                   // what lives where and why (PlacementPlan::explain)
   std::uint64_t optimizer_elems = 0;       // this rank's fp32 master elements (what its optimizer steps)
-  std::uint64_t swap_table_bytes = 0;      // host RAM of the NVMe swap files' checksum tables, beside the ledger
+  std::uint64_t swap_file_host_bytes = 0;  // host RAM of the open NVMe swap files (tables), beside the ledger
   // Bytes moved per step by the placement (PlacementPlan::traffic: the host-trainer contract's
   // gathers, every micro-batch's gradients), over the host link and to and from NVMe.
   std::uint64_t h2d_bytes = 0, d2h_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;

@@ -35,6 +35,9 @@ std::string errno_hint(int err) {
       return "The filesystem is mounted read-only: use a writable directory";
     case ENOENT:
       return "Check the path: its directory must exist";
+    case EMFILE:
+    case ENFILE:
+      return "Too many open files: raise the open-file limit (ulimit -n), or use fewer, larger files";
     case EIO:
       return "The device reported an I/O error: check the kernel log (dmesg) and the drive's health";
     default:

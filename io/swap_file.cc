@@ -60,9 +60,8 @@ Status check_overwrite(const std::string& path) {
   return {};
 }
 
-Status verify_blocks(const SwapLayout& l, const std::string& path, const AlignedBuffer& table, std::uint64_t first,
+Status verify_blocks(const SwapLayout& l, const std::string& path, const std::uint64_t* sums, std::uint64_t first,
                      std::uint64_t count, const std::byte* data) {
-  const auto* sums = table.as<const std::uint64_t>();
   std::uint64_t pos = 0;
   for (std::uint64_t i = first; i < first + count; ++i) {
     const std::uint64_t len = l.block_length(i);
@@ -85,8 +84,16 @@ Status verify_blocks(const SwapLayout& l, const std::string& path, const Aligned
 
 }  // namespace
 
-SwapFile::SwapFile(Engine& engine, File file, const SwapLayout& layout, std::shared_ptr<AlignedBuffer> table)
+SwapFile::SwapFile(Engine& engine, File file, const SwapLayout& layout, Table table)
     : engine_(&engine), file_(std::move(file)), layout_(layout), table_(std::move(table)) {}
+
+std::uint64_t SwapFile::host_bytes(const SwapLayout& layout) noexcept {
+  // The table shares one allocation with its reference count; the bookkeeping is the
+  // SwapFile, its File's state and path, and the allocator's headers (measured: see
+  // swap_file_test's "host_bytes" case).
+  constexpr std::uint64_t kBookkeeping = 384;
+  return align_up(layout.block_count * 8 + 16, 16) + kBookkeeping;
+}
 
 Result<SwapFile> SwapFile::create(Engine& engine, const std::string& path, const SwapSpec& spec) {
   auto layout = swap_layout(spec);
@@ -97,12 +104,11 @@ Result<SwapFile> SwapFile::create(Engine& engine, const std::string& path, const
   oo.truncate = true;
   auto file = engine.open(path, oo);
   if (!file) return file.status();
-  // Header and an all-zero ("never written") table; the data region stays a hole until
-  // the first swap_out, padded to whole blocks by the final size.
-  AlignedBuffer head(kSwapHeaderBytes + layout->table_bytes);
-  auto table = std::make_shared<AlignedBuffer>(layout->table_bytes);
-  if (head.data() == nullptr || table->data() == nullptr)
-    return Status(-ENOMEM, "swap file '" + path + "': out of memory");
+  // The header; the final size leaves the table all zeros ("never written") and the data
+  // region a hole until the first swap_out, padded to whole blocks.
+  AlignedBuffer head(kSwapHeaderBytes);
+  Table table = std::make_shared<std::uint64_t[]>(layout->block_count);  // zero-filled
+  if (head.data() == nullptr) return Status(-ENOMEM, "swap file '" + path + "': out of memory");
   encode_swap_header(*layout, head.data());
   if (Status s = engine.write(*file, 0, head.data(), head.bytes()).wait().status(); !s) return s;
   if (Status s = file->truncate(layout->file_bytes); !s) return s;
@@ -124,11 +130,13 @@ Result<SwapFile> SwapFile::open(Engine& engine, const std::string& path, Access 
   }
   auto layout = decode_swap_header(head.data(), *size, path);
   if (!layout) return layout.status();
-  auto table = std::make_shared<AlignedBuffer>(layout->table_bytes);
-  if (table->data() == nullptr) return Status(-ENOMEM, "swap file '" + path + "': out of memory");
-  if (Status s = engine.read(*file, layout->table_offset, table->data(), layout->table_bytes).wait().status(); !s) {
+  AlignedBuffer staged(layout->table_bytes);
+  if (staged.data() == nullptr) return Status(-ENOMEM, "swap file '" + path + "': out of memory");
+  if (Status s = engine.read(*file, layout->table_offset, staged.data(), layout->table_bytes).wait().status(); !s) {
     return s;
   }
+  Table table = std::make_shared_for_overwrite<std::uint64_t[]>(layout->block_count);
+  std::memcpy(table.get(), staged.data(), layout->block_count * 8);
   return SwapFile(engine, std::move(file).value(), *layout, std::move(table));
 }
 
@@ -146,22 +154,25 @@ SwapOp SwapFile::swap_out(const void* src, std::uint64_t buffer_bytes) {
   const SwapLayout& l = layout_;
   if (src == nullptr && l.payload_bytes > 0) return SwapOp(Status(-EFAULT, "swap_out '" + path() + "': null source"));
   IoFuture data = engine_->write(file_, l.data_offset, src, transfer_bytes(l.payload_bytes, buffer_bytes));
-  // Checksums are computed here while the data transfer runs, into a new table, so a
-  // concurrent reader of the old table is never confused by a half-updated one.
-  auto table = std::make_shared<AlignedBuffer>(l.table_bytes);
-  if (table->data() == nullptr) {
+  // Checksums are computed here while the data transfer runs, into an aligned staging
+  // copy for the O_DIRECT write and a new compact table, so a reader still holding the
+  // old table is never confused by a half-updated one.
+  auto staged = std::make_shared<AlignedBuffer>(l.table_bytes);
+  if (staged->data() == nullptr) {
     data.wait();
     return SwapOp(Status(-ENOMEM, "swap_out '" + path() + "': out of memory for the checksum table"));
   }
-  auto* sums = table->as<std::uint64_t>();
+  auto* sums = staged->as<std::uint64_t>();
   const auto* bytes = static_cast<const std::byte*>(src);
   for (std::uint64_t i = 0; i < l.block_count; ++i) {
     sums[i] = block_checksum(bytes + i * l.spec.block_bytes, l.block_length(i), i);
   }
-  IoFuture sums_io = engine_->write(file_, l.table_offset, table->data(), l.table_bytes);
-  table_ = table;
-  // The table buffer must outlive its write: the finish step holds it.
-  return SwapOp(std::move(data), std::move(sums_io), [table] { return Status(); });
+  IoFuture sums_io = engine_->write(file_, l.table_offset, staged->data(), l.table_bytes);
+  Table table = std::make_shared_for_overwrite<std::uint64_t[]>(l.block_count);
+  std::memcpy(table.get(), sums, l.block_count * 8);
+  table_ = std::move(table);
+  // The staging copy must outlive its write: the finish step holds it until wait().
+  return SwapOp(std::move(data), std::move(sums_io), [staged] { return Status(); });
 }
 
 SwapOp SwapFile::swap_in(void* dst, std::uint64_t buffer_bytes) {
@@ -183,7 +194,7 @@ SwapOp SwapFile::read_blocks(std::uint64_t first, std::uint64_t count, void* dst
   IoFuture data = engine_->read(file_, l.block_offset(first), dst, transfer_bytes(bytes, buffer_bytes));
   auto table = table_;
   auto finish = [l, p = path(), table, first, count, dst] {
-    return verify_blocks(l, p, *table, first, count, static_cast<const std::byte*>(dst));
+    return verify_blocks(l, p, table.get(), first, count, static_cast<const std::byte*>(dst));
   };
   return SwapOp(std::move(data), IoFuture(), std::move(finish));
 }

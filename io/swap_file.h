@@ -12,6 +12,10 @@
 // as pool buffers do, every transfer is O_DIRECT (the padding travels too, outside the
 // checksums); otherwise the last partial 4 KiB goes through the page cache.
 // One swap_out must not overlap other operations on the same SwapFile.
+//
+// Memory: an open SwapFile keeps its checksums compact (8 bytes per block, host_bytes());
+// the 4 KiB-aligned copy that O_DIRECT needs exists only while a table transfer runs, so
+// thousands of small swap files do not each pin a 4 KiB page of tables.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +55,8 @@ class SwapFile {
   const SwapLayout& layout() const noexcept { return layout_; }
   const std::string& path() const { return file_.path(); }
   bool direct() const noexcept { return file_.direct(); }
+  // Host memory this open file keeps: its checksum table and its bookkeeping.
+  static std::uint64_t host_bytes(const SwapLayout& layout) noexcept;
 
   // buffer_bytes: the size of src/dst (0: exactly the payload).
   SwapOp swap_out(const void* src, std::uint64_t buffer_bytes = 0);
@@ -59,12 +65,13 @@ class SwapFile {
   SwapOp read_blocks(std::uint64_t first, std::uint64_t count, void* dst, std::uint64_t buffer_bytes = 0);
 
  private:
-  SwapFile(Engine& engine, File file, const SwapLayout& layout, std::shared_ptr<AlignedBuffer> table);
+  using Table = std::shared_ptr<std::uint64_t[]>;
+  SwapFile(Engine& engine, File file, const SwapLayout& layout, Table table);
 
   Engine* engine_ = nullptr;
   File file_;
   SwapLayout layout_;
-  std::shared_ptr<AlignedBuffer> table_;  // checksums of the data on disk, as last written or read
+  Table table_;  // block_count checksums of the data on disk, as last written or read
 };
 
 }  // namespace strata::io

@@ -109,7 +109,8 @@ OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
     for (std::uint64_t off = 0; off < t.elems; off += elems) {
       const auto pair = detail::swap_pair_size(4, std::min(elems, t.elems - off) * kBytesPerElem, o.block_bytes);
       f.file_bytes += pair.file_bytes;
-      f.table_bytes += pair.table_bytes;
+      f.file_count += 2;
+      f.host_bytes += pair.host_bytes;
     }
   }
   return f;
@@ -126,10 +127,11 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
   I.buffer_bytes = f.buffer_bytes;
   const int count = f.buffer_count;
 
-  I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
-
   detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.buffer_bytes, count,
-                        options.lock_memory, "optimizer swapper", "swap buffers");
+                        options.lock_memory, "optimizer swapper", "swap buffers", f.file_count,
+                        "zero_optimization.sub_group_size");
+
+  I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
 
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;

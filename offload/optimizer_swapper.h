@@ -112,7 +112,8 @@ class OptimizerSwapper {
     std::uint64_t buffer_bytes = 0;
     int buffer_count = 0;
     std::uint64_t file_bytes = 0;
-    std::uint64_t table_bytes = 0;  // host memory of the open files' checksum tables (not in the ledger)
+    std::uint64_t file_count = 0;  // swap files (two per chunk), each open for the store's lifetime
+    std::uint64_t host_bytes = 0;  // host memory the open swap files keep: tables, bookkeeping (not in the ledger)
   };
   static Footprint footprint(const SwapperOptions& options, const std::vector<SwapTensor>& tensors);
 

@@ -91,7 +91,8 @@ ParamStore::Footprint ParamStore::footprint(const ParamStoreOptions& o, const st
     for (std::uint64_t off = 0; off < t.bytes; off += f.buffer_bytes) {
       const auto pair = detail::swap_pair_size(1, std::min(f.buffer_bytes, t.bytes - off), o.block_bytes);
       f.file_bytes += pair.file_bytes;
-      f.table_bytes += pair.table_bytes;
+      f.file_count += 2;
+      f.host_bytes += pair.host_bytes;
     }
   }
   return f;
@@ -106,10 +107,11 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   const Footprint f = footprint(options, I.tensors);  // refuses a buffer count or budget that cannot work
   I.chunk_bytes = f.buffer_bytes;
   const int count = f.buffer_count;
-  I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
-
   detail::start_swap_io(I.sio, options.queue_depth, options.submit_batch, options.block_bytes, I.chunk_bytes, count,
-                        options.lock_memory, "parameter store", "parameter buffers");
+                        options.lock_memory, "parameter store", "parameter buffers", f.file_count,
+                        "offload_param.buffer_size");
+
+  I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
 
   // A failure here (a full device, a file that cannot be created) leaves nothing behind.
   std::vector<std::string> created;

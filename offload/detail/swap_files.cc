@@ -2,6 +2,7 @@
 #include "offload/detail/swap_files.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,7 +73,7 @@ io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes,
 SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
   auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
   STRATA_IO_CHECK(layout.status(), "swap file layout");
-  return {2 * layout->file_bytes, 2 * layout->table_bytes};
+  return {2 * layout->file_bytes, 2 * io::SwapFile::host_bytes(*layout)};
 }
 
 std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
@@ -101,12 +102,43 @@ void remove_swap_dirs(const std::vector<std::string>& created) noexcept {
   for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
 }
 
+namespace {
+
+std::uint64_t open_descriptors() {
+  std::error_code ec;
+  std::uint64_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
+}
+
+// Two descriptors per swap file, beside those already open, and room for the rest of the
+// process (sockets, checkpoints, a second store).
+void ensure_descriptors(std::uint64_t files, const char* who, const char* files_key) {
+  constexpr std::uint64_t kSpare = 256;
+  const std::uint64_t need = open_descriptors() + 2 * files + kSpare;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need) return;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need) {
+    STRATA_THROW(Errc::out_of_budget, who, ": ", files, " swap files need ", need,
+                 " open descriptors (two per file, and those already open), but this process may open at most ",
+                 lim.rlim_max, " (ulimit -n, hard limit): raise the limit, or raise ", files_key,
+                 " so that fewer, larger files hold the same bytes");
+  }
+  lim.rlim_cur = need;
+  ::setrlimit(RLIMIT_NOFILE, &lim);  // within the hard limit: cannot fail for lack of rights
+}
+
+}  // namespace
+
 void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std::uint32_t block_bytes,
-                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what) {
+                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what,
+                   std::uint64_t files, const char* files_key) {
+  ensure_descriptors(files, who, files_key);
   io::EngineOptions eo;
   eo.queue_depth = std::max(1u, queue_depth);
   eo.submit_batch = std::max(1u, submit_batch);
   eo.block_bytes = block_bytes;
+  eo.max_files = static_cast<unsigned>(std::clamp<std::uint64_t>(files, 1, 1u << 15));  // older kernels cap at 32768
   auto engine = io::Engine::create(eo);
   STRATA_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));
   out.engine.emplace(std::move(engine).value());

@@ -35,9 +35,9 @@ std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std:
                                const std::function<std::string(int gen)>& where, const char* tier);
 // What create_swap_pair() makes for these arguments, without creating anything: the bytes
 // it puts on disk (both files, headers, checksum tables and padded blocks included) and the
-// host memory the pair keeps while open (each file's checksum table, io::SwapFile).
+// host memory the pair keeps while open (io::SwapFile::host_bytes of each file).
 struct SwapPairSize {
-  std::uint64_t file_bytes = 0, table_bytes = 0;
+  std::uint64_t file_bytes = 0, host_bytes = 0;
 };
 SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes);
 // Unlinks the files (missing ones are fine).
@@ -45,15 +45,20 @@ void remove_swap_files(const std::vector<std::string>& paths) noexcept;
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept;
 
-// An io_uring engine and `count` pool buffers of `buffer_bytes`, all leased for the owner's
-// lifetime (registered with the ring, mlocked when lock_memory). `who` and `buffers_what`
-// name them in errors ("optimizer swapper", "swap buffers").
+// An io_uring engine with a fixed-file slot for each of `files` swap files, and `count` pool
+// buffers of `buffer_bytes`, all leased for the owner's lifetime (registered with the ring,
+// mlocked when lock_memory). Each open swap file holds two descriptors (O_DIRECT and
+// buffered): the soft open-file limit is raised toward the hard one when the files need it,
+// and when even the hard limit is too small the store is refused, naming the count, the
+// limit and `files_key`, the config key that makes the files larger and fewer. `who` and
+// `buffers_what` name the store and its buffers in errors ("optimizer swapper", "swap buffers").
 struct SwapIo {
   std::optional<io::Engine> engine;
   std::optional<io::BufferPool> pool;
   std::vector<io::PoolBuffer> buffers;
 };
 void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std::uint32_t block_bytes,
-                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what);
+                   std::uint64_t buffer_bytes, int count, bool lock_memory, const char* who, const char* buffers_what,
+                   std::uint64_t files, const char* files_key);
 
 }  // namespace strata::offload::detail

@@ -16,6 +16,7 @@ TEST_CASE("errno text names the error and describes it, for either sign", "[stat
   const std::string m = io::describe_failure("write", "/d/f.swap", 4096, 1048576, -EIO);
   CHECK(m == "write '/d/f.swap' at offset 4096, length 1048576: EIO (Input/output error)");
   CHECK_THAT(io::errno_hint(-ENOSPC), Catch::Contains("free space"));
+  CHECK_THAT(io::errno_hint(EMFILE), Catch::Contains("ulimit -n"));
   CHECK(io::errno_hint(EAGAIN).empty());
 }
 

@@ -1,14 +1,17 @@
 // OptimizerSwapper on real files: every element stepped exactly once per step in sub-groups
 // no larger than a buffer (a tensor larger than a buffer is chunked), the state (master and
 // both moments) carried from step to step through the files, and the buffer budget.
+#include <sys/resource.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "offload/optimizer_swapper.h"
 #include "runtime/core/error.h"
+#include "tests/support/child.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -113,6 +116,38 @@ TEST_CASE("a budget smaller than one buffer is refused, naming the minimum", "[o
   o.budget_bytes = min * 5 / 2;  // two and a half buffers: two, and the pipeline still works
   offload::OptimizerSwapper sw(o, tensors);
   CHECK(sw.buffer_count() == 2);
+}
+
+TEST_CASE("swap files beyond the open-file limit: the soft limit is raised, a hard limit too small is refused",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  // 300 sub-groups: 600 files, two descriptors each.
+  const std::vector<offload::SwapTensor> tensors = {{"layer 0", 300 * 100}};
+  for (const rlim_t hard : {rlim_t{4096}, rlim_t{512}}) {
+    INFO("hard limit " << hard);
+    const std::string where = dir.file("h" + std::to_string(hard));
+    const test::ChildResult child = test::run_in_child([&]() -> std::string {
+      rlimit lim{256, hard};
+      if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return "setup: setrlimit";
+      try {
+        offload::OptimizerSwapper sw(small_options(where, 100, 2), tensors);
+        ::getrlimit(RLIMIT_NOFILE, &lim);
+        return "created, soft limit " + std::to_string(lim.rlim_cur);
+      } catch (const Error& e) {
+        return std::string("refused: ") + errc_name(e.code()) + ": " + e.what();
+      }
+    });
+    INFO(child.output);
+    REQUIRE(child.exit_code == 0);
+    if (hard == 4096) {
+      CHECK_THAT(child.output, Catch::StartsWith("created, soft limit 1"));  // 1200 and more, under 4096
+    } else {
+      CHECK_THAT(child.output, Catch::StartsWith("refused: out of budget") && Catch::Contains("600 swap files") &&
+                                   Catch::Contains("at most 512") && Catch::Contains("ulimit -n") &&
+                                   Catch::Contains("sub_group_size"));
+      CHECK(!std::filesystem::exists(where));  // nothing left behind
+    }
+  }
 }
 
 TEST_CASE("a swapper's footprint, computed without creating it, is what the swapper takes", "[offload][uring]") {

@@ -8,8 +8,8 @@
 //            measured by running them once here at a small size;
 //   trainer  the trainer's own host arrays (MLP: its teacher matrix, one layer's fp32
 //            weights and gradients, the activations; GPT: the token data);
-//   engine   the engine's host ledger at its peak (pinned and pageable), and the checksum
-//            tables its NVMe swap files keep in host RAM while open;
+//   engine   the engine's host ledger at its peak (pinned and pageable), and what its open
+//            NVMe swap files keep in host RAM (checksum tables, bookkeeping);
 //   device   the host-emulated device's memory at its peak (its pages are host RAM once
 //            touched): the engine's device ledger and the trainer's activations.
 // Not counted: the threads the engine starts (I/O reactor, Gloo), io_uring rings, and heap
