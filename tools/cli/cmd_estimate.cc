@@ -100,7 +100,7 @@ int run(const Options& o) {
   const DeepSpeedFigure ds =
       deepspeed_figure(in.config, static_cast<double>(e.params), static_cast<double>(e.largest_layer_params), o.world);
   const std::uint64_t device_total = e.tiers[0].total() + e.trainer_device_bytes;
-  rss.runtime = measure_runtime_rss(o.m.model);
+  rss.runtime = measure_runtime_rss(o.m, in.config);
   rss.trainer = trainer_host_bytes(o.m, in.config);
   rss.engine = e.tiers[1].total() + e.swap_file_host_bytes;
   rss.device = in.device_in_host_ram ? device_total : 0;

@@ -3,9 +3,9 @@
 //   base     this executable with its libraries loaded, before anything is set up: measured
 //            as the estimating process's own resident set at the same point (the same
 //            binary and libraries; `strata train` logs its own as rss.base_bytes);
-//   runtime  what the compute libraries take at their first use (TBB's worker threads and
-//            their malloc arenas; for the GPT, oneDNN's JIT kernels and thread pool),
-//            measured by running them once here at a small size;
+//   runtime  what the compute takes at its first use (TBB's worker threads and their
+//            malloc arenas; for the GPT, its code, oneDNN's JIT kernels and thread pool),
+//            measured by running it once here at a small size (a one-block GPT);
 //   trainer  the trainer's own host arrays (MLP: its teacher matrix, one layer's fp32
 //            weights and gradients, the activations; GPT: the token data);
 //   engine   the engine's host ledger at its peak (pinned and pageable), and what its open
@@ -31,9 +31,10 @@ struct RssEstimate {
   std::uint64_t peak() const noexcept { return base + runtime + trainer + engine + device; }
 };
 
-// Runs the compute libraries `model` uses once at a small size and returns how much the
-// process's resident set grew (the runtime part); call it once per process.
-std::uint64_t measure_runtime_rss(const std::string& model);
+// Runs the compute the model of `o` uses once at a small size (for the GPT: one training
+// pass of a one-block model of its shape) and returns how much the process's resident set
+// grew once that is freed (the runtime part); call it once per process.
+std::uint64_t measure_runtime_rss(const ModelOptions& o, const engine::EngineConfig& config);
 
 // The trainer's host arrays (the trainer part) for `o` under `config`; the GPT's token data
 // from the size of o.data (2 bytes a token; 0 when o.data is empty).
