@@ -249,7 +249,8 @@ std::uint64_t heap_in_use() { return mallinfo2().uordblks; }
 // a 4 KiB-aligned table each (as before) took over 8 KiB of heap per file.
 TEST_CASE("an open swap file keeps host_bytes() of memory, not a page of tables", "[uring][memory]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  SKIP("sanitizers replace the allocator");
+  WARN("not measured: the sanitizers replace the allocator");
+  return;
 #endif
   constexpr int kFiles = 1500;
   TempDir dir;
