@@ -87,6 +87,18 @@ struct Fp16Config {
   float min_loss_scale = 1.0f;
 };
 
+// Strata's "fp8" block: the GPT's matrix products with FP8 operands, simulated on the host
+// (models/gpt/fp8.h has the recipe). The compute dtype (bf16, fp16, fp32) still decides what
+// the engine stores, gathers and reduces; FP8 applies to the products' inputs only.
+struct Fp8Config {
+  bool enabled = false;
+  std::string format = "hybrid";     // hybrid: E4M3 forward, E5M2 gradients; e4m3: E4M3 everywhere
+  int amax_history_len = 1024;       // optimizer steps of amax each tensor's scale looks back on
+  std::string amax_compute = "max";  // max | most_recent
+  int margin = 0;                    // scales leave 2^margin of headroom below the format's max
+  bool block_scaling = false;        // per 1 x 128 tile (activations, gradients), 128 x 128 block (weights)
+};
+
 struct MemoryBudget {  // Strata's own key; bytes, 0 = not set
   std::uint64_t device = 0, host = 0, nvme = 0;
 };
@@ -107,6 +119,7 @@ struct EngineConfig {
   float gradient_clipping = 0.0f;  // 0 = off
   bool bf16 = false;
   Fp16Config fp16;
+  Fp8Config fp8;
   ZeroConfig zero;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param;

@@ -1,4 +1,4 @@
-// fp16/bf16, optimizer, scheduler and memory_budget sections, with DeepSpeed's names and
+// fp16/bf16 (and Strata's fp8), optimizer, scheduler and memory_budget sections, with DeepSpeed's names and
 // defaults (runtime/precision_config.py, ops/adam, ops/lion, runtime/lr_schedules.py).
 #include <cmath>
 #include <limits>
@@ -76,11 +76,22 @@ void not_for(ObjectReader& p, const char* key, const std::string& type, const ch
   if (p.has(key)) p.fail_value(key, *p.find(key), str_cat("is not a parameter of ", type, ": ", advice));
 }
 
+void read_fp8(ObjectReader& top, Fp8Config& fp8) {
+  ObjectReader r = top.child("fp8");
+  r.read_bool("enabled", fp8.enabled);
+  r.read_choice("format", {"hybrid", "e4m3"}, fp8.format);
+  r.read_int("amax_history_len", 1, 1 << 20, "use a whole number of steps from 1 to 1048576", fp8.amax_history_len);
+  r.read_choice("amax_compute", {"max", "most_recent"}, fp8.amax_compute);
+  r.read_int("margin", 0, 30, "use a whole number of powers of two from 0 to 30", fp8.margin);
+  r.read_bool("block_scaling", fp8.block_scaling);
+}
+
 }  // namespace
 
 void read_precision(ObjectReader& top, EngineConfig& config) {
   read_fp16(top, config.fp16);
   read_bf16(top, config.bf16);
+  read_fp8(top, config.fp8);
   top.context().defer([&ctx = top.context(), &config] {
     if (config.bf16 && config.fp16.enabled)
       ctx.fail("fp16.enabled and bf16.enabled are both true: choose one precision");

@@ -12,9 +12,13 @@
 
 namespace strata::model {
 
+class Fp8Products;
+
 struct BlockDims {
   int B = 1, T = 1, C = 1, NH = 1;
   ops::Products products = ops::Products::fp32;  // precision of the weight products
+  Fp8Products* fp8 = nullptr;                    // when set, the weight products take FP8 operands (fp8_products.h)
+  int block = 0;                                 // which block this is (its FP8 sites)
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/layout.h"
+#include "models/gpt/fp8.h"
 
 namespace strata::model {
 
@@ -35,6 +36,7 @@ struct GptConfig {
   // block but the last, whose backward follows its forward at once.
   Remat remat = Remat::never;
   std::uint64_t seed = 0;  // data order (initial values come from the engine's seed)
+  fp8::Recipe fp8;         // FP8 operands for the matrix products (fp8.h); off by default
 };
 
 // Presets: tiny (4 x 128, 4 heads, 256 positions), 124M, 350M, 774M, 1.5B (GPT-2's; 1024

@@ -149,7 +149,7 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
   // bf16 compute multiplies in bf16 (fp32 sums) where the CPU can; fp16 and fp32 in fp32.
   const auto products = engine_.compute_dtype() == DType::bf16 ? ops::Products::bf16 : ops::Products::fp32;
-  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products);
+  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products, cfg_.fp8);
 }
 
 Gpt::~Gpt() = default;
@@ -162,7 +162,19 @@ std::uint64_t Gpt::activation_bytes() const noexcept {
 }
 
 std::uint64_t Gpt::activation_bytes(const GptConfig& c, int micro_batch, DType compute) noexcept {
-  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) + access_bytes(c.shape, compute);
+  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat, c.fp8.enabled) +
+         access_bytes(c.shape, compute);
+}
+
+fp8::Recipe Gpt::fp8_recipe(const engine::Fp8Config& c) {
+  fp8::Recipe r;
+  r.enabled = c.enabled;
+  r.format = fp8::parse_format(c.format);
+  r.amax_history_len = c.amax_history_len;
+  r.amax_compute = fp8::parse_amax_compute(c.amax_compute);
+  r.margin = c.margin;
+  r.block_scaling = c.block_scaling;
+  return r;
 }
 
 GptStep Gpt::train_step(std::int64_t step) {
@@ -179,6 +191,7 @@ GptStep Gpt::train_step(std::int64_t step) {
   }
   GptStep out;
   out.result = engine_.step();
+  pass_->end_step();
   out.loss = comm::mean_over_ranks(comm_, loss_sum / (static_cast<double>(accum) * B * T));
   return out;
 }

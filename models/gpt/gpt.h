@@ -50,6 +50,8 @@ class Gpt {
   // Device bytes of activations, temporaries and fp32 conversion buffers.
   std::uint64_t activation_bytes() const noexcept;
   static std::uint64_t activation_bytes(const GptConfig& config, int micro_batch, DType compute) noexcept;
+  // The config's fp8 block as the products' recipe (fp8.h).
+  static fp8::Recipe fp8_recipe(const engine::Fp8Config& c);
   // Smallest device budget one block's live window plus the activations need (stage 3).
   static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute);
 

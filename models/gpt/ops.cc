@@ -76,13 +76,15 @@ void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const
     gemm(p, false, true, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
   }
   gemm(p, true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
-  if (db != nullptr) {
-    float* acc[1] = {db};
-    reduce_rows(N, OC, 1, acc, [&](int n, float* part) {
-      const float* d = dout + static_cast<std::size_t>(n) * OC;
-      for (int o = 0; o < OC; ++o) part[o] += d[o];
-    });
-  }
+  if (db != nullptr) bias_backward(db, dout, N, OC);
+}
+
+void bias_backward(float* db, const float* dout, int N, int OC) {
+  float* acc[1] = {db};
+  reduce_rows(N, OC, 1, acc, [&](int n, float* part) {
+    const float* d = dout + static_cast<std::size_t>(n) * OC;
+    for (int o = 0; o < OC; ++o) part[o] += d[o];
+  });
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,

@@ -27,6 +27,8 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
 // column sums of dout (db may be null).
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
                      int IC, int OC, bool accumulate, Products p = Products::fp32);
+// db[OC] += the column sums of dout[N,OC] (matmul_backward's bias part).
+void bias_backward(float* db, const float* dout, int N, int OC);
 
 // out = (inp - mean) * rstd * w + b per row; mean and rstd [N] kept for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,

@@ -24,10 +24,11 @@ int act_sets(Remat r, int layers) {
 
 struct Sizes {
   std::size_t xs, acts_each, sets, scratch, nc, n, logits;
-  std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + n; }
+  Fp8Products::ScratchFloats fp8;
+  std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + n + fp8.total(); }
 };
 
-Sizes sizes(const GptShape& s, const BlockDims& d, Remat r) {
+Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8) {
   Sizes z{};
   z.nc = d.tokens() * static_cast<std::size_t>(s.d_model);
   z.n = d.tokens();
@@ -36,6 +37,7 @@ Sizes sizes(const GptShape& s, const BlockDims& d, Remat r) {
   z.sets = static_cast<std::size_t>(act_sets(r, s.layers));
   z.scratch = BlockScratch::floats(d);
   z.logits = z.n * static_cast<std::size_t>(s.vocab);
+  if (fp8) z.fp8 = Fp8Products::scratch_floats(s, z.n);
   return z;
 }
 
@@ -50,20 +52,20 @@ struct GptPass::Buffers {
   std::size_t nc = 0;
 };
 
-std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat) {
+std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8) {
   const BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
-  return sizes(shape, d, remat).total() * sizeof(float);
+  return sizes(shape, d, remat, fp8).total() * sizeof(float);
 }
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
-                 ops::Products products)
+                 ops::Products products, const fp8::Recipe& fp8)
     : shape_(shape),
       remat_(remat),
       products_(products),
       max_{max_batch, max_seq, shape.d_model, shape.heads},
       dev_(dev),
       buf_(std::make_unique<Buffers>()) {
-  const Sizes z = sizes(shape_, max_, remat_);
+  const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
   float* p = b.mem.as<float>();
@@ -83,6 +85,13 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
   b.lnf_rstd = take(z.n);
   b.logits = take(z.logits);
   b.losses = take(z.n);
+  if (fp8.enabled) {
+    Fp8Products::Scratch q;
+    q.x = take(z.fp8.x);
+    q.w = take(z.fp8.w);
+    q.g = take(z.fp8.g);
+    fp8_ = std::make_unique<Fp8Products>(fp8, shape_, q);
+  }
 }
 
 GptPass::~GptPass() = default;
@@ -129,8 +138,10 @@ void GptPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, co
   }
   for (int l = 0; l < L; ++l) {
     const auto w = access.acquire(l + 1);
+    BlockDims bd = d;
+    bd.block = l;
     block_forward(b.xs + static_cast<std::size_t>(l + 1) * NC, b.xs + static_cast<std::size_t>(l) * NC,
-                  block_weights(w), b.acts[static_cast<std::size_t>(keep ? act_set(l) : 0)], d);
+                  block_weights(w), b.acts[static_cast<std::size_t>(keep ? act_set(l) : 0)], bd);
     access.release(l + 1);
   }
 }
@@ -145,11 +156,19 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   const auto wf = access.acquire(L + 1);
   const auto we = access.acquire(0);
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
-  ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products);
+  if (fp8_) {
+    fp8_->head_forward(b.logits, b.lnf, we[0], N, C, V);
+  } else {
+    ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products);
+  }
   const double loss = ops::cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
   if (backward) {
     float* dlnf = b.scratch.dln;
-    ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products);
+    if (fp8_) {
+      fp8_->head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V);
+    } else {
+      ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products);
+    }
     access.release(0);
     const auto gf = access.grads(L + 1);
     std::fill(b.dres, b.dres + d.tokens() * static_cast<std::size_t>(C), 0.0f);
@@ -165,7 +184,7 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
 BlockDims GptPass::dims(int B, int T) const {
   STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
                " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
-  return {B, T, shape_.d_model, shape_.heads, products_};
+  return {B, T, shape_.d_model, shape_.heads, products_, fp8_.get()};
 }
 
 double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
@@ -175,15 +194,18 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   auto& b = *buf_;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
   const int L = shape_.layers;
+  if (fp8_) fp8_->set_recording(true);
   forward_blocks(access, tokens, d, true);
   const double loss = head(access, targets, d, loss_scale / static_cast<float>(d.tokens()), true);
   for (int l = L - 1; l >= 0; --l) {
     const auto w = block_weights(access.acquire(l + 1));
     const BlockActs& a = b.acts[static_cast<std::size_t>(act_set(l))];
     float* x = b.xs + static_cast<std::size_t>(l) * NC;
+    BlockDims bd = d;
+    bd.block = l;
     // Recomputing writes the block's output again (the same bits); it is no longer read.
-    if (recompute(l)) block_forward(x + NC, x, w, a, d);
-    block_backward(b.dres, x, w, block_grads(access.grads(l + 1)), a, b.scratch, d);
+    if (recompute(l)) block_forward(x + NC, x, w, a, bd);
+    block_backward(b.dres, x, w, block_grads(access.grads(l + 1)), a, b.scratch, bd);
     access.commit(l + 1);
     access.release(l + 1);
   }
@@ -192,11 +214,17 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   ops::embedding_backward(g0[0], g0[1], b.dres, tokens, B, T, d.C);
   access.commit(0);
   access.release(0);
+  if (fp8_) fp8_->set_recording(false);
   return loss;
+}
+
+void GptPass::end_step() {
+  if (fp8_) fp8_->end_step();
 }
 
 double GptPass::loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
   const BlockDims d = dims(B, T);
+  if (fp8_) fp8_->set_recording(false);
   device::CpuAccessScope cpu(dev_);
   forward_blocks(access, tokens, d, false);
   return head(access, targets, d, 0.0f, false);
@@ -204,6 +232,7 @@ double GptPass::loss(LayerAccess& access, const std::int32_t* tokens, const std:
 
 void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out) {
   const BlockDims d = dims(B, T);
+  if (fp8_) fp8_->set_recording(false);
   device::CpuAccessScope cpu(dev_);
   auto& b = *buf_;
   const int L = shape_.layers, C = d.C;
@@ -218,7 +247,11 @@ void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B
     std::copy(r, r + C, rows + static_cast<std::size_t>(s) * C);
   }
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
-  ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products);
+  if (fp8_) {
+    fp8_->head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab);
+  } else {
+    ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products);
+  }
   std::copy(b.logits, b.logits + static_cast<std::size_t>(B) * shape_.vocab, out);
   access.release(0);
   access.release(L + 1);

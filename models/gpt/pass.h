@@ -19,6 +19,7 @@
 
 #include "models/gpt/block.h"
 #include "models/gpt/config.h"
+#include "models/gpt/fp8_products.h"
 
 namespace strata::device {
 class Device;
@@ -39,15 +40,16 @@ class LayerAccess {
 class GptPass {
  public:
   // Allocates the activations for micro-batches of up to max_batch x max_seq tokens on `dev`;
-  // the weight products run in `products` precision (gemm.h).
+  // the weight products run in `products` precision (gemm.h), or, with fp8.enabled, with FP8
+  // operands (fp8_products.h; their scratch is allocated beside the activations).
   GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
-          ops::Products products = ops::Products::fp32);
+          ops::Products products = ops::Products::fp32, const fp8::Recipe& fp8 = {});
   ~GptPass();
   GptPass(const GptPass&) = delete;
   GptPass& operator=(const GptPass&) = delete;
 
   // Device bytes the pass allocates (activations and temporaries).
-  static std::uint64_t device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat);
+  static std::uint64_t device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8 = false);
 
   // Forward and backward: returns the sum of the B x T token losses; the gradients handed to
   // `access` are those of the mean loss times loss_scale.
@@ -57,6 +59,9 @@ class GptPass {
   double loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
   // Forward only: the logits of each sequence's last position, out[B, vocab].
   void last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out);
+  // After the optimizer step: the FP8 scaling state takes the step's amax (no-op without FP8).
+  void end_step();
+  const Fp8Products* fp8() const noexcept { return fp8_.get(); }
 
  private:
   struct Buffers;
@@ -72,6 +77,7 @@ class GptPass {
   BlockDims max_;
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<Fp8Products> fp8_;
 };
 
 }  // namespace strata::model

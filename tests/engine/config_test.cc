@@ -307,3 +307,28 @@ TEST_CASE("auto bucket sizes come from the model's hidden size when it is known"
   CHECK_THAT(error_of(with_batch(R"("zero_optimization": {"allgather_bucket_size": "auto"})"), facts(1, 1000)),
              Catch::Contains("zero_optimization.allgather_bucket_size = \"auto\" is a placeholder"));
 }
+
+TEST_CASE("the fp8 block: Transformer Engine's defaults, every key read, bad values named", "[config]") {
+  const EngineConfig d = parse(with_batch(""));
+  CHECK_FALSE(d.fp8.enabled);
+  CHECK(d.fp8.format == "hybrid");
+  CHECK(d.fp8.amax_history_len == 1024);
+  CHECK(d.fp8.amax_compute == "max");
+  CHECK(d.fp8.margin == 0);
+  CHECK_FALSE(d.fp8.block_scaling);
+  const EngineConfig c = parse(with_batch(R"("bf16": {"enabled": true}, "fp8": {"enabled": true, "format": "e4m3",
+      "amax_history_len": 16, "amax_compute": "most_recent", "margin": 1, "block_scaling": true})"));
+  CHECK(c.fp8.enabled);
+  CHECK(c.fp8.format == "e4m3");
+  CHECK(c.fp8.amax_history_len == 16);
+  CHECK(c.fp8.amax_compute == "most_recent");
+  CHECK(c.fp8.margin == 1);
+  CHECK(c.fp8.block_scaling);
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"enabled": true, "format": "e5m2"})")),
+             Catch::Contains("fp8.format") && Catch::Contains("hybrid or e4m3"));
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"amax_history_len": 0})")),
+             Catch::Contains("fp8.amax_history_len") && Catch::Contains("from 1"));
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"amax_compute": "mean"})")),
+             Catch::Contains("fp8.amax_compute") && Catch::Contains("max or most_recent"));
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"enabeld": true})")), Catch::Contains("enabled"));
+}

@@ -48,6 +48,31 @@ done
 tensors_equal "$dir/w1-s0-none-none.safetensors" "$dir/w2-s0-none-none.safetensors" 28 &&
   fail "world 1 and world 2 trained identical bits: the ranks cannot have seen different batches"
 
+# FP8 products (the config's fp8 block): stages and placements stay bitwise identical with
+# them, block scaling is another result again, and neither is the bf16 result.
+fp8() {  # stage optimizer-device param-device block-scaling
+  config "$1" "$2" "$3" | python3 -c 'import json, sys; c = json.load(sys.stdin)
+c["fp8"] = {"enabled": True, "amax_history_len": 4, "block_scaling": sys.argv[1] == "1"}; print(json.dumps(c))' "$4"
+}
+for c in "0 none none 0" "3 nvme nvme 0" "0 none none 1" "3 cpu cpu 1"; do
+  set -- $c
+  fp8 "$@" > "$dir/fp8-$1-$2-$4.json"
+  "$strata" train "${model[@]}" --config "$dir/fp8-$1-$2-$4.json" --save-params "$dir/fp8-$1-$2-$4.safetensors" \
+    > "$dir/fp8-$1-$2-$4.log"
+done
+tensors_equal "$dir/fp8-0-none-0.safetensors" "$dir/fp8-3-nvme-0.safetensors" 28 ||
+  fail "FP8: stage 3 on NVMe differs from stage 0"
+tensors_equal "$dir/fp8-0-none-1.safetensors" "$dir/fp8-3-cpu-1.safetensors" 28 ||
+  fail "FP8 with block scaling: stage 3 in host RAM differs from stage 0"
+tensors_equal "$dir/fp8-0-none-0.safetensors" "$dir/w1-s0-none-none.safetensors" 28 &&
+  fail "FP8 trained the bf16 run's bits: the products were not quantized"
+tensors_equal "$dir/fp8-0-none-0.safetensors" "$dir/fp8-0-none-1.safetensors" 28 &&
+  fail "block scaling trained the per-tensor run's bits"
+out=$("$strata" train --model mlp --layers 2 --hidden 32 --steps 1 --device host --config "$dir/fp8-0-none-0.json" 2>&1) &&
+  fail "FP8 with the MLP was accepted"
+grep -q "fp8.enabled: FP8 matrix products are implemented for the GPT" <<<"$out" || fail "unclear: $out"
+echo "fp8: stages and placements bitwise identical with FP8 products (per-tensor and block scaling); MLP refused"
+
 config 0 none none > "$dir/plain.json"
 out=$("$strata" train "${base[@]}" --config "$dir/plain.json" --seq-len 64 --positions 32 2>&1) &&
   fail "a sequence longer than the position table was accepted"

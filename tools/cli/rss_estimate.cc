@@ -36,17 +36,18 @@ void warm_tbb() {
 void warm_gpt(const ModelOptions& o, const engine::EngineConfig& config) {
   ModelOptions one = o;
   one.layers = 1;
-  const model::GptConfig cfg = gpt_config(one, config_remat(config));
+  const model::GptConfig cfg = gpt_config(one, config);
   const model::GptShape& s = cfg.shape;
   const int T = cfg.seq_len;
   auto params = model::ArrayAccess::by_layer(s, model::gpt_initial_params(s, o.seed));
   model::ArrayAccess access(params);
   device::DeviceOptions dopt;
   dopt.backend = device::Backend::host;
-  dopt.budget_bytes = model::GptPass::device_bytes(s, 1, T, cfg.remat) + (std::uint64_t{1} << 20);
+  dopt.budget_bytes = model::GptPass::device_bytes(s, 1, T, cfg.remat, cfg.fp8.enabled) + (std::uint64_t{1} << 20);
   auto dev = device::Device::create(dopt);
   const bool bf16 = engine::compute_dtype_of(config) == DType::bf16 && model::ops::bf16_products_available();
-  model::GptPass pass(s, 1, T, cfg.remat, *dev, bf16 ? model::ops::Products::bf16 : model::ops::Products::fp32);
+  model::GptPass pass(s, 1, T, cfg.remat, *dev, bf16 ? model::ops::Products::bf16 : model::ops::Products::fp32,
+                      cfg.fp8);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(T));
   for (int t = 0; t < T; ++t) tokens[static_cast<std::size_t>(t)] = t % s.vocab;
   pass.train(access, tokens.data(), tokens.data(), 1, T, 1.0f);

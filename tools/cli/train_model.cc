@@ -85,6 +85,12 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
   return c;
 }
 
+model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config) {
+  model::GptConfig c = gpt_config(o, config_remat(config));
+  c.fp8 = model::Gpt::fp8_recipe(config.fp8);
+  return c;
+}
+
 std::uint64_t model_hidden_size(const ModelOptions& o) {
   if (o.model == "gpt") return static_cast<std::uint64_t>(gpt_config(o, false).shape.d_model);
   return static_cast<std::uint64_t>(o.hidden > 0 ? o.hidden : 64);
@@ -104,7 +110,7 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
     return out;  // its activations live in host memory on the host device
   }
   STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
-  const model::GptConfig c = gpt_config(o, config_remat(config));
+  const model::GptConfig c = gpt_config(o, config);
   for (const auto& p : model::gpt_params(c.shape)) {
     engine::ParamSpec s;
     s.name = p.name;
@@ -130,7 +136,7 @@ class GptModel : public TrainModel {
   GptModel(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm, Tracer* tracer)
       : o_(o),
         engine_(engine),
-        cfg_(gpt_config(o, config_remat(engine.config()))),
+        cfg_(gpt_config(o, engine.config())),
         data_(model::TokenData::load(o.data, cfg_.shape.vocab, o.data_format, engine.rank() != 0)),
         batcher_(data_, o.data, cfg_.seq_len, o.val_fraction, o.seed),
         gpt_(engine, cfg_, batcher_, comm, tracer) {
@@ -178,7 +184,12 @@ class GptModel : public TrainModel {
 
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer) {
-  if (o.model == "mlp") return std::make_unique<MlpModel>(o, engine, comm, tracer);
+  if (o.model == "mlp") {
+    STRATA_CHECK(!engine.config().fp8.enabled, Errc::unsupported,
+                 "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
+                 "fp8.enabled to false or use --model gpt");
+    return std::make_unique<MlpModel>(o, engine, comm, tracer);
+  }
   if (o.model == "gpt") {
     STRATA_CHECK(!o.data.empty(), Errc::invalid_argument,
                  "--model gpt needs --data PATH: a text file, a directory of them, or a token file");

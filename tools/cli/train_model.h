@@ -61,6 +61,8 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
 // re-materialization from --remat, else `always` when config_remat. Throws
 // Errc::invalid_argument naming the flag for a shape that cannot work.
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
+// The same, with re-materialization and the FP8 recipe from `config`.
+model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config);
 
 // The model's hidden size, for the config's "auto" values (MLP --hidden; GPT width, from
 // its preset or --d-model).

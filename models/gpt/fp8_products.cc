@@ -1,0 +1,91 @@
+// The GPT's FP8 matrix products (see fp8_products.h).
+#include "models/gpt/fp8_products.h"
+
+#include <algorithm>
+
+#include "models/gpt/ops.h"
+#include "runtime/core/error.h"
+
+namespace strata::model {
+
+namespace {
+constexpr int kTile = 128;  // block scaling: 1 x 128 activation and gradient tiles, 128 x 128 weight blocks
+}
+
+Fp8Products::ScratchFloats Fp8Products::scratch_floats(const GptShape& s, std::size_t max_tokens) noexcept {
+  const auto C = static_cast<std::size_t>(s.d_model), V = static_cast<std::size_t>(s.vocab);
+  // x: the MLP down-projection's input is the widest activation; w: the MLP weights or the
+  // embedding; g: the MLP up-projection's or the logits' gradient.
+  return {max_tokens * 4 * C, std::max(4 * C * C, V * C), max_tokens * std::max(4 * C, V)};
+}
+
+Fp8Products::Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scratch scratch)
+    : recipe_(recipe),
+      head_site_(4 * shape.layers),
+      scratch_(scratch),
+      sites_(static_cast<std::size_t>(site_count(shape))) {
+  STRATA_CHECK(scratch.x != nullptr && scratch.w != nullptr && scratch.g != nullptr, Errc::internal,
+               "Fp8Products: scratch buffers missing");
+}
+
+const float* Fp8Products::quantize(fp8::AmaxHistory& h, Kind kind, DType fmt, const float* src, int rows, int cols,
+                                   float* dst) {
+  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  const float amax = fp8::amax_of(src, n);
+  if (recording_) h.record(amax);
+  if (recipe_.block_scaling) {
+    const int br = kind == Kind::weight ? kTile : 1;
+    fp8::fake_quantize_blocks(src, cols, dst, cols, rows, cols, br, kTile, fmt, recipe_.margin);
+  } else {
+    fp8::fake_quantize(src, dst, n, fmt, h.scale(recipe_, fmt, amax));
+  }
+  return dst;
+}
+
+void Fp8Products::forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC,
+                          int OC) {
+  Site& s = sites_.at(static_cast<std::size_t>(site));
+  const DType f = recipe_.forward_dtype();
+  const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
+  const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
+  ops::matmul_forward(out, qx, qw, b, N, IC, OC, ops::Products::fp32);
+}
+
+void Fp8Products::backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp,
+                           const float* W, int N, int IC, int OC, bool accumulate) {
+  Site& s = sites_.at(static_cast<std::size_t>(site));
+  const DType f = recipe_.forward_dtype();
+  const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dout, N, OC, scratch_.g);
+  const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
+  const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
+  ops::matmul_backward(dinp, dW, nullptr, qg, qx, qw, N, IC, OC, accumulate, ops::Products::fp32);
+  if (db != nullptr) ops::bias_backward(db, dout, N, OC);
+}
+
+void Fp8Products::head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
+  Site& s = sites_.at(static_cast<std::size_t>(head_site_));
+  const DType f = recipe_.forward_dtype();
+  const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
+  const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
+  ops::lm_head_forward(logits, qx, qw, N, C, V, ops::Products::fp32);
+}
+
+void Fp8Products::head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte,
+                                int N, int C, int V) {
+  Site& s = sites_.at(static_cast<std::size_t>(head_site_));
+  const DType f = recipe_.forward_dtype();
+  const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dlogits, N, V, scratch_.g);
+  const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
+  const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
+  ops::lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32);
+}
+
+void Fp8Products::end_step() {
+  for (auto& s : sites_) {
+    s.x.roll(recipe_.amax_history_len);
+    s.w.roll(recipe_.amax_history_len);
+    s.g.roll(recipe_.amax_history_len);
+  }
+}
+
+}  // namespace strata::model

@@ -1,0 +1,71 @@
+// The GPT's matrix products with FP8 operands (fp8.h's recipe): ops.h's matmul and LM-head
+// products, each operand quantized into scratch before the fp32 product.
+//
+// Sites: every matrix product of the model is a site with its own delayed-scaling state for
+// its three operands: x (the activation it multiplies), w (the weight) and g (the gradient
+// of its output). Block l's products are sites 4l..4l+3 (qkv, attention projection, MLP up,
+// MLP down); the LM head is site 4L. Forward quantizes x and w to E4M3; backward quantizes g
+// to the gradient format and x and w again with the step's scales (the same values as in
+// forward, so a re-materialized forward is also the same), then dx = q(g) q(w)^T and
+// dW += q(x)^T q(g). Bias gradients are summed from the unquantized g.
+//
+// Protocol: a training pass records each operand's amax (set_recording(true)); evaluation
+// passes quantize with the same scales and record nothing. end_step() after the optimizer
+// step moves every recorded amax into its history. Scratch: three fp32 buffers the owner
+// provides, sized by scratch_floats().
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "models/gpt/config.h"
+#include "models/gpt/fp8.h"
+
+namespace strata::model {
+
+class Fp8Products {
+ public:
+  struct Site {
+    fp8::AmaxHistory x, w, g;
+  };
+  struct Scratch {
+    float *x = nullptr, *w = nullptr, *g = nullptr;
+  };
+  // Floats of the three scratch buffers for micro-batches of up to max_tokens tokens.
+  struct ScratchFloats {
+    std::size_t x = 0, w = 0, g = 0;
+    std::size_t total() const noexcept { return x + w + g; }
+  };
+  static ScratchFloats scratch_floats(const GptShape& s, std::size_t max_tokens) noexcept;
+  static int site_count(const GptShape& s) noexcept { return 4 * s.layers + 1; }
+
+  Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scratch scratch);
+
+  // out[N,OC] = q(inp) q(W) + b
+  void forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);
+  // dinp (= or += with accumulate) q(dout) q(W)^T; dW += q(inp)^T q(dout); db += sums of dout
+  void backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
+                int IC, int OC, bool accumulate);
+  // logits[N,V] = q(inp) q(wte)^T, and its backward (dinp written, dwte accumulated)
+  void head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+  void head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
+                     int V);
+
+  void set_recording(bool on) noexcept { recording_ = on; }
+  void end_step();
+  const Site& site(int i) const { return sites_.at(static_cast<std::size_t>(i)); }
+  const fp8::Recipe& recipe() const noexcept { return recipe_; }
+
+ private:
+  enum class Kind { activation, weight };
+  // Quantizes rows x cols of src into dst with `h`'s scale (or per block); returns dst.
+  const float* quantize(fp8::AmaxHistory& h, Kind kind, DType fmt, const float* src, int rows, int cols, float* dst);
+
+  fp8::Recipe recipe_;
+  int head_site_;
+  Scratch scratch_;
+  std::vector<Site> sites_;
+  bool recording_ = false;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,101 @@
+"""Trains the main job's GPT (6 x 192 on Debian's fortunes, ZeRO-3 bf16, scripts/configs/gpt-demo.json)
+once per precision recipe and compares the validation loss: bf16 products, FP8 products with delayed
+per-tensor scaling (Transformer Engine's recipe: E4M3 forward, E5M2 gradients, amax history), and FP8
+with per-block scaling. Writes a CSV of every evaluation and a PNG of the validation curves, and prints
+each recipe's final validation loss, its relative difference to bf16, and its tokens/s.
+
+  precision_compare.py STRATA OUT_DIR [--steps 600] [--eval-every 50] [--recipes bf16,fp8,fp8-block]
+
+Every run gets the same 40 MiB device budget (the FP8 operands' scratch does not fit the demo's 24 MiB
+beside the activations), so only the products differ. Exit status 1 when a recipe's final validation
+loss is more than --tolerance (2%) above or below bf16's. matplotlib from Debian: python3-matplotlib."""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+RECIPES = {
+    "bf16": None,
+    "fp8": {"enabled": True},
+    "fp8-block": {"enabled": True, "block_scaling": True},
+}
+MODEL = ["--model", "gpt", "--data", "/usr/share/games/fortunes", "--layers", "6", "--d-model", "192",
+         "--heads", "6", "--seq-len", "128", "--remat", "always", "--device", "host"]
+
+
+def config(out, fp8):
+    with open(os.path.join(ROOT, "scripts", "configs", "gpt-demo.json")) as f:
+        c = json.loads(f.read().replace("build/demo/nvme", os.path.join(out, "nvme")))
+    c["memory_budget"]["device"] = "40MiB"
+    if fp8:
+        c["fp8"] = fp8
+    return c
+
+
+def run(strata, out, name, steps, eval_every):
+    path = os.path.join(out, name + ".json")
+    with open(path, "w") as f:
+        json.dump(config(out, RECIPES[name]), f)
+    log = os.path.join(out, name + ".jsonl")
+    done = subprocess.run([strata, "train", *MODEL, "--config", path, "--steps", str(steps), "--eval-every",
+                           str(eval_every), "--log-json", log], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: strata train failed:\n{done.stderr[-2000:]}")
+    rows = [json.loads(line) for line in open(log) if line.strip()]
+    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+    tps = sorted(r["tokens_per_s"] for r in rows[len(rows) // 10:])
+    return val, tps[len(tps) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("strata")
+    ap.add_argument("out")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--tolerance", type=float, default=0.02)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    names = a.recipes.split(",")
+    for n in names:
+        if n not in RECIPES:
+            raise SystemExit(f"--recipes: unknown recipe '{n}': use some of {', '.join(RECIPES)}")
+    results = {n: run(a.strata, a.out, n, a.steps, a.eval_every) for n in names}
+    with open(os.path.join(a.out, "precision.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["recipe", "step", "val_loss"])
+        for n, (val, _) in results.items():
+            for s, v in val:
+                w.writerow([n, s, v])
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for n, (val, _) in results.items():
+        ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, lw=1.2, label=n)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation cross-entropy (nats per byte)")
+    ax.set_title("GPT 6 x 192 on fortunes, ZeRO-3: validation loss by precision recipe", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = os.path.join(a.out, "precision.png")
+    fig.savefig(png)
+    ref = results.get("bf16", (None,))[0]
+    bad = False
+    for n, (val, tps) in results.items():
+        rel = (val[-1][1] - ref[-1][1]) / ref[-1][1] if ref else 0.0
+        bad |= abs(rel) > a.tolerance
+        print(f"{n:10s} final val loss {val[-1][1]:.4f} (step {val[-1][0]})  vs bf16 {rel:+.2%}  {tps:.0f} tokens/s")
+    print(f"csv: {os.path.join(a.out, 'precision.csv')}  plot: {png}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
