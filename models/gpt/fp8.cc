@@ -114,12 +114,12 @@ void AmaxHistory::record(float amax) noexcept {
   recorded_ = true;
 }
 
-void AmaxHistory::roll(int history_len) {
-  if (!recorded_) return;  // the tensor was not used this step
-  history_.push_front(pending_);
-  while (static_cast<int>(history_.size()) > std::max(1, history_len)) history_.pop_back();
+void AmaxHistory::roll(int history_len, float amax) {
   pending_ = 0.0f;
   recorded_ = false;
+  if (!(amax >= 0.0f)) return;  // the tensor was not used this step
+  history_.push_front(amax);
+  while (static_cast<int>(history_.size()) > std::max(1, history_len)) history_.pop_back();
 }
 
 }  // namespace strata::model::fp8

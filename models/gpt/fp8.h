@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "runtime/core/dtype.h"
 
@@ -67,9 +68,15 @@ class AmaxHistory {
   // The scale this step quantizes with: from the history, or from `current` (the tensor's
   // own amax) while the history is empty.
   float scale(const Recipe& r, DType fmt, float current) const noexcept;
-  void record(float amax) noexcept;                                       // this step's amax: the max over its calls
-  void roll(int history_len);                                             // the step ended: its amax enters the history
+  // This step's amax: the max over its calls.
+  void record(float amax) noexcept;
+  float pending() const noexcept { return recorded_ ? pending_ : -1.0f; }  // -1: not used this step
+  // The step ended: `amax` (this step's, or its max over the data-parallel ranks; below 0:
+  // the tensor was not used) enters the history, which keeps the newest history_len.
+  void roll(int history_len, float amax);
+  void roll(int history_len) { roll(history_len, pending()); }
   const std::deque<float>& history() const noexcept { return history_; }  // newest first
+  void restore(std::deque<float> history) { history_ = std::move(history); }
 
  private:
   std::deque<float> history_;

@@ -2,6 +2,8 @@
 #include "models/gpt/fp8_products.h"
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 
 #include "models/gpt/ops.h"
 #include "runtime/core/error.h"
@@ -80,11 +82,48 @@ void Fp8Products::head_backward(float* dinp, float* dwte, const float* dlogits, 
   ops::lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32);
 }
 
-void Fp8Products::end_step() {
+std::vector<float> Fp8Products::step_amax() const {
+  std::vector<float> out;
+  out.reserve(3 * sites_.size());
+  for (const auto& s : sites_) {
+    for (const fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) out.push_back(h->pending());
+  }
+  return out;
+}
+
+void Fp8Products::end_step(const std::vector<float>& amax) {
+  STRATA_CHECK(amax.size() == 3 * sites_.size(), Errc::internal, "Fp8Products::end_step: ", amax.size(),
+               " amax values for ", 3 * sites_.size(), " operands");
+  std::size_t i = 0;
   for (auto& s : sites_) {
-    s.x.roll(recipe_.amax_history_len);
-    s.w.roll(recipe_.amax_history_len);
-    s.g.roll(recipe_.amax_history_len);
+    for (fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) h->roll(recipe_.amax_history_len, amax[i++]);
+  }
+}
+
+std::vector<std::vector<float>> Fp8Products::histories() const {
+  std::vector<std::vector<float>> out;
+  for (const auto& s : sites_) {
+    for (const fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) out.emplace_back(h->history().begin(), h->history().end());
+  }
+  return out;
+}
+
+void Fp8Products::restore(const std::vector<std::vector<float>>& histories) {
+  STRATA_CHECK(histories.size() == 3 * sites_.size(), Errc::invalid_argument, "fp8 state: ", histories.size(),
+               " amax histories, but this model has ", 3 * sites_.size(),
+               " (3 operands of each of its matrix products): the checkpoint is of another shape");
+  std::size_t i = 0;
+  for (auto& s : sites_) {
+    for (fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) {
+      const auto& v = histories[i++];
+      std::deque<float> d;
+      for (std::size_t k = 0; k < v.size() && static_cast<int>(k) < recipe_.amax_history_len; ++k) {
+        STRATA_CHECK(std::isfinite(v[k]) && v[k] >= 0.0f, Errc::corrupt, "fp8 state: amax history ", i - 1, " holds ",
+                     v[k], ": not an amax");
+        d.push_back(v[k]);
+      }
+      h->restore(std::move(d));
+    }
   }
 }
 

@@ -52,7 +52,16 @@ class Fp8Products {
                      int V);
 
   void set_recording(bool on) noexcept { recording_ = on; }
-  void end_step();
+  // This step's amax of every operand (x, w, g of each site in turn; -1 where unused), for
+  // the caller to reduce (max) over the data-parallel ranks before end_step(amax), so that
+  // every rank scales alike. end_step() uses this rank's own.
+  std::vector<float> step_amax() const;
+  void end_step(const std::vector<float>& amax);
+  void end_step() { end_step(step_amax()); }
+  // Every operand's history (the order of step_amax), to be saved with a checkpoint, and
+  // back; restore() throws naming what does not match this model.
+  std::vector<std::vector<float>> histories() const;
+  void restore(const std::vector<std::vector<float>>& histories);
   const Site& site(int i) const { return sites_.at(static_cast<std::size_t>(i)); }
   const fp8::Recipe& recipe() const noexcept { return recipe_; }
 

@@ -166,6 +166,14 @@ std::uint64_t Gpt::activation_bytes(const GptConfig& c, int micro_batch, DType c
          access_bytes(c.shape, compute);
 }
 
+std::vector<std::vector<float>> Gpt::fp8_state() const {
+  return pass_->fp8() != nullptr ? pass_->fp8()->histories() : std::vector<std::vector<float>>{};
+}
+
+void Gpt::restore_fp8_state(const std::vector<std::vector<float>>& histories) {
+  if (pass_->fp8() != nullptr) pass_->fp8()->restore(histories);
+}
+
 fp8::Recipe Gpt::fp8_recipe(const engine::Fp8Config& c) {
   fp8::Recipe r;
   r.enabled = c.enabled;
@@ -191,7 +199,13 @@ GptStep Gpt::train_step(std::int64_t step) {
   }
   GptStep out;
   out.result = engine_.step();
-  pass_->end_step();
+  if (Fp8Products* fp8 = pass_->fp8()) {
+    // Every rank scales alike: each operand's amax is the max over the global batch.
+    std::vector<float> amax = fp8->step_amax();
+    if (comm_ != nullptr && comm_->world_size() > 1)
+      comm_->all_reduce(amax.data(), amax.size(), DType::fp32, comm::ReduceOp::max);
+    fp8->end_step(amax);
+  }
   out.loss = comm::mean_over_ranks(comm_, loss_sum / (static_cast<double>(accum) * B * T));
   return out;
 }

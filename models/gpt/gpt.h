@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "models/gpt/config.h"
@@ -52,6 +53,10 @@ class Gpt {
   static std::uint64_t activation_bytes(const GptConfig& config, int micro_batch, DType compute) noexcept;
   // The config's fp8 block as the products' recipe (fp8.h).
   static fp8::Recipe fp8_recipe(const engine::Fp8Config& c);
+  bool fp8_enabled() const noexcept { return cfg_.fp8.enabled; }
+  // The FP8 products' amax histories (empty without FP8), for checkpoints, and back.
+  std::vector<std::vector<float>> fp8_state() const;
+  void restore_fp8_state(const std::vector<std::vector<float>>& histories);
   // Smallest device budget one block's live window plus the activations need (stage 3).
   static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute);
 

@@ -218,10 +218,6 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   return loss;
 }
 
-void GptPass::end_step() {
-  if (fp8_) fp8_->end_step();
-}
-
 double GptPass::loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
   const BlockDims d = dims(B, T);
   if (fp8_) fp8_->set_recording(false);

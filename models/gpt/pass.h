@@ -59,8 +59,8 @@ class GptPass {
   double loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
   // Forward only: the logits of each sequence's last position, out[B, vocab].
   void last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out);
-  // After the optimizer step: the FP8 scaling state takes the step's amax (no-op without FP8).
-  void end_step();
+  // The FP8 products and their scaling state; null without FP8.
+  Fp8Products* fp8() noexcept { return fp8_.get(); }
   const Fp8Products* fp8() const noexcept { return fp8_.get(); }
 
  private:

@@ -241,6 +241,25 @@ TEST_CASE("the GPT's FP8 products are the fp32 products of the quantized operand
   // Evaluation records nothing.
   fp.set_recording(false);
   fp.forward(2, out.data(), x.data(), W.data(), b.data(), N, IC, OC);
+  CHECK(fp.step_amax()[6] == -1.0f);  // site 2's x: unused this step
   fp.end_step();
   CHECK(fp.site(2).x.history().size() == 1);
+
+  // A reduced amax (the max over ranks) is what enters the history; the histories round-trip.
+  std::vector<float> amax(static_cast<std::size_t>(3 * Fp8Products::site_count(s)), -1.0f);
+  amax[6] = 42.0f;
+  fp.end_step(amax);
+  CHECK(fp.site(2).x.history().front() == 42.0f);
+  const auto saved = fp.histories();
+  Fp8Products other(r, s, {sx.data(), sw.data(), sg.data()});
+  other.restore(saved);
+  CHECK(other.histories() == saved);
+  CHECK(other.site(2).x.history().size() == 2);
+  auto wrong = saved;
+  wrong.pop_back();
+  CHECK_THROWS_WITH(other.restore(wrong),
+                    Catch::Contains("14 amax histories, but this model has 15") && Catch::Contains("another shape"));
+  wrong = saved;
+  wrong[0] = {std::numeric_limits<float>::quiet_NaN()};
+  CHECK_THROWS_WITH(other.restore(wrong), Catch::Contains("not an amax"));
 }

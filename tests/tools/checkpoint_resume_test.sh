@@ -88,6 +88,34 @@ for c in "1 cpu none" "2 none none" "3 cpu cpu"; do
 done
 echo "a stage-3 NVMe checkpoint resumed at stages 1, 2 and 3 with other placements: the same bits"
 
+# FP8 products (delayed scaling over a history of 4 steps): each operand's amax history is
+# part of the checkpoint, so the resumed run quantizes as the uninterrupted one did, at world
+# 1 and world 2 (where the ranks reduce their amax to one history); step 6's checkpoints hold
+# the same histories (a resume that dropped them would hold steps 4-6 only).
+fp8cfg() {
+  config "$@" | python3 -c 'import json, sys; c = json.load(sys.stdin)
+c["fp8"] = {"enabled": True, "amax_history_len": 4}; print(json.dumps(c))'
+}
+for world in 1 2; do
+  name="$dir/fp8-w$world"
+  fp8cfg 3 cpu cpu > "$name.json"
+  run "$world" "${gpt[@]}" --config "$name.json" --steps 6 --log-json "$name.ref.jsonl" --save-params "$name.ref.st" \
+    --save-dir "$name.ref.ck" --save-every 6 > "$name.ref.log"
+  run "$world" "${gpt[@]}" --config "$name.json" --steps 3 --save-dir "$name.ck" --save-every 3 > "$name.a.log"
+  run "$world" "${gpt[@]}" --config "$name.json" --steps 6 --resume "$name.ck" --log-json "$name.jsonl" \
+    --save-params "$name.st" --save-dir "$name.ck" --save-every 3 > "$name.b.log"
+  [ "$(losses "$name.jsonl" 1)" = "$(losses "$name.ref.jsonl" 4)" ] || fail "fp8 world $world: resumed losses differ"
+  tensors_equal "$name.ref.st" "$name.st" || fail "fp8 world $world: resumed parameters differ"
+  ref_state=$("$strata" checkpoint show "$name.ref.ck" | sed -n 's/^  trainer //p')
+  grep -q '"fp8_amax_history":\[\[' <<<"$ref_state" || fail "fp8 world $world: no amax history saved: $ref_state"
+  [ "$("$strata" checkpoint show "$name.ck" | sed -n 's/^  trainer //p')" = "$ref_state" ] ||
+    fail "fp8 world $world: the resumed run's amax histories differ from the uninterrupted run's"
+done
+out=$("$strata" train "${gpt[@]}" --config "$dir/fp8-w1.json" --steps 4 --resume "$dir/gpt-w1-s3-cpu-cpu.ck" 2>&1) ||
+  fail "FP8 from a bf16 checkpoint: $out"
+grep -q "holds no FP8 amax history (trained without fp8): scales start afresh" <<<"$out" || fail "no note: $out"
+echo "fp8: resumed at step 4 with the uninterrupted run's bits at world 1 and 2; a bf16 checkpoint starts the scales afresh"
+
 out=$("$strata" train --model mlp --layers 3 --hidden 48 --seed 6 --device host --config "$dir/mlp-w1-ref.json" --steps 4 --resume "$dir/mlp-w1-s0-none-none.ck" 2>&1) &&
   fail "a resume with another seed was accepted"
 grep -q "trained with --seed 5 but this run has --seed 6" <<<"$out" || fail "unclear: $out"

@@ -210,7 +210,7 @@ int run(const Options& o) {
   eo.tracer = &tracer;
   engine::Engine engine(eo);
   auto model = create_train_model(o.m, engine, comm.get(), &tracer);
-  const TrainCheckpoints checkpoints(o.ckpt, cfg.checkpoint, o.m.seed);
+  const TrainCheckpoints checkpoints(o.ckpt, cfg.checkpoint, o.m.seed, *model);
   engine.setup();
   const std::int64_t first = checkpoints.resume(engine);
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());

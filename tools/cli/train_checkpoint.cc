@@ -50,14 +50,16 @@ void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
                  "Start from these weights (safetensors with this model's tensor names, e.g. from strata export)");
 }
 
-TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::CheckpointConfig& c, std::uint64_t seed)
+TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::CheckpointConfig& c, std::uint64_t seed,
+                                   TrainModel& model)
     : save_dir_(f.save_dir.empty() ? c.save_dir : f.save_dir),
       resume_(f.resume),
       init_from_(f.init_from),
       save_every_(f.save_every >= 0 ? f.save_every : c.save_every),
       keep_(f.keep >= 0 ? f.keep : c.keep),
       async_(f.async || c.async),
-      seed_(seed) {
+      seed_(seed),
+      model_(&model) {
   STRATA_CHECK(resume_.empty() || init_from_.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
   if (resume_ == "latest") {
@@ -97,10 +99,12 @@ std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
   const std::string text = engine.load_checkpoint(resume_);
   std::int64_t next = 0;
   std::uint64_t seed = 0;
+  std::string model_state;
   try {
     const auto j = nlohmann::json::parse(text);
     next = j.at("next_step").get<std::int64_t>();
     seed = j.at("seed").get<std::uint64_t>();
+    if (j.contains("model")) model_state = j.at("model").dump();
   } catch (const nlohmann::json::exception& e) {
     STRATA_THROW(Errc::invalid_argument, "--resume '", resume_,
                  "': the checkpoint has no strata train state (next_step, seed): it was not saved by strata train (",
@@ -109,6 +113,12 @@ std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
   STRATA_CHECK(seed == seed_, Errc::invalid_argument, "--resume '", resume_,
                "': the checkpoint was trained with --seed ", seed, " but this run has --seed ", seed_,
                "; its data would differ: pass --seed ", seed);
+  try {
+    model_->restore_state(model_state);
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(Errc::corrupt, "--resume '", resume_, "': the model's state in the checkpoint is malformed (",
+                 e.what(), ")");
+  }
   if (engine.rank() == 0) {
     std::printf("resumed from %s: continuing at step %lld\n", resume_.c_str(), static_cast<long long>(next + 1));
   }
@@ -131,7 +141,9 @@ void TrainCheckpoints::after_step(engine::Engine& engine, std::int64_t s, std::i
 }
 
 engine::SaveResult TrainCheckpoints::save(engine::Engine& engine, std::int64_t next_step, bool async) const {
-  const std::string state = nlohmann::json{{"next_step", next_step}, {"seed", seed_}}.dump();
+  nlohmann::json j{{"next_step", next_step}, {"seed", seed_}};
+  if (const std::string m = model_->state(); !m.empty()) j["model"] = nlohmann::json::parse(m);
+  const std::string state = j.dump();
   engine::SaveOptions so;
   so.keep = keep_;
   so.async = async;

@@ -2,7 +2,8 @@
 // "checkpoint" block, which the flags override), --resume DIR|latest, and --init-from
 // model.safetensors (weights to start from, e.g. from `strata export`). The trainer's
 // part of a checkpoint is the next step to run (the data position: both models draw step
-// s's batch from (seed, s) alone) and the seed; the engine's part is everything else.
+// s's batch from (seed, s) alone), the seed and the model's own state (TrainModel::state:
+// the GPT's FP8 amax histories); the engine's part is everything else.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "tools/cli/train_model.h"
 
 namespace strata::comm {
 class Communicator;
@@ -29,7 +31,8 @@ void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
 
 class TrainCheckpoints {
  public:
-  TrainCheckpoints(const CheckpointFlags& flags, const engine::CheckpointConfig& config, std::uint64_t seed);
+  TrainCheckpoints(const CheckpointFlags& flags, const engine::CheckpointConfig& config, std::uint64_t seed,
+                   TrainModel& model);
   // Loads --resume or --init-from (after engine.setup()) and returns the first step to run
   // (0 unless resumed). Throws naming the flag when the checkpoint was trained with another
   // seed, or naming the tensor that --init-from's file lacks, has extra or mis-shaped.
@@ -56,6 +59,7 @@ class TrainCheckpoints {
   int keep_ = 0;
   bool async_ = false;
   std::uint64_t seed_ = 0;
+  TrainModel* model_;
 };
 
 }  // namespace strata::cli

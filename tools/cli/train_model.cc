@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "models/gpt/data.h"
 #include "models/gpt/gpt.h"
@@ -157,6 +158,20 @@ class GptModel : public TrainModel {
     if (o_.val_fraction <= 0) return NAN;
     const bool due = (o_.eval_every > 0 && s % o_.eval_every == 0) || s == steps || (s == 1 && o_.eval_every > 0);
     return due ? gpt_.evaluate(o_.eval_batches) : NAN;
+  }
+  std::string state() const override {
+    if (!gpt_.fp8_enabled()) return {};
+    return nlohmann::json{{"fp8_amax_history", gpt_.fp8_state()}}.dump();
+  }
+  void restore_state(const std::string& text) override {
+    if (!gpt_.fp8_enabled()) return;
+    const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+    if (!j.contains("fp8_amax_history")) {
+      if (engine_.rank() == 0)
+        std::printf("note: the checkpoint holds no FP8 amax history (trained without fp8): scales start afresh\n");
+      return;
+    }
+    gpt_.restore_fp8_state(j.at("fp8_amax_history").get<std::vector<std::vector<float>>>());
   }
   std::string finish() override {
     if (o_.sample <= 0) return {};
