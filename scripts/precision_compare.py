@@ -1,10 +1,12 @@
 """Trains the main job's GPT (6 x 192 on Debian's fortunes, ZeRO-3 bf16, scripts/configs/gpt-demo.json)
 once per precision recipe and compares the validation loss: bf16 products, FP8 products with delayed
 per-tensor scaling (Transformer Engine's recipe: E4M3 forward, E5M2 gradients, amax history), and FP8
-with per-block scaling. Writes a CSV of every evaluation and a PNG of the validation curves, and prints
+with per-block scaling, FP8 with a one-step amax history; and, as a control, the bf16 run with its products in fp32 (oneDNN kept off
+its bf16 instructions with ONEDNN_MAX_CPU_ISA=AVX512_CORE). Writes a CSV of every evaluation and a PNG of the validation curves, and prints
 each recipe's final validation loss, its relative difference to bf16, and its tokens/s.
 
-  precision_compare.py STRATA OUT_DIR [--steps 600] [--eval-every 50] [--recipes bf16,fp8,fp8-block]
+  precision_compare.py STRATA OUT_DIR [--steps 600] [--eval-every 50] [--recipes bf16,fp8,fp8-block,fp8-history1,fp32-products]
+                       [--from-logs]   (plot OUT_DIR/<recipe>.jsonl from an earlier run instead of training)
 
 Every run gets the same 40 MiB device budget (the FP8 operands' scratch does not fit the demo's 24 MiB
 beside the activations), so only the products differ. Exit status 1 when a recipe's final validation
@@ -22,10 +24,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-RECIPES = {
-    "bf16": None,
-    "fp8": {"enabled": True},
-    "fp8-block": {"enabled": True, "block_scaling": True},
+RECIPES = {  # name: (the config's fp8 block, environment)
+    "bf16": (None, {}),
+    "fp8": ({"enabled": True}, {}),
+    "fp8-block": ({"enabled": True, "block_scaling": True}, {}),
+    "fp8-history1": ({"enabled": True, "amax_history_len": 1}, {}),
+    "fp32-products": (None, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),
 }
 MODEL = ["--model", "gpt", "--data", "/usr/share/games/fortunes", "--layers", "6", "--d-model", "192",
          "--heads", "6", "--seq-len", "128", "--remat", "always", "--device", "host"]
@@ -40,19 +44,25 @@ def config(out, fp8):
     return c
 
 
-def run(strata, out, name, steps, eval_every):
-    path = os.path.join(out, name + ".json")
-    with open(path, "w") as f:
-        json.dump(config(out, RECIPES[name]), f)
-    log = os.path.join(out, name + ".jsonl")
-    done = subprocess.run([strata, "train", *MODEL, "--config", path, "--steps", str(steps), "--eval-every",
-                           str(eval_every), "--log-json", log], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: strata train failed:\n{done.stderr[-2000:]}")
+def read_log(log):
     rows = [json.loads(line) for line in open(log) if line.strip()]
     val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
     tps = sorted(r["tokens_per_s"] for r in rows[len(rows) // 10:])
     return val, tps[len(tps) // 2]
+
+
+def run(strata, out, name, steps, eval_every):
+    path = os.path.join(out, name + ".json")
+    fp8, env = RECIPES[name]
+    with open(path, "w") as f:
+        json.dump(config(out, fp8), f)
+    log = os.path.join(out, name + ".jsonl")
+    done = subprocess.run([strata, "train", *MODEL, "--config", path, "--steps", str(steps), "--eval-every",
+                           str(eval_every), "--log-json", log], capture_output=True, text=True,
+                          env={**os.environ, **env})
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: strata train failed:\n{done.stderr[-2000:]}")
+    return read_log(log)
 
 
 def main():
@@ -63,13 +73,17 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--tolerance", type=float, default=0.02)
+    ap.add_argument("--from-logs", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     names = a.recipes.split(",")
     for n in names:
         if n not in RECIPES:
             raise SystemExit(f"--recipes: unknown recipe '{n}': use some of {', '.join(RECIPES)}")
-    results = {n: run(a.strata, a.out, n, a.steps, a.eval_every) for n in names}
+    if a.from_logs:
+        results = {n: read_log(os.path.join(a.out, n + ".jsonl")) for n in names}
+    else:
+        results = {n: run(a.strata, a.out, n, a.steps, a.eval_every) for n in names}
     with open(os.path.join(a.out, "precision.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["recipe", "step", "val_loss"])
@@ -79,6 +93,9 @@ def main():
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for n, (val, _) in results.items():
         ax.plot([s for s, _ in val], [v for _, v in val], "o-", ms=3, lw=1.2, label=n)
+    later = [v for val, _ in results.values() for s, v in val[1:]]  # the first evaluation would flatten the rest
+    if later:
+        ax.set_ylim(min(later) * 0.98, max(later) * 1.02)
     ax.set_xlabel("step")
     ax.set_ylabel("validation cross-entropy (nats per byte)")
     ax.set_title("GPT 6 x 192 on fortunes, ZeRO-3: validation loss by precision recipe", fontsize=9)

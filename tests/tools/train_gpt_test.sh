@@ -49,7 +49,9 @@ tensors_equal "$dir/w1-s0-none-none.safetensors" "$dir/w2-s0-none-none.safetenso
   fail "world 1 and world 2 trained identical bits: the ranks cannot have seen different batches"
 
 # FP8 products (the config's fp8 block): stages and placements stay bitwise identical with
-# them, block scaling is another result again, and neither is the bf16 result.
+# them (per-tensor and per-block scaling), and FP8 is not the bf16 result. (At this size and
+# this early, every row of a tensor shares the tensor's power-of-two scale, so block scaling
+# may give the per-tensor bits; tests/models/fp8_test.cc tests it block by block.)
 fp8() {  # stage optimizer-device param-device block-scaling
   config "$1" "$2" "$3" | python3 -c 'import json, sys; c = json.load(sys.stdin)
 c["fp8"] = {"enabled": True, "amax_history_len": 4, "block_scaling": sys.argv[1] == "1"}; print(json.dumps(c))' "$4"
@@ -66,12 +68,10 @@ tensors_equal "$dir/fp8-0-none-1.safetensors" "$dir/fp8-3-cpu-1.safetensors" 28 
   fail "FP8 with block scaling: stage 3 in host RAM differs from stage 0"
 tensors_equal "$dir/fp8-0-none-0.safetensors" "$dir/w1-s0-none-none.safetensors" 28 &&
   fail "FP8 trained the bf16 run's bits: the products were not quantized"
-tensors_equal "$dir/fp8-0-none-0.safetensors" "$dir/fp8-0-none-1.safetensors" 28 &&
-  fail "block scaling trained the per-tensor run's bits"
 out=$("$strata" train --model mlp --layers 2 --hidden 32 --steps 1 --device host --config "$dir/fp8-0-none-0.json" 2>&1) &&
   fail "FP8 with the MLP was accepted"
 grep -q "fp8.enabled: FP8 matrix products are implemented for the GPT" <<<"$out" || fail "unclear: $out"
-echo "fp8: stages and placements bitwise identical with FP8 products (per-tensor and block scaling); MLP refused"
+echo "fp8: stages and placements bitwise identical with FP8 products (per-tensor and per-block); MLP refused"
 
 config 0 none none > "$dir/plain.json"
 out=$("$strata" train "${base[@]}" --config "$dir/plain.json" --seq-len 64 --positions 32 2>&1) &&
