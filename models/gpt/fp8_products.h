@@ -10,9 +10,11 @@
 // dW += q(x)^T q(g). Bias gradients are summed from the unquantized g.
 //
 // Protocol: a training pass records each operand's amax (set_recording(true)); evaluation
-// passes quantize with the same scales and record nothing. end_step() after the optimizer
-// step moves every recorded amax into its history. Scratch: three fp32 buffers the owner
-// provides, sized by scratch_floats().
+// passes quantize with the same scales and record nothing. After the optimizer step, the
+// owner reduces step_amax() with max over the data-parallel ranks and calls end_step(amax),
+// which moves every amax into its history; histories() and restore() carry the histories
+// through a checkpoint. Scratch: three fp32 buffers the owner provides, sized by
+// scratch_floats().
 #pragma once
 
 #include <cstddef>
