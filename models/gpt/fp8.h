@@ -12,8 +12,9 @@
 // two with amax * scale <= format max / 2^margin. A step's amax (the max over its
 // micro-batches, and over the data-parallel ranks) enters the history when the step ends
 // (roll()). Before any step has ended the history is empty and the tensor's own amax is
-// used (current scaling), so the first step is not quantized at scale 1. With block_scaling, activations and gradients are scaled
-// per 1 x 128 tile of a row and weights per 128 x 128 block, each by its own amax (no history).
+// used (current scaling), so the first step is not quantized at scale 1. With
+// block_scaling, activations and gradients are scaled per 1 x 128 tile of a row and weights
+// per 128 x 128 block, each by its own amax (no history).
 #pragma once
 
 #include <cstddef>
