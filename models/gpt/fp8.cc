@@ -27,9 +27,6 @@ AmaxCompute parse_amax_compute(const std::string& text) {
                "': use max (the history's largest amax) or most_recent (the last step's)");
 }
 
-const char* format_name(Format f) noexcept { return f == Format::hybrid ? "hybrid" : "e4m3"; }
-const char* amax_compute_name(AmaxCompute c) noexcept { return c == AmaxCompute::max ? "max" : "most_recent"; }
-
 float scale_for(float amax, DType fmt, int margin) noexcept {
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
   const double ratio = std::ldexp(static_cast<double>(dtype_info(fmt).max_finite), -margin) / amax;
@@ -110,13 +107,11 @@ float AmaxHistory::scale(const Recipe& r, DType fmt, float current) const noexce
 
 void AmaxHistory::record(float amax) noexcept {
   if (!std::isfinite(amax)) return;  // the step's overflow check skips it; keep the history clean
-  pending_ = recorded_ ? std::max(pending_, amax) : amax;
-  recorded_ = true;
+  pending_ = std::max(pending_, amax);
 }
 
 void AmaxHistory::roll(int history_len, float amax) {
-  pending_ = 0.0f;
-  recorded_ = false;
+  pending_ = -1.0f;
   if (!(amax >= 0.0f)) return;  // the tensor was not used this step
   history_.push_front(amax);
   while (static_cast<int>(history_.size()) > std::max(1, history_len)) history_.pop_back();

@@ -44,8 +44,6 @@ struct Recipe {
 
 Format parse_format(const std::string& text);             // "hybrid" | "e4m3"; throws naming the text
 AmaxCompute parse_amax_compute(const std::string& text);  // "max" | "most_recent"
-const char* format_name(Format f) noexcept;
-const char* amax_compute_name(AmaxCompute c) noexcept;
 
 // The largest power of two s with amax * s <= max_finite(fmt) / 2^margin; 1 when amax is 0
 // or not finite (nothing to scale, or a NaN/Inf that the step's overflow check reports).
@@ -71,7 +69,7 @@ class AmaxHistory {
   float scale(const Recipe& r, DType fmt, float current) const noexcept;
   // This step's amax: the max over its calls.
   void record(float amax) noexcept;
-  float pending() const noexcept { return recorded_ ? pending_ : -1.0f; }  // -1: not used this step
+  float pending() const noexcept { return pending_; }  // -1: not used this step
   // The step ended: `amax` (this step's, or its max over the data-parallel ranks; below 0:
   // the tensor was not used) enters the history, which keeps the newest history_len.
   void roll(int history_len, float amax);
@@ -81,8 +79,7 @@ class AmaxHistory {
 
  private:
   std::deque<float> history_;
-  float pending_ = 0.0f;
-  bool recorded_ = false;
+  float pending_ = -1.0f;
 };
 
 }  // namespace strata::model::fp8

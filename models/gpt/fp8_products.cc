@@ -28,6 +28,7 @@ Fp8Products::Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scrat
       sites_(static_cast<std::size_t>(site_count(shape))) {
   STRATA_CHECK(scratch.x != nullptr && scratch.w != nullptr && scratch.g != nullptr, Errc::internal,
                "Fp8Products: scratch buffers missing");
+  for (auto& s : sites_) operands_.insert(operands_.end(), {&s.x, &s.w, &s.g});
 }
 
 const float* Fp8Products::quantize(fp8::AmaxHistory& h, Kind kind, DType fmt, const float* src, int rows, int cols,
@@ -84,46 +85,36 @@ void Fp8Products::head_backward(float* dinp, float* dwte, const float* dlogits, 
 
 std::vector<float> Fp8Products::step_amax() const {
   std::vector<float> out;
-  out.reserve(3 * sites_.size());
-  for (const auto& s : sites_) {
-    for (const fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) out.push_back(h->pending());
-  }
+  out.reserve(operands_.size());
+  for (const auto* h : operands_) out.push_back(h->pending());
   return out;
 }
 
 void Fp8Products::end_step(const std::vector<float>& amax) {
-  STRATA_CHECK(amax.size() == 3 * sites_.size(), Errc::internal, "Fp8Products::end_step: ", amax.size(),
-               " amax values for ", 3 * sites_.size(), " operands");
-  std::size_t i = 0;
-  for (auto& s : sites_) {
-    for (fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) h->roll(recipe_.amax_history_len, amax[i++]);
-  }
+  STRATA_CHECK(amax.size() == operands_.size(), Errc::internal, "Fp8Products::end_step: ", amax.size(),
+               " amax values for ", operands_.size(), " operands");
+  for (std::size_t i = 0; i < operands_.size(); ++i) operands_[i]->roll(recipe_.amax_history_len, amax[i]);
 }
 
 std::vector<std::vector<float>> Fp8Products::histories() const {
   std::vector<std::vector<float>> out;
-  for (const auto& s : sites_) {
-    for (const fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) out.emplace_back(h->history().begin(), h->history().end());
-  }
+  for (const auto* h : operands_) out.emplace_back(h->history().begin(), h->history().end());
   return out;
 }
 
 void Fp8Products::restore(const std::vector<std::vector<float>>& histories) {
-  STRATA_CHECK(histories.size() == 3 * sites_.size(), Errc::invalid_argument, "fp8 state: ", histories.size(),
-               " amax histories, but this model has ", 3 * sites_.size(),
+  STRATA_CHECK(histories.size() == operands_.size(), Errc::invalid_argument, "fp8 state: ", histories.size(),
+               " amax histories, but this model has ", operands_.size(),
                " (3 operands of each of its matrix products): the checkpoint is of another shape");
-  std::size_t i = 0;
-  for (auto& s : sites_) {
-    for (fp8::AmaxHistory* h : {&s.x, &s.w, &s.g}) {
-      const auto& v = histories[i++];
-      std::deque<float> d;
-      for (std::size_t k = 0; k < v.size() && static_cast<int>(k) < recipe_.amax_history_len; ++k) {
-        STRATA_CHECK(std::isfinite(v[k]) && v[k] >= 0.0f, Errc::corrupt, "fp8 state: amax history ", i - 1, " holds ",
-                     v[k], ": not an amax");
-        d.push_back(v[k]);
-      }
-      h->restore(std::move(d));
+  for (std::size_t i = 0; i < operands_.size(); ++i) {
+    const auto& v = histories[i];
+    std::deque<float> d;
+    for (std::size_t k = 0; k < v.size() && static_cast<int>(k) < recipe_.amax_history_len; ++k) {
+      STRATA_CHECK(std::isfinite(v[k]) && v[k] >= 0.0f, Errc::corrupt, "fp8 state: amax history ", i, " holds ", v[k],
+                   ": not an amax");
+      d.push_back(v[k]);
     }
+    operands_[i]->restore(std::move(d));
   }
 }
 

@@ -42,6 +42,8 @@ class Fp8Products {
   static int site_count(const GptShape& s) noexcept { return 4 * s.layers + 1; }
 
   Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scratch scratch);
+  Fp8Products(const Fp8Products&) = delete;  // operands_ points into sites_
+  Fp8Products& operator=(const Fp8Products&) = delete;
 
   // out[N,OC] = q(inp) q(W) + b
   void forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);
@@ -76,6 +78,7 @@ class Fp8Products {
   int head_site_;
   Scratch scratch_;
   std::vector<Site> sites_;
+  std::vector<fp8::AmaxHistory*> operands_;  // x, w, g of each site in turn (step_amax's order)
   bool recording_ = false;
 };
 

@@ -86,7 +86,7 @@ std::uint64_t trainer_host_bytes(const ModelOptions& o, const engine::EngineConf
     // vectors of the micro-batch (input, target, output, its gradient, dz, din)
     return 4 * (3 * H * H + (L + 1) * B * H + 6 * B * H + 2 * H);
   }
-  const model::GptConfig c = gpt_config(o, config_remat(config));
+  const model::GptConfig c = gpt_config(o, config);
   // tokens, and a micro-batch's inputs and targets (4 bytes each)
   return data_bytes(o.data) + 2 * B * static_cast<std::uint64_t>(c.seq_len) * 4;
 }
