@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "engine/detail/engine_impl.h"
@@ -47,13 +48,17 @@ Engine::~Engine() {
   I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
 }
 
-int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init) {
+int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init,
+                           float lr_scale) {
   STRATA_CHECK(!impl_->setup_done(), Errc::invalid_argument, "register_param('", name, "') after setup()");
+  STRATA_CHECK(std::isfinite(lr_scale) && lr_scale > 0.0f, Errc::invalid_argument, "register_param('", name,
+               "'): lr_scale ", lr_scale, " must be finite and above 0");
   ParamSpec p;
   p.name = name;
   p.shape = std::move(shape);
   p.layer = layer;
   p.init = init;
+  p.lr_scale = lr_scale;
   impl_->pending.push_back(std::move(p));
   return static_cast<int>(impl_->pending.size()) - 1;
 }

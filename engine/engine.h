@@ -145,7 +145,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  int register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init = {});
+  // lr_scale multiplies the learning rate of this parameter's updates (layout.h, ParamSpec).
+  int register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init = {},
+                     float lr_scale = 1.0f);
   void setup();
 
   void begin_step();

@@ -88,6 +88,10 @@ std::uint64_t Layout::fingerprint() const noexcept {
     static_assert(sizeof s == sizeof p.init.scale);
     __builtin_memcpy(&s, &p.init.scale, 4);
     h = splitmix64(h ^ s);
+    if (p.lr_scale != 1.0f) {  // (left out at 1, so fingerprints of earlier checkpoints still match)
+      __builtin_memcpy(&s, &p.lr_scale, 4);
+      h = splitmix64(h ^ s ^ (std::uint64_t{1} << 40));
+    }
   }
   return h;
 }

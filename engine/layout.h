@@ -28,6 +28,10 @@ struct ParamSpec {
   std::vector<std::int64_t> shape;
   int layer = 0;  // the user's layer id
   ParamInit init;
+  // Multiplies the learning rate of this parameter's updates (a model that stores a weight
+  // at a scale other than the one it computes with: models/gpt/unit_scale.h); decoupled
+  // weight decay (AdamW, Lion) keeps the base rate, so p *= 1 - lr * weight_decay as before.
+  float lr_scale = 1.0f;
   std::size_t numel = 0;   // filled by Layout
   std::size_t offset = 0;  // within its layer's flat buffer, filled by Layout
 };
@@ -71,7 +75,7 @@ class Layout {
   std::size_t layer_shard(int li) const { return layers_[li].shard; }
   // Dense index of a user layer id; throws naming the id when it was never registered.
   int layer_index(int layer_id) const;
-  // 64-bit hash of every registration (names, shapes, layers, init) for cross-rank checks.
+  // 64-bit hash of every registration (names, shapes, layers, init, lr_scale) for cross-rank checks.
   std::uint64_t fingerprint() const noexcept;
 
  private:

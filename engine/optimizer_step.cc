@@ -100,6 +100,43 @@ optim::GradNorm OptimizerStep::global_grad_norm() {
 
 void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0,
                                  std::size_t n, float* master, float* m, float* v) {
+  // Cut the range where the parameters' lr_scale changes (their padding steps at scale 1).
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+  const std::size_t first = (c_.cfg.zero.stage == 0 ? 0 : static_cast<std::size_t>(c_.rank) * b.shard) + e0;
+  const auto scale_at = [&](std::size_t q, std::size_t& run_end) {  // q: element of the bucket
+    if (q >= b.numel) {
+      run_end = b.padded;
+      return 1.0f;
+    }
+    const std::size_t at = b.layer_offset + q;
+    for (int pi : L.params) {
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
+      if (at >= p.offset && at < p.offset + p.numel) {
+        run_end = std::min(b.numel, p.offset + p.numel - b.layer_offset);
+        return p.lr_scale;
+      }
+    }
+    run_end = q + 1;
+    return 1.0f;
+  };
+  std::size_t done = 0;
+  while (done < n) {
+    std::size_t end = 0;
+    const float s = scale_at(first + done, end);
+    while (end < first + n) {  // the next parameter may step at the same scale: one call for both
+      std::size_t next = 0;
+      if (scale_at(end, next) != s) break;
+      end = next;
+    }
+    const std::size_t len = std::min(end, first + n) - (first + done);
+    update_piece(base, lr, s, li, k, e0 + done, len, master + done, m + done, v + done);
+    done += len;
+  }
+}
+
+void OptimizerStep::update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k,
+                                 std::size_t e0, std::size_t n, float* master, float* m, float* v) {
   const auto& oc = c_.cfg.optimizer;
   optim::StepArgs a = base;
   a.n = n;
@@ -112,10 +149,13 @@ void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, 
   const UpdateStaging::Target target = c_.updates.target(li, k, e0);
   char* copy = target.copy;
   a.copy = c_.cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
-  const optim::AdamConfig adam{
-      lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == OptimizerType::adamw, oc.bias_correction};
-  const optim::LionConfig lion{lr, oc.beta1, oc.beta2, oc.weight_decay};
-  const optim::AdagradConfig adagrad{lr, 0.0f, oc.eps, oc.weight_decay};
+  // Decoupled decay (p *= 1 - lr * weight_decay) keeps the base rate; L2 decay is lr-free.
+  const float slr = lr * lr_scale, decoupled_wd = oc.weight_decay / lr_scale;
+  const bool adamw = oc.type == OptimizerType::adamw;
+  const optim::AdamConfig adam{slr,   oc.beta1,          oc.beta2, oc.eps, adamw ? decoupled_wd : oc.weight_decay,
+                               adamw, oc.bias_correction};
+  const optim::LionConfig lion{slr, oc.beta1, oc.beta2, decoupled_wd};
+  const optim::AdagradConfig adagrad{slr, 0.0f, oc.eps, oc.weight_decay};
   STRATA_CHECK(oc.type != OptimizerType::lamb, Errc::internal, "update_range: LAMB steps whole tensors (run_lamb)");
   const bool adam_like = oc.type == OptimizerType::adam || oc.type == OptimizerType::adamw;
   if (c_.plan.opt_tier(li) == Tier::device) {
@@ -144,14 +184,14 @@ void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, 
 // compute copies may be device memory; its trust ratio needs the whole tensor's norms.
 void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
   const auto& oc = c_.cfg.optimizer;
-  const optim::LambConfig lamb{lr,           oc.beta1,    oc.beta2, oc.eps, oc.weight_decay, oc.bias_correction,
-                               oc.max_coeff, oc.min_coeff};
   const bool fp32 = c_.cdt == DType::fp32;
   const std::size_t cbytes = dtype_size(c_.cdt);
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     for (int pi : c_.layout.layers()[li].params) {
       const auto& p = c_.layout.params()[pi];
+      const optim::LambConfig lamb{lr * p.lr_scale, oc.beta1,           oc.beta2,     oc.eps,
+                                   oc.weight_decay, oc.bias_correction, oc.max_coeff, oc.min_coeff};
       optim::StepArgs a = base;
       a.n = p.numel;
       const auto& st = c_.state.resident(l);

@@ -88,6 +88,9 @@ class OptimizerStep {
   // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
   void update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n,
                     float* master, float* m, float* v);
+  // One piece of that range whose parameters share lr_scale.
+  void update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k, std::size_t e0,
+                    std::size_t n, float* master, float* m, float* v);
   // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
   std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
   void roll_back() noexcept;
