@@ -97,6 +97,7 @@ struct Fp8Config {
   std::string amax_compute = "max";  // max | most_recent
   int margin = 0;                    // scales leave 2^margin of headroom below the format's max
   bool block_scaling = false;        // per 1 x 128 tile (activations, gradients), 128 x 128 block (weights)
+  std::string scaling = "delayed";   // delayed: scales from the amax history; none: scale 1 (unit-scaled models)
 };
 
 struct MemoryBudget {  // Strata's own key; bytes, 0 = not set

@@ -84,6 +84,11 @@ void read_fp8(ObjectReader& top, Fp8Config& fp8) {
   r.read_choice("amax_compute", {"max", "most_recent"}, fp8.amax_compute);
   r.read_int("margin", 0, 30, "use a whole number of powers of two from 0 to 30", fp8.margin);
   r.read_bool("block_scaling", fp8.block_scaling);
+  r.read_choice("scaling", {"delayed", "none"}, fp8.scaling);
+  if (fp8.block_scaling && fp8.scaling == "none")
+    r.context().fail(
+        "fp8.block_scaling and fp8.scaling \"none\" contradict each other: block scaling scales "
+        "each block by its amax, \"none\" casts at scale 1; choose one");
 }
 
 }  // namespace

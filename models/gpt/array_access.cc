@@ -6,9 +6,9 @@
 
 namespace strata::model {
 
-std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed) {
+std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed, bool unit_scaled) {
   std::vector<NamedTensor> out;
-  for (const auto& p : gpt_params(s)) {
+  for (const auto& p : gpt_params(s, unit_scaled)) {
     engine::ParamSpec spec{p.name, p.shape, p.layer, p.init};
     std::size_t n = 1;
     for (auto d : p.shape) n *= static_cast<std::size_t>(d);

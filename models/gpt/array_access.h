@@ -14,8 +14,9 @@
 namespace strata::model {
 
 // Every parameter's initial values exactly as the engine makes them for `seed`
-// (engine::init_values keyed by name), in registration order.
-std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed);
+// (engine::init_values keyed by name), in registration order; unit_scaled: the unit-scaled
+// model's (config.h).
+std::vector<NamedTensor> gpt_initial_params(const GptShape& s, std::uint64_t seed, bool unit_scaled = false);
 
 class ArrayAccess : public LayerAccess {
  public:

@@ -6,6 +6,7 @@
 #include "models/gpt/config.h"
 #include "models/gpt/fp8_products.h"
 #include "models/gpt/ops.h"
+#include "models/gpt/unit_scale.h"
 
 namespace strata::model {
 
@@ -54,23 +55,49 @@ void BlockScratch::carve(float* p, const BlockDims& d) {
 
 namespace {
 
+ops::ProductScales scales(const BlockDims& d, int k, int N) {
+  return d.unit != nullptr ? d.unit->product(k, N) : ops::ProductScales{};
+}
+
 // Product k of the block (0 qkv, 1 attention projection, 2 MLP up, 3 MLP down): in the
-// block's precision, or with FP8 operands at its site.
+// block's precision, or with FP8 operands at its site; unit-scaled with its scales.
 void mm_forward(const BlockDims& d, int k, float* out, const float* inp, const float* W, const float* b, int N, int IC,
                 int OC) {
   if (d.fp8 != nullptr) {
-    d.fp8->forward(4 * d.block + k, out, inp, W, b, N, IC, OC);
+    d.fp8->forward(4 * d.block + k, out, inp, W, b, N, IC, OC, scales(d, k, N));
   } else {
-    ops::matmul_forward(out, inp, W, b, N, IC, OC, d.products);
+    ops::matmul_forward(out, inp, W, b, N, IC, OC, d.products, scales(d, k, N));
   }
 }
 
 void mm_backward(const BlockDims& d, int k, float* dinp, float* dW, float* db, const float* dout, const float* inp,
                  const float* W, int N, int IC, int OC) {
   if (d.fp8 != nullptr) {
-    d.fp8->backward(4 * d.block + k, dinp, dW, db, dout, inp, W, N, IC, OC, false);
+    d.fp8->backward(4 * d.block + k, dinp, dW, db, dout, inp, W, N, IC, OC, false, scales(d, k, N));
   } else {
-    ops::matmul_backward(dinp, dW, db, dout, inp, W, N, IC, OC, false, d.products);
+    ops::matmul_backward(dinp, dW, db, dout, inp, W, N, IC, OC, false, d.products, scales(d, k, N));
+  }
+}
+
+// The residual add's two gradients: skip = (its weight) x g, and g scaled in place by the
+// branch's weight (1 and 1 in the plain block: a copy).
+void residual_split(float* skip, float* g, const BlockDims& d, int add, std::size_t n) {
+  if (d.unit == nullptr) {
+    std::copy(g, g + n, skip);
+    return;
+  }
+  const int j = 2 * d.block + add;
+  for (std::size_t i = 0; i < n; ++i) skip[i] = UnitScales::skip(j) * g[i];
+  ops::scale(g, UnitScales::branch(j), n);
+}
+
+// acc = the residual add of skip and the branch output in acc.
+void residual_add(float* acc, const float* skip, const BlockDims& d, int add, std::size_t n) {
+  if (d.unit == nullptr) {
+    ops::accumulate(acc, skip, n);
+  } else {
+    const int j = 2 * d.block + add;
+    ops::weighted_add(acc, UnitScales::branch(j), skip, UnitScales::skip(j), n);
   }
 }
 
@@ -82,13 +109,15 @@ void block_forward(float* out, const float* x, const BlockWeights& w, const Bloc
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
   mm_forward(d, 0, a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
   ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH);
+  if (d.unit != nullptr) ops::scale(a.atty, d.unit->attention(), NC);
   mm_forward(d, 1, a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
-  ops::accumulate(a.res1, x, NC);
+  residual_add(a.res1, x, d, 0, NC);
   ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w[ln2_w], w[ln2_b], N, C);
   mm_forward(d, 2, a.fch, a.ln2, w[fc_w], w[fc_b], N, C, 4 * C);
   ops::gelu_forward(a.gelu, a.fch, 4 * NC);
+  if (d.unit != nullptr) ops::scale(a.gelu, UnitScales::gelu(), 4 * NC);
   mm_forward(d, 3, out, a.gelu, w[fcproj_w], w[fcproj_b], N, 4 * C, C);
-  ops::accumulate(out, a.res1, NC);
+  residual_add(out, a.res1, d, 1, NC);
 }
 
 void block_backward(float* dres, const float* x, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
@@ -96,16 +125,18 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   // out = res1 + mlp(res1): dres1 = dout + (the MLP branch's gradient, added by ln_2's backward)
-  std::copy(dres, dres + NC, s.dres1);
+  residual_split(s.dres1, dres, d, 1, NC);
   mm_backward(d, 3, s.d4, g[fcproj_w], g[fcproj_b], dres, a.gelu, w[fcproj_w], N, 4 * C, C);
+  if (d.unit != nullptr) ops::scale(s.d4, UnitScales::gelu(), 4 * NC);
   ops::gelu_backward(s.d4, a.fch, s.d4, 4 * NC);
   mm_backward(d, 2, s.dln, g[fc_w], g[fc_b], s.d4, a.ln2, w[fc_w], N, C, 4 * C);
   ops::layernorm_backward(s.dres1, g[ln2_w], g[ln2_b], s.dln, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
   // res1 = x + attn(ln_1(x))
+  residual_split(dres, s.dres1, d, 0, NC);
   mm_backward(d, 1, s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C);
+  if (d.unit != nullptr) ops::scale(s.datty, d.unit->attention(), NC);
   ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
   mm_backward(d, 0, s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C);
-  std::copy(s.dres1, s.dres1 + NC, dres);
   ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 

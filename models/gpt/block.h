@@ -1,8 +1,8 @@
-// One GPT block on the host: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that)), with the
-// activations its backward needs (BlockActs) and the gradients it produces. Weights and
-// gradients come as fp32 pointers in BlockParam order (config.h); weight gradients are
-// accumulated (+=). Buffers are sized for at most B x T tokens and used for any smaller
-// batch: every offset is computed from the call's B and T.
+// One GPT block on the host: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that)) (unit-scaled:
+// with the scales and weighted adds of unit_scale.h), with the activations its backward needs (BlockActs) and the
+// gradients it produces. Weights and gradients come as fp32 pointers in BlockParam order (config.h); weight gradients
+// are accumulated (+=). Buffers are sized for at most B x T tokens and used for any smaller batch: every offset is
+// computed from the call's B and T.
 #pragma once
 
 #include <array>
@@ -13,12 +13,14 @@
 namespace strata::model {
 
 class Fp8Products;
+class UnitScales;
 
 struct BlockDims {
   int B = 1, T = 1, C = 1, NH = 1;
   ops::Products products = ops::Products::fp32;  // precision of the weight products
   Fp8Products* fp8 = nullptr;                    // when set, the weight products take FP8 operands (fp8_products.h)
   int block = 0;                                 // which block this is (its FP8 sites)
+  const UnitScales* unit = nullptr;              // when set, the unit-scaled block (unit_scale.h)
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -1,8 +1,10 @@
 // GPT presets, validation and the parameter list (see config.h).
 #include "models/gpt/config.h"
 
+#include <array>
 #include <cmath>
 
+#include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
 
 namespace strata::model {
@@ -50,29 +52,35 @@ void validate(const GptConfig& c) {
                " rows): use --seq-len <= ", s.positions, " or a larger --positions");
 }
 
-std::vector<GptParam> gpt_params(const GptShape& s) {
+std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled) {
   const std::int64_t C = s.d_model, V = s.vocab, P = s.positions;
-  const float std_w = 0.02f;
   // GPT-2 scales the residual projections by 1/sqrt(2 L) at initialisation.
-  const auto std_proj = static_cast<float>(0.02 / std::sqrt(2.0 * s.layers));
+  const float std_w = unit_scaled ? 1.0f : 0.02f;
+  const float std_proj = unit_scaled ? 1.0f : static_cast<float>(0.02 / std::sqrt(2.0 * s.layers));
   const engine::ParamInit ones{engine::InitKind::ones, 0.0f}, zeros{engine::InitKind::zeros, 0.0f};
+  const engine::ParamInit w{engine::InitKind::normal, std_w}, proj{engine::InitKind::normal, std_proj};
+  std::array<float, 4> lr{1.0f, 1.0f, 1.0f, 1.0f};  // per block product
+  if (unit_scaled) {
+    const UnitScales u(s, s.positions);  // (the forward scales depend on the shape alone)
+    for (int k = 0; k < 4; ++k) lr[static_cast<std::size_t>(k)] = 1.0f / u.forward()[static_cast<std::size_t>(k)];
+  }
   std::vector<GptParam> out;
-  out.push_back({"wte.weight", {V, C}, 0, {engine::InitKind::normal, std_w}});
-  out.push_back({"wpe.weight", {P, C}, 0, {engine::InitKind::normal, std_w}});
+  out.push_back({"wte.weight", {V, C}, 0, w});
+  out.push_back({"wpe.weight", {P, C}, 0, w});
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     const int layer = l + 1;
     out.push_back({h + "ln_1.weight", {C}, layer, ones});
     out.push_back({h + "ln_1.bias", {C}, layer, zeros});
-    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}, layer, {engine::InitKind::normal, std_w}});
+    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}, layer, w, lr[0]});
     out.push_back({h + "attn.c_attn.bias", {3 * C}, layer, zeros});
-    out.push_back({h + "attn.c_proj.weight", {C, C}, layer, {engine::InitKind::normal, std_proj}});
+    out.push_back({h + "attn.c_proj.weight", {C, C}, layer, proj, lr[1]});
     out.push_back({h + "attn.c_proj.bias", {C}, layer, zeros});
     out.push_back({h + "ln_2.weight", {C}, layer, ones});
     out.push_back({h + "ln_2.bias", {C}, layer, zeros});
-    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, layer, {engine::InitKind::normal, std_w}});
+    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, layer, w, lr[2]});
     out.push_back({h + "mlp.c_fc.bias", {4 * C}, layer, zeros});
-    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}, layer, {engine::InitKind::normal, std_proj}});
+    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}, layer, proj, lr[3]});
     out.push_back({h + "mlp.c_proj.bias", {C}, layer, zeros});
   }
   out.push_back({"ln_f.weight", {C}, s.layers + 1, ones});

@@ -35,8 +35,9 @@ struct GptConfig {
   // each block's input and recomputes the block in backward; except_last recomputes every
   // block but the last, whose backward follows its forward at once.
   Remat remat = Remat::never;
-  std::uint64_t seed = 0;  // data order (initial values come from the engine's seed)
-  fp8::Recipe fp8;         // FP8 operands for the matrix products (fp8.h); off by default
+  std::uint64_t seed = 0;    // data order (initial values come from the engine's seed)
+  fp8::Recipe fp8;           // FP8 operands for the matrix products (fp8.h); off by default
+  bool unit_scaled = false;  // unit scaling (unit_scale.h): weights at unit scale, scaled ops
 };
 
 // Presets: tiny (4 x 128, 4 heads, 256 positions), 124M, 350M, 774M, 1.5B (GPT-2's; 1024
@@ -52,11 +53,13 @@ struct GptParam {
   std::vector<std::int64_t> shape;
   int layer = 0;
   engine::ParamInit init;
+  float lr_scale = 1.0f;  // the engine's per-parameter learning-rate multiplier
 };
 // Every parameter in registration order: layer 0, then each block, then ln_f. Within a
 // block the order is ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
 // ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (block_param indices).
-std::vector<GptParam> gpt_params(const GptShape& s);
+// Unit-scaled: matrices and embeddings N(0,1), each matrix stepping at lr / its forward scale.
+std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled = false);
 std::uint64_t gpt_parameter_count(const GptShape& s);
 // Model FLOPs of one training token (forward and backward, re-materialization not counted):
 // 6 per weight of every matrix product (the blocks' four and the tied head) plus the

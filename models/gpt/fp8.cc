@@ -27,6 +27,13 @@ AmaxCompute parse_amax_compute(const std::string& text) {
                "': use max (the history's largest amax) or most_recent (the last step's)");
 }
 
+Scaling parse_scaling(const std::string& text) {
+  if (text == "delayed") return Scaling::delayed;
+  if (text == "none") return Scaling::none;
+  STRATA_THROW(Errc::invalid_argument, "fp8.scaling '", text,
+               "': use delayed (scales from the amax history) or none (scale 1, for unit-scaled models)");
+}
+
 float scale_for(float amax, DType fmt, int margin) noexcept {
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
   const double ratio = std::ldexp(static_cast<double>(dtype_info(fmt).max_finite), -margin) / amax;

@@ -14,7 +14,9 @@
 // (roll()). Before any step has ended the history is empty and the tensor's own amax is
 // used (current scaling), so the first step is not quantized at scale 1. With
 // block_scaling, activations and gradients are scaled per 1 x 128 tile of a row and weights
-// per 128 x 128 block, each by its own amax (no history).
+// per 128 x 128 block, each by its own amax (no history). With scaling none every operand is
+// cast at scale 1: for unit-scaled models (unit_scale.h), whose tensors are near unit variance
+// by construction (amax is still recorded, for reports).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,7 @@ namespace strata::model::fp8 {
 
 enum class Format { hybrid, e4m3 };
 enum class AmaxCompute { max, most_recent };
+enum class Scaling { delayed, none };
 
 struct Recipe {
   bool enabled = false;
@@ -37,6 +40,7 @@ struct Recipe {
   AmaxCompute amax_compute = AmaxCompute::max;
   int margin = 0;
   bool block_scaling = false;
+  Scaling scaling = Scaling::delayed;
 
   DType forward_dtype() const noexcept { return DType::fp8_e4m3; }
   DType gradient_dtype() const noexcept { return format == Format::hybrid ? DType::fp8_e5m2 : DType::fp8_e4m3; }
@@ -44,6 +48,7 @@ struct Recipe {
 
 Format parse_format(const std::string& text);             // "hybrid" | "e4m3"; throws naming the text
 AmaxCompute parse_amax_compute(const std::string& text);  // "max" | "most_recent"
+Scaling parse_scaling(const std::string& text);           // "delayed" | "none"
 
 // The largest power of two s with amax * s <= max_finite(fmt) / 2^margin; 1 when amax is 0
 // or not finite (nothing to scale, or a NaN/Inf that the step's overflow check reports).

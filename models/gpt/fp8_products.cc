@@ -40,47 +40,49 @@ const float* Fp8Products::quantize(fp8::AmaxHistory& h, Kind kind, DType fmt, co
     const int br = kind == Kind::weight ? kTile : 1;
     fp8::fake_quantize_blocks(src, cols, dst, cols, rows, cols, br, kTile, fmt, recipe_.margin);
   } else {
-    fp8::fake_quantize(src, dst, n, fmt, h.scale(recipe_, fmt, amax));
+    const float scale = recipe_.scaling == fp8::Scaling::none ? 1.0f : h.scale(recipe_, fmt, amax);
+    fp8::fake_quantize(src, dst, n, fmt, scale);
   }
   return dst;
 }
 
-void Fp8Products::forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC,
-                          int OC) {
+void Fp8Products::forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
+                          const ops::ProductScales& sc) {
   Site& s = sites_.at(static_cast<std::size_t>(site));
   const DType f = recipe_.forward_dtype();
   const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
   const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
-  ops::matmul_forward(out, qx, qw, b, N, IC, OC, ops::Products::fp32);
+  ops::matmul_forward(out, qx, qw, b, N, IC, OC, ops::Products::fp32, sc);
 }
 
 void Fp8Products::backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp,
-                           const float* W, int N, int IC, int OC, bool accumulate) {
+                           const float* W, int N, int IC, int OC, bool accumulate, const ops::ProductScales& sc) {
   Site& s = sites_.at(static_cast<std::size_t>(site));
   const DType f = recipe_.forward_dtype();
   const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dout, N, OC, scratch_.g);
   const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
   const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
-  ops::matmul_backward(dinp, dW, nullptr, qg, qx, qw, N, IC, OC, accumulate, ops::Products::fp32);
+  ops::matmul_backward(dinp, dW, nullptr, qg, qx, qw, N, IC, OC, accumulate, ops::Products::fp32, sc);
   if (db != nullptr) ops::bias_backward(db, dout, N, OC);
 }
 
-void Fp8Products::head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
+void Fp8Products::head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                               const ops::ProductScales& sc) {
   Site& s = sites_.at(static_cast<std::size_t>(head_site_));
   const DType f = recipe_.forward_dtype();
   const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
   const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
-  ops::lm_head_forward(logits, qx, qw, N, C, V, ops::Products::fp32);
+  ops::lm_head_forward(logits, qx, qw, N, C, V, ops::Products::fp32, sc);
 }
 
 void Fp8Products::head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte,
-                                int N, int C, int V) {
+                                int N, int C, int V, const ops::ProductScales& sc) {
   Site& s = sites_.at(static_cast<std::size_t>(head_site_));
   const DType f = recipe_.forward_dtype();
   const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dlogits, N, V, scratch_.g);
   const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
   const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
-  ops::lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32);
+  ops::lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32, sc);
 }
 
 std::vector<float> Fp8Products::step_amax() const {

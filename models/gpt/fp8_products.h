@@ -7,7 +7,8 @@
 // MLP down); the LM head is site 4L. Forward quantizes x and w to E4M3; backward quantizes g
 // to the gradient format and x and w again with the step's scales (the same values as in
 // forward, so a re-materialized forward is also the same), then dx = q(g) q(w)^T and
-// dW += q(x)^T q(g). Bias gradients are summed from the unquantized g.
+// dW += q(x)^T q(g). Bias gradients are summed from the unquantized g. A unit-scaled model's
+// products pass their three scales (ops::ProductScales), applied to the fp32 products.
 //
 // Protocol: a training pass records each operand's amax (set_recording(true)); evaluation
 // passes quantize with the same scales and record nothing. After the optimizer step, the
@@ -22,6 +23,7 @@
 
 #include "models/gpt/config.h"
 #include "models/gpt/fp8.h"
+#include "models/gpt/ops.h"
 
 namespace strata::model {
 
@@ -45,15 +47,17 @@ class Fp8Products {
   Fp8Products(const Fp8Products&) = delete;  // operands_ points into sites_
   Fp8Products& operator=(const Fp8Products&) = delete;
 
-  // out[N,OC] = q(inp) q(W) + b
-  void forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC);
-  // dinp (= or += with accumulate) q(dout) q(W)^T; dW += q(inp)^T q(dout); db += sums of dout
+  // out[N,OC] = fwd q(inp) q(W) + b
+  void forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
+               const ops::ProductScales& s = {});
+  // dinp (= or += with accumulate) grad_in q(dout) q(W)^T; dW += grad_w q(inp)^T q(dout); db += sums of dout
   void backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                int IC, int OC, bool accumulate);
-  // logits[N,V] = q(inp) q(wte)^T, and its backward (dinp written, dwte accumulated)
-  void head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+                int IC, int OC, bool accumulate, const ops::ProductScales& s = {});
+  // logits[N,V] = fwd q(inp) q(wte)^T, and its backward (dinp written, dwte accumulated)
+  void head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                    const ops::ProductScales& s = {});
   void head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                     int V);
+                     int V, const ops::ProductScales& s = {});
 
   void set_recording(bool on) noexcept { recording_ = on; }
   // This step's amax of every operand (x, w, g of each site in turn; -1 where unused), for

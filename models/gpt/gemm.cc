@@ -51,23 +51,24 @@ dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dnnl::memory:
 
 // One bf16 product on the calling thread: A and B already bf16, C fp32. The primitive and its
 // memory objects are made once per shape and thread; each call only swaps the pointers.
-void bf16_panel(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb,
-                bool accumulate, float* C, int ldc) {
+void bf16_panel(bool ta, bool tb, int M, int N, int K, float alpha, const std::uint16_t* A, int lda,
+                const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc) {
   struct Prepared {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
   };
-  using Key = std::tuple<int, int, int, bool, bool, int, int, int, bool>;
+  using Key = std::tuple<int, int, int, bool, bool, int, int, int, bool, float>;
   thread_local std::map<Key, Prepared> prepared;
   thread_local dnnl::stream stream(cpu_engine());
   one_thread();
-  const Key key{M, N, K, ta, tb, lda, ldb, ldc, accumulate};
+  const Key key{M, N, K, ta, tb, lda, ldb, ldc, accumulate, alpha};
   auto it = prepared.find(key);
   if (it == prepared.end()) {
     using dt = dnnl::memory::data_type;
     const auto ad = operand(M, K, lda, ta, dt::bf16), bd = operand(K, N, ldb, tb, dt::bf16),
                cd = operand(M, N, ldc, false, dt::f32);
     dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});  // C = alpha A B (+ C): the scale comes before the sum
     if (accumulate) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
@@ -102,6 +103,21 @@ const std::uint16_t* to_bf16(std::vector<std::uint16_t>& buf, const float* x, in
   return out;
 }
 
+// The stored span of a rows x cols operand rounded to fp16 and back (fp16_products).
+const float* to_fp16_values(std::vector<float>& buf, const float* x, int rows, int cols, int ld) {
+  const std::size_t span = static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + cols;
+  if (buf.size() < span) buf.resize(span);
+  constexpr std::size_t kBlock = std::size_t{1} << 14;
+  float* out = buf.data();
+  tbb::parallel_for(std::size_t{0}, (span + kBlock - 1) / kBlock, [&](std::size_t k) {
+    const std::size_t at = k * kBlock, n = std::min(kBlock, span - at);
+    std::uint16_t h[kBlock];
+    convert(x + at, DType::fp32, h, DType::fp16, n);
+    convert(h, DType::fp16, out + at, DType::fp32, n);
+  });
+  return out;
+}
+
 }  // namespace
 
 const char* blas_name() { return "oneDNN"; }
@@ -128,11 +144,15 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
   const bool bf16 = p == Products::bf16 && bf16_products_available();
   const std::uint16_t *a16 = nullptr, *b16 = nullptr;
   if (bf16) {
-    STRATA_CHECK(alpha == 1.0f && (beta == 0.0f || beta == 1.0f), Errc::invalid_argument,
-                 "bf16 products take alpha 1 and beta 0 or 1 (got ", alpha, ", ", beta, ")");
+    STRATA_CHECK(beta == 0.0f || beta == 1.0f, Errc::invalid_argument, "bf16 products take beta 0 or 1 (got ", beta,
+                 ")");
     thread_local std::vector<std::uint16_t> abuf, bbuf;
     a16 = ta ? to_bf16(abuf, A, K, M, lda) : to_bf16(abuf, A, M, K, lda);
     b16 = tb ? to_bf16(bbuf, B, N, K, ldb) : to_bf16(bbuf, B, K, N, ldb);
+  } else if (p == Products::fp16) {
+    thread_local std::vector<float> abuf, bbuf;
+    A = ta ? to_fp16_values(abuf, A, K, M, lda) : to_fp16_values(abuf, A, M, K, lda);
+    B = tb ? to_fp16_values(bbuf, B, N, K, ldb) : to_fp16_values(bbuf, B, K, N, ldb);
   }
   const bool rows = M >= N;
   const int extent = rows ? M : N;
@@ -148,7 +168,7 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
         const int m = rows ? len : M, n = rows ? N : len;
         float* c = C + (rows ? static_cast<std::size_t>(i) * ldc : static_cast<std::size_t>(i));
         if (bf16) {
-          bf16_panel(ta, tb, m, n, K, a16 + ao, lda, b16 + bo, ldb, beta == 1.0f, c, ldc);
+          bf16_panel(ta, tb, m, n, K, alpha, a16 + ao, lda, b16 + bo, ldb, beta == 1.0f, c, ldc);
         } else {
           sgemm(ta, tb, m, n, K, alpha, A + ao, lda, B + bo, ldb, beta, c, ldc);
         }

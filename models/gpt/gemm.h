@@ -6,14 +6,18 @@
 // whose size depends only on the shape, so the same inputs give the same bits for any thread
 // count. With Products::bf16 it rounds A and B to bf16 (nearest even) and sums the products
 // in fp32 (oneDNN's bf16 matmul, the CPU's bf16 dot-product instructions), as PyTorch's bf16
-// autocast does for linear layers; bf16 takes alpha 1 and beta 0 or 1, and falls back to
-// fp32 where bf16_products_available() is false. gemm_serial() runs fp32 on the calling
-// thread only, for callers that are already one task of many (attention's per-head products).
+// autocast does for linear layers; bf16 takes beta 0 or 1, and falls back to fp32 where
+// bf16_products_available() is false. With Products::fp16 it rounds A and B to fp16 (nearest
+// even, below 2^-24 to zero, above 65504 to infinity) and multiplies the rounded values in
+// fp32: a product of two fp16 values is exact in fp32, so this is what an fp16 tensor core
+// with fp32 accumulation computes, up to the order of the sums. gemm_serial() runs fp32 on the
+// calling thread only, for callers that are already one task of many (attention's per-head
+// products).
 #pragma once
 
 namespace strata::model::ops {
 
-enum class Products { fp32, bf16 };
+enum class Products { fp32, bf16, fp16 };
 
 void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);

@@ -145,11 +145,27 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
                "--device-budget) to at least ",
                format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
                cfg_.remat == Remat::always ? "" : ", or --remat always");
-  for (const auto& p : gpt_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
+  if (cfg_.unit_scaled) {
+    const auto& ec = engine_.config();
+    STRATA_CHECK(ec.gradient_clipping <= 0.0f, Errc::invalid_argument, "--unit-scaled with gradient_clipping ",
+                 ec.gradient_clipping,
+                 ": a unit-scaled model's gradients are the true ones times one constant per tensor, so a global "
+                 "norm would mix them; set gradient_clipping to 0 (Adam does not see the constants)");
+    STRATA_CHECK(!(ec.fp16.enabled && ec.fp16.loss_scale == 0.0f), Errc::invalid_argument,
+                 "--unit-scaled with fp16 and a dynamic loss scaler (fp16.loss_scale 0): a unit-scaled model trains "
+                 "in fp16 with no loss scaling; set fp16.loss_scale to 1");
+  }
+  for (const auto& p : gpt_params(cfg_.shape, cfg_.unit_scaled))
+    engine_.register_param(p.name, p.shape, p.layer, p.init, p.lr_scale);
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
-  // bf16 compute multiplies in bf16 (fp32 sums) where the CPU can; fp16 and fp32 in fp32.
-  const auto products = engine_.compute_dtype() == DType::bf16 ? ops::Products::bf16 : ops::Products::fp32;
-  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products, cfg_.fp8);
+  // The weight products take the compute dtype's operands with fp32 sums (bf16 where the CPU
+  // has bf16 dot products, else fp32), as PyTorch's autocast runs linear layers.
+  const DType cdt = engine_.compute_dtype();
+  const auto products = cdt == DType::bf16   ? ops::Products::bf16
+                        : cdt == DType::fp16 ? ops::Products::fp16
+                                             : ops::Products::fp32;
+  pass_ =
+      std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products, cfg_.fp8, cfg_.unit_scaled);
 }
 
 Gpt::~Gpt() = default;
@@ -182,6 +198,7 @@ fp8::Recipe Gpt::fp8_recipe(const engine::Fp8Config& c) {
   r.amax_compute = fp8::parse_amax_compute(c.amax_compute);
   r.margin = c.margin;
   r.block_scaling = c.block_scaling;
+  r.scaling = fp8::parse_scaling(c.scaling);
   return r;
 }
 

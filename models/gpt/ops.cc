@@ -61,21 +61,22 @@ template <class F> void for_elems(std::size_t n, F&& f) {
 
 }  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC, Products p) {
+void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC, Products p,
+                    const ProductScales& s) {
   float beta = 0.0f;
   if (b != nullptr) {
     for_rows(N, [&](int n) { std::copy(b, b + OC, out + static_cast<std::size_t>(n) * OC); });
     beta = 1.0f;
   }
-  gemm(p, false, false, N, OC, IC, 1.0f, inp, IC, W, OC, beta, out, OC);
+  gemm(p, false, false, N, OC, IC, s.fwd, inp, IC, W, OC, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                     int IC, int OC, bool accumulate, Products p) {
+                     int IC, int OC, bool accumulate, Products p, const ProductScales& s) {
   if (dinp != nullptr) {
-    gemm(p, false, true, N, IC, OC, 1.0f, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
+    gemm(p, false, true, N, IC, OC, s.grad_in, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
   }
-  gemm(p, true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dW, OC);
+  gemm(p, true, false, IC, OC, N, s.grad_w, inp, IC, dout, OC, 1.0f, dW, OC);
   if (db != nullptr) bias_backward(db, dout, N, OC);
 }
 
@@ -159,6 +160,14 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   });
 }
 
+void scale(float* x, float s, std::size_t n) {
+  for_elems(n, [&](std::size_t i) { x[i] *= s; });
+}
+
+void weighted_add(float* acc, float acc_scale, const float* x, float x_scale, std::size_t n) {
+  for_elems(n, [&](std::size_t i) { acc[i] = acc_scale * acc[i] + x_scale * x[i]; });
+}
+
 void residual_forward(float* out, const float* a, const float* b, std::size_t n) {
   for_elems(n, [&](std::size_t i) { out[i] = a[i] + b[i]; });
 }
@@ -223,14 +232,15 @@ double cross_entropy(float* logits, float* losses, const std::int32_t* targets, 
 
 namespace strata::model::ops {
 
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, Products p) {
-  gemm(p, false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, Products p,
+                     const ProductScales& s) {
+  gemm(p, false, true, N, V, C, s.fwd, inp, C, wte, C, 0.0f, logits, V);
 }
 
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                      int V, Products p) {
-  gemm(p, false, false, N, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
-  gemm(p, true, false, V, C, N, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
+                      int V, Products p, const ProductScales& s) {
+  gemm(p, false, false, N, C, V, s.grad_in, dlogits, V, wte, C, 0.0f, dinp, C);
+  gemm(p, true, false, V, C, N, s.grad_w, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
 }  // namespace strata::model::ops

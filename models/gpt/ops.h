@@ -20,13 +20,20 @@ namespace strata::model::ops {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
-// out[N,OC] = inp[N,IC] W[IC,OC] + b[OC]; b may be null.
+// A scaled matrix product's three scales (unit scaling, models/gpt/unit_scale.h): the forward
+// product, the input's gradient and the weight's gradient each have their own. 1: the plain
+// product.
+struct ProductScales {
+  float fwd = 1.0f, grad_in = 1.0f, grad_w = 1.0f;
+};
+
+// out[N,OC] = fwd (inp[N,IC] W[IC,OC]) + b[OC]; b may be null.
 void matmul_forward(float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
-                    Products p = Products::fp32);
-// dinp[N,IC] = (or += with accumulate) dout W^T; dW[IC,OC] += inp^T dout; db[OC] += the
-// column sums of dout (db may be null).
+                    Products p = Products::fp32, const ProductScales& s = {});
+// dinp[N,IC] = (or += with accumulate) grad_in (dout W^T); dW[IC,OC] += grad_w (inp^T dout);
+// db[OC] += the column sums of dout (db may be null; not scaled).
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                     int IC, int OC, bool accumulate, Products p = Products::fp32);
+                     int IC, int OC, bool accumulate, Products p = Products::fp32, const ProductScales& s = {});
 // db[OC] += the column sums of dout[N,OC] (matmul_backward's bias part).
 void bias_backward(float* db, const float* dout, int N, int OC);
 
@@ -46,6 +53,10 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 void residual_forward(float* out, const float* a, const float* b, std::size_t n);
 // acc += x
 void accumulate(float* acc, const float* x, std::size_t n);
+// x *= s
+void scale(float* x, float s, std::size_t n);
+// acc = acc_scale * acc + x_scale * x (unit scaling's weighted residual add)
+void weighted_add(float* acc, float acc_scale, const float* x, float x_scale, std::size_t n);
 
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
@@ -68,10 +79,10 @@ double cross_entropy(float* logits, float* losses, const std::int32_t* targets, 
 }  // namespace strata::model::ops
 
 namespace strata::model::ops {
-// The tied LM head: logits[N,V] = inp[N,C] wte[V,C]^T.
+// The tied LM head: logits[N,V] = fwd (inp[N,C] wte[V,C]^T).
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
-                     Products p = Products::fp32);
-// dinp[N,C] = dlogits wte (written); dwte[V,C] += dlogits^T inp.
+                     Products p = Products::fp32, const ProductScales& s = {});
+// dinp[N,C] = grad_in (dlogits wte) (written); dwte[V,C] += grad_w (dlogits^T inp).
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                      int V, Products p = Products::fp32);
+                      int V, Products p = Products::fp32, const ProductScales& s = {});
 }  // namespace strata::model::ops

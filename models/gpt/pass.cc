@@ -58,13 +58,14 @@ std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int ma
 }
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
-                 ops::Products products, const fp8::Recipe& fp8)
+                 ops::Products products, const fp8::Recipe& fp8, bool unit_scaled)
     : shape_(shape),
       remat_(remat),
       products_(products),
       max_{max_batch, max_seq, shape.d_model, shape.heads},
       dev_(dev),
-      buf_(std::make_unique<Buffers>()) {
+      buf_(std::make_unique<Buffers>()),
+      unit_(unit_scaled ? std::make_unique<UnitScales>(shape, max_seq) : nullptr) {
   const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
@@ -134,6 +135,7 @@ void GptPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, co
   {
     const auto w = access.acquire(0);
     ops::embedding_forward(b.xs, tokens, w[0], w[1], d.B, d.T, d.C);
+    if (unit_) ops::scale(b.xs, UnitScales::embedding(), d.tokens() * static_cast<std::size_t>(d.C));
     access.release(0);
   }
   for (int l = 0; l < L; ++l) {
@@ -156,18 +158,19 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   const auto wf = access.acquire(L + 1);
   const auto we = access.acquire(0);
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
+  const ops::ProductScales hs = unit_ ? unit_->head() : ops::ProductScales{};
   if (fp8_) {
-    fp8_->head_forward(b.logits, b.lnf, we[0], N, C, V);
+    fp8_->head_forward(b.logits, b.lnf, we[0], N, C, V, hs);
   } else {
-    ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products);
+    ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products, hs);
   }
   const double loss = ops::cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
   if (backward) {
     float* dlnf = b.scratch.dln;
     if (fp8_) {
-      fp8_->head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V);
+      fp8_->head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, hs);
     } else {
-      ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products);
+      ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products, hs);
     }
     access.release(0);
     const auto gf = access.grads(L + 1);
@@ -184,7 +187,9 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
 BlockDims GptPass::dims(int B, int T) const {
   STRATA_CHECK(B >= 1 && B <= max_.B && T >= 1 && T <= max_.T, Errc::invalid_argument, "gpt: batch ", B, " x ", T,
                " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
-  return {B, T, shape_.d_model, shape_.heads, products_, fp8_.get()};
+  BlockDims d{B, T, shape_.d_model, shape_.heads, products_, fp8_.get()};
+  d.unit = unit_.get();
+  return d;
 }
 
 double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
@@ -196,7 +201,9 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   const int L = shape_.layers;
   if (fp8_) fp8_->set_recording(true);
   forward_blocks(access, tokens, d, true);
-  const double loss = head(access, targets, d, loss_scale / static_cast<float>(d.tokens()), true);
+  // The mean loss's gradient, or unit scaling's (unit_scale.h).
+  const float grad_scale = unit_ ? loss_scale * unit_->loss_grad() : loss_scale / static_cast<float>(d.tokens());
+  const double loss = head(access, targets, d, grad_scale, true);
   for (int l = L - 1; l >= 0; --l) {
     const auto w = block_weights(access.acquire(l + 1));
     const BlockActs& a = b.acts[static_cast<std::size_t>(act_set(l))];
@@ -211,6 +218,7 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   }
   const auto w0 = access.acquire(0);
   const auto g0 = access.grads(0);
+  if (unit_) ops::scale(b.dres, UnitScales::embedding(), NC);
   ops::embedding_backward(g0[0], g0[1], b.dres, tokens, B, T, d.C);
   access.commit(0);
   access.release(0);
@@ -243,10 +251,11 @@ void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B
     std::copy(r, r + C, rows + static_cast<std::size_t>(s) * C);
   }
   ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
+  const ops::ProductScales hs = unit_ ? unit_->head() : ops::ProductScales{};
   if (fp8_) {
-    fp8_->head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab);
+    fp8_->head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, hs);
   } else {
-    ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products);
+    ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products, hs);
   }
   std::copy(b.logits, b.logits + static_cast<std::size_t>(B) * shape_.vocab, out);
   access.release(0);

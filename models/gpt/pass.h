@@ -20,6 +20,7 @@
 #include "models/gpt/block.h"
 #include "models/gpt/config.h"
 #include "models/gpt/fp8_products.h"
+#include "models/gpt/unit_scale.h"
 
 namespace strata::device {
 class Device;
@@ -41,9 +42,10 @@ class GptPass {
  public:
   // Allocates the activations for micro-batches of up to max_batch x max_seq tokens on `dev`;
   // the weight products run in `products` precision (gemm.h), or, with fp8.enabled, with FP8
-  // operands (fp8_products.h; their scratch is allocated beside the activations).
+  // operands (fp8_products.h; their scratch is allocated beside the activations); unit_scaled:
+  // the unit-scaled model (unit_scale.h), whose weights the LayerAccess holds at unit scale.
   GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
-          ops::Products products = ops::Products::fp32, const fp8::Recipe& fp8 = {});
+          ops::Products products = ops::Products::fp32, const fp8::Recipe& fp8 = {}, bool unit_scaled = false);
   ~GptPass();
   GptPass(const GptPass&) = delete;
   GptPass& operator=(const GptPass&) = delete;
@@ -52,7 +54,8 @@ class GptPass {
   static std::uint64_t device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8 = false);
 
   // Forward and backward: returns the sum of the B x T token losses; the gradients handed to
-  // `access` are those of the mean loss times loss_scale.
+  // `access` are those of the mean loss times loss_scale (unit-scaled: times loss_scale and
+  // one constant per tensor, unit_scale.h).
   double train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                float loss_scale);
   // Forward only: the sum of the token losses.
@@ -78,6 +81,7 @@ class GptPass {
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<Fp8Products> fp8_;
+  std::unique_ptr<UnitScales> unit_;
 };
 
 }  // namespace strata::model

@@ -316,6 +316,12 @@ TEST_CASE("the fp8 block: Transformer Engine's defaults, every key read, bad val
   CHECK(d.fp8.amax_compute == "max");
   CHECK(d.fp8.margin == 0);
   CHECK_FALSE(d.fp8.block_scaling);
+  CHECK(d.fp8.scaling == "delayed");
+  CHECK(parse(with_batch(R"("fp8": {"enabled": true, "scaling": "none"})")).fp8.scaling == "none");
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"scaling": "current"})")),
+             Catch::Contains("fp8.scaling") && Catch::Contains("delayed or none"));
+  CHECK_THAT(error_of(with_batch(R"("fp8": {"scaling": "none", "block_scaling": true})")),
+             Catch::Contains("fp8.block_scaling and fp8.scaling \"none\" contradict each other"));
   const EngineConfig c = parse(with_batch(R"("bf16": {"enabled": true}, "fp8": {"enabled": true, "format": "e4m3",
       "amax_history_len": 16, "amax_compute": "most_recent", "margin": 1, "block_scaling": true})"));
   CHECK(c.fp8.enabled);

@@ -1,9 +1,10 @@
 // gemm() (models/gpt/gemm.h) against a double-precision product: every transpose combination,
-// padded leading dimensions, beta 0 and 1, shapes split into row panels and into column
-// panels. fp32: within gamma_{K+1} of the exact result relative to the sum of |terms|. bf16:
-// the same bound against the exact product of the bf16-rounded inputs (a bf16 x bf16 product
-// is exact in fp32, so only the fp32 sum rounds), and measurably away from the unrounded one
-// (the inputs really were rounded). Both give the same bits with one thread and with all.
+// padded leading dimensions, alpha 1 and not, beta 0 and 1, shapes split into row panels and
+// into column panels. fp32: within gamma_{K+2} of the exact result relative to the sum of
+// |terms|. bf16 and fp16: the same bound against the exact product of the inputs rounded to
+// that format (a product of two such values is exact in fp32, so only the fp32 sums round),
+// and measurably away from the unrounded one (the inputs really were rounded). Every
+// precision gives the same bits with one thread and with all.
 #include <tbb/global_control.h>
 #include <catch2/catch.hpp>
 
@@ -23,7 +24,7 @@ namespace {
 struct Case {
   bool ta, tb;
   int M, N, K;
-  float beta;
+  float alpha, beta;
 };
 
 std::vector<float> values(std::size_t n, std::uint64_t key) {
@@ -34,7 +35,17 @@ std::vector<float> values(std::size_t n, std::uint64_t key) {
   return v;
 }
 
-float round_bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
+float round_to(Products p, float x) {
+  switch (p) {
+    case Products::bf16:
+      return bf16_to_fp32(fp32_to_bf16(x));
+    case Products::fp16:
+      return fp16_to_fp32(fp32_to_fp16(x));
+    case Products::fp32:
+      break;
+  }
+  return x;
+}
 
 struct Operands {
   int lda, ldb, ldc;
@@ -54,15 +65,16 @@ Operands operands(const Case& c) {
   return o;
 }
 
-// Exact (double) C = op(A) op(B) + beta C0, and the sum of |terms| of each element.
-void reference(const Case& c, const Operands& o, bool bf16, std::vector<double>& exact, std::vector<double>& mag) {
+// Exact (double) C = alpha op(A) op(B) + beta C0 with A and B rounded as p rounds them, and
+// the sum of |terms| of each element.
+void reference(const Case& c, const Operands& o, Products p, std::vector<double>& exact, std::vector<double>& mag) {
   exact.assign(static_cast<std::size_t>(c.M) * c.N, 0.0);
   mag.assign(exact.size(), 0.0);
-  auto r = [&](float x) { return static_cast<double>(bf16 ? round_bf16(x) : x); };
+  auto r = [&](float x) { return static_cast<double>(round_to(p, x)); };
   for (int m = 0; m < c.M; ++m) {
     for (int n = 0; n < c.N; ++n) {
       const double c0 = c.beta * o.C0[static_cast<std::size_t>(m) * o.ldc + n];
-      double s = c0, a_s = std::abs(c0);
+      double s = 0, a_s = 0;
       for (int k = 0; k < c.K; ++k) {
         const double a =
             r(c.ta ? o.A[static_cast<std::size_t>(k) * o.lda + m] : o.A[static_cast<std::size_t>(m) * o.lda + k]);
@@ -71,6 +83,8 @@ void reference(const Case& c, const Operands& o, bool bf16, std::vector<double>&
         s += a * b;
         a_s += std::abs(a * b);
       }
+      s = c.alpha * s + c0;
+      a_s = std::abs(c.alpha) * a_s + std::abs(c0);
       exact[static_cast<std::size_t>(m) * c.N + n] = s;
       mag[static_cast<std::size_t>(m) * c.N + n] = a_s;
     }
@@ -79,7 +93,8 @@ void reference(const Case& c, const Operands& o, bool bf16, std::vector<double>&
 
 std::vector<float> run(const Case& c, const Operands& o, Products p) {
   std::vector<float> C = o.C0;
-  model::ops::gemm(p, c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc);
+  model::ops::gemm(p, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, C.data(),
+                   o.ldc);
   return C;
 }
 
@@ -88,7 +103,7 @@ double gamma_k(std::size_t K) {
   return static_cast<double>(K) * u / (1.0 - static_cast<double>(K) * u);
 }
 
-// Largest |C - exact| / (gamma_{K+1} * sum|terms|) over the elements (<= 1: within the bound).
+// Largest |C - exact| / (gamma_{K+2} * sum|terms|) over the elements (<= 1: within the bound).
 double worst_ratio(const Case& c, const Operands& o, const std::vector<float>& C, const std::vector<double>& exact,
                    const std::vector<double>& mag) {
   double worst = 0;
@@ -96,7 +111,7 @@ double worst_ratio(const Case& c, const Operands& o, const std::vector<float>& C
     for (int n = 0; n < c.N; ++n) {
       const std::size_t i = static_cast<std::size_t>(m) * c.N + n;
       const double err = std::abs(C[static_cast<std::size_t>(m) * o.ldc + n] - exact[i]);
-      worst = std::max(worst, err / (gamma_k(static_cast<std::size_t>(c.K) + 1) * mag[i]));
+      worst = std::max(worst, err / (gamma_k(static_cast<std::size_t>(c.K) + 2) * mag[i]));
     }
   }
   return worst;
@@ -104,37 +119,44 @@ double worst_ratio(const Case& c, const Operands& o, const std::vector<float>& C
 
 }  // namespace
 
-TEST_CASE("gemm matches a double product in fp32 and in bf16, for every transpose and split", "[gpt][gemm]") {
+TEST_CASE("gemm matches a double product in fp32, bf16 and fp16, for every transpose and split", "[gpt][gemm]") {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      for (float beta : {0.0f, 1.0f}) {
-        // 150 rows: three row panels; 200 columns: four column panels.
-        for (const Case c : {Case{ta, tb, 150, 70, 90, beta}, Case{ta, tb, 40, 200, 33, beta}}) {
-          INFO("ta " << ta << " tb " << tb << " M " << c.M << " N " << c.N << " K " << c.K << " beta " << beta);
-          const Operands o = operands(c);
-          std::vector<double> exact, mag, exact16, mag16;
-          reference(c, o, false, exact, mag);
-          reference(c, o, true, exact16, mag16);
-          const auto f32 = run(c, o, Products::fp32);
-          CHECK(worst_ratio(c, o, f32, exact, mag) <= 1.0);
-          const auto b16 = run(c, o, Products::bf16);
-          if (model::ops::bf16_products_available()) {
-            CHECK(worst_ratio(c, o, b16, exact16, mag16) <= 1.0);
-            CHECK(worst_ratio(c, o, b16, exact, mag) > 10.0);  // the inputs were rounded to bf16
-          } else {
-            CHECK(b16 == f32);  // falls back to fp32
-          }
-          // Rows of C outside op's M x N (the padding) are untouched.
-          for (int m = 0; m < c.M; ++m) {
-            for (int n = c.N; n < o.ldc; ++n) {
-              const std::size_t i = static_cast<std::size_t>(m) * o.ldc + n;
-              CHECK(f32[i] == o.C0[i]);
-              CHECK(b16[i] == o.C0[i]);
+      for (float alpha : {1.0f, 0.3f}) {
+        for (float beta : {0.0f, 1.0f}) {
+          // 150 rows: three row panels; 200 columns: four column panels.
+          for (const Case c : {Case{ta, tb, 150, 70, 90, alpha, beta}, Case{ta, tb, 40, 200, 33, alpha, beta}}) {
+            INFO("ta " << ta << " tb " << tb << " M " << c.M << " N " << c.N << " K " << c.K << " alpha " << alpha
+                       << " beta " << beta);
+            const Operands o = operands(c);
+            std::vector<double> exact, mag;
+            reference(c, o, Products::fp32, exact, mag);
+            const auto f32 = run(c, o, Products::fp32);
+            CHECK(worst_ratio(c, o, f32, exact, mag) <= 1.0);
+            for (Products p : {Products::bf16, Products::fp16}) {
+              INFO((p == Products::bf16 ? "bf16" : "fp16"));
+              std::vector<double> exact_r, mag_r;
+              reference(c, o, p, exact_r, mag_r);
+              const auto got = run(c, o, p);
+              if (p == Products::bf16 && !model::ops::bf16_products_available()) {
+                CHECK(got == f32);  // falls back to fp32
+              } else {
+                CHECK(worst_ratio(c, o, got, exact_r, mag_r) <= 1.0);
+                CHECK(worst_ratio(c, o, got, exact, mag) > 10.0);  // the inputs were rounded
+              }
+              // Rows of C outside op's M x N (the padding) are untouched.
+              for (int m = 0; m < c.M; ++m) {
+                for (int n = c.N; n < o.ldc; ++n) {
+                  const std::size_t i = static_cast<std::size_t>(m) * o.ldc + n;
+                  CHECK(got[i] == o.C0[i]);
+                }
+              }
+              tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+              CHECK(run(c, o, p) == got);
             }
+            tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+            CHECK(run(c, o, Products::fp32) == f32);
           }
-          tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
-          CHECK(run(c, o, Products::fp32) == f32);
-          CHECK(run(c, o, Products::bf16) == b16);
         }
       }
     }
@@ -152,10 +174,24 @@ TEST_CASE("gemm with an empty product writes beta C, and an empty C nothing", "[
   }
 }
 
-TEST_CASE("bf16 products refuse alpha other than 1 and beta other than 0 or 1", "[gpt][gemm]") {
+TEST_CASE("bf16 products refuse beta other than 0 or 1", "[gpt][gemm]") {
   if (!model::ops::bf16_products_available()) return;
   std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 0.0f);
   CHECK_THROWS_WITH(
-      model::ops::gemm(Products::bf16, false, false, 4, 4, 4, 2.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4),
-      Catch::Contains("bf16 products take alpha 1 and beta 0 or 1"));
+      model::ops::gemm(Products::bf16, false, false, 4, 4, 4, 2.0f, a.data(), 4, b.data(), 4, 0.5f, c.data(), 4),
+      Catch::Contains("bf16 products take beta 0 or 1"));
+}
+
+TEST_CASE("fp16 products flush what fp16 cannot hold: below 2^-25 to zero, above 65504 to infinity", "[gpt][gemm]") {
+  // A 1 x 1 x 1 product shows the operand rounding itself.
+  auto product = [](float a, float b) {
+    float c = 0.0f;
+    model::ops::gemm(Products::fp16, false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+    return c;
+  };
+  CHECK(product(std::ldexp(1.0f, -26), 1.0f) == 0.0f);                   // under half the smallest subnormal
+  CHECK(product(std::ldexp(1.0f, -24), 1.0f) == std::ldexp(1.0f, -24));  // the smallest subnormal
+  CHECK(product(1.0e-6f, 1.0f) == std::ldexp(17.0f, -24));               // subnormals keep few bits
+  CHECK(std::isinf(product(70000.0f, 1.0f)));
+  CHECK(product(0.1f, 1.0f) == fp16_to_fp32(fp32_to_fp16(0.1f)));
 }

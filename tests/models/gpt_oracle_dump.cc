@@ -2,15 +2,17 @@
 // weights for a seed (the same values `strata train --seed S` starts from), the batches of
 // the first steps as the Batcher draws them, and the loss and every parameter's gradient of
 // one micro-batch computed by the GPT's host pass (GptPass) from given weights.
-//   gpt_oracle_dump OUT_DIR DATA LAYERS HEADS D_MODEL SEQ VOCAB MICRO STEPS SEED [WEIGHTS]
+//   gpt_oracle_dump OUT_DIR DATA LAYERS HEADS D_MODEL SEQ VOCAB MICRO STEPS SEED [WEIGHTS] [--unit-scaled]
 // writes OUT_DIR/init.safetensors, OUT_DIR/grads.safetensors, OUT_DIR/oracle.json
 // ({"loss", "batches": [[inputs, targets] per step]}); grads are of step 0's batch, at
-// WEIGHTS (a safetensors file) when given, else at the initial weights.
+// WEIGHTS (a safetensors file) when given, else at the initial weights; --unit-scaled: the
+// unit-scaled model's initial weights and pass.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "models/gpt/array_access.h"
 #include "models/gpt/data.h"
@@ -21,6 +23,8 @@
 using namespace strata;
 
 int main(int argc, char** argv) {
+  const bool unit = argc > 1 && std::string(argv[argc - 1]) == "--unit-scaled";
+  if (unit) --argc;
   if (argc < 11) {
     std::fprintf(stderr, "usage: %s OUT DATA LAYERS HEADS D_MODEL SEQ VOCAB MICRO STEPS SEED [WEIGHTS]\n", argv[0]);
     return 2;
@@ -33,7 +37,7 @@ int main(int argc, char** argv) {
     const std::uint64_t seed = std::strtoull(argv[10], nullptr, 10);
     const int T = s.positions;
     // Initial values exactly as the engine makes them (keyed by name), or the given weights.
-    std::vector<model::NamedTensor> init = model::gpt_initial_params(s, seed);
+    std::vector<model::NamedTensor> init = model::gpt_initial_params(s, seed, unit);
     model::write_safetensors(out + "/init.safetensors", init);
     if (argc > 11) {
       std::map<std::string, std::vector<float>> given;
@@ -54,7 +58,7 @@ int main(int argc, char** argv) {
     dopt.backend = device::Backend::host;
     dopt.budget_bytes = model::GptPass::device_bytes(s, micro, T, model::Remat::never) + (1 << 20);
     auto dev = device::Device::create(dopt);
-    model::GptPass pass(s, micro, T, model::Remat::never, *dev);
+    model::GptPass pass(s, micro, T, model::Remat::never, *dev, model::ops::Products::fp32, {}, unit);
     model::ArrayAccess access(params);
     const double loss = pass.train(access, in.data(), tg.data(), micro, T, 1.0f) / (static_cast<double>(micro) * T);
     model::write_safetensors(out + "/grads.safetensors", access.all_grads());

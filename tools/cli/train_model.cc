@@ -62,6 +62,9 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
   cmd.add_option("--remat", m.remat,
                  "GPT re-materialization: never|except_last|always (default: always when the config "
                  "has activation_checkpointing, else never)");
+  cmd.add_flag("--unit-scaled", m.unit_scaled,
+               "GPT with unit scaling: weights at unit scale and fixed scales on every op, so it trains in fp16 "
+               "and fp8 with no loss scaler (needs gradient_clipping 0, and fp16.loss_scale 1 with fp16)");
 }
 
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
@@ -82,6 +85,7 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
     c.shape.positions = o.seq_len;
   c.remat = o.remat.empty() ? (config_remat ? model::Remat::always : model::Remat::never) : model::parse_remat(o.remat);
   c.seed = o.seed;
+  c.unit_scaled = o.unit_scaled;
   model::validate(c);
   return c;
 }
@@ -112,12 +116,13 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
   }
   STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
   const model::GptConfig c = gpt_config(o, config);
-  for (const auto& p : model::gpt_params(c.shape)) {
+  for (const auto& p : model::gpt_params(c.shape, c.unit_scaled)) {
     engine::ParamSpec s;
     s.name = p.name;
     s.shape = p.shape;
     s.layer = p.layer;
     s.init = p.init;
+    s.lr_scale = p.lr_scale;
     out.params.push_back(std::move(s));
   }
   out.device_bytes = model::Gpt::activation_bytes(c, static_cast<int>(config.train_micro_batch_size_per_gpu),
@@ -126,7 +131,7 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
                                                       engine::compute_dtype_of(config));
   const auto& s = c.shape;
   out.describe = str_cat("gpt ", s.layers, " layers x ", s.d_model, " (", s.heads, " heads, vocab ", s.vocab, ", seq ",
-                         c.seq_len, ", remat ", model::remat_name(c.remat), ")");
+                         c.seq_len, ", remat ", model::remat_name(c.remat), c.unit_scaled ? ", unit-scaled" : "", ")");
   return out;
 }
 
@@ -147,8 +152,9 @@ class GptModel : public TrainModel {
   std::string describe() const override {
     const auto& s = cfg_.shape;
     return str_cat("gpt ", s.layers, " layers x ", s.d_model, " (", s.heads, " heads, vocab ", s.vocab, ", seq ",
-                   cfg_.seq_len, ", remat ", model::remat_name(cfg_.remat), "; ", gpt_.parameter_count(),
-                   " parameters, activations ", format_bytes(gpt_.activation_bytes()), "), data ", data_.description());
+                   cfg_.seq_len, ", remat ", model::remat_name(cfg_.remat), cfg_.unit_scaled ? ", unit-scaled" : "",
+                   "; ", gpt_.parameter_count(), " parameters, activations ", format_bytes(gpt_.activation_bytes()),
+                   "), data ", data_.description());
   }
   StepOutcome step(std::int64_t s) override {
     const auto r = gpt_.train_step(s);
@@ -203,6 +209,8 @@ std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::En
     STRATA_CHECK(!engine.config().fp8.enabled, Errc::unsupported,
                  "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
                  "fp8.enabled to false or use --model gpt");
+    STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
+                 "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
     return std::make_unique<MlpModel>(o, engine, comm, tracer);
   }
   if (o.model == "gpt") {

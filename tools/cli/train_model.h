@@ -29,6 +29,7 @@ struct ModelOptions {
   std::string preset;
   int heads = 0, d_model = 0, seq_len = 0, vocab = 0, positions = 0;
   std::string data, data_format = "auto", remat;
+  bool unit_scaled = false;
   double val_fraction = 0.1;
   int eval_every = 0, eval_batches = 8, sample = 0;
   std::uint64_t seed = 0;
@@ -59,7 +60,7 @@ class TrainModel {
 // Adds the model's flags: --model, --layers, --hidden and the GPT's shape.
 void add_model_options(CLI::App& cmd, ModelOptions& m);
 // Adds the GPT's shape flags (--preset --heads --d-model --seq-len --positions --vocab
-// --remat; --layers is the caller's, shared with the MLP).
+// --remat --unit-scaled; --layers is the caller's, shared with the MLP).
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
 
 // The GPT's shape and training length from the flags (a preset, then the dimensions given);
