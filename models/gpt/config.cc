@@ -60,12 +60,14 @@ std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled) {
   const engine::ParamInit ones{engine::InitKind::ones, 0.0f}, zeros{engine::InitKind::zeros, 0.0f};
   const engine::ParamInit w{engine::InitKind::normal, std_w}, proj{engine::InitKind::normal, std_proj};
   std::array<float, 4> lr{1.0f, 1.0f, 1.0f, 1.0f};  // per block product
+  float lr_wte = 1.0f;
   if (unit_scaled) {
     const UnitScales u(s, s.positions);  // (the forward scales depend on the shape alone)
     for (int k = 0; k < 4; ++k) lr[static_cast<std::size_t>(k)] = 1.0f / u.forward()[static_cast<std::size_t>(k)];
+    lr_wte = 1.0f / u.head().fwd;  // the tied head moves as the plain model's does
   }
   std::vector<GptParam> out;
-  out.push_back({"wte.weight", {V, C}, 0, w});
+  out.push_back({"wte.weight", {V, C}, 0, w, lr_wte});
   out.push_back({"wpe.weight", {P, C}, 0, w});
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";

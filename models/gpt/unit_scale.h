@@ -25,7 +25,9 @@
 // A global-norm clip would mix those constants, so the model refuses gradient clipping.
 //
 // Learning rates: a weight that computes as s * W steps at lr / s (ParamSpec::lr_scale), so
-// its effective step is the plain model's; embeddings, LayerNorms and biases step at lr.
+// its effective step is the plain model's: the block matrices at lr sqrt(fan_in), the tied wte
+// at lr sqrt(C) (its head use; in the embedding, over sqrt(2), it then moves faster than the
+// plain model's, which a sweep on the main job preferred to lr); wpe, LayerNorms and biases at lr.
 #pragma once
 
 #include <array>

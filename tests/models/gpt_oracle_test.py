@@ -145,9 +145,12 @@ def check_gradients(strata, dump, data, scratch, unit=False):
 
 
 def lr_scale(name, unit):
-    """The engine's per-parameter learning-rate multiplier: 1 / the product's forward scale."""
+    """The engine's per-parameter learning-rate multiplier: 1 / the product's forward scale (the
+    tied wte: the head's, 1 / sqrt(C))."""
     if not unit:
         return 1.0
+    if name == "wte.weight":
+        return math.sqrt(C)
     fan_in = {"attn.c_attn.weight": C, "attn.c_proj.weight": C, "mlp.c_fc.weight": C, "mlp.c_proj.weight": 4 * C}
     for suffix, n in fan_in.items():
         if name.endswith(suffix):
