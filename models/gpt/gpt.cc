@@ -147,10 +147,6 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
                cfg_.remat == Remat::always ? "" : ", or --remat always");
   if (cfg_.unit_scaled) {
     const auto& ec = engine_.config();
-    STRATA_CHECK(ec.gradient_clipping <= 0.0f, Errc::invalid_argument, "--unit-scaled with gradient_clipping ",
-                 ec.gradient_clipping,
-                 ": a unit-scaled model's gradients are the true ones times one constant per tensor, so a global "
-                 "norm would mix them; set gradient_clipping to 0 (Adam does not see the constants)");
     STRATA_CHECK(!(ec.fp16.enabled && ec.fp16.loss_scale == 0.0f), Errc::invalid_argument,
                  "--unit-scaled with fp16 and a dynamic loss scaler (fp16.loss_scale 0): a unit-scaled model trains "
                  "in fp16 with no loss scaling; set fp16.loss_scale to 1");

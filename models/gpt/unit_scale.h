@@ -22,7 +22,9 @@
 // scales (the MLP's 1/sqrt(4C) and 1/sqrt(C) swap places; the attention's QKV product, whose
 // fan-out is 3C, keeps its forward scale), and the tied wte's two uses (embedding and head)
 // carry the same constant (the head's weight gradient takes its input gradient's scale).
-// A global-norm clip would mix those constants, so the model refuses gradient clipping.
+// A global-norm clip stays valid (it scales every tensor of a step alike, which Adam's per-
+// tensor normalisation keeps apart from the constants), but its threshold is in the unit-scaled
+// norm, which runs about 1000x the plain model's on the main job.
 //
 // Learning rates: a weight that computes as s * W steps at lr / s (ParamSpec::lr_scale), so
 // its effective step is the plain model's: the block matrices at lr sqrt(fan_in), the tied wte

@@ -62,9 +62,10 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
   cmd.add_option("--remat", m.remat,
                  "GPT re-materialization: never|except_last|always (default: always when the config "
                  "has activation_checkpointing, else never)");
-  cmd.add_flag("--unit-scaled", m.unit_scaled,
-               "GPT with unit scaling: weights at unit scale and fixed scales on every op, so it trains in fp16 "
-               "and fp8 with no loss scaler (needs gradient_clipping 0, and fp16.loss_scale 1 with fp16)");
+  cmd.add_flag(
+      "--unit-scaled", m.unit_scaled,
+      "GPT with unit scaling: weights at unit scale and fixed scales on every op, so it trains in fp16 "
+      "and fp8 with no loss scaler (fp16 needs fp16.loss_scale 1; gradient_clipping is in the unit-scaled norm)");
 }
 
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat) {
