@@ -87,7 +87,8 @@ void residual_split(float* skip, float* g, const BlockDims& d, int add, std::siz
     return;
   }
   const int j = 2 * d.block + add;
-  for (std::size_t i = 0; i < n; ++i) skip[i] = UnitScales::skip(j) * g[i];
+  const float a = UnitScales::skip(j);
+  for (std::size_t i = 0; i < n; ++i) skip[i] = a * g[i];
   ops::scale(g, UnitScales::branch(j), n);
 }
 
