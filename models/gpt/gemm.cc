@@ -15,6 +15,7 @@
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/dtype.h"
@@ -23,8 +24,9 @@
 namespace strata::model::ops {
 namespace {
 
-constexpr int kMinPanel = 64;   // rows or columns per task, at least
-constexpr int kMaxPanels = 16;  // tasks per product, at most
+constexpr int kMinPanel = 64;                                // rows or columns per task, at least
+constexpr int kMaxPanels = 16;                               // tasks per product, at most
+constexpr std::size_t kConvertBlock = std::size_t{1} << 14;  // elements per task of an operand's conversion
 
 void one_thread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's OpenMP setting only
@@ -89,33 +91,29 @@ void bf16_panel(bool ta, bool tb, int M, int N, int K, float alpha, const std::u
   stream.wait();
 }
 
-// Rounds the stored span of a rows x cols operand (leading dimension ld) to bf16, in parallel
-// blocks (the conversion streams memory as long as a small product computes).
-const std::uint16_t* to_bf16(std::vector<std::uint16_t>& buf, const float* x, int rows, int cols, int ld) {
+// Writes the stored span of an operand, op(X) of rows x cols with leading dimension ld (X
+// transposed when trans), into buf converted by f(src, n, dst), in parallel blocks (the
+// conversion streams memory as long as a small product computes).
+template <class T, class F>
+const T* converted(std::vector<T>& buf, const float* x, bool trans, int rows, int cols, int ld, F&& f) {
+  if (trans) std::swap(rows, cols);
   const std::size_t span = static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + cols;
   if (buf.size() < span) buf.resize(span);
-  constexpr std::size_t kBlock = std::size_t{1} << 15;
-  std::uint16_t* out = buf.data();
-  tbb::parallel_for(std::size_t{0}, (span + kBlock - 1) / kBlock, [&](std::size_t k) {
-    const std::size_t at = k * kBlock;
-    convert(x + at, DType::fp32, out + at, DType::bf16, std::min(kBlock, span - at));
+  T* out = buf.data();
+  tbb::parallel_for(std::size_t{0}, (span + kConvertBlock - 1) / kConvertBlock, [&](std::size_t k) {
+    const std::size_t at = k * kConvertBlock;
+    f(x + at, std::min(kConvertBlock, span - at), out + at);
   });
   return out;
 }
 
-// The stored span of a rows x cols operand rounded to fp16 and back (fp16_products).
-const float* to_fp16_values(std::vector<float>& buf, const float* x, int rows, int cols, int ld) {
-  const std::size_t span = static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + cols;
-  if (buf.size() < span) buf.resize(span);
-  constexpr std::size_t kBlock = std::size_t{1} << 14;
-  float* out = buf.data();
-  tbb::parallel_for(std::size_t{0}, (span + kBlock - 1) / kBlock, [&](std::size_t k) {
-    const std::size_t at = k * kBlock, n = std::min(kBlock, span - at);
-    std::uint16_t h[kBlock];
-    convert(x + at, DType::fp32, h, DType::fp16, n);
-    convert(h, DType::fp16, out + at, DType::fp32, n);
-  });
-  return out;
+void to_bf16(const float* x, std::size_t n, std::uint16_t* out) { convert(x, DType::fp32, out, DType::bf16, n); }
+
+// Rounded to fp16 and back (fp16 products).
+void to_fp16_values(const float* x, std::size_t n, float* out) {
+  std::uint16_t h[kConvertBlock];
+  convert(x, DType::fp32, h, DType::fp16, n);
+  convert(h, DType::fp16, out, DType::fp32, n);
 }
 
 }  // namespace
@@ -147,12 +145,12 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
     STRATA_CHECK(beta == 0.0f || beta == 1.0f, Errc::invalid_argument, "bf16 products take beta 0 or 1 (got ", beta,
                  ")");
     thread_local std::vector<std::uint16_t> abuf, bbuf;
-    a16 = ta ? to_bf16(abuf, A, K, M, lda) : to_bf16(abuf, A, M, K, lda);
-    b16 = tb ? to_bf16(bbuf, B, N, K, ldb) : to_bf16(bbuf, B, K, N, ldb);
+    a16 = converted(abuf, A, ta, M, K, lda, to_bf16);
+    b16 = converted(bbuf, B, tb, K, N, ldb, to_bf16);
   } else if (p == Products::fp16) {
     thread_local std::vector<float> abuf, bbuf;
-    A = ta ? to_fp16_values(abuf, A, K, M, lda) : to_fp16_values(abuf, A, M, K, lda);
-    B = tb ? to_fp16_values(bbuf, B, N, K, ldb) : to_fp16_values(bbuf, B, K, N, ldb);
+    A = converted(abuf, A, ta, M, K, lda, to_fp16_values);
+    B = converted(bbuf, B, tb, K, N, ldb, to_fp16_values);
   }
   const bool rows = M >= N;
   const int extent = rows ? M : N;
