@@ -61,6 +61,7 @@ void read_offload(ObjectReader& r, bool param, OffloadConfig& out) {
     r.read_bool("pipeline_read", out.pipeline_read);
     r.read_bool("pipeline_write", out.pipeline_write);
     r.read_bool("fast_init", out.fast_init);
+    r.read_bool("overlap_step", out.overlap_step);
     r.read_float("ratio", 0.0, 1.0, "use a fraction from 0 to 1 (the share of optimizer state offloaded)", out.ratio);
   }
   r.context().defer([r, &out] {

@@ -28,6 +28,7 @@ Engine::Engine(const EngineOptions& options) {
 Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   auto& I = *impl_;
+  if (I.stepper) I.stepper->cancel_overlap();  // its thread uses every part reset below
   I.drop_pending_save();
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
@@ -77,6 +78,7 @@ void Engine::begin_step() {
   I.step_start = std::chrono::steady_clock::now();
   I.grads->begin_step();
   if (I.gather_path) I.gather_path->begin_step();
+  I.stepper->begin_overlap(!I.plan->replan_pending());
 }
 
 void Engine::begin_eval() {
@@ -174,7 +176,11 @@ StepResult Engine::step() {
 void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
   I.require_complete_setup("reduce_grads");
-  I.grads->reduce(I.layout->layer_index(layer), I.io);
+  const int li = I.layout->layer_index(layer);
+  I.grads->reduce(li, I.io);
+  // The layer's last reduction of the step: an overlapped optimizer may take it from here.
+  const auto accum = std::max<std::int64_t>(1, I.cfg.gradient_accumulation_steps);
+  if (I.stepper->overlapping() && I.grads->reductions(li) == accum) I.stepper->layer_done(li, I.grads->completion());
 }
 
 float Engine::loss_scale() const noexcept {

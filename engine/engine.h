@@ -73,6 +73,9 @@ struct StepResult {
   double loss_scale = 1.0;  // the scale this step's gradients carried
   double clip_coef = 1.0;
   float lr = 0.0f;
+  // Overlapped step (offload_optimizer.overlap_step): the update made during backward was
+  // undone (overflow or clipping) and the step ran synchronously.
+  bool rolled_back = false;
 };
 
 struct MemoryReport {
@@ -93,6 +96,9 @@ struct IoStats {
   std::uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
   double io_wait_seconds = 0;
   double step_seconds = 0;  // begin_step() to the end of step()
+  // Overlapped step: the time step() waited for the optimizer lane to finish (what of the
+  // NVMe optimizer was not hidden behind backward).
+  double optimizer_wait_seconds = 0;
 };
 
 struct SaveOptions {

@@ -272,6 +272,13 @@ void GradReducer::sync() {
   while (!in_flight_.empty()) retire_oldest();
 }
 
+std::unique_ptr<device::Event> GradReducer::completion() {
+  if (!reduce_stream_) return nullptr;
+  auto ev = c_.dev.create_event();
+  reduce_stream_->record(*ev);
+  return ev;
+}
+
 void GradReducer::zero() {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];

@@ -92,6 +92,9 @@ class GradReducer {
   void begin_step();
   int reductions(int li) const { return layers_[li].reductions; }
   void sync();  // every reduction queued so far is in the accumulators
+  // An event recorded after every reduction queued so far (another thread may wait on it),
+  // or null when they all ran inline and are in.
+  std::unique_ptr<device::Event> completion();
   bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
   const float* accumulator(int li) const { return layers_[li].acc; }
   void zero();  // every accumulator, for the next step

@@ -4,7 +4,10 @@
 #include "engine/optimizer_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <limits>
 #include <vector>
 
 #include "engine/tier_copy.h"
@@ -34,13 +37,23 @@ std::size_t OptimizerStep::grad_offset(int li, std::size_t k, bool whole_bucket)
   return at + static_cast<std::size_t>(c_.rank) * c_.layout.buckets()[c_.layout.layers()[li].buckets[k]].shard;
 }
 
+double OptimizerStep::averaging() const {
+  // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
+  const auto accum = c_.cfg.gradient_accumulation_steps > 0 ? c_.cfg.gradient_accumulation_steps : 1;
+  return static_cast<double>(c_.world) * static_cast<double>(accum);
+}
+
 StepResult OptimizerStep::run() {
   ++calls_;
   const optim::LossScaler::State scaler_before = scaler_.state();
-  optim::GradNorm global = global_grad_norm();
-  // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
-  const auto accum = c_.cfg.gradient_accumulation_steps > 0 ? c_.cfg.gradient_accumulation_steps : 1;
-  const double avg = static_cast<double>(c_.world) * static_cast<double>(accum);
+  optim::GradNorm global;
+  try {
+    global = global_grad_norm();
+  } catch (...) {
+    cancel_overlap();
+    throw;
+  }
+  const double avg = averaging();
   global.sumsq /= avg * avg;
   const optim::StepPlan plan = optim::plan_step(global, scaler_, c_.cfg.gradient_clipping);
   StepResult result;
@@ -48,6 +61,16 @@ StepResult OptimizerStep::run() {
   result.grad_norm = plan.grad_norm;
   result.loss_scale = plan.loss_scale;
   result.clip_coef = plan.clip_coef;
+  try {
+    result.rolled_back = !finish_overlap(plan);
+  } catch (...) {
+    scaler_.restore(scaler_before);  // the failed step counts for nothing but the call
+    throw;
+  }
+  if (result.rolled_back) {
+    STRATA_LOG(info, "rank ", c_.rank, ": the overlapped optimizer step was undone (",
+               plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs synchronously");
+  }
   if (!plan.skip) {
     result.lr = scheduled_lr(c_.cfg, taken_ + 1);
     optim::StepArgs a;
@@ -214,24 +237,34 @@ void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
 // Sub-groups come in layer then offset order; a sub-group may cover parts of several buckets
 // and a bucket may span sub-groups: the optimizer is elementwise, so the bits do not depend on
 // where the state is cut.
+void OptimizerStep::update_sub_group(const optim::StepArgs& base, float lr, const offload::SubGroup& g) {
+  const int li = c_.nvme.swap_layer(static_cast<int>(g.tensor));
+  const auto& L = c_.layout.layers()[li];
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const std::size_t b0 = L.shard_offsets[k], b1 = b0 + c_.layout.buckets()[L.buckets[k]].shard;
+    const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
+    if (lo >= hi) continue;
+    const std::size_t at = lo - g.offset;
+    update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+  }
+}
+
+void OptimizerStep::add_swapper_stats(IoStats& io) const {
+  const auto ss = c_.nvme.swapper()->stats();
+  io.nvme_read_bytes += ss.bytes_read;
+  io.nvme_write_bytes += ss.bytes_written;
+  io.io_wait_seconds += ss.wait_seconds;
+}
+
 void OptimizerStep::run_swapped(const optim::StepArgs& base, float lr) {
   auto* swapper = c_.nvme.swapper();
   if (swapper == nullptr) return;
-  swapper->step([&](const offload::SubGroup& g) {
-    const int li = c_.nvme.swap_layer(static_cast<int>(g.tensor));
-    const auto& L = c_.layout.layers()[li];
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      const std::size_t b0 = L.shard_offsets[k], b1 = b0 + c_.layout.buckets()[L.buckets[k]].shard;
-      const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
-      if (lo >= hi) continue;
-      const std::size_t at = lo - g.offset;
-      update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
-    }
-  });
-  const auto ss = swapper->stats();
-  c_.io.nvme_read_bytes += ss.bytes_read;
-  c_.io.nvme_write_bytes += ss.bytes_written;
-  c_.io.io_wait_seconds += ss.wait_seconds;
+  if (swapper->pending()) {  // the overlapped step's update, kept
+    swapper->commit_pending();
+    return;
+  }
+  swapper->step([&](const offload::SubGroup& g) { update_sub_group(base, lr, g); });
+  add_swapper_stats(c_.io);
 }
 
 void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
@@ -264,6 +297,124 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
     roll_back();
     throw;
   }
+}
+
+// The lane steps the swapped layers in backward order on the plan of a step that neither
+// overflows nor clips; run() keeps its work only when the real plan is that one.
+void OptimizerStep::begin_overlap(bool allowed) {
+  auto* swapper = c_.nvme.swapper();
+  if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
+  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || swapper == nullptr ||
+      c_.cfg.optimizer.type == OptimizerType::lamb)
+    return;
+  speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
+  optim::StepArgs a;
+  a.grad_dtype = DType::fp32;
+  a.state_dtype = DType::fp32;
+  a.copy_dtype = c_.cdt;
+  a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
+  a.step = taken_ + 1;
+  const float lr = scheduled_lr(c_.cfg, taken_ + 1);
+  offload::OptimizerSwapper::StepOrder order;
+  for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
+  // The bet is lost early when this rank's part of the squared norm already overflows or
+  // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
+  // the step runs synchronously, without first finishing work it would undo.
+  const double max_norm = c_.cfg.gradient_clipping;
+  const double scaled_max = max_norm * scaler_.scale() * averaging();
+  abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
+  lane_partial_ = {};
+  abandoned_ = false;
+  order.ready = [this](std::size_t t) {
+    const int li = c_.nvme.swap_layer(static_cast<int>(t));
+    lane_.wait_ready(li);
+    check_bet(li);
+  };
+  order.defer_commit = true;
+  touched_.assign(c_.layout.layers().size(), 0);
+  lane_io_ = {};
+  c_.updates.count_into(&lane_io_);
+  lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
+    swapper->step(
+        [&](const offload::SubGroup& g) {
+          touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
+          update_sub_group(a, lr, g);
+        },
+        order);
+  });
+}
+
+void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) { lane_.ready(li, std::move(done)); }
+
+void OptimizerStep::check_bet(int li) {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  const float* acc = c_.grads.accumulator(li);
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
+    lane_partial_ += optim::grad_norm_sq(acc + grad_offset(li, k, false), DType::fp32, n);
+  }
+  if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
+  abandoned_ = true;
+  throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");
+}
+
+bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
+  if (!lane_.active()) return true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr failed;
+  try {
+    lane_.join();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c_.updates.count_into(nullptr);
+  add_swapper_stats(lane_io_);
+  c_.io.nvme_read_bytes += lane_io_.nvme_read_bytes;
+  c_.io.nvme_write_bytes += lane_io_.nvme_write_bytes;
+  c_.io.h2d_bytes += lane_io_.h2d_bytes;
+  c_.io.d2h_bytes += lane_io_.d2h_bytes;
+  c_.io.io_wait_seconds += lane_io_.io_wait_seconds;
+  if (failed) {
+    undo_overlap();
+    if (!abandoned_) std::rethrow_exception(failed);
+    return false;  // a lost bet: the synchronous step runs (it is skipped or clipped)
+  }
+  if (!plan.skip && plan.grad_scale == speculated_scale_) return true;  // the same update, bit for bit
+  undo_overlap();
+  return false;
+}
+
+// Nothing the lane wrote survives: the swapper's pending generation and the parameter store's
+// uncommitted writes are dropped, and compute copies it rewrote in place are rebuilt from the
+// masters, which are still the last committed ones.
+void OptimizerStep::undo_overlap() noexcept {
+  lane_.cancel();
+  c_.updates.count_into(nullptr);
+  auto* swapper = c_.nvme.swapper();
+  if (swapper == nullptr) return;
+  swapper->discard_pending();
+  c_.settle();
+  if (auto* store = c_.nvme.params()) store->abort();
+  c_.updates.drop();
+  try {
+    std::vector<float> master;
+    for (std::size_t li = 0; li < touched_.size(); ++li) {
+      if (touched_[li] == 0) continue;
+      const int l = static_cast<int>(li);
+      master.resize(OptimizerState::elems(c_.layout, c_.cfg.zero.stage, l));
+      swapper->read_state(static_cast<std::size_t>(c_.nvme.swap_index(l)), 0, master.size(), master.data());
+      c_.homes.write_own(l, master.data());
+    }
+  } catch (const std::exception& e) {
+    STRATA_LOG(error, "rank ", c_.rank, ": undoing the overlapped optimizer step failed: ", e.what(),
+               "; the compute copies may hold the undone update: resume from a checkpoint");
+  }
+  touched_.assign(touched_.size(), 0);
+}
+
+void OptimizerStep::cancel_overlap() noexcept {
+  if (lane_.active()) undo_overlap();
 }
 
 void OptimizerStep::roll_back() noexcept {

@@ -18,6 +18,21 @@
 // (the count of calls moves). Bits depend only on the gradients, the configuration and the
 // counters, never on where state lives or how the swapper cuts it (every optimizer but LAMB
 // is elementwise; LAMB runs at stage 0 on whole tensors).
+//
+// Overlapped step (offload_optimizer.overlap_step). begin_step() calls begin_overlap(): when
+// some layers' optimizer state lives on NVMe, the lane (optimizer_lane.h) starts a swapper
+// step over them in backward order, its reads running ahead from the start of the step, on
+// the plan the step will have when nothing overflows and nothing is clipped (the current
+// loss scale, clip coefficient 1, the next step's learning rate). The engine hands each
+// layer over with layer_done() once its last reduction of the step is queued; the lane
+// updates it while backward goes on, its new state going to the swapper's pending
+// generation and its compute copies to their tier (NVMe shards: the parameter store's
+// uncommitted writes). run() then computes the global norm and the plan as always: when the
+// plan's gradient scale is the speculated one (same bits) the pending state commits and the
+// resident layers step; otherwise (overflow, clipping) the lane's work is undone (pending
+// generation and parameter writes dropped, resident compute copies rebuilt from the
+// unchanged masters) and the step runs synchronously. Either way the bits are those of the
+// synchronous step. cancel_overlap() abandons the lane's work (the engine's shutdown).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +43,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "engine/optimizer_lane.h"
 #include "engine/optimizer_state.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
@@ -35,6 +51,7 @@
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
 #include "optim/step_args.h"
+#include "optim/step_plan.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 
@@ -73,6 +90,12 @@ class OptimizerStep {
   OptimizerStep& operator=(const OptimizerStep&) = delete;
 
   StepResult run();
+  // allowed: false when this step may still move parameter shards (the first trace's replan).
+  void begin_overlap(bool allowed);
+  bool overlapping() const noexcept { return lane_.active(); }
+  // Layer li's gradient is complete once `done` (null: already) has passed.
+  void layer_done(int li, std::unique_ptr<device::Event> done);
+  void cancel_overlap() noexcept;
   double loss_scale() const noexcept { return scaler_.scale(); }
   std::int64_t calls() const noexcept { return calls_; }
   Counters counters() const noexcept { return {taken_, calls_, scaler_.state()}; }
@@ -84,6 +107,8 @@ class OptimizerStep {
   void run_resident(const optim::StepArgs& base, float lr);
   void run_swapped(const optim::StepArgs& base, float lr);
   void run_lamb(const optim::StepArgs& base, float lr);
+  void update_sub_group(const optim::StepArgs& base, float lr, const offload::SubGroup& g);
+  double averaging() const;  // ranks x micro-batches: what the summed gradients are divided by
   // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
   // at stage 0, this rank's shard of it above), with master/m/v wherever they live.
   void update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n,
@@ -94,8 +119,23 @@ class OptimizerStep {
   // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
   std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
   void roll_back() noexcept;
+  // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
+  // False when it was undone (true with no lane at all).
+  bool finish_overlap(const optim::StepPlan& plan);
+  void undo_overlap() noexcept;
+  // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
+  // and abandons the lane's work (throws) when the step surely overflows or clips.
+  void check_bet(int li);
+  void add_swapper_stats(IoStats& io) const;
 
   Context c_;
+  OptimizerLane lane_;
+  float speculated_scale_ = 0.0f;  // the plan's grad_scale the lane's work assumed
+  IoStats lane_io_;                // the lane's traffic, added to the step's after it joins
+  std::vector<char> touched_;      // per layer: the lane updated it (written on the lane, read after join)
+  optim::GradNorm lane_partial_;   // this rank's squared norm over the layers the lane has taken
+  double abandon_above_ = 0;       // ... above which the step surely clips
+  bool abandoned_ = false;         // the lane stopped on a lost bet (not a failure)
   optim::LossScaler scaler_;
   std::int64_t taken_ = 0;
   std::int64_t calls_ = 0;

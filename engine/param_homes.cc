@@ -52,6 +52,29 @@ void ParamHomes::write(int li, const float* full, const float* shard) {
   }
 }
 
+void ParamHomes::write_own(int li, const float* master) {
+  const auto& L = c_.layout.layers()[li];
+  auto& h = layers_[li];
+  std::vector<char> bytes;
+  auto put = [&](void* dst, Tier tier, const float* src, std::size_t n) {
+    bytes.resize(n * cbytes_);
+    convert(src, DType::fp32, bytes.data(), c_.cdt, n);
+    copy_between(c_.dev_stream, dst, tier, bytes.data(), Tier::host, bytes.size());
+    c_.dev_stream.synchronize();
+  };
+  if (c_.stage == 0) {
+    put(h.full, Tier::device, master, L.padded);
+  } else if (c_.stage == 3) {
+    if (h.tier != Tier::nvme) put(h.shard, h.tier, master, c_.layout.layer_shard(li));
+  } else {
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      char* dst = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b)) * cbytes_;
+      put(dst, Tier::device, master + L.shard_offsets[k], b.shard);
+    }
+  }
+}
+
 // Stages 1-2: every rank refreshes its replica of bucket k of layer li from the owners.
 void ParamHomes::regather(int li, std::size_t k) {
   if ((c_.stage != 1 && c_.stage != 2) || c_.world == 1) return;

@@ -52,6 +52,8 @@ class PlacementPlan {
   using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;
   void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
               const std::function<Tier(int li)>& tier_now);
+  // replan() may still move stage-3 shards (budget-driven, not yet checked against a trace).
+  bool replan_pending() const noexcept { return budget_driven() && c_.cfg.zero.stage == 3 && !checked_; }
 
   Tier opt_tier(int li) const { return layers_[li].opt; }
   Tier param_tier(int li) const { return layers_[li].params; }

@@ -36,7 +36,7 @@ void* UpdateStaging::staging(int li) {
         Tracer::Span span(c_.tracer, "optimizer", "wait write-back");
         const auto t0 = std::chrono::steady_clock::now();
         c_.nvme.drain();
-        c_.io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        io().io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       s.stage = c_.ledger.allocate(Tier::host, Kind::buffers, copy_elems(li) * cbytes_, what);
     }
@@ -81,7 +81,7 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
     // failure: the commit is skipped (the last good shards stay current) and the next
     // gather reports it. The staging goes back to the host tier in every case.
     void* buf = s.stage;
-    c_.io.nvme_write_bytes += c_.layout.layer_shard(li) * cbytes_;
+    io().nvme_write_bytes += c_.layout.layer_shard(li) * cbytes_;
     s.stage = nullptr;
     s.done = 0;
     c_.nvme.io()->submit(
@@ -107,9 +107,9 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
       xfer_->copy_async(dst, src + so * cbytes_, b.shard * cbytes_, device::CopyKind::host_to_device);
     }
     xfer_->synchronize();
-    c_.io.h2d_bytes += copy_elems(li) * cbytes_;
+    io().h2d_bytes += copy_elems(li) * cbytes_;
   }
-  c_.io.io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io().io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   c_.ledger.free(s.stage);
   s.stage = nullptr;
   s.done = 0;
@@ -129,7 +129,7 @@ void UpdateStaging::flush_device(int li) {
                              device::CopyKind::device_to_host);
     c_.dev_stream.synchronize();
   }
-  c_.io.d2h_bytes += bytes;
+  io().d2h_bytes += bytes;
   c_.ledger.free(s.device_copy);
   s.device_copy = nullptr;
   if (staged != nullptr) written(li, shard);

@@ -65,6 +65,9 @@ class UpdateStaging {
   void flush_device(int li);
   void drop() noexcept;
   void synchronize();  // the transfer stream, if there is one
+  // Counts traffic into `io` instead of the context's (null: the context's again): the
+  // overlapped step's lane counts its own while the trainer's thread counts the step's.
+  void count_into(IoStats* io) noexcept { io_ = io; }
 
  private:
   struct LayerStaging {
@@ -76,7 +79,10 @@ class UpdateStaging {
   std::size_t copy_elems(int li) const;
   void* staging(int li);  // the layer's host staging when its copies pass through it, else null
 
+  IoStats& io() noexcept { return io_ != nullptr ? *io_ : c_.io; }
+
   Context c_;
+  IoStats* io_ = nullptr;
   std::size_t cbytes_;
   std::vector<LayerStaging> layers_;
   std::unique_ptr<device::Stream> xfer_;  // H2D of staged copies (device parameters, CPU optimizer)

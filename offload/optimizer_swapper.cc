@@ -62,6 +62,7 @@ struct OptimizerSwapper::Impl {
   std::vector<Chunk> chunks;
   std::vector<std::size_t> first_chunk;  // per tensor
   int current = 0;                       // the generation holding the last good state
+  bool pending = false;                  // a deferred step's generation waits for commit or discard
   SwapperStats stats;
 
   std::string where(const Chunk& c) const {
@@ -175,6 +176,8 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
                                    const float* exp_avg_sq) {
   auto& I = *impl_;
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
+  STRATA_CHECK(!I.pending, Errc::internal,
+               "optimizer swapper: write_state() while a deferred step waits for its commit");
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
@@ -210,10 +213,39 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
   }
 }
 
-void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
+void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) { step(fn, StepOrder{}); }
+
+bool OptimizerSwapper::pending() const noexcept { return impl_->pending; }
+
+void OptimizerSwapper::commit_pending() {
   auto& I = *impl_;
+  STRATA_CHECK(I.pending, Errc::internal, "optimizer swapper: commit_pending() without a deferred step");
+  I.current = 1 - I.current;
+  I.pending = false;
+}
+
+void OptimizerSwapper::discard_pending() noexcept { impl_->pending = false; }
+
+void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, const StepOrder& order) {
+  auto& I = *impl_;
+  STRATA_CHECK(!I.pending, Errc::internal, "optimizer swapper: step() while a deferred step waits for its commit");
   const int rd = I.current, wr = 1 - I.current;
   for (auto& c : I.chunks) I.unshare(c, wr);
+  // The chunks in visiting order: each listed tensor's sub-groups in offset order.
+  std::vector<std::size_t> seq;
+  seq.reserve(I.chunks.size());
+  if (order.tensors.empty()) {
+    for (std::size_t ci = 0; ci < I.chunks.size(); ++ci) seq.push_back(ci);
+  } else {
+    std::vector<char> seen(I.tensors.size(), 0);
+    for (std::size_t t : order.tensors) {
+      STRATA_CHECK(t < I.tensors.size() && !seen[t], Errc::internal, "optimizer swapper: tensor ", t,
+                   " missing or listed twice in the step order");
+      seen[t] = 1;
+      for (std::size_t ci = I.first_chunk[t]; ci < I.first_chunk[t + 1]; ++ci) seq.push_back(ci);
+    }
+    STRATA_CHECK(seq.size() == I.chunks.size(), Errc::internal, "optimizer swapper: the step order leaves tensors out");
+  }
   struct Pending {
     std::size_t chunk;
     int buffer;
@@ -237,11 +269,13 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
   const auto t0 = Clock::now();
   // Reads run ahead into free buffers; a buffer comes back when its write completes.
   auto pump = [&] {
-    while (next_read < I.chunks.size() && !free_buffers.empty() && reads.size() < max_reads) {
+    while (next_read < seq.size() && !free_buffers.empty() && reads.size() < max_reads) {
       const int b = free_buffers.back();
       free_buffers.pop_back();
-      Chunk& c = I.chunks[next_read];
-      reads.push_back({next_read++, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+      const std::size_t ci = seq[next_read++];
+      Chunk& c = I.chunks[ci];
+      reads.push_back({ci, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+      st.bytes_read += c.payload();  // counted when issued: a failed step's reads moved bytes too
     }
   };
   auto finish_write = [&] {
@@ -256,7 +290,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
     STRATA_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
   };
   try {
-    for (std::size_t i = 0; i < I.chunks.size(); ++i) {
+    for (std::size_t i = 0; i < seq.size(); ++i) {
       while (!writes.empty() && writes.front().op.ready()) finish_write();
       pump();
       while (reads.empty()) {  // every buffer is draining: wait for the oldest write
@@ -266,6 +300,14 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
       Pending r = std::move(reads.front());
       reads.pop_front();
       Chunk& c = I.chunks[r.chunk];
+      if (order.ready && c.index == 0) {
+        try {
+          order.ready(c.tensor);  // the reads of this tensor and the next run ahead meanwhile
+        } catch (...) {
+          reads.push_front(std::move(r));  // drained below with the rest
+          throw;
+        }
+      }
       const auto tw = Clock::now();
       const io::Status s = r.op.wait();
       st.wait_seconds += since(tw);
@@ -283,7 +325,6 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
       }
       st.compute_seconds += since(tc);
       trace("optimizer", str_cat("adam ", I.tensors[c.tensor].name, " sg", c.index), tc);
-      st.bytes_read += c.payload();
       writes.push_back(
           {r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
       st.bytes_written += c.payload();
@@ -294,9 +335,14 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) {
     // Nothing may still be reading or writing a buffer when the error leaves: drain.
     for (auto& p : reads) (void)p.op.wait();
     for (auto& p : writes) (void)p.op.wait();
+    st.step_seconds = since(t0);
+    I.stats = st;  // what the failed step moved
     throw;
   }
-  I.current = wr;  // every sub-group of the new state is on disk
+  if (order.defer_commit)
+    I.pending = true;  // on disk, current once the caller commits
+  else
+    I.current = wr;  // every sub-group of the new state is on disk
   st.step_seconds = since(t0);
   I.stats = st;
 }
@@ -305,6 +351,7 @@ std::uint64_t OptimizerSwapper::buffer_bytes() const noexcept { return impl_->bu
 int OptimizerSwapper::buffer_count() const noexcept { return static_cast<int>(impl_->buffers.size()); }
 std::uint64_t OptimizerSwapper::buffer_elems() const noexcept { return impl_->buffer_elems; }
 std::size_t OptimizerSwapper::sub_groups() const noexcept { return impl_->chunks.size(); }
+std::size_t OptimizerSwapper::tensors() const noexcept { return impl_->tensors.size(); }
 const std::string& OptimizerSwapper::dir() const noexcept { return impl_->options.dir; }
 SwapperStats OptimizerSwapper::stats() const noexcept { return impl_->stats; }
 

@@ -26,6 +26,12 @@ namespace strata::offload {
 // generation become current. A step that fails (I/O error, checksum mismatch, fn threw)
 // drains its in-flight I/O, throws strata::Error and leaves the current generation, the
 // last good state, untouched and readable. read_state() reads a range of the state.
+// A step with a StepOrder visits the tensors in the order given, calls ready(t) before the
+// first sub-group of tensor t is handed to fn (it may block until t's gradient is in; the
+// reads of t run ahead meanwhile) and, with defer_commit, leaves the new generation pending:
+// commit_pending() makes it current, discard_pending() drops it (the old one stays current,
+// as after a failed step). While one is pending, reads and write_state() see the old
+// generation and step() is refused.
 // A tensor is split into sub-groups of at most sub_group_elems elements, each one swap
 // file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always
 // one whole-file transfer that fits one buffer, and any tensor size works. Not thread-safe:
@@ -77,7 +83,16 @@ class OptimizerSwapper {
   // for zeros).
   void write_state(std::size_t tensor, const float* master, const float* exp_avg = nullptr,
                    const float* exp_avg_sq = nullptr);
+  struct StepOrder {
+    std::vector<std::size_t> tensors;               // every tensor once; empty: tensor order
+    std::function<void(std::size_t tensor)> ready;  // optional gate before a tensor's first sub-group
+    bool defer_commit = false;                      // the new generation waits for commit_pending()
+  };
   void step(const std::function<void(const SubGroup&)>& fn);
+  void step(const std::function<void(const SubGroup&)>& fn, const StepOrder& order);
+  bool pending() const noexcept;
+  void commit_pending();
+  void discard_pending() noexcept;
   // Reads elements [offset, offset + elems) of tensor t's state from the current generation
   // (checksums verified); a null output is not read into.
   void read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
@@ -87,6 +102,7 @@ class OptimizerSwapper {
   int buffer_count() const noexcept;            // buffers actually allocated
   std::uint64_t buffer_elems() const noexcept;  // elements per sub-group at most
   std::size_t sub_groups() const noexcept;
+  std::size_t tensors() const noexcept;
   std::uint64_t state_bytes() const noexcept;  // payload of one generation
   std::uint64_t file_bytes() const noexcept;   // both generations on disk, headers included
   const std::string& dir() const noexcept;

@@ -83,7 +83,8 @@ TEST_CASE("every honoured key is read", "[config]") {
       "sub_group_size": 4e8, "stage3_prefetch_bucket_size": 6e7, "stage3_param_persistence_threshold": 7e4,
       "stage3_max_live_parameters": 8e8, "stage3_max_reuse_distance": 9e8,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt/nvme", "pin_memory": true, "buffer_count": 6,
-                            "fast_init": true, "pipeline_read": true, "pipeline_write": true, "ratio": 1.0}
+                            "fast_init": true, "pipeline_read": true, "pipeline_write": true, "ratio": 1.0,
+                            "overlap_step": true}
     },
     "offload_param": {"device": "none", "nvme_path": "/mnt/p", "pin_memory": true, "buffer_count": 7,
                       "buffer_size": 2e8, "max_in_cpu": 3e9},
@@ -129,6 +130,8 @@ TEST_CASE("every honoured key is read", "[config]") {
   CHECK(o.pipeline_read);
   CHECK(o.pipeline_write);
   CHECK(o.ratio == 1.0f);
+  CHECK(o.overlap_step);
+  CHECK_FALSE(c.offload_param.overlap_step);
   const OffloadConfig& p = c.offload_param;
   CHECK(p.device == OffloadDevice::none);
   CHECK(p.nvme_path == "/mnt/p");

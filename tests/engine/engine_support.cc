@@ -100,11 +100,13 @@ TrainRun train_mlp(const TrainSpec& spec) {
     std::vector<double> losses, ms;
     std::vector<engine::IoStats> io;
     std::vector<std::int64_t> steps;
+    std::vector<engine::StepResult> results;
     for (int s = 0; s < spec.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto r = mlp.train_step(s);
       losses.push_back(r.loss);
       steps.push_back(r.result.step);
+      results.push_back(r.result);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       io.push_back(engine.io_stats());
     }
@@ -124,6 +126,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
       out.memory = engine.memory();
       out.io = io;
       out.step_numbers = steps;
+      out.results = results;
       out.saved = saved;
       out.placement = engine.explain_placement();
     }

@@ -25,14 +25,15 @@ engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro =
 std::unique_ptr<device::Device> host_device(std::uint64_t budget_bytes, std::uint64_t pinned_bytes = 64 << 20);
 
 struct TrainRun {
-  std::vector<float> params;               // rank 0's full_parameters() after training
-  std::vector<double> losses;              // per step
-  engine::MemoryReport memory;             // rank 0, after the last step
-  std::vector<double> step_ms;             // rank 0
-  std::vector<engine::IoStats> io;         // rank 0, per step
-  std::string placement;                   // rank 0's explain_placement()
-  std::vector<std::int64_t> step_numbers;  // rank 0, StepResult::step per step
-  std::vector<engine::SaveResult> saved;   // rank 0: what save_checkpoint returned
+  std::vector<float> params;                // rank 0's full_parameters() after training
+  std::vector<double> losses;               // per step
+  engine::MemoryReport memory;              // rank 0, after the last step
+  std::vector<double> step_ms;              // rank 0
+  std::vector<engine::IoStats> io;          // rank 0, per step
+  std::string placement;                    // rank 0's explain_placement()
+  std::vector<std::int64_t> step_numbers;   // rank 0, StepResult::step per step
+  std::vector<engine::StepResult> results;  // rank 0, per step
+  std::vector<engine::SaveResult> saved;    // rank 0: what save_checkpoint returned
 };
 
 struct TrainSpec {

@@ -167,3 +167,63 @@ TEST_CASE("a swapper's footprint, computed without creating it, is what the swap
     CHECK(f.buffer_count == (budget < (1u << 20) ? 2 : 4));
   }
 }
+
+TEST_CASE("an ordered step gates each tensor, and a deferred generation commits or is discarded", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  const std::vector<offload::SwapTensor> tensors = {{"layer 0", 3000}, {"layer 1", 500}, {"layer 2", 2100}};
+  offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 1024, 4), tensors);
+  for (std::size_t t = 0; t < tensors.size(); ++t) sw.write_state(t, ramp(tensors[t].elems, 1000.0f * t).data());
+  auto add_one = [](const offload::SubGroup& g) {
+    for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
+  };
+  auto master_of = [&](std::size_t t) {
+    std::vector<float> m(tensors[t].elems);
+    sw.read_state(t, 0, m.size(), m.data());
+    return m;
+  };
+
+  offload::OptimizerSwapper::StepOrder order;
+  order.tensors = {2, 0, 1};
+  order.defer_commit = true;
+  std::vector<std::size_t> gated, visited;
+  order.ready = [&](std::size_t t) { gated.push_back(t); };
+  sw.step(
+      [&](const offload::SubGroup& g) {
+        REQUIRE(!gated.empty());
+        CHECK(gated.back() == g.tensor);  // the gate ran before the tensor's first sub-group
+        if (visited.empty() || visited.back() != g.tensor) visited.push_back(g.tensor);
+        add_one(g);
+      },
+      order);
+  CHECK(gated == std::vector<std::size_t>{2, 0, 1});
+  CHECK(visited == std::vector<std::size_t>{2, 0, 1});
+  REQUIRE(sw.pending());
+  CHECK(master_of(0) == ramp(3000, 0.0f));  // the old generation is still current
+  CHECK_THROWS_AS(sw.step(add_one), Error);
+  CHECK_THROWS_AS(sw.write_state(0, ramp(3000, 0.0f).data()), Error);
+
+  sw.discard_pending();  // a rolled-back step: the old state stays
+  CHECK(!sw.pending());
+  CHECK(master_of(0) == ramp(3000, 0.0f));
+  CHECK(master_of(2) == ramp(2100, 2000.0f));
+
+  gated.clear();
+  sw.step(add_one, order);
+  sw.commit_pending();
+  CHECK(master_of(0) == ramp(3000, 1.0f));
+  CHECK(master_of(1) == ramp(500, 1001.0f));
+  CHECK(master_of(2) == ramp(2100, 2001.0f));
+
+  // A gate that throws (the trainer abandoned the step) drains the I/O and commits nothing.
+  order.ready = [](std::size_t t) {
+    if (t == 0) throw Error(Errc::invalid_argument, "abandoned");
+  };
+  CHECK_THROWS_AS(sw.step(add_one, order), Error);
+  CHECK(!sw.pending());
+  CHECK(master_of(0) == ramp(3000, 1.0f));
+  sw.step(add_one);  // the swapper still works
+  CHECK(master_of(2) == ramp(2100, 2002.0f));
+
+  order.tensors = {0, 0, 1};
+  CHECK_THROWS_AS(sw.step(add_one, order), Error);
+}

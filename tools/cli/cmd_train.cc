@@ -97,9 +97,13 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
       "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak "
       "%s)%s  rss peak %s\n",
       static_cast<long long>(s + 1), static_cast<long long>(steps), r.loss, val_text, ms, tokens_per_s,
-      r.result.grad_norm, r.result.skipped ? "  SKIPPED (overflow)" : "", format_bytes(mem.device.used_bytes).c_str(),
-      format_bytes(mem.device.peak_bytes).c_str(), format_bytes(mem.device.budget_bytes).c_str(),
-      format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
+      r.result.grad_norm,
+      r.result.skipped       ? "  SKIPPED (overflow)"
+      : r.result.rolled_back ? "  (overlapped optimizer undone: clipped)"
+                             : "",
+      format_bytes(mem.device.used_bytes).c_str(), format_bytes(mem.device.peak_bytes).c_str(),
+      format_bytes(mem.device.budget_bytes).c_str(), format_bytes(mem.host.used_bytes).c_str(),
+      format_bytes(mem.host.peak_bytes).c_str(),
       mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "",
       format_bytes(rss_peak).c_str());
   if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
@@ -120,6 +124,8 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
         {"loss_scale", r.result.loss_scale},
         {"lr", r.result.lr},
         {"skipped", r.result.skipped},
+        {"rolled_back", r.result.rolled_back},
+        {"clip_coef", r.result.clip_coef},
         {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
         {"io",
          {{"h2d_bytes", io.h2d_bytes},
@@ -128,6 +134,7 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
           {"nvme_write_bytes", io.nvme_write_bytes},
           {"nvme_gbps", nvme_gbps},
           {"io_wait_ms", io.io_wait_seconds * 1e3},
+          {"optimizer_wait_ms", io.optimizer_wait_seconds * 1e3},
           {"engine_step_ms", io.step_seconds * 1e3}}},
         {"gathered_elems_peak", mem.peak_gathered_elems},
         {"device_memory_peak_bytes", mem.device_memory_peak},

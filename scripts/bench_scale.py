@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Offload at scale: a GPT whose model states are several times the host budget, trained with
+ZeRO-3, optimizer state and parameters on NVMe, against its floor.
+
+  scripts/bench_scale.py STRATA --dir NVME_DIR --out OUT_DIR [--layers 36 --d-model 1536 ...]
+
+Each of --runs rounds measures, on the same directory and one after the other:
+  io       `strata bench io --json` mixed read+write GB/s (the drive's floor rate);
+  compute  `strata bench gpt --json`: the same blocks' training pass with everything resident;
+  sync     `strata train` --steps steps, the optimizer after backward (overlap_step false);
+  overlap  the same with offload_optimizer.overlap_step (the optimizer during backward).
+Per step of a train run (the first is a warm-up and left out): the step time, the NVMe bytes
+it moved, the I/O floor (those bytes over the round's mixed GB/s) and the ratio
+step / max(compute, floor). Reports medians over rounds, the process's peak RSS against the
+host and device budgets, writes scale.json, and draws the last overlapped step's trace as
+scale-step.svg (scripts/trace_svg.py)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out[out.index("{"):])
+
+
+def config(a, overlap):
+    return {
+        "train_micro_batch_size_per_gpu": a.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": a.clip,
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+        "zero_optimization": {
+            "stage": 3,
+            "overlap_comm": True,
+            "stage3_param_persistence_threshold": 0,
+            "sub_group_size": a.sub_group,
+            "offload_optimizer": {"device": "nvme", "nvme_path": a.dir, "buffer_count": a.buffers,
+                                  "overlap_step": overlap},
+            "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group},
+        },
+        "memory_budget": {"device": a.device_budget, "host": a.host_budget},
+    }
+
+
+def shape_args(a):
+    return ["--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads), "--vocab",
+            str(a.vocab), "--seq-len", str(a.seq_len)]
+
+
+def train(a, overlap, tag, trace):
+    cfg_path = os.path.join(a.out, f"{tag}.json")
+    with open(cfg_path, "w") as f:
+        json.dump(config(a, overlap), f, indent=1)
+    log = os.path.join(a.out, f"{tag}.jsonl")
+    cmd = [a.strata, "train", "--model", "gpt", "--config", cfg_path, "--steps", str(a.steps), "--log-json", log,
+           "--data", a.data, "--seed", "1"] + shape_args(a)
+    if trace:
+        cmd += ["--trace", trace]
+    print("  $", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{tag}: strata train failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    with open(log) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def summarize(steps, mixed_gbps, compute_s):
+    rows = []
+    for s in steps[1:]:  # the first step records the gather trace and touches every file first
+        moved = s["io"]["nvme_read_bytes"] + s["io"]["nvme_write_bytes"]
+        floor = moved / (mixed_gbps * 1e9)
+        step = s["step_ms"] / 1e3
+        rows.append({"step_s": step, "nvme_bytes": moved, "floor_s": floor,
+                     "ratio": step / max(compute_s, floor), "rolled_back": s.get("rolled_back", False),
+                     "optimizer_wait_s": s["io"].get("optimizer_wait_ms", 0) / 1e3,
+                     "rss_peak": s["rss"]["peak_bytes"], "loss": s["loss"]})
+    med = lambda k: statistics.median(r[k] for r in rows)
+    return {"steps": rows, "step_s": med("step_s"), "floor_s": med("floor_s"), "ratio": med("ratio"),
+            "nvme_bytes": med("nvme_bytes"), "optimizer_wait_s": med("optimizer_wait_s"),
+            "rss_peak": max(r["rss_peak"] for r in rows), "rolled_back": sum(r["rolled_back"] for r in rows)}
+
+
+def parse_bytes(text):
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    t = text.strip().lower()
+    for u, m in units.items():
+        if t.endswith(u):
+            return int(float(t[:-len(u)]) * m)
+    return int(float(t))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("strata")
+    ap.add_argument("--dir", required=True, help="directory on the NVMe drive (swap files, bench io file)")
+    ap.add_argument("--out", required=True, help="where configs, logs, scale.json and scale-step.svg go")
+    ap.add_argument("--data", default=os.path.join(HERE, "..", "README.md"))
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--d-model", type=int, default=1536)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--sub-group", type=int, default=16_000_000, help="sub_group_size and offload_param.buffer_size")
+    ap.add_argument("--buffers", type=int, default=4, help="offload_optimizer.buffer_count")
+    ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
+    ap.add_argument("--host-budget", default="4GiB")
+    ap.add_argument("--device-budget", default="1GiB")
+    ap.add_argument("--steps", type=int, default=4, help="per train run; the first is a warm-up")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--io-size", default="4GiB")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(a.dir, exist_ok=True)
+    params = None
+    rounds = []
+    for r in range(a.runs):
+        print(f"round {r + 1}/{a.runs}", flush=True)
+        io = run_json([a.strata, "bench", "io", "--json", "--iters", "1", "--dir", a.dir, "--size", a.io_size])
+        gpt = run_json([a.strata, "bench", "gpt", "--json", "--iters", "3", "--micro-batch", str(a.micro_batch)]
+                       + shape_args(a))
+        params = gpt["parameters"]
+        mixed, compute = io["mixed_gbps"], gpt["pass_s"]
+        print(f"  mixed {mixed:.3f} GB/s, compute {compute:.2f} s", flush=True)
+        last = r == a.runs - 1
+        res = {"mixed_gbps": mixed, "compute_s": compute}
+        for tag, overlap in (("sync", False), ("overlap", True)):
+            trace = os.path.join(a.out, "overlap-trace.json") if (last and overlap) else None
+            s = summarize(train(a, overlap, tag, trace), mixed, compute)
+            res[tag] = s
+            print(f"  {tag:8s} step {s['step_s']:.2f} s  floor {s['floor_s']:.2f} s  ratio {s['ratio']:.3f}  "
+                  f"NVMe {s['nvme_bytes'] / 1e9:.2f} GB  optimizer wait {s['optimizer_wait_s']:.2f} s  "
+                  f"rolled back {s['rolled_back']}  rss peak {s['rss_peak'] / 2**30:.2f} GiB", flush=True)
+        rounds.append(res)
+    host, device = parse_bytes(a.host_budget), parse_bytes(a.device_budget)
+    states = params * 16  # fp32 master, exp_avg, exp_avg_sq; bf16 parameters and gradients
+    med = lambda f: statistics.median(f(x) for x in rounds)
+    summary = {
+        "parameters": params, "model_states_bytes": states, "host_budget": host, "device_budget": device,
+        "states_over_host_budget": states / host, "mixed_gbps": med(lambda x: x["mixed_gbps"]),
+        "compute_s": med(lambda x: x["compute_s"]),
+        **{f"{t}_{k}": med(lambda x, t=t, k=k: x[t][k])
+           for t in ("sync", "overlap") for k in ("step_s", "floor_s", "ratio", "optimizer_wait_s")},
+        "rss_peak": max(max(x["sync"]["rss_peak"], x["overlap"]["rss_peak"]) for x in rounds),
+        "rounds": rounds,
+    }
+    with open(os.path.join(a.out, "scale.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"\nGPT {a.layers} x {a.d_model}: {params / 1e9:.2f}B parameters, model states "
+          f"{states / 2**30:.1f} GiB = {states / host:.1f}x the host budget ({a.host_budget})")
+    print(f"compute (everything resident) {summary['compute_s']:.2f} s; bench io mixed "
+          f"{summary['mixed_gbps']:.3f} GB/s (medians of {a.runs} rounds)")
+    for t in ("sync", "overlap"):
+        print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
+              f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}")
+    print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against host + device budgets "
+          f"{(host + device) / 2**30:.2f} GiB")
+    trace = os.path.join(a.out, "overlap-trace.json")
+    if os.path.exists(trace):
+        subprocess.run([sys.executable, os.path.join(HERE, "trace_svg.py"), trace,
+                        os.path.join(a.out, "scale-step.svg")], check=True)
+        print(f"trace of the last overlapped step: {os.path.join(a.out, 'scale-step.svg')}")
+
+
+if __name__ == "__main__":
+    main()
