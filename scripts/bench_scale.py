@@ -43,7 +43,8 @@ def config(a, overlap):
             "sub_group_size": a.sub_group,
             "offload_optimizer": {"device": "nvme", "nvme_path": a.dir, "buffer_count": a.buffers,
                                   "overlap_step": overlap},
-            "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group},
+            "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group,
+                              "max_in_cpu": 0},
         },
         "memory_budget": {"device": a.device_budget, "host": a.host_budget},
     }
