@@ -48,6 +48,18 @@ void check_same_bits(const Runs& r) {
   }
 }
 
+// Optimizer state on NVMe in sub-groups that cut across buckets, stage-3 parameters where
+// `params` says, every layer gathered and released.
+void place(engine::EngineConfig& c, OffloadDevice params, const std::string& dir) {
+  c.zero.sub_group_size = 100;
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.offload_optimizer.device = OffloadDevice::nvme;
+  c.offload_optimizer.nvme_path = dir;
+  c.offload_param.device = params;
+  c.offload_param.nvme_path = dir;
+  c.offload_param.buffer_size = 200;
+}
+
 int rolled_back(const test::TrainRun& run) {
   int n = 0;
   for (const auto& r : run.results) n += r.rolled_back ? 1 : 0;
@@ -67,14 +79,8 @@ TEST_CASE("an overlapped optimizer step gives the synchronous step's bits", "[of
   spec.world = world;
   spec.steps = 6;
   spec.config = test::mlp_config(stage, world, DType::bf16);
-  spec.config.gradient_clipping = 0;      // nothing to undo here
-  spec.config.zero.sub_group_size = 100;  // sub-groups cut across buckets
-  spec.config.zero.stage3_param_persistence_threshold = 0;
-  spec.config.offload_optimizer.device = OffloadDevice::nvme;
-  spec.config.offload_optimizer.nvme_path = dir.path();
-  spec.config.offload_param.device = params;
-  spec.config.offload_param.nvme_path = dir.path();
-  spec.config.offload_param.buffer_size = 200;
+  spec.config.gradient_clipping = 0;  // nothing to undo here
+  place(spec.config, params, dir.path());
   const Runs r = both(spec);
   check_same_bits(r);
   CHECK(rolled_back(r.overlapped) == 0);
@@ -106,13 +112,7 @@ TEST_CASE("a step that overflows or clips undoes the overlapped update exactly",
     spec.config.gradient_clipping = world == 1 ? 0.3f : 0.21f;
   }
   INFO("world " << world << ", parameters offloaded to " << static_cast<int>(params));
-  spec.config.zero.sub_group_size = 100;
-  spec.config.zero.stage3_param_persistence_threshold = 0;
-  spec.config.offload_optimizer.device = OffloadDevice::nvme;
-  spec.config.offload_optimizer.nvme_path = dir.path();
-  spec.config.offload_param.device = params;
-  spec.config.offload_param.nvme_path = dir.path();
-  spec.config.offload_param.buffer_size = 200;
+  place(spec.config, params, dir.path());
   Runs r = both(spec);
   REQUIRE(r.overlapped.params.size() == r.sync.params.size());
   CHECK(std::memcmp(r.overlapped.params.data(), r.sync.params.data(), r.sync.params.size() * 4) == 0);
