@@ -123,9 +123,11 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   const std::uint64_t largest = lay.largest_layer_padded();
   std::uint64_t gathered = 0, device_copy = 0, staged = 0, nvme_copies = 0, nvme_sum = 0;
   bool paced = true;  // every NVMe parameter layer's optimizer waits on its own NVMe state
+  bool lane = false;  // an overlapped optimizer step runs during backward (some state on NVMe)
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const std::uint64_t copies = OptimizerState::elems(lay, z.stage, l) * c;
+    lane = lane || (in.config.offload_optimizer.overlap_step && plan.opt_tier(l) == Tier::nvme);
     if (z.stage == 3 && !plan.persistent(l)) gathered += lay.layers()[li].padded;
     if (z.stage == 3 && plan.opt_tier(l) == Tier::device && plan.param_tier(l) != Tier::device)
       device_copy = std::max(device_copy, copies);
@@ -157,11 +159,12 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   // of the layer gathered on demand or of those prefetched, each also in the device window.
   // The step's write-backs run into the next step, so its first gathers may stage beside the
   // last write-back's copies (beside all of them when they outran the NVMe). The host budget
-  // caps it: a full host tier waits for write-backs.
+  // caps it: a full host tier waits for write-backs. With the overlapped step the optimizer's
+  // staging comes during backward, beside the gathers' own.
   staged = std::max(staged, paced ? std::min(nvme_sum, 2 * nvme_copies) : nvme_sum);
   const std::uint64_t gather_staging =
       window > 0 ? std::max(largest, prefetch_elems(in.config, lay, plan, window)) * c : 0;
-  const std::uint64_t host = paced ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
+  const std::uint64_t host = paced && !lane ? std::max(staged, gather_staging + nvme_copies) : staged + gather_staging;
   at(e, Tier::host, Kind::buffers) += std::min(host, room(e, Tier::host, host_budget_of(in.config)));
 }
 

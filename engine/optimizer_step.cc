@@ -333,7 +333,6 @@ void OptimizerStep::begin_overlap(bool allowed) {
   order.defer_commit = true;
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
-  c_.updates.count_into(&lane_io_);
   lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
     swapper->step(
         [&](const offload::SubGroup& g) {
@@ -342,6 +341,8 @@ void OptimizerStep::begin_overlap(bool allowed) {
         },
         order);
   });
+  // The lane reaches the staging only past a gate that this thread opens later (layer_done).
+  c_.updates.count_into(&lane_io_);
 }
 
 void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) { lane_.ready(li, std::move(done)); }
