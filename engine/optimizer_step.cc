@@ -399,13 +399,12 @@ void OptimizerStep::undo_overlap() noexcept {
   if (auto* store = c_.nvme.params()) store->abort();
   c_.updates.drop();
   try {
-    std::vector<float> master;
     for (std::size_t li = 0; li < touched_.size(); ++li) {
       if (touched_[li] == 0) continue;
       const int l = static_cast<int>(li);
-      master.resize(OptimizerState::elems(c_.layout, c_.cfg.zero.stage, l));
-      swapper->read_state(static_cast<std::size_t>(c_.nvme.swap_index(l)), 0, master.size(), master.data());
-      c_.homes.write_own(l, master.data());
+      swapper->visit_masters(
+          static_cast<std::size_t>(c_.nvme.swap_index(l)),
+          [&](std::uint64_t first, const float* master, std::uint64_t n) { c_.homes.write_own(l, first, n, master); });
     }
   } catch (const std::exception& e) {
     STRATA_LOG(error, "rank ", c_.rank, ": undoing the overlapped optimizer step failed: ", e.what(),

@@ -52,25 +52,32 @@ void ParamHomes::write(int li, const float* full, const float* shard) {
   }
 }
 
-void ParamHomes::write_own(int li, const float* master) {
+void ParamHomes::write_own(int li, std::size_t first, std::size_t count, const float* master) {
   const auto& L = c_.layout.layers()[li];
   auto& h = layers_[li];
-  std::vector<char> bytes;
-  auto put = [&](void* dst, Tier tier, const float* src, std::size_t n) {
-    bytes.resize(n * cbytes_);
-    convert(src, DType::fp32, bytes.data(), c_.cdt, n);
-    copy_between(c_.dev_stream, dst, tier, bytes.data(), Tier::host, bytes.size());
-    c_.dev_stream.synchronize();
+  constexpr std::size_t kPiece = std::size_t{1} << 20;  // elements converted at a time
+  std::vector<char> bytes(std::min(count, kPiece) * cbytes_);
+  // Elements [lo, hi) of the optimizer's, which lie contiguously at dst (in element units).
+  auto put = [&](char* dst, Tier tier, std::size_t lo, std::size_t hi) {
+    for (std::size_t e = lo; e < hi; e += kPiece) {
+      const std::size_t n = std::min(kPiece, hi - e);
+      convert(master + (e - first), DType::fp32, bytes.data(), c_.cdt, n);
+      copy_between(c_.dev_stream, dst + (e - lo) * cbytes_, tier, bytes.data(), Tier::host, n * cbytes_);
+      c_.dev_stream.synchronize();
+    }
   };
+  const std::size_t end = first + count;
   if (c_.stage == 0) {
-    put(h.full, Tier::device, master, L.padded);
+    put(static_cast<char*>(h.full) + first * cbytes_, Tier::device, first, end);
   } else if (c_.stage == 3) {
-    if (h.tier != Tier::nvme) put(h.shard, h.tier, master, c_.layout.layer_shard(li));
+    if (h.tier != Tier::nvme) put(static_cast<char*>(h.shard) + first * cbytes_, h.tier, first, end);
   } else {
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {  // this rank's part of each bucket, in bucket order
       const auto& b = c_.layout.buckets()[L.buckets[k]];
-      char* dst = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b)) * cbytes_;
-      put(dst, Tier::device, master + L.shard_offsets[k], b.shard);
+      const std::size_t b0 = L.shard_offsets[k], lo = std::max(first, b0), hi = std::min(end, b0 + b.shard);
+      if (lo >= hi) continue;
+      char* dst = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b) + (lo - b0)) * cbytes_;
+      put(dst, Tier::device, lo, hi);
     }
   }
 }

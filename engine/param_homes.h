@@ -51,10 +51,11 @@ class ParamHomes {
 
   void add_layer(int li, Tier tier, bool persistent);
   void write(int li, const float* full, const float* shard);
-  // This rank's own part of layer li's compute copies from its fp32 masters (the optimizer's
-  // elements: the whole padded layer at stage 0, this rank's shard above), where they live on
-  // the device or in host RAM; stage-3 shards on NVMe are left to the parameter store.
-  void write_own(int li, const float* master);
+  // Elements [first, first + count) of this rank's own part of layer li's compute copies from
+  // their fp32 masters (the optimizer's elements: the whole padded layer at stage 0, this
+  // rank's shard above), where they live on the device or in host RAM; stage-3 shards on NVMe
+  // are left to the parameter store. Converts through a bounded buffer of its own.
+  void write_own(int li, std::size_t first, std::size_t count, const float* master);
   void refresh();
   std::vector<int> migrate(const std::vector<Tier>& to);
 

@@ -213,6 +213,18 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
   }
 }
 
+void OptimizerSwapper::visit_masters(
+    std::size_t tensor, const std::function<void(std::uint64_t offset, const float* master, std::uint64_t elems)>& fn) {
+  auto& I = *impl_;
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
+  const io::PoolBuffer& b = I.buffers[0];
+  for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
+    Chunk& c = I.chunks[ci];
+    STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
+    fn(c.offset, I.view(c, b).master, c.elems);
+  }
+}
+
 void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn) { step(fn, StepOrder{}); }
 
 bool OptimizerSwapper::pending() const noexcept { return impl_->pending; }

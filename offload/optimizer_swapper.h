@@ -97,6 +97,10 @@ class OptimizerSwapper {
   // (checksums verified); a null output is not read into.
   void read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
                   float* exp_avg = nullptr, float* exp_avg_sq = nullptr);
+  // Reads tensor t's master weights from the current generation a sub-group at a time (checksums
+  // verified) and hands each to fn(first element, master, elements) in a swap buffer: no copy.
+  void visit_masters(std::size_t tensor,
+                     const std::function<void(std::uint64_t offset, const float* master, std::uint64_t elems)>& fn);
 
   std::uint64_t buffer_bytes() const noexcept;  // per buffer
   int buffer_count() const noexcept;            // buffers actually allocated

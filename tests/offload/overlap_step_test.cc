@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 #include "tests/support/temp_dir.h"
@@ -134,21 +136,23 @@ TEST_CASE("a step that overflows or clips undoes the overlapped update exactly",
 }
 
 TEST_CASE("the overlapped step updates a layer before step() is called", "[offload][uring]") {
-  // Two layers, stage 2 (parameters resident on the device), optimizer state on NVMe. Once
-  // layer 1's gradient is reduced the lane updates it while "backward" is still in layer 0:
-  // its resident compute copy changes before step().
+  // Two layers, stage 2, optimizer state on NVMe. Once layer 1's gradient is reduced the lane
+  // steps it while "backward" is still in layer 0: the swapper's trace (thread-safe) shows
+  // layer 1's update before step() is called.
   test::TempDir dir("strata-offload");
   engine::EngineConfig cfg = test::mlp_config(2, 1, DType::fp32, 1, 1);
   cfg.gradient_clipping = 0;
   cfg.offload_optimizer.device = OffloadDevice::nvme;
   cfg.offload_optimizer.nvme_path = dir.path();
-  auto run = [&](bool overlap, bool* changed_early) {
+  auto run = [&](bool overlap, bool* stepped_early) {
     cfg.offload_optimizer.overlap_step = overlap;
     auto dev = test::host_device(64 << 20);
+    Tracer tracer(true);
     engine::EngineOptions o;
     o.config = cfg;
     o.device = dev.get();
     o.seed = 3;
+    o.tracer = &tracer;
     engine::Engine e(o);
     e.register_param("a", {300}, 0, {engine::InitKind::uniform, 0.5f});
     e.register_param("b", {300}, 1, {engine::InitKind::uniform, 0.5f});
@@ -159,29 +163,31 @@ TEST_CASE("the overlapped step updates a layer before step() is called", "[offlo
         (void)e.gather(layer);
         e.release(layer);
       }
-      std::vector<float> before;
+      const auto updates = [&] {  // the swapper's AdamW spans on layer 1 so far
+        const std::string json = tracer.to_json();
+        std::size_t n = 0;
+        for (auto at = json.find("adam layer 1 "); at != std::string::npos; at = json.find("adam layer 1 ", at + 1))
+          ++n;
+        return n;
+      };
+      const std::size_t before = updates();
       for (int layer : {1, 0}) {
         const auto w = e.gather(layer);
         const auto g = e.grad_buffers(layer);
         for (std::size_t i = 0; i < g[0].numel; ++i) g[0].as<float>()[i] = w[0].as<float>()[i] * 0.1f + 0.01f * step;
-        if (layer == 1) before.assign(w[0].as<float>(), w[0].as<float>() + w[0].numel);
         e.reduce_grads(layer);
         e.release(layer);
-        if (layer == 1 && changed_early != nullptr) {
-          // Layer 1 is done; layer 0's backward "runs" until the lane has written layer 1.
+        if (layer == 1 && stepped_early != nullptr) {
+          // Layer 1 is done; layer 0's backward "runs" until the lane has stepped layer 1.
           const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-          bool changed = false;
-          while (!changed && std::chrono::steady_clock::now() < deadline) {
-            const auto now = e.gather(1);  // stages 0-2: the resident copy, no I/O
-            changed = std::memcmp(now[0].data, before.data(), before.size() * 4) != 0;
-            e.release(1);
-            if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          changed_early[step] = changed;
+          while (updates() == before && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          stepped_early[step] = updates() > before;
         }
       }
       const auto r = e.step();
       CHECK_FALSE(r.rolled_back);
+      CHECK(updates() > before);  // either way, layer 1 was stepped once this step
     }
     return e.full_parameters();
   };
