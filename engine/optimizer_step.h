@@ -32,7 +32,9 @@
 // resident layers step; otherwise (overflow, clipping) the lane's work is undone (pending
 // generation and parameter writes dropped, resident compute copies rebuilt from the
 // unchanged masters) and the step runs synchronously. Either way the bits are those of the
-// synchronous step. cancel_overlap() abandons the lane's work (the engine's shutdown).
+// synchronous step. The lane gives up by itself, before work it would undo, once this rank's
+// partial squared norm is non-finite or above the clipping threshold (check_bet()).
+// cancel_overlap() abandons the lane's work (the engine's shutdown).
 #pragma once
 
 #include <cstdint>
