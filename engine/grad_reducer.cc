@@ -38,6 +38,10 @@ std::uint64_t GradReducer::host_scratch_bytes(const Layout& layout, std::size_t 
 GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
     : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
   const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
+  // Narrow host accumulators sum in the shard scratch (reduce_on_host): one rank's shards are whole buckets.
+  STRATA_CHECK(host_acc_dtype(c_.cdt, c_.world, c_.accumulation) == DType::fp32 || max_shard >= max_bucket,
+               Errc::internal, "GradReducer: world 1 with a shard of ", max_shard, " elements below its bucket's ",
+               max_bucket);
   auto& ledger = c_.ledger;
   try {
     scratch_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
@@ -84,10 +88,10 @@ GradReducer::~GradReducer() {
 
 void GradReducer::add_layer(int li, Tier acc_tier) {
   auto& g = layers_[li];
-  const std::size_t bytes = acc_elems(li) * 4;
   g.tier = acc_tier;
-  g.acc = static_cast<float*>(
-      c_.ledger.allocate(acc_tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients")));
+  g.dtype = acc_tier == Tier::device ? DType::fp32 : host_acc_dtype(c_.cdt, c_.world, c_.accumulation);
+  const std::size_t bytes = acc_elems(li) * dtype_size(g.dtype);
+  g.acc = c_.ledger.allocate(acc_tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients"));
   fill_zero(c_.dev_stream, g.acc, bytes, acc_tier);
 }
 
@@ -185,7 +189,7 @@ void GradReducer::reduce_on_device(int li, const void* grads, device::Stream* st
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = c_.layout.buckets()[L.buckets[k]];
     const std::size_t pos = b.flat_offset - L.flat_offset;
-    float* acc = g.acc + acc_offset(c_.layout, c_.stage, li, k);
+    float* acc = static_cast<float*>(g.acc) + acc_offset(c_.layout, c_.stage, li, k);
     const char* src = static_cast<const char*>(grads) + pos * cbytes_;
     if (c_.world == 1) {
       device::accumulate_async(ds, acc, src, c_.cdt, b.padded);
@@ -249,11 +253,20 @@ void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, 
       }
     }
     const float* reduced = (stage01 || c_.world == 1) ? scratch_ : scratch_shard_;
-    float* acc = g.acc + acc_offset(c_.layout, c_.stage, li, k);
     const std::size_t n = stage01 ? b.padded : b.shard;
-    run([reduced, acc, n] {
-      for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
-    });
+    const std::size_t at = acc_offset(c_.layout, c_.stage, li, k);
+    if (g.dtype == DType::fp32) {
+      run([reduced, acc = static_cast<float*>(g.acc) + at, n] {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
+      });
+    } else {
+      // One rank (host_acc_dtype): the shard scratch, unused there, holds the widened sum.
+      run([this, reduced, acc = static_cast<char*>(g.acc) + at * dtype_size(g.dtype), dt = g.dtype, n] {
+        convert(acc, dt, scratch_shard_, DType::fp32, n);
+        for (std::size_t i = 0; i < n; ++i) scratch_shard_[i] += reduced[i];
+        convert(scratch_shard_, DType::fp32, acc, dt, n);  // exact: one gradient per step
+      });
+    }
   }
   if (c_.tracer != nullptr) {
     run([tracer = c_.tracer, id = L.id, t0] {
@@ -282,7 +295,7 @@ std::unique_ptr<device::Event> GradReducer::completion() {
 void GradReducer::zero() {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];
-    fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * 4, g.tier);
+    fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), g.tier);
   }
   c_.dev_stream.synchronize();
 }

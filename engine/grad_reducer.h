@@ -25,6 +25,10 @@
 // rank, and after a reduce-scatter in device memory (all-gathered back at stages 0-1) with the device communicator;
 // these are the paths a GPU takes, with the same bits. begin_step() resets the per-layer reduction counts; before
 // reading accumulator(li) the step calls sync(), after the optimizer zero().
+// An accumulator in host RAM that takes exactly one gradient per step (one rank, one
+// micro-batch, 16-bit compute: host_acc_dtype) holds it in the compute dtype: 0 + g is g
+// (or +0 for -0), which that dtype represents, so storing it narrow and widening it on read
+// gives the fp32 accumulator's bits at half its bytes. Readers take acc_dtype(li) with it.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ class GradReducer {
     DType cdt = DType::fp32;
     MemoryLedger& ledger;
     Tracer* tracer = nullptr;
+    std::int64_t accumulation = 1;  // micro-batches per step (gradient_accumulation_steps)
   };
   // any_acc_on_host: some accumulator will live in host RAM (the staging and a copy stream
   // are made for it).
@@ -86,6 +91,13 @@ class GradReducer {
     return stage <= 1 ? layout.buckets()[L.buckets[k]].flat_offset - L.flat_offset : L.shard_offsets[k];
   }
 
+  // The dtype of an accumulator in host RAM: the compute dtype when each step adds exactly one
+  // gradient to it (world 1, accumulation 1, bf16 or fp16), else fp32. Device accumulators are
+  // fp32. Placement and the estimate size host accumulators with it.
+  static DType host_acc_dtype(DType cdt, int world, std::int64_t accumulation) noexcept {
+    return world == 1 && accumulation <= 1 && dtype_size(cdt) == 2 ? cdt : DType::fp32;
+  }
+
   void add_layer(int li, Tier acc_tier);
   void* buffer(int li, const std::function<bool()>& make_room);
   void reduce(int li, IoStats& io);
@@ -96,12 +108,14 @@ class GradReducer {
   // or null when they all ran inline and are in.
   std::unique_ptr<device::Event> completion();
   bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
-  const float* accumulator(int li) const { return layers_[li].acc; }
+  const void* accumulator(int li) const { return layers_[li].acc; }
+  DType acc_dtype(int li) const { return layers_[li].dtype; }
   void zero();  // every accumulator, for the next step
 
  private:
   struct LayerGrads {
-    float* acc = nullptr;  // padded (stages 0-1) or this rank's shards (2-3), fp32
+    void* acc = nullptr;  // padded (stages 0-1) or this rank's shards (2-3), in `dtype`
+    DType dtype = DType::fp32;
     Tier tier = Tier::device;
     void* buf = nullptr;  // the trainer's gradient buffer while handed out
     int reductions = 0;   // reduce() calls this step

@@ -35,12 +35,15 @@ void check_budget(const EstimateInput& in, const MemoryEstimate& e, Tier t) {
 void add_model_state(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const int stage = in.config.zero.stage;
   const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
+  const std::uint64_t host_acc = dtype_size(
+      GradReducer::host_acc_dtype(compute_dtype_of(in.config), in.world, in.config.gradient_accumulation_steps));
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
     if (plan.opt_tier(l) != Tier::nvme)
       at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
-    at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) += 4 * GradReducer::acc_elems(lay, stage, l);
+    at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
+        (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     if (stage <= 2 || plan.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
     if (stage == 3 && plan.param_tier(l) != Tier::nvme)
       at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;

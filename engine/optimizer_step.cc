@@ -37,6 +37,21 @@ std::size_t OptimizerStep::grad_offset(int li, std::size_t k, bool whole_bucket)
   return at + static_cast<std::size_t>(c_.rank) * c_.layout.buckets()[c_.layout.layers()[li].buckets[k]].shard;
 }
 
+const void* OptimizerStep::grad_at(int li, std::size_t elem) const {
+  return static_cast<const char*>(c_.grads.accumulator(li)) + elem * dtype_size(c_.grads.acc_dtype(li));
+}
+
+void OptimizerStep::add_layer_norm(int li, optim::GradNorm& into) const {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  const DType dt = c_.grads.acc_dtype(li);
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const void* g = grad_at(li, grad_offset(li, k, false));
+    const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
+    into +=
+        c_.plan.acc_on_host(li) ? optim::grad_norm_sq(g, dt, n) : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, dt, n);
+  }
+}
+
 double OptimizerStep::averaging() const {
   // Gradients carry loss_scale and are summed over ranks and micro-batches: average them.
   const auto accum = c_.cfg.gradient_accumulation_steps > 0 ? c_.cfg.gradient_accumulation_steps : 1;
@@ -74,7 +89,6 @@ StepResult OptimizerStep::run() {
   if (!plan.skip) {
     result.lr = scheduled_lr(c_.cfg, taken_ + 1);
     optim::StepArgs a;
-    a.grad_dtype = DType::fp32;
     a.state_dtype = DType::fp32;
     a.copy_dtype = c_.cdt;
     a.grad_scale = static_cast<float>(plan.grad_scale / avg);
@@ -98,17 +112,7 @@ StepResult OptimizerStep::run() {
 optim::GradNorm OptimizerStep::global_grad_norm() {
   // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order.
   optim::GradNorm local;
-  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    const int l = static_cast<int>(li);
-    const auto& L = c_.layout.layers()[li];
-    const float* acc = c_.grads.accumulator(l);
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      const float* g = acc + grad_offset(l, k, false);
-      const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
-      local += c_.plan.acc_on_host(l) ? optim::grad_norm_sq(g, DType::fp32, n)
-                                      : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, DType::fp32, n);
-    }
-  }
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) add_layer_norm(static_cast<int>(li), local);
   // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
   optim::GradNorm global = local;
   if (c_.comm != nullptr && c_.world > 1) {
@@ -166,7 +170,8 @@ void OptimizerStep::update_piece(const optim::StepArgs& base, float lr, float lr
   a.master = master;
   a.m = m;
   a.v = v;
-  a.grad = c_.grads.accumulator(li) + grad_offset(li, k, c_.cfg.zero.stage == 0) + e0;
+  a.grad = grad_at(li, grad_offset(li, k, c_.cfg.zero.stage == 0) + e0);
+  a.grad_dtype = c_.grads.acc_dtype(li);
   // Updated compute copies go where the parameters live, through host staging, or to a device
   // buffer first (update_staging.h).
   const UpdateStaging::Target target = c_.updates.target(li, k, e0);
@@ -221,7 +226,8 @@ void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
       a.master = st.master + p.offset;
       a.m = st.m + p.offset;
       a.v = st.v + p.offset;
-      a.grad = c_.grads.accumulator(l) + p.offset;
+      a.grad = grad_at(l, p.offset);
+      a.grad_dtype = c_.grads.acc_dtype(l);  // lamb_step takes fp32 (device accumulators, stage 0)
       char* copy = static_cast<char*>(c_.homes.full(l)) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
       c_.dev_stream.launch_host([lamb, a, copy, fp32] {
@@ -309,7 +315,6 @@ void OptimizerStep::begin_overlap(bool allowed) {
     return;
   speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
   optim::StepArgs a;
-  a.grad_dtype = DType::fp32;
   a.state_dtype = DType::fp32;
   a.copy_dtype = c_.cdt;
   a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
@@ -348,12 +353,7 @@ void OptimizerStep::begin_overlap(bool allowed) {
 void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) { lane_.ready(li, std::move(done)); }
 
 void OptimizerStep::check_bet(int li) {
-  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
-  const float* acc = c_.grads.accumulator(li);
-  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-    const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
-    lane_partial_ += optim::grad_norm_sq(acc + grad_offset(li, k, false), DType::fp32, n);
-  }
+  add_layer_norm(li, lane_partial_);
   if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
   abandoned_ = true;
   throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");

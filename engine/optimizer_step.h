@@ -120,6 +120,10 @@ class OptimizerStep {
                     std::size_t n, float* master, float* m, float* v);
   // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
   std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
+  // Layer li's accumulator from element `elem` on (its dtype is c_.grads.acc_dtype(li)).
+  const void* grad_at(int li, std::size_t elem) const;
+  // Adds this rank's share of layer li's squared gradient norm to `into`, bucket by bucket.
+  void add_layer_norm(int li, optim::GradNorm& into) const;
   void roll_back() noexcept;
   // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
   // False when it was undone (true with no lane at all).

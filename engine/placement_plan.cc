@@ -67,6 +67,11 @@ offload::Placement PlacementPlan::traffic() const {
   return offload::evaluate_placement(make_problem({}), places);
 }
 
+std::uint32_t PlacementPlan::host_acc_bytes() const {
+  return static_cast<std::uint32_t>(
+      dtype_size(GradReducer::host_acc_dtype(compute_dtype_of(c_.cfg), c_.world, c_.cfg.gradient_accumulation_steps)));
+}
+
 offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& gathers) const {
   const int stage = c_.cfg.zero.stage;
   const Layout& lay = c_.layout;
@@ -74,6 +79,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.stage = stage;
   p.compute_bytes = static_cast<std::uint32_t>(c_.cbytes);
   p.accumulation_steps = static_cast<int>(std::max<std::int64_t>(1, c_.cfg.gradient_accumulation_steps));
+  p.host_accumulator_bytes = host_acc_bytes();
   std::uint64_t persistent = 0, largest_shard = 0;
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const auto& L = lay.layers()[li];
@@ -293,7 +299,7 @@ void PlacementPlan::check_host_fit() const {
     const int i = static_cast<int>(li);
     on_nvme = on_nvme || S.opt == Tier::nvme || S.params == Tier::nvme;
     if (S.opt == Tier::host) opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * 12;
-    if (acc_on_host(i)) acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * 4;
+    if (acc_on_host(i)) acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
     if (c_.cfg.zero.stage == 3 && S.params == Tier::host) params += shard(static_cast<int>(li)) * c_.cbytes;
   }
   const offload::PlacementProblem p = make_problem({});

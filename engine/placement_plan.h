@@ -81,6 +81,7 @@ class PlacementPlan {
   std::uint64_t device_room() const;  // the device budget less what the trainer holds there
   std::uint64_t device_scratch_bytes() const;
   std::size_t shard(int li) const { return c_.layout.layer_shard(li); }
+  std::uint32_t host_acc_bytes() const;  // per element of a gradient accumulator in host RAM
 
   Context c_;
   std::vector<LayerPlan> layers_;

@@ -35,8 +35,8 @@ void Engine::Impl::allocate_step_buffers() {
   const bool any_acc_on_host = plan->any_acc_on_host();
   const std::vector<Tier> opt_tiers = plan->opt_tiers(), param_tiers = plan->param_tiers();
   const GradReducer::Context rc{
-      *layout, cfg.zero.stage, cfg.zero.overlap_comm, dev, *dev_stream, comm, dcomm, rank, world,
-      cdt,     *ledger,        options.tracer};
+      *layout, cfg.zero.stage, cfg.zero.overlap_comm,          dev, *dev_stream, comm, dcomm, rank, world, cdt,
+      *ledger, options.tracer, cfg.gradient_accumulation_steps};
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
   auto on_nvme = [](const std::vector<Tier>& tiers) { return std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0; };

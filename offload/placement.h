@@ -25,6 +25,9 @@ struct PlacementProblem {
   int stage = 3;                    // ZeRO stage 0..3
   std::uint32_t compute_bytes = 2;  // bytes per element of compute copies (bf16/fp16 2, fp32 4)
   int accumulation_steps = 1;       // micro-batches per step
+  // Bytes per element of a gradient accumulator in host RAM: 4 (fp32), or the compute bytes
+  // where each step adds exactly one gradient to it (engine/grad_reducer.h). On the device: 4.
+  std::uint32_t host_accumulator_bytes = 4;
   std::vector<PlacementLayer> layers;
   std::uint64_t device_budget = 0, host_budget = 0, nvme_budget = 0;  // bytes; 0 = unlimited for nvme only
   bool nvme_available = false;  // an nvme_path is configured (otherwise nothing may go to NVMe)
@@ -66,10 +69,11 @@ struct Placement {
 // Cost model, per layer (E = shard_elems, P = padded_elems, c = compute_bytes,
 // A = accumulation_steps, G = gathers_per_step). Two items may move:
 //  * optimizer (stage >= 1): 12E bytes of fp32 master + exp_avg + exp_avg_sq on its place,
-//    plus the fp32 gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device
-//    when the optimizer is there, else on the host. Off the device it costs A*P*c d2h
-//    (gradients each micro-batch) and c*E h2d (updated params) per step; on NVMe also 12E
-//    read and 12E written. At stage 0 it is always on the device.
+//    plus the gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device when
+//    the optimizer is there, else on the host (host_accumulator_bytes per element there).
+//    Off the device it costs A*P*c d2h (gradients each micro-batch) and c*E h2d (updated
+//    params) per step; on NVMe also 12E read and 12E written. At stage 0 it is always on
+//    the device.
 //  * params (stage 3): the c*E shard on its place. A gather stages shards through pinned
 //    host memory (engine/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,
 //    a host shard G*c*P h2d, an NVMe shard G*c*P h2d + G*c*E read + c*E written: host is

@@ -112,7 +112,7 @@ def main():
     ap.add_argument("--sub-group", type=int, default=16_000_000, help="sub_group_size and offload_param.buffer_size")
     ap.add_argument("--buffers", type=int, default=4, help="offload_optimizer.buffer_count")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
-    ap.add_argument("--host-budget", default="4GiB")
+    ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
     ap.add_argument("--steps", type=int, default=4, help="per train run; the first is a warm-up")
     ap.add_argument("--runs", type=int, default=3)

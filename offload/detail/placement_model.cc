@@ -10,16 +10,18 @@
 namespace strata::offload::detail {
 namespace {
 
-Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t accum) {
+// acc_elems: the accumulator's elements (4 bytes each on the device, host_accumulator_bytes on the host).
+Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t acc_elems) {
   const auto& L = p.layers[layer];
   const std::uint64_t E = L.shard_elems, P = L.padded_elems, c = p.compute_bytes;
   const std::uint64_t A = static_cast<std::uint64_t>(p.accumulation_steps);
+  const std::uint64_t host_acc = acc_elems * p.host_accumulator_bytes;
   Item it;
   it.layer = layer;
   it.optimizer = true;
-  it.bytes[kDevice][kDevice] = 12 * E + accum;
-  it.bytes[kHost][kHost] = 12 * E + accum;
-  it.bytes[kNvme][kHost] = accum;
+  it.bytes[kDevice][kDevice] = 12 * E + 4 * acc_elems;
+  it.bytes[kHost][kHost] = 12 * E + host_acc;
+  it.bytes[kNvme][kHost] = host_acc;
   it.bytes[kNvme][kNvme] = 12 * E * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
   it.flow[kNvme] = {c * E, A * P * c, 12 * E, 12 * E};
@@ -55,6 +57,8 @@ Model build_model(const PlacementProblem& p) {
   STRATA_CHECK(
       p.compute_bytes > 0, Errc::invalid_argument,
       "placement: compute_bytes = 0: give the bytes per element of the compute dtype (2 for bf16/fp16, 4 for fp32)");
+  STRATA_CHECK(p.host_accumulator_bytes == 2 || p.host_accumulator_bytes == 4, Errc::invalid_argument,
+               "placement: host_accumulator_bytes = ", p.host_accumulator_bytes, ": use 4 (fp32) or 2 (bf16/fp16)");
   STRATA_CHECK(p.accumulation_steps >= 1, Errc::invalid_argument,
                "placement: gradient_accumulation_steps = ", p.accumulation_steps, ": use 1 or more");
   if (p.optimizer_fixed && *p.optimizer_fixed != Tier::device && p.stage == 0) {
@@ -89,7 +93,7 @@ Model build_model(const PlacementProblem& p) {
     if (p.stage == 0) {
       m.immovable[kDevice] += 12 * P + 4 * P;
     } else {
-      Item it = make_optimizer(p, i, p.stage >= 2 ? 4 * E : 4 * P);
+      Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);
       it.fixed = p.optimizer_fixed.has_value();
       it.allowed = it.fixed ? static_cast<std::uint8_t>(1u << static_cast<int>(*p.optimizer_fixed)) : free_places;
       m.opt_item[i] = static_cast<int>(m.items.size());

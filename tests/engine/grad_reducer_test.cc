@@ -2,6 +2,7 @@
 // the exact fp32 sum of every micro-batch's gradients, inline and overlapped, on the device
 // and in host RAM; across two Gloo ranks each rank holds its shard of the sum over ranks
 // (stages 2-3) or the whole sum (0-1); a full device asks make_room before it refuses.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,8 +68,8 @@ std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world,
   auto dev_stream = dev->create_stream();
   std::string bad;
   {
-    const GradReducer::Context c{lay,     stage, overlap, *dev, *dev_stream, comm,
-                                 nullptr, rank,  world,   cdt,  ledger,      nullptr};
+    const GradReducer::Context c{lay,   stage, overlap, *dev,    *dev_stream,       comm, nullptr, rank,
+                                 world, cdt,   ledger,  nullptr, /*accumulation=*/2};
     GradReducer r(c, tier == Tier::host);
     for (int li = 0; li < 2; ++li) r.add_layer(li, tier);
     for (int mb = 0; mb < 2; ++mb) {
@@ -82,7 +83,8 @@ std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world,
     dev_stream->synchronize();
     for (int li = 0; li < 2 && bad.empty(); ++li) {
       if (r.reductions(li) != 2) bad = "reductions " + std::to_string(r.reductions(li));
-      const float* acc = r.accumulator(li);
+      if (r.acc_dtype(li) != DType::fp32) bad = "two micro-batches accumulate in fp32";
+      const auto* acc = static_cast<const float*>(r.accumulator(li));
       for (std::size_t j = 0; j < acc_len(lay, li, stage) && bad.empty(); ++j) {
         const std::size_t i = layer_index_of(lay, li, stage, rank, j);
         float want = 0;
@@ -98,7 +100,7 @@ std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world,
     r.zero();
     for (int li = 0; li < 2 && bad.empty(); ++li)
       for (std::size_t j = 0; j < acc_len(lay, li, stage); ++j)
-        if (r.accumulator(li)[j] != 0.0f) bad = "zero() left a value";
+        if (static_cast<const float*>(r.accumulator(li))[j] != 0.0f) bad = "zero() left a value";
   }
   if (bad.empty() && ledger.usage(Tier::device).used_bytes != 0) bad = "device bytes left after the reducer went";
   return bad;
@@ -122,6 +124,68 @@ TEST_CASE("grad reducer: one rank accumulates the exact sum, inline and overlapp
       }
     }
   }
+}
+
+// One rank and one micro-batch: a host accumulator holds its single gradient in the compute
+// dtype, at half the fp32 bytes, with the fp32 accumulator's bits once widened (0 + g: -0
+// becomes +0; every other value, subnormals and infinities included, is g itself).
+TEST_CASE("grad reducer: one gradient per step sits in the compute dtype in host RAM, bit for bit",
+          "[engine][grad_reducer]") {
+  const Layout lay(two_layers(), 1, 32);
+  for (const DType cdt : {DType::bf16, DType::fp16}) {
+    for (const Tier tier : {Tier::host, Tier::device}) {
+      for (const bool overlap : {false, true}) {
+        INFO(dtype_name(cdt) << " accumulators on " << tier_name(tier) << ", overlap " << overlap);
+        auto dev = test::host_device(64 << 20);
+        MemoryLedger ledger(*dev, 64 << 20, false);
+        auto dev_stream = dev->create_stream();
+        const GradReducer::Context c{lay, 2, overlap, *dev,   *dev_stream, nullptr, nullptr,
+                                     0,   1, cdt,     ledger, nullptr,     1};
+        GradReducer r(c, tier == Tier::host);
+        for (int li = 0; li < 2; ++li) r.add_layer(li, tier);
+        const DType want_dt = tier == Tier::host ? cdt : DType::fp32;
+        const std::size_t elems = lay.layers()[0].padded + lay.layers()[1].padded;
+        CHECK(ledger.usage(tier).kind_used[static_cast<int>(Kind::grads)] == elems * dtype_size(want_dt));
+        IoStats io;
+        std::vector<std::vector<std::uint16_t>> sent(2);
+        for (int li = 1; li >= 0; --li) {
+          const std::size_t n = lay.layers()[li].padded;
+          auto& bits = sent[li];
+          bits.resize(n);
+          for (std::size_t i = 0; i < n; ++i) bits[i] = static_cast<std::uint16_t>(0x9e37u * (i + 1) + 0x79b9u * li);
+          bits[0] = 0x8000;                                // -0
+          bits[1] = 0x0001;                                // the smallest subnormal
+          bits[2] = cdt == DType::bf16 ? 0x7f80 : 0x7c00;  // +inf
+          for (std::size_t i = 3; i < n; ++i)
+            if (std::isnan(load_as_fp32(&bits[i], cdt, 0))) bits[i] &= 0x8fff;  // finite (NaN has no one bit pattern)
+          void* buf = r.buffer(li, [] { return false; });
+          std::memcpy(buf, bits.data(), n * 2);
+          r.reduce(li, io);
+        }
+        r.sync();
+        for (int li = 0; li < 2; ++li) {
+          REQUIRE(r.acc_dtype(li) == want_dt);
+          for (std::size_t i = 0; i < lay.layers()[li].padded; ++i) {
+            const float fp32_acc = 0.0f + load_as_fp32(&sent[li][i], cdt, 0);
+            const float got = load_as_fp32(r.accumulator(li), want_dt, i);
+            std::uint32_t a = 0, b = 0;
+            std::memcpy(&a, &fp32_acc, 4);
+            std::memcpy(&b, &got, 4);
+            if (a != b) FAIL("layer " << li << " element " << i << ": " << got << " != " << fp32_acc);
+          }
+        }
+        r.zero();
+        for (int li = 0; li < 2; ++li)
+          for (std::size_t i = 0; i < lay.layers()[li].padded; ++i)
+            if (load_as_fp32(r.accumulator(li), want_dt, i) != 0.0f) FAIL("zero() left a value");
+      }
+    }
+  }
+  // fp32 compute, two ranks or two micro-batches keep fp32 accumulators.
+  CHECK(GradReducer::host_acc_dtype(DType::fp32, 1, 1) == DType::fp32);
+  CHECK(GradReducer::host_acc_dtype(DType::bf16, 2, 1) == DType::fp32);
+  CHECK(GradReducer::host_acc_dtype(DType::bf16, 1, 2) == DType::fp32);
+  CHECK(GradReducer::host_acc_dtype(DType::fp16, 1, 1) == DType::fp16);
 }
 
 TEST_CASE("grad reducer: two ranks hold their shard of the sum (stages 2-3) or the whole sum (0-1)",

@@ -52,6 +52,33 @@ TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state 
   CHECK(on_nvme.memory.host.kind_used[buf] - on_host.memory.host.kind_used[buf] == 3 * 4096);
 }
 
+// One rank, one micro-batch: accumulators in host RAM hold the compute dtype (half the
+// bytes) and the parameters are still those of fp32 accumulators on the device.
+TEST_CASE("one gradient per step in compute-dtype host accumulators changes no bit", "[offload][uring]") {
+  const auto cdt = GENERATE(DType::bf16, DType::fp16);
+  const int stage = GENERATE(1, 3);
+  INFO(dtype_name(cdt) << " stage " << stage);
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 8;
+  spec.config = test::mlp_config(stage, 1, cdt, /*micro=*/8, /*accum=*/1);
+  spec.config.zero.sub_group_size = 100;
+  const auto on_device = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  const auto on_host = test::train_mlp(spec);
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  const auto on_nvme = test::train_mlp(spec);
+  REQUIRE(on_nvme.params.size() == on_device.params.size());
+  CHECK(std::memcmp(on_device.params.data(), on_host.params.data(), on_host.params.size() * 4) == 0);
+  CHECK(std::memcmp(on_device.params.data(), on_nvme.params.data(), on_nvme.params.size() * 4) == 0);
+  CHECK(on_nvme.losses == on_device.losses);
+  const auto grads = static_cast<int>(engine::Kind::grads);
+  CHECK(on_device.memory.host.kind_used[grads] == 0);
+  CHECK(on_host.memory.host.kind_used[grads] * 2 == on_device.memory.device.kind_used[grads]);
+  CHECK(on_nvme.memory.host.kind_used[grads] == on_host.memory.host.kind_used[grads]);
+}
+
 TEST_CASE("Lion and Adagrad give the same bits with their state on NVMe", "[offload][uring]") {
   const auto type = GENERATE(engine::OptimizerType::lion, engine::OptimizerType::adagrad);
   test::TempDir dir("strata-offload");

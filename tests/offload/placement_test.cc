@@ -153,6 +153,28 @@ TEST_CASE("the DeepSpeed static form forces every layer to the configured place"
   CHECK(r.nvme_write_bytes == 200 + 100);
 }
 
+TEST_CASE("host accumulators of one gradient per step take the compute bytes, device ones fp32", "[placement]") {
+  auto p = two_layers();
+  p.nvme_available = true;
+  p.nvme_buffer_bytes = 64;
+  p.host_accumulator_bytes = 2;
+  p.optimizer_fixed = Tier::nvme;
+  p.params_fixed = Tier::nvme;
+  auto r = offload::plan_placement(p);
+  CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{0, 2 * (100 + 50) + 64, 1800 + 300});
+  p.host_budget = 2 * (100 + 50) + 64;  // the narrow accumulators and the buffers, not fp32 accumulators
+  CHECK(accepted(p, Tier::host, p.host_budget));
+  p.host_accumulator_bytes = 4;
+  CHECK_FALSE(accepted(p, Tier::host, 2 * (100 + 50) + 64));
+  p.optimizer_fixed = Tier::device;  // on the device the accumulator stays fp32 whatever the host's bytes
+  p.host_accumulator_bytes = 2;
+  p.host_budget = 10000;
+  r = offload::plan_placement(p);
+  CHECK(r.tier_bytes[0] == 1200 + 400 + 600 + 200);
+  p.host_accumulator_bytes = 3;
+  CHECK_THAT(refusal(p, Errc::invalid_argument), Catch::Contains("host_accumulator_bytes = 3"));
+}
+
 TEST_CASE("below stage 3 params stay on the device and stage 1 accumulates whole padded gradients", "[placement]") {
   PlacementProblem p;
   p.compute_bytes = 2;
