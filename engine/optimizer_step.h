@@ -2,7 +2,7 @@
 // engine's parts"). It owns the loss scaler and the step counters (step() calls, and steps
 // the optimizer ran), and runs the update on every shard wherever its state lives.
 //
-// Protocol. run() reads every layer's fp32 accumulator (the caller has synchronized the
+// Protocol. run() reads every layer's accumulator (the caller has synchronized the
 // reductions) and: (1) sums this rank's squared gradient norm over its shard of every bucket in
 // bucket order, on the side that holds the accumulator, and combines the ranks' sums in rank
 // order, so every stage, rank and world sees the same bits; (2) averages over ranks and

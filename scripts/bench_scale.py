@@ -5,7 +5,8 @@ ZeRO-3, optimizer state and parameters on NVMe, against its floor.
   scripts/bench_scale.py STRATA --dir NVME_DIR --out OUT_DIR [--layers 36 --d-model 1536 ...]
 
 Each of --runs rounds measures, on the same directory and one after the other:
-  io       `strata bench io --json` mixed read+write GB/s (the drive's floor rate);
+  io       `strata bench io --json --iters 3` mixed read+write GB/s (the median of three: the
+           drive's floor rate);
   compute  `strata bench gpt --json`: the same blocks' training pass with everything resident;
   sync     `strata train` --steps steps, the optimizer after backward (overlap_step false);
   overlap  the same with offload_optimizer.overlap_step (the optimizer during backward).
@@ -124,7 +125,7 @@ def main():
     rounds = []
     for r in range(a.runs):
         print(f"round {r + 1}/{a.runs}", flush=True)
-        io = run_json([a.strata, "bench", "io", "--json", "--iters", "1", "--dir", a.dir, "--size", a.io_size])
+        io = run_json([a.strata, "bench", "io", "--json", "--iters", "3", "--dir", a.dir, "--size", a.io_size])
         gpt = run_json([a.strata, "bench", "gpt", "--json", "--iters", "3", "--micro-batch", str(a.micro_batch)]
                        + shape_args(a))
         params = gpt["parameters"]
