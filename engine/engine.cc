@@ -70,6 +70,7 @@ void Engine::begin_step() {
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
   if (I.grads_stale) {
+    I.stepper->finish_tail();
     I.grads->zero();
     I.grads_stale = false;
   }
@@ -104,6 +105,7 @@ std::vector<TensorView> Engine::gather(int layer) {
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.in_step || I.in_eval, Errc::invalid_argument, "gather(", layer,
                ") outside begin_step()/step() and begin_eval()/end_eval()");
+  I.stepper->before_layer(li);  // the last step's tail has stepped it
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
   void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls() + 1) : nullptr;
   return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
@@ -119,6 +121,7 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
   I.require_setup("grad_buffers");
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
+  I.stepper->before_layer(li);  // the last step's tail is done with its accumulator
   return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
 void Engine::Impl::check_step_ready() const {
@@ -165,7 +168,7 @@ StepResult Engine::step() {
     I.grads_stale = true;
     throw;
   }
-  I.grads->zero();
+  I.stepper->zero_grads();
   I.in_step = false;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
@@ -177,6 +180,7 @@ void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
   I.require_complete_setup("reduce_grads");
   const int li = I.layout->layer_index(layer);
+  I.stepper->before_layer(li);
   I.grads->reduce(li, I.io);
   // The layer's last reduction of the step: an overlapped optimizer may take it from here.
   const auto accum = std::max<std::int64_t>(1, I.cfg.gradient_accumulation_steps);
@@ -222,6 +226,7 @@ IoStats Engine::io_stats() const { return impl_->last_io; }
 void Engine::synchronize() {
   auto& I = *impl_;
   if (!I.setup_done()) return;
+  I.finish_tail();
   if (I.grads) I.grads->sync();
   if (I.gather_path) I.gather_path->synchronize();
   if (I.updates) I.updates->synchronize();
@@ -237,6 +242,7 @@ std::string Engine::explain_placement() const {
 std::vector<float> Engine::full_parameters() {
   auto& I = *impl_;
   I.require_complete_setup("full_parameters");
+  I.finish_tail();
   const Layout& lay = *I.layout;
   std::vector<std::vector<float>> per_layer(lay.layers().size());
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {

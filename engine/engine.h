@@ -76,6 +76,9 @@ struct StepResult {
   // Overlapped step (offload_optimizer.overlap_step): the update made during backward was
   // undone (overflow or clipping) and the step ran synchronously.
   bool rolled_back = false;
+  // Kept with layers the lane had not reached yet: it steps them (lowest first) while the
+  // next step's forward runs (the tail, stage 3 with every layer's state on NVMe).
+  int tail_layers = 0;
 };
 
 struct MemoryReport {
@@ -96,8 +99,9 @@ struct IoStats {
   std::uint64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
   double io_wait_seconds = 0;
   double step_seconds = 0;  // begin_step() to the end of step()
-  // Overlapped step: the time step() waited for the optimizer lane to finish (what of the
-  // NVMe optimizer was not hidden behind backward).
+  // Overlapped step: the time waited for the optimizer lane: in step() (what of the NVMe
+  // optimizer was not hidden behind backward) and, behind a kept step's tail, in the next
+  // step's gathers of layers the tail had not stepped yet.
   double optimizer_wait_seconds = 0;
 };
 

@@ -59,6 +59,7 @@ class GatherPath {
     NvmeHomes& nvme;                         // the parameter store and its I/O worker
     std::function<Shards(int li)> shards;    // asked at each gather (placement may move them)
     std::function<std::uint64_t()> reserve;  // device bytes a prefetch must leave free
+    std::function<bool(int li)> updated;     // a prefetch may read the layer's shards now (null: always)
   };
 
   GatherPath(const Context& ctx, std::vector<bool> persistent);

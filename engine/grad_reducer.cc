@@ -2,6 +2,7 @@
 #include "engine/grad_reducer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/tier_copy.h"
 
@@ -292,8 +293,15 @@ std::unique_ptr<device::Event> GradReducer::completion() {
   return ev;
 }
 
-void GradReducer::zero() {
+void GradReducer::zero_layer(int li) {
+  auto& g = layers_[static_cast<std::size_t>(li)];
+  STRATA_CHECK(g.tier != Tier::device, Errc::internal, "zero_layer(", li, "): the accumulator is on the device");
+  std::memset(g.acc, 0, acc_elems(li) * dtype_size(g.dtype));
+}
+
+void GradReducer::zero(const std::vector<char>& skip) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
+    if (li < skip.size() && skip[li] != 0) continue;
     auto& g = layers_[li];
     fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), g.tier);
   }

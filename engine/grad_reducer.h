@@ -110,7 +110,9 @@ class GradReducer {
   bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
   const void* accumulator(int li) const { return layers_[li].acc; }
   DType acc_dtype(int li) const { return layers_[li].dtype; }
-  void zero();  // every accumulator, for the next step
+  // Every accumulator, for the next step, but those whose skip[li] is set (skip may be empty).
+  void zero(const std::vector<char>& skip = {});
+  void zero_layer(int li);  // one accumulator in host RAM (the overlapped step's tail, on its thread)
 
  private:
   struct LayerGrads {

@@ -59,6 +59,10 @@ double OptimizerStep::averaging() const {
 }
 
 StepResult OptimizerStep::run() {
+  // The last step's tail, when the trainer touched no layer it had left: this step's lane was
+  // never started (nothing handed it a layer), so the step runs synchronously.
+  armed_ = -1;
+  finish_tail();
   ++calls_;
   const optim::LossScaler::State scaler_before = scaler_.state();
   optim::GradNorm global;
@@ -76,8 +80,10 @@ StepResult OptimizerStep::run() {
   result.grad_norm = plan.grad_norm;
   result.loss_scale = plan.loss_scale;
   result.clip_coef = plan.clip_coef;
+  tail_layers_ = 0;
   try {
     result.rolled_back = !finish_overlap(plan);
+    result.tail_layers = tail_layers_;
   } catch (...) {
     scaler_.restore(scaler_before);  // the failed step counts for nothing but the call
     throw;
@@ -264,8 +270,8 @@ void OptimizerStep::add_swapper_stats(IoStats& io) const {
 
 void OptimizerStep::run_swapped(const optim::StepArgs& base, float lr) {
   auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr) return;
-  if (swapper->pending()) {  // the overlapped step's update, kept
+  if (swapper == nullptr || tail_) return;  // a tail finishes the swapper's step and commits it
+  if (swapper->pending()) {                 // the overlapped step's update, kept
     swapper->commit_pending();
     return;
   }
@@ -303,118 +309,6 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
     roll_back();
     throw;
   }
-}
-
-// The lane steps the swapped layers in backward order on the plan of a step that neither
-// overflows nor clips; run() keeps its work only when the real plan is that one.
-void OptimizerStep::begin_overlap(bool allowed) {
-  auto* swapper = c_.nvme.swapper();
-  if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
-  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || swapper == nullptr ||
-      c_.cfg.optimizer.type == OptimizerType::lamb)
-    return;
-  speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
-  optim::StepArgs a;
-  a.state_dtype = DType::fp32;
-  a.copy_dtype = c_.cdt;
-  a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
-  a.step = taken_ + 1;
-  const float lr = scheduled_lr(c_.cfg, taken_ + 1);
-  offload::OptimizerSwapper::StepOrder order;
-  for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
-  // The bet is lost early when this rank's part of the squared norm already overflows or
-  // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
-  // the step runs synchronously, without first finishing work it would undo.
-  const double max_norm = c_.cfg.gradient_clipping;
-  const double scaled_max = max_norm * scaler_.scale() * averaging();
-  abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
-  lane_partial_ = {};
-  abandoned_ = false;
-  order.ready = [this](std::size_t t) {
-    const int li = c_.nvme.swap_layer(static_cast<int>(t));
-    lane_.wait_ready(li);
-    check_bet(li);
-  };
-  order.defer_commit = true;
-  touched_.assign(c_.layout.layers().size(), 0);
-  lane_io_ = {};
-  lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
-    swapper->step(
-        [&](const offload::SubGroup& g) {
-          touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
-          update_sub_group(a, lr, g);
-        },
-        order);
-  });
-  // The lane reaches the staging only past a gate that this thread opens later (layer_done).
-  c_.updates.count_into(&lane_io_);
-}
-
-void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) { lane_.ready(li, std::move(done)); }
-
-void OptimizerStep::check_bet(int li) {
-  add_layer_norm(li, lane_partial_);
-  if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
-  abandoned_ = true;
-  throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");
-}
-
-bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
-  if (!lane_.active()) return true;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::exception_ptr failed;
-  try {
-    lane_.join();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  c_.updates.count_into(nullptr);
-  add_swapper_stats(lane_io_);
-  c_.io.nvme_read_bytes += lane_io_.nvme_read_bytes;
-  c_.io.nvme_write_bytes += lane_io_.nvme_write_bytes;
-  c_.io.h2d_bytes += lane_io_.h2d_bytes;
-  c_.io.d2h_bytes += lane_io_.d2h_bytes;
-  c_.io.io_wait_seconds += lane_io_.io_wait_seconds;
-  if (failed) {
-    undo_overlap();
-    if (!abandoned_) std::rethrow_exception(failed);
-    return false;  // a lost bet: the synchronous step runs (it is skipped or clipped)
-  }
-  if (!plan.skip && plan.grad_scale == speculated_scale_) return true;  // the same update, bit for bit
-  undo_overlap();
-  return false;
-}
-
-// Nothing the lane wrote survives: the swapper's pending generation and the parameter store's
-// uncommitted writes are dropped, and compute copies it rewrote in place are rebuilt from the
-// masters, which are still the last committed ones.
-void OptimizerStep::undo_overlap() noexcept {
-  lane_.cancel();
-  c_.updates.count_into(nullptr);
-  auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr) return;
-  swapper->discard_pending();
-  c_.settle();
-  if (auto* store = c_.nvme.params()) store->abort();
-  c_.updates.drop();
-  try {
-    for (std::size_t li = 0; li < touched_.size(); ++li) {
-      if (touched_[li] == 0) continue;
-      const int l = static_cast<int>(li);
-      swapper->visit_masters(
-          static_cast<std::size_t>(c_.nvme.swap_index(l)),
-          [&](std::uint64_t first, const float* master, std::uint64_t n) { c_.homes.write_own(l, first, n, master); });
-    }
-  } catch (const std::exception& e) {
-    STRATA_LOG(error, "rank ", c_.rank, ": undoing the overlapped optimizer step failed: ", e.what(),
-               "; the compute copies may hold the undone update: resume from a checkpoint");
-  }
-  touched_.assign(touched_.size(), 0);
-}
-
-void OptimizerStep::cancel_overlap() noexcept {
-  if (lane_.active()) undo_overlap();
 }
 
 void OptimizerStep::roll_back() noexcept {

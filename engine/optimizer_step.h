@@ -35,10 +35,27 @@
 // synchronous step. The lane gives up by itself, before work it would undo, once this rank's
 // partial squared norm is non-finite or above the clipping threshold (check_bet()).
 // cancel_overlap() abandons the lane's work (the engine's shutdown).
+//
+// The tail (optimizer_overlap.cc). At stage 3 with every layer's state on NVMe and none
+// persistent, a kept step whose lane has layers left does not wait for them: run() commits
+// what the lane wrote so far and returns, and the lane steps the rest lowest layer first
+// (what the next forward needs first), committing each layer's parameter shards behind their
+// write, zeroing its accumulator, and the swapper's generation at its end. Before the
+// trainer touches layer li (gather, gradient buffer, reduction) the engine calls
+// before_layer(li), which waits until the tail has stepped li; layer_settled(li) says so
+// without waiting (the gather path's prefetch). begin_step() during a tail arms the next
+// lane, started when the tail ends; finish_tail() waits for it (synchronize(), checkpoints,
+// full_parameters()). Its traffic counts in the step during which it ends. A tail that
+// fails leaves layers from different steps: the error says so and no lane starts again.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "engine/config.h"
 #include "engine/engine.h"
@@ -55,6 +72,7 @@
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
@@ -94,10 +112,15 @@ class OptimizerStep {
   StepResult run();
   // allowed: false when this step may still move parameter shards (the first trace's replan).
   void begin_overlap(bool allowed);
-  bool overlapping() const noexcept { return lane_.active(); }
+  bool overlapping() const noexcept { return lane_.active() || armed_ >= 0; }
   // Layer li's gradient is complete once `done` (null: already) has passed.
   void layer_done(int li, std::unique_ptr<device::Event> done);
   void cancel_overlap() noexcept;
+  void before_layer(int li);
+  bool layer_settled(int li);
+  void finish_tail();
+  // Zeroes the accumulators for the next step, but those a running tail zeroes itself.
+  void zero_grads();
   double loss_scale() const noexcept { return scaler_.scale(); }
   std::int64_t calls() const noexcept { return calls_; }
   Counters counters() const noexcept { return {taken_, calls_, scaler_.state()}; }
@@ -132,6 +155,8 @@ class OptimizerStep {
   // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
   // and abandons the lane's work (throws) when the step surely overflows or clips.
   void check_bet(int li);
+  void layer_stepped(int li);  // on the lane, after layer li's last sub-group
+  void count_lane_io();        // the lane's traffic into the step's, once it has joined
   void add_swapper_stats(IoStats& io) const;
 
   Context c_;
@@ -142,6 +167,20 @@ class OptimizerStep {
   optim::GradNorm lane_partial_;   // this rank's squared norm over the layers the lane has taken
   double abandon_above_ = 0;       // ... above which the step surely clips
   bool abandoned_ = false;         // the lane stopped on a lost bet (not a failure)
+  // The tail. Under tail_mu_, shared with the lane: settled_ (per layer, layer_stepped()),
+  // kept_ (run() kept the lane's work while it ran), lane_done_ (its work returned or threw).
+  std::mutex tail_mu_;
+  std::condition_variable tail_cv_;
+  std::vector<char> settled_;
+  bool kept_ = false;
+  bool lane_done_ = false;
+  std::atomic<bool> ascending_{false};  // the swapper's ascending_rest
+  bool tail_ok_ = false;                // this step's lane may finish as a tail
+  bool tail_ = false;                   // a tail runs (the trainer's thread's view)
+  int tail_layers_ = 0;                 // layers left to the tail when run() kept the step
+  int armed_ = -1;                      // begin_overlap(allowed) waiting for the tail: -1 none, 0/1
+  std::string tail_failure_;            // set when a tail failed: no lane starts again
+  Errc tail_failure_code_ = Errc::internal;
   optim::LossScaler scaler_;
   std::int64_t taken_ = 0;
   std::int64_t calls_ = 0;

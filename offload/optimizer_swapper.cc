@@ -301,8 +301,19 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
     free_buffers.push_back(w.buffer);
     STRATA_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
   };
+  // The tail's order: chunk ids run in tensor then offset order, so sorting the chunks of the
+  // tensors not begun yet visits them lowest tensor first, each in offset order.
+  bool ascending = false;
+  auto reorder = [&] {
+    if (ascending || order.ascending_rest == nullptr || !order.ascending_rest->load(std::memory_order_acquire)) return;
+    ascending = true;
+    std::size_t b = next_read;
+    while (b < seq.size() && I.chunks[seq[b]].index != 0) ++b;
+    std::sort(seq.begin() + static_cast<std::ptrdiff_t>(b), seq.end());
+  };
   try {
     for (std::size_t i = 0; i < seq.size(); ++i) {
+      reorder();
       while (!writes.empty() && writes.front().op.ready()) finish_write();
       pump();
       while (reads.empty()) {  // every buffer is draining: wait for the oldest write
@@ -340,6 +351,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
       writes.push_back(
           {r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
       st.bytes_written += c.payload();
+      if (order.done && r.chunk + 1 == I.first_chunk[c.tensor + 1]) order.done(c.tensor);
       pump();
     }
     while (!writes.empty()) finish_write();

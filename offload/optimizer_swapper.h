@@ -4,6 +4,7 @@
 // written back (the pipelined swapping of ZeRO-Infinity and DeepSpeed).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,12 +31,12 @@ namespace strata::offload {
 // first sub-group of tensor t is handed to fn (it may block until t's gradient is in; the
 // reads of t run ahead meanwhile) and, with defer_commit, leaves the new generation pending:
 // commit_pending() makes it current, discard_pending() drops it (the old one stays current,
-// as after a failed step). While one is pending, reads and write_state() see the old
-// generation and step() is refused.
-// A tensor is split into sub-groups of at most sub_group_elems elements, each one swap
-// file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always
-// one whole-file transfer that fits one buffer, and any tensor size works. Not thread-safe:
-// one caller at a time. Files are removed when the swapper is destroyed.
+// as after a failed step). done(t) follows the last fn call of tensor t; ascending_rest
+// reorders the tensors not yet begun, lowest first, once it is set. While one is pending, reads and write_state() see
+// the old generation and step() is refused. A tensor is split into sub-groups of at most sub_group_elems elements, each
+// one swap file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one whole-file
+// transfer that fits one buffer, and any tensor size works. Not thread-safe: one caller at a time. Files are removed
+// when the swapper is destroyed.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
@@ -87,6 +88,11 @@ class OptimizerSwapper {
     std::vector<std::size_t> tensors;               // every tensor once; empty: tensor order
     std::function<void(std::size_t tensor)> ready;  // optional gate before a tensor's first sub-group
     bool defer_commit = false;                      // the new generation waits for commit_pending()
+    std::function<void(std::size_t tensor)> done;   // optional: after fn ran on a tensor's last sub-group
+    // Optional: once it reads true, the tensors whose reads have not begun are visited in
+    // ascending order (those in flight first): an overlapped step's tail, which the next
+    // forward needs lowest layer first.
+    const std::atomic<bool>* ascending_rest = nullptr;
   };
   void step(const std::function<void(const SubGroup&)>& fn);
   void step(const std::function<void(const SubGroup&)>& fn, const StepOrder& order);

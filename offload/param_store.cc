@@ -273,6 +273,15 @@ void ParamStore::commit() {
   }
 }
 
+void ParamStore::commit(std::size_t tensor) {
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::internal, "parameter store: commit of tensor ", tensor, " of ",
+               I.tensors.size());
+  if (I.written[tensor]) I.current[tensor] = 1 - I.current[tensor];
+  I.written[tensor] = 0;
+}
+
 void ParamStore::abort() {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);

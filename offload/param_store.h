@@ -8,8 +8,8 @@
 // (generations a and b) with their blocks reserved, so a full device fails here. A tensor
 // larger than a buffer is split into chunks: nothing is asserted on size. write(t, src)
 // writes tensor t's new bytes into its other generation; commit() makes every write since
-// the last commit current, abort() drops them, so a step that fails halfway leaves the last
-// good state readable. read(t, fn) reads the current generation chunk by chunk (up to
+// the last commit current (commit(t): tensor t's), abort() drops them, so a step that fails
+// halfway leaves the last good state readable. read(t, fn) reads the current generation chunk by chunk (up to
 // buffer_count chunks in flight), verifies checksums and hands each chunk to fn(offset,
 // data, bytes) in offset order on the calling thread; a mismatch is an error naming the
 // tensor, the file and the block. Thread-safe (one operation at a time; the engine reads
@@ -59,6 +59,7 @@ class ParamStore {
   // chunk through this store's buffers: no other memory is needed.
   void write_from(std::size_t tensor, ParamStore& src, std::size_t src_tensor);
   void commit();
+  void commit(std::size_t tensor);  // tensor's write since the last commit only
   void abort();
 
   std::uint64_t buffer_bytes() const noexcept;

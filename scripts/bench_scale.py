@@ -111,7 +111,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--sub-group", type=int, default=16_000_000, help="sub_group_size and offload_param.buffer_size")
-    ap.add_argument("--buffers", type=int, default=4, help="offload_optimizer.buffer_count")
+    ap.add_argument("--buffers", type=int, default=6, help="offload_optimizer.buffer_count")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")

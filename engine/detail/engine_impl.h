@@ -88,6 +88,9 @@ struct Engine::Impl {
   // the read's ticket); FIFO order keeps each layer's write-back (and the commit after the
   // last) ahead of its next read. A write-back frees its staging when done, failed or skipped.
   void drain_io();  // the I/O worker's synchronize() (rethrows a failed read or write)
+  // Waits for the overlapped step's tail (optimizer_step.h). Outside a step its traffic
+  // joins the last completed step's figures (io_stats()), where nothing else would count it.
+  void finish_tail();
   // Waits for each stream's queued work (null ones skipped), and the NVMe I/O worker's,
   // before what it touches goes; a failure is logged as `when` ("" : not logged), not thrown.
   void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;

@@ -86,13 +86,29 @@ TEST_CASE("an overlapped optimizer step gives the synchronous step's bits", "[of
   const Runs r = both(spec);
   check_same_bits(r);
   CHECK(rolled_back(r.overlapped) == 0);
-  // Nothing moved that the synchronous step does not move.
+  // Nothing moved that the synchronous step does not move. At stage 3 a kept step's tail
+  // runs into the next step and its traffic counts there: the run's sums are equal.
+  engine::IoStats a, b;
   for (std::size_t s = 0; s < r.sync.io.size(); ++s) {
     INFO("step " << s + 1);
+    for (auto [sum, io] : {std::pair{&a, &r.sync.io[s]}, std::pair{&b, &r.overlapped.io[s]}}) {
+      sum->nvme_read_bytes += io->nvme_read_bytes;
+      sum->nvme_write_bytes += io->nvme_write_bytes;
+      sum->h2d_bytes += io->h2d_bytes;
+    }
+    if (stage == 3) continue;
     CHECK(r.overlapped.io[s].nvme_read_bytes == r.sync.io[s].nvme_read_bytes);
     CHECK(r.overlapped.io[s].nvme_write_bytes == r.sync.io[s].nvme_write_bytes);
     CHECK(r.overlapped.io[s].h2d_bytes == r.sync.io[s].h2d_bytes);
   }
+  // Stage 3 keeps some steps with layers left: their tail ran into the next forward.
+  int tails = 0;
+  for (const auto& res : r.overlapped.results) tails += res.tail_layers > 0 ? 1 : 0;
+  if (stage == 3) CHECK(tails > 0);
+  if (stage != 3) CHECK(tails == 0);
+  CHECK(b.nvme_read_bytes == a.nvme_read_bytes);
+  CHECK(b.nvme_write_bytes == a.nvme_write_bytes);
+  CHECK(b.h2d_bytes == a.h2d_bytes);
 }
 
 TEST_CASE("a step that overflows or clips undoes the overlapped update exactly", "[offload][uring]") {

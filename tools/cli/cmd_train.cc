@@ -125,6 +125,7 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
         {"lr", r.result.lr},
         {"skipped", r.result.skipped},
         {"rolled_back", r.result.rolled_back},
+        {"tail_layers", r.result.tail_layers},
         {"clip_coef", r.result.clip_coef},
         {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
         {"io",

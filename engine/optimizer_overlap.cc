@@ -1,0 +1,297 @@
+// OptimizerStep's overlapped step (the protocol in optimizer_step.h): the lane that steps the
+// NVMe layers during backward, the keep-or-undo decision, and the tail that finishes the
+// kept step while the next forward runs.
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <limits>
+
+#include "engine/optimizer_step.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+
+namespace strata::engine {
+
+// The lane steps the swapped layers in backward order on the plan of a step that neither
+// overflows nor clips; run() keeps its work only when the real plan is that one.
+void OptimizerStep::begin_overlap(bool allowed) {
+  if (tail_) {  // the last step's tail still runs: this step's lane starts when it ends
+    armed_ = allowed ? 1 : 0;
+    return;
+  }
+  auto* swapper = c_.nvme.swapper();
+  if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
+  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || swapper == nullptr ||
+      c_.cfg.optimizer.type == OptimizerType::lamb)
+    return;
+  STRATA_CHECK(tail_failure_.empty(), tail_failure_code_, tail_failure_);
+  speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
+  optim::StepArgs a;
+  a.state_dtype = DType::fp32;
+  a.copy_dtype = c_.cdt;
+  a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
+  a.step = taken_ + 1;
+  const float lr = scheduled_lr(c_.cfg, taken_ + 1);
+  offload::OptimizerSwapper::StepOrder order;
+  for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
+  // The bet is lost early when this rank's part of the squared norm already overflows or
+  // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
+  // the step runs synchronously, without first finishing work it would undo.
+  const double max_norm = c_.cfg.gradient_clipping;
+  const double scaled_max = max_norm * scaler_.scale() * averaging();
+  abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
+  lane_partial_ = {};
+  abandoned_ = false;
+  order.ready = [this](std::size_t t) {
+    const int li = c_.nvme.swap_layer(static_cast<int>(t));
+    lane_.wait_ready(li);
+    check_bet(li);
+  };
+  order.defer_commit = true;
+  // A kept step may finish as a tail (stage 3, every layer's state on NVMe, none persistent:
+  // then nothing else in step() touches what the lane updates).
+  bool tail_ok = c_.cfg.zero.stage == 3;
+  for (std::size_t li = 0; li < c_.layout.layers().size() && tail_ok; ++li)
+    tail_ok = c_.plan.opt_tier(static_cast<int>(li)) == Tier::nvme && !c_.plan.persistent(static_cast<int>(li));
+  tail_ok_ = tail_ok;
+  if (tail_ok) {
+    order.done = [this](std::size_t t) { layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+    order.ascending_rest = &ascending_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    settled_.assign(c_.layout.layers().size(), 0);
+    kept_ = false;
+    lane_done_ = false;
+  }
+  ascending_.store(false);
+  touched_.assign(c_.layout.layers().size(), 0);
+  lane_io_ = {};
+  lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
+    try {
+      swapper->step(
+          [&](const offload::SubGroup& g) {
+            touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
+            update_sub_group(a, lr, g);
+          },
+          order);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(tail_mu_);
+      lane_done_ = true;
+      tail_cv_.notify_all();
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    if (kept_) swapper->commit_pending();  // the tail's end: run() left the commit to it
+    lane_done_ = true;
+    tail_cv_.notify_all();
+  });
+  // The lane reaches the staging only past a gate that this thread opens later (layer_done).
+  c_.updates.count_into(&lane_io_);
+}
+
+void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) {
+  if (tail_) finish_tail();  // a layer the next forward never gathered: the tail must end first
+  lane_.ready(li, std::move(done));
+}
+
+void OptimizerStep::check_bet(int li) {
+  {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    if (kept_) return;  // run() decided: the rest is the tail
+  }
+  add_layer_norm(li, lane_partial_);
+  if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
+  abandoned_ = true;
+  throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");
+}
+
+// On the lane, after the last sub-group of layer li: its new parameters are written (or
+// queued behind the I/O worker's FIFO). Once run() kept the step, the layer is the tail's:
+// its parameter shards commit behind that write and its accumulator is zeroed for the next
+// step, before the next forward may gather it. settled_: 0 not reached, 1 stepped before
+// run() kept the step (run()'s commit and zero_grads() cover it), 3 the tail is committing
+// and zeroing it, 2 done.
+void OptimizerStep::layer_stepped(int li) {
+  const auto i = static_cast<std::size_t>(li);
+  {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    settled_[i] = kept_ ? 3 : 1;
+    if (!kept_) {
+      tail_cv_.notify_all();
+      return;
+    }
+  }
+  if (auto* store = c_.nvme.params(); store != nullptr && c_.plan.param_tier(li) == Tier::nvme) {
+    c_.nvme.io()->submit([store, idx = static_cast<std::size_t>(c_.nvme.store_index(li))] { store->commit(idx); });
+  }
+  c_.grads.zero_layer(li);
+  std::lock_guard<std::mutex> lock(tail_mu_);
+  settled_[i] = 2;
+  tail_cv_.notify_all();
+}
+
+bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
+  if (!lane_.active()) return true;
+  const bool same = !plan.skip && plan.grad_scale == speculated_scale_;  // the same update, bit for bit
+  if (same && tail_ok_) {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    if (!lane_done_) {
+      // Kept, and the lane is still at work: it finishes the step as the tail, lowest layer
+      // first, while the next forward runs. What it wrote so far commits behind its writes.
+      kept_ = true;
+      tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
+      ascending_.store(true, std::memory_order_release);
+      if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
+      tail_ = true;
+      return true;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr failed;
+  try {
+    lane_.join();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  count_lane_io();
+  if (failed) {
+    undo_overlap();
+    if (!abandoned_) std::rethrow_exception(failed);
+    return false;  // a lost bet: the synchronous step runs (it is skipped or clipped)
+  }
+  if (same) return true;
+  undo_overlap();
+  return false;
+}
+
+void OptimizerStep::count_lane_io() {
+  c_.updates.count_into(nullptr);
+  add_swapper_stats(lane_io_);
+  c_.io.nvme_read_bytes += lane_io_.nvme_read_bytes;
+  c_.io.nvme_write_bytes += lane_io_.nvme_write_bytes;
+  c_.io.h2d_bytes += lane_io_.h2d_bytes;
+  c_.io.d2h_bytes += lane_io_.d2h_bytes;
+  c_.io.io_wait_seconds += lane_io_.io_wait_seconds;
+  lane_io_ = {};
+}
+
+void OptimizerStep::before_layer(int li) {
+  if (!tail_) return;
+  {
+    std::unique_lock<std::mutex> lock(tail_mu_);
+    const auto t0 = std::chrono::steady_clock::now();
+    tail_cv_.wait(lock, [&] {
+      const char st = settled_[static_cast<std::size_t>(li)];
+      return st == 1 || st == 2 || lane_done_;
+    });
+    c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!lane_done_) return;
+  }
+  finish_tail();  // the lane is over: join it, count its traffic, start the lane begin_step armed
+}
+
+bool OptimizerStep::layer_settled(int li) {
+  if (!tail_) return true;
+  std::lock_guard<std::mutex> lock(tail_mu_);
+  const char st = settled_[static_cast<std::size_t>(li)];
+  return st == 1 || st == 2;
+}
+
+void OptimizerStep::finish_tail() {
+  if (!tail_) return;
+  tail_ = false;
+  std::exception_ptr failed;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    lane_.join();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  count_lane_io();
+  touched_.assign(touched_.size(), 0);
+  {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    kept_ = false;
+    lane_done_ = false;
+  }
+  if (failed) {
+    // Layers the tail stepped are committed, the rest and every layer's NVMe optimizer state
+    // are the last step's: nothing continues from such a state.
+    std::string what = "unknown error";
+    tail_failure_code_ = Errc::internal;
+    try {
+      std::rethrow_exception(failed);
+    } catch (const Error& e) {
+      what = e.what();
+      tail_failure_code_ = e.code();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    tail_failure_ = str_cat("rank ", c_.rank, ": the optimizer step's tail failed after step() returned (", what,
+                            "): parameters and optimizer state now come from different steps; resume from a "
+                            "checkpoint");
+    armed_ = -1;
+    STRATA_THROW(tail_failure_code_, tail_failure_);
+  }
+  if (armed_ >= 0) {
+    const bool allowed = armed_ == 1;
+    armed_ = -1;
+    begin_overlap(allowed);
+  }
+}
+
+void OptimizerStep::zero_grads() {
+  std::vector<char> skip;
+  if (tail_) {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    skip = settled_;
+    for (char& st : skip) st = st == 1 ? 0 : 1;  // the tail zeroes every layer it had not stepped when run() kept it
+  }
+  c_.grads.zero(skip);
+}
+
+// Nothing the lane wrote survives: the swapper's pending generation and the parameter store's
+// uncommitted writes are dropped, and compute copies it rewrote in place are rebuilt from the
+// masters, which are still the last committed ones.
+void OptimizerStep::undo_overlap() noexcept {
+  lane_.cancel();
+  c_.updates.count_into(nullptr);
+  auto* swapper = c_.nvme.swapper();
+  if (swapper == nullptr) return;
+  swapper->discard_pending();
+  c_.settle();
+  if (auto* store = c_.nvme.params()) store->abort();
+  c_.updates.drop();
+  try {
+    for (std::size_t li = 0; li < touched_.size(); ++li) {
+      if (touched_[li] == 0) continue;
+      const int l = static_cast<int>(li);
+      swapper->visit_masters(
+          static_cast<std::size_t>(c_.nvme.swap_index(l)),
+          [&](std::uint64_t first, const float* master, std::uint64_t n) { c_.homes.write_own(l, first, n, master); });
+    }
+  } catch (const std::exception& e) {
+    STRATA_LOG(error, "rank ", c_.rank, ": undoing the overlapped optimizer step failed: ", e.what(),
+               "; the compute copies may hold the undone update: resume from a checkpoint");
+  }
+  touched_.assign(touched_.size(), 0);
+}
+
+void OptimizerStep::cancel_overlap() noexcept {
+  armed_ = -1;
+  if (tail_) {
+    try {
+      finish_tail();  // a kept step: let it finish
+    } catch (const std::exception& e) {
+      STRATA_LOG(error, e.what());
+    }
+    return;
+  }
+  if (lane_.active()) undo_overlap();
+}
+
+}  // namespace strata::engine
