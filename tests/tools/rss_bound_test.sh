@@ -14,7 +14,7 @@ cat > "$dir/ds.json" <<JSON
  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "sub_group_size": 1000000,
    "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme", "overlap_step": true},
    "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme", "buffer_size": 1000000, "max_in_cpu": 0}},
- "memory_budget": {"device": "64MiB", "host": "192MiB"},
+ "memory_budget": {"device": "64MiB", "host": "152MiB"},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003}}}
 JSON
 "$strata" train --model gpt --layers 6 --d-model 512 --heads 8 --vocab 256 --seq-len 64 --steps 20 \
