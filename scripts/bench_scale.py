@@ -13,8 +13,8 @@ Each of --runs rounds measures, on the same directory and one after the other:
 Per step of a train run (the first is a warm-up and left out): the step time, the NVMe bytes
 it moved, the I/O floor (those bytes over the round's mixed GB/s) and the ratio
 step / max(compute, floor). Reports medians over rounds, the process's peak RSS against the
-host and device budgets, writes scale.json, and draws the last overlapped step's trace as
-scale-step.svg (scripts/trace_svg.py)."""
+bound the RSS test asserts (host + device budgets + the RSS before setup + 96 MiB), writes
+scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
 import argparse
 import json
 import os
@@ -82,11 +82,12 @@ def summarize(steps, mixed_gbps, compute_s):
         rows.append({"step_s": step, "nvme_bytes": moved, "floor_s": floor,
                      "ratio": step / max(compute_s, floor), "rolled_back": s.get("rolled_back", False),
                      "optimizer_wait_s": s["io"].get("optimizer_wait_ms", 0) / 1e3,
-                     "rss_peak": s["rss"]["peak_bytes"], "loss": s["loss"]})
+                     "rss_peak": s["rss"]["peak_bytes"], "rss_base": s["rss"]["base_bytes"], "loss": s["loss"]})
     med = lambda k: statistics.median(r[k] for r in rows)
     return {"steps": rows, "step_s": med("step_s"), "floor_s": med("floor_s"), "ratio": med("ratio"),
             "nvme_bytes": med("nvme_bytes"), "optimizer_wait_s": med("optimizer_wait_s"),
-            "rss_peak": max(r["rss_peak"] for r in rows), "rolled_back": sum(r["rolled_back"] for r in rows)}
+            "rss_peak": max(r["rss_peak"] for r in rows), "rss_base": max(r["rss_base"] for r in rows),
+            "rolled_back": sum(r["rolled_back"] for r in rows)}
 
 
 def parse_bytes(text):
@@ -151,6 +152,7 @@ def main():
         **{f"{t}_{k}": med(lambda x, t=t, k=k: x[t][k])
            for t in ("sync", "overlap") for k in ("step_s", "floor_s", "ratio", "optimizer_wait_s")},
         "rss_peak": max(max(x["sync"]["rss_peak"], x["overlap"]["rss_peak"]) for x in rounds),
+        "rss_base": max(max(x["sync"]["rss_base"], x["overlap"]["rss_base"]) for x in rounds),
         "rounds": rounds,
     }
     with open(os.path.join(a.out, "scale.json"), "w") as f:
@@ -162,8 +164,11 @@ def main():
     for t in ("sync", "overlap"):
         print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
               f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}")
-    print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against host + device budgets "
-          f"{(host + device) / 2**30:.2f} GiB")
+    # The bound tests/tools/rss_bound_test.sh asserts (docs/design.md, "Sizing a run").
+    bound = host + device + summary["rss_base"] + (96 << 20)
+    print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "
+          f"budgets {(host + device) / 2**30:.2f} GiB + the RSS before setup {summary['rss_base'] / 2**30:.2f} GiB "
+          f"+ 96 MiB)")
     trace = os.path.join(a.out, "overlap-trace.json")
     if os.path.exists(trace):
         subprocess.run([sys.executable, os.path.join(HERE, "trace_svg.py"), trace,
