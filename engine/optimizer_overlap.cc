@@ -147,15 +147,7 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
       return true;
     }
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::exception_ptr failed;
-  try {
-    lane_.join();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  count_lane_io();
+  const std::exception_ptr failed = join_lane();
   if (failed) {
     undo_overlap();
     if (!abandoned_) std::rethrow_exception(failed);
@@ -164,6 +156,19 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
   if (same) return true;
   undo_overlap();
   return false;
+}
+
+std::exception_ptr OptimizerStep::join_lane() {
+  std::exception_ptr failed;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    lane_.join();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  count_lane_io();
+  return failed;
 }
 
 void OptimizerStep::count_lane_io() {
@@ -202,15 +207,7 @@ bool OptimizerStep::layer_settled(int li) {
 void OptimizerStep::finish_tail() {
   if (!tail_) return;
   tail_ = false;
-  std::exception_ptr failed;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    lane_.join();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  count_lane_io();
+  const std::exception_ptr failed = join_lane();
   touched_.assign(touched_.size(), 0);
   {
     std::lock_guard<std::mutex> lock(tail_mu_);

@@ -52,6 +52,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -155,8 +156,9 @@ class OptimizerStep {
   // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
   // and abandons the lane's work (throws) when the step surely overflows or clips.
   void check_bet(int li);
-  void layer_stepped(int li);  // on the lane, after layer li's last sub-group
-  void count_lane_io();        // the lane's traffic into the step's, once it has joined
+  void layer_stepped(int li);      // on the lane, after layer li's last sub-group
+  void count_lane_io();            // the lane's traffic into the step's, once it has joined
+  std::exception_ptr join_lane();  // joins the lane, counts its wait and traffic; what it threw
   void add_swapper_stats(IoStats& io) const;
 
   Context c_;
