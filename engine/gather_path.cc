@@ -322,13 +322,13 @@ void GatherPath::prefetch_after(std::size_t position) {
     const int li = trace[k];
     auto& G = layers_[li];
     if (G.persistent || G.full != nullptr) continue;
-    if (c_.updated && !c_.updated(li)) break;  // the optimizer's tail has not reached it: gathered on demand
     const std::uint64_t need = c_.layout.layers()[li].padded;
     if (issued + need > window || live_elems_ + need > c_.zero.stage3_max_live_parameters) break;
     // Leave the device room for the gradient buffers of backward (the current one, and the
     // one a running reduction still holds): a prefetch that a gradient buffer then evicts
     // is read twice.
     if (c_.ledger.available(Tier::device) < need * cbytes_ + c_.reserve()) break;
+    if (c_.before_read) c_.before_read(li);
     try {
       issue(li);
     } catch (const Error& e) {

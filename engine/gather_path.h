@@ -59,7 +59,10 @@ class GatherPath {
     NvmeHomes& nvme;                         // the parameter store and its I/O worker
     std::function<Shards(int li)> shards;    // asked at each gather (placement may move them)
     std::function<std::uint64_t()> reserve;  // device bytes a prefetch must leave free
-    std::function<bool(int li)> updated;     // a prefetch may read the layer's shards now (null: always)
+    // Called before a prefetch reads the layer's shards; may block until they are current (the
+    // optimizer's tail). Blocking, not skipping, keeps prefetch choices, and with them the
+    // all-gathers, the same on every rank however the tails are timed. Null: nothing to wait for.
+    std::function<void(int li)> before_read;
   };
 
   GatherPath(const Context& ctx, std::vector<bool> persistent);

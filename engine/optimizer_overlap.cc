@@ -197,13 +197,6 @@ void OptimizerStep::before_layer(int li) {
   finish_tail();  // the lane is over: join it, count its traffic, start the lane begin_step armed
 }
 
-bool OptimizerStep::layer_settled(int li) {
-  if (!tail_) return true;
-  std::lock_guard<std::mutex> lock(tail_mu_);
-  const char st = settled_[static_cast<std::size_t>(li)];
-  return st == 1 || st == 2;
-}
-
 void OptimizerStep::finish_tail() {
   if (!tail_) return;
   tail_ = false;

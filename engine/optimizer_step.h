@@ -42,11 +42,11 @@
 // (what the next forward needs first), committing each layer's parameter shards behind their
 // write, zeroing its accumulator, and the swapper's generation at its end. Before the
 // trainer touches layer li (gather, gradient buffer, reduction) the engine calls
-// before_layer(li), which waits until the tail has stepped li; layer_settled(li) says so
-// without waiting (the gather path's prefetch). begin_step() during a tail arms the next
-// lane, started when the tail ends; finish_tail() waits for it (synchronize(), checkpoints,
-// full_parameters()). Its traffic counts in the step during which it ends. A tail that
-// fails leaves layers from different steps: the error says so and no lane starts again.
+// before_layer(li), which waits until the tail has stepped li (the gather path's prefetch
+// waits the same way). begin_step() during a tail arms the next lane, started when the tail
+// ends; finish_tail() waits for it (synchronize(), checkpoints, full_parameters()). Its
+// traffic counts in the step during which it ends. A tail that fails leaves layers from
+// different steps: the error says so and no lane starts again.
 #pragma once
 
 #include <atomic>
@@ -118,7 +118,6 @@ class OptimizerStep {
   void layer_done(int li, std::unique_ptr<device::Event> done);
   void cancel_overlap() noexcept;
   void before_layer(int li);
-  bool layer_settled(int li);
   void finish_tail();
   // Zeroes the accumulators for the next step, but those a running tail zeroes itself.
   void zero_grads();

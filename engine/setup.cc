@@ -64,8 +64,10 @@ void Engine::Impl::make_gather_path() {
       // Room for backward's gradient buffers (the current one, and the one a running
       // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
       [this] { return layout->largest_layer_padded() * cbytes * (grads->overlapped() ? 2 : 1); },
-      // The last step's tail has stepped the layer (a prefetch must not read older shards).
-      [this](int li) { return stepper == nullptr || stepper->layer_settled(li); }};
+      // A prefetch reads the layer's shards once the last step's tail has stepped it.
+      [this](int li) {
+        if (stepper != nullptr) stepper->before_layer(li);
+      }};
   gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
 
