@@ -103,6 +103,16 @@ struct IoStats {
   // optimizer was not hidden behind backward) and, behind a kept step's tail, in the next
   // step's gathers of layers the tail had not stepped yet.
   double optimizer_wait_seconds = 0;
+  // Adds another count's traffic and waits (not step_seconds): work counted apart, then joined.
+  IoStats& operator+=(const IoStats& o) noexcept {
+    h2d_bytes += o.h2d_bytes;
+    d2h_bytes += o.d2h_bytes;
+    nvme_read_bytes += o.nvme_read_bytes;
+    nvme_write_bytes += o.nvme_write_bytes;
+    io_wait_seconds += o.io_wait_seconds;
+    optimizer_wait_seconds += o.optimizer_wait_seconds;
+    return *this;
+  }
 };
 
 struct SaveOptions {

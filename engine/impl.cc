@@ -74,15 +74,13 @@ void Engine::Impl::drain_io() {
 
 void Engine::Impl::finish_tail() {
   if (!stepper) return;
-  const IoStats before = io;
+  if (in_step) {
+    stepper->finish_tail();
+    return;
+  }
+  io = {};  // between steps nothing reads it (begin_step() resets it): it collects the tail's traffic
   stepper->finish_tail();
-  if (in_step) return;
-  last_io.nvme_read_bytes += io.nvme_read_bytes - before.nvme_read_bytes;
-  last_io.nvme_write_bytes += io.nvme_write_bytes - before.nvme_write_bytes;
-  last_io.h2d_bytes += io.h2d_bytes - before.h2d_bytes;
-  last_io.d2h_bytes += io.d2h_bytes - before.d2h_bytes;
-  last_io.io_wait_seconds += io.io_wait_seconds - before.io_wait_seconds;
-  last_io.optimizer_wait_seconds += io.optimizer_wait_seconds - before.optimizer_wait_seconds;
+  last_io += io;
 }
 
 void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {

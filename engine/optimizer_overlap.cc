@@ -68,6 +68,7 @@ void OptimizerStep::begin_overlap(bool allowed) {
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
   lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
+    std::exception_ptr failed;
     try {
       swapper->step(
           [&](const offload::SubGroup& g) {
@@ -76,15 +77,15 @@ void OptimizerStep::begin_overlap(bool allowed) {
           },
           order);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(tail_mu_);
-      lane_done_ = true;
-      tail_cv_.notify_all();
-      throw;
+      failed = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    if (kept_) swapper->commit_pending();  // the tail's end: run() left the commit to it
-    lane_done_ = true;
+    {
+      std::lock_guard<std::mutex> lock(tail_mu_);
+      if (!failed && kept_) swapper->commit_pending();  // the tail's end: run() left the commit to it
+      lane_done_ = true;
+    }
     tail_cv_.notify_all();
+    if (failed) std::rethrow_exception(failed);
   });
   // The lane reaches the staging only past a gate that this thread opens later (layer_done).
   c_.updates.count_into(&lane_io_);
@@ -174,11 +175,7 @@ std::exception_ptr OptimizerStep::join_lane() {
 void OptimizerStep::count_lane_io() {
   c_.updates.count_into(nullptr);
   add_swapper_stats(lane_io_);
-  c_.io.nvme_read_bytes += lane_io_.nvme_read_bytes;
-  c_.io.nvme_write_bytes += lane_io_.nvme_write_bytes;
-  c_.io.h2d_bytes += lane_io_.h2d_bytes;
-  c_.io.d2h_bytes += lane_io_.d2h_bytes;
-  c_.io.io_wait_seconds += lane_io_.io_wait_seconds;
+  c_.io += lane_io_;
   lane_io_ = {};
 }
 
