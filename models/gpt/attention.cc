@@ -12,9 +12,10 @@
 #include "models/gpt/ops.h"
 
 namespace strata::model::ops {
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+float score_scale(int head_size) { return 1.0f / std::sqrt(static_cast<float>(head_size)); }
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float scale) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   tbb::parallel_for(0, B * NH, [&](int bh) {
     const int b = bh / NH, h = bh % NH;
@@ -41,10 +42,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   });
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                        int NH) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
+                        float scale) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   tbb::enumerable_thread_specific<std::vector<float>> scratch([TT] { return std::vector<float>(TT); });
   tbb::parallel_for(0, B * NH, [&](int bh) {

@@ -92,6 +92,8 @@ void residual_split(float* skip, float* g, const BlockDims& d, int add, std::siz
   ops::scale(g, UnitScales::branch(j), n);
 }
 
+float score_scale(const BlockDims& d) { return d.unit != nullptr ? d.unit->scores() : ops::score_scale(d.C / d.NH); }
+
 // acc = the residual add of skip and the branch output in acc.
 void residual_add(float* acc, const float* skip, const BlockDims& d, int add, std::size_t n) {
   if (d.unit == nullptr) {
@@ -109,7 +111,7 @@ void block_forward(float* out, const float* x, const BlockWeights& w, const Bloc
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
   mm_forward(d, 0, a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
-  ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH);
+  ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH, score_scale(d));
   if (d.unit != nullptr) ops::scale(a.atty, d.unit->attention(), NC);
   mm_forward(d, 1, a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
   residual_add(a.res1, x, d, 0, NC);
@@ -136,7 +138,7 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   residual_split(dres, s.dres1, d, 0, NC);
   mm_backward(d, 1, s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C);
   if (d.unit != nullptr) ops::scale(s.datty, d.unit->attention(), NC);
-  ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
+  ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
   mm_backward(d, 0, s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C);
   ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }

@@ -52,7 +52,7 @@ void validate(const GptConfig& c) {
                " rows): use --seq-len <= ", s.positions, " or a larger --positions");
 }
 
-std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled) {
+std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled, int seq_len) {
   const std::int64_t C = s.d_model, V = s.vocab, P = s.positions;
   // GPT-2 scales the residual projections by 1/sqrt(2 L) at initialisation.
   const float std_w = unit_scaled ? 1.0f : 0.02f;
@@ -61,14 +61,16 @@ std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled) {
   const engine::ParamInit w{engine::InitKind::normal, std_w}, proj{engine::InitKind::normal, std_proj};
   std::array<float, 4> lr{1.0f, 1.0f, 1.0f, 1.0f};  // per block product
   float lr_wte = 1.0f;
-  if (unit_scaled) {
-    const UnitScales u(s, s.positions);  // (the forward scales depend on the shape alone)
+  if (unit_scaled) {  // (unit_scale.h: a weight that computes as s W steps at lr / s)
+    const UnitScales u(s, seq_len > 0 ? seq_len : s.positions);
     for (int k = 0; k < 4; ++k) lr[static_cast<std::size_t>(k)] = 1.0f / u.forward()[static_cast<std::size_t>(k)];
+    lr[1] /= u.attention();        // the attention projection's input carries attention's output scale
+    lr[3] /= UnitScales::gelu();   // and the MLP's down projection GELU's
     lr_wte = 1.0f / u.head().fwd;  // the tied head moves as the plain model's does
   }
   std::vector<GptParam> out;
   out.push_back({"wte.weight", {V, C}, 0, w, lr_wte});
-  out.push_back({"wpe.weight", {P, C}, 0, w});
+  out.push_back({"wpe.weight", {P, C}, 0, w, lr_wte});  // summed with wte: they move alike
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     const int layer = l + 1;

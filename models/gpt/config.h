@@ -58,8 +58,10 @@ struct GptParam {
 // Every parameter in registration order: layer 0, then each block, then ln_f. Within a
 // block the order is ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
 // ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (block_param indices).
-// Unit-scaled: matrices and embeddings N(0,1), each matrix stepping at lr / its forward scale.
-std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled = false);
+// Unit-scaled: matrices and embeddings N(0,1), each stepping at lr / the fixed scale it computes
+// with (unit_scale.h), which for the attention projection depends on the training seq_len
+// (0: the position table's length).
+std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled = false, int seq_len = 0);
 std::uint64_t gpt_parameter_count(const GptShape& s);
 // Model FLOPs of one training token (forward and backward, re-materialization not counted):
 // 6 per weight of every matrix product (the blocks' four and the tied head) plus the

@@ -151,7 +151,7 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
                  "--unit-scaled with fp16 and a dynamic loss scaler (fp16.loss_scale 0): a unit-scaled model trains "
                  "in fp16 with no loss scaling; set fp16.loss_scale to 1");
   }
-  for (const auto& p : gpt_params(cfg_.shape, cfg_.unit_scaled))
+  for (const auto& p : gpt_params(cfg_.shape, cfg_.unit_scaled, cfg_.seq_len))
     engine_.register_param(p.name, p.shape, p.layer, p.init, p.lr_scale);
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
   // The weight products take the compute dtype's operands with fp32 sums (bf16 where the CPU

@@ -65,11 +65,13 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
 
 // Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (head h at
 // columns h*hs of each); att [B,NH,T,T] keeps the softmax probabilities (zero above the
-// diagonal); out [B,T,C] the heads' outputs side by side.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// diagonal); out [B,T,C] the heads' outputs side by side. The scores are score_scale q.k
+// (score_scale(hs) = 1/sqrt(hs), GPT-2's, unless the unit-scaled model sets its own).
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale);
 // dqkv [B,T,3C] = (written) the gradient of qkv.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                        int NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
+                        float score_scale);
+float score_scale(int head_size);
 
 // Softmax cross-entropy over logits [N,V] against targets [N], fused with its gradient:
 // writes each row's loss into losses[N] and replaces logits with

@@ -19,9 +19,9 @@ void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                        int NH);
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
+                        float score_scale);
 double cross_entropy(float* logits, float* losses, const std::int32_t* targets, int N, int V, float grad_scale);
 
 }  // namespace strata::model::ops::ref

@@ -38,6 +38,7 @@ UnitScales::UnitScales(const GptShape& s, int seq_len) {
   double h = 0;
   for (int t = 1; t <= seq_len; ++t) h += 1.0 / t;
   attention_ = static_cast<float>(std::sqrt(seq_len / h));
+  scores_ = kScoreTemperature * rsqrt(static_cast<double>(s.d_model) / s.heads);
 }
 
 ops::ProductScales UnitScales::product(int k, int rows) const noexcept {

@@ -7,6 +7,11 @@
 //   - a matrix product has three: forward 1/sqrt(fan_in), input gradient 1/sqrt(fan_out)
 //     (or the forward's, where the edge needs it: below), weight gradient 1/sqrt(rows);
 //   - the embedding is (wte[tok] + wpe[t]) / sqrt(2);
+//   - the attention scores are kScoreTemperature q.k / sqrt(head size): with unit q and k,
+//     GPT-2's 1/sqrt(head size) alone gives scores of unit variance, and the softmax starts
+//     from sharp random patterns that the plain model (q and k near 0.3 from its 0.02 init) never
+//     sees; a quarter of it starts attention near uniform, as the output scale below assumes. A
+//     sweep on the main job (temperatures 1, 1/4, 1/sqrt(32), 1/8) picked 1/4;
 //   - attention's output (and its gradient) is multiplied by sqrt(T / H_T), H_T = 1 + 1/2 + ...
 //     + 1/T, T the training sequence length (fixed, so shorter prompts compute the same
 //     function): row t of causal attention averages t + 1 values, whose mean variance over the
@@ -24,12 +29,15 @@
 // carry the same constant (the head's weight gradient takes its input gradient's scale).
 // A global-norm clip stays valid (it scales every tensor of a step alike, which Adam's per-
 // tensor normalisation keeps apart from the constants), but its threshold is in the unit-scaled
-// norm, which runs about 1000x the plain model's on the main job.
+// norm, which runs 500-1000x the plain model's on the main job (where 300 clips every step).
 //
 // Learning rates: a weight that computes as s * W steps at lr / s (ParamSpec::lr_scale), so
-// its effective step is the plain model's: the block matrices at lr sqrt(fan_in), the tied wte
-// at lr sqrt(C) (its head use; in the embedding, over sqrt(2), it then moves faster than the
-// plain model's, which a sweep on the main job preferred to lr); wpe, LayerNorms and biases at lr.
+// its effective step is the plain model's. s is the product's forward scale times any fixed
+// scale on its input: the block matrices step at lr sqrt(fan_in), the attention projection also
+// over attention's output scale and the MLP's down projection over GELU's; the tied wte at lr sqrt(C)
+// (its head use; in the embedding, over sqrt(2), it then moves faster than the plain model's,
+// which a sweep on the main job preferred to lr), and wpe as wte (they are summed); LayerNorms
+// and biases at lr.
 #pragma once
 
 #include <array>
@@ -50,6 +58,9 @@ class UnitScales {
   ops::ProductScales head() const noexcept;
   static float embedding() noexcept;
   float attention() const noexcept { return attention_; }
+  // The attention scores' factor on q.k: kScoreTemperature / sqrt(head size).
+  float scores() const noexcept { return scores_; }
+  static constexpr float kScoreTemperature = 0.25f;
   static float gelu() noexcept;
   float loss_grad() const noexcept { return loss_grad_; }
   // Residual add j (0-based, 2 per block): out = skip(j) x + branch(j) f(x).
@@ -60,7 +71,7 @@ class UnitScales {
 
  private:
   std::array<float, 4> fwd_{}, grad_in_{};
-  float head_fwd_ = 1, head_grad_ = 1, loss_grad_ = 1, attention_ = 1;
+  float head_fwd_ = 1, head_grad_ = 1, loss_grad_ = 1, attention_ = 1, scores_ = 1;
 };
 
 }  // namespace strata::model

@@ -129,10 +129,12 @@ TEST_CASE("GELU, embeddings and the LM head match the reference", "[gpt][ops]") 
 
 TEST_CASE("causal attention forward and backward match the reference", "[gpt][ops]") {
   const int B = 2, T = 33, C = 48, NH = 3;
+  // GPT-2's score scale and the unit-scaled model's (a quarter of it)
+  const float scale = GENERATE(ops::score_scale(C / NH), 0.25f * ops::score_scale(C / NH));
   auto qkv = randn(std::size_t(B) * T * 3 * C, 31), dy = randn(std::size_t(B) * T * C, 32);
   std::vector<float> y(std::size_t(B) * T * C), yr(y.size()), att(std::size_t(B) * NH * T * T), attr(att.size());
-  ops::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
-  ops::ref::attention_forward(yr.data(), attr.data(), qkv.data(), B, T, C, NH);
+  ops::attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, scale);
+  ops::ref::attention_forward(yr.data(), attr.data(), qkv.data(), B, T, C, NH, scale);
   const std::size_t hs = C / NH;
   // Scores sum hs products; the exponentials amplify their error by |score|; outputs sum T.
   require_close(att, attr, 4 * (hs + T), max_abs(qkv) * max_abs(qkv) * hs / std::sqrt(double(hs)), "probabilities");
@@ -141,8 +143,8 @@ TEST_CASE("causal attention forward and backward match the reference", "[gpt][op
     for (std::size_t j = i + 1; j < std::size_t(T); ++j) REQUIRE(att[i * T + j] == 0.0f);  // causal
   }
   std::vector<float> dq(qkv.size()), dqr(qkv.size());
-  ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
-  ops::ref::attention_backward(dqr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH);
+  ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, scale);
+  ops::ref::attention_backward(dqr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, scale);
   require_close(dq, dqr, 4 * (hs + T), T * max_abs(dy) * std::pow(max_abs(qkv), 3) * hs, "dqkv");
 }
 
@@ -173,8 +175,8 @@ TEST_CASE("the host ops give the same bits on every run and with one or two thre
     ops::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), w.data(), N, C);
     ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
     std::vector<float> out(x.size()), att(std::size_t(B) * NH * T * T), dq(qkv.size());
-    ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+    ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, ops::score_scale(C / NH));
+    ops::attention_backward(dq.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, ops::score_scale(C / NH));
     // Products: forward, both backward products, and the head, at shapes split into panels.
     const int OC = 3 * C, V = 200;
     auto W = randn(std::size_t(C) * OC, 55), dz = randn(std::size_t(N) * OC, 56), wte = randn(std::size_t(V) * C, 57);

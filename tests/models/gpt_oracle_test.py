@@ -14,7 +14,7 @@ from the safetensors Strata writes, on the batches Strata's sampler draws.
 3. The unit-scaled GPT (--unit-scaled): the same two checks against the unit-scaled model written
    in torch, where each gradient tensor must be torch's times one positive constant of its own
    (the unit-scaled backward's scales), and training (no clipping) uses torch parameter groups at
-   each matrix's learning-rate multiplier.
+   each weight's learning-rate multiplier.
 Usage: gpt_oracle_test.py STRATA_BIN ORACLE_DUMP_BIN DATA_FILE SCRATCH_DIR
 """
 import json
@@ -27,6 +27,7 @@ import sys
 import torch
 
 L, NH, C, T, V, B, STEPS, SEED = 2, 2, 32, 16, 256, 4, 20, 7
+SCORE_TEMPERATURE = 0.25  # UnitScales::kScoreTemperature
 
 
 def read_safetensors(path):
@@ -57,7 +58,8 @@ def gelu_second_moment():
 def forward(p, tokens, targets, dtype, unit=False):
     """GPT-2 forward in torch: Conv1D weights [in, out], tanh GELU, tied head. unit: the unit-scaled
     model of models/gpt/unit_scale.h, written from its description (scaled products, scaled
-    embedding, attention and GELU, weighted residual adds, the head over sqrt(C))."""
+    embedding, attention and GELU, attention scores at a quarter of GPT-2's scale, weighted
+    residual adds, the head over sqrt(C))."""
     P = {k: v.to(dtype) for k, v in p.items()}
     Bn, Tn = tokens.shape
     one = lambda n: 1.0 / math.sqrt(n) if unit else 1.0  # noqa: E731
@@ -74,7 +76,7 @@ def forward(p, tokens, targets, dtype, unit=False):
         qkv = (a @ P[h + "attn.c_attn.weight"]) * one(C) + P[h + "attn.c_attn.bias"]
         q, k, v = qkv.split(C, dim=2)
         q, k, v = (t.view(Bn, Tn, NH, C // NH).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+        att = (q @ k.transpose(-2, -1)) * (SCORE_TEMPERATURE if unit else 1.0) / math.sqrt(C // NH)
         mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C) * att_scale
@@ -145,22 +147,26 @@ def check_gradients(strata, dump, data, scratch, unit=False):
 
 
 def lr_scale(name, unit):
-    """The engine's per-parameter learning-rate multiplier: 1 / the product's forward scale (the
-    tied wte: the head's, 1 / sqrt(C))."""
+    """The engine's per-parameter learning-rate multiplier: 1 / the fixed scale the weight computes
+    with: the product's forward scale, times attention's output scale for the attention projection
+    and GELU's for the MLP's down projection; the tied wte the head's, 1 / sqrt(C), and wpe the same."""
     if not unit:
         return 1.0
-    if name == "wte.weight":
+    if name in ("wte.weight", "wpe.weight"):
         return math.sqrt(C)
-    fan_in = {"attn.c_attn.weight": C, "attn.c_proj.weight": C, "mlp.c_fc.weight": C, "mlp.c_proj.weight": 4 * C}
-    for suffix, n in fan_in.items():
+    att_scale = math.sqrt(T / sum(1.0 / t for t in range(1, T + 1)))
+    gelu_scale = 1.0 / math.sqrt(gelu_second_moment())
+    fan_in = {"attn.c_attn.weight": math.sqrt(C), "attn.c_proj.weight": math.sqrt(C) / att_scale,
+              "mlp.c_fc.weight": math.sqrt(C), "mlp.c_proj.weight": math.sqrt(4 * C) / gelu_scale}
+    for suffix, s in fan_in.items():
         if name.endswith(suffix):
-            return math.sqrt(n)
+            return s
     return 1.0
 
 
 def check_training(strata, dump, data, scratch, unit=False):
     """20 AdamW steps of strata train against torch.optim.AdamW on the same batches. Unit-scaled:
-    no clipping, and torch steps each matrix at lr x sqrt(fan_in) with decay at the base rate."""
+    no clipping, and torch steps each weight at lr x its lr_scale with decay at the base rate."""
     cfg = os.path.join(scratch, "fp32.json")
     log = os.path.join(scratch, "train.jsonl")
     subprocess.run([strata, "train", *train_flags(unit), "--data", data, "--config", cfg, "--steps", str(STEPS),

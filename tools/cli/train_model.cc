@@ -117,7 +117,7 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
   }
   STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
   const model::GptConfig c = gpt_config(o, config);
-  for (const auto& p : model::gpt_params(c.shape, c.unit_scaled)) {
+  for (const auto& p : model::gpt_params(c.shape, c.unit_scaled, c.seq_len)) {
     engine::ParamSpec s;
     s.name = p.name;
     s.shape = p.shape;
