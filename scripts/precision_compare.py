@@ -152,7 +152,11 @@ def main():
         results[n] = {}
         for sd in seeds:
             if a.from_logs:
-                results[n][sd] = read_log(os.path.join(a.out, log_name(n, sd) + ".jsonl"))
+                log = os.path.join(a.out, log_name(n, sd) + ".jsonl")
+                if not os.path.isfile(log):
+                    raise SystemExit(f"--from-logs: {log} is missing: train recipe {n} at seed {sd} first "
+                                     f"(the same command without --from-logs)")
+                results[n][sd] = read_log(log)
             else:
                 results[n][sd] = run(a.strata, a.out, n, sd, a.steps, a.eval_every)
     with open(os.path.join(a.out, "precision.csv"), "w", newline="") as f:
