@@ -133,9 +133,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
   }
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float scale) {
   const int hs = C / NH;
-  const double scale = score_scale;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int i = 0; i < T; ++i) {
@@ -164,9 +163,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
-                        float score_scale) {
+                        float scale) {
   const int hs = C / NH;
-  const double scale = score_scale;
   auto at = [&](int b, int t, int part, int h, int e) { return (Z(b) * T + t) * 3 * C + Z(part) * C + Z(h) * hs + e; };
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {

@@ -55,6 +55,11 @@ def gelu_second_moment():
     return (f * w).sum().item() * (24.0 / 24000) / 3.0
 
 
+# The unit-scaled model's fixed scales after attention (causal rows average 1 to T values) and GELU.
+ATT_SCALE = math.sqrt(T / sum(1.0 / t for t in range(1, T + 1)))
+GELU_SCALE = 1.0 / math.sqrt(gelu_second_moment())
+
+
 def forward(p, tokens, targets, dtype, unit=False):
     """GPT-2 forward in torch: Conv1D weights [in, out], tanh GELU, tied head. unit: the unit-scaled
     model of models/gpt/unit_scale.h, written from its description (scaled products, scaled
@@ -63,8 +68,8 @@ def forward(p, tokens, targets, dtype, unit=False):
     P = {k: v.to(dtype) for k, v in p.items()}
     Bn, Tn = tokens.shape
     one = lambda n: 1.0 / math.sqrt(n) if unit else 1.0  # noqa: E731
-    att_scale = math.sqrt(T / sum(1.0 / t for t in range(1, T + 1))) if unit else 1.0
-    gelu_scale = 1.0 / math.sqrt(gelu_second_moment()) if unit else 1.0
+    att_scale = ATT_SCALE if unit else 1.0
+    gelu_scale = GELU_SCALE if unit else 1.0
 
     def add(x, branch, j):  # residual add j
         return math.sqrt((j + 1) / (j + 2)) * x + math.sqrt(1 / (j + 2)) * branch if unit else x + branch
@@ -154,10 +159,8 @@ def lr_scale(name, unit):
         return 1.0
     if name in ("wte.weight", "wpe.weight"):
         return math.sqrt(C)
-    att_scale = math.sqrt(T / sum(1.0 / t for t in range(1, T + 1)))
-    gelu_scale = 1.0 / math.sqrt(gelu_second_moment())
-    fan_in = {"attn.c_attn.weight": math.sqrt(C), "attn.c_proj.weight": math.sqrt(C) / att_scale,
-              "mlp.c_fc.weight": math.sqrt(C), "mlp.c_proj.weight": math.sqrt(4 * C) / gelu_scale}
+    fan_in = {"attn.c_attn.weight": math.sqrt(C), "attn.c_proj.weight": math.sqrt(C) / ATT_SCALE,
+              "mlp.c_fc.weight": math.sqrt(C), "mlp.c_proj.weight": math.sqrt(4 * C) / GELU_SCALE}
     for suffix, s in fan_in.items():
         if name.endswith(suffix):
             return s
