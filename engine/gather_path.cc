@@ -232,12 +232,16 @@ void GatherPath::stage_in(int li, const Shards& from, char* staging) {
 // Drops the retained (gathered, not in use) layer whose next use in the recorded trace is
 // furthest away; false when none is retained. Used to make room under max_live and under
 // the device budget (gathers, prefetches, gradient buffers).
-bool GatherPath::drop_retained() {
+bool GatherPath::drop_retained() { return drop_retained_after(0); }
+
+// The same, among the retained layers next used after trace position `position` only.
+bool GatherPath::drop_retained_after(std::size_t position) {
   int victim = -1;
   std::size_t victim_next = 0;
   for (std::size_t j = 0; j < layers_.size(); ++j) {
     if (!layers_[j].retained) continue;
     const std::size_t next = trace_.next_use(static_cast<int>(j));
+    if (next < position) continue;
     if (victim < 0 || next > victim_next) {
       victim = static_cast<int>(j);
       victim_next = next;
@@ -326,8 +330,16 @@ void GatherPath::prefetch_after(std::size_t position) {
     if (issued + need > window || live_elems_ + need > c_.zero.stage3_max_live_parameters) break;
     // Leave the device room for the gradient buffers of backward (the current one, and the
     // one a running reduction still holds): a prefetch that a gradient buffer then evicts
-    // is read twice.
-    if (c_.ledger.available(Tier::device) < need * cbytes_ + c_.reserve()) break;
+    // is read twice. Retained layers due after this one make room, furthest first: the
+    // gather of this layer would drop the same ones when it comes, but without the overlap.
+    bool room = true;
+    while (c_.ledger.available(Tier::device) < need * cbytes_ + c_.reserve()) {
+      if (!drop_retained_after(k + 1)) {
+        room = false;
+        break;
+      }
+    }
+    if (!room) break;
     if (c_.before_read) c_.before_read(li);
     try {
       issue(li);

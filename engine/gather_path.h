@@ -13,8 +13,9 @@
 // replayed in later steps to prefetch ahead within stage3_prefetch_bucket_size and
 // stage3_max_live_parameters; a released layer whose next use is within
 // stage3_max_reuse_distance elements stays gathered (retained) until room is needed
-// (drop_retained: the furthest next use goes first). A step whose gathers leave the recorded
-// order turns prefetch off, warns, and is recorded anew. Evaluation gathers (eval = true)
+// (drop_retained: the furthest next use goes first; a prefetch drops only those due after
+// the layer it reads). A step whose gathers leave the recorded order turns prefetch off,
+// warns, and is recorded anew. Evaluation gathers (eval = true)
 // leave the trace alone. gather() of a persistent layer counts it in use and returns null:
 // its parameters are the engine's resident copy. end_step() evicts every gathered layer
 // (the optimizer makes them stale) and says whether a new trace was adopted.
@@ -81,6 +82,7 @@ class GatherPath {
   void evict_all();  // every gathered (not persistent) layer
 
   int in_use(int li) const { return layers_[li].in_use; }
+  bool gathered(int li) const { return layers_[li].full != nullptr; }  // in use, retained or prefetched
   const GatherTrace& trace() const noexcept { return trace_; }
   std::uint64_t live_elems() const noexcept { return live_elems_; }
   std::uint64_t peak_live_elems() const noexcept { return peak_live_elems_; }
@@ -106,6 +108,7 @@ class GatherPath {
   void wait(int li);
   void evict(int li);
   void prefetch_after(std::size_t position);
+  bool drop_retained_after(std::size_t position);
   void* allocate_staging(std::size_t bytes, const std::string& what);
 
   Context c_;

@@ -1,9 +1,10 @@
 // GatherPath (engine/gather_path.h) on its own, on the host device: a gather hands out the
 // whole layer assembled from every rank's shards (world 1 and 2, shards on the device or in
 // host RAM); the first step's order is adopted at end_step and replayed to prefetch the next
-// layer within the window; a released layer due again soon stays retained until room is
-// needed; persistent layers are counted but not gathered; the live-parameter limit refuses
-// with the numbers; every buffer goes back to the ledger.
+// layer within the window (dropping retained layers due after it when the device is full); a
+// released layer due again soon stays retained until room is needed; persistent layers are
+// counted but not gathered; the live-parameter limit refuses with the numbers; every buffer
+// goes back to the ledger.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,11 +21,12 @@ using namespace strata::engine;
 
 namespace {
 
-std::vector<ParamSpec> model(int layers) {
+// Layers of 10 + 7 l elements, or of `elems` each.
+std::vector<ParamSpec> model(int layers, std::size_t elems = 0) {
   std::vector<ParamSpec> p(layers);
   for (int l = 0; l < layers; ++l) {
     p[l].name = "l" + std::to_string(l) + ".w";
-    p[l].shape = {10 + 7 * l};
+    p[l].shape = {elems > 0 ? static_cast<std::int64_t>(elems) : 10 + 7 * l};
     p[l].layer = l;
   }
   return p;
@@ -35,16 +37,19 @@ float value(int li, std::size_t i) { return static_cast<float>(1000 * li + stati
 
 struct Fixture {
   Layout lay;
-  std::unique_ptr<device::Device> dev = test::host_device(4 << 20, 4 << 20);
-  MemoryLedger ledger{*dev, 16 << 20, false};
+  std::unique_ptr<device::Device> dev;
+  MemoryLedger ledger;
   EngineConfig cfg;
   IoStats io;
   std::unique_ptr<NvmeHomes> nvme;
   std::vector<std::vector<float>> shards;  // this rank's shards per layer, host tier
   std::unique_ptr<GatherPath> path;
 
-  Fixture(int layers, comm::Communicator* comm, int rank, int world, std::vector<bool> persistent = {})
-      : lay(model(layers), world, 16) {
+  Fixture(int layers, comm::Communicator* comm, int rank, int world, std::vector<bool> persistent = {},
+          std::size_t elems = 0, std::uint64_t device_bytes = 4 << 20)
+      : lay(model(layers, elems), world, elems > 0 ? elems : 16),
+        dev(test::host_device(device_bytes, 4 << 20)),
+        ledger(*dev, 16 << 20, false) {
     cfg.zero.stage = 3;
     nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, lay, rank, 4, *dev, ledger, nullptr});
     for (int li = 0; li < layers; ++li) {
@@ -136,6 +141,74 @@ TEST_CASE("gather path: the recorded order prefetches the next layer and retains
   CHECK(f.path->live_elems() == 0);
   CHECK(f.path->peak_live_elems() == L[0].padded + L[1].padded + L[2].padded);
   CHECK(f.io.h2d_bytes > 0);
+}
+
+// Retained layers that fill the device do not stop the prefetch: it drops the one due
+// furthest ahead (as the on-demand gather would), never one due before the layer it reads.
+TEST_CASE("gather path: a device full of retained layers still prefetches", "[engine][gather_path]") {
+  constexpr std::size_t kElems = 64 << 10;                               // 256 KiB a layer in fp32
+  Fixture f(8, nullptr, 0, 1, {}, kElems, 4 * kElems * 4 + (64 << 10));  // room for four layers
+  f.cfg.zero.stage3_prefetch_bucket_size = kElems;                       // one layer ahead
+  std::vector<int> order;
+  for (int li = 0; li < 8; ++li) order.push_back(li);
+  for (int li = 8; li-- > 0;) order.push_back(li);
+  f.path->begin_step();
+  for (int li : order) {
+    f.path->gather(li, false, 1);
+    f.path->release(li, false);
+  }
+  REQUIRE(f.path->end_step(1));
+  const auto h2d_first = f.io.h2d_bytes;
+  f.path->begin_step();
+  for (int li = 0; li < 3; ++li) {  // 0 1 2 retained (due again in backward), 3 prefetched
+    CHECK(f.check(li, f.path->gather(li, false, 2)) == "");
+    f.path->release(li, false);
+  }
+  REQUIRE(f.path->live_elems() == 4 * kElems);  // the device is full
+  CHECK(f.check(3, f.path->gather(3, false, 2)) == "");
+  CHECK(f.path->gathered(4));        // prefetched ...
+  CHECK_FALSE(f.path->gathered(0));  // ... in place of layer 0, used last in backward
+  CHECK(f.path->gathered(1));
+  CHECK(f.path->gathered(2));
+  f.path->release(3, false);
+  for (std::size_t k = 4; k < order.size(); ++k) {
+    const int li = order[k];
+    CHECK(f.check(li, f.path->gather(li, false, 2)) == "");
+    // The layer due next is resident when this one is in use: prefetched or retained.
+    if (k + 1 < order.size()) CHECK(f.path->gathered(order[k + 1]));
+    f.path->release(li, false);
+  }
+  CHECK_FALSE(f.path->end_step(2));  // followed the trace
+  CHECK(f.path->live_elems() == 0);
+  CHECK(f.path->peak_live_elems() == 4 * kElems);
+  // Retention still saves reads: fewer layers crossed the link than in the recording step.
+  CHECK(f.io.h2d_bytes - h2d_first < h2d_first);
+}
+
+TEST_CASE("gather path: a prefetch never drops a layer due before the one it reads", "[engine][gather_path]") {
+  constexpr std::size_t kElems = 64 << 10;
+  Fixture f(4, nullptr, 0, 1, {}, kElems, 3 * kElems * 4 + (64 << 10));  // room for three layers
+  f.cfg.zero.stage3_prefetch_bucket_size = 2 * kElems;                   // two layers ahead
+  const std::vector<int> order{0, 1, 2, 3, 3, 2, 1, 0};
+  f.path->begin_step();
+  for (int li : order) {
+    f.path->gather(li, false, 1);
+    f.path->release(li, false);
+  }
+  REQUIRE(f.path->end_step(1));
+  f.path->begin_step();
+  f.path->gather(0, false, 2);  // prefetches 1 and 2: the device is full
+  f.path->release(0, false);    // retained: due again last
+  f.path->gather(1, false, 2);  // prefetches 3 in place of 0; then 0 (last) would need 3 or 2 to go
+  CHECK(f.path->gathered(2));
+  CHECK(f.path->gathered(3));
+  CHECK_FALSE(f.path->gathered(0));
+  f.path->release(1, false);
+  for (std::size_t k = 2; k < order.size(); ++k) {
+    CHECK(f.check(order[k], f.path->gather(order[k], false, 2)) == "");
+    f.path->release(order[k], false);
+  }
+  CHECK_FALSE(f.path->end_step(2));
 }
 
 TEST_CASE("gather path: persistent layers, the live limit and misuse", "[engine][gather_path]") {
