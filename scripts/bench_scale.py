@@ -5,12 +5,16 @@ ZeRO-3, optimizer state and parameters on NVMe, against its floor.
   scripts/bench_scale.py STRATA --dir NVME_DIR --out OUT_DIR [--layers 36 --d-model 1536 ...]
 
 Each of --runs rounds measures, on the same directory and one after the other:
-  io       `strata bench io --json --iters 3` mixed read+write GB/s (the median of three: the
-           drive's floor rate);
+  io       `strata bench io --json --iters 3 --qd 2xQD` mixed read+write GB/s, before the train runs
+           and again after them (the median of the six: the drive's floor rate, which drifts on a VM);
+           the engine runs aio.queue_depth = --qd in each of its two stores (optimizer state and
+           parameters), so the drive sees up to twice that in flight, as in bench io's mixed run;
   compute  `strata bench gpt --json`: the same blocks' training pass with everything resident;
   sync     `strata train` --steps steps, the optimizer after backward (overlap_step false);
   overlap  the same with offload_optimizer.overlap_step (the optimizer during backward).
-Per step of a train run (the first is a warm-up and left out): the step time, the NVMe bytes
+Per step of a train run, the first --warmup left out (the first step records the gather trace and
+touches every file; the first overlapped step has no tail of an earlier step to overlap its forward
+with, which every later step of a run has): the step time, the NVMe bytes
 it moved, the I/O floor (those bytes over the round's mixed GB/s) and the ratio
 step / max(compute, floor). Reports medians over rounds, the process's peak RSS against the
 bound the RSS test asserts (host + device budgets + the RSS before setup + 96 MiB), writes
@@ -47,6 +51,7 @@ def config(a, overlap):
             "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group,
                               "max_in_cpu": 0},
         },
+        "aio": {"queue_depth": a.qd},
         "memory_budget": {"device": a.device_budget, "host": a.host_budget},
     }
 
@@ -73,9 +78,9 @@ def train(a, overlap, tag, trace):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def summarize(steps, mixed_gbps, compute_s):
+def summarize(steps, mixed_gbps, compute_s, warmup):
     rows = []
-    for s in steps[1:]:  # the first step records the gather trace and touches every file first
+    for s in steps[warmup:]:  # the module docstring says why the first ones are left out
         moved = s["io"]["nvme_read_bytes"] + s["io"]["nvme_write_bytes"]
         floor = moved / (mixed_gbps * 1e9)
         step = s["step_ms"] / 1e3
@@ -116,9 +121,12 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
-    ap.add_argument("--steps", type=int, default=4, help="per train run; the first is a warm-up")
+    ap.add_argument("--steps", type=int, default=6, help="per train run")
+    ap.add_argument("--warmup", type=int, default=2, help="first steps of a train run left out")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--io-size", default="4GiB")
+    ap.add_argument("--qd", type=int, default=32,
+                    help="aio.queue_depth of each of the engine's two NVMe stores; bench io runs at twice it")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.dir, exist_ok=True)
@@ -126,17 +134,23 @@ def main():
     rounds = []
     for r in range(a.runs):
         print(f"round {r + 1}/{a.runs}", flush=True)
-        io = run_json([a.strata, "bench", "io", "--json", "--iters", "3", "--dir", a.dir, "--size", a.io_size])
+        io_cmd = [a.strata, "bench", "io", "--json", "--iters", "3", "--dir", a.dir, "--size", a.io_size,
+                  "--qd", str(2 * a.qd)]
+        mixed_runs = run_json(io_cmd)["runs"]["mixed_gbps"]
         gpt = run_json([a.strata, "bench", "gpt", "--json", "--iters", "3", "--micro-batch", str(a.micro_batch)]
                        + shape_args(a))
         params = gpt["parameters"]
-        mixed, compute = io["mixed_gbps"], gpt["pass_s"]
-        print(f"  mixed {mixed:.3f} GB/s, compute {compute:.2f} s", flush=True)
+        compute = gpt["pass_s"]
+        print(f"  mixed {statistics.median(mixed_runs):.3f} GB/s before, compute {compute:.2f} s", flush=True)
         last = r == a.runs - 1
-        res = {"mixed_gbps": mixed, "compute_s": compute}
-        for tag, overlap in (("sync", False), ("overlap", True)):
-            trace = os.path.join(a.out, "overlap-trace.json") if (last and overlap) else None
-            s = summarize(train(a, overlap, tag, trace), mixed, compute)
+        logs = {tag: train(a, overlap, tag, os.path.join(a.out, "overlap-trace.json") if (last and overlap) else None)
+                for tag, overlap in (("sync", False), ("overlap", True))}
+        after = run_json(io_cmd)["runs"]["mixed_gbps"]
+        mixed = statistics.median(mixed_runs + after)
+        print(f"  mixed {statistics.median(after):.3f} GB/s after; the round's floor rate {mixed:.3f} GB/s", flush=True)
+        res = {"mixed_gbps": mixed, "mixed_runs": mixed_runs + after, "compute_s": compute}
+        for tag in ("sync", "overlap"):
+            s = summarize(logs[tag], mixed, compute, a.warmup)
             res[tag] = s
             print(f"  {tag:8s} step {s['step_s']:.2f} s  floor {s['floor_s']:.2f} s  ratio {s['ratio']:.3f}  "
                   f"NVMe {s['nvme_bytes'] / 1e9:.2f} GB  optimizer wait {s['optimizer_wait_s']:.2f} s  "
