@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--qd", type=int, default=32,
                     help="aio.queue_depth of each of the engine's two NVMe stores; bench io runs at twice it")
     a = ap.parse_args()
+    if a.steps <= a.warmup:
+        ap.error(f"--steps {a.steps} leaves nothing to measure after --warmup {a.warmup}: give more steps")
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.dir, exist_ok=True)
     params = None
