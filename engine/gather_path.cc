@@ -332,14 +332,9 @@ void GatherPath::prefetch_after(std::size_t position) {
     // one a running reduction still holds): a prefetch that a gradient buffer then evicts
     // is read twice. Retained layers due after this one make room, furthest first: the
     // gather of this layer would drop the same ones when it comes, but without the overlap.
-    bool room = true;
     while (c_.ledger.available(Tier::device) < need * cbytes_ + c_.reserve()) {
-      if (!drop_retained_after(k + 1)) {
-        room = false;
-        break;
-      }
+      if (!drop_retained_after(k + 1)) return;
     }
-    if (!room) break;
     if (c_.before_read) c_.before_read(li);
     try {
       issue(li);
