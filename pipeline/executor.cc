@@ -58,13 +58,19 @@ struct StageExecutor::Impl {
   const ExecutorOptions options;
   const int m, v, vstages;
   // Declared before every buffer so that buffers go first.
-  std::unique_ptr<device::Device> dev;
+  std::unique_ptr<device::Device> owned_dev;
+  device::Device* dev = nullptr;
   std::unique_ptr<device::Stream> stream;
   std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
   std::vector<Micro> micro;                    // [mb * v + chunk]
   std::map<int, Accumulator> acc;              // by global layer id
   std::vector<DeviceBuffer> retired;           // freed after the current action's synchronize
-  std::vector<int> ready;                      // layers whose gradient completed in this action
+  struct Pending {
+    int layer, micro;
+    DeviceBuffer dw;
+  };
+  std::vector<Pending> pending;  // dW for the store, in micro-batch order per layer
+  std::vector<int> ready;        // layers whose gradient completed in this action
   int step = 0;
   int live = 0, peak_live = 0, recomputed = 0;
   std::vector<std::size_t> recv_at;  // positions of RA/RG in the stage's list
@@ -86,9 +92,11 @@ struct StageExecutor::Impl {
     check_valid(s);
     model.check(vstages);
     // Transfers land straight in device buffers and layers are host code: host devices only.
-    STRATA_CHECK(options.device.backend == device::Backend::host, Errc::unsupported,
+    const auto backend = options.shared_device != nullptr ? options.shared_device->backend() : options.device.backend;
+    STRATA_CHECK(backend == device::Backend::host, Errc::unsupported,
                  "the pipeline executor runs its layers on the host device backend; CUDA stages are not built yet");
-    dev = device::Device::create(options.device);
+    if (options.shared_device == nullptr) owned_dev = device::Device::create(options.device);
+    dev = options.shared_device != nullptr ? options.shared_device : owned_dev.get();
     stream = dev->create_stream();
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
     micro.resize(static_cast<std::size_t>(m) * v);
@@ -202,27 +210,30 @@ struct StageExecutor::Impl {
     forward_layers(mb, chunk);
   }
 
-  // Adds `dw` (layer id's dW of micro-batch mb) to the gradient in micro-batch order.
+  // Queues `dw` (layer id's dW of micro-batch mb) for the store in micro-batch order; the
+  // queue goes to the store once the action's layer work has run (deliver()).
   void accumulate_ordered(int id, int mb, DeviceBuffer dw) {
     Accumulator& a = acc[id];
     if (mb != a.next) {
       a.early.emplace(mb, std::move(dw));
       return;
     }
-    float* grad = store.gradient(id);
-    const std::size_t n = layer(id).param_count();
-    auto add = [&](DeviceBuffer& b) {
-      const float* src = b.as<float>();
-      launch([=] { accumulate(grad, src, n); });
-      retire(b);
-      ++a.next;
-    };
-    add(dw);
+    pending.push_back({id, a.next++, std::move(dw)});
     for (auto it = a.early.find(a.next); it != a.early.end(); it = a.early.find(a.next)) {
-      add(it->second);
+      pending.push_back({id, a.next++, std::move(it->second)});
       a.early.erase(it);
     }
     if (a.next == m) ready.push_back(id);
+  }
+
+  // After the action's synchronize: every queued dW to the store, in queue order.
+  void deliver() {
+    device::CpuAccessScope cpu(*dev);  // the store reads dW on this thread
+    for (auto& g : pending) {
+      store.add_gradient(g.layer, g.micro, g.dw.as<float>());
+      retire(g.dw);
+    }
+    pending.clear();
   }
 
   void weight_grad(int mb, int chunk, std::size_t l) {
@@ -376,6 +387,7 @@ struct StageExecutor::Impl {
             break;
         }
         stream->synchronize();  // rethrows a layer's error
+        deliver();
         store.after_action(a, ids);
       } else if (a.kind == ActionKind::optimizer_step) {
         store.optimizer_step();

@@ -6,10 +6,11 @@
 // Protocol. One StageExecutor per stage, owned and driven by that stage's thread (or
 // process). run_step() runs the stage's actions in order: F and B/W/BW through the stage's
 // layers of the action's chunk, RA/RG receive (blocking), SA/SG send (never blocking), OPT
-// calls the ParameterStore. Weight gradients are accumulated in micro-batch order whatever
-// order the schedule runs W in: a micro-batch's dW that comes early waits in a buffer until
-// the ones before it are added, so the sums are the bits of a sequential loop over the
-// micro-batches (run_sequential). Re-materialization (GPipe/torchgpipe's checkpointing)
+// calls the ParameterStore. Weight gradients go to the store (add_gradient, once the
+// action's layer work has run) in micro-batch order whatever order the schedule runs W in:
+// a micro-batch's dW that comes early waits in a buffer until the ones before it are
+// handed over, so the sums are the bits of a sequential loop over the micro-batches
+// (run_sequential), in a local store or a ZeRO engine's reduction. Re-materialization (GPipe/torchgpipe's checkpointing)
 // keeps only a chunk's input after F and recomputes the rest before B. An error in layer
 // code (a sticky stream error) or in a transfer leaves run_step with a strata::Error; the
 // executor is not usable afterwards.
@@ -40,6 +41,9 @@ struct ExecutorOptions {
   // early, so data moves while the stage computes). 0: post each when it is reached.
   int recv_window = 8;
   device::DeviceOptions device;  // the stage's device; activations and gradients live there
+  // A device the caller owns (an engine's, so that parameters and activations share its
+  // budget), used in place of making one from `device`; it must outlive the executor.
+  device::Device* shared_device = nullptr;
 };
 
 struct StageReport {

@@ -59,7 +59,11 @@ void LocalParameterStore::begin_step() {
   std::fill(ready_.begin(), ready_.end(), 0);
 }
 const float* LocalParameterStore::parameters(int layer) { return params_[index(layer)].data(); }
-float* LocalParameterStore::gradient(int layer) { return grads_[index(layer)].data(); }
+void LocalParameterStore::add_gradient(int layer, int micro, const float* dw) {
+  (void)micro;
+  auto& g = grads_[index(layer)];
+  accumulate(g.data(), dw, g.size());
+}
 void LocalParameterStore::gradients_ready(int layer) { ++ready_[index(layer)]; }
 void LocalParameterStore::optimizer_step() {
   if (lr_ == 0) return;
@@ -106,23 +110,30 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
     model.input(mb, x[0].data());
     for (std::size_t l = 0; l < n_layers; ++l) {
       const Layer& layer = *model.layers[l];
+      const std::vector<int> held{static_cast<int>(l)};
+      const Action f{ActionKind::forward, mb};
       x[l + 1].resize(rows * layer.out_features());
       saved[l].resize(layer.saved_floats(rows));
-      layer.forward(store.parameters(static_cast<int>(l)), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+      store.before_action(f, held);
+      layer.forward(store.parameters(held[0]), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+      store.after_action(f, held);
     }
     std::vector<float> dy(x[n_layers].size());
     model.loss_grad(mb, x[n_layers].data(), dy.data());
     for (std::size_t l = n_layers; l-- > 0;) {
       const Layer& layer = *model.layers[l];
       const int id = static_cast<int>(l);
+      const Action bw{ActionKind::backward_full, mb};
       std::vector<float> dx(rows * layer.in_features()), dp(layer.param_count());
+      store.before_action(bw, {id});
       if (layer.splits_backward()) {
         layer.backward_input(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(), rows);
         layer.backward_weight(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dp.data(), rows);
       } else {
         layer.backward(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(), dp.data(), rows);
       }
-      accumulate(store.gradient(id), dp.data(), dp.size());
+      store.add_gradient(id, mb, dp.data());
+      store.after_action(bw, {id});
       dy = std::move(dx);
     }
   }

@@ -4,12 +4,18 @@
 //
 // ParameterStore protocol (called from the stage's own thread only). Per step:
 // begin_step() once; for every compute action, before_action(action, layers) with the
-// global ids of the layers it touches, then parameters()/gradient() of those layers, then
+// global ids of the layers it touches, then parameters() of those layers, then
+// add_gradient(layer, micro, dw) for each weight gradient the action completed, then
 // after_action(action, layers); gradients_ready(layer) once that layer's weight gradient
-// holds every micro-batch; optimizer_step() at the schedule's OPT. A ZeRO engine plugs in
-// here: gather a layer's parameters in before_action, release them in after_action,
-// reduce-scatter in gradients_ready, step its shards in optimizer_step. The pointers from
-// parameters() and gradient() stay valid until after_action.
+// holds every micro-batch; optimizer_step() at the schedule's OPT. add_gradient comes for
+// each layer in micro-batch order (0, 1, ...), whatever order the schedule ran W in, with
+// the layer still held (inside its action), and `dw` is that one micro-batch's dW, valid
+// for the call only: a store sums them in that order (LocalParameterStore) or hands each
+// to a reduction (a ZeRO engine, engine/stage_store.h), so the sums are the bits of a
+// sequential loop. A ZeRO engine plugs in here: gather a layer's parameters in
+// before_action, release them in after_action, reduce each micro-batch's gradient in
+// add_gradient, step its shards in optimizer_step. The pointers from parameters() stay
+// valid until after_action.
 #pragma once
 
 #include <cstdint>
@@ -43,21 +49,21 @@ class ParameterStore {
   virtual void begin_step() = 0;
   virtual void before_action(const Action& action, const std::vector<int>& layers) { (void)action, (void)layers; }
   virtual const float* parameters(int layer) = 0;
-  virtual float* gradient(int layer) = 0;
+  virtual void add_gradient(int layer, int micro, const float* dw) = 0;
   virtual void after_action(const Action& action, const std::vector<int>& layers) { (void)action, (void)layers; }
   virtual void gradients_ready(int layer) { (void)layer; }
   virtual void optimizer_step() {}
 };
 
 // Parameters and gradients of some layers in host memory: parameters from each layer's
-// init_params(seed, id), gradients zeroed by begin_step(). optimizer_step() does nothing
+// init_params(seed, id), gradients zeroed by begin_step() and summed by add_gradient(). optimizer_step() does nothing
 // (the gradients stay for inspection) unless a learning rate is set (plain SGD).
 class LocalParameterStore final : public ParameterStore {
  public:
   LocalParameterStore(const PipelineModel& model, std::vector<int> layers, std::uint64_t seed, float sgd_lr = 0);
   void begin_step() override;
   const float* parameters(int layer) override;
-  float* gradient(int layer) override;
+  void add_gradient(int layer, int micro, const float* dw) override;
   void gradients_ready(int layer) override;
   void optimizer_step() override;
 
@@ -91,8 +97,11 @@ PipelineModel synthetic_model(const SyntheticModelSpec& spec);
 
 // The plain sequential loop the pipeline must match bit for bit: for each micro-batch in
 // order, forward through every layer, loss gradient, backward through every layer (B then
-// W, or the full backward), accumulating each layer's weight gradient into
-// store.gradient(layer). `store` must hold every layer.
+// W, or the full backward), handing each layer's weight gradient to store.add_gradient.
+// Each layer's forward and backward is an action of its own to the store (F, then BW, of
+// that micro-batch): an engine store gathers and releases the layer around each, as a
+// plain data-parallel loop does. `store` must hold every layer; optimizer_step() is the
+// caller's.
 void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store);
 
 }  // namespace strata::pipeline

@@ -40,9 +40,10 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   # fork and exec, which TSan does not follow).
   tsan "$STRATA_ROOT/build-tsan/bin/strata_comm_tests" "~[.]~[process]"
   # The engine's gather, io, reduce and transfer streams against its ledger and stores; the
-  # planner's brute-force comparisons are single-threaded and slow under TSan.
+  # planner's brute-force comparisons are single-threaded and slow under TSan, and the
+  # pipeline-on-engine sweeps ([sweep]) repeat one threading pattern that a small case covers.
   tsan "$STRATA_ROOT/build-tsan/bin/strata_engine_tests" "~[.]~[cuda]~[pku]"
-  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]~[sweep]"
   tsan "$STRATA_ROOT/build-tsan/bin/strata_pipeline_tests" "~[.]~[process]~[timing]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then

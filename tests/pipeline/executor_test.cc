@@ -98,6 +98,7 @@ class RecordingStore final : public ParameterStore {
   RecordingStore(const PipelineModel& model, std::vector<int> layers) : inner_(model, layers, kSeed) {}
   void begin_step() override {
     inner_.begin_step();
+    next_micro_.clear();
     ++steps;
   }
   void before_action(const Action& a, const std::vector<int>& layers) override {
@@ -110,9 +111,10 @@ class RecordingStore final : public ParameterStore {
     check_gathered(layer, "parameters");
     return inner_.parameters(layer);
   }
-  float* gradient(int layer) override {
-    check_gathered(layer, "gradient");
-    return inner_.gradient(layer);
+  void add_gradient(int layer, int micro, const float* dw) override {
+    check_gathered(layer, "add_gradient");
+    if (micro != next_micro_[layer]++) errors += "add_gradient out of micro-batch order; ";
+    inner_.add_gradient(layer, micro, dw);
   }
   void after_action(const Action&, const std::vector<int>& layers) override {
     if (!in_action_ || layers != gathered_) errors += "after_action without matching before_action; ";
@@ -138,6 +140,7 @@ class RecordingStore final : public ParameterStore {
   LocalParameterStore inner_;
   bool in_action_ = false;
   std::vector<int> gathered_;
+  std::map<int, int> next_micro_;  // the micro-batch add_gradient must give next, by layer
 };
 
 }  // namespace

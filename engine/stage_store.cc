@@ -1,0 +1,94 @@
+// The engine as a pipeline stage's ParameterStore (see stage_store.h).
+#include "engine/stage_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+std::string StageStore::tensor_name(int layer) { return "pipeline.layer" + std::to_string(layer); }
+
+StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers,
+                       int pipeline_stages)
+    : engine_(engine), model_(model), ids_(std::move(layers)) {
+  const EngineConfig& c = engine.config();
+  STRATA_CHECK(
+      compute_dtype_of(c) == DType::fp32, Errc::invalid_argument,
+      "pipeline stages compute in fp32: set bf16.enabled and fp16.enabled to false in the config (it asks for ",
+      dtype_name(compute_dtype_of(c)), ")");
+  STRATA_CHECK(pipeline_stages <= 1 || c.gradient_clipping == 0.0f, Errc::invalid_argument, "gradient_clipping ",
+               c.gradient_clipping, " with ", pipeline_stages,
+               " pipeline stages: clipping needs the gradient norm over every stage, which the stages' engines do not "
+               "share yet; set gradient_clipping to 0");
+  for (int id : ids_) {
+    STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < model.layers.size(), Errc::invalid_argument,
+                 "pipeline stage: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");
+    const auto n = static_cast<std::int64_t>(model.layers[id]->param_count());
+    engine.register_param(tensor_name(id), {n}, id);
+  }
+}
+
+std::size_t StageStore::count(int layer) const { return model_.layers[layer]->param_count(); }
+
+void StageStore::init(std::uint64_t seed) {
+  std::map<std::string, int> by_name;
+  for (int id : ids_) by_name[tensor_name(id)] = id;
+  std::map<int, std::vector<float>> values;  // made once per layer, on first ask
+  engine_.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t n, float* out) {
+    const auto it = by_name.find(name);
+    STRATA_CHECK(it != by_name.end(), Errc::internal, "pipeline stage: the engine asks for '", name,
+                 "', which this stage did not register");
+    auto& v = values[it->second];
+    if (v.empty()) {
+      v.resize(count(it->second));
+      model_.layers[it->second]->init_params(v.data(), seed, it->second);
+    }
+    std::memcpy(out, v.data() + elem, n * sizeof(float));
+  });
+}
+
+void StageStore::begin_step() { engine_.begin_step(); }
+
+void StageStore::before_action(const pipeline::Action&, const std::vector<int>& layers) {
+  for (int id : layers) {
+    const auto views = engine_.gather(id);
+    STRATA_CHECK(views.size() == 1 && views[0].dtype == DType::fp32 && views[0].numel == count(id), Errc::internal,
+                 "pipeline stage: layer ", id, " gathered as ", views.size(), " tensors, not one fp32 tensor of ",
+                 count(id));
+    held_[id] = views[0].as<float>();
+  }
+}
+
+const float* StageStore::parameters(int layer) {
+  const auto it = held_.find(layer);
+  STRATA_CHECK(it != held_.end(), Errc::internal, "pipeline stage: parameters(", layer,
+               ") outside an action that gathered it");
+  return it->second;
+}
+
+void StageStore::add_gradient(int layer, int micro, const float* dw) {
+  (void)micro;  // the engine's reductions count micro-batches themselves, in call order
+  STRATA_CHECK(held_.count(layer) == 1, Errc::internal, "pipeline stage: gradient of layer ", layer,
+               " outside an action that gathered it");
+  const auto grads = engine_.grad_buffers(layer);
+  {
+    device::CpuAccessScope cpu(engine_.device());
+    std::memcpy(grads[0].data, dw, count(layer) * sizeof(float));
+  }
+  engine_.reduce_grads(layer);
+}
+
+void StageStore::after_action(const pipeline::Action&, const std::vector<int>& layers) {
+  for (int id : layers) {
+    engine_.release(id);
+    held_.erase(id);
+  }
+}
+
+void StageStore::optimizer_step() { last_ = engine_.step(); }
+
+}  // namespace strata::engine

@@ -1,0 +1,61 @@
+// The ZeRO engine as a pipeline stage's ParameterStore (docs/design.md, "Pipeline stages
+// on the engine"): the executor's layers read parameters the engine gathered and hand it
+// each micro-batch's weight gradient, and the schedule's OPT is the engine's step().
+//
+// Protocol. One StageStore per stage, over an Engine that holds only that stage's layers
+// and whose communicator is the stage's data-parallel group (null: one replica). The
+// constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [param_count],
+// engine layer id = the layer's global id), so call it before engine.setup(); init(seed)
+// after setup() gives the tensors Layer::init_params(seed, id). Then the executor drives
+// it: begin_step() is the engine's; before_action gathers the action's layers and
+// after_action releases them; add_gradient copies one micro-batch's dW into the layer's
+// gradient buffer and reduces it (the engine's per-micro-batch reduction, so D replicas of a
+// stage sum alike whatever the schedule); optimizer_step() is engine.step(). With every
+// stage's engine fed in micro-batch order the parameters are the bits of one engine over
+// the whole model running the plain loop (pipeline::run_sequential) with the same
+// data-parallel ranks, at every ZeRO stage and placement. The layers compute in fp32, so
+// the engine's compute dtype must be fp32; gradient clipping needs the norm over every
+// stage, which the stages' engines do not share yet, so it is refused with P > 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "pipeline/model.h"
+
+namespace strata::engine {
+
+class StageStore final : public pipeline::ParameterStore {
+ public:
+  // Throws Errc::invalid_argument naming the config key for a config the pipeline cannot
+  // run (a 16-bit compute dtype; gradient_clipping with pipeline_stages > 1).
+  StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers, int pipeline_stages);
+
+  // After engine.setup(): every layer's initial parameters (collective, as init_weights).
+  void init(std::uint64_t seed);
+
+  void begin_step() override;
+  void before_action(const pipeline::Action& action, const std::vector<int>& layers) override;
+  const float* parameters(int layer) override;
+  void add_gradient(int layer, int micro, const float* dw) override;
+  void after_action(const pipeline::Action& action, const std::vector<int>& layers) override;
+  void optimizer_step() override;
+
+  // The stage's layers in registration order: engine.full_parameters() is theirs, concatenated.
+  const std::vector<int>& layers() const noexcept { return ids_; }
+  const StepResult& last_step() const noexcept { return last_; }
+
+  static std::string tensor_name(int layer);
+
+ private:
+  std::size_t count(int layer) const;
+  Engine& engine_;
+  const pipeline::PipelineModel& model_;
+  std::vector<int> ids_;
+  std::map<int, const float*> held_;  // gathered layers of the current action
+  StepResult last_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,340 @@
+// Pipeline stages on the ZeRO engine (engine/stage_store.h): P stages x D data-parallel
+// replicas as P*D thread ranks, each stage's layers in an engine over that stage's
+// data-parallel group, the executor gathering, reducing and stepping through it. After
+// several steps the parameters must be the bits of one engine over the whole model running
+// the plain loop with the same D ranks and micro-batches: every schedule, P = 2 and 4,
+// D = 1 and 2, ZeRO stages 0-3, optimizer state and parameters on the device, in host RAM
+// and on NVMe. Plus the configs the pipeline refuses, by name.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/stage_store.h"
+#include "pipeline/executor.h"
+#include "pipeline/generators.h"
+#include "pipeline/transport.h"
+#include "runtime/core/error.h"
+#include "tests/engine/engine_support.h"
+#include "tests/support/error_of.h"
+#include "tests/support/ranks.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+using engine::OffloadDevice;
+using pipeline::Schedule;
+
+namespace {
+
+constexpr int kLayers = 8, kMicro = 8, kSteps = 3;
+constexpr std::uint64_t kInitSeed = 21;
+
+// Replica d's model: the same layers, its own inputs and targets (its share of the batch).
+pipeline::PipelineModel replica_model(int d) {
+  pipeline::SyntheticModelSpec spec;
+  spec.layers = kLayers;
+  spec.width = 16;
+  spec.rows = 4;
+  spec.micro_batches = kMicro;
+  spec.seed = 100 + static_cast<std::uint64_t>(d);
+  spec.unsplittable_every = 3;  // layers 2 and 5 run their whole backward at B
+  return pipeline::synthetic_model(spec);
+}
+
+struct Placement {
+  int zero = 0;
+  OffloadDevice opt = OffloadDevice::none, par = OffloadDevice::none;
+};
+
+const char* name(OffloadDevice d) {
+  return d == OffloadDevice::none ? "device" : d == OffloadDevice::cpu ? "cpu" : "nvme";
+}
+
+engine::EngineConfig config_for(const Placement& p, int replicas, const std::string& nvme_dir) {
+  auto c = test::mlp_config(p.zero, replicas, DType::fp32, 4, kMicro);
+  c.gradient_clipping = 0;
+  c.zero.reduce_bucket_size = 300;                // one bucket a layer (272 parameters)
+  c.zero.stage3_param_persistence_threshold = 0;  // stage 3 gathers every layer
+  c.zero.sub_group_size = 100;
+  c.offload_param.max_in_cpu = 0;
+  c.offload_param.buffer_size = 200;
+  c.offload_optimizer.device = p.opt;
+  c.offload_param.device = p.par;
+  c.offload_optimizer.nvme_path = nvme_dir;
+  c.offload_param.nvme_path = nvme_dir;
+  return c;
+}
+
+// The layers stage `stage` holds, every chunk, ascending.
+std::vector<int> stage_layers(const Schedule& s, const pipeline::PipelineModel& model, int stage) {
+  std::vector<int> out;
+  for (int c = 0; c < s.chunks; ++c) {
+    for (int id : model.layers_of(s.virtual_stage(stage, c), s.virtual_stages())) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+using Params = std::map<int, std::vector<float>>;  // by global layer id, replica 0's masters
+
+// Splits an engine's full_parameters() into its layers (registration order).
+void split_into(Params& out, const std::vector<int>& ids, const std::vector<float>& all) {
+  const std::size_t n = all.size() / ids.size();  // every synthetic layer has the same size
+  for (std::size_t i = 0; i < ids.size(); ++i) out[ids[i]].assign(all.begin() + i * n, all.begin() + (i + 1) * n);
+}
+
+// Runs body(rank) on n threads and rethrows the first failure. (No world communicator: a
+// rank talks only to its stage's data-parallel group, made by group_comm.)
+void run_threads(int n, const std::function<void(int)>& body) {
+  std::vector<test::RankOutcome> outcomes(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        outcomes[r].error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  test::rethrow_first(outcomes);
+}
+
+// Group `group`'s Gloo communicator for D > 1 (null for one replica), rendezvous in `dir`.
+std::unique_ptr<comm::Communicator> group_comm(const std::string& dir, int group, int rank, int size) {
+  if (size == 1) return nullptr;
+  comm::CommOptions g;
+  g.rendezvous.rank = rank;
+  g.rendezvous.world_size = size;
+  g.rendezvous.path = dir;
+  g.rendezvous.run_id = "group" + std::to_string(group);
+  g.rendezvous.timeout = std::chrono::milliseconds(20000);
+  return comm::Communicator::create(g);
+}
+
+engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group) {
+  engine::EngineOptions eo;
+  eo.config = c;
+  eo.device = &dev;
+  eo.comm = group;
+  return eo;
+}
+
+// The plain data-parallel run: D ranks, one engine each over the whole model, driven
+// through the engine's own calls (not StageStore, which it checks): per micro-batch a
+// forward gathering each layer, the loss gradient, a backward writing each layer's dW into
+// its gradient buffer and reducing it.
+Params run_plain(const Placement& p, int replicas, const std::string& dir) {
+  Params out;
+  test::TempDir rendezvous("strata-rdzv");
+  run_threads(replicas, [&](int d) {
+    auto group = group_comm(rendezvous.path(), 0, d, replicas);
+    const auto model = replica_model(d);
+    auto dev = test::host_device(64 << 20);
+    engine::Engine e(engine_options(config_for(p, replicas, dir + "/plain"), *dev, group.get()));
+    std::vector<int> all(kLayers);
+    for (int i = 0; i < kLayers; ++i) {
+      all[i] = i;
+      e.register_param("layer" + std::to_string(i), {static_cast<std::int64_t>(model.layers[i]->param_count())}, i);
+    }
+    e.setup();
+    e.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t n, float* dst) {
+      const int id = std::stoi(name.substr(5));
+      std::vector<float> v(model.layers[id]->param_count());
+      model.layers[id]->init_params(v.data(), kInitSeed, id);
+      std::memcpy(dst, v.data() + elem, n * 4);
+    });
+    const std::size_t rows = model.rows;
+    device::CpuAccessScope cpu(*dev);
+    for (int k = 0; k < kSteps; ++k) {
+      e.begin_step();
+      for (int mb = 0; mb < kMicro; ++mb) {
+        std::vector<std::vector<float>> x(kLayers + 1), saved(kLayers);
+        x[0].resize(rows * model.layers[0]->in_features());
+        model.input(mb, x[0].data());
+        for (int l = 0; l < kLayers; ++l) {
+          const auto& layer = *model.layers[l];
+          x[l + 1].resize(rows * layer.out_features());
+          saved[l].resize(layer.saved_floats(rows));
+          layer.forward(e.gather(l)[0].as<float>(), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+          e.release(l);
+        }
+        std::vector<float> dy(x[kLayers].size());
+        model.loss_grad(mb, x[kLayers].data(), dy.data());
+        for (int l = kLayers; l-- > 0;) {
+          const auto& layer = *model.layers[l];
+          const float* params = e.gather(l)[0].as<float>();
+          float* dw = e.grad_buffers(l)[0].as<float>();
+          std::vector<float> dx(rows * layer.in_features());
+          if (layer.splits_backward()) {
+            layer.backward_input(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), rows);
+            layer.backward_weight(params, x[l].data(), saved[l].data(), dy.data(), dw, rows);
+          } else {
+            layer.backward(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), dw, rows);
+          }
+          e.reduce_grads(l);
+          e.release(l);
+          dy = std::move(dx);
+        }
+      }
+      e.step();
+    }
+    const auto params = e.full_parameters();
+    e.synchronize();
+    if (d == 0) split_into(out, all, params);
+  });
+  return out;
+}
+
+// The pipelined run: rank r is stage r / D, replica r % D; each replica's stages exchange
+// activations through that replica's mailboxes.
+Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const std::string& dir) {
+  Params out;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<pipeline::LocalMailboxes>> boxes;
+  for (int d = 0; d < replicas; ++d)
+    boxes.push_back(std::make_unique<pipeline::LocalMailboxes>(std::chrono::milliseconds(30000)));
+  test::TempDir rendezvous("strata-rdzv");
+  run_threads(s.stages * replicas, [&](int rank) {
+    const int stage = rank / replicas, d = rank % replicas;
+    try {
+      auto group = group_comm(rendezvous.path(), stage, d, replicas);
+      const auto model = replica_model(d);
+      auto dev = test::host_device(64 << 20);
+      const std::string stage_dir = dir + "/stage" + std::to_string(stage);
+      std::filesystem::create_directories(stage_dir);
+      engine::Engine e(engine_options(config_for(p, replicas, stage_dir), *dev, group.get()));
+      const auto ids = stage_layers(s, model, stage);
+      engine::StageStore store(e, model, ids, s.stages);
+      e.setup();
+      store.init(kInitSeed);
+      pipeline::LocalTransport transport(*boxes[d], stage);
+      pipeline::ExecutorOptions xo;
+      xo.shared_device = dev.get();
+      {
+        pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
+        for (int k = 0; k < kSteps; ++k) exec.run_step();
+      }
+      const auto params = e.full_parameters();
+      e.synchronize();
+      if (d == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        split_into(out, ids, params);
+      }
+    } catch (const std::exception& e) {
+      boxes[d]->abort(str_cat("stage ", stage, " of replica ", d, " failed: ", e.what()));
+      throw;
+    }
+  });
+  return out;
+}
+
+std::vector<Schedule> schedules(int stages) {
+  pipeline::AutoOptions a;
+  a.stages = stages;
+  a.micro_batches = kMicro;
+  a.costs = pipeline::Costs::uniform(1, 1, 1);
+  return {pipeline::gpipe(stages, kMicro),
+          pipeline::one_f_one_b(stages, kMicro),
+          pipeline::interleaved_1f1b(stages, kMicro, 2),
+          pipeline::zb_h1(stages, kMicro),
+          pipeline::zb_h2(stages, kMicro),
+          pipeline::zb_auto(a)};
+}
+
+// "" when every layer's bits match, else the first difference.
+std::string compare(const Params& got, const Params& want) {
+  if (got.size() != want.size()) return str_cat(got.size(), " layers, want ", want.size());
+  for (const auto& [id, w] : want) {
+    const auto& g = got.at(id);
+    if (g.size() != w.size()) return str_cat("layer ", id, ": ", g.size(), " values, want ", w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (std::memcmp(&g[i], &w[i], 4) != 0) return str_cat("layer ", id, "[", i, "]: ", g[i], ", want ", w[i]);
+    }
+  }
+  return "";
+}
+
+// Each schedule (all of them when `kinds` is empty) at each P and D against the plain run.
+void check_schedules(const Placement& p, const std::string& dir, const std::vector<int>& replica_counts,
+                     const std::vector<int>& stage_counts, const std::vector<std::string>& kinds = {}) {
+  for (int replicas : replica_counts) {
+    const Params want = run_plain(p, replicas, dir);
+    REQUIRE(want.size() == static_cast<std::size_t>(kLayers));
+    const auto model = replica_model(0);
+    for (const auto& [id, values] : want) {  // every layer trained
+      std::vector<float> init(values.size());
+      model.layers[id]->init_params(init.data(), kInitSeed, id);
+      REQUIRE(values != init);
+    }
+    std::size_t ran = 0;
+    for (int stages : stage_counts) {
+      for (const Schedule& s : schedules(stages)) {
+        if (!kinds.empty() && std::find(kinds.begin(), kinds.end(), s.kind) == kinds.end()) continue;
+        ++ran;
+        INFO("ZeRO " << p.zero << ", optimizer on " << name(p.opt) << ", parameters on " << name(p.par) << ", "
+                     << s.kind << ", P=" << stages << ", D=" << replicas);
+        CHECK(compare(run_pipelined(s, p, replicas, dir), want) == "");
+      }
+    }
+    CHECK(ran == stage_counts.size() * (kinds.empty() ? 6 : kinds.size()));
+  }
+}
+
+}  // namespace
+
+// The sweeps: every schedule, P = 2 and 4, D = 1 and 2 (tagged [sweep]: ThreadSanitizer
+// runs the small case below instead).
+TEST_CASE("pipelined stages on the engine give the plain data-parallel run's bits at every ZeRO stage",
+          "[offload][sweep]") {
+  test::TempDir dir("strata-pipe");
+  const int zero = GENERATE(0, 1, 2, 3);
+  check_schedules({zero, OffloadDevice::none, OffloadDevice::none}, dir.path(), {1, 2}, {2, 4});
+}
+
+TEST_CASE("pipelined stages on the engine give the plain run's bits with state in host RAM", "[offload][sweep]") {
+  test::TempDir dir("strata-pipe");
+  const Placement p = GENERATE(Placement{2, OffloadDevice::cpu, OffloadDevice::none},
+                               Placement{3, OffloadDevice::cpu, OffloadDevice::cpu});
+  check_schedules(p, dir.path(), {1, 2}, {2, 4});
+}
+
+TEST_CASE("pipelined stages on the engine give the plain run's bits with state on NVMe", "[offload][uring][sweep]") {
+  test::TempDir dir("strata-pipe");
+  const Placement p = GENERATE(Placement{2, OffloadDevice::nvme, OffloadDevice::none},
+                               Placement{3, OffloadDevice::nvme, OffloadDevice::nvme});
+  check_schedules(p, dir.path(), {1, 2}, {2, 4});
+}
+
+TEST_CASE("two replicas of a two-stage zero-bubble pipeline on ZeRO-3 in host RAM match the plain run", "[offload]") {
+  test::TempDir dir("strata-pipe");
+  check_schedules({3, OffloadDevice::cpu, OffloadDevice::cpu}, dir.path(), {2}, {2}, {"zb-h1", "interleaved"});
+}
+
+TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and clipping across stages, naming the key",
+          "[offload][negative]") {
+  const auto model = replica_model(0);
+  auto dev = test::host_device(64 << 20);
+  {
+    auto c = config_for({}, 1, "");
+    c.bf16 = true;
+    engine::Engine e(engine_options(c, *dev, nullptr));
+    const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });
+    CHECK_THAT(what, Catch::Contains("bf16.enabled") && Catch::Contains("fp32"));
+  }
+  {
+    auto c = config_for({}, 1, "");
+    c.gradient_clipping = 1.0f;
+    engine::Engine e(engine_options(c, *dev, nullptr));
+    const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });
+    CHECK_THAT(what, Catch::Contains("gradient_clipping") && Catch::Contains("2 pipeline stages"));
+    CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));  // one stage holds the whole norm
+  }
+}
