@@ -194,6 +194,9 @@ float Engine::loss_scale() const noexcept {
 DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
 int Engine::rank() const noexcept { return impl_->rank; }
 int Engine::world_size() const noexcept { return impl_->world; }
+int Engine::pipeline_stages() const noexcept {
+  return impl_->options.pipeline_comm != nullptr ? impl_->options.pipeline_comm->world_size() : 1;
+}
 const EngineConfig& Engine::config() const noexcept { return impl_->cfg; }
 device::Device& Engine::device() const noexcept { return impl_->dev; }
 const Layout& Engine::layout() const {

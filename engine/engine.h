@@ -154,6 +154,11 @@ struct EngineOptions {
   // the global norm, checks, full_parameters). Same ranks as `comm`. Required on a CUDA
   // device with world > 1; optional on the host device (where it gives the same bits).
   comm::Communicator* device_comm = nullptr;
+  // Pipeline stages (engine/stage_store.h): the engines of one data-parallel replica's
+  // stages, rank = stage, each holding its stage's layers. step()'s gradient norm (clipping,
+  // the overflow check) then covers the whole model: every stage's per-bucket partials are
+  // gathered and added in layer-id order, the order one engine over every layer adds them.
+  comm::Communicator* pipeline_comm = nullptr;
   std::uint64_t seed = 0;
   Tracer* tracer = nullptr;  // optional timeline ("compute" lane is the trainer's)
 };
@@ -186,6 +191,7 @@ class Engine {
   DType compute_dtype() const noexcept;
   int rank() const noexcept;
   int world_size() const noexcept;
+  int pipeline_stages() const noexcept;  // EngineOptions::pipeline_comm's world size (1 without)
   const EngineConfig& config() const noexcept;
   device::Device& device() const noexcept;  // where gather() and grad_buffers() views point
   const Layout& layout() const;             // after setup()

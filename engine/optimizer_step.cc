@@ -4,6 +4,7 @@
 #include "engine/optimizer_step.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -41,15 +42,52 @@ const void* OptimizerStep::grad_at(int li, std::size_t elem) const {
   return static_cast<const char*>(c_.grads.accumulator(li)) + elem * dtype_size(c_.grads.acc_dtype(li));
 }
 
-void OptimizerStep::add_layer_norm(int li, optim::GradNorm& into) const {
+optim::GradNorm OptimizerStep::bucket_norm(int li, std::size_t k) const {
   const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
   const DType dt = c_.grads.acc_dtype(li);
-  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-    const void* g = grad_at(li, grad_offset(li, k, false));
-    const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
-    into +=
-        c_.plan.acc_on_host(li) ? optim::grad_norm_sq(g, dt, n) : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, dt, n);
+  const void* g = grad_at(li, grad_offset(li, k, false));
+  const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
+  return c_.plan.acc_on_host(li) ? optim::grad_norm_sq(g, dt, n) : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, dt, n);
+}
+
+void OptimizerStep::add_layer_norm(int li, optim::GradNorm& into) const {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) into += bucket_norm(li, k);
+}
+
+optim::GradNorm OptimizerStep::pipeline_norm() const {
+  // Every stage's (layer id, bucket, sumsq, finite) for this rank's shards, gathered over the
+  // stages and added in layer-id order from zero: the bits one engine holding every layer
+  // (registered in id order) adds in its loop over layers.
+  std::vector<double> mine;
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const auto& L = c_.layout.layers()[li];
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const optim::GradNorm g = bucket_norm(static_cast<int>(li), k);
+      mine.insert(mine.end(), {static_cast<double>(L.id), static_cast<double>(k), g.sumsq, g.finite ? 1.0 : 0.0});
+    }
   }
+  const auto stages = static_cast<std::size_t>(c_.pipeline->world_size());
+  double count = static_cast<double>(mine.size());
+  std::vector<double> counts(stages);
+  c_.pipeline->all_gather(&count, counts.data(), 2, DType::fp32);  // doubles carried as two fp32 words
+  const auto most = static_cast<std::size_t>(*std::max_element(counts.begin(), counts.end()));
+  mine.resize(most, -1.0);  // padding: layer id -1
+  std::vector<double> all(most * stages);
+  c_.pipeline->all_gather(mine.data(), all.data(), 2 * most, DType::fp32);
+  std::vector<std::array<double, 4>> entries;
+  for (std::size_t i = 0; i + 4 <= all.size(); i += 4) {
+    if (all[i] >= 0) entries.push_back({all[i], all[i + 1], all[i + 2], all[i + 3]});
+  }
+  std::sort(entries.begin(), entries.end());
+  optim::GradNorm sum;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    STRATA_CHECK(i == 0 || entries[i][0] != entries[i - 1][0] || entries[i][1] != entries[i - 1][1],
+                 Errc::invalid_argument, "pipeline: layer ", static_cast<std::int64_t>(entries[i][0]),
+                 " is registered on two pipeline stages; each layer belongs to one stage's engine");
+    sum += optim::GradNorm{entries[i][2], entries[i][3] != 0.0};
+  }
+  return sum;
 }
 
 double OptimizerStep::averaging() const {
@@ -116,9 +154,14 @@ StepResult OptimizerStep::run() {
 }
 
 optim::GradNorm OptimizerStep::global_grad_norm() {
-  // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order.
+  // 1. This rank's share of the squared norm: its shard of every bucket, in bucket order
+  //    (pipeline stages: of every stage's layers, in layer-id order).
   optim::GradNorm local;
-  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) add_layer_norm(static_cast<int>(li), local);
+  if (c_.pipeline != nullptr && c_.pipeline->world_size() > 1) {
+    local = pipeline_norm();
+  } else {
+    for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) add_layer_norm(static_cast<int>(li), local);
+  }
   // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
   optim::GradNorm global = local;
   if (c_.comm != nullptr && c_.world > 1) {

@@ -98,6 +98,7 @@ class OptimizerStep {
     // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
     // what failed: what a failed update still has queued finishes before its staging goes.
     std::function<void()> settle;
+    comm::Communicator* pipeline = nullptr;  // EngineOptions::pipeline_comm, or null
   };
   // What a checkpoint saves and restores.
   struct Counters {
@@ -147,6 +148,9 @@ class OptimizerStep {
   const void* grad_at(int li, std::size_t elem) const;
   // Adds this rank's share of layer li's squared gradient norm to `into`, bucket by bucket.
   void add_layer_norm(int li, optim::GradNorm& into) const;
+  optim::GradNorm bucket_norm(int li, std::size_t k) const;  // this rank's share of bucket k of layer li
+  // This rank's share of the norm over every pipeline stage's layers (Context::pipeline).
+  optim::GradNorm pipeline_norm() const;
   void roll_back() noexcept;
   // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
   // False when it was undone (true with no lane at all).

@@ -75,8 +75,9 @@ void Engine::Impl::make_stepper() {
   auto settle_after_failure = [this] {
     settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
   };
-  const OptimizerStep::Context sc{cfg,        *layout, rank,     world,  cdt,   dev, *dev_stream,         comm, *grads,
-                                  *opt_state, *plan,   *updates, *homes, *nvme, io,  settle_after_failure};
+  OptimizerStep::Context sc{cfg,    *layout,    rank,  world,    cdt,    dev,   *dev_stream, comm,
+                            *grads, *opt_state, *plan, *updates, *homes, *nvme, io,          settle_after_failure};
+  sc.pipeline = options.pipeline_comm;
   stepper = std::make_unique<OptimizerStep>(sc, scaler_config);
 }
 

@@ -34,6 +34,7 @@ namespace {
 
 constexpr int kLayers = 8, kMicro = 8, kSteps = 3;
 constexpr std::uint64_t kInitSeed = 21;
+constexpr float kClip = 0.05f;  // below the first steps' gradient norm: clipping changes the bits
 
 // Replica d's model: the same layers, its own inputs and targets (its share of the batch).
 pipeline::PipelineModel replica_model(int d) {
@@ -58,7 +59,7 @@ const char* name(OffloadDevice d) {
 
 engine::EngineConfig config_for(const Placement& p, int replicas, const std::string& nvme_dir) {
   auto c = test::mlp_config(p.zero, replicas, DType::fp32, 4, kMicro);
-  c.gradient_clipping = 0;
+  c.gradient_clipping = kClip;
   c.zero.reduce_bucket_size = 300;                // one bucket a layer (272 parameters)
   c.zero.stage3_param_persistence_threshold = 0;  // stage 3 gathers every layer
   c.zero.sub_group_size = 100;
@@ -119,11 +120,13 @@ std::unique_ptr<comm::Communicator> group_comm(const std::string& dir, int group
   return comm::Communicator::create(g);
 }
 
-engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group) {
+engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group,
+                                     comm::Communicator* pipeline = nullptr) {
   engine::EngineOptions eo;
   eo.config = c;
   eo.device = &dev;
   eo.comm = group;
+  eo.pipeline_comm = pipeline;
   return eo;
 }
 
@@ -131,8 +134,12 @@ engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Devi
 // through the engine's own calls (not StageStore, which it checks): per micro-batch a
 // forward gathering each layer, the loss gradient, a backward writing each layer's dW into
 // its gradient buffer and reducing it.
-Params run_plain(const Placement& p, int replicas, const std::string& dir) {
-  Params out;
+struct Plain {
+  Params params;
+  std::vector<double> clip_coefs;  // replica 0's, per step
+};
+Plain run_plain(const Placement& p, int replicas, const std::string& dir) {
+  Plain out;
   test::TempDir rendezvous("strata-rdzv");
   run_threads(replicas, [&](int d) {
     auto group = group_comm(rendezvous.path(), 0, d, replicas);
@@ -184,11 +191,12 @@ Params run_plain(const Placement& p, int replicas, const std::string& dir) {
           dy = std::move(dx);
         }
       }
-      e.step();
+      const auto r = e.step();
+      if (d == 0) out.clip_coefs.push_back(r.clip_coef);
     }
     const auto params = e.full_parameters();
     e.synchronize();
-    if (d == 0) split_into(out, all, params);
+    if (d == 0) split_into(out.params, all, params);
   });
   return out;
 }
@@ -206,11 +214,12 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
     const int stage = rank / replicas, d = rank % replicas;
     try {
       auto group = group_comm(rendezvous.path(), stage, d, replicas);
+      auto pipe = group_comm(rendezvous.path(), 100 + d, stage, s.stages);  // replica d's stages
       const auto model = replica_model(d);
       auto dev = test::host_device(64 << 20);
       const std::string stage_dir = dir + "/stage" + std::to_string(stage);
       std::filesystem::create_directories(stage_dir);
-      engine::Engine e(engine_options(config_for(p, replicas, stage_dir), *dev, group.get()));
+      engine::Engine e(engine_options(config_for(p, replicas, stage_dir), *dev, group.get(), pipe.get()));
       const auto ids = stage_layers(s, model, stage);
       engine::StageStore store(e, model, ids, s.stages);
       e.setup();
@@ -266,8 +275,10 @@ std::string compare(const Params& got, const Params& want) {
 void check_schedules(const Placement& p, const std::string& dir, const std::vector<int>& replica_counts,
                      const std::vector<int>& stage_counts, const std::vector<std::string>& kinds = {}) {
   for (int replicas : replica_counts) {
-    const Params want = run_plain(p, replicas, dir);
+    const Plain plain = run_plain(p, replicas, dir);
+    const Params& want = plain.params;
     REQUIRE(want.size() == static_cast<std::size_t>(kLayers));
+    REQUIRE(*std::min_element(plain.clip_coefs.begin(), plain.clip_coefs.end()) < 1.0);  // some step clipped
     const auto model = replica_model(0);
     for (const auto& [id, values] : want) {  // every layer trained
       std::vector<float> init(values.size());

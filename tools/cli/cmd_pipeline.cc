@@ -4,6 +4,9 @@
 // (rank 0 prints the report). --layer-ms gives layers with fixed F/B/W times (steady, for
 // bubble measurements); without it the layers are real tanh-linear compute. --verify
 // checks the gradients bit for bit against a sequential loop over the micro-batches.
+// --config FILE puts every stage on a ZeRO engine with that DeepSpeed-style config
+// (pipeline_engine.h), --replicas D data-parallel copies of the pipeline beside it; then
+// --verify checks the parameters after the run against a plain data-parallel engine run.
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -14,7 +17,9 @@
 #include "pipeline/simulate.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/pipeline_engine.h"
 
 namespace strata::cli {
 namespace {
@@ -27,6 +32,8 @@ struct Options {
   std::string remat = "never";
   std::string trace, svg;
   bool json = false, verify = false;
+  std::string config;  // stages on ZeRO engines
+  int replicas = 1;
 };
 
 std::vector<double> parse_ratios(const std::string& text) {
@@ -43,6 +50,8 @@ std::vector<double> parse_ratios(const std::string& text) {
   STRATA_CHECK(v.size() == 3, Errc::invalid_argument, "--times '", text, "' needs F,B,W (relative layer times)");
   return v;
 }
+
+std::string bytes(double b) { return format_bytes(static_cast<std::uint64_t>(b)); }
 
 std::string percent(double x) {
   char buf[32];
@@ -112,6 +121,8 @@ bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint6
 }
 
 int run(const Options& o) {
+  STRATA_CHECK(o.replicas == 1 || !o.config.empty(), Errc::invalid_argument, "--replicas ", o.replicas,
+               " needs --config: data-parallel replicas run on ZeRO engines");
   const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
   const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
   pipeline::GenerateOptions g;
@@ -148,8 +159,36 @@ int run(const Options& o) {
 
   std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stores;
   std::vector<pipeline::StageReport> reports;
+  std::vector<StageSummary> on_engines;
   std::unique_ptr<comm::Communicator> comm;
-  if (as_ranks) {
+  std::string verdict = "not checked (--verify)";
+  bool equal = true;
+  if (!o.config.empty()) {
+    engine::ModelFacts facts;
+    facts.world_size = o.replicas;
+    facts.hidden_size = static_cast<std::uint64_t>(o.width);
+    EngineStagesOptions eso;
+    eso.config = engine::load_config(o.config, facts);
+    eso.replicas = o.replicas;
+    eso.steps = o.steps;
+    eso.verify = o.verify;
+    eso.seed = spec.seed;
+    eso.executor = eo;
+    const auto res = run_on_engines(
+        s,
+        [&](int d) {
+          auto sd = spec;
+          sd.seed = spec.seed + 1000 * static_cast<std::uint64_t>(d);  // replica d's own inputs and targets
+          return pipeline::synthetic_model(sd);
+        },
+        eso);
+    equal = res.equal;
+    if (o.verify)
+      verdict = equal ? "bitwise equal to the plain data-parallel run" : "DIFFERENT from the plain data-parallel run";
+    if (!res.reporter) return equal ? 0 : 1;
+    reports = res.reports;
+    on_engines = res.stages;
+  } else if (as_ranks) {
     comm::CommOptions co;
     co.rendezvous = rdzv;
     comm = comm::Communicator::create(co);
@@ -165,9 +204,7 @@ int run(const Options& o) {
     reports = pipeline::run_stages_as_threads(s, model, ptrs, eo, o.steps);
   }
 
-  std::string verdict = "not checked (--verify)";
-  bool equal = true;
-  if (o.verify) {
+  if (o.verify && o.config.empty()) {
     equal = gradients_match(model, o.micro, spec.seed, stores, comm.get());
     verdict = equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
   }
@@ -181,7 +218,9 @@ int run(const Options& o) {
     nominal =
         pipeline::simulate(s, pipeline::Costs::uniform(unit_s * ratio[0], unit_s * ratio[1], unit_s * ratio[2])).stats;
   }
-  const std::string mode = as_ranks ? str_cat(s.stages, " processes (Gloo)") : str_cat(s.stages, " threads");
+  std::string mode =
+      as_ranks ? str_cat(s.stages * o.replicas, " processes (Gloo)") : str_cat(s.stages * o.replicas, " threads");
+  if (!o.config.empty()) mode += str_cat(", ", o.replicas, " replica(s) on ZeRO engines (", o.config, ")");
   if (!o.trace.empty()) pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
   if (!o.svg.empty())
     pipeline::write_file(
@@ -207,7 +246,19 @@ int run(const Options& o) {
                          }()}};
     if (o.layer_ms > 0)
       j["simulated_nominal"] = {{"makespan_s", nominal.makespan}, {"bubble_rate", nominal.bubble_rate}};
-    if (o.verify) j["gradients_bitwise_equal"] = equal;
+    if (o.verify) j[o.config.empty() ? "gradients_bitwise_equal" : "parameters_bitwise_equal"] = equal;
+    if (!on_engines.empty()) {
+      nlohmann::json st = nlohmann::json::array();
+      for (const auto& e : on_engines)
+        st.push_back({{"device_peak_bytes", e.device_peak},
+                      {"host_peak_bytes", e.host_peak},
+                      {"nvme_bytes", e.nvme_used},
+                      {"nvme_read_bytes", e.nvme_read},
+                      {"nvme_write_bytes", e.nvme_write},
+                      {"grad_norm", e.grad_norm},
+                      {"clip_coef", e.clip_coef}});
+      j["engines"] = st;
+    }
     print_json(j.dump(2));
   } else {
     std::printf("pipeline %s: p=%d m=%d v=%d, %d layers, %s, remat %s\n", s.kind.c_str(), s.stages, s.micro_batches,
@@ -218,10 +269,19 @@ int run(const Options& o) {
                   percent(nominal.bubble_rate).c_str());
     std::printf("simulated measured makespan %.4f s  bubble %s (per-stage mean F/B/W from this run)\n",
                 from_measured.makespan, percent(from_measured.bubble_rate).c_str());
-    for (const auto& r : reports)
+    for (const auto& r : reports) {
       std::printf("stage %d: bubble %s, peak activations %g micro-batches, %d recomputed\n", r.stage,
                   percent(got.bubble_rate_per_stage[r.stage]).c_str(), r.peak_activations, r.recomputed);
-    std::printf("gradients: %s\n", verdict.c_str());
+      if (!on_engines.empty()) {
+        const auto& e = on_engines[r.stage];
+        std::printf(
+            "  engine: device peak %s, host peak %s, NVMe %s; last step NVMe read %s written %s, "
+            "grad norm %.4g, clip %.4g\n",
+            bytes(e.device_peak).c_str(), bytes(e.host_peak).c_str(), bytes(e.nvme_used).c_str(),
+            bytes(e.nvme_read).c_str(), bytes(e.nvme_write).c_str(), e.grad_norm, e.clip_coef);
+      }
+    }
+    std::printf("%s: %s\n", o.config.empty() ? "gradients" : "parameters", verdict.c_str());
   }
   return equal ? 0 : 1;
 }
@@ -243,7 +303,15 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--remat", o->remat, "Re-materialization: never|always|except_last");
   cmd.add_option("--steps", o->steps, "Steps to run (default 2); the last is reported, the first warms up")
       ->check(CLI::Range(1, 1000));
-  cmd.add_flag("--verify", o->verify, "Check gradients against a sequential loop, bit for bit");
+  cmd.add_flag("--verify", o->verify,
+               "Check gradients against a sequential loop (with --config: parameters against a plain "
+               "data-parallel engine run), bit for bit");
+  cmd.add_option("--config", o->config,
+                 "Run every stage on a ZeRO engine with this DeepSpeed-style config (fp32; "
+                 "gradient_accumulation_steps = --micro)");
+  cmd.add_option("--replicas", o->replicas,
+                 "Data-parallel replicas of the pipeline (with --config; under strata launch: p*replicas ranks)")
+      ->check(CLI::Range(1, 64));
   cmd.add_flag("--json", o->json, "Print JSON");
   cmd.add_option("--trace", o->trace, "Write the measured Chrome trace (Perfetto)");
   cmd.add_option("--svg", o->svg, "Write the measured timeline as SVG");

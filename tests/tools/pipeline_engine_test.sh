@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `strata pipeline --config`: stages on ZeRO-3 engines with optimizer state and parameters
+# on NVMe, as threads and as processes under `strata launch`, one and two data-parallel
+# replicas, with clipping on; --verify must find the parameters bitwise equal to the plain
+# data-parallel engine run, the report must show each stage's NVMe traffic, no swap file may
+# be left behind, and configs the pipeline cannot run are refused naming the key or flag.
+# Exits 77 (skipped) where io_uring is unavailable.
+set -euo pipefail
+source "$(dirname "$0")/common.sh" "$1" pipeline-engine
+config() {  # $1: gradient_accumulation_steps, $2: compute ("fp32" or "bf16")
+  local bf16=false
+  [ "$2" = bf16 ] && bf16=true
+  cat > "$dir/ds.json" <<JSON
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": $1, "gradient_clipping": 0.05,
+ "bf16": {"enabled": $bf16},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$dir/nvme", "max_in_cpu": 0}}}
+JSON
+}
+check() {  # $1: what ran, $2: its output
+  grep -q "parameters: bitwise equal to the plain data-parallel run" <<<"$2" || fail "$1: not bitwise equal: $2"
+  grep -Eq "engine: .*NVMe read [1-9]" <<<"$2" || fail "$1: no NVMe reads reported: $2"
+  [ -z "$(find "$dir/nvme" -type f 2>/dev/null)" ] || fail "$1: swap files left behind: $(find "$dir/nvme" -type f)"
+  echo "ok: $1"
+}
+
+config 8 fp32
+out=$("$strata" pipeline --kind zb-h1 -p 2 -m 8 --layers 4 --config "$dir/ds.json" --verify 2>&1) || fail "zb-h1: $out"
+check "zb-h1, 2 stages as threads" "$out"
+out=$("$strata" pipeline --kind interleaved -p 2 -v 2 -m 8 --layers 8 --replicas 2 --config "$dir/ds.json" \
+  --verify 2>&1) || fail "interleaved: $out"
+check "interleaved, 2 stages x 2 replicas as threads" "$out"
+out=$("$strata" launch -n 4 -- "$strata" pipeline --kind zb-h2 -p 2 -m 8 --layers 4 --replicas 2 \
+  --config "$dir/ds.json" --verify 2>&1) || fail "zb-h2 as processes: $out"
+check "zb-h2, 2 stages x 2 replicas as processes" "$out"
+
+if msg=$("$strata" pipeline -p 2 -m 4 --config "$dir/ds.json" 2>&1); then fail "4 micro-batches against 8 accepted"; fi
+grep -q "gradient_accumulation_steps is 8 but the schedule has 4 micro-batches" <<<"$msg" || fail "no key named: $msg"
+config 8 bf16
+if msg=$("$strata" pipeline -p 2 -m 8 --config "$dir/ds.json" 2>&1); then fail "bf16 stages accepted"; fi
+grep -q "bf16.enabled" <<<"$msg" || fail "bf16 refusal does not name the key: $msg"
+if msg=$("$strata" pipeline -p 2 -m 8 --replicas 2 2>&1); then fail "--replicas without --config accepted"; fi
+grep -q "needs --config" <<<"$msg" || fail "--replicas refusal does not name --config: $msg"
+echo "ok: refusals name the key"

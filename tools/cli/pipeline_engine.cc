@@ -1,0 +1,272 @@
+// Pipeline stages on ZeRO engines for `strata pipeline --config` (see pipeline_engine.h).
+#include "tools/cli/pipeline_engine.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/stage_store.h"
+#include "pipeline/runner.h"
+#include "pipeline/transport.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/device/device.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr int kSummaryDoubles = 7;
+
+// The config with its NVMe paths moved into a subdirectory (made here) of their own.
+engine::EngineConfig in_subdir(engine::EngineConfig c, const std::string& sub) {
+  for (std::string* path : {&c.offload_optimizer.nvme_path, &c.offload_param.nvme_path}) {
+    if (path->empty()) continue;
+    *path += "/" + sub;
+    std::filesystem::create_directories(*path);
+  }
+  return c;
+}
+
+// A communicator over `size` ranks of the job's rendezvous under its own run id; null for one.
+std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,
+                                             int size) {
+  if (size == 1) return nullptr;
+  comm::CommOptions o;
+  o.rendezvous = base;
+  o.rendezvous.rank = rank;
+  o.rendezvous.world_size = size;
+  o.rendezvous.run_id = base.run_id + "-" + name;
+  return comm::Communicator::create(o);
+}
+
+std::vector<int> stage_layers(const pipeline::Schedule& s, const pipeline::PipelineModel& model, int stage) {
+  std::vector<int> ids;
+  for (int c = 0; c < s.chunks; ++c) {
+    const auto part = model.layers_of(s.virtual_stage(stage, c), s.virtual_stages());
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
+  device::DeviceOptions d;
+  if (o.device_budget > 0) d.budget_bytes = o.device_budget;
+  return device::Device::create(d);
+}
+
+engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group,
+                                     comm::Communicator* pipe) {
+  engine::EngineOptions eo;
+  eo.config = c;
+  eo.device = &dev;
+  eo.comm = group;
+  eo.pipeline_comm = pipe;
+  return eo;
+}
+
+struct RankOut {
+  pipeline::StageReport report;
+  StageSummary summary;
+  std::vector<int> ids;
+  std::vector<float> params;  // the stage's fp32 masters, its layers in id order
+};
+
+// One stage of one replica: its engine, store and executor, `steps` steps.
+RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& model, const EngineStagesOptions& o,
+                 int stage, comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& transport) {
+  RankOut out;
+  auto dev = stage_device(o);
+  engine::Engine e(engine_options(in_subdir(o.config, "stage" + std::to_string(stage)), *dev, group, pipe));
+  out.ids = stage_layers(s, model, stage);
+  engine::StageStore store(e, model, out.ids, s.stages);
+  e.setup();
+  store.init(o.seed);
+  pipeline::ExecutorOptions xo = o.executor;
+  xo.shared_device = dev.get();
+  {
+    pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
+    for (int k = 0; k < o.steps; ++k) out.report = exec.run_step();
+  }
+  out.params = e.full_parameters();
+  e.synchronize();
+  const auto mem = e.memory();
+  const auto io = e.io_stats();
+  out.summary = {static_cast<double>(mem.device.peak_bytes),
+                 static_cast<double>(mem.host.peak_bytes),
+                 static_cast<double>(mem.nvme.used_bytes),
+                 static_cast<double>(io.nvme_read_bytes),
+                 static_cast<double>(io.nvme_write_bytes),
+                 store.last_step().grad_norm,
+                 store.last_step().clip_coef};
+  return out;
+}
+
+// The plain data-parallel run of replica d: one engine over every layer, the plain loop.
+std::vector<float> plain_params(const pipeline::PipelineModel& model, const EngineStagesOptions& o,
+                                comm::Communicator* group) {
+  auto dev = stage_device(o);
+  engine::Engine e(engine_options(in_subdir(o.config, "plain"), *dev, group, nullptr));
+  std::vector<int> all(model.layers.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  engine::StageStore store(e, model, all, 1);
+  e.setup();
+  store.init(o.seed);
+  for (int k = 0; k < o.steps; ++k) {
+    pipeline::run_sequential(model, o.config.gradient_accumulation_steps, store);
+    store.optimizer_step();
+  }
+  auto params = e.full_parameters();
+  e.synchronize();
+  return params;
+}
+
+// A stage's parameters against the plain run's (every layer, in id order), bit for bit.
+bool matches(const pipeline::PipelineModel& model, const RankOut& mine, const std::vector<float>& plain) {
+  std::vector<std::size_t> offset(model.layers.size() + 1, 0);
+  for (std::size_t i = 0; i < model.layers.size(); ++i) offset[i + 1] = offset[i] + model.layers[i]->param_count();
+  if (plain.size() != offset.back()) return false;
+  std::size_t at = 0;
+  for (int id : mine.ids) {
+    const std::size_t n = model.layers[id]->param_count();
+    if (at + n > mine.params.size() || std::memcmp(mine.params.data() + at, plain.data() + offset[id], n * 4) != 0)
+      return false;
+    at += n;
+  }
+  return at == mine.params.size();
+}
+
+void check_options(const pipeline::Schedule& s, const EngineStagesOptions& o) {
+  STRATA_CHECK(o.replicas >= 1, Errc::invalid_argument, "--replicas ", o.replicas, " must be at least 1");
+  STRATA_CHECK(o.config.gradient_accumulation_steps == s.micro_batches, Errc::invalid_argument,
+               "the config's gradient_accumulation_steps is ", o.config.gradient_accumulation_steps,
+               " but the schedule has ", s.micro_batches,
+               " micro-batches (--micro): a step's micro-batches are the schedule's; make them equal");
+}
+
+EngineStagesResult run_threads(const pipeline::Schedule& s, const std::function<pipeline::PipelineModel(int)>& model_of,
+                               const EngineStagesOptions& o) {
+  const int P = s.stages, D = o.replicas;
+  char dir_template[] = "/tmp/strata-pipeline-XXXXXX";
+  STRATA_CHECK(::mkdtemp(dir_template) != nullptr, Errc::io, "cannot make a rendezvous directory under /tmp");
+  const std::string dir = dir_template;
+  comm::RendezvousConfig base;
+  base.path = dir;
+  base.run_id = "threads";
+  std::vector<std::unique_ptr<pipeline::LocalMailboxes>> boxes;
+  for (int d = 0; d < D; ++d) boxes.push_back(std::make_unique<pipeline::LocalMailboxes>());
+  std::vector<RankOut> outs(static_cast<std::size_t>(P * D));
+  std::vector<std::vector<float>> plain(static_cast<std::size_t>(D));
+  std::exception_ptr first;
+  std::mutex mutex;
+  auto on_threads = [&](int n, const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          body(r);
+        } catch (const std::exception& e) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!first) first = std::current_exception();
+          }
+          for (auto& b : boxes) b->abort(str_cat("rank ", r, " failed: ", e.what()));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+  on_threads(P * D, [&](int r) {
+    const int stage = r / D, d = r % D;
+    auto group = sub_comm(base, "stage" + std::to_string(stage), d, D);
+    auto pipe = sub_comm(base, "pipe" + std::to_string(d), stage, P);
+    pipeline::LocalTransport transport(*boxes[d], stage);
+    outs[r] = run_rank(s, model_of(d), o, stage, group.get(), pipe.get(), transport);
+  });
+  if (!first && o.verify) {
+    on_threads(D, [&](int d) {
+      auto group = sub_comm(base, "plain", d, D);
+      plain[d] = plain_params(model_of(d), o, group.get());
+    });
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (first) std::rethrow_exception(first);
+  EngineStagesResult res;
+  const auto model = model_of(0);
+  for (int r = 0; r < P * D; ++r) {
+    if (o.verify) res.equal = res.equal && matches(model, outs[r], plain[r % D]);
+    if (r % D == 0) {
+      res.reports.push_back(outs[r].report);
+      res.stages.push_back(outs[r].summary);
+    }
+  }
+  return res;
+}
+
+EngineStagesResult run_ranks(const pipeline::Schedule& s, const std::function<pipeline::PipelineModel(int)>& model_of,
+                             const EngineStagesOptions& o, const comm::RendezvousConfig& rdzv) {
+  const int P = s.stages, D = o.replicas;
+  comm::CommOptions wo;
+  wo.rendezvous = rdzv;
+  auto world = comm::Communicator::create(wo);
+  STRATA_CHECK(world->world_size() == P * D, Errc::invalid_argument, "pipeline: ", P, " stages x ", D,
+               " replicas need ", P * D, " ranks, not ", world->world_size(), " (strata launch -n ", P * D, ")");
+  const int r = world->rank(), stage = r / D, d = r % D;
+  auto group = sub_comm(rdzv, "stage" + std::to_string(stage), d, D);
+  auto pipe = sub_comm(rdzv, "pipe" + std::to_string(d), stage, P);
+  auto p2p = sub_comm(rdzv, "p2p" + std::to_string(d), stage, P);
+  const auto model = model_of(d);
+  RankOut mine;
+  if (p2p) {
+    pipeline::CommTransport transport(*p2p);
+    mine = run_rank(s, model, o, stage, group.get(), pipe.get(), transport);
+  } else {  // one stage: no messages
+    pipeline::LocalMailboxes boxes;
+    pipeline::LocalTransport transport(boxes, 0);
+    mine = run_rank(s, model, o, stage, group.get(), pipe.get(), transport);
+  }
+  EngineStagesResult res;
+  res.reporter = r == 0;
+  if (d == 0) res.reports = p2p ? pipeline::gather_reports(*p2p, mine.report) : std::vector{mine.report};
+  std::vector<double> summary = {mine.summary.device_peak, mine.summary.host_peak,  mine.summary.nvme_used,
+                                 mine.summary.nvme_read,   mine.summary.nvme_write, mine.summary.grad_norm,
+                                 mine.summary.clip_coef};
+  std::vector<double> all(static_cast<std::size_t>(kSummaryDoubles * P * D));
+  world->all_gather(summary.data(), all.data(), 2 * kSummaryDoubles, DType::fp32);  // doubles as fp32 word pairs
+  for (int q = 0; q < P * D; q += D) {
+    const double* v = all.data() + static_cast<std::size_t>(q) * kSummaryDoubles;
+    res.stages.push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6]});
+  }
+  if (o.verify) {
+    std::size_t total = 0;
+    for (const auto& l : model.layers) total += l->param_count();
+    std::vector<float> plain(total);
+    if (stage == 0) plain = plain_params(model, o, group.get());  // ranks 0..D-1: the plain run's D ranks
+    world->broadcast(plain.data(), plain.size(), DType::fp32, 0);
+    float differs = matches(model, mine, plain) ? 0.0f : 1.0f;
+    world->all_reduce(&differs, 1, DType::fp32, comm::ReduceOp::max);
+    res.equal = differs == 0.0f;
+  }
+  if (!res.reporter) res.reports.clear();
+  return res;
+}
+
+}  // namespace
+
+EngineStagesResult run_on_engines(const pipeline::Schedule& schedule,
+                                  const std::function<pipeline::PipelineModel(int replica)>& model_of,
+                                  const EngineStagesOptions& options) {
+  check_options(schedule, options);
+  const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
+  if (!rdzv.path.empty() || rdzv.world_size > 1) return run_ranks(schedule, model_of, options, rdzv);
+  return run_threads(schedule, model_of, options);
+}
+
+}  // namespace strata::cli

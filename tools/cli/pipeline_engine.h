@@ -1,0 +1,55 @@
+// `strata pipeline --config FILE`: the schedule's stages on ZeRO engines
+// (engine/stage_store.h) instead of local parameter stores.
+//
+// Protocol. P stages x D replicas, as threads of this process or as the ranks of a launched
+// job (world = P * D; rank r is stage r / D of replica r % D). Each stage's engine runs
+// over that stage's data-parallel group of D ranks (Gloo), and the engines of one replica's
+// stages share a pipeline communicator (the gradient norm over the whole model). A
+// replica's stages exchange activations through mailboxes (threads) or a third
+// communicator over those stages (ranks). Replica d trains on its own inputs
+// (model_of(d)). With verify, the same engines' config trains a plain data-parallel run
+// over the whole model (D ranks, the plain loop) and every stage's parameters are compared
+// with it bit for bit. NVMe paths get a subdirectory per stage ("stage<s>") and one for
+// the plain run ("plain").
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "pipeline/executor.h"
+#include "pipeline/model.h"
+#include "pipeline/schedule.h"
+
+namespace strata::cli {
+
+struct EngineStagesOptions {
+  engine::EngineConfig config;  // gradient_accumulation_steps must be the schedule's micro-batches
+  int replicas = 1;
+  int steps = 2;
+  bool verify = false;
+  std::uint64_t seed = 1;           // initial parameters (Layer::init_params)
+  std::uint64_t device_budget = 0;  // each stage's device; 0: the host device's default
+  pipeline::ExecutorOptions executor;
+};
+
+// One stage of replica 0 after the last step, as rank 0 prints it.
+struct StageSummary {
+  double device_peak = 0, host_peak = 0, nvme_used = 0;  // bytes (the engine's ledger)
+  double nvme_read = 0, nvme_write = 0;                  // bytes in the last step
+  double grad_norm = 0, clip_coef = 1;                   // the last step's
+};
+
+struct EngineStagesResult {
+  bool reporter = true;                        // this process prints (threads, or rank 0)
+  std::vector<pipeline::StageReport> reports;  // replica 0's stages (reporter only)
+  std::vector<StageSummary> stages;            // the same
+  bool equal = true;                           // verify: every stage matched the plain run
+};
+
+EngineStagesResult run_on_engines(const pipeline::Schedule& schedule,
+                                  const std::function<pipeline::PipelineModel(int replica)>& model_of,
+                                  const EngineStagesOptions& options);
+
+}  // namespace strata::cli
