@@ -79,7 +79,9 @@ optim::GradNorm OptimizerStep::pipeline_norm() const {
   for (std::size_t i = 0; i + 4 <= all.size(); i += 4) {
     if (all[i] >= 0) entries.push_back({all[i], all[i + 1], all[i + 2], all[i + 3]});
   }
-  std::sort(entries.begin(), entries.end());
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {  // by (layer id, bucket)
+    return a[0] != b[0] ? a[0] < b[0] : a[1] < b[1];
+  });
   optim::GradNorm sum;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     STRATA_CHECK(i == 0 || entries[i][0] != entries[i - 1][0] || entries[i][1] != entries[i - 1][1],

@@ -20,15 +20,15 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
       compute_dtype_of(c) == DType::fp32, Errc::invalid_argument,
       "pipeline stages compute in fp32: set bf16.enabled and fp16.enabled to false in the config (it asks for ",
       dtype_name(compute_dtype_of(c)), ")");
-  const int linked = engine.pipeline_stages();
-  STRATA_CHECK(linked == 1 || linked == pipeline_stages, Errc::invalid_argument,
-               "pipeline stage: the engine's "
-               "pipeline communicator links ",
-               linked, " stages but the pipeline has ", pipeline_stages);
-  STRATA_CHECK(pipeline_stages <= 1 || linked == pipeline_stages || c.gradient_clipping == 0.0f, Errc::invalid_argument,
-               "gradient_clipping ", c.gradient_clipping, " with ", pipeline_stages,
-               " pipeline stages needs the gradient norm over every stage: give each stage's engine a pipeline "
-               "communicator over its replica's stages (EngineOptions::pipeline_comm), or set gradient_clipping to 0");
+  // Clipping and the overflow skip must see every stage's gradients, or the stages would
+  // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
+  STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",
+               pipeline_stages,
+               "-stage pipeline needs its engine linked to the engines of its "
+               "replica's other stages (EngineOptions::pipeline_comm over ",
+               pipeline_stages,
+               " ranks) so that gradient_clipping and the overflow skip see every stage's gradients; it is linked to ",
+               engine.pipeline_stages());
   for (int id : ids_) {
     STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < model.layers.size(), Errc::invalid_argument,
                  "pipeline stage: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");

@@ -14,9 +14,9 @@
 // stage's engine fed in micro-batch order the parameters are the bits of one engine over
 // the whole model running the plain loop (pipeline::run_sequential) with the same
 // data-parallel ranks, at every ZeRO stage and placement. The layers compute in fp32, so
-// the engine's compute dtype must be fp32. Gradient clipping with P > 1 needs the norm over
-// every stage: the engines of one replica's stages share it through
-// EngineOptions::pipeline_comm (without it, clipping is refused).
+// the engine's compute dtype must be fp32. With P > 1 the engines of one replica's stages
+// must be linked (EngineOptions::pipeline_comm): clipping and the overflow skip then see the
+// norm over every stage, so every stage steps, clips or skips alike.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +30,8 @@ namespace strata::engine {
 
 class StageStore final : public pipeline::ParameterStore {
  public:
-  // Throws Errc::invalid_argument naming the config key for a config the pipeline cannot
-  // run (a 16-bit compute dtype; gradient_clipping with pipeline_stages > 1 and no
-  // pipeline communicator of that many stages).
+  // Throws Errc::invalid_argument naming what the pipeline cannot run: a 16-bit compute
+  // dtype (the config key), or an engine not linked to pipeline_stages stages.
   StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers, int pipeline_stages);
 
   // After engine.setup(): every layer's initial parameters (collective, as init_weights).

@@ -8,8 +8,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +53,8 @@ pipeline::PipelineModel replica_model(int d) {
 struct Placement {
   int zero = 0;
   OffloadDevice opt = OffloadDevice::none, par = OffloadDevice::none;
+  bool overlap = false;  // offload_optimizer.overlap_step: the optimistic step, undone on overflow or clipping
+  bool clip = true;      // gradient_clipping kClip, else off
 };
 
 const char* name(OffloadDevice d) {
@@ -59,7 +63,7 @@ const char* name(OffloadDevice d) {
 
 engine::EngineConfig config_for(const Placement& p, int replicas, const std::string& nvme_dir) {
   auto c = test::mlp_config(p.zero, replicas, DType::fp32, 4, kMicro);
-  c.gradient_clipping = kClip;
+  c.gradient_clipping = p.clip ? kClip : 0.0f;
   c.zero.reduce_bucket_size = 300;                // one bucket a layer (272 parameters)
   c.zero.stage3_param_persistence_threshold = 0;  // stage 3 gathers every layer
   c.zero.sub_group_size = 100;
@@ -69,6 +73,7 @@ engine::EngineConfig config_for(const Placement& p, int replicas, const std::str
   c.offload_param.device = p.par;
   c.offload_optimizer.nvme_path = nvme_dir;
   c.offload_param.nvme_path = nvme_dir;
+  c.offload_optimizer.overlap_step = p.overlap;
   return c;
 }
 
@@ -134,16 +139,19 @@ engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Devi
 // through the engine's own calls (not StageStore, which it checks): per micro-batch a
 // forward gathering each layer, the loss gradient, a backward writing each layer's dW into
 // its gradient buffer and reducing it.
+using ModelOf = std::function<pipeline::PipelineModel(int replica)>;
+
 struct Plain {
   Params params;
   std::vector<double> clip_coefs;  // replica 0's, per step
+  std::vector<bool> skipped;       // the same
 };
-Plain run_plain(const Placement& p, int replicas, const std::string& dir) {
+Plain run_plain(const Placement& p, int replicas, const std::string& dir, const ModelOf& model_of = replica_model) {
   Plain out;
   test::TempDir rendezvous("strata-rdzv");
   run_threads(replicas, [&](int d) {
     auto group = group_comm(rendezvous.path(), 0, d, replicas);
-    const auto model = replica_model(d);
+    const auto model = model_of(d);
     auto dev = test::host_device(64 << 20);
     engine::Engine e(engine_options(config_for(p, replicas, dir + "/plain"), *dev, group.get()));
     std::vector<int> all(kLayers);
@@ -192,7 +200,10 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir) {
         }
       }
       const auto r = e.step();
-      if (d == 0) out.clip_coefs.push_back(r.clip_coef);
+      if (d == 0) {
+        out.clip_coefs.push_back(r.clip_coef);
+        out.skipped.push_back(r.skipped);
+      }
     }
     const auto params = e.full_parameters();
     e.synchronize();
@@ -203,8 +214,12 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir) {
 
 // The pipelined run: rank r is stage r / D, replica r % D; each replica's stages exchange
 // activations through that replica's mailboxes.
-Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const std::string& dir) {
+// steps (if given) gets replica 0's StepResults: [stage][step].
+Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const std::string& dir,
+                     const ModelOf& model_of = replica_model,
+                     std::vector<std::vector<engine::StepResult>>* steps = nullptr) {
   Params out;
+  if (steps != nullptr) steps->assign(static_cast<std::size_t>(s.stages), {});
   std::mutex mutex;
   std::vector<std::unique_ptr<pipeline::LocalMailboxes>> boxes;
   for (int d = 0; d < replicas; ++d)
@@ -215,7 +230,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
     try {
       auto group = group_comm(rendezvous.path(), stage, d, replicas);
       auto pipe = group_comm(rendezvous.path(), 100 + d, stage, s.stages);  // replica d's stages
-      const auto model = replica_model(d);
+      const auto model = model_of(d);
       auto dev = test::host_device(64 << 20);
       const std::string stage_dir = dir + "/stage" + std::to_string(stage);
       std::filesystem::create_directories(stage_dir);
@@ -229,7 +244,10 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       xo.shared_device = dev.get();
       {
         pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
-        for (int k = 0; k < kSteps; ++k) exec.run_step();
+        for (int k = 0; k < kSteps; ++k) {
+          exec.run_step();
+          if (steps != nullptr && d == 0) (*steps)[static_cast<std::size_t>(stage)].push_back(store.last_step());
+        }
       }
       const auto params = e.full_parameters();
       e.synchronize();
@@ -329,7 +347,80 @@ TEST_CASE("two replicas of a two-stage zero-bubble pipeline on ZeRO-3 in host RA
   check_schedules({3, OffloadDevice::cpu, OffloadDevice::cpu}, dir.path(), {2}, {2}, {"zb-h1", "interleaved"});
 }
 
-TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and clipping across stages, naming the key",
+namespace {
+
+// A tanh layer whose weight gradient is +inf in one element on its n-th backward_weight
+// call (counted per object, from 0): an overflow in one stage's gradients only.
+class PoisonedLayer final : public pipeline::Layer {
+ public:
+  PoisonedLayer(std::shared_ptr<const pipeline::Layer> inner, int poisoned_call)
+      : inner_(std::move(inner)), at_(poisoned_call) {}
+  std::string name() const override { return "poisoned " + inner_->name(); }
+  std::size_t in_features() const override { return inner_->in_features(); }
+  std::size_t out_features() const override { return inner_->out_features(); }
+  std::size_t param_count() const override { return inner_->param_count(); }
+  void init_params(float* p, std::uint64_t seed, int index) const override { inner_->init_params(p, seed, index); }
+  std::size_t saved_floats(std::size_t rows) const override { return inner_->saved_floats(rows); }
+  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
+    inner_->forward(p, x, y, saved, rows);
+  }
+  void backward_input(const float* p, const float* x, const float* saved, const float* dy, float* dx,
+                      std::size_t rows) const override {
+    inner_->backward_input(p, x, saved, dy, dx, rows);
+  }
+  void backward_weight(const float* p, const float* x, const float* saved, const float* dy, float* dw,
+                       std::size_t rows) const override {
+    inner_->backward_weight(p, x, saved, dy, dw, rows);
+    if (calls_++ == at_) dw[0] = std::numeric_limits<float>::infinity();
+  }
+
+ private:
+  std::shared_ptr<const pipeline::Layer> inner_;
+  int at_;
+  mutable std::atomic<int> calls_{0};
+};
+
+// Replica d's model with layer 0 (stage 0's) overflowing in step 2's micro-batch 3.
+pipeline::PipelineModel poisoned_model(int d) {
+  auto m = replica_model(d);
+  m.layers[0] = std::make_shared<PoisonedLayer>(m.layers[0], kMicro + 3);
+  return m;
+}
+
+}  // namespace
+
+// Post-validation: with offload_optimizer.overlap_step the last stage's NVMe optimizer
+// steps its layers during backward, betting on a step that neither overflows nor clips;
+// stage 0's overflow reaches it only through the shared norm, and the step is undone.
+TEST_CASE("an overflow in one stage undoes the other stages' optimistic step: bytes equal to the skip",
+          "[offload][uring]") {
+  test::TempDir dir("strata-pipe");
+  const int replicas = GENERATE(1, 2);
+  // No clipping: the lane's bet is lost only to the overflow.
+  const Placement sync{3, OffloadDevice::nvme, OffloadDevice::nvme, false, false};
+  Placement p = sync;
+  p.overlap = true;
+  const Plain plain = run_plain(sync, replicas, dir.path(), poisoned_model);
+  REQUIRE(plain.skipped == std::vector<bool>{false, true, false});  // the plain run skips step 2
+  const Plain clean = run_plain(sync, replicas, dir.path());
+  REQUIRE(compare(plain.params, clean.params) != "");  // the skip changes the bytes
+  for (const Schedule& s : {pipeline::zb_h1(2, kMicro), pipeline::zb_h2(2, kMicro)}) {
+    INFO(s.kind << ", D=" << replicas);
+    std::vector<std::vector<engine::StepResult>> steps;
+    CHECK(compare(run_pipelined(s, p, replicas, dir.path(), poisoned_model, &steps), plain.params) == "");
+    for (int st = 0; st < 2; ++st) {
+      INFO("stage " << st);
+      REQUIRE(steps[st].size() == static_cast<std::size_t>(kSteps));
+      CHECK(!steps[st][0].skipped);
+      CHECK(steps[st][1].skipped);
+      CHECK(!steps[st][2].skipped);
+    }
+    // Stage 1's own gradients were finite: its lane stepped during backward and was undone.
+    CHECK(steps[1][1].rolled_back);
+  }
+}
+
+TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and an engine not linked to the other stages",
           "[offload][negative]") {
   const auto model = replica_model(0);
   auto dev = test::host_device(64 << 20);
@@ -337,15 +428,14 @@ TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and clipping across s
     auto c = config_for({}, 1, "");
     c.bf16 = true;
     engine::Engine e(engine_options(c, *dev, nullptr));
-    const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });
+    const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 1); });
     CHECK_THAT(what, Catch::Contains("bf16.enabled") && Catch::Contains("fp32"));
   }
   {
-    auto c = config_for({}, 1, "");
-    c.gradient_clipping = 1.0f;
-    engine::Engine e(engine_options(c, *dev, nullptr));
+    engine::Engine e(engine_options(config_for({}, 1, ""), *dev, nullptr));
     const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });
-    CHECK_THAT(what, Catch::Contains("gradient_clipping") && Catch::Contains("2 pipeline stages"));
-    CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));  // one stage holds the whole norm
+    CHECK_THAT(what, Catch::Contains("2-stage pipeline") && Catch::Contains("EngineOptions::pipeline_comm") &&
+                         Catch::Contains("overflow skip"));
+    CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));  // one stage: nothing to link
   }
 }
