@@ -41,11 +41,13 @@ std::size_t Tracer::size() const {
   return events_.size();
 }
 
-std::string Tracer::to_json() const {
+void Tracer::append_events(std::ostringstream& os, bool& first) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::ostringstream os;
-  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
+  if (!process_name_.empty()) {
+    os << (first ? "" : ",\n") << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid_ << ",\"args\":{\"name\":\""
+       << escape(process_name_) << "\"}}";
+    first = false;
+  }
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     os << (first ? "" : ",\n") << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << pid_ << ",\"tid\":" << i + 1
        << ",\"args\":{\"name\":\"" << escape(lanes_[i]) << "\"}}";
@@ -62,9 +64,18 @@ std::string Tracer::to_json() const {
     os << "}";
     first = false;
   }
+}
+
+std::string Tracer::merged_json(const std::vector<const Tracer*>& tracers) {
+  std::ostringstream os;
+  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  for (const Tracer* t : tracers) t->append_events(os, first);
   os << "\n]}\n";
   return os.str();
 }
+
+std::string Tracer::to_json() const { return merged_json({this}); }
 
 void Tracer::write(const std::string& path) const {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ class Tracer {
   using Clock = std::chrono::steady_clock;
 
   explicit Tracer(bool enabled = false, int pid = 0) : enabled_(enabled), pid_(pid), origin_(Clock::now()) {}
+  // Several recorders that write one trace together (one per pipeline stage: pid = stage)
+  // share an origin, so their times line up.
+  Tracer(bool enabled, int pid, Clock::time_point origin, std::string process_name)
+      : enabled_(enabled), pid_(pid), origin_(origin), process_name_(std::move(process_name)) {}
   bool enabled() const noexcept { return enabled_; }
 
   // Records an event on `lane` from `start` to `end`.
@@ -43,6 +48,8 @@ class Tracer {
   // {"traceEvents": [...]} with lane names as thread names. Throws naming the path.
   void write(const std::string& path) const;
   std::string to_json() const;
+  // One document holding every recorder's lanes and events (each under its pid).
+  static std::string merged_json(const std::vector<const Tracer*>& tracers);
   std::size_t size() const;
 
  private:
@@ -53,10 +60,12 @@ class Tracer {
     std::string args;
   };
   int lane_id(const std::string& lane);
+  void append_events(std::ostringstream& os, bool& first) const;
 
   bool enabled_;
   int pid_;
   Clock::time_point origin_;
+  std::string process_name_;
   mutable std::mutex mutex_;
   std::vector<std::string> lanes_;
   std::vector<Event> events_;

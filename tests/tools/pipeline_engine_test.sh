@@ -29,6 +29,26 @@ check() {  # $1: what ran, $2: its output
 config 8 fp32
 out=$("$strata" pipeline --kind zb-h1 -p 2 -m 8 --layers 4 --config "$dir/ds.json" --verify 2>&1) || fail "zb-h1: $out"
 check "zb-h1, 2 stages as threads" "$out"
+# The trace: one process per stage with the executor's and the engine's rows, drawn per stage.
+out=$("$strata" pipeline --kind zb-h1 -p 2 -m 8 --layers 4 --config "$dir/ds.json" --trace "$dir/t.json" 2>&1) ||
+  fail "zb-h1 with --trace: $out"
+python3 - "$dir/t.json" <<'PY'
+import json, re, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+assert procs == {0: "stage 0", 1: "stage 1"}, procs
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+for pid in procs:
+    used = {lanes[(e["pid"], e["tid"])] for e in ev if e["ph"] == "X" and e["pid"] == pid}
+    need = {"compute", "send/recv", "gather", "nvme read", "nvme write", "optimizer", "reduce"}
+    assert need <= used, (pid, need - used)
+    computes = [e["name"] for e in ev if e["ph"] == "X" and e["pid"] == pid and lanes[(pid, e["tid"])] == "compute"
+                and re.fullmatch(r"(F|B|W|BW)[0-9]+", e["name"])]  # the executor's actions (the engine's waits too)
+    assert sorted(computes) == sorted([f"{k}{m}" for k in "FBW" for m in range(8)]), computes
+PY
+python3 "$(dirname "$0")/../../scripts/trace_svg.py" "$dir/t.json" "$dir/t.svg"
+grep -q "stage 1: nvme write" "$dir/t.svg" || fail "the SVG has no per-stage rows"
+echo "ok: trace with every stage's engine rows"
 out=$("$strata" pipeline --kind interleaved -p 2 -v 2 -m 8 --layers 8 --replicas 2 --config "$dir/ds.json" \
   --verify 2>&1) || fail "interleaved: $out"
 check "interleaved, 2 stages x 2 replicas as threads" "$out"

@@ -174,6 +174,7 @@ int run(const Options& o) {
     eso.verify = o.verify;
     eso.seed = spec.seed;
     eso.executor = eo;
+    if (!as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
     const auto res = run_on_engines(
         s,
         [&](int d) {
@@ -221,7 +222,8 @@ int run(const Options& o) {
   std::string mode =
       as_ranks ? str_cat(s.stages * o.replicas, " processes (Gloo)") : str_cat(s.stages * o.replicas, " threads");
   if (!o.config.empty()) mode += str_cat(", ", o.replicas, " replica(s) on ZeRO engines (", o.config, ")");
-  if (!o.trace.empty()) pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
+  if (!o.trace.empty() && (o.config.empty() || as_ranks))
+    pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
   if (!o.svg.empty())
     pipeline::write_file(
         o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
@@ -313,7 +315,9 @@ Action setup(CLI::App& cmd) {
                  "Data-parallel replicas of the pipeline (with --config; under strata launch: p*replicas ranks)")
       ->check(CLI::Range(1, 64));
   cmd.add_flag("--json", o->json, "Print JSON");
-  cmd.add_option("--trace", o->trace, "Write the measured Chrome trace (Perfetto)");
+  cmd.add_option("--trace", o->trace,
+                 "Write the measured Chrome trace (Perfetto); with --config as threads, with the engines' rows "
+                 "(scripts/trace_svg.py draws it)");
   cmd.add_option("--svg", o->svg, "Write the measured timeline as SVG");
   return [o] { return run(*o); };
 }

@@ -2,10 +2,13 @@
 #include "tools/cli/pipeline_engine.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -16,6 +19,7 @@
 #include "pipeline/transport.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 
 namespace strata::cli {
@@ -71,6 +75,20 @@ engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Devi
   return eo;
 }
 
+// The executor's actions of the last step on the stage's trace: compute (F, B, W, BW) and
+// send/recv rows; OPT is the engine's own "optimizer" row.
+void record_actions(Tracer& tracer, const pipeline::StageReport& report) {
+  const auto at = [](double s) {
+    return Tracer::Clock::time_point(
+        std::chrono::duration_cast<Tracer::Clock::duration>(std::chrono::duration<double>(s)));
+  };
+  for (const auto& t : report.timings) {
+    if (t.action.kind == pipeline::ActionKind::optimizer_step) continue;
+    const char* lane = pipeline::is_compute(t.action.kind) ? "compute" : "send/recv";
+    tracer.record(lane, pipeline::format_action(t.action), at(t.start), at(t.end));
+  }
+}
+
 struct RankOut {
   pipeline::StageReport report;
   StageSummary summary;
@@ -80,10 +98,13 @@ struct RankOut {
 
 // One stage of one replica: its engine, store and executor, `steps` steps.
 RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& model, const EngineStagesOptions& o,
-                 int stage, comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& transport) {
+                 int stage, comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& transport,
+                 Tracer* tracer = nullptr) {
   RankOut out;
   auto dev = stage_device(o);
-  engine::Engine e(engine_options(in_subdir(o.config, "stage" + std::to_string(stage)), *dev, group, pipe));
+  auto eo = engine_options(in_subdir(o.config, "stage" + std::to_string(stage)), *dev, group, pipe);
+  eo.tracer = tracer;
+  engine::Engine e(eo);
   out.ids = stage_layers(s, model, stage);
   engine::StageStore store(e, model, out.ids, s.stages);
   e.setup();
@@ -96,6 +117,7 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
   }
   out.params = e.full_parameters();
   e.synchronize();
+  if (tracer != nullptr) record_actions(*tracer, out.report);
   const auto mem = e.memory();
   const auto io = e.io_stats();
   out.summary = {static_cast<double>(mem.device.peak_bytes),
@@ -162,6 +184,10 @@ EngineStagesResult run_threads(const pipeline::Schedule& s, const std::function<
   std::vector<std::unique_ptr<pipeline::LocalMailboxes>> boxes;
   for (int d = 0; d < D; ++d) boxes.push_back(std::make_unique<pipeline::LocalMailboxes>());
   std::vector<RankOut> outs(static_cast<std::size_t>(P * D));
+  std::vector<std::unique_ptr<Tracer>> tracers;  // replica 0's stages
+  const auto origin = Tracer::Clock::now();
+  for (int st = 0; st < P && !o.trace.empty(); ++st)
+    tracers.push_back(std::make_unique<Tracer>(true, st, origin, "stage " + std::to_string(st)));
   std::vector<std::vector<float>> plain(static_cast<std::size_t>(D));
   std::exception_ptr first;
   std::mutex mutex;
@@ -187,7 +213,8 @@ EngineStagesResult run_threads(const pipeline::Schedule& s, const std::function<
     auto group = sub_comm(base, "stage" + std::to_string(stage), d, D);
     auto pipe = sub_comm(base, "pipe" + std::to_string(d), stage, P);
     pipeline::LocalTransport transport(*boxes[d], stage);
-    outs[r] = run_rank(s, model_of(d), o, stage, group.get(), pipe.get(), transport);
+    Tracer* tracer = d == 0 && !tracers.empty() ? tracers[stage].get() : nullptr;
+    outs[r] = run_rank(s, model_of(d), o, stage, group.get(), pipe.get(), transport, tracer);
   });
   if (!first && o.verify) {
     on_threads(D, [&](int d) {
@@ -198,6 +225,13 @@ EngineStagesResult run_threads(const pipeline::Schedule& s, const std::function<
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (first) std::rethrow_exception(first);
+  if (!tracers.empty()) {
+    std::vector<const Tracer*> all;
+    for (const auto& t : tracers) all.push_back(t.get());
+    std::ofstream f(o.trace, std::ios::binary | std::ios::trunc);
+    f << Tracer::merged_json(all);
+    STRATA_CHECK(f.good(), Errc::io, "trace file '", o.trace, "' cannot be written: ", errno_text(errno));
+  }
   EngineStagesResult res;
   const auto model = model_of(0);
   for (int r = 0; r < P * D; ++r) {

@@ -32,6 +32,10 @@ struct EngineStagesOptions {
   std::uint64_t seed = 1;           // initial parameters (Layer::init_params)
   std::uint64_t device_budget = 0;  // each stage's device; 0: the host device's default
   pipeline::ExecutorOptions executor;
+  // Threads only: a Chrome trace of replica 0, one process row group per stage with the
+  // engine's lanes (gather, reduce, copy, nvme read/write, optimizer) and the executor's
+  // (compute: F/B/W of the last step; send/recv).
+  std::string trace;
 };
 
 // One stage of replica 0 after the last step, as rank 0 prints it.
