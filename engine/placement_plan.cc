@@ -13,6 +13,7 @@
 #include "runtime/core/host_memory.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
+#include "runtime/device/arena.h"
 
 namespace strata::engine {
 namespace {
@@ -101,7 +102,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.device_gathers = c_.device_collectives;
   p.nvme_available = !c_.cfg.offload_optimizer.nvme_path.empty() || !c_.cfg.offload_param.nvme_path.empty();
   // Live window + persistent layers (+ the device reduction scratch with device collectives).
-  p.device_fixed_bytes = largest * c_.cbytes * 2 + persistent + device_scratch_bytes();
+  p.device_fixed_bytes = device::Arena::round_up(largest * c_.cbytes) * 2 + persistent + device_scratch_bytes();
   // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
   p.host_fixed_bytes = GradReducer::host_scratch_bytes(lay, c_.cbytes, true) + (stage == 3 ? largest * c_.cbytes : 0) +
                        largest_shard * c_.cbytes;
@@ -267,22 +268,30 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
                  "zero_optimization.stage3_max_live_parameters = ", c_.cfg.zero.stage3_max_live_parameters,
                  " is below the largest layer (", largest, " elements with padding): raise it to at least ", largest);
   }
-  const std::uint64_t window = largest * c_.cbytes * 2;  // one gathered layer and its gradient buffer
+  // The gathered layers the trainer holds at once (one, or a pipeline action's chunk) and a
+  // gradient buffer.
+  const auto at_once = static_cast<std::uint64_t>(std::max(1, c_.layers_at_once));
+  // Each buffer as the device rounds it (what the ledger charges).
+  const std::uint64_t window = device::Arena::round_up(largest * c_.cbytes) * (at_once + 1);
   const std::uint64_t minimum = persistent + window + device_scratch_bytes();
   const std::uint64_t budget = device_room();
   const std::uint64_t held = c_.device_budget - budget;
   STRATA_CHECK(
       minimum <= budget, Errc::out_of_budget, "device budget ", format_bytes(budget),
       held ? str_cat(" (", format_bytes(c_.device_budget), " less ", format_bytes(held),
-                     " the trainer holds on the device)")
+                     " the trainer holds or reserves on the device)")
            : std::string(),
       " is too small for ZeRO stage ", stage, " of this model on rank ", c_.rank, ": it needs at least ",
       format_bytes(minimum), " (", minimum, " B: ", format_bytes(persistent), " of persistent shards and state + ",
       format_bytes(window), " for the live window of the largest layer, ", largest, " elements",
+      at_once > 1 ? str_cat(", ", at_once, " of them gathered at once") : std::string(),
       device_scratch_bytes() ? str_cat(" + ", format_bytes(device_scratch_bytes()), " of device reduction scratch")
                              : std::string(),
-      "). Raise the device budget", stage < 3 ? ", use a higher ZeRO stage" : "",
-      opt_on_device ? " or offload the optimizer to the CPU" : "",
+      "). Raise the device budget",
+      held ? str_cat(" to at least ", format_bytes(minimum + held), " (", minimum + held,
+                     " B) with what the trainer holds")
+           : std::string(),
+      stage < 3 ? ", use a higher ZeRO stage" : "", opt_on_device ? " or offload the optimizer to the CPU" : "",
       params_on_device ? " or offload the parameters (offload_param)" : "");
   return minimum;
 }

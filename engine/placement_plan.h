@@ -41,7 +41,8 @@ class PlacementPlan {
     bool device_in_host_ram = false;  // the host-emulated device: its memory is host RAM too
     comm::Communicator* comm = nullptr;
     bool device_collectives = false;
-    std::uint64_t device_held_by_others = 0;  // device memory in use when setup() began
+    std::uint64_t device_held_by_others = 0;  // device memory in use when setup() began, and reserved
+    int layers_at_once = 1;                   // layers the trainer keeps gathered together
   };
   PlacementPlan(const Context& ctx, std::vector<bool> persistent);
   // Per layer: stays gathered on the device (stage 3, under stage3_param_persistence_threshold).

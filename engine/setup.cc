@@ -11,6 +11,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
+#include "runtime/device/arena.h"
 
 namespace strata::engine {
 
@@ -63,7 +64,9 @@ void Engine::Impl::make_gather_path() {
       },
       // Room for backward's gradient buffers (the current one, and the one a running
       // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
-      [this] { return layout->largest_layer_padded() * cbytes * (grads->overlapped() ? 2 : 1); },
+      [this] {
+        return device::Arena::round_up(layout->largest_layer_padded() * cbytes) * (grads->overlapped() ? 2 : 1);
+      },
       // A prefetch reads the layer's shards once the last step's tail has stepped it.
       [this](int li) {
         if (stepper != nullptr) stepper->before_layer(li);
@@ -109,6 +112,15 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
 }
 
+void Engine::reserve_for_trainer(std::uint64_t device_bytes, int layers_at_once) {
+  auto& I = *impl_;
+  STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "reserve_for_trainer() after setup(): call it before");
+  STRATA_CHECK(layers_at_once >= 1, Errc::invalid_argument, "reserve_for_trainer: layers_at_once ", layers_at_once,
+               " must be at least 1");
+  I.trainer_reserve = device_bytes;
+  I.trainer_layers_at_once = layers_at_once;
+}
+
 void Engine::setup() {
   auto& I = *impl_;
   STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "setup() called twice");
@@ -120,7 +132,7 @@ void Engine::setup() {
 
   I.ledger = std::make_unique<MemoryLedger>(I.dev, host_budget_of(I.cfg),
                                             I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory,
-                                            I.cfg.memory_budget.nvme);
+                                            I.cfg.memory_budget.nvme, I.trainer_reserve);
   I.dev_stream = I.dev.create_stream();
   // Where every layer's state lives, checked against the device budget (less what the
   // trainer already holds there) and host RAM before anything is allocated.
@@ -133,7 +145,8 @@ void Engine::setup() {
                                   I.dev.backend() == device::Backend::host,
                                   I.comm,
                                   I.device_collectives(),
-                                  I.dev.memory_stats().used_bytes};
+                                  I.dev.memory_stats().used_bytes + I.trainer_reserve,
+                                  I.trainer_layers_at_once};
   I.plan = std::make_unique<PlacementPlan>(pc, PlacementPlan::persistent_layers(I.cfg, lay));
   I.plan->place();
   I.plan->check_host_fit();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/core/error.h"
+#include "runtime/core/units.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
@@ -54,6 +55,27 @@ void StageStore::init(std::uint64_t seed) {
     }
     std::memcpy(out, v.data() + elem, n * sizeof(float));
   });
+}
+
+void StageStore::setup(std::uint64_t activation_bytes, int layers_at_once, int stage, std::uint64_t seed) {
+  device::Device& dev = engine_.device();
+  const std::uint64_t budget = dev.options().budget_bytes, used = dev.memory_stats().used_bytes;
+  STRATA_CHECK(used + activation_bytes <= budget, Errc::out_of_budget, "pipeline stage ", stage,
+               ": the schedule's activations need ", format_bytes(activation_bytes), " (", activation_bytes,
+               " B) of device memory at their peak, and the device budget is ", format_bytes(budget),
+               used > 0 ? str_cat(" with ", format_bytes(used), " already held") : std::string(),
+               ": raise the device budget above ", format_bytes(used + activation_bytes),
+               " plus the engine's minimum, re-materialize activations, or pick a schedule with fewer micro-batches "
+               "live at once (1f1b, zb-h1)");
+  engine_.reserve_for_trainer(activation_bytes, layers_at_once);
+  try {
+    engine_.setup();
+  } catch (const Error& e) {
+    if (e.code() != Errc::out_of_budget) throw;
+    throw Error(e.code(), str_cat("pipeline stage ", stage, " (", format_bytes(activation_bytes),
+                                  " reserved for the schedule's activations): ", e.what()));
+  }
+  init(seed);
 }
 
 void StageStore::begin_step() { engine_.begin_step(); }

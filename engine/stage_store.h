@@ -36,6 +36,12 @@ class StageStore final : public pipeline::ParameterStore {
 
   // After engine.setup(): every layer's initial parameters (collective, as init_weights).
   void init(std::uint64_t seed);
+  // engine.setup() with `activation_bytes` (pipeline::stage_memory's peak for this stage)
+  // and `layers_at_once` (the layers of one action's chunk) reserved for the executor
+  // (Engine::reserve_for_trainer), then init(seed). Throws Errc::out_of_budget naming the
+  // stage's activations, the budget and what to change when they alone do not fit; the
+  // engine's own refusal names its minimum beside the bytes reserved.
+  void setup(std::uint64_t activation_bytes, int layers_at_once, int stage, std::uint64_t seed);
 
   void begin_step() override;
   void before_action(const pipeline::Action& action, const std::vector<int>& layers) override;

@@ -16,9 +16,10 @@ const char* kind_name(Kind k) noexcept {
 }
 
 MemoryLedger::MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host,
-                           std::uint64_t nvme_budget_bytes)
+                           std::uint64_t nvme_budget_bytes, std::uint64_t device_reserved_bytes)
     : dev_(dev), pin_host_(pin_host), host_budget_("host", host_budget_bytes) {
-  usage_[0].budget_bytes = dev.options().budget_bytes;
+  const std::uint64_t device_budget = dev.options().budget_bytes;
+  usage_[0].budget_bytes = device_budget > device_reserved_bytes ? device_budget - device_reserved_bytes : 0;
   usage_[1].budget_bytes = pin_host ? dev.options().pinned_budget_bytes : host_budget_bytes;
   usage_[2].budget_bytes = nvme_budget_bytes ? nvme_budget_bytes : ~std::uint64_t{0} / 2;
 }

@@ -41,6 +41,8 @@ struct Engine::Impl {
   DType cdt = DType::fp32;
   std::size_t cbytes = 4;
   std::vector<ParamSpec> pending;
+  std::uint64_t trainer_reserve = 0;  // reserve_for_trainer()
+  int trainer_layers_at_once = 1;
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
   std::size_t layer_count() const { return layout->layers().size(); }

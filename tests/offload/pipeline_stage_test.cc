@@ -15,14 +15,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
 #include "pipeline/executor.h"
 #include "pipeline/generators.h"
+#include "pipeline/memory.h"
 #include "pipeline/transport.h"
 #include "runtime/core/error.h"
+#include "runtime/device/arena.h"
 #include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
 #include "tests/support/ranks.h"
@@ -217,7 +220,8 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
 // steps (if given) gets replica 0's StepResults: [stage][step].
 Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const std::string& dir,
                      const ModelOf& model_of = replica_model,
-                     std::vector<std::vector<engine::StepResult>>* steps = nullptr) {
+                     std::vector<std::vector<engine::StepResult>>* steps = nullptr,
+                     std::uint64_t device_budget = 64 << 20) {
   Params out;
   if (steps != nullptr) steps->assign(static_cast<std::size_t>(s.stages), {});
   std::mutex mutex;
@@ -231,14 +235,16 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       auto group = group_comm(rendezvous.path(), stage, d, replicas);
       auto pipe = group_comm(rendezvous.path(), 100 + d, stage, s.stages);  // replica d's stages
       const auto model = model_of(d);
-      auto dev = test::host_device(64 << 20);
+      auto dev = test::host_device(device_budget);
       const std::string stage_dir = dir + "/stage" + std::to_string(stage);
       std::filesystem::create_directories(stage_dir);
       engine::Engine e(engine_options(config_for(p, replicas, stage_dir), *dev, group.get(), pipe.get()));
       const auto ids = stage_layers(s, model, stage);
       engine::StageStore store(e, model, ids, s.stages);
-      e.setup();
-      store.init(kInitSeed);
+      // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
+      const auto activations =
+          pipeline::stage_memory(s, stage, model, pipeline::Remat::never, device::Arena::kAlignment);
+      store.setup(activations.peak_bytes, kLayers / s.virtual_stages(), stage, kInitSeed);
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
       xo.shared_device = dev.get();
@@ -418,6 +424,49 @@ TEST_CASE("an overflow in one stage undoes the other stages' optimistic step: by
     // Stage 1's own gradients were finite: its lane stepped during backward and was undone.
     CHECK(steps[1][1].rolled_back);
   }
+}
+
+// A device budget below what a stage needs (the schedule's replayed activation peak, and the
+// engine's minimum with a whole chunk gathered at once) is refused at setup, naming that
+// minimum; a budget one layer's buffer above it (room for the device allocator's
+// fragmentation: first fit in an arena, as on a GPU) trains to the plain run's bits.
+TEST_CASE("a stage's device budget is refused below the named minimum and trains just above it", "[offload]") {
+  test::TempDir dir("strata-pipe");
+  const Placement p{3, OffloadDevice::cpu, OffloadDevice::cpu};
+  const Schedule s = GENERATE(pipeline::zb_h1(2, kMicro), pipeline::interleaved_1f1b(2, kMicro, 2));
+  INFO(s.kind);
+  const std::regex named(R"(at least [^(]*\((\d+) B\) with what the trainer holds)");
+  // Below the activations alone: refused before the engine is asked.
+  const auto tiny = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, 4096); });
+  CHECK_THAT(tiny, Catch::Contains("the schedule's activations need") && Catch::Contains("re-materialize"));
+  // From the largest stage's activations, raise the budget to each refusal's minimum until
+  // every stage fits.
+  std::uint64_t budget = 0, minimum = 0;
+  const auto model = replica_model(0);
+  for (int st = 0; st < s.stages; ++st)
+    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).peak_bytes + 256);
+  for (int tries = 0; tries < 4 && minimum == 0; ++tries) {
+    const auto what = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget); });
+    std::smatch m;
+    // Every stage's setup passed: this is the minimum (at exactly it the run may still meet
+    // the allocator's fragmentation, which the slack below is for).
+    if (what.find("reserved for the schedule's activations") == std::string::npos) {
+      minimum = budget;
+      break;
+    }
+    INFO(what);
+    REQUIRE(std::regex_search(what, m, named));
+    const std::uint64_t next = std::stoull(m[1]);
+    REQUIRE(next > budget);
+    budget = next;
+  }
+  REQUIRE(minimum > 0);
+  const auto below = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget - 256); });
+  CHECK_THAT(below, Catch::Contains("too small") && Catch::Contains(std::to_string(budget) + " B"));
+  const Plain plain = run_plain(p, 1, dir.path());
+  // One more layer's buffer: room for the allocator's fragmentation.
+  const std::uint64_t slack = device::Arena::round_up(model.layers[0]->param_count() * sizeof(float));
+  CHECK(compare(run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget + slack), plain.params) == "");
 }
 
 TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and an engine not linked to the other stages",

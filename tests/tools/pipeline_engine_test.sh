@@ -3,7 +3,8 @@
 # on NVMe, as threads and as processes under `strata launch`, one and two data-parallel
 # replicas, with clipping on; --verify must find the parameters bitwise equal to the plain
 # data-parallel engine run, the report must show each stage's NVMe traffic, no swap file may
-# be left behind, and configs the pipeline cannot run are refused naming the key or flag.
+# be left behind, and configs the pipeline cannot run are refused naming the key or flag,
+# device budgets too small naming the activations or the stage's minimum.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" pipeline-engine
@@ -63,4 +64,14 @@ if msg=$("$strata" pipeline -p 2 -m 8 --config "$dir/ds.json" 2>&1); then fail "
 grep -q "bf16.enabled" <<<"$msg" || fail "bf16 refusal does not name the key: $msg"
 if msg=$("$strata" pipeline -p 2 -m 8 --replicas 2 2>&1); then fail "--replicas without --config accepted"; fi
 grep -q "needs --config" <<<"$msg" || fail "--replicas refusal does not name --config: $msg"
+config 8 fp32
+if msg=$("$strata" pipeline -p 2 -m 8 --layers 4 --config "$dir/ds.json" --device-budget 4KiB 2>&1); then
+  fail "a 4 KiB device accepted"
+fi
+grep -q "the schedule's activations need .* raise the device budget" <<<"$msg" || fail "no activations named: $msg"
+if msg=$("$strata" pipeline -p 2 -m 8 --layers 4 --width 64 --config "$dir/ds.json" --device-budget 96KiB 2>&1); then
+  fail "a 96 KiB device accepted"
+fi
+grep -q "reserved for the schedule's activations.*Raise the device budget to at least" <<<"$msg" ||
+  fail "the engine's refusal does not name the stage's minimum: $msg"
 echo "ok: refusals name the key"

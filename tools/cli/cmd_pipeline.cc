@@ -34,6 +34,7 @@ struct Options {
   bool json = false, verify = false;
   std::string config;  // stages on ZeRO engines
   int replicas = 1;
+  std::string device_budget;  // each stage's device, with --config
 };
 
 std::vector<double> parse_ratios(const std::string& text) {
@@ -121,6 +122,8 @@ bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint6
 }
 
 int run(const Options& o) {
+  STRATA_CHECK(o.device_budget.empty() || !o.config.empty(), Errc::invalid_argument,
+               "--device-budget needs --config: it sizes the devices of stages on ZeRO engines");
   STRATA_CHECK(o.replicas == 1 || !o.config.empty(), Errc::invalid_argument, "--replicas ", o.replicas,
                " needs --config: data-parallel replicas run on ZeRO engines");
   const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
@@ -174,6 +177,7 @@ int run(const Options& o) {
     eso.verify = o.verify;
     eso.seed = spec.seed;
     eso.executor = eo;
+    if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
     if (!as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
     const auto res = run_on_engines(
         s,
@@ -252,7 +256,8 @@ int run(const Options& o) {
     if (!on_engines.empty()) {
       nlohmann::json st = nlohmann::json::array();
       for (const auto& e : on_engines)
-        st.push_back({{"device_peak_bytes", e.device_peak},
+        st.push_back({{"activation_peak_bytes", e.activations},
+                      {"device_peak_bytes", e.device_peak},
                       {"host_peak_bytes", e.host_peak},
                       {"nvme_bytes", e.nvme_used},
                       {"nvme_read_bytes", e.nvme_read},
@@ -277,10 +282,11 @@ int run(const Options& o) {
       if (!on_engines.empty()) {
         const auto& e = on_engines[r.stage];
         std::printf(
-            "  engine: device peak %s, host peak %s, NVMe %s; last step NVMe read %s written %s, "
-            "grad norm %.4g, clip %.4g\n",
-            bytes(e.device_peak).c_str(), bytes(e.host_peak).c_str(), bytes(e.nvme_used).c_str(),
-            bytes(e.nvme_read).c_str(), bytes(e.nvme_write).c_str(), e.grad_norm, e.clip_coef);
+            "  activations %s (replayed peak); engine: device peak %s, host peak %s, NVMe %s; last step NVMe read %s "
+            "written %s, grad norm %.4g, clip %.4g\n",
+            bytes(e.activations).c_str(), bytes(e.device_peak).c_str(), bytes(e.host_peak).c_str(),
+            bytes(e.nvme_used).c_str(), bytes(e.nvme_read).c_str(), bytes(e.nvme_write).c_str(), e.grad_norm,
+            e.clip_coef);
       }
     }
     std::printf("%s: %s\n", o.config.empty() ? "gradients" : "parameters", verdict.c_str());
@@ -311,6 +317,9 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--config", o->config,
                  "Run every stage on a ZeRO engine with this DeepSpeed-style config (fp32; "
                  "gradient_accumulation_steps = --micro)");
+  cmd.add_option("--device-budget", o->device_budget,
+                 "Each stage's device memory with --config (\"64MiB\"; default the host device's 1 GiB); it holds the "
+                 "schedule's activations and the engine's share");
   cmd.add_option("--replicas", o->replicas,
                  "Data-parallel replicas of the pipeline (with --config; under strata launch: p*replicas ranks)")
       ->check(CLI::Range(1, 64));

@@ -15,17 +15,19 @@
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
+#include "pipeline/memory.h"
 #include "pipeline/runner.h"
 #include "pipeline/transport.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/trace.h"
+#include "runtime/device/arena.h"
 #include "runtime/device/device.h"
 
 namespace strata::cli {
 namespace {
 
-constexpr int kSummaryDoubles = 7;
+constexpr int kSummaryDoubles = 8;
 
 // The config with its NVMe paths moved into a subdirectory (made here) of their own.
 engine::EngineConfig in_subdir(engine::EngineConfig c, const std::string& sub) {
@@ -107,8 +109,9 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
   engine::Engine e(eo);
   out.ids = stage_layers(s, model, stage);
   engine::StageStore store(e, model, out.ids, s.stages);
-  e.setup();
-  store.init(o.seed);
+  const auto activations =
+      pipeline::stage_memory(s, stage, model, o.executor.remat, device::Arena::kAlignment).peak_bytes;
+  store.setup(activations, static_cast<int>(model.layers.size()) / s.virtual_stages(), stage, o.seed);
   pipeline::ExecutorOptions xo = o.executor;
   xo.shared_device = dev.get();
   {
@@ -120,7 +123,8 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
   if (tracer != nullptr) record_actions(*tracer, out.report);
   const auto mem = e.memory();
   const auto io = e.io_stats();
-  out.summary = {static_cast<double>(mem.device.peak_bytes),
+  out.summary = {static_cast<double>(activations),
+                 static_cast<double>(mem.device.peak_bytes),
                  static_cast<double>(mem.host.peak_bytes),
                  static_cast<double>(mem.nvme.used_bytes),
                  static_cast<double>(io.nvme_read_bytes),
@@ -276,7 +280,7 @@ EngineStagesResult run_ranks(const pipeline::Schedule& s, const std::function<pi
   world->all_gather(summary.data(), all.data(), 2 * kSummaryDoubles, DType::fp32);  // doubles as fp32 word pairs
   for (int q = 0; q < P * D; q += D) {
     const double* v = all.data() + static_cast<std::size_t>(q) * kSummaryDoubles;
-    res.stages.push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6]});
+    res.stages.push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]});
   }
   if (o.verify) {
     std::size_t total = 0;

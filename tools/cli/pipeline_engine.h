@@ -40,6 +40,7 @@ struct EngineStagesOptions {
 
 // One stage of replica 0 after the last step, as rank 0 prints it.
 struct StageSummary {
+  double activations = 0;                                // bytes: the schedule's activation peak (replayed)
   double device_peak = 0, host_peak = 0, nvme_used = 0;  // bytes (the engine's ledger)
   double nvme_read = 0, nvme_write = 0;                  // bytes in the last step
   double grad_norm = 0, clip_coef = 1;                   // the last step's

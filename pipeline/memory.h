@@ -1,0 +1,28 @@
+// What a stage's activations cost on its device, from the schedule alone: the executor's
+// buffers (executor.cc) replayed along the stage's action list, with the allocations and
+// frees it makes for each action (inputs and outputs of every layer, saved tensors, the
+// gradients kept from B for W, received tensors, weight gradients waiting for their turn,
+// re-materialization's recomputed chunks), each rounded as the device rounds it. Frees
+// come at the end of an action (the executor frees after its synchronize), so the peak is
+// the one the device sees for these buffers: tests hold it equal to the measured peak of a
+// stage on a device of its own. Beside an engine on a shared device the two add up.
+#pragma once
+
+#include <cstdint>
+
+#include "pipeline/executor.h"
+#include "pipeline/model.h"
+#include "pipeline/schedule.h"
+
+namespace strata::pipeline {
+
+struct StageMemory {
+  std::uint64_t peak_bytes = 0;  // device bytes of the executor's buffers at their peak
+  int peak_live = 0;             // (micro-batch, chunk) pairs live at once, F to W
+};
+
+// alignment: the device's allocation granule (device::Arena::kAlignment on the host device).
+StageMemory stage_memory(const Schedule& schedule, int stage, const PipelineModel& model, Remat remat,
+                         std::uint64_t alignment);
+
+}  // namespace strata::pipeline
