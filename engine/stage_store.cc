@@ -25,8 +25,8 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
   // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
   STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",
                pipeline_stages,
-               "-stage pipeline needs its engine linked to the engines of its "
-               "replica's other stages (EngineOptions::pipeline_comm over ",
+               "-stage pipeline needs its engine linked to the engines of its replica's other stages "
+               "(EngineOptions::pipeline_comm over ",
                pipeline_stages,
                " ranks) so that gradient_clipping and the overflow skip see every stage's gradients; it is linked to ",
                engine.pipeline_stages());

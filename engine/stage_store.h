@@ -1,22 +1,24 @@
-// The ZeRO engine as a pipeline stage's ParameterStore (docs/design.md, "Pipeline stages
-// on the engine"): the executor's layers read parameters the engine gathered and hand it
-// each micro-batch's weight gradient, and the schedule's OPT is the engine's step().
+// The ZeRO engine as a pipeline stage's ParameterStore (docs/design.md, "The engine's
+// parts", Pipeline stages): the executor's layers read parameters the engine gathered and
+// hand it each micro-batch's weight gradient, and the schedule's OPT is the engine's step().
 //
 // Protocol. One StageStore per stage, over an Engine that holds only that stage's layers
 // and whose communicator is the stage's data-parallel group (null: one replica). The
 // constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [param_count],
-// engine layer id = the layer's global id), so call it before engine.setup(); init(seed)
-// after setup() gives the tensors Layer::init_params(seed, id). Then the executor drives
-// it: begin_step() is the engine's; before_action gathers the action's layers and
-// after_action releases them; add_gradient copies one micro-batch's dW into the layer's
-// gradient buffer and reduces it (the engine's per-micro-batch reduction, so D replicas of a
-// stage sum alike whatever the schedule); optimizer_step() is engine.step(). With every
-// stage's engine fed in micro-batch order the parameters are the bits of one engine over
-// the whole model running the plain loop (pipeline::run_sequential) with the same
-// data-parallel ranks, at every ZeRO stage and placement. The layers compute in fp32, so
-// the engine's compute dtype must be fp32. With P > 1 the engines of one replica's stages
-// must be linked (EngineOptions::pipeline_comm): clipping and the overflow skip then see the
-// norm over every stage, so every stage steps, clips or skips alike.
+// engine layer id = the layer's global id), so make it before the engine's setup; then
+// setup(activations, ...) reserves the executor's device memory, sets the engine up and
+// gives the tensors Layer::init_params(seed, id) (or engine.setup() and init(seed), with
+// nothing reserved). Then the executor drives it: begin_step() is the engine's;
+// before_action gathers the action's layers and after_action releases them; add_gradient
+// copies one micro-batch's dW into the layer's gradient buffer and reduces it (the engine's
+// per-micro-batch reduction, so D replicas of a stage sum alike whatever the schedule);
+// optimizer_step() is engine.step(). With every stage's engine fed in micro-batch order the
+// parameters are the bits of one engine over the whole model running the plain loop
+// (pipeline::run_sequential) with the same data-parallel ranks, at every ZeRO stage and
+// placement. The layers compute in fp32, so the engine's compute dtype must be fp32. With
+// P > 1 the engines of one replica's stages must be linked (EngineOptions::pipeline_comm):
+// clipping and the overflow skip then see the norm over every stage, so every stage steps,
+// clips or skips alike.
 #pragma once
 
 #include <cstdint>

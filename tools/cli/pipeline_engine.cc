@@ -29,15 +29,26 @@ namespace {
 
 constexpr int kSummaryDoubles = 8;
 
-// The config with its NVMe paths moved into a subdirectory (made here) of their own.
-engine::EngineConfig in_subdir(engine::EngineConfig c, const std::string& sub) {
-  for (std::string* path : {&c.offload_optimizer.nvme_path, &c.offload_param.nvme_path}) {
-    if (path->empty()) continue;
-    *path += "/" + sub;
-    std::filesystem::create_directories(*path);
+// The config with its NVMe paths moved into a subdirectory of their own, made here and
+// removed when this goes if the engines have left it empty: declare it before the engine.
+struct SubdirConfig {
+  engine::EngineConfig config;
+  std::vector<std::string> made;
+  SubdirConfig(engine::EngineConfig c, const std::string& sub) : config(std::move(c)) {
+    for (std::string* path : {&config.offload_optimizer.nvme_path, &config.offload_param.nvme_path}) {
+      if (path->empty()) continue;
+      *path += "/" + sub;
+      std::filesystem::create_directories(*path);
+      made.push_back(*path);  // every replica of the stage tries: the last to leave removes it
+    }
   }
-  return c;
-}
+  ~SubdirConfig() {
+    std::error_code ec;
+    for (const auto& d : made) std::filesystem::remove(d, ec);  // only if empty
+  }
+  SubdirConfig(const SubdirConfig&) = delete;
+  SubdirConfig& operator=(const SubdirConfig&) = delete;
+};
 
 // A communicator over `size` ranks of the job's rendezvous under its own run id; null for one.
 std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,
@@ -104,7 +115,8 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
                  Tracer* tracer = nullptr) {
   RankOut out;
   auto dev = stage_device(o);
-  auto eo = engine_options(in_subdir(o.config, "stage" + std::to_string(stage)), *dev, group, pipe);
+  const SubdirConfig cfg(o.config, "stage" + std::to_string(stage));
+  auto eo = engine_options(cfg.config, *dev, group, pipe);
   eo.tracer = tracer;
   engine::Engine e(eo);
   out.ids = stage_layers(s, model, stage);
@@ -138,7 +150,8 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
 std::vector<float> plain_params(const pipeline::PipelineModel& model, const EngineStagesOptions& o,
                                 comm::Communicator* group) {
   auto dev = stage_device(o);
-  engine::Engine e(engine_options(in_subdir(o.config, "plain"), *dev, group, nullptr));
+  const SubdirConfig cfg(o.config, "plain");
+  engine::Engine e(engine_options(cfg.config, *dev, group, nullptr));
   std::vector<int> all(model.layers.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   engine::StageStore store(e, model, all, 1);
