@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `strata pipeline --config`: stages on ZeRO-3 engines with optimizer state and parameters
 # on NVMe, as threads and as processes under `strata launch`, one and two data-parallel
-# replicas, with clipping on; --verify must find the parameters bitwise equal to the plain
+# replicas, with clipping on, and zb-auto from the times measured in ZB-H1 steps; --verify must find the parameters bitwise equal to the plain
 # data-parallel engine run, the report must show each stage's NVMe traffic, no swap file may
 # be left behind, and configs the pipeline cannot run are refused naming the key or flag,
 # device budgets too small naming the activations or the stage's minimum.
@@ -56,6 +56,15 @@ check "interleaved, 2 stages x 2 replicas as threads" "$out"
 out=$("$strata" launch -n 4 -- "$strata" pipeline --kind zb-h2 -p 2 -m 8 --layers 4 --replicas 2 \
   --config "$dir/ds.json" --verify 2>&1) || fail "zb-h2 as processes: $out"
 check "zb-h2, 2 stages x 2 replicas as processes" "$out"
+
+# zb-auto scheduled from the per-stage F/B/W times of two ZB-H1 steps on the same engines' config.
+out=$("$strata" pipeline --kind zb-auto -p 2 -m 8 --layers 4 --config "$dir/ds.json" --measure-steps 2 --verify 2>&1) ||
+  fail "zb-auto from measured times: $out"
+grep -Eq "zb-auto from 2 ZB-H1 step\(s\)' measured times: stage 0 F [0-9.]+ B [0-9.]+ W [0-9.]+ ms; stage 1 F" \
+  <<<"$out" || fail "no measured times printed: $out"
+check "zb-auto from measured times" "$out"
+if msg=$("$strata" pipeline --kind 1f1b -p 2 -m 8 --measure-steps 1 2>&1); then fail "--measure-steps with 1f1b accepted"; fi
+grep -q "needs --kind zb-auto" <<<"$msg" || fail "--measure-steps refusal does not name --kind: $msg"
 
 if msg=$("$strata" pipeline -p 2 -m 4 --config "$dir/ds.json" 2>&1); then fail "4 micro-batches against 8 accepted"; fi
 grep -q "gradient_accumulation_steps is 8 but the schedule has 4 micro-batches" <<<"$msg" || fail "no key named: $msg"

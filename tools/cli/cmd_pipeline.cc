@@ -4,6 +4,7 @@
 // (rank 0 prints the report). --layer-ms gives layers with fixed F/B/W times (steady, for
 // bubble measurements); without it the layers are real tanh-linear compute. --verify
 // checks the gradients bit for bit against a sequential loop over the micro-batches.
+// --measure-steps K feeds zb-auto the per-stage F/B/W times of K ZB-H1 steps.
 // --config FILE puts every stage on a ZeRO engine with that DeepSpeed-style config
 // (pipeline_engine.h), --replicas D data-parallel copies of the pipeline beside it; then
 // --verify checks the parameters after the run against a plain data-parallel engine run.
@@ -35,6 +36,7 @@ struct Options {
   std::string config;  // stages on ZeRO engines
   int replicas = 1;
   std::string device_budget;  // each stage's device, with --config
+  int measure_steps = 0;      // zb-auto: steps of ZB-H1 whose per-stage F/B/W times feed it
 };
 
 std::vector<double> parse_ratios(const std::string& text) {
@@ -137,7 +139,6 @@ int run(const Options& o) {
   const int layers = o.layers > 0 ? o.layers : o.stages * o.chunks;
   const double unit_s = o.layer_ms / 1e3 * layers / o.stages;  // a whole stage's F at ratio 1
   g.costs = pipeline::Costs::uniform(ratio[0], ratio[1], ratio[2]);
-  const pipeline::Schedule s = pipeline::generate(g);
 
   pipeline::SyntheticModelSpec spec;
   spec.layers = layers;
@@ -151,6 +152,58 @@ int run(const Options& o) {
   const pipeline::PipelineModel model = pipeline::synthetic_model(spec);
   pipeline::ExecutorOptions eo;
   eo.remat = pipeline::parse_remat(o.remat);
+  auto model_of = [&](int d) {
+    auto sd = spec;
+    sd.seed = spec.seed + 1000 * static_cast<std::uint64_t>(d);  // replica d's own inputs and targets
+    return pipeline::synthetic_model(sd);
+  };
+  auto engine_options = [&] {
+    engine::ModelFacts facts;
+    facts.world_size = o.replicas;
+    facts.hidden_size = static_cast<std::uint64_t>(o.width);
+    EngineStagesOptions eso;
+    eso.config = engine::load_config(o.config, facts);
+    eso.replicas = o.replicas;
+    eso.steps = o.steps;
+    eso.verify = o.verify;
+    eso.seed = spec.seed;
+    eso.executor = eo;
+    if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
+    return eso;
+  };
+  std::string auto_costs;  // zb-auto's costs, as measured in ZB-H1 steps
+  if (o.measure_steps > 0) {
+    STRATA_CHECK(g.kind == pipeline::ScheduleKind::zb_auto, Errc::invalid_argument,
+                 "--measure-steps feeds zb-auto the times measured in ZB-H1 steps; it needs --kind zb-auto");
+    STRATA_CHECK(!as_ranks, Errc::invalid_argument,
+                 "--measure-steps runs its ZB-H1 steps with stages as threads; under strata launch give the "
+                 "times with --times");
+    const pipeline::Schedule h1 = pipeline::zb_h1(o.stages, o.micro);
+    std::vector<pipeline::StageReport> first;
+    if (!o.config.empty()) {
+      auto eso = engine_options();
+      eso.steps = o.measure_steps;
+      eso.verify = false;
+      first = run_on_engines(h1, model_of, eso).reports;
+    } else {
+      std::vector<std::unique_ptr<pipeline::LocalParameterStore>> local;
+      std::vector<pipeline::ParameterStore*> ptrs;
+      for (int st = 0; st < h1.stages; ++st) {
+        local.push_back(
+            std::make_unique<pipeline::LocalParameterStore>(model, model.layers_of(st, h1.stages), spec.seed));
+        ptrs.push_back(local.back().get());
+      }
+      first = pipeline::run_stages_as_threads(h1, model, ptrs, eo, o.measure_steps);
+    }
+    g.costs = measured_costs(h1, first, ratio);
+    for (int st = 0; st < o.stages; ++st) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%sstage %d F %.2f B %.2f W %.2f ms", st ? "; " : "", st, 1e3 * g.costs.f(st),
+                    1e3 * g.costs.b(st), 1e3 * g.costs.w(st));
+      auto_costs += buf;
+    }
+  }
+  const pipeline::Schedule s = pipeline::generate(g);
   auto layers_of_stage = [&](int st) {
     std::vector<int> ids;
     for (int c = 0; c < s.chunks; ++c) {
@@ -167,26 +220,9 @@ int run(const Options& o) {
   std::string verdict = "not checked (--verify)";
   bool equal = true;
   if (!o.config.empty()) {
-    engine::ModelFacts facts;
-    facts.world_size = o.replicas;
-    facts.hidden_size = static_cast<std::uint64_t>(o.width);
-    EngineStagesOptions eso;
-    eso.config = engine::load_config(o.config, facts);
-    eso.replicas = o.replicas;
-    eso.steps = o.steps;
-    eso.verify = o.verify;
-    eso.seed = spec.seed;
-    eso.executor = eo;
-    if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
+    auto eso = engine_options();
     if (!as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
-    const auto res = run_on_engines(
-        s,
-        [&](int d) {
-          auto sd = spec;
-          sd.seed = spec.seed + 1000 * static_cast<std::uint64_t>(d);  // replica d's own inputs and targets
-          return pipeline::synthetic_model(sd);
-        },
-        eso);
+    const auto res = run_on_engines(s, model_of, eso);
     equal = res.equal;
     if (o.verify)
       verdict = equal ? "bitwise equal to the plain data-parallel run" : "DIFFERENT from the plain data-parallel run";
@@ -266,10 +302,18 @@ int run(const Options& o) {
                       {"clip_coef", e.clip_coef}});
       j["engines"] = st;
     }
+    if (!auto_costs.empty()) {
+      nlohmann::json c = nlohmann::json::array();
+      for (int st = 0; st < s.stages; ++st)
+        c.push_back({{"f_s", g.costs.f(st)}, {"b_s", g.costs.b(st)}, {"w_s", g.costs.w(st)}});
+      j["zb_auto_costs_measured_in_zb_h1"] = c;
+    }
     print_json(j.dump(2));
   } else {
     std::printf("pipeline %s: p=%d m=%d v=%d, %d layers, %s, remat %s\n", s.kind.c_str(), s.stages, s.micro_batches,
                 s.chunks, layers, mode.c_str(), o.remat.c_str());
+    if (!auto_costs.empty())
+      std::printf("zb-auto from %d ZB-H1 step(s)' measured times: %s\n", o.measure_steps, auto_costs.c_str());
     std::printf("measured           makespan %.4f s  bubble %s\n", got.makespan, percent(got.bubble_rate).c_str());
     if (o.layer_ms > 0)
       std::printf("simulated nominal  makespan %.4f s  bubble %s\n", nominal.makespan,
@@ -317,6 +361,10 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--config", o->config,
                  "Run every stage on a ZeRO engine with this DeepSpeed-style config (fp32; "
                  "gradient_accumulation_steps = --micro)");
+  cmd.add_option("--measure-steps", o->measure_steps,
+                 "zb-auto: run this many ZB-H1 steps first and schedule with their per-stage F/B/W times "
+                 "(stages as threads)")
+      ->check(CLI::Range(0, 100));
   cmd.add_option("--device-budget", o->device_budget,
                  "Each stage's device memory with --config (\"64MiB\"; default the host device's 1 GiB); it holds the "
                  "schedule's activations and the engine's share");
