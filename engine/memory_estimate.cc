@@ -190,10 +190,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
                                   in.device_in_host_ram,
                                   nullptr,
                                   in.device_collectives,
-                                  in.trainer_device_bytes};
+                                  in.trainer_device_bytes,
+                                  in.layers_at_once};
   PlacementPlan plan(pc, PlacementPlan::persistent_layers(in.config, lay));
   plan.place();  // refuses what fits nowhere, naming the smallest budget that would
   MemoryEstimate e;
+  e.device_minimum = plan.device_minimum();
   e.trainer_device_bytes = in.trainer_device_bytes;
   e.params = lay.total_numel();
   for (const auto& L : lay.layers()) e.largest_layer_params = std::max<std::uint64_t>(e.largest_layer_params, L.numel);

@@ -41,6 +41,7 @@ struct EstimateInput {
   std::uint64_t trainer_device_bytes = 0;  // what the trainer holds there before setup() (activations)
   bool device_collectives = false;         // EngineOptions::device_comm with world > 1 (NCCL on GPUs)
   bool device_in_host_ram = true;          // the host-emulated device
+  int layers_at_once = 1;                  // layers the trainer keeps gathered together (Engine::reserve_for_trainer)
 };
 
 struct TierEstimate {
@@ -51,6 +52,7 @@ struct TierEstimate {
 struct MemoryEstimate {
   std::array<TierEstimate, kTiers> tiers;  // device, host, nvme: the engine's ledger
   std::uint64_t trainer_device_bytes = 0;  // the trainer's own device memory, beside the engine's
+  std::uint64_t device_minimum = 0;        // the smallest device budget the placement accepts, beside the trainer's
   std::uint64_t params = 0;                // the model's parameters (elements)
   std::uint64_t largest_layer_params = 0;  // of its largest layer (DeepSpeed's estimators' L)
   std::uint64_t largest_layer_padded = 0;  // the same padded: its gathered copy and gradient buffer, in elements

@@ -138,7 +138,7 @@ void PlacementPlan::place() {
       if (S.persistent && S.params == Tier::nvme) S.params = Tier::host;
     }
     text_ = str_cat("placement (budget-driven, memory_budget), rank ", c_.rank, ":\n", plan.explain(problem));
-    check_device_fit(opt == Tier::device, false);
+    device_minimum_ = check_device_fit(opt == Tier::device, false);
     return;
   }
   std::uint64_t in_cpu = 0;
@@ -155,6 +155,7 @@ void PlacementPlan::place() {
   }
 
   const std::uint64_t minimum = check_device_fit(opt == Tier::device, stage == 3 && par == Tier::device);
+  device_minimum_ = minimum;
   std::ostringstream out;
   std::array<int, kTiers> opt_n{}, par_n{};
   for (const auto& S : layers_) {

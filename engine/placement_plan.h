@@ -69,6 +69,9 @@ class PlacementPlan {
   offload::Placement traffic() const;
   std::size_t size() const noexcept { return layers_.size(); }
   const std::string& explain() const noexcept { return text_; }
+  // After place(): the smallest device budget the plan accepts beside what the trainer
+  // holds or reserves (the minimum its refusal names).
+  std::uint64_t device_minimum() const noexcept { return device_minimum_; }
 
  private:
   struct LayerPlan {
@@ -86,7 +89,8 @@ class PlacementPlan {
 
   Context c_;
   std::vector<LayerPlan> layers_;
-  std::string text_;      // explain(): what lives where and why
+  std::string text_;  // explain(): what lives where and why
+  std::uint64_t device_minimum_ = 0;
   bool checked_ = false;  // replan() ran (once)
 };
 

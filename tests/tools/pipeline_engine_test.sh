@@ -63,6 +63,18 @@ out=$("$strata" pipeline --kind zb-auto -p 2 -m 8 --layers 4 --config "$dir/ds.j
 grep -Eq "zb-auto from 2 ZB-H1 step\(s\)' measured times: stage 0 F [0-9.]+ B [0-9.]+ W [0-9.]+ ms; stage 1 F" \
   <<<"$out" || fail "no measured times printed: $out"
 check "zb-auto from measured times" "$out"
+# zb-auto's memory limit from the device budget: the most micro-batches whose replayed
+# activations and engine minimum fit (3 = 2p - 1 with room; 2 when 2.25 MiB leaves one
+# layer's buffer above that limit's 2.00 MiB need), and refused below a limit of 1.
+auto=(pipeline --kind zb-auto -p 2 -m 8 --layers 4 --width 256 --rows 64 --config "$dir/ds.json")
+out=$("$strata" "${auto[@]}" --device-budget 8MiB 2>&1) || fail "zb-auto in 8 MiB: $out"
+grep -q "zb-auto memory limit 3 micro-batches" <<<"$out" || fail "not the full limit in 8 MiB: $out"
+out=$("$strata" "${auto[@]}" --device-budget 2300KiB --verify 2>&1) || fail "zb-auto in 2300 KiB: $out"
+grep -q "zb-auto memory limit 2 micro-batches" <<<"$out" || fail "the limit does not follow the budget: $out"
+check "zb-auto with its memory limit from the budget" "$out"
+if msg=$("$strata" "${auto[@]}" --device-budget 1MiB 2>&1); then fail "zb-auto in 1 MiB accepted"; fi
+grep -q "even a memory limit of 1 micro-batch needs .* raise --device-budget" <<<"$msg" || fail "no minimum named: $msg"
+
 if msg=$("$strata" pipeline --kind 1f1b -p 2 -m 8 --measure-steps 1 2>&1); then fail "--measure-steps with 1f1b accepted"; fi
 grep -q "needs --kind zb-auto" <<<"$msg" || fail "--measure-steps refusal does not name --kind: $msg"
 

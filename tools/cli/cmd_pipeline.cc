@@ -203,7 +203,20 @@ int run(const Options& o) {
       auto_costs += buf;
     }
   }
-  const pipeline::Schedule s = pipeline::generate(g);
+  // zb-auto on engines within a device budget: its memory limit follows from the budget.
+  std::string budget_limit;
+  const pipeline::Schedule s = [&] {
+    if (g.kind != pipeline::ScheduleKind::zb_auto || o.config.empty() || o.device_budget.empty())
+      return pipeline::generate(g);
+    pipeline::AutoOptions a;
+    a.stages = g.stages;
+    a.micro_batches = g.micro_batches;
+    a.costs = g.costs;
+    auto b = zb_auto_within_budget(a, model, engine_options());
+    budget_limit = str_cat(b.memory_limit, " micro-batches, the largest whose activations and engine minimum (",
+                           format_bytes(b.need), " on the largest stage) fit --device-budget ", o.device_budget);
+    return std::move(b.schedule);
+  }();
   auto layers_of_stage = [&](int st) {
     std::vector<int> ids;
     for (int c = 0; c < s.chunks; ++c) {
@@ -302,6 +315,7 @@ int run(const Options& o) {
                       {"clip_coef", e.clip_coef}});
       j["engines"] = st;
     }
+    if (!budget_limit.empty()) j["zb_auto_memory_limit"] = budget_limit;
     if (!auto_costs.empty()) {
       nlohmann::json c = nlohmann::json::array();
       for (int st = 0; st < s.stages; ++st)
@@ -312,6 +326,7 @@ int run(const Options& o) {
   } else {
     std::printf("pipeline %s: p=%d m=%d v=%d, %d layers, %s, remat %s\n", s.kind.c_str(), s.stages, s.micro_batches,
                 s.chunks, layers, mode.c_str(), o.remat.c_str());
+    if (!budget_limit.empty()) std::printf("zb-auto memory limit %s\n", budget_limit.c_str());
     if (!auto_costs.empty())
       std::printf("zb-auto from %d ZB-H1 step(s)' measured times: %s\n", o.measure_steps, auto_costs.c_str());
     std::printf("measured           makespan %.4f s  bubble %s\n", got.makespan, percent(got.bubble_rate).c_str());

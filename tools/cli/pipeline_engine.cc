@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/memory_estimate.h"
 #include "engine/stage_store.h"
 #include "pipeline/memory.h"
 #include "pipeline/runner.h"
@@ -21,6 +22,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/trace.h"
+#include "runtime/core/units.h"
 #include "runtime/device/arena.h"
 #include "runtime/device/device.h"
 
@@ -310,6 +312,46 @@ EngineStagesResult run_ranks(const pipeline::Schedule& s, const std::function<pi
 }
 
 }  // namespace
+
+BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::PipelineModel& model,
+                                       const EngineStagesOptions& o) {
+  STRATA_CHECK(o.device_budget > 0, Errc::invalid_argument, "zb-auto within a device budget needs --device-budget");
+  const int P = a.stages;
+  // Each stage's engine minimum: its layers as StageStore registers them, gathered at once.
+  std::vector<std::uint64_t> engine_min(static_cast<std::size_t>(P));
+  for (int st = 0; st < P; ++st) {
+    engine::EstimateInput in;
+    in.config = o.config;
+    in.world = o.replicas;
+    in.device_budget = std::uint64_t{1} << 60;  // the minimum, not a fit: no budget to refuse
+    const auto ids = model.layers_of(st, P);
+    in.layers_at_once = static_cast<int>(ids.size());
+    for (int id : ids) {
+      engine::ParamSpec p;
+      p.name = engine::StageStore::tensor_name(id);
+      p.shape = {static_cast<std::int64_t>(model.layers[id]->param_count())};
+      p.layer = id;
+      in.params.push_back(p);
+    }
+    engine_min[st] = engine::estimate_memory(in).device_minimum;
+  }
+  BudgetedSchedule best;
+  for (int limit = 2 * P - 1; limit >= 1; --limit) {
+    a.memory_limit = {static_cast<double>(limit)};
+    pipeline::Schedule s = pipeline::zb_auto(a);
+    std::uint64_t need = 0;
+    for (int st = 0; st < P; ++st) {
+      const auto act = pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment).peak_bytes;
+      need = std::max(need, act + engine_min[st]);
+    }
+    best = {std::move(s), limit, need};
+    if (need <= o.device_budget) return best;
+  }
+  STRATA_THROW(Errc::out_of_budget, "zb-auto under a device budget of ", format_bytes(o.device_budget),
+               ": even a memory limit of 1 micro-batch needs ", format_bytes(best.need), " (", best.need,
+               " B: the schedule's activations and the engine's minimum on its largest stage); raise --device-budget "
+               "to at least that, or re-materialize activations");
+}
 
 EngineStagesResult run_on_engines(const pipeline::Schedule& schedule,
                                   const std::function<pipeline::PipelineModel(int replica)>& model_of,

@@ -19,6 +19,7 @@
 
 #include "engine/config.h"
 #include "pipeline/executor.h"
+#include "pipeline/generators.h"
 #include "pipeline/model.h"
 #include "pipeline/schedule.h"
 
@@ -52,6 +53,19 @@ struct EngineStagesResult {
   std::vector<StageSummary> stages;            // the same
   bool equal = true;                           // verify: every stage matched the plain run
 };
+
+// zb-auto under options.device_budget: the largest memory limit (micro-batches of
+// activations, the same on every stage, from 2p - 1 down to 1) at which every stage's
+// replayed activation peak (pipeline::stage_memory) plus its engine's device minimum
+// (engine::estimate_memory with the stage's layers gathered at once) fits the budget.
+// Throws Errc::out_of_budget naming the smallest budget when even a limit of 1 does not fit.
+struct BudgetedSchedule {
+  pipeline::Schedule schedule;
+  int memory_limit = 0;
+  std::uint64_t need = 0;  // the largest stage's activations plus engine minimum, bytes
+};
+BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions auto_options, const pipeline::PipelineModel& model,
+                                       const EngineStagesOptions& options);
 
 EngineStagesResult run_on_engines(const pipeline::Schedule& schedule,
                                   const std::function<pipeline::PipelineModel(int replica)>& model_of,
