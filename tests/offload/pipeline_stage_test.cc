@@ -128,22 +128,12 @@ std::unique_ptr<comm::Communicator> group_comm(const std::string& dir, int group
   return comm::Communicator::create(g);
 }
 
-engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group,
-                                     comm::Communicator* pipeline = nullptr) {
-  engine::EngineOptions eo;
-  eo.config = c;
-  eo.device = &dev;
-  eo.comm = group;
-  eo.pipeline_comm = pipeline;
-  return eo;
-}
+using ModelOf = std::function<pipeline::PipelineModel(int replica)>;
 
 // The plain data-parallel run: D ranks, one engine each over the whole model, driven
 // through the engine's own calls (not StageStore, which it checks): per micro-batch a
 // forward gathering each layer, the loss gradient, a backward writing each layer's dW into
 // its gradient buffer and reducing it.
-using ModelOf = std::function<pipeline::PipelineModel(int replica)>;
-
 struct Plain {
   Params params;
   std::vector<double> clip_coefs;  // replica 0's, per step
@@ -156,7 +146,7 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
     auto group = group_comm(rendezvous.path(), 0, d, replicas);
     const auto model = model_of(d);
     auto dev = test::host_device(64 << 20);
-    engine::Engine e(engine_options(config_for(p, replicas, dir + "/plain"), *dev, group.get()));
+    engine::Engine e({.config = config_for(p, replicas, dir + "/plain"), .device = dev.get(), .comm = group.get()});
     std::vector<int> all(kLayers);
     for (int i = 0; i < kLayers; ++i) {
       all[i] = i;
@@ -238,7 +228,10 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       auto dev = test::host_device(device_budget);
       const std::string stage_dir = dir + "/stage" + std::to_string(stage);
       std::filesystem::create_directories(stage_dir);
-      engine::Engine e(engine_options(config_for(p, replicas, stage_dir), *dev, group.get(), pipe.get()));
+      engine::Engine e({.config = config_for(p, replicas, stage_dir),
+                        .device = dev.get(),
+                        .comm = group.get(),
+                        .pipeline_comm = pipe.get()});
       const auto ids = stage_layers(s, model, stage);
       engine::StageStore store(e, model, ids, s.stages);
       // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
@@ -476,12 +469,12 @@ TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and an engine not lin
   {
     auto c = config_for({}, 1, "");
     c.bf16 = true;
-    engine::Engine e(engine_options(c, *dev, nullptr));
+    engine::Engine e({.config = c, .device = dev.get()});
     const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 1); });
     CHECK_THAT(what, Catch::Contains("bf16.enabled") && Catch::Contains("fp32"));
   }
   {
-    engine::Engine e(engine_options(config_for({}, 1, ""), *dev, nullptr));
+    engine::Engine e({.config = config_for({}, 1, ""), .device = dev.get()});
     const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });
     CHECK_THAT(what, Catch::Contains("2-stage pipeline") && Catch::Contains("EngineOptions::pipeline_comm") &&
                          Catch::Contains("overflow skip"));

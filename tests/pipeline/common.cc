@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "pipeline/generators.h"
 #include "runtime/core/error.h"
 
 namespace strata::test {
@@ -42,6 +43,16 @@ std::string compare_grads(const pipeline::LocalParameterStore& store, const pipe
     }
   }
   return "";
+}
+
+pipeline::Schedule auto_schedule(int p, int m) {
+  pipeline::AutoOptions o;
+  o.stages = p;
+  o.micro_batches = m;
+  o.costs = pipeline::Costs::uniform(1, 1.5, 0.5, 0.3);
+  o.memory_limit = {p + 1.0};
+  o.search_evaluations = 500;
+  return pipeline::zb_auto(o);
 }
 
 comm::LaunchResult run_pipeline_ranks(int world, std::vector<std::pair<std::string, std::string>> env) {

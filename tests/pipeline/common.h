@@ -12,6 +12,10 @@
 
 namespace strata::test {
 
+// A zb-auto schedule of uneven times (F 1, B 1.5, W 0.5, comm 0.3) under a limit of p + 1
+// micro-batches: W's out of their natural place.
+pipeline::Schedule auto_schedule(int p, int m);
+
 // One LocalParameterStore per stage holding that stage's layers (all chunks).
 std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stage_stores(const pipeline::Schedule& s,
                                                                          const pipeline::PipelineModel& model,

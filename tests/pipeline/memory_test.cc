@@ -37,21 +37,11 @@ PipelineModel uneven_model(int layers, int micro_batches) {
   return m;
 }
 
-Schedule auto_schedule(int p, int m) {
-  AutoOptions o;
-  o.stages = p;
-  o.micro_batches = m;
-  o.costs = Costs::uniform(1, 1.5, 0.5, 0.3);
-  o.memory_limit = {p + 1.0};
-  o.search_evaluations = 500;
-  return zb_auto(o);
-}
-
 }  // namespace
 
 TEST_CASE("the replayed device peak of every stage is the executor's, byte for byte", "[pipeline]") {
   const Schedule s = GENERATE(gpipe(4, 8), one_f_one_b(4, 8), interleaved_1f1b(4, 8, 2), interleaved_1f1b(1, 3, 4),
-                              zb_h1(4, 8), zb_h2(4, 6), auto_schedule(4, 8));
+                              zb_h1(4, 8), zb_h2(4, 6), test::auto_schedule(4, 8));
   const Remat remat = GENERATE(Remat::never, Remat::always, Remat::except_last);
   INFO(s.kind << " p=" << s.stages << " m=" << s.micro_batches << " v=" << s.chunks << " remat=" << remat_name(remat));
   const PipelineModel model = uneven_model(8, s.micro_batches);

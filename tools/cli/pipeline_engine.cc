@@ -80,16 +80,6 @@ std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
   return device::Device::create(d);
 }
 
-engine::EngineOptions engine_options(const engine::EngineConfig& c, device::Device& dev, comm::Communicator* group,
-                                     comm::Communicator* pipe) {
-  engine::EngineOptions eo;
-  eo.config = c;
-  eo.device = &dev;
-  eo.comm = group;
-  eo.pipeline_comm = pipe;
-  return eo;
-}
-
 // The executor's actions of the last step on the stage's trace: compute (F, B, W, BW) and
 // send/recv rows; OPT is the engine's own "optimizer" row.
 void record_actions(Tracer& tracer, const pipeline::StageReport& report) {
@@ -118,9 +108,7 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
   RankOut out;
   auto dev = stage_device(o);
   const SubdirConfig cfg(o.config, "stage" + std::to_string(stage));
-  auto eo = engine_options(cfg.config, *dev, group, pipe);
-  eo.tracer = tracer;
-  engine::Engine e(eo);
+  engine::Engine e({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer});
   out.ids = stage_layers(s, model, stage);
   engine::StageStore store(e, model, out.ids, s.stages);
   const auto activations =
@@ -153,7 +141,7 @@ std::vector<float> plain_params(const pipeline::PipelineModel& model, const Engi
                                 comm::Communicator* group) {
   auto dev = stage_device(o);
   const SubdirConfig cfg(o.config, "plain");
-  engine::Engine e(engine_options(cfg.config, *dev, group, nullptr));
+  engine::Engine e({.config = cfg.config, .device = dev.get(), .comm = group});
   std::vector<int> all(model.layers.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   engine::StageStore store(e, model, all, 1);
