@@ -10,10 +10,10 @@
 // action's layer work has run) in micro-batch order whatever order the schedule runs W in:
 // a micro-batch's dW that comes early waits in a buffer until the ones before it are
 // handed over, so the sums are the bits of a sequential loop over the micro-batches
-// (run_sequential), in a local store or a ZeRO engine's reduction. Re-materialization (GPipe/torchgpipe's checkpointing)
-// keeps only a chunk's input after F and recomputes the rest before B. An error in layer
-// code (a sticky stream error) or in a transfer leaves run_step with a strata::Error; the
-// executor is not usable afterwards.
+// (run_sequential), in a local store or a ZeRO engine's reduction. Re-materialization
+// (GPipe/torchgpipe's checkpointing) keeps only a chunk's input after F and recomputes the
+// rest before B. An error in layer code (a sticky stream error) or in a transfer leaves
+// run_step with a strata::Error; the executor is not usable afterwards.
 #pragma once
 
 #include <cstdint>
