@@ -30,12 +30,21 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
                pipeline_stages,
                " ranks) so that gradient_clipping and the overflow skip see every stage's gradients; it is linked to ",
                engine.pipeline_stages());
-  for (int id : ids_) {
+  for (const auto& p : param_specs(model, ids_)) engine.register_param(p.name, p.shape, p.layer);
+}
+
+std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers) {
+  std::vector<ParamSpec> out;
+  for (int id : layers) {
     STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < model.layers.size(), Errc::invalid_argument,
                  "pipeline stage: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");
-    const auto n = static_cast<std::int64_t>(model.layers[id]->param_count());
-    engine.register_param(tensor_name(id), {n}, id);
+    ParamSpec p;
+    p.name = tensor_name(id);
+    p.shape = {static_cast<std::int64_t>(model.layers[id]->param_count())};
+    p.layer = id;
+    out.push_back(std::move(p));
   }
+  return out;
 }
 
 std::size_t StageStore::count(int layer) const { return model_.layers[layer]->param_count(); }

@@ -57,6 +57,8 @@ class StageStore final : public pipeline::ParameterStore {
   const StepResult& last_step() const noexcept { return last_; }
 
   static std::string tensor_name(int layer);
+  // What the constructor registers for these layers, in order (for sizing without an engine).
+  static std::vector<ParamSpec> param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers);
 
  private:
   std::size_t count(int layer) const;

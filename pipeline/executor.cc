@@ -228,6 +228,7 @@ struct StageExecutor::Impl {
 
   // After the action's synchronize: every queued dW to the store, in queue order.
   void deliver() {
+    if (pending.empty()) return;
     device::CpuAccessScope cpu(*dev);  // the store reads dW on this thread
     for (auto& g : pending) {
       store.add_gradient(g.layer, g.micro, g.dw.as<float>());

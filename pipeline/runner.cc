@@ -12,6 +12,15 @@
 
 namespace strata::pipeline {
 
+std::vector<int> stage_layers(const Schedule& schedule, const PipelineModel& model, int stage) {
+  std::vector<int> ids;
+  for (int c = 0; c < schedule.chunks; ++c) {
+    const auto part = model.layers_of(schedule.virtual_stage(stage, c), schedule.virtual_stages());
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  return ids;
+}
+
 std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const PipelineModel& model,
                                                const std::vector<ParameterStore*>& stores,
                                                const ExecutorOptions& options, int steps,

@@ -11,6 +11,10 @@
 
 namespace strata::pipeline {
 
+// The layers stage `stage` holds, every chunk, global ids in ascending order (chunk c is
+// virtual stage c * p + stage).
+std::vector<int> stage_layers(const Schedule& schedule, const PipelineModel& model, int stage);
+
 // Runs `steps` steps with one thread per stage; stores[s] holds stage s's layers. Returns
 // the last step's reports, by stage. The first stage to fail aborts the others' receives
 // and its error is rethrown here (after every thread has ended).

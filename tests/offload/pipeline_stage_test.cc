@@ -23,6 +23,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
+#include "pipeline/runner.h"
 #include "pipeline/transport.h"
 #include "runtime/core/error.h"
 #include "runtime/device/arena.h"
@@ -78,16 +79,6 @@ engine::EngineConfig config_for(const Placement& p, int replicas, const std::str
   c.offload_param.nvme_path = nvme_dir;
   c.offload_optimizer.overlap_step = p.overlap;
   return c;
-}
-
-// The layers stage `stage` holds, every chunk, ascending.
-std::vector<int> stage_layers(const Schedule& s, const pipeline::PipelineModel& model, int stage) {
-  std::vector<int> out;
-  for (int c = 0; c < s.chunks; ++c) {
-    for (int id : model.layers_of(s.virtual_stage(stage, c), s.virtual_stages())) out.push_back(id);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 using Params = std::map<int, std::vector<float>>;  // by global layer id, replica 0's masters
@@ -232,7 +223,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
                         .device = dev.get(),
                         .comm = group.get(),
                         .pipeline_comm = pipe.get()});
-      const auto ids = stage_layers(s, model, stage);
+      const auto ids = pipeline::stage_layers(s, model, stage);
       engine::StageStore store(e, model, ids, s.stages);
       // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
       const auto activations =

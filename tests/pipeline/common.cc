@@ -4,25 +4,17 @@
 #include <cstring>
 
 #include "pipeline/generators.h"
+#include "pipeline/runner.h"
 #include "runtime/core/error.h"
 
 namespace strata::test {
-
-std::vector<int> stage_layers(const pipeline::Schedule& s, const pipeline::PipelineModel& model, int stage) {
-  std::vector<int> ids;
-  for (int c = 0; c < s.chunks; ++c) {
-    const auto part = model.layers_of(s.virtual_stage(stage, c), s.virtual_stages());
-    ids.insert(ids.end(), part.begin(), part.end());
-  }
-  return ids;
-}
 
 std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stage_stores(const pipeline::Schedule& s,
                                                                          const pipeline::PipelineModel& model,
                                                                          std::uint64_t seed) {
   std::vector<std::unique_ptr<pipeline::LocalParameterStore>> out;
   for (int st = 0; st < s.stages; ++st)
-    out.push_back(std::make_unique<pipeline::LocalParameterStore>(model, stage_layers(s, model, st), seed));
+    out.push_back(std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(s, model, st), seed));
   return out;
 }
 

@@ -22,9 +22,6 @@ std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stage_stores(const p
                                                                          std::uint64_t seed);
 std::vector<pipeline::ParameterStore*> pointers(const std::vector<std::unique_ptr<pipeline::LocalParameterStore>>& v);
 
-// The layers of stage `stage` (every chunk), global ids.
-std::vector<int> stage_layers(const pipeline::Schedule& s, const pipeline::PipelineModel& model, int stage);
-
 // "" when every layer `store` holds has the same gradient bits as `reference`, else the
 // first difference (layer, index, both values).
 std::string compare_grads(const pipeline::LocalParameterStore& store, const pipeline::LocalParameterStore& reference);

@@ -141,7 +141,7 @@ TEST_CASE("every compute action gathers and releases its layers through the Para
   std::vector<std::unique_ptr<RecordingStore>> stores;
   std::vector<ParameterStore*> ptrs;
   for (int st = 0; st < s.stages; ++st) {
-    stores.push_back(std::make_unique<RecordingStore>(model, test::stage_layers(s, model, st)));
+    stores.push_back(std::make_unique<RecordingStore>(model, stage_layers(s, model, st)));
     ptrs.push_back(stores.back().get());
   }
   run_stages_as_threads(s, model, ptrs);
@@ -152,7 +152,7 @@ TEST_CASE("every compute action gathers and releases its layers through the Para
     CHECK(r.steps == 1);
     CHECK(r.stepped);
     CHECK(static_cast<std::size_t>(r.actions) == compute_order(s)[st].size());
-    CHECK(r.ready.size() == test::stage_layers(s, model, st).size());
+    CHECK(r.ready.size() == stage_layers(s, model, st).size());
     for (const auto& [id, n] : r.ready) CHECK(n == 1);
   }
 }
@@ -168,7 +168,7 @@ TEST_CASE("several steps in a row reuse the executor and match sequential SGD", 
   }
   std::vector<std::unique_ptr<LocalParameterStore>> stores;
   for (int st = 0; st < 2; ++st)
-    stores.push_back(std::make_unique<LocalParameterStore>(model, test::stage_layers(s, model, st), kSeed, 0.5f));
+    stores.push_back(std::make_unique<LocalParameterStore>(model, stage_layers(s, model, st), kSeed, 0.5f));
   run_stages_as_threads(s, model, test::pointers(stores), {}, 3);
   for (int st = 0; st < 2; ++st) {
     for (int id : stores[st]->layers()) {

@@ -57,7 +57,7 @@ TEST_CASE("pipeline worker process", "[.pipeline-worker]") {
   const PipelineModel model = synthetic_model(spec);
   ExecutorOptions o;
   o.remat = parse_remat(env_or("STRATA_TEST_REMAT", "never"));
-  LocalParameterStore mine(model, test::stage_layers(s, model, c->rank()), 5);
+  LocalParameterStore mine(model, stage_layers(s, model, c->rank()), 5);
   // Timed runs report their second step: the first warms up connections and memory.
   const StageReport report = run_stage_as_rank(s, model, mine, *c, o, unit_s > 0 ? 2 : 1);
   std::vector<int> all(model.layers.size());

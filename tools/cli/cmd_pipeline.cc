@@ -157,11 +157,12 @@ int run(const Options& o) {
     sd.seed = spec.seed + 1000 * static_cast<std::uint64_t>(d);  // replica d's own inputs and targets
     return pipeline::synthetic_model(sd);
   };
-  auto engine_options = [&] {
+  EngineStagesOptions on_engines_options;  // with --config: read once, for every run below
+  if (!o.config.empty()) {
     engine::ModelFacts facts;
     facts.world_size = o.replicas;
     facts.hidden_size = static_cast<std::uint64_t>(o.width);
-    EngineStagesOptions eso;
+    auto& eso = on_engines_options;
     eso.config = engine::load_config(o.config, facts);
     eso.replicas = o.replicas;
     eso.steps = o.steps;
@@ -169,8 +170,7 @@ int run(const Options& o) {
     eso.seed = spec.seed;
     eso.executor = eo;
     if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
-    return eso;
-  };
+  }
   std::string auto_costs;  // zb-auto's costs, as measured in ZB-H1 steps
   if (o.measure_steps > 0) {
     STRATA_CHECK(g.kind == pipeline::ScheduleKind::zb_auto, Errc::invalid_argument,
@@ -181,7 +181,7 @@ int run(const Options& o) {
     const pipeline::Schedule h1 = pipeline::zb_h1(o.stages, o.micro);
     std::vector<pipeline::StageReport> first;
     if (!o.config.empty()) {
-      auto eso = engine_options();
+      auto eso = on_engines_options;
       eso.steps = o.measure_steps;
       eso.verify = false;
       first = run_on_engines(h1, model_of, eso).reports;
@@ -190,7 +190,7 @@ int run(const Options& o) {
       std::vector<pipeline::ParameterStore*> ptrs;
       for (int st = 0; st < h1.stages; ++st) {
         local.push_back(
-            std::make_unique<pipeline::LocalParameterStore>(model, model.layers_of(st, h1.stages), spec.seed));
+            std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(h1, model, st), spec.seed));
         ptrs.push_back(local.back().get());
       }
       first = pipeline::run_stages_as_threads(h1, model, ptrs, eo, o.measure_steps);
@@ -212,19 +212,11 @@ int run(const Options& o) {
     a.stages = g.stages;
     a.micro_batches = g.micro_batches;
     a.costs = g.costs;
-    auto b = zb_auto_within_budget(a, model, engine_options());
+    auto b = zb_auto_within_budget(a, model, on_engines_options);
     budget_limit = str_cat(b.memory_limit, " micro-batches, the largest whose activations and engine minimum (",
                            format_bytes(b.need), " on the largest stage) fit --device-budget ", o.device_budget);
     return std::move(b.schedule);
   }();
-  auto layers_of_stage = [&](int st) {
-    std::vector<int> ids;
-    for (int c = 0; c < s.chunks; ++c) {
-      const auto part = model.layers_of(s.virtual_stage(st, c), s.virtual_stages());
-      ids.insert(ids.end(), part.begin(), part.end());
-    }
-    return ids;
-  };
 
   std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stores;
   std::vector<pipeline::StageReport> reports;
@@ -233,7 +225,7 @@ int run(const Options& o) {
   std::string verdict = "not checked (--verify)";
   bool equal = true;
   if (!o.config.empty()) {
-    auto eso = engine_options();
+    auto eso = on_engines_options;
     if (!as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
     const auto res = run_on_engines(s, model_of, eso);
     equal = res.equal;
@@ -246,13 +238,15 @@ int run(const Options& o) {
     comm::CommOptions co;
     co.rendezvous = rdzv;
     comm = comm::Communicator::create(co);
-    stores.push_back(std::make_unique<pipeline::LocalParameterStore>(model, layers_of_stage(comm->rank()), spec.seed));
+    stores.push_back(std::make_unique<pipeline::LocalParameterStore>(
+        model, pipeline::stage_layers(s, model, comm->rank()), spec.seed));
     const auto mine = pipeline::run_stage_as_rank(s, model, *stores[0], *comm, eo, o.steps);
     reports = pipeline::gather_reports(*comm, mine);
   } else {
     std::vector<pipeline::ParameterStore*> ptrs;
     for (int st = 0; st < s.stages; ++st) {
-      stores.push_back(std::make_unique<pipeline::LocalParameterStore>(model, layers_of_stage(st), spec.seed));
+      stores.push_back(
+          std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(s, model, st), spec.seed));
       ptrs.push_back(stores.back().get());
     }
     reports = pipeline::run_stages_as_threads(s, model, ptrs, eo, o.steps);

@@ -64,16 +64,6 @@ std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base,
   return comm::Communicator::create(o);
 }
 
-std::vector<int> stage_layers(const pipeline::Schedule& s, const pipeline::PipelineModel& model, int stage) {
-  std::vector<int> ids;
-  for (int c = 0; c < s.chunks; ++c) {
-    const auto part = model.layers_of(s.virtual_stage(stage, c), s.virtual_stages());
-    ids.insert(ids.end(), part.begin(), part.end());
-  }
-  std::sort(ids.begin(), ids.end());
-  return ids;
-}
-
 std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
   device::DeviceOptions d;
   if (o.device_budget > 0) d.budget_bytes = o.device_budget;
@@ -109,7 +99,7 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
   auto dev = stage_device(o);
   const SubdirConfig cfg(o.config, "stage" + std::to_string(stage));
   engine::Engine e({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer});
-  out.ids = stage_layers(s, model, stage);
+  out.ids = pipeline::stage_layers(s, model, stage);
   engine::StageStore store(e, model, out.ids, s.stages);
   const auto activations =
       pipeline::stage_memory(s, stage, model, o.executor.remat, device::Arena::kAlignment).peak_bytes;
@@ -312,15 +302,9 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     in.config = o.config;
     in.world = o.replicas;
     in.device_budget = std::uint64_t{1} << 60;  // the minimum, not a fit: no budget to refuse
-    const auto ids = model.layers_of(st, P);
+    const auto ids = model.layers_of(st, P);    // zb-auto: one chunk a stage
     in.layers_at_once = static_cast<int>(ids.size());
-    for (int id : ids) {
-      engine::ParamSpec p;
-      p.name = engine::StageStore::tensor_name(id);
-      p.shape = {static_cast<std::int64_t>(model.layers[id]->param_count())};
-      p.layer = id;
-      in.params.push_back(p);
-    }
+    in.params = engine::StageStore::param_specs(model, ids);
     engine_min[st] = engine::estimate_memory(in).device_minimum;
   }
   BudgetedSchedule best;
