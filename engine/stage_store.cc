@@ -40,14 +40,14 @@ std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& mo
                  "pipeline stage: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");
     ParamSpec p;
     p.name = tensor_name(id);
-    p.shape = {static_cast<std::int64_t>(model.layers[id]->param_count())};
+    p.shape = {static_cast<std::int64_t>(model.stored_params(id))};
     p.layer = id;
     out.push_back(std::move(p));
   }
   return out;
 }
 
-std::size_t StageStore::count(int layer) const { return model_.layers[layer]->param_count(); }
+std::size_t StageStore::count(int layer) const { return model_.stored_params(layer); }
 
 void StageStore::init(std::uint64_t seed) {
   std::map<std::string, int> by_name;
@@ -59,8 +59,9 @@ void StageStore::init(std::uint64_t seed) {
                  "', which this stage did not register");
     auto& v = values[it->second];
     if (v.empty()) {
-      v.resize(count(it->second));
+      v.resize(model_.layers[it->second]->param_count());  // a tied tail is the owner's: not ours to keep
       model_.layers[it->second]->init_params(v.data(), seed, it->second);
+      v.resize(count(it->second));
     }
     std::memcpy(out, v.data() + elem, n * sizeof(float));
   });

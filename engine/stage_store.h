@@ -4,7 +4,7 @@
 //
 // Protocol. One StageStore per stage, over an Engine that holds only that stage's layers
 // and whose communicator is the stage's data-parallel group (null: one replica). The
-// constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [param_count],
+// constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [stored_params],
 // engine layer id = the layer's global id), so make it before the engine's setup; then
 // setup(activations, ...) reserves the executor's device memory, sets the engine up and
 // gives the tensors Layer::init_params(seed, id) (or engine.setup() and init(seed), with

@@ -9,7 +9,10 @@
 #include <cstring>
 #include <map>
 
+#include <tbb/task_arena.h>
+
 #include "pipeline/simulate.h"
+#include "pipeline/tie.h"
 #include "runtime/core/error.h"
 
 namespace strata::pipeline {
@@ -53,7 +56,8 @@ struct StageExecutor::Impl {
   const Schedule& s;
   const int stage;
   const PipelineModel& model;
-  ParameterStore& store;
+  std::unique_ptr<TiedStore> tied;  // in front of the stage's store when the model ties a weight
+  ParameterStore* store;
   Transport& transport;
   const ExecutorOptions options;
   const int m, v, vstages;
@@ -61,6 +65,7 @@ struct StageExecutor::Impl {
   std::unique_ptr<device::Device> owned_dev;
   device::Device* dev = nullptr;
   std::unique_ptr<device::Stream> stream;
+  std::shared_ptr<tbb::task_arena> arena;      // options.compute_threads > 0
   std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
   std::vector<Micro> micro;                    // [mb * v + chunk]
   std::map<int, Accumulator> acc;              // by global layer id
@@ -71,7 +76,7 @@ struct StageExecutor::Impl {
   };
   std::vector<Pending> pending;  // dW for the store, in micro-batch order per layer
   std::vector<int> ready;        // layers whose gradient completed in this action
-  int step = 0;
+  std::int64_t step = 0;
   int live = 0, peak_live = 0, recomputed = 0;
   std::vector<std::size_t> recv_at;  // positions of RA/RG in the stage's list
   std::size_t next_expect = 0, recvs_done = 0;
@@ -81,12 +86,13 @@ struct StageExecutor::Impl {
       : s(sched),
         stage(st),
         model(mdl),
-        store(ps),
+        store(&ps),
         transport(tr),
         options(o),
         m(sched.micro_batches),
         v(sched.chunks),
-        vstages(sched.virtual_stages()) {
+        vstages(sched.virtual_stages()),
+        step(o.first_step) {
     STRATA_CHECK(stage >= 0 && stage < s.stages, Errc::invalid_argument, "executor: stage ", stage,
                  " is not a stage of a ", s.stages, "-stage schedule");
     check_valid(s);
@@ -98,7 +104,18 @@ struct StageExecutor::Impl {
     if (options.shared_device == nullptr) owned_dev = device::Device::create(options.device);
     dev = options.shared_device != nullptr ? options.shared_device : owned_dev.get();
     stream = dev->create_stream();
+    STRATA_CHECK(options.compute_threads >= 0, Errc::invalid_argument, "executor: compute_threads ",
+                 options.compute_threads, " must be >= 0");
+    if (options.compute_threads > 0) arena = std::make_shared<tbb::task_arena>(options.compute_threads);
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
+    if (model.tie) {
+      std::vector<int> held;
+      for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
+      const int per = static_cast<int>(model.layers.size()) / vstages;
+      const int owner_stage = s.stage_of(model.tie->owner / per), user_stage = s.stage_of(model.tie->user / per);
+      tied = std::make_unique<TiedStore>(ps, model, held, &transport, stage == owner_stage ? user_stage : owner_stage);
+      store = tied.get();
+    }
     micro.resize(static_cast<std::size_t>(m) * v);
     const auto& list = s.actions[stage];
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -147,12 +164,18 @@ struct StageExecutor::Impl {
   // stage is never more than one step ahead of a neighbour it exchanges with.
   std::uint32_t tag(int kind, int producer_vs, int mb) const {
     const std::uint64_t t = ((static_cast<std::uint64_t>(step % 4) * 2 + kind) * vstages + producer_vs) * m + mb;
-    STRATA_CHECK(t <= 0x7fffffffu, Errc::invalid_argument, "executor: ", vstages, " virtual stages x ", m,
+    STRATA_CHECK(t < kTieTagBase, Errc::invalid_argument, "executor: ", vstages, " virtual stages x ", m,
                  " micro-batches need message tags beyond 2^31");
     return static_cast<std::uint32_t>(t);
   }
 
-  void launch(std::function<void()> fn) { stream->launch_host(std::move(fn)); }
+  void launch(std::function<void()> fn) {
+    if (arena) {
+      stream->launch_host([a = arena, fn = std::move(fn)] { a->execute(fn); });
+    } else {
+      stream->launch_host(std::move(fn));
+    }
+  }
 
   // Forward of (mb, chunk) through its layers, from x[0]; fills x[1..] and saved.
   void forward_layers(int mb, int chunk) {
@@ -164,7 +187,7 @@ struct StageExecutor::Impl {
       const int id = ids[l];
       if (st.x[l + 1].get() == nullptr) st.x[l + 1] = alloc(floats_out(id), "pipeline activation");
       st.saved[l] = alloc(layer(id).saved_floats(model.rows), "pipeline saved activation");
-      const float* p = store.parameters(id);
+      const float* p = store->parameters(id);
       const float* x = st.x[l].as<float>();
       float* y = st.x[l + 1].as<float>();
       float* saved = st.saved[l].as<float>();
@@ -185,7 +208,8 @@ struct StageExecutor::Impl {
       float* x = st.x[0].as<float>();
       const int mb = a.micro;
       const auto* input = &model.input;
-      launch([=] { (*input)(mb, x); });
+      const std::int64_t at_step = step;
+      launch([=] { (*input)(at_step, mb, x); });
     }
     STRATA_CHECK(!st.x.empty() && st.x[0].get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no input");
@@ -231,7 +255,7 @@ struct StageExecutor::Impl {
     if (pending.empty()) return;
     device::CpuAccessScope cpu(*dev);  // the store reads dW on this thread
     for (auto& g : pending) {
-      store.add_gradient(g.layer, g.micro, g.dw.as<float>());
+      store->add_gradient(g.layer, g.micro, g.dw.as<float>());
       retire(g.dw);
     }
     pending.clear();
@@ -241,7 +265,7 @@ struct StageExecutor::Impl {
     Micro& st = at(mb, chunk);
     const int id = chunk_layers[chunk][l];
     DeviceBuffer dw = alloc(layer(id).param_count(), "pipeline weight gradient");
-    const float* p = store.parameters(id);
+    const float* p = store->parameters(id);
     const float* x = st.x[l].as<float>();
     const float* saved = st.saved[l].as<float>();
     const float* dy = st.dy[l].as<float>();
@@ -265,7 +289,8 @@ struct StageExecutor::Impl {
       float* dy = st.grad_out.as<float>();
       const int mb = a.micro;
       const auto* loss = &model.loss_grad;
-      launch([=] { (*loss)(mb, y, dy); });
+      const std::int64_t at_step = step;
+      launch([=] { (*loss)(at_step, mb, y, dy); });
     }
     STRATA_CHECK(st.grad_out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no output gradient");
@@ -276,9 +301,9 @@ struct StageExecutor::Impl {
       const int id = ids[l];
       const Layer* lay = &layer(id);
       DeviceBuffer dx = alloc(floats_in(id), "pipeline input gradient");
-      const float* p = store.parameters(id);
+      const float* p = store->parameters(id);
       const float* x = st.x[l].as<float>();
-      const float* saved = st.saved[l].as<float>();
+      float* saved = st.saved[l].as<float>();
       const float* dy = st.dy[l].as<float>();
       float* dxp = dx.as<float>();
       const std::size_t rows = model.rows;
@@ -362,7 +387,7 @@ struct StageExecutor::Impl {
   StageReport run_step() {
     StageReport report;
     report.stage = stage;
-    store.begin_step();
+    store->begin_step();
     acc.clear();
     for (auto& st : micro) st = Micro{};
     live = peak_live = recomputed = 0;
@@ -372,7 +397,7 @@ struct StageExecutor::Impl {
       const auto t0 = Clock::now();
       if (is_compute(a.kind)) {
         const auto& ids = chunk_layers[a.chunk];
-        store.before_action(a, ids);
+        store->before_action(a, ids);
         switch (a.kind) {
           case ActionKind::forward:
             run_forward(a);
@@ -389,14 +414,14 @@ struct StageExecutor::Impl {
         }
         stream->synchronize();  // rethrows a layer's error
         deliver();
-        store.after_action(a, ids);
+        store->after_action(a, ids);
       } else if (a.kind == ActionKind::optimizer_step) {
-        store.optimizer_step();
+        store->optimizer_step();
       } else {
         run_comm(a);
       }
       retired.clear();
-      for (int id : ready) store.gradients_ready(id);
+      for (int id : ready) store->gradients_ready(id);
       ready.clear();
       report.timings.push_back({stage, a, seconds(t0), seconds(Clock::now())});
     }

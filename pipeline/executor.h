@@ -12,7 +12,9 @@
 // handed over, so the sums are the bits of a sequential loop over the micro-batches
 // (run_sequential), in a local store or a ZeRO engine's reduction. Re-materialization
 // (GPipe/torchgpipe's checkpointing) keeps only a chunk's input after F and recomputes the
-// rest before B. An error in layer code (a sticky stream error) or in a transfer leaves
+// rest before B. A model that ties a weight (PipelineModel::tie) gets a TiedStore in front
+// of the store (tie.h): the owner's stage sends the values once a step, the user's sends its
+// gradient of them per micro-batch. An error in layer code (a sticky stream error) or in a transfer leaves
 // run_step with a strata::Error; the executor is not usable afterwards.
 #pragma once
 
@@ -44,6 +46,12 @@ struct ExecutorOptions {
   // A device the caller owns (an engine's, so that parameters and activations share its
   // budget), used in place of making one from `device`; it must outlive the executor.
   device::Device* shared_device = nullptr;
+  // Threads the stage's layer code may use (a TBB arena of its own), so that stages sharing
+  // a machine's cores each compute as on a device of their own; 0: the process's pool.
+  int compute_threads = 0;
+  // The step number of the first run_step() (the model's input and loss see it), for an
+  // executor that takes over a run from another (a new schedule).
+  std::int64_t first_step = 0;
 };
 
 struct StageReport {

@@ -7,7 +7,8 @@
 //
 // Protocol. forward(x) -> y (and saved); then either backward_input(dy) -> dx followed,
 // possibly much later, by backward_weight(dy) -> dparams (the Zero Bubble split: B and W),
-// or backward(dy) -> dx and dparams at once. A layer that cannot split returns false from
+// or backward(dy) -> dx and dparams at once; B may write into `saved` what its W reads (the
+// gradients at its products' outputs). A layer that cannot split returns false from
 // splits_backward(); the executor then runs its full backward during B. dparams is written,
 // not accumulated: the executor sums micro-batches in micro-batch order. Every method is
 // deterministic: the same inputs give the same bits, which is what makes pipelined
@@ -29,7 +30,7 @@ class Layer {
   virtual std::size_t param_count() const = 0;
   // Deterministic initial parameters from (seed, layer index).
   virtual void init_params(float* params, std::uint64_t seed, int layer_index) const = 0;
-  // Floats this layer keeps from forward for backward, for `rows` rows.
+  // Floats this layer keeps from forward (and B) for backward (and W), for `rows` rows.
   virtual std::size_t saved_floats(std::size_t rows) const {
     (void)rows;
     return 0;
@@ -38,14 +39,14 @@ class Layer {
   virtual void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const = 0;
   virtual bool splits_backward() const { return true; }
   // B: dx from dy. Only called when splits_backward().
-  virtual void backward_input(const float* params, const float* x, const float* saved, const float* dy, float* dx,
+  virtual void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
                               std::size_t rows) const = 0;
   // W: dparams from dy. Only called when splits_backward().
   virtual void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
                                std::size_t rows) const = 0;
   // B and W together. The default runs backward_input then backward_weight.
-  virtual void backward(const float* params, const float* x, const float* saved, const float* dy, float* dx,
-                        float* dparams, std::size_t rows) const {
+  virtual void backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
+                        std::size_t rows) const {
     backward_input(params, x, saved, dy, dx, rows);
     backward_weight(params, x, saved, dy, dparams, rows);
   }

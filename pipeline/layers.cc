@@ -78,7 +78,7 @@ void TanhLinear::forward(const float* params, const float* x, float* y, float* s
   for (std::size_t i = 0; i < rows * out_; ++i) saved[i] = y[i];
 }
 
-void TanhLinear::backward_input(const float* params, const float*, const float* saved, const float* dy, float* dx,
+void TanhLinear::backward_input(const float* params, const float*, float* saved, const float* dy, float* dx,
                                 std::size_t rows) const {
   std::vector<float> dz(rows * out_);
   tanh_grad(saved, dy, dz.data(), dz.size());
@@ -92,8 +92,8 @@ void TanhLinear::backward_weight(const float*, const float* x, const float* save
   weight_grad(x, dz.data(), dparams, rows, in_, out_);
 }
 
-void TanhLinear::backward(const float* params, const float* x, const float* saved, const float* dy, float* dx,
-                          float* dparams, std::size_t rows) const {
+void TanhLinear::backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
+                          std::size_t rows) const {
   std::vector<float> dz(rows * out_);
   tanh_grad(saved, dy, dz.data(), dz.size());
   input_grad(params, dz.data(), dx, rows, in_, out_);
@@ -116,7 +116,7 @@ void TimedLayer::forward(const float* params, const float* x, float* y, float*, 
   sleep_rest(start, f_);
 }
 
-void TimedLayer::backward_input(const float* params, const float*, const float*, const float* dy, float* dx,
+void TimedLayer::backward_input(const float* params, const float*, float*, const float* dy, float* dx,
                                 std::size_t rows) const {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < rows; ++r)

@@ -24,11 +24,11 @@ class TanhLinear final : public Layer {
   std::size_t saved_floats(std::size_t rows) const override { return rows * out_; }
   void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const override;
   bool splits_backward() const override { return split_; }
-  void backward_input(const float* params, const float* x, const float* saved, const float* dy, float* dx,
+  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
                       std::size_t rows) const override;
   void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
                        std::size_t rows) const override;
-  void backward(const float* params, const float* x, const float* saved, const float* dy, float* dx, float* dparams,
+  void backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
                 std::size_t rows) const override;
 
  private:
@@ -50,7 +50,7 @@ class TimedLayer final : public Layer {
   std::size_t param_count() const override { return n_; }
   void init_params(float* params, std::uint64_t seed, int layer_index) const override;
   void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const override;
-  void backward_input(const float* params, const float* x, const float* saved, const float* dy, float* dx,
+  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
                       std::size_t rows) const override;
   void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
                        std::size_t rows) const override;

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "pipeline/layers.h"
+#include "pipeline/tie.h"
 #include "runtime/core/error.h"
 
 namespace strata::pipeline {
@@ -25,6 +26,26 @@ void PipelineModel::check(int virtual_stages) const {
   }
   STRATA_CHECK(rows >= 1, Errc::invalid_argument, "pipeline model: rows per micro-batch must be >= 1");
   STRATA_CHECK(input && loss_grad, Errc::invalid_argument, "pipeline model: input and loss_grad must be set");
+  if (!tie) return;
+  const auto n = static_cast<int>(layers.size());
+  STRATA_CHECK(tie->owner >= 0 && tie->owner < n && tie->user >= 0 && tie->user < n && tie->owner != tie->user,
+               Errc::invalid_argument, "pipeline model: a tie between layers ", tie->owner, " and ", tie->user,
+               " needs two different layers of the ", n);
+  const Layer& owner = *layers[tie->owner];
+  const Layer& user = *layers[tie->user];
+  STRATA_CHECK(
+      tie->count > 0 && tie->owner_offset + tie->count <= owner.param_count() && tie->count <= user.param_count(),
+      Errc::invalid_argument, "pipeline model: a tie of ", tie->count, " parameters at offset ", tie->owner_offset,
+      " does not fit layer ", tie->owner, " (", owner.param_count(), ") and layer ", tie->user, " (",
+      user.param_count(), ")");
+  STRATA_CHECK(!user.splits_backward(), Errc::invalid_argument, "pipeline model: layer ", tie->user, " (", user.name(),
+               ") reads a tied weight and must not split its backward: its gradient goes to layer ", tie->owner,
+               "'s stage during its B");
+}
+
+std::size_t PipelineModel::stored_params(int layer) const {
+  const std::size_t n = layers[static_cast<std::size_t>(layer)]->param_count();
+  return tie && tie->user == layer ? n - tie->count : n;
 }
 
 std::vector<int> PipelineModel::layers_of(int vs, int virtual_stages) const {
@@ -41,9 +62,11 @@ LocalParameterStore::LocalParameterStore(const PipelineModel& model, std::vector
     STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < model.layers.size(), Errc::invalid_argument,
                  "parameter store: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");
     const Layer& l = *model.layers[id];
-    params_.emplace_back(l.param_count());
-    l.init_params(params_.back().data(), seed, id);
-    grads_.emplace_back(l.param_count(), 0.0f);
+    std::vector<float> p(l.param_count());
+    l.init_params(p.data(), seed, id);
+    p.resize(model.stored_params(id));
+    params_.push_back(std::move(p));
+    grads_.emplace_back(params_.back().size(), 0.0f);
   }
   ready_.assign(ids_.size(), 0);
 }
@@ -89,25 +112,30 @@ PipelineModel synthetic_model(const SyntheticModelSpec& spec) {
   const std::size_t n = spec.rows * spec.width;
   const std::uint64_t seed = spec.seed;
   const float scale = 1.0f / static_cast<float>(spec.rows * static_cast<std::size_t>(std::max(1, spec.micro_batches)));
-  m.input = [n, seed](int micro, float* x) {
+  m.input = [n, seed](std::int64_t, int micro, float* x) {
     for (std::size_t i = 0; i < n; ++i) x[i] = hashed_uniform(seed ^ 0x1234, static_cast<std::uint64_t>(micro), i);
   };
   // Squared error against a hashed target: dL/dy = (y - t) / (rows m).
-  m.loss_grad = [n, seed, scale](int micro, const float* y, float* dy) {
+  m.loss_grad = [n, seed, scale](std::int64_t, int micro, const float* y, float* dy) {
     for (std::size_t i = 0; i < n; ++i)
       dy[i] = (y[i] - 0.5f * hashed_uniform(seed ^ 0x5678, static_cast<std::uint64_t>(micro), i)) * scale;
   };
   return m;
 }
 
-void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store) {
+void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& plain, std::int64_t step) {
   model.check(1);
+  std::vector<int> all(model.layers.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  std::unique_ptr<TiedStore> tied;
+  if (model.tie) tied = std::make_unique<TiedStore>(plain, model, all, nullptr, -1);
+  ParameterStore& store = tied ? static_cast<ParameterStore&>(*tied) : plain;
   const std::size_t rows = model.rows, n_layers = model.layers.size();
   store.begin_step();
   for (int mb = 0; mb < micro_batches; ++mb) {
     std::vector<std::vector<float>> x(n_layers + 1), saved(n_layers);
     x[0].resize(rows * model.layers[0]->in_features());
-    model.input(mb, x[0].data());
+    model.input(step, mb, x[0].data());
     for (std::size_t l = 0; l < n_layers; ++l) {
       const Layer& layer = *model.layers[l];
       const std::vector<int> held{static_cast<int>(l)};
@@ -119,7 +147,7 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
       store.after_action(f, held);
     }
     std::vector<float> dy(x[n_layers].size());
-    model.loss_grad(mb, x[n_layers].data(), dy.data());
+    model.loss_grad(step, mb, x[n_layers].data(), dy.data());
     for (std::size_t l = n_layers; l-- > 0;) {
       const Layer& layer = *model.layers[l];
       const int id = static_cast<int>(l);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "pipeline/action.h"
@@ -28,19 +29,40 @@
 
 namespace strata::pipeline {
 
+// A weight two layers share (the GPT's token embedding, read again by its LM head): the
+// user layer's last `count` parameters are the owner layer's [owner_offset, owner_offset +
+// count). The owner's store holds them; the user's store holds only the user's other
+// parameters (stored_params). Every step the owner's values reach the user's stage once, and
+// each micro-batch's gradient of the user's copy is added to the owner's gradient of that
+// micro-batch before the owner's store gets it (pipeline/tie.h). The user must not split its
+// backward, so that its gradient leaves during its B, before the owner's B of that
+// micro-batch can start.
+struct Tie {
+  int owner = -1;
+  std::size_t owner_offset = 0;
+  int user = -1;
+  std::size_t count = 0;
+};
+
 struct PipelineModel {
   std::vector<std::shared_ptr<const Layer>> layers;  // forward order
   std::size_t rows = 1;                              // rows per micro-batch
-  // Writes micro-batch `micro`'s input: rows * layers.front()->in_features() floats.
-  std::function<void(int micro, float* x)> input;
-  // Writes dL/dy for micro-batch `micro` from the last layer's output y (rows * out floats).
-  std::function<void(int micro, const float* y, float* dy)> loss_grad;
+  // Writes micro-batch `micro`'s input for the step-th step (0-based) of the run: rows *
+  // layers.front()->in_features() floats.
+  std::function<void(std::int64_t step, int micro, float* x)> input;
+  // Writes dL/dy for micro-batch `micro` of step `step` from the last layer's output y
+  // (rows * out floats).
+  std::function<void(std::int64_t step, int micro, const float* y, float* dy)> loss_grad;
+  std::optional<Tie> tie;
 
   // Throws Errc::invalid_argument when the layers do not split evenly into
-  // `virtual_stages` groups, features do not chain, or a callback is missing.
+  // `virtual_stages` groups, features do not chain, a callback is missing, or the tie does
+  // not fit its layers.
   void check(int virtual_stages) const;
   // Global ids of virtual stage vs's layers (contiguous, forward order).
   std::vector<int> layers_of(int vs, int virtual_stages) const;
+  // The parameters a store holds for `layer`: param_count() less a tie's shared tail.
+  std::size_t stored_params(int layer) const;
 };
 
 class ParameterStore {
@@ -55,9 +77,10 @@ class ParameterStore {
   virtual void optimizer_step() {}
 };
 
-// Parameters and gradients of some layers in host memory: parameters from each layer's
-// init_params(seed, id), gradients zeroed by begin_step() and summed by add_gradient(). optimizer_step() does nothing
-// (the gradients stay for inspection) unless a learning rate is set (plain SGD).
+// Parameters and gradients of some layers in host memory (stored_params of each):
+// parameters from each layer's init_params(seed, id), gradients zeroed by begin_step() and
+// summed by add_gradient(). optimizer_step() does nothing (the gradients stay for
+// inspection) unless a learning rate is set (plain SGD).
 class LocalParameterStore final : public ParameterStore {
  public:
   LocalParameterStore(const PipelineModel& model, std::vector<int> layers, std::uint64_t seed, float sgd_lr = 0);
@@ -101,7 +124,7 @@ PipelineModel synthetic_model(const SyntheticModelSpec& spec);
 // Each layer's forward and backward is an action of its own to the store (F, then BW, of
 // that micro-batch): an engine store gathers and releases the layer around each, as a
 // plain data-parallel loop does. `store` must hold every layer; optimizer_step() is the
-// caller's.
-void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store);
+// caller's. `step` is the one the model's input and loss see.
+void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store, std::int64_t step = 0);
 
 }  // namespace strata::pipeline

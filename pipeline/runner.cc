@@ -177,4 +177,39 @@ Timeline measured_timeline(const Schedule& schedule, const std::vector<StageRepo
   return t;
 }
 
+Costs measured_costs(const Schedule& s, const std::vector<StageReport>& reports, double bw_share) {
+  Costs c;
+  c.forward.assign(static_cast<std::size_t>(s.stages), 0);
+  c.backward_input.assign(static_cast<std::size_t>(s.stages), 0);
+  c.backward_weight.assign(static_cast<std::size_t>(s.stages), 0);
+  for (const auto& r : reports) {
+    double f = 0, b = 0, w = 0;
+    int nf = 0, nb = 0, nw = 0;
+    for (const auto& t : r.timings) {
+      const double d = t.end - t.start;
+      switch (t.action.kind) {
+        case ActionKind::forward:
+          f += d, ++nf;
+          break;
+        case ActionKind::backward_input:
+          b += d, ++nb;
+          break;
+        case ActionKind::backward_weight:
+          w += d, ++nw;
+          break;
+        case ActionKind::backward_full:
+          b += d * bw_share, ++nb, w += d * (1 - bw_share), ++nw;
+          break;
+        default:
+          break;
+      }
+    }
+    // Per action of one chunk -> per stage (all chunks).
+    c.forward[r.stage] = nf ? f / nf * s.chunks : 0;
+    c.backward_input[r.stage] = nb ? b / nb * s.chunks : 0;
+    c.backward_weight[r.stage] = nw ? w / nw * s.chunks : 0;
+  }
+  return c;
+}
+
 }  // namespace strata::pipeline

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "pipeline/costs.h"
 #include "pipeline/executor.h"
 #include "runtime/comm/communicator.h"
 
@@ -29,6 +30,10 @@ StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& mod
 
 // Collects every rank's report on rank 0 (by stage); other ranks get an empty list.
 std::vector<StageReport> gather_reports(comm::Communicator& comm, const StageReport& mine);
+
+// Per-stage mean F, B and W times of measured steps (per stage: every chunk's share), for
+// the stages in `reports` (the others 0); a BW counts bw_share of its time as B, the rest W.
+Costs measured_costs(const Schedule& schedule, const std::vector<StageReport>& reports, double bw_share = 0.5);
 
 // The measured timeline: times in seconds from the earliest action's start.
 Timeline measured_timeline(const Schedule& schedule, const std::vector<StageReport>& reports);

@@ -7,6 +7,7 @@
 #include "models/gpt/fp8_products.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
+#include "runtime/core/error.h"
 
 namespace strata::model {
 
@@ -51,6 +52,17 @@ void BlockScratch::carve(float* p, const BlockDims& d) {
   dln = take(NC);
   datty = take(NC);
   dqkv = take(3 * NC);
+}
+
+std::size_t BlockSplit::floats(const BlockDims& d) { return 10 * d.tokens() * static_cast<std::size_t>(d.C); }
+
+void BlockSplit::carve(float* p, const BlockDims& d) {
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
+  d4 = p;
+  dln2 = d4 + 4 * NC;
+  dres1 = dln2 + NC;
+  dqkv = dres1 + NC;
+  dln1 = dqkv + 3 * NC;
 }
 
 namespace {
@@ -141,6 +153,44 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
   mm_backward(d, 0, s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C);
   ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+namespace {
+void check_plain(const BlockDims& d) {
+  STRATA_CHECK(d.fp8 == nullptr && d.unit == nullptr, Errc::unsupported,
+               "the GPT block's split backward (pipeline B and W passes) runs the plain block only: turn off fp8 and "
+               "unit scaling for a pipelined GPT");
+}
+}  // namespace
+
+void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
+                          const BlockDims& d) {
+  check_plain(d);
+  const int N = static_cast<int>(d.tokens()), C = d.C;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
+  std::copy(dres, dres + NC, k.dres1);
+  ops::matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products);
+  ops::gelu_backward(k.d4, a.fch, k.d4, 4 * NC);
+  ops::matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products);
+  ops::layernorm_backward_input(k.dres1, k.dln2, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
+  std::copy(k.dres1, k.dres1 + NC, dres);
+  float* datty = k.dln1;  // consumed by the attention's backward before dln1 is written
+  ops::matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products);
+  ops::attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
+  ops::matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products);
+  ops::layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,
+                           const BlockSplit& k, const BlockDims& d) {
+  check_plain(d);
+  const int N = static_cast<int>(d.tokens()), C = d.C;
+  ops::matmul_backward_weight(g[fcproj_w], g[fcproj_b], dout, a.gelu, N, 4 * C, C, d.products);
+  ops::matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products);
+  ops::layernorm_backward_weight(g[ln2_w], g[ln2_b], k.dln2, a.res1, a.ln2_mean, a.ln2_rstd, N, C);
+  ops::matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products);
+  ops::matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products);
+  ops::layernorm_backward_weight(g[ln1_w], g[ln1_b], k.dln1, x, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 }  // namespace strata::model

@@ -41,10 +41,27 @@ struct BlockScratch {
   void carve(float* base, const BlockDims& d);
 };
 
+// What block_backward_input keeps for block_backward_weight: the gradients at the outputs of
+// the four products and of the two LayerNorms' affine parts.
+struct BlockSplit {
+  float *d4, *dln2, *dres1, *dqkv, *dln1;
+  static std::size_t floats(const BlockDims& d);
+  void carve(float* base, const BlockDims& d);
+};
+
 // out = block(x); out must not alias x.
 void block_forward(float* out, const float* x, const BlockWeights& w, const BlockActs& a, const BlockDims& d);
 // dres holds dL/d(out) on entry and dL/dx on return; weight gradients are added into g.
 void block_backward(float* dres, const float* x, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
                     const BlockScratch& s, const BlockDims& d);
+
+// block_backward in two passes (the Zero Bubble split): the input pass turns dres from
+// dL/d(out) into dL/dx and fills `k`; the weight pass, given dL/d(out) again, adds the weight
+// gradients into g. Each gradient gets the bits block_backward gives it. The plain block only
+// (no FP8 sites, no unit scaling): Errc::unsupported otherwise.
+void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
+                          const BlockDims& d);
+void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,
+                           const BlockSplit& k, const BlockDims& d);
 
 }  // namespace strata::model

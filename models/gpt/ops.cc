@@ -73,9 +73,17 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
 
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
                      int IC, int OC, bool accumulate, Products p, const ProductScales& s) {
-  if (dinp != nullptr) {
-    gemm(p, false, true, N, IC, OC, s.grad_in, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
-  }
+  if (dinp != nullptr) matmul_backward_input(dinp, dout, W, N, IC, OC, accumulate, p, s);
+  matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* W, int N, int IC, int OC, bool accumulate,
+                           Products p, const ProductScales& s) {
+  gemm(p, false, true, N, IC, OC, s.grad_in, dout, OC, W, OC, accumulate ? 1.0f : 0.0f, dinp, IC);
+}
+
+void matmul_backward_weight(float* dW, float* db, const float* dout, const float* inp, int N, int IC, int OC,
+                            Products p, const ProductScales& s) {
   gemm(p, true, false, IC, OC, N, s.grad_w, inp, IC, dout, OC, 1.0f, dW, OC);
   if (db != nullptr) bias_backward(db, dout, N, OC);
 }
@@ -108,6 +116,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int N, int C) {
+  layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N, C);
+  layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C);
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
+                              const float* rstd, int N, int C) {
   for_rows(N, [&](int n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
     const float* d = dout + static_cast<std::size_t>(n) * C;
@@ -126,6 +140,10 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
       dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   });
+}
+
+void layernorm_backward_weight(float* dw, float* db, const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int N, int C) {
   float* acc[2] = {dw, db};
   reduce_rows(N, C, 2, acc, [&](int n, float* p) {
     const float* x = inp + static_cast<std::size_t>(n) * C;

@@ -34,6 +34,11 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
 // db[OC] += the column sums of dout (db may be null; not scaled).
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
                      int IC, int OC, bool accumulate, Products p = Products::fp32, const ProductScales& s = {});
+// matmul_backward's two halves, for a backward split into input (B) and weight (W) passes.
+void matmul_backward_input(float* dinp, const float* dout, const float* W, int N, int IC, int OC, bool accumulate,
+                           Products p = Products::fp32, const ProductScales& s = {});
+void matmul_backward_weight(float* dW, float* db, const float* dout, const float* inp, int N, int IC, int OC,
+                            Products p = Products::fp32, const ProductScales& s = {});
 // db[OC] += the column sums of dout[N,OC] (matmul_backward's bias part).
 void bias_backward(float* db, const float* dout, int N, int OC);
 
@@ -43,6 +48,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // dinp[N,C] += ..., dw[C] += ..., db[C] += ...
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int N, int C);
+// Its two halves: dinp += ... (B), and dw += ..., db += ... (W).
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
+                              const float* rstd, int N, int C);
+void layernorm_backward_weight(float* dw, float* db, const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int N, int C);
 
 // GELU with the tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(float* out, const float* inp, std::size_t n);

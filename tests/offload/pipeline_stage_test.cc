@@ -157,7 +157,7 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
       for (int mb = 0; mb < kMicro; ++mb) {
         std::vector<std::vector<float>> x(kLayers + 1), saved(kLayers);
         x[0].resize(rows * model.layers[0]->in_features());
-        model.input(mb, x[0].data());
+        model.input(0, mb, x[0].data());
         for (int l = 0; l < kLayers; ++l) {
           const auto& layer = *model.layers[l];
           x[l + 1].resize(rows * layer.out_features());
@@ -166,7 +166,7 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
           e.release(l);
         }
         std::vector<float> dy(x[kLayers].size());
-        model.loss_grad(mb, x[kLayers].data(), dy.data());
+        model.loss_grad(0, mb, x[kLayers].data(), dy.data());
         for (int l = kLayers; l-- > 0;) {
           const auto& layer = *model.layers[l];
           const float* params = e.gather(l)[0].as<float>();
@@ -354,7 +354,7 @@ class PoisonedLayer final : public pipeline::Layer {
   void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
     inner_->forward(p, x, y, saved, rows);
   }
-  void backward_input(const float* p, const float* x, const float* saved, const float* dy, float* dx,
+  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx,
                       std::size_t rows) const override {
     inner_->backward_input(p, x, saved, dy, dx, rows);
   }

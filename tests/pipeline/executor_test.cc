@@ -190,7 +190,7 @@ class FailingLayer final : public Layer {
   void forward(const float*, const float*, float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "layer exploded on purpose");
   }
-  void backward_input(const float*, const float*, const float*, const float*, float*, std::size_t) const override {}
+  void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {}
   void backward_weight(const float*, const float*, const float*, const float*, float*, std::size_t) const override {}
 };
 

@@ -1,17 +1,20 @@
-// `strata pipeline`: runs a schedule with the executor on a synthetic model and sets the
-// measured timeline against the simulated one. Stages are threads of this process, or --
-// under `strata launch -n p` -- one process per stage talking through Gloo send/recv
-// (rank 0 prints the report). --layer-ms gives layers with fixed F/B/W times (steady, for
-// bubble measurements); without it the layers are real tanh-linear compute. --verify
-// checks the gradients bit for bit against a sequential loop over the micro-batches.
-// --measure-steps K feeds zb-auto the per-stage F/B/W times of K ZB-H1 steps.
-// --config FILE puts every stage on a ZeRO engine with that DeepSpeed-style config
-// (pipeline_engine.h), --replicas D data-parallel copies of the pipeline beside it; then
-// --verify checks the parameters after the run against a plain data-parallel engine run.
+// `strata pipeline`: runs a schedule with the executor on a synthetic model, or with
+// --model gpt on the GPT (pipeline_model.h), and sets the measured timeline against the
+// simulated one. Stages are threads of this process, or -- under `strata launch -n p` --
+// one process per stage talking through Gloo send/recv (rank 0 prints the report).
+// --layer-ms gives layers with fixed F/B/W times (steady, for bubble measurements); without
+// it the layers are real tanh-linear compute. --verify checks the gradients bit for bit
+// against a sequential loop over the micro-batches. --measure-steps K feeds zb-auto the
+// per-stage F/B/W times of K ZB-H1 steps. --config FILE puts every stage on a ZeRO engine
+// with that DeepSpeed-style config (pipeline_engine.h), --replicas D data-parallel copies
+// of the pipeline beside it; then --verify checks the parameters after the run against a
+// plain data-parallel engine run.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "pipeline/generators.h"
 #include "pipeline/runner.h"
@@ -21,6 +24,7 @@
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/pipeline_engine.h"
+#include "tools/cli/pipeline_model.h"
 
 namespace strata::cli {
 namespace {
@@ -37,6 +41,8 @@ struct Options {
   int replicas = 1;
   std::string device_budget;  // each stage's device, with --config
   int measure_steps = 0;      // zb-auto: steps of ZB-H1 whose per-stage F/B/W times feed it
+  PipelineModelFlags model;   // synthetic or the GPT
+  int stage_threads = -1;     // each stage's compute threads; -1: the GPT's share of the cores, else the pool
 };
 
 std::vector<double> parse_ratios(const std::string& text) {
@@ -62,55 +68,23 @@ std::string percent(double x) {
   return buf;
 }
 
-// Per-stage mean F, B, W times of a measured run (a BW counts towards B and W in the
-// proportion of the nominal ratios), for the simulation "with measured times".
+// Per-stage mean F, B, W times of a measured run (a BW splits between B and W as the nominal
+// ratios do).
 pipeline::Costs measured_costs(const pipeline::Schedule& s, const std::vector<pipeline::StageReport>& reports,
                                const std::vector<double>& ratio) {
-  pipeline::Costs c;
-  c.forward.assign(s.stages, 0);
-  c.backward_input.assign(s.stages, 0);
-  c.backward_weight.assign(s.stages, 0);
-  const double bw_share = ratio[1] + ratio[2] > 0 ? ratio[1] / (ratio[1] + ratio[2]) : 0.5;
-  for (const auto& r : reports) {
-    double f = 0, b = 0, w = 0;
-    int nf = 0, nb = 0, nw = 0;
-    for (const auto& t : r.timings) {
-      const double d = t.end - t.start;
-      switch (t.action.kind) {
-        case pipeline::ActionKind::forward:
-          f += d, ++nf;
-          break;
-        case pipeline::ActionKind::backward_input:
-          b += d, ++nb;
-          break;
-        case pipeline::ActionKind::backward_weight:
-          w += d, ++nw;
-          break;
-        case pipeline::ActionKind::backward_full:
-          b += d * bw_share, ++nb, w += d * (1 - bw_share), ++nw;
-          break;
-        default:
-          break;
-      }
-    }
-    // Per action of one chunk -> per stage (all chunks).
-    c.forward[r.stage] = nf ? f / nf * s.chunks : 0;
-    c.backward_input[r.stage] = nb ? b / nb * s.chunks : 0;
-    c.backward_weight[r.stage] = nw ? w / nw * s.chunks : 0;
-  }
-  return c;
+  return pipeline::measured_costs(s, reports, ratio[1] + ratio[2] > 0 ? ratio[1] / (ratio[1] + ratio[2]) : 0.5);
 }
 
 // Every stage's gradients against a sequential loop over the whole model, bit for bit; as
 // ranks, every rank checks its own layers and all learn whether any differed.
-bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint64_t seed,
+bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint64_t seed, std::int64_t step,
                      const std::vector<std::unique_ptr<pipeline::LocalParameterStore>>& stores,
                      comm::Communicator* comm) {
   bool equal = true;
   std::vector<int> all(model.layers.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   pipeline::LocalParameterStore reference(model, all, seed);
-  pipeline::run_sequential(model, micro, reference);
+  pipeline::run_sequential(model, micro, reference, step);
   for (const auto& st : stores) {
     for (int id : st->layers()) equal = equal && st->grads_of(id) == reference.grads_of(id);
   }
@@ -136,7 +110,10 @@ int run(const Options& o) {
   g.micro_batches = o.micro;
   g.chunks = o.chunks;
   const auto ratio = parse_ratios(o.ratios);
-  const int layers = o.layers > 0 ? o.layers : o.stages * o.chunks;
+  const bool gpt = o.model.model == "gpt";
+  STRATA_CHECK(!gpt || o.layer_ms == 0, Errc::invalid_argument,
+               "--layer-ms fixes synthetic layers' times; the GPT's are its own compute: drop it");
+  const int layers = o.layers > 0 || gpt ? o.layers : o.stages * o.chunks;
   const double unit_s = o.layer_ms / 1e3 * layers / o.stages;  // a whole stage's F at ratio 1
   g.costs = pipeline::Costs::uniform(ratio[0], ratio[1], ratio[2]);
 
@@ -149,19 +126,19 @@ int run(const Options& o) {
   spec.f = ratio[0];
   spec.b = ratio[1];
   spec.w = ratio[2];
-  const pipeline::PipelineModel model = pipeline::synthetic_model(spec);
+  const PipelineModelChoice chosen = make_pipeline_model(o.model, layers, spec, o.micro, o.replicas);
+  const pipeline::PipelineModel& model = chosen.model;
   pipeline::ExecutorOptions eo;
   eo.remat = pipeline::parse_remat(o.remat);
-  auto model_of = [&](int d) {
-    auto sd = spec;
-    sd.seed = spec.seed + 1000 * static_cast<std::uint64_t>(d);  // replica d's own inputs and targets
-    return pipeline::synthetic_model(sd);
-  };
+  // Stages stand for devices of their own: a GPT stage computes on its share of the cores.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  eo.compute_threads = o.stage_threads >= 0 ? o.stage_threads : gpt ? std::max(1, cores / (o.stages * o.replicas)) : 0;
+  const auto& model_of = chosen.of_replica;
   EngineStagesOptions on_engines_options;  // with --config: read once, for every run below
   if (!o.config.empty()) {
     engine::ModelFacts facts;
     facts.world_size = o.replicas;
-    facts.hidden_size = static_cast<std::uint64_t>(o.width);
+    facts.hidden_size = chosen.hidden;
     auto& eso = on_engines_options;
     eso.config = engine::load_config(o.config, facts);
     eso.replicas = o.replicas;
@@ -253,7 +230,7 @@ int run(const Options& o) {
   }
 
   if (o.verify && o.config.empty()) {
-    equal = gradients_match(model, o.micro, spec.seed, stores, comm.get());
+    equal = gradients_match(model, o.micro, spec.seed, o.steps - 1, stores, comm.get());
     verdict = equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
   }
   if (reports.empty()) return equal ? 0 : 1;  // not rank 0
@@ -275,8 +252,15 @@ int run(const Options& o) {
     pipeline::write_file(
         o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
                                                   "  m=", s.micro_batches, "   bubble ", percent(got.bubble_rate))));
+  double loss = std::nan("");  // the GPT's mean token loss in the last step, where this process saw it
+  if (chosen.losses && !as_ranks) {
+    loss = 0;
+    for (double l : *chosen.losses) loss += l;
+    loss /= static_cast<double>(chosen.tokens_per_micro) * s.micro_batches;
+  }
   if (o.json) {
     nlohmann::json j = {{"kind", s.kind},
+                        {"model", chosen.describe},
                         {"stages", s.stages},
                         {"micro_batches", s.micro_batches},
                         {"chunks", s.chunks},
@@ -293,6 +277,7 @@ int run(const Options& o) {
                            for (const auto& r : reports) v.push_back(r.peak_activations);
                            return v;
                          }()}};
+    if (loss == loss) j["loss"] = loss;
     if (o.layer_ms > 0)
       j["simulated_nominal"] = {{"makespan_s", nominal.makespan}, {"bubble_rate", nominal.bubble_rate}};
     if (o.verify) j[o.config.empty() ? "gradients_bitwise_equal" : "parameters_bitwise_equal"] = equal;
@@ -318,8 +303,12 @@ int run(const Options& o) {
     }
     print_json(j.dump(2));
   } else {
-    std::printf("pipeline %s: p=%d m=%d v=%d, %d layers, %s, remat %s\n", s.kind.c_str(), s.stages, s.micro_batches,
-                s.chunks, layers, mode.c_str(), o.remat.c_str());
+    std::printf("pipeline %s: p=%d m=%d v=%d, %s, %s, remat %s%s\n", s.kind.c_str(), s.stages, s.micro_batches,
+                s.chunks, chosen.describe.c_str(), mode.c_str(), o.remat.c_str(),
+                eo.compute_threads > 0 ? str_cat(", ", eo.compute_threads, " compute thread(s) a stage").c_str() : "");
+    if (loss == loss)
+      std::printf("GPT last step: loss %.4f, %.0f tokens/s (replica 0's pipeline)\n", loss,
+                  static_cast<double>(chosen.tokens_per_micro) * s.micro_batches / got.makespan);
     if (!budget_limit.empty()) std::printf("zb-auto memory limit %s\n", budget_limit.c_str());
     if (!auto_costs.empty())
       std::printf("zb-auto from %d ZB-H1 step(s)' measured times: %s\n", o.measure_steps, auto_costs.c_str());
@@ -354,7 +343,8 @@ Action setup(CLI::App& cmd) {
       ->check(CLI::Range(1, 64));
   cmd.add_option("--micro,-m", o->micro, "Micro-batches m")->check(CLI::Range(1, 4096));
   cmd.add_option("--chunks,-v", o->chunks, "Chunks per stage (interleaved)")->check(CLI::Range(1, 16));
-  cmd.add_option("--layers", o->layers, "Layers in all (default p*v); must divide into p*v")
+  cmd.add_option("--layers", o->layers,
+                 "Layers in all (default p*v); must divide into p*v. GPT: blocks (pipeline layers: blocks + 2)")
       ->check(CLI::Range(0, 4096));
   cmd.add_option("--layer-ms", o->layer_ms, "Fixed forward time per layer in ms (0: real tanh-linear compute)")
       ->check(CLI::Range(0.0, 10000.0));
@@ -380,6 +370,11 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--replicas", o->replicas,
                  "Data-parallel replicas of the pipeline (with --config; under strata launch: p*replicas ranks)")
       ->check(CLI::Range(1, 64));
+  add_pipeline_model_options(cmd, o->model);
+  cmd.add_option("--stage-threads", o->stage_threads,
+                 "Threads each stage's layer code uses (0: the process's pool; default: the GPT's stages share the "
+                 "cores evenly, as stages on devices of their own)")
+      ->check(CLI::Range(-1, 1024));
   cmd.add_flag("--json", o->json, "Print JSON");
   cmd.add_option("--trace", o->trace,
                  "Write the measured Chrome trace (Perfetto); with --config as threads, with the engines' rows "
@@ -388,7 +383,8 @@ Action setup(CLI::App& cmd) {
   return [o] { return run(*o); };
 }
 
-const Registration reg("", "pipeline", "Run a pipeline schedule on a synthetic model and measure its bubble", setup);
+const Registration reg("", "pipeline", "Run a pipeline schedule on a synthetic model or the GPT and measure its bubble",
+                       setup);
 
 }  // namespace
 }  // namespace strata::cli

@@ -5,7 +5,8 @@
 // those on host memory); --device auto takes GPU local_rank when there is one. Shows progress
 // (step, loss, tokens/s, step time, memory per tier; the GPT's validation loss), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
-// the gathered whole), and a Chrome trace with --trace.
+// the gathered whole), and a Chrome trace with --trace. --pipeline-stages P splits the GPT
+// over P pipeline stages on ZeRO engines instead (train_pipeline.h).
 #include <malloc.h>
 
 #include <chrono>
@@ -30,6 +31,7 @@
 #include "tools/cli/output_check.h"
 #include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_model.h"
+#include "tools/cli/train_pipeline.h"
 
 namespace strata::cli {
 namespace {
@@ -44,6 +46,7 @@ struct Options {
   double link_gbps = 0;
   bool explain = false;
   CheckpointFlags ckpt;
+  PipelineTrainOptions pipe;  // --pipeline-stages P (train_pipeline.h)
 };
 
 nlohmann::json tier_json(const engine::TierUsage& u) {
@@ -168,7 +171,33 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
   }
 }
 
+// --pipeline-stages: what the pipelined trainer takes, then it.
+int run_pipelined(const Options& o) {
+  const std::pair<bool, const char*> unsupported[] = {{!o.save_params.empty(), "--save-params"},
+                                                      {!o.trace.empty(), "--trace"},
+                                                      {!o.ckpt.save_dir.empty(), "--save-dir"},
+                                                      {!o.ckpt.resume.empty(), "--resume"},
+                                                      {!o.ckpt.init_from.empty(), "--init-from"},
+                                                      {o.m.eval_every > 0, "--eval-every"},
+                                                      {o.m.sample > 0, "--sample"},
+                                                      {o.explain, "--explain"},
+                                                      {o.link_gbps > 0, "--link-gbps"},
+                                                      {o.device != "auto" && o.device != "host", "--device"}};
+  for (const auto& [given, flag] : unsupported) {
+    STRATA_CHECK(!given, Errc::invalid_argument, flag, " is not built for --pipeline-stages yet: drop it, or train ",
+                 "without a pipeline");
+  }
+  PipelineTrainOptions p = o.pipe;
+  p.m = o.m;
+  p.config = o.config;
+  p.steps = o.steps;
+  p.log_json = o.log_json;
+  p.device_budget = o.device_budget;
+  return train_pipelined(p);
+}
+
 int run(const Options& o) {
+  if (o.pipe.stages > 0) return run_pipelined(o);
   STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
                " is not available: use mlp or gpt");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
@@ -281,6 +310,15 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--pipeline-stages", o->pipe.stages,
+                 "GPT: split the layers over P pipeline stages, each on a ZeRO engine (threads, or strata launch -n "
+                 "P*D for D data-parallel replicas)")
+      ->check(CLI::Range(0, 1024));
+  cmd.add_option("--schedule", o->pipe.schedule, "With --pipeline-stages: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto");
+  cmd.add_option("--chunks", o->pipe.chunks, "With --schedule interleaved: chunks per stage")->check(CLI::Range(1, 64));
+  cmd.add_option("--measure-steps", o->pipe.measure_steps,
+                 "With --schedule zb-auto: steps run as ZB-H1 whose per-stage F/B/W times zb-auto schedules from")
+      ->check(CLI::Range(1, 1000));
   return [o] { return run(*o); };
 }
 

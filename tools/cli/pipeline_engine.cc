@@ -25,50 +25,12 @@
 #include "runtime/core/units.h"
 #include "runtime/device/arena.h"
 #include "runtime/device/device.h"
+#include "tools/cli/stage_runner.h"
 
 namespace strata::cli {
 namespace {
 
 constexpr int kSummaryDoubles = 8;
-
-// The config with its NVMe paths moved into a subdirectory of their own, made here and
-// removed when this goes if the engines have left it empty: declare it before the engine.
-struct SubdirConfig {
-  engine::EngineConfig config;
-  std::vector<std::string> made;
-  SubdirConfig(engine::EngineConfig c, const std::string& sub) : config(std::move(c)) {
-    for (std::string* path : {&config.offload_optimizer.nvme_path, &config.offload_param.nvme_path}) {
-      if (path->empty()) continue;
-      *path += "/" + sub;
-      std::filesystem::create_directories(*path);
-      made.push_back(*path);  // every replica of the stage tries: the last to leave removes it
-    }
-  }
-  ~SubdirConfig() {
-    std::error_code ec;
-    for (const auto& d : made) std::filesystem::remove(d, ec);  // only if empty
-  }
-  SubdirConfig(const SubdirConfig&) = delete;
-  SubdirConfig& operator=(const SubdirConfig&) = delete;
-};
-
-// A communicator over `size` ranks of the job's rendezvous under its own run id; null for one.
-std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,
-                                             int size) {
-  if (size == 1) return nullptr;
-  comm::CommOptions o;
-  o.rendezvous = base;
-  o.rendezvous.rank = rank;
-  o.rendezvous.world_size = size;
-  o.rendezvous.run_id = base.run_id + "-" + name;
-  return comm::Communicator::create(o);
-}
-
-std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
-  device::DeviceOptions d;
-  if (o.device_budget > 0) d.budget_bytes = o.device_budget;
-  return device::Device::create(d);
-}
 
 // The executor's actions of the last step on the stage's trace: compute (F, B, W, BW) and
 // send/recv rows; OPT is the engine's own "optimizer" row.
@@ -96,33 +58,12 @@ RankOut run_rank(const pipeline::Schedule& s, const pipeline::PipelineModel& mod
                  int stage, comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& transport,
                  Tracer* tracer = nullptr) {
   RankOut out;
-  auto dev = stage_device(o);
-  const SubdirConfig cfg(o.config, "stage" + std::to_string(stage));
-  engine::Engine e({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer});
-  out.ids = pipeline::stage_layers(s, model, stage);
-  engine::StageStore store(e, model, out.ids, s.stages);
-  const auto activations =
-      pipeline::stage_memory(s, stage, model, o.executor.remat, device::Arena::kAlignment).peak_bytes;
-  store.setup(activations, static_cast<int>(model.layers.size()) / s.virtual_stages(), stage, o.seed);
-  pipeline::ExecutorOptions xo = o.executor;
-  xo.shared_device = dev.get();
-  {
-    pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
-    for (int k = 0; k < o.steps; ++k) out.report = exec.run_step();
-  }
-  out.params = e.full_parameters();
-  e.synchronize();
+  StageRunner runner(s, model, o, stage, group, pipe, transport, tracer);
+  for (int k = 0; k < o.steps; ++k) out.report = runner.step();
+  out.ids = runner.layers();
+  out.params = runner.parameters();
   if (tracer != nullptr) record_actions(*tracer, out.report);
-  const auto mem = e.memory();
-  const auto io = e.io_stats();
-  out.summary = {static_cast<double>(activations),
-                 static_cast<double>(mem.device.peak_bytes),
-                 static_cast<double>(mem.host.peak_bytes),
-                 static_cast<double>(mem.nvme.used_bytes),
-                 static_cast<double>(io.nvme_read_bytes),
-                 static_cast<double>(io.nvme_write_bytes),
-                 store.last_step().grad_norm,
-                 store.last_step().clip_coef};
+  out.summary = runner.summary();
   return out;
 }
 
@@ -138,7 +79,7 @@ std::vector<float> plain_params(const pipeline::PipelineModel& model, const Engi
   e.setup();
   store.init(o.seed);
   for (int k = 0; k < o.steps; ++k) {
-    pipeline::run_sequential(model, o.config.gradient_accumulation_steps, store);
+    pipeline::run_sequential(model, o.config.gradient_accumulation_steps, store, k);
     store.optimizer_step();
   }
   auto params = e.full_parameters();
@@ -149,11 +90,12 @@ std::vector<float> plain_params(const pipeline::PipelineModel& model, const Engi
 // A stage's parameters against the plain run's (every layer, in id order), bit for bit.
 bool matches(const pipeline::PipelineModel& model, const RankOut& mine, const std::vector<float>& plain) {
   std::vector<std::size_t> offset(model.layers.size() + 1, 0);
-  for (std::size_t i = 0; i < model.layers.size(); ++i) offset[i + 1] = offset[i] + model.layers[i]->param_count();
+  for (std::size_t i = 0; i < model.layers.size(); ++i)
+    offset[i + 1] = offset[i] + model.stored_params(static_cast<int>(i));
   if (plain.size() != offset.back()) return false;
   std::size_t at = 0;
   for (int id : mine.ids) {
-    const std::size_t n = model.layers[id]->param_count();
+    const std::size_t n = model.stored_params(id);
     if (at + n > mine.params.size() || std::memcmp(mine.params.data() + at, plain.data() + offset[id], n * 4) != 0)
       return false;
     at += n;
@@ -277,7 +219,7 @@ EngineStagesResult run_ranks(const pipeline::Schedule& s, const std::function<pi
   }
   if (o.verify) {
     std::size_t total = 0;
-    for (const auto& l : model.layers) total += l->param_count();
+    for (std::size_t i = 0; i < model.layers.size(); ++i) total += model.stored_params(static_cast<int>(i));
     std::vector<float> plain(total);
     if (stage == 0) plain = plain_params(model, o, group.get());  // ranks 0..D-1: the plain run's D ranks
     world->broadcast(plain.data(), plain.size(), DType::fp32, 0);

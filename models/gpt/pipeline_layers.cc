@@ -1,0 +1,236 @@
+// The GPT as pipeline layers (see pipeline_layers.h).
+#include "models/gpt/pipeline_layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "models/gpt/block.h"
+#include "models/gpt/ops.h"
+#include "engine/layout.h"
+#include "runtime/core/error.h"
+
+namespace strata::model {
+namespace {
+
+std::size_t numel(const GptParam& p) {
+  return static_cast<std::size_t>(std::accumulate(p.shape.begin(), p.shape.end(), std::int64_t{1},
+                                                  [](std::int64_t a, std::int64_t b) { return a * b; }));
+}
+
+// The engine's initial values for the GPT's tensors (engine::init_values keyed by name), so
+// a pipelined GPT starts where `strata train` does for the same seed.
+void init_tensors(const std::vector<GptParam>& params, float* out, std::uint64_t seed) {
+  for (const auto& p : params) {
+    const std::size_t n = numel(p);
+    engine::init_values(engine::ParamSpec{p.name, p.shape, p.layer, p.init}, seed, 0, n, out);
+    out += n;
+  }
+}
+
+std::vector<std::int32_t> token_ids(const float* x, std::size_t rows, int vocab) {
+  std::vector<std::int32_t> t(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    t[i] = static_cast<std::int32_t>(x[i]);
+    STRATA_CHECK(x[i] == static_cast<float>(t[i]) && t[i] >= 0 && t[i] < vocab, Errc::invalid_argument,
+                 "GPT pipeline: input ", i, " is ", x[i], ", not a token id below the vocabulary's ", vocab);
+  }
+  return t;
+}
+
+// Shared by the three layers: the shape and the micro-batch's sequence length.
+class GptLayer : public pipeline::Layer {
+ public:
+  GptLayer(const GptShape& s, int seq_len, int id) : s_(s), T_(seq_len), id_(id), params_(gpt_pipeline_params(s, id)) {
+    for (const auto& p : params_) count_ += numel(p);
+  }
+  std::size_t param_count() const override { return count_; }
+  void init_params(float* params, std::uint64_t seed, int) const override { init_tensors(params_, params, seed); }
+
+ protected:
+  int sequences(std::size_t rows) const {
+    STRATA_CHECK(rows % static_cast<std::size_t>(T_) == 0, Errc::invalid_argument, "GPT pipeline: ", rows,
+                 " rows are not whole sequences of ", T_, " tokens");
+    return static_cast<int>(rows / static_cast<std::size_t>(T_));
+  }
+  const GptShape s_;
+  const int T_, id_;
+  const std::vector<GptParam> params_;
+  std::size_t count_ = 0;
+};
+
+class Embedding final : public GptLayer {
+ public:
+  Embedding(const GptShape& s, int T) : GptLayer(s, T, 0) {}
+  std::string name() const override { return "gpt.embedding"; }
+  std::size_t in_features() const override { return 1; }
+  std::size_t out_features() const override { return static_cast<std::size_t>(s_.d_model); }
+  void forward(const float* p, const float* x, float* y, float*, std::size_t rows) const override {
+    const auto t = token_ids(x, rows, s_.vocab);
+    ops::embedding_forward(y, t.data(), p, p + wpe_at(), sequences(rows), T_, s_.d_model);
+  }
+  void backward_input(const float*, const float*, float*, const float*, float* dx, std::size_t rows) const override {
+    std::fill(dx, dx + rows, 0.0f);
+  }
+  void backward_weight(const float*, const float* x, const float*, const float* dy, float* dp,
+                       std::size_t rows) const override {
+    const auto t = token_ids(x, rows, s_.vocab);
+    std::fill(dp, dp + count_, 0.0f);
+    ops::embedding_backward(dp, dp + wpe_at(), dy, t.data(), sequences(rows), T_, s_.d_model);
+  }
+
+ private:
+  std::size_t wpe_at() const { return static_cast<std::size_t>(s_.vocab) * static_cast<std::size_t>(s_.d_model); }
+};
+
+class Block final : public GptLayer {
+ public:
+  Block(const GptShape& s, int T, int id) : GptLayer(s, T, id) {
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < kBlockParams; ++k) {
+      offset_[k] = at;
+      at += numel(params_[k]);
+    }
+  }
+  std::string name() const override { return "gpt.block" + std::to_string(id_ - 1); }
+  std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
+  std::size_t out_features() const override { return static_cast<std::size_t>(s_.d_model); }
+  std::size_t saved_floats(std::size_t rows) const override {
+    const BlockDims d = dims(rows);
+    return BlockActs::floats(d) + BlockSplit::floats(d);
+  }
+  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
+    const BlockDims d = dims(rows);
+    block_forward(y, x, weights(p), acts(saved, d), d);
+  }
+  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx,
+                      std::size_t rows) const override {
+    const BlockDims d = dims(rows);
+    std::copy(dy, dy + rows * in_features(), dx);
+    block_backward_input(dx, x, weights(p), acts(saved, d), split(saved, d), d);
+  }
+  void backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp,
+                       std::size_t rows) const override {
+    const BlockDims d = dims(rows);
+    std::fill(dp, dp + count_, 0.0f);
+    BlockGrads g{};
+    for (std::size_t k = 0; k < kBlockParams; ++k) g[k] = dp + offset_[k];
+    auto* s = const_cast<float*>(saved);  // read only: carve() hands out mutable views
+    block_backward_weight(g, dy, x, acts(s, d), split(s, d), d);
+  }
+
+ private:
+  BlockDims dims(std::size_t rows) const {
+    BlockDims d;
+    d.B = sequences(rows);
+    d.T = T_;
+    d.C = s_.d_model;
+    d.NH = s_.heads;
+    d.block = id_ - 1;
+    return d;
+  }
+  BlockWeights weights(const float* p) const {
+    BlockWeights w{};
+    for (std::size_t k = 0; k < kBlockParams; ++k) w[k] = p + offset_[k];
+    return w;
+  }
+  static BlockActs acts(float* saved, const BlockDims& d) {
+    BlockActs a{};
+    a.carve(saved, d);
+    return a;
+  }
+  static BlockSplit split(float* saved, const BlockDims& d) {
+    BlockSplit k{};
+    k.carve(saved + BlockActs::floats(d), d);
+    return k;
+  }
+  std::array<std::size_t, kBlockParams> offset_{};
+};
+
+// ln_f then logits = ln_f(x) wte^T; saves ln_f's output, mean and rstd.
+class Head final : public GptLayer {
+ public:
+  Head(const GptShape& s, int T) : GptLayer(s, T, s.layers + 1) {}
+  std::string name() const override { return "gpt.head"; }
+  std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
+  std::size_t out_features() const override { return static_cast<std::size_t>(s_.vocab); }
+  std::size_t saved_floats(std::size_t rows) const override { return rows * (in_features() + 2); }
+  bool splits_backward() const override { return false; }
+  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
+    const int N = static_cast<int>(rows), C = s_.d_model;
+    ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
+    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab);
+  }
+  void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {
+    STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
+  }
+  void backward_weight(const float*, const float*, const float*, const float*, float*, std::size_t) const override {
+    STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
+  }
+  void backward(const float* p, const float* x, float* saved, const float* dy, float* dx, float* dp,
+                std::size_t rows) const override {
+    const int N = static_cast<int>(rows), C = s_.d_model;
+    std::fill(dp, dp + count_, 0.0f);
+    std::vector<float> dln(rows * static_cast<std::size_t>(C));
+    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab);
+    std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
+    ops::layernorm_backward(dx, dp, dp + C, dln.data(), x, p, saved + rows * C, saved + rows * (C + 1), N, C);
+  }
+};
+
+}  // namespace
+
+std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer) {
+  STRATA_CHECK(layer >= 0 && layer <= shape.layers + 1, Errc::invalid_argument, "GPT pipeline: layer ", layer,
+               " is not one of the ", shape.layers + 2, " (embeddings, ", shape.layers, " blocks, head)");
+  std::vector<GptParam> out;
+  const auto all = gpt_params(shape);
+  for (const auto& p : all)
+    if (p.layer == layer) out.push_back(p);
+  if (layer == shape.layers + 1) out.push_back(all.front());  // the head reads wte again
+  return out;
+}
+
+GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_batches,
+                               std::shared_ptr<const Batcher> batcher, int rank, int world) {
+  validate(c);
+  STRATA_CHECK(!c.fp8.enabled && !c.unit_scaled, Errc::invalid_argument,
+               "a pipelined GPT runs the plain fp32 block: drop the fp8 block and --unit-scaled");
+  STRATA_CHECK(micro_batch >= 1 && micro_batches >= 1 && batcher != nullptr, Errc::invalid_argument,
+               "GPT pipeline: micro-batch size ", micro_batch, " and ", micro_batches,
+               " micro-batches must be at least 1, with a batcher");
+  const GptShape& s = c.shape;
+  const int T = c.seq_len, B = micro_batch;
+  GptPipeline g;
+  g.losses = std::make_shared<std::vector<double>>(static_cast<std::size_t>(micro_batches), 0.0);
+  auto& m = g.model;
+  m.rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+  m.layers.push_back(std::make_shared<Embedding>(s, T));
+  for (int l = 1; l <= s.layers; ++l) m.layers.push_back(std::make_shared<Block>(s, T, l));
+  m.layers.push_back(std::make_shared<Head>(s, T));
+  m.tie = pipeline::Tie{0, 0, s.layers + 1, static_cast<std::size_t>(s.vocab) * static_cast<std::size_t>(s.d_model)};
+  const std::int64_t global = static_cast<std::int64_t>(B) * micro_batches * world;
+  const std::size_t n = m.rows;
+  m.input = [=](std::int64_t step, int micro, float* x) {
+    std::vector<std::int32_t> in(n), tg(n);
+    batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(in[i]);
+  };
+  // Each micro-batch's mean token loss, as the GPT's pass hands the engine (which averages
+  // over micro-batches and ranks).
+  const float scale = 1.0f / static_cast<float>(n);
+  auto losses = g.losses;
+  const int V = s.vocab;
+  m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy) {
+    std::vector<std::int32_t> in(n), tg(n);
+    batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
+    std::vector<float> row_loss(n);
+    std::copy(y, y + n * static_cast<std::size_t>(V), dy);
+    (*losses)[static_cast<std::size_t>(micro)] =
+        ops::cross_entropy(dy, row_loss.data(), tg.data(), static_cast<int>(n), V, scale);
+  };
+  return g;
+}
+
+}  // namespace strata::model

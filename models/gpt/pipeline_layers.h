@@ -1,0 +1,45 @@
+// The GPT as pipeline layers (pipeline/layer.h), so the executor runs the model `strata train`
+// trains: layer 0 the embeddings, layers 1..L the blocks, layer L+1 the final LayerNorm and
+// the LM head, whose weight is layer 0's token embedding (PipelineModel::tie). The ids are the
+// GPT's engine layers (config.h) and each layer's parameters are that engine layer's tensors
+// concatenated in registration order (the head: ln_f.weight, ln_f.bias, then the tied wte).
+// Activations are fp32 [B*T, C] for a micro-batch of B sequences of T tokens; the
+// embedding's input is one float per token, its id (exact below 2^24), and the head's output
+// the logits [B*T, vocab]. Compute is the GPT's own host code (ops.h, block.h) in fp32 with
+// fp32 products. The blocks split B and W (block_backward_input / _weight), the embedding too
+// (its B writes zeros: token ids have no gradient); the head does not split (it reads the
+// tie). Initial values are the engine's for the GPT's named tensors (engine::init_values), so
+// a pipelined GPT starts from the weights `strata train` gives it with the same seed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/gpt/config.h"
+#include "models/gpt/data.h"
+#include "pipeline/model.h"
+
+namespace strata::model {
+
+struct GptPipeline {
+  pipeline::PipelineModel model;
+  // Each micro-batch's sum of token losses, as the loss last saw it (written on the last
+  // stage; read after the step).
+  std::shared_ptr<std::vector<double>> losses;
+};
+
+// The GPT's pipeline model for micro-batches of `micro_batch` sequences, `micro_batches` of
+// them per step: inputs and targets from `batcher` as `strata train` draws them for
+// data-parallel rank `rank` of `world`; the gradient each micro-batch hands on is that of
+// its mean token loss, as the GPT's pass hands the engine (which averages over the
+// micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate() refuses,
+// FP8 or unit scaling, which the split backward does not run).
+GptPipeline gpt_pipeline_model(const GptConfig& config, int micro_batch, int micro_batches,
+                               std::shared_ptr<const Batcher> batcher, int rank = 0, int world = 1);
+
+// The parameters of pipeline layer `layer` in the order the layer reads them, as the GPT's
+// named tensors (for export and for checking against the GPT itself).
+std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer);
+
+}  // namespace strata::model

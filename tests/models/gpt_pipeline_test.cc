@@ -1,0 +1,195 @@
+// The GPT as pipeline layers (models/gpt/pipeline_layers.h): the block's split backward gives
+// the fused backward's bits; the layers compute the loss and gradients of the GPT's own pass
+// (GptPass, the code `strata train` runs), the tied embedding included; and every schedule's
+// pipelined run, stages as threads, ends with the parameters of the sequential loop bit for bit.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "models/gpt/array_access.h"
+#include "models/gpt/block.h"
+#include "models/gpt/pass.h"
+#include "models/gpt/pipeline_layers.h"
+#include "pipeline/generators.h"
+#include "pipeline/runner.h"
+#include "runtime/core/random.h"
+#include "runtime/device/device.h"
+
+using namespace strata;
+using namespace strata::model;
+
+namespace {
+
+std::vector<float> randn(std::size_t n, std::uint64_t key, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(box_muller(splitmix64(key + 2 * i), splitmix64(key + 2 * i + 1))) * scale;
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+GptConfig small_gpt() {
+  GptConfig c;
+  c.shape = GptShape{6, 2, 16, 16, 256};  // 8 pipeline layers: embeddings, 6 blocks, head
+  c.seq_len = 8;
+  return c;
+}
+
+// Byte-level training text in a temporary file, and the batcher over it.
+struct Text {
+  std::filesystem::path path;
+  TokenData data;
+  std::shared_ptr<Batcher> batcher;
+  explicit Text(int T) {
+    path = std::filesystem::temp_directory_path() / ("strata-gpt-pipeline-" + std::to_string(::getpid()) + ".txt");
+    std::ofstream f(path);
+    for (int i = 0; i < 200; ++i) f << "line " << i * 7919 % 1000 << ": the quick brown fox, " << i % 13 << "\n";
+    f.close();
+    data = TokenData::load(path.string(), 256, "bytes", true);
+    batcher = std::make_shared<Batcher>(data, path.string(), T, 0.1, 3);
+  }
+  ~Text() { std::filesystem::remove(path); }
+};
+
+std::vector<int> all_layers(const pipeline::PipelineModel& m) {
+  std::vector<int> v(m.layers.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bits", "[gpt][pipeline]") {
+  BlockDims d;
+  d.B = 2, d.T = 8, d.C = 32, d.NH = 4;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C), C = 32;
+  const std::array<std::size_t, kBlockParams> n{C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  std::vector<std::vector<float>> w;
+  for (std::size_t k = 0; k < kBlockParams; ++k) w.push_back(randn(n[k], 100 + k, k == ln1_w || k == ln2_w ? 1 : 0.1f));
+  BlockWeights bw{};
+  for (std::size_t k = 0; k < kBlockParams; ++k) bw[k] = w[k].data();
+  const auto x = randn(NC, 7), dy = randn(NC, 9, 0.01f);
+  std::vector<float> acts(BlockActs::floats(d)), scratch(BlockScratch::floats(d)), split(BlockSplit::floats(d));
+  BlockActs a{};
+  a.carve(acts.data(), d);
+  std::vector<float> out(NC);
+  block_forward(out.data(), x.data(), bw, a, d);
+
+  auto grads = [&](std::vector<std::vector<float>>& g) {
+    BlockGrads p{};
+    for (std::size_t k = 0; k < kBlockParams; ++k) {
+      g.emplace_back(n[k], 0.0f);
+      p[k] = g.back().data();
+    }
+    return p;
+  };
+  std::vector<std::vector<float>> g_fused, g_split;
+  std::vector<float> dx_fused = dy, dx_split = dy;
+  BlockScratch s{};
+  s.carve(scratch.data(), d);
+  block_backward(dx_fused.data(), x.data(), bw, grads(g_fused), a, s, d);
+  BlockSplit k{};
+  k.carve(split.data(), d);
+  block_backward_input(dx_split.data(), x.data(), bw, a, k, d);
+  block_backward_weight(grads(g_split), dy.data(), x.data(), a, k, d);
+  CHECK(same_bits(dx_split, dx_fused));
+  for (std::size_t i = 0; i < kBlockParams; ++i) {
+    INFO("block parameter " << i);
+    CHECK(same_bits(g_split[i], g_fused[i]));
+  }
+  double norm = 0;
+  for (float v : g_fused[fc_w]) norm += std::fabs(v);
+  CHECK(norm > 0);
+}
+
+TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own pass", "[gpt][pipeline]") {
+  const GptConfig c = small_gpt();
+  const int B = 2, T = c.seq_len;
+  Text text(T);
+  auto g = gpt_pipeline_model(c, B, 1, text.batcher);
+  pipeline::LocalParameterStore store(g.model, all_layers(g.model), 5);
+  pipeline::run_sequential(g.model, 1, store);
+  const double pipelined_loss = (*g.losses)[0];
+
+  // The pass over the same weights and batch.
+  auto params = ArrayAccess::by_layer(c.shape, gpt_initial_params(c.shape, 5));
+  device::DeviceOptions o;
+  o.backend = device::Backend::host;
+  o.budget_bytes = GptPass::device_bytes(c.shape, B, T, Remat::never) + (1 << 20);
+  auto dev = device::Device::create(o);
+  GptPass pass(c.shape, B, T, Remat::never, *dev);
+  ArrayAccess access(params);
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B * T)), tg(in.size());
+  text.batcher->train_batch(0, B, 0, 1, 0, B, in.data(), tg.data());
+  const double loss = pass.train(access, in.data(), tg.data(), B, T, 1.0f);
+  CHECK(pipelined_loss == loss);
+  CHECK(loss / (B * T) == Approx(std::log(256.0)).epsilon(0.05));  // near-uniform predictions at the start
+
+  // Each layer's gradient: the pass's tensors concatenated. Blocks and ln_f are the same
+  // code on the same inputs: the same bits. The token embedding sums the head's and the
+  // embedding's parts in another order (head + embedding per element, not one by one).
+  const auto grads = access.all_grads();
+  std::size_t t = 0;
+  for (int layer = 0; layer < c.shape.layers + 2; ++layer) {
+    std::vector<float> want;
+    for (std::size_t i = 0; i < gpt_pipeline_params(c.shape, layer).size(); ++i, ++t) {
+      if (layer == c.shape.layers + 1 && i == 2) break;  // the head's tied wte is layer 0's
+      want.insert(want.end(), grads[t].data.begin(), grads[t].data.end());
+    }
+    const auto& got = store.grads_of(layer);
+    INFO("layer " << layer);
+    REQUIRE(got.size() == want.size());
+    if (layer > 0) {
+      CHECK(same_bits(got, want));
+    } else {
+      double worst = 0, scale = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+      }
+      CHECK(scale > 0);
+      CHECK(worst <= 1e-6 * scale);
+    }
+  }
+}
+
+TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bit, every schedule",
+          "[gpt][pipeline]") {
+  using namespace strata::pipeline;
+  const Schedule s = GENERATE(gpipe(2, 4), one_f_one_b(4, 8), interleaved_1f1b(2, 4, 2), interleaved_1f1b(4, 4, 2),
+                              zb_h1(4, 8), zb_h2(2, 4), gpipe(1, 3));
+  const pipeline::Remat remat = GENERATE(pipeline::Remat::never, pipeline::Remat::always);
+  INFO(s.kind << " p=" << s.stages << " m=" << s.micro_batches << " v=" << s.chunks << " remat=" << pipeline::remat_name(remat));
+  const GptConfig c = small_gpt();
+  Text text(c.seq_len);
+  auto g = gpt_pipeline_model(c, 2, s.micro_batches, text.batcher);
+  constexpr int kSteps = 2;
+  constexpr float kLr = 0.05f;
+  LocalParameterStore reference(g.model, all_layers(g.model), 5, kLr);
+  for (int step = 0; step < kSteps; ++step) {
+    run_sequential(g.model, s.micro_batches, reference, step);
+    reference.optimizer_step();
+  }
+  const std::vector<double> want_losses = *g.losses;
+  std::vector<std::unique_ptr<LocalParameterStore>> stores;
+  for (int st = 0; st < s.stages; ++st)
+    stores.push_back(std::make_unique<LocalParameterStore>(g.model, stage_layers(s, g.model, st), 5, kLr));
+  std::vector<ParameterStore*> ptrs;
+  for (auto& p : stores) ptrs.push_back(p.get());
+  ExecutorOptions o;
+  o.remat = remat;
+  run_stages_as_threads(s, g.model, ptrs, o, kSteps);
+  CHECK(*g.losses == want_losses);
+  for (const auto& st : stores) {
+    for (int id : st->layers()) {
+      INFO("layer " << id);
+      CHECK(same_bits(st->params_of(id), reference.params_of(id)));
+      CHECK(same_bits(st->grads_of(id), reference.grads_of(id)));
+    }
+  }
+}

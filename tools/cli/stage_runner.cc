@@ -1,0 +1,139 @@
+// One pipeline stage on a ZeRO engine (see stage_runner.h).
+#include "tools/cli/stage_runner.h"
+
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "engine/stage_store.h"
+#include "pipeline/memory.h"
+#include "pipeline/runner.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+#include "runtime/device/arena.h"
+#include "runtime/device/device.h"
+
+namespace strata::cli {
+
+SubdirConfig::SubdirConfig(engine::EngineConfig c, const std::string& sub) : config(std::move(c)) {
+  for (std::string* path : {&config.offload_optimizer.nvme_path, &config.offload_param.nvme_path}) {
+    if (path->empty()) continue;
+    *path += "/" + sub;
+    std::filesystem::create_directories(*path);
+    made.push_back(*path);  // every replica of the stage tries: the last to leave removes it
+  }
+}
+
+SubdirConfig::~SubdirConfig() {
+  std::error_code ec;
+  for (const auto& d : made) std::filesystem::remove(d, ec);  // only if empty
+}
+
+std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,
+                                             int size) {
+  if (size == 1) return nullptr;
+  comm::CommOptions o;
+  o.rendezvous = base;
+  o.rendezvous.rank = rank;
+  o.rendezvous.world_size = size;
+  o.rendezvous.run_id = base.run_id + "-" + name;
+  return comm::Communicator::create(o);
+}
+
+std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
+  device::DeviceOptions d;
+  if (o.device_budget > 0) d.budget_bytes = o.device_budget;
+  return device::Device::create(d);
+}
+
+struct StageRunner::Impl {
+  const pipeline::PipelineModel& model;
+  const int stage;
+  pipeline::Transport& transport;
+  pipeline::ExecutorOptions xo;
+  std::unique_ptr<device::Device> dev;
+  SubdirConfig cfg;
+  engine::Engine engine;
+  std::vector<int> ids;
+  engine::StageStore store;
+  std::uint64_t reserved = 0, activations = 0;
+  std::int64_t steps = 0;                        // run so far
+  std::unique_ptr<pipeline::Schedule> schedule;  // the executor keeps a reference
+  std::unique_ptr<pipeline::StageExecutor> exec;
+
+  Impl(const pipeline::Schedule& s, const pipeline::PipelineModel& m, const EngineStagesOptions& o, int st,
+       comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& tr, Tracer* tracer,
+       std::uint64_t extra)
+      : model(m),
+        stage(st),
+        transport(tr),
+        xo(o.executor),
+        dev(stage_device(o)),
+        cfg(o.config, "stage" + std::to_string(st)),
+        engine({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer}),
+        ids(pipeline::stage_layers(s, m, st)),
+        store(engine, m, ids, s.stages) {
+    activations = peak(s);
+    reserved = std::max(activations, extra);
+    store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed);
+    xo.shared_device = dev.get();
+    schedule = std::make_unique<pipeline::Schedule>(s);
+    exec = std::make_unique<pipeline::StageExecutor>(*schedule, st, m, store, tr, xo);
+  }
+  std::uint64_t peak(const pipeline::Schedule& s) const {
+    return pipeline::stage_memory(s, stage, model, xo.remat, device::Arena::kAlignment).peak_bytes;
+  }
+};
+
+StageRunner::StageRunner(const pipeline::Schedule& schedule, const pipeline::PipelineModel& model,
+                         const EngineStagesOptions& o, int stage, comm::Communicator* group, comm::Communicator* pipe,
+                         pipeline::Transport& transport, Tracer* tracer, std::uint64_t reserve_bytes)
+    : impl_(std::make_unique<Impl>(schedule, model, o, stage, group, pipe, transport, tracer, reserve_bytes)) {}
+
+StageRunner::~StageRunner() = default;
+
+pipeline::StageReport StageRunner::step() {
+  auto report = impl_->exec->run_step();
+  ++impl_->steps;
+  return report;
+}
+
+void StageRunner::reschedule(const pipeline::Schedule& s) {
+  Impl& m = *impl_;
+  STRATA_CHECK(pipeline::stage_layers(s, m.model, m.stage) == m.ids, Errc::invalid_argument, "pipeline stage ",
+               m.stage, ": schedule ", s.kind, " puts other layers on this stage");
+  const std::uint64_t need = m.peak(s);
+  STRATA_CHECK(need <= m.reserved, Errc::out_of_budget, "pipeline stage ", m.stage, ": schedule ", s.kind, " needs ",
+               format_bytes(need), " of activations at its peak, more than the ", format_bytes(m.reserved),
+               " reserved at setup; keep its memory limit at the first schedule's");
+  m.activations = need;
+  m.xo.first_step = m.steps;
+  m.exec.reset();
+  m.schedule = std::make_unique<pipeline::Schedule>(s);
+  m.exec = std::make_unique<pipeline::StageExecutor>(*m.schedule, m.stage, m.model, m.store, m.transport, m.xo);
+}
+
+std::vector<float> StageRunner::parameters() {
+  auto p = impl_->engine.full_parameters();
+  impl_->engine.synchronize();
+  return p;
+}
+
+StageSummary StageRunner::summary() const {
+  const Impl& m = *impl_;
+  const auto mem = m.engine.memory();
+  const auto io = m.engine.io_stats();
+  return {static_cast<double>(m.activations),
+          static_cast<double>(mem.device.peak_bytes),
+          static_cast<double>(mem.host.peak_bytes),
+          static_cast<double>(mem.nvme.used_bytes),
+          static_cast<double>(io.nvme_read_bytes),
+          static_cast<double>(io.nvme_write_bytes),
+          m.store.last_step().grad_norm,
+          m.store.last_step().clip_coef};
+}
+
+const std::vector<int>& StageRunner::layers() const { return impl_->ids; }
+engine::Engine& StageRunner::engine() { return impl_->engine; }
+const engine::StageStore& StageRunner::store() const { return impl_->store; }
+
+}  // namespace strata::cli

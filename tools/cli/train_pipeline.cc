@@ -1,0 +1,290 @@
+// `strata train --pipeline-stages` (see train_pipeline.h).
+#include "tools/cli/train_pipeline.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/stage_store.h"
+#include "models/gpt/data.h"
+#include "models/gpt/pipeline_layers.h"
+#include "pipeline/generators.h"
+#include "pipeline/memory.h"
+#include "pipeline/runner.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+#include "runtime/device/arena.h"
+#include "tools/cli/output_check.h"
+#include "tools/cli/stage_runner.h"
+
+namespace strata::cli {
+namespace {
+
+// What every rank reports after a step, gathered on every rank (doubles).
+enum Field { loss_sum, step_s, grad_norm, dev_used, dev_peak, dev_budget, host_peak, nvme_used, kFields };
+
+// Every rank's row of `mine` (k doubles), rank-major; `comm` null: this rank alone.
+std::vector<double> gather(comm::Communicator* comm, std::vector<double> mine) {
+  if (comm == nullptr) return mine;
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(comm->world_size()));
+  comm->all_gather(mine.data(), all.data(), 2 * mine.size(), DType::fp32);  // doubles as fp32 word pairs
+  return all;
+}
+
+struct Run {
+  const PipelineTrainOptions& o;
+  model::GptConfig gpt;
+  int P = 1, D = 1, B = 1, m = 1;
+  std::shared_ptr<const model::Batcher> batcher;
+  EngineStagesOptions eso;
+  pipeline::Schedule first;  // zb-auto: ZB-H1 until the times are measured
+  bool zb_auto = false;
+  std::ofstream log;
+  std::uint64_t tokens_per_step = 0;  // every replica's
+
+  // zb-auto from the per-stage times of the last step (every rank's, averaged over the
+  // replicas), at the largest memory limit whose activations fit what each stage reserved.
+  void go_auto(StageRunner& runner, const pipeline::PipelineModel& model, const pipeline::StageReport& last,
+               int stage, comm::Communicator* all, bool printer) const {
+    const auto mine = pipeline::measured_costs(first, {last});
+    const auto rows =
+        gather(all, {mine.forward[static_cast<std::size_t>(stage)], mine.backward_input[static_cast<std::size_t>(stage)],
+                     mine.backward_weight[static_cast<std::size_t>(stage)]});
+    pipeline::AutoOptions a;
+    a.stages = P;
+    a.micro_batches = m;
+    a.costs.forward.assign(static_cast<std::size_t>(P), 0);
+    a.costs.backward_input.assign(static_cast<std::size_t>(P), 0);
+    a.costs.backward_weight.assign(static_cast<std::size_t>(P), 0);
+    const std::size_t ranks = rows.size() / 3;
+    for (std::size_t q = 0; q < ranks; ++q) {
+      const std::size_t st = all == nullptr ? static_cast<std::size_t>(stage) : q / static_cast<std::size_t>(D);
+      a.costs.forward[st] += rows[3 * q] / D;
+      a.costs.backward_input[st] += rows[3 * q + 1] / D;
+      a.costs.backward_weight[st] += rows[3 * q + 2] / D;
+    }
+    for (int limit = P; limit >= 1; --limit) {
+      a.memory_limit = {static_cast<double>(limit)};
+      pipeline::Schedule s = pipeline::zb_auto(a);
+      bool fits = true;
+      for (int st = 0; st < P && fits; ++st) {
+        const auto peak = [&](const pipeline::Schedule& x) {
+          return pipeline::stage_memory(x, st, model, eso.executor.remat, device::Arena::kAlignment).peak_bytes;
+        };
+        fits = peak(s) <= peak(first);
+      }
+      if (!fits) continue;
+      if (printer) {
+        std::printf("zb-auto from step %d's measured times (", o.measure_steps);
+        for (int st = 0; st < P; ++st)
+          std::printf("%sstage %d F %.2f B %.2f W %.2f ms", st ? ", " : "", st, 1e3 * a.costs.f(st),
+                      1e3 * a.costs.b(st), 1e3 * a.costs.w(st));
+        std::printf("), memory limit %d micro-batches\n", limit);
+      }
+      runner.reschedule(s);
+      return;
+    }
+    if (printer) std::printf("zb-auto: no schedule fits the activations reserved for ZB-H1; staying on ZB-H1\n");
+  }
+
+  void report(std::int64_t s, const std::vector<double>& rows) {
+    const auto at = [&](int q, Field f) { return rows[static_cast<std::size_t>(q) * kFields + f]; };
+    // The plain trainer's mean: each replica's mean token loss, then their mean.
+    double loss = 0, step = 0;
+    const int ranks = static_cast<int>(rows.size() / kFields);
+    for (int q = 0; q < ranks; ++q) {
+      loss += at(q, loss_sum) / static_cast<double>(tokens_per_step / static_cast<std::uint64_t>(D));
+      step = std::max(step, at(q, step_s));
+    }
+    loss /= D;
+    std::string mem;
+    for (int st = 0; st < P; ++st) {
+      const int q = st * D;  // replica 0's stage st
+      mem += str_cat("  stage ", st, ": device ", format_bytes(static_cast<std::uint64_t>(at(q, dev_used))), " (peak ",
+                     format_bytes(static_cast<std::uint64_t>(at(q, dev_peak))), " / ",
+                     format_bytes(static_cast<std::uint64_t>(at(q, dev_budget))), ") host peak ",
+                     format_bytes(static_cast<std::uint64_t>(at(q, host_peak))));
+      if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
+    }
+    const double tps = static_cast<double>(tokens_per_step) / step;
+    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  %.0f tok/s  grad-norm %.4g%s\n", static_cast<long long>(s + 1),
+                static_cast<long long>(o.steps), loss, step * 1e3, tps, at(0, grad_norm), mem.c_str());
+    std::fflush(stdout);
+    if (!log.is_open()) return;
+    nlohmann::json stages = nlohmann::json::array();
+    for (int st = 0; st < P; ++st) {
+      const int q = st * D;
+      stages.push_back({{"device_used_bytes", at(q, dev_used)},
+                        {"device_peak_bytes", at(q, dev_peak)},
+                        {"device_budget_bytes", at(q, dev_budget)},
+                        {"host_peak_bytes", at(q, host_peak)},
+                        {"nvme_bytes", at(q, nvme_used)}});
+    }
+    log << nlohmann::json{{"step", s + 1},          {"loss", loss},
+                          {"step_ms", step * 1e3},  {"tokens_per_s", tps},
+                          {"grad_norm", at(0, grad_norm)}, {"stages", stages}}
+               .dump()
+        << "\n";
+    log.flush();
+    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json, "': writing step ", s + 1,
+                 " failed (disk full or removed?): ", errno_text(errno));
+  }
+
+  // Stage `stage` of replica d for every step; `all` spans every rank (rank = stage * D + d).
+  void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
+            pipeline::Transport& transport) {
+    const bool printer = stage == 0 && d == 0;
+    auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D);
+    StageRunner runner(first, g.model, eso, stage, group, pipe, transport);
+    if (printer)
+      std::printf("strata train: GPT %d blocks x %d, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, "
+                  "micro-batch %d x %d\n",
+                  gpt.shape.layers, gpt.shape.d_model, P, zb_auto ? "zb-auto" : first.kind.c_str(), D,
+                  eso.config.zero.stage, B, m);
+    pipeline::StageReport last;
+    for (std::int64_t s = 0; s < o.steps; ++s) {
+      if (zb_auto && s == o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
+      const auto t0 = std::chrono::steady_clock::now();
+      last = runner.step();
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double losses = 0;
+      if (stage == P - 1)
+        for (double l : *g.losses) losses += l;
+      const auto mem = runner.engine().memory();
+      const auto rows = gather(all, {losses, dt, runner.store().last_step().grad_norm,
+                                     static_cast<double>(mem.device.used_bytes),
+                                     static_cast<double>(mem.device.peak_bytes),
+                                     static_cast<double>(mem.device.budget_bytes),
+                                     static_cast<double>(mem.host.peak_bytes), static_cast<double>(mem.nvme.used_bytes)});
+      if (printer) report(s, rows);
+    }
+  }
+};
+
+void check_flags(const PipelineTrainOptions& o) {
+  STRATA_CHECK(o.m.model == "gpt", Errc::invalid_argument, "--pipeline-stages trains the GPT (--model gpt); --model ",
+               o.m.model, " has no pipeline layers");
+  STRATA_CHECK(o.stages >= 1, Errc::invalid_argument, "--pipeline-stages ", o.stages, " must be at least 1");
+  STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
+  STRATA_CHECK(!o.m.data.empty(), Errc::invalid_argument, "--model gpt needs --data FILE (text to train on)");
+  STRATA_CHECK(o.measure_steps >= 1 && o.measure_steps < o.steps, Errc::invalid_argument, "--measure-steps ",
+               o.measure_steps, " must be at least 1 and below --steps ", o.steps,
+               " (zb-auto runs that many ZB-H1 steps first)");
+}
+
+}  // namespace
+
+int train_pipelined(const PipelineTrainOptions& o) {
+  check_flags(o);
+  const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
+  const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
+  const int world = as_ranks ? rdzv.world_size : o.stages;
+  STRATA_CHECK(world % o.stages == 0, Errc::invalid_argument, "--pipeline-stages ", o.stages, " does not divide the ",
+               world, " ranks: run strata launch -n P*D (P stages x D data-parallel replicas)");
+  Run run{o, {}};
+  run.P = o.stages;
+  run.D = world / o.stages;
+  engine::ModelFacts facts;
+  facts.world_size = run.D;
+  facts.total_steps = o.steps;
+  facts.hidden_size = model_hidden_size(o.m);
+  const engine::EngineConfig cfg = engine::load_config(o.config, facts);
+  run.gpt = gpt_config(o.m, cfg);
+  run.B = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+  run.m = static_cast<int>(cfg.gradient_accumulation_steps);
+  run.tokens_per_step = static_cast<std::uint64_t>(run.B) * static_cast<std::uint64_t>(run.gpt.seq_len) *
+                        static_cast<std::uint64_t>(run.m) * static_cast<std::uint64_t>(run.D);
+  {
+    auto data = std::make_shared<model::TokenData>(
+        model::TokenData::load(o.m.data, run.gpt.shape.vocab, o.m.data_format, as_ranks && rdzv.rank != 0));
+    auto b = std::make_shared<model::Batcher>(*data, o.m.data, run.gpt.seq_len, o.m.val_fraction, run.gpt.seed);
+    run.batcher = std::shared_ptr<const model::Batcher>(b.get(), [data, b](const model::Batcher*) {});
+  }
+  pipeline::GenerateOptions g;
+  g.kind = pipeline::parse_schedule_kind(o.schedule);
+  g.stages = run.P;
+  g.micro_batches = run.m;
+  g.chunks = o.chunks;
+  run.zb_auto = g.kind == pipeline::ScheduleKind::zb_auto;
+  if (run.zb_auto) g.kind = pipeline::ScheduleKind::zb_h1;
+  run.first = pipeline::generate(g);
+  run.eso.config = cfg;
+  run.eso.replicas = run.D;
+  run.eso.seed = o.m.seed;
+  if (cfg.memory_budget.device > 0)
+    run.eso.device_budget = cfg.memory_budget.device;
+  else if (!o.device_budget.empty())
+    run.eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
+  run.eso.executor.remat = pipeline::parse_remat(model::remat_name(run.gpt.remat));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
+  const bool printer = !as_ranks || rdzv.rank == 0;
+  if (printer && !o.log_json.empty()) {
+    check_output_file("--log-json", o.log_json);
+    run.log.open(o.log_json, std::ios::trunc);
+    STRATA_CHECK(run.log.good(), Errc::io, "--log-json '", o.log_json,
+                 "' cannot be opened for writing: ", errno_text(errno));
+  }
+
+  if (as_ranks) {
+    comm::CommOptions wo;
+    wo.rendezvous = rdzv;
+    auto all = comm::Communicator::create(wo);
+    const int r = all->rank(), stage = r / run.D, d = r % run.D;
+    auto group = sub_comm(rdzv, "stage" + std::to_string(stage), d, run.D);
+    auto pipe = sub_comm(rdzv, "pipe" + std::to_string(d), stage, run.P);
+    auto p2p = sub_comm(rdzv, "p2p" + std::to_string(d), stage, run.P);
+    if (p2p) {
+      pipeline::CommTransport transport(*p2p);
+      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport);
+    } else {
+      pipeline::LocalMailboxes boxes;
+      pipeline::LocalTransport transport(boxes, 0);
+      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport);
+    }
+    return 0;
+  }
+  // Stages as threads of this process: one replica.
+  char dir_template[] = "/tmp/strata-train-pipeline-XXXXXX";
+  STRATA_CHECK(::mkdtemp(dir_template) != nullptr, Errc::io, "cannot make a rendezvous directory under /tmp");
+  comm::RendezvousConfig base;
+  base.path = dir_template;
+  base.run_id = "threads";
+  pipeline::LocalMailboxes boxes;
+  std::exception_ptr first;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int st = 0; st < run.P; ++st) {
+    threads.emplace_back([&, st] {
+      try {
+        auto pipe = sub_comm(base, "pipe", st, run.P);
+        auto all = sub_comm(base, "all", st, run.P);
+        pipeline::LocalTransport transport(boxes, st);
+        run.rank(st, 0, nullptr, pipe.get(), all.get(), transport);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!first) first = std::current_exception();
+        }
+        boxes.abort(str_cat("stage ", st, " failed: ", e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_template, ec);
+  if (first) std::rethrow_exception(first);
+  return 0;
+}
+
+}  // namespace strata::cli
