@@ -3,6 +3,15 @@
 # Usage: source common.sh STRATA NAME
 strata=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect_refusal WHAT MESSAGE COMMAND...: COMMAND fails and its output says MESSAGE.
+expect_refusal() {
+  local what=$1 want=$2
+  shift 2
+  local out
+  if out=$("$@" 2>&1); then fail "$what: accepted"; fi
+  grep -q -- "$want" <<<"$out" || fail "$what: the error does not say '$want': $out"
+  echo "ok: refused $what"
+}
 # tensors_equal A.safetensors B.safetensors [COUNT]: the same tensor names, shapes and bytes
 # (the metadata, which names the run, is not compared), COUNT tensors if given.
 tensors_equal() {

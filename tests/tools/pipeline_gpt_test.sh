@@ -45,14 +45,6 @@ out=$("$strata" pipeline "${gpt[@]}" --layers 2 --kind zb-auto -p 2 -m 8 --measu
 check "zb-auto from measured times, ZeRO-3 on NVMe" "$out" "$engines"
 [ -z "$(find "$dir/nvme" -mindepth 1 2>/dev/null)" ] || fail "swap files left behind: $(find "$dir/nvme")"
 
-refused() {  # $1: what, $2: the message wanted; the rest: the command
-  local what=$1 want=$2
-  shift 2
-  local out
-  if out=$("$@" 2>&1); then fail "$what: accepted"; fi
-  grep -q -- "$want" <<<"$out" || fail "$what: the error does not say '$want': $out"
-  echo "ok: refused $what"
-}
-refused "a GPT without text" "needs --data" "$strata" pipeline --model gpt -p 2
-refused "blocks that do not split" "do not split evenly" "$strata" pipeline "${gpt[@]}" --layers 3 -p 2
-refused "a fixed layer time" "drop it" "$strata" pipeline "${gpt[@]}" --layers 2 -p 2 --layer-ms 3
+expect_refusal "a GPT without text" "needs --data" "$strata" pipeline --model gpt -p 2
+expect_refusal "blocks that do not split" "do not split evenly" "$strata" pipeline "${gpt[@]}" --layers 3 -p 2
+expect_refusal "a fixed layer time" "drop it" "$strata" pipeline "${gpt[@]}" --layers 2 -p 2 --layer-ms 3

@@ -55,16 +55,8 @@ grep -q "zb-auto from step 1's measured times (stage 0 F" <<<"$out" || fail "zb-
 same_losses "zb-auto from measured times, ZeRO-3 on NVMe" "$dir/plain3.jsonl" "$dir/pipe3.jsonl"
 [ -z "$(find "$dir/nvme" -type f 2>/dev/null)" ] || fail "swap files left behind: $(find "$dir/nvme" -type f)"
 
-refused() {  # $1: what, $2: the message wanted; the rest: the command
-  local what=$1 want=$2
-  shift 2
-  local out
-  if out=$("$@" 2>&1); then fail "$what: accepted"; fi
-  grep -q -- "$want" <<<"$out" || fail "$what: the error does not say '$want': $out"
-  echo "ok: refused $what"
-}
-refused "the MLP" "has no pipeline layers" "$strata" train --model mlp --config "$dir/z1.json" --pipeline-stages 2
-refused "--save-params" "--save-params is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
+expect_refusal "the MLP" "has no pipeline layers" "$strata" train --model mlp --config "$dir/z1.json" --pipeline-stages 2
+expect_refusal "--save-params" "--save-params is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
   --pipeline-stages 2 --save-params "$dir/p.safetensors"
-refused "ranks that do not divide" "does not divide the 3 ranks" "$strata" launch -n 3 -- "$strata" train "${gpt[@]}" \
+expect_refusal "ranks that do not divide" "does not divide the 3 ranks" "$strata" launch -n 3 -- "$strata" train "${gpt[@]}" \
   --config "$dir/z1.json" --pipeline-stages 2
