@@ -6,9 +6,9 @@
 #include <numeric>
 #include <string>
 
+#include "engine/layout.h"
 #include "models/gpt/block.h"
 #include "models/gpt/ops.h"
-#include "engine/layout.h"
 #include "runtime/core/error.h"
 
 namespace strata::model {

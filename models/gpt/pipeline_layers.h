@@ -33,8 +33,8 @@ struct GptPipeline {
 // them per step: inputs and targets from `batcher` as `strata train` draws them for
 // data-parallel rank `rank` of `world`; the gradient each micro-batch hands on is that of
 // its mean token loss, as the GPT's pass hands the engine (which averages over the
-// micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate() refuses,
-// FP8 or unit scaling, which the split backward does not run).
+// micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate()
+// refuses, FP8 or unit scaling, which the split backward does not run).
 GptPipeline gpt_pipeline_model(const GptConfig& config, int micro_batch, int micro_batches,
                                std::shared_ptr<const Batcher> batcher, int rank = 0, int world = 1);
 

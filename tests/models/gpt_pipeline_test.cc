@@ -158,13 +158,13 @@ TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own p
   }
 }
 
-TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bit, every schedule",
-          "[gpt][pipeline]") {
+TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bit, every schedule", "[gpt][pipeline]") {
   using namespace strata::pipeline;
   const Schedule s = GENERATE(gpipe(2, 4), one_f_one_b(4, 8), interleaved_1f1b(2, 4, 2), interleaved_1f1b(4, 4, 2),
                               zb_h1(4, 8), zb_h2(2, 4), gpipe(1, 3));
   const pipeline::Remat remat = GENERATE(pipeline::Remat::never, pipeline::Remat::always);
-  INFO(s.kind << " p=" << s.stages << " m=" << s.micro_batches << " v=" << s.chunks << " remat=" << pipeline::remat_name(remat));
+  INFO(s.kind << " p=" << s.stages << " m=" << s.micro_batches << " v=" << s.chunks
+              << " remat=" << pipeline::remat_name(remat));
   const GptConfig c = small_gpt();
   Text text(c.seq_len);
   auto g = gpt_pipeline_model(c, 2, s.micro_batches, text.batcher);

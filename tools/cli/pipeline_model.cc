@@ -24,8 +24,8 @@ void add_pipeline_model_options(CLI::App& cmd, PipelineModelFlags& f) {
   cmd.add_option("--seed", m.seed, "GPT: data order seed");
 }
 
-PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers, const pipeline::SyntheticModelSpec& spec,
-                                        int micro, int replicas) {
+PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
+                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas) {
   PipelineModelChoice out;
   if (f.model == "synthetic") {
     out.model = pipeline::synthetic_model(spec);
@@ -63,8 +63,8 @@ PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
   out.tokens_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(c.seq_len);
   out.hidden = static_cast<std::uint64_t>(c.shape.d_model);
   out.describe = str_cat("GPT ", c.shape.layers, " blocks x ", c.shape.d_model, " (", c.shape.heads, " heads, vocab ",
-                         c.shape.vocab, ", ", model::gpt_parameter_count(c.shape), " parameters), ", B, " x ", c.seq_len,
-                         " tokens per micro-batch, ", c.shape.layers + 2, " pipeline layers");
+                         c.shape.vocab, ", ", model::gpt_parameter_count(c.shape), " parameters), ", B, " x ",
+                         c.seq_len, " tokens per micro-batch, ", c.shape.layers + 2, " pipeline layers");
   return out;
 }
 

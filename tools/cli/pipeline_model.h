@@ -16,8 +16,8 @@ namespace strata::cli {
 
 struct PipelineModelFlags {
   std::string model = "synthetic";
-  ModelOptions gpt;        // --preset --heads --d-model --seq-len --positions --vocab --data --data-format
-  int micro_batch = 1;     // sequences per micro-batch (GPT)
+  ModelOptions gpt;     // --preset --heads --d-model --seq-len --positions --vocab --data --data-format
+  int micro_batch = 1;  // sequences per micro-batch (GPT)
 };
 
 // Adds --model and the GPT's flags (the caller owns --layers: blocks, for the GPT).
@@ -35,7 +35,7 @@ struct PipelineModelChoice {
 
 // The model the flags name, for `micro` micro-batches per step and `replicas` replicas;
 // `spec` is the synthetic model's. Throws Errc::invalid_argument naming the flag.
-PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers, const pipeline::SyntheticModelSpec& spec,
-                                        int micro, int replicas);
+PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
+                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas);
 
 }  // namespace strata::cli

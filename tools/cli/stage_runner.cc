@@ -99,8 +99,8 @@ pipeline::StageReport StageRunner::step() {
 
 void StageRunner::reschedule(const pipeline::Schedule& s) {
   Impl& m = *impl_;
-  STRATA_CHECK(pipeline::stage_layers(s, m.model, m.stage) == m.ids, Errc::invalid_argument, "pipeline stage ",
-               m.stage, ": schedule ", s.kind, " puts other layers on this stage");
+  STRATA_CHECK(pipeline::stage_layers(s, m.model, m.stage) == m.ids, Errc::invalid_argument, "pipeline stage ", m.stage,
+               ": schedule ", s.kind, " puts other layers on this stage");
   const std::uint64_t need = m.peak(s);
   STRATA_CHECK(need <= m.reserved, Errc::out_of_budget, "pipeline stage ", m.stage, ": schedule ", s.kind, " needs ",
                format_bytes(need), " of activations at its peak, more than the ", format_bytes(m.reserved),

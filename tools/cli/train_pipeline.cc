@@ -54,12 +54,12 @@ struct Run {
 
   // zb-auto from the per-stage times of the last step (every rank's, averaged over the
   // replicas), at the largest memory limit whose activations fit what each stage reserved.
-  void go_auto(StageRunner& runner, const pipeline::PipelineModel& model, const pipeline::StageReport& last,
-               int stage, comm::Communicator* all, bool printer) const {
+  void go_auto(StageRunner& runner, const pipeline::PipelineModel& model, const pipeline::StageReport& last, int stage,
+               comm::Communicator* all, bool printer) const {
     const auto mine = pipeline::measured_costs(first, {last});
-    const auto rows =
-        gather(all, {mine.forward[static_cast<std::size_t>(stage)], mine.backward_input[static_cast<std::size_t>(stage)],
-                     mine.backward_weight[static_cast<std::size_t>(stage)]});
+    const auto rows = gather(
+        all, {mine.forward[static_cast<std::size_t>(stage)], mine.backward_input[static_cast<std::size_t>(stage)],
+              mine.backward_weight[static_cast<std::size_t>(stage)]});
     pipeline::AutoOptions a;
     a.stages = P;
     a.micro_batches = m;
@@ -130,9 +130,12 @@ struct Run {
                         {"host_peak_bytes", at(q, host_peak)},
                         {"nvme_bytes", at(q, nvme_used)}});
     }
-    log << nlohmann::json{{"step", s + 1},          {"loss", loss},
-                          {"step_ms", step * 1e3},  {"tokens_per_s", tps},
-                          {"grad_norm", at(0, grad_norm)}, {"stages", stages}}
+    log << nlohmann::json{{"step", s + 1},
+                          {"loss", loss},
+                          {"step_ms", step * 1e3},
+                          {"tokens_per_s", tps},
+                          {"grad_norm", at(0, grad_norm)},
+                          {"stages", stages}}
                .dump()
         << "\n";
     log.flush();
@@ -147,10 +150,11 @@ struct Run {
     auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D);
     StageRunner runner(first, g.model, eso, stage, group, pipe, transport);
     if (printer)
-      std::printf("strata train: GPT %d blocks x %d, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, "
-                  "micro-batch %d x %d\n",
-                  gpt.shape.layers, gpt.shape.d_model, P, zb_auto ? "zb-auto" : first.kind.c_str(), D,
-                  eso.config.zero.stage, B, m);
+      std::printf(
+          "strata train: GPT %d blocks x %d, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, "
+          "micro-batch %d x %d\n",
+          gpt.shape.layers, gpt.shape.d_model, P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B,
+          m);
     pipeline::StageReport last;
     for (std::int64_t s = 0; s < o.steps; ++s) {
       if (zb_auto && s == o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
@@ -161,11 +165,10 @@ struct Run {
       if (stage == P - 1)
         for (double l : *g.losses) losses += l;
       const auto mem = runner.engine().memory();
-      const auto rows = gather(all, {losses, dt, runner.store().last_step().grad_norm,
-                                     static_cast<double>(mem.device.used_bytes),
-                                     static_cast<double>(mem.device.peak_bytes),
-                                     static_cast<double>(mem.device.budget_bytes),
-                                     static_cast<double>(mem.host.peak_bytes), static_cast<double>(mem.nvme.used_bytes)});
+      const auto num = [](std::uint64_t b) { return static_cast<double>(b); };
+      const auto rows = gather(all, {losses, dt, runner.store().last_step().grad_norm, num(mem.device.used_bytes),
+                                     num(mem.device.peak_bytes), num(mem.device.budget_bytes), num(mem.host.peak_bytes),
+                                     num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
     }
   }
