@@ -5,8 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
+#include "runtime/device/arena.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
@@ -17,10 +19,9 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
                        int pipeline_stages)
     : engine_(engine), model_(model), ids_(std::move(layers)) {
   const EngineConfig& c = engine.config();
-  STRATA_CHECK(
-      compute_dtype_of(c) == DType::fp32, Errc::invalid_argument,
-      "pipeline stages compute in fp32: set bf16.enabled and fp16.enabled to false in the config (it asks for ",
-      dtype_name(compute_dtype_of(c)), ")");
+  STRATA_CHECK(compute_dtype_of(c) != DType::fp16, Errc::invalid_argument,
+               "pipeline stages compute in fp32 or bf16, not fp16 (no loss scaling across stages): set "
+               "fp16.enabled to false in the config, or bf16.enabled to true");
   // Clipping and the overflow skip must see every stage's gradients, or the stages would
   // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
   STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",
@@ -67,11 +68,22 @@ void StageStore::init(std::uint64_t seed) {
   });
 }
 
+std::uint64_t StageStore::conversion_bytes(const pipeline::PipelineModel& model, const std::vector<int>& layers,
+                                           int layers_at_once, DType compute) {
+  if (compute == DType::fp32) return 0;
+  std::uint64_t largest = 0;
+  for (int id : layers) largest = std::max<std::uint64_t>(largest, model.stored_params(id));
+  return static_cast<std::uint64_t>(std::max(1, layers_at_once)) * device::Arena::round_up(largest * sizeof(float));
+}
+
 void StageStore::setup(std::uint64_t activation_bytes, int layers_at_once, int stage, std::uint64_t seed) {
+  const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
+  activation_bytes += widen;
   device::Device& dev = engine_.device();
   const std::uint64_t budget = dev.options().budget_bytes, used = dev.memory_stats().used_bytes;
   STRATA_CHECK(used + activation_bytes <= budget, Errc::out_of_budget, "pipeline stage ", stage,
-               ": the schedule's activations need ", format_bytes(activation_bytes), " (", activation_bytes,
+               ": the schedule's activations", widen > 0 ? " and the fp32 copies of an action's layers" : "", " need ",
+               format_bytes(activation_bytes), " (", activation_bytes,
                " B) of device memory at their peak, and the device budget is ", format_bytes(budget),
                used > 0 ? str_cat(" with ", format_bytes(used), " already held") : std::string(),
                ": raise the device budget above ", format_bytes(used + activation_bytes),
@@ -93,10 +105,21 @@ void StageStore::begin_step() { engine_.begin_step(); }
 void StageStore::before_action(const pipeline::Action&, const std::vector<int>& layers) {
   for (int id : layers) {
     const auto views = engine_.gather(id);
-    STRATA_CHECK(views.size() == 1 && views[0].dtype == DType::fp32 && views[0].numel == count(id), Errc::internal,
-                 "pipeline stage: layer ", id, " gathered as ", views.size(), " tensors, not one fp32 tensor of ",
-                 count(id));
-    held_[id] = views[0].as<float>();
+    STRATA_CHECK(views.size() == 1 && views[0].numel == count(id), Errc::internal, "pipeline stage: layer ", id,
+                 " gathered as ", views.size(), " tensors, not one tensor of ", count(id));
+    if (views[0].dtype == DType::fp32) {
+      held_[id] = views[0].as<float>();
+      continue;
+    }
+    // A 16-bit compute copy: the layers read fp32, widened exactly into a buffer of the
+    // engine's device (setup reserved room for an action's layers).
+    device::DeviceBuffer wide(engine_.device(), count(id) * sizeof(float), "pipeline fp32 weights");
+    {
+      device::CpuAccessScope cpu(engine_.device());
+      convert(views[0].data, views[0].dtype, wide.get(), DType::fp32, count(id));
+    }
+    held_[id] = wide.as<float>();
+    widened_[id] = std::move(wide);
   }
 }
 
@@ -114,7 +137,7 @@ void StageStore::add_gradient(int layer, int micro, const float* dw) {
   const auto grads = engine_.grad_buffers(layer);
   {
     device::CpuAccessScope cpu(engine_.device());
-    std::memcpy(grads[0].data, dw, count(layer) * sizeof(float));
+    convert(dw, DType::fp32, grads[0].data, grads[0].dtype, count(layer));  // rounds to a 16-bit compute dtype
   }
   engine_.reduce_grads(layer);
 }
@@ -123,6 +146,7 @@ void StageStore::after_action(const pipeline::Action&, const std::vector<int>& l
   for (int id : layers) {
     engine_.release(id);
     held_.erase(id);
+    widened_.erase(id);
   }
 }
 

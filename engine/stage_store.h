@@ -15,7 +15,9 @@
 // optimizer_step() is engine.step(). With every stage's engine fed in micro-batch order the
 // parameters are the bits of one engine over the whole model running the plain loop
 // (pipeline::run_sequential) with the same data-parallel ranks, at every ZeRO stage and
-// placement. The layers compute in fp32, so the engine's compute dtype must be fp32. With
+// placement. The layers compute in fp32: with a bf16 compute dtype each gathered layer is
+// widened into an fp32 buffer on the engine's device for its action and each gradient
+// rounded to bf16 on its way in (fp16, which needs loss scaling, is refused). With
 // P > 1 the engines of one replica's stages must be linked (EngineOptions::pipeline_comm):
 // clipping and the overflow skip then see the norm over every stage, so every stage steps,
 // clips or skips alike.
@@ -27,19 +29,21 @@
 
 #include "engine/engine.h"
 #include "pipeline/model.h"
+#include "runtime/device/device.h"
 
 namespace strata::engine {
 
 class StageStore final : public pipeline::ParameterStore {
  public:
-  // Throws Errc::invalid_argument naming what the pipeline cannot run: a 16-bit compute
-  // dtype (the config key), or an engine not linked to pipeline_stages stages.
+  // Throws Errc::invalid_argument naming what the pipeline cannot run: fp16 compute (the
+  // config key), or an engine not linked to pipeline_stages stages.
   StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers, int pipeline_stages);
 
   // After engine.setup(): every layer's initial parameters (collective, as init_weights).
   void init(std::uint64_t seed);
-  // engine.setup() with `activation_bytes` (pipeline::stage_memory's peak for this stage)
-  // and `layers_at_once` (the layers of one action's chunk) reserved for the executor
+  // engine.setup() with `activation_bytes` (pipeline::stage_memory's peak for this stage),
+  // the fp32 copies of `layers_at_once` layers (one action's chunk) under a 16-bit compute
+  // dtype and those layers gathered reserved for the executor
   // (Engine::reserve_for_trainer), then init(seed). Throws Errc::out_of_budget naming the
   // stage's activations, the budget and what to change when they alone do not fit; the
   // engine's own refusal names its minimum beside the bytes reserved.
@@ -57,6 +61,9 @@ class StageStore final : public pipeline::ParameterStore {
   const StepResult& last_step() const noexcept { return last_; }
 
   static std::string tensor_name(int layer);
+  // Device bytes of the fp32 copies an action's layers need under `compute` (0 for fp32).
+  static std::uint64_t conversion_bytes(const pipeline::PipelineModel& model, const std::vector<int>& layers,
+                                        int layers_at_once, DType compute);
   // What the constructor registers for these layers, in order (for sizing without an engine).
   static std::vector<ParamSpec> param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers);
 
@@ -65,7 +72,8 @@ class StageStore final : public pipeline::ParameterStore {
   Engine& engine_;
   const pipeline::PipelineModel& model_;
   std::vector<int> ids_;
-  std::map<int, const float*> held_;  // gathered layers of the current action
+  std::map<int, const float*> held_;             // gathered layers of the current action
+  std::map<int, device::DeviceBuffer> widened_;  // their fp32 copies under a 16-bit compute dtype
   StepResult last_;
 };
 

@@ -22,6 +22,10 @@
 #include "runtime/core/error.h"
 
 namespace strata::model::ops {
+
+Products products_for(DType compute) noexcept {
+  return compute == DType::bf16 ? Products::bf16 : compute == DType::fp16 ? Products::fp16 : Products::fp32;
+}
 namespace {
 
 constexpr int kMinPanel = 64;                                // rows or columns per task, at least

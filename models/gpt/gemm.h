@@ -15,9 +15,14 @@
 // products).
 #pragma once
 
+#include "runtime/core/dtype.h"
+
 namespace strata::model::ops {
 
 enum class Products { fp32, bf16, fp16 };
+// The products a compute dtype takes: its operands with fp32 sums, as PyTorch's autocast
+// runs linear layers.
+Products products_for(DType compute) noexcept;
 
 void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);

@@ -156,12 +156,8 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   access_ = std::make_unique<Access>(engine_, cfg_.shape);
   // The weight products take the compute dtype's operands with fp32 sums (bf16 where the CPU
   // has bf16 dot products, else fp32), as PyTorch's autocast runs linear layers.
-  const DType cdt = engine_.compute_dtype();
-  const auto products = cdt == DType::bf16   ? ops::Products::bf16
-                        : cdt == DType::fp16 ? ops::Products::fp16
-                                             : ops::Products::fp32;
-  pass_ =
-      std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev, products, cfg_.fp8, cfg_.unit_scaled);
+  pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
+                                    ops::products_for(engine_.compute_dtype()), cfg_.fp8, cfg_.unit_scaled);
 }
 
 Gpt::~Gpt() = default;

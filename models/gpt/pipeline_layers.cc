@@ -32,9 +32,10 @@ void init_tensors(const std::vector<GptParam>& params, float* out, std::uint64_t
 std::vector<std::int32_t> token_ids(const float* x, std::size_t rows, int vocab) {
   std::vector<std::int32_t> t(rows);
   for (std::size_t i = 0; i < rows; ++i) {
-    t[i] = static_cast<std::int32_t>(x[i]);
-    STRATA_CHECK(x[i] == static_cast<float>(t[i]) && t[i] >= 0 && t[i] < vocab, Errc::invalid_argument,
+    // Checked before the conversion, which is undefined for values out of range.
+    STRATA_CHECK(x[i] >= 0.0f && x[i] < static_cast<float>(vocab) && x[i] == std::floor(x[i]), Errc::invalid_argument,
                  "GPT pipeline: input ", i, " is ", x[i], ", not a token id below the vocabulary's ", vocab);
+    t[i] = static_cast<std::int32_t>(x[i]);
   }
   return t;
 }
@@ -86,7 +87,7 @@ class Embedding final : public GptLayer {
 
 class Block final : public GptLayer {
  public:
-  Block(const GptShape& s, int T, int id) : GptLayer(s, T, id) {
+  Block(const GptShape& s, int T, int id, ops::Products p) : GptLayer(s, T, id), products_(p) {
     std::size_t at = 0;
     for (std::size_t k = 0; k < kBlockParams; ++k) {
       offset_[k] = at;
@@ -128,6 +129,7 @@ class Block final : public GptLayer {
     d.C = s_.d_model;
     d.NH = s_.heads;
     d.block = id_ - 1;
+    d.products = products_;
     return d;
   }
   BlockWeights weights(const float* p) const {
@@ -146,12 +148,13 @@ class Block final : public GptLayer {
     return k;
   }
   std::array<std::size_t, kBlockParams> offset_{};
+  ops::Products products_;
 };
 
 // ln_f then logits = ln_f(x) wte^T; saves ln_f's output, mean and rstd.
 class Head final : public GptLayer {
  public:
-  Head(const GptShape& s, int T) : GptLayer(s, T, s.layers + 1) {}
+  Head(const GptShape& s, int T, ops::Products p) : GptLayer(s, T, s.layers + 1), products_(p) {}
   std::string name() const override { return "gpt.head"; }
   std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.vocab); }
@@ -160,7 +163,7 @@ class Head final : public GptLayer {
   void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
     const int N = static_cast<int>(rows), C = s_.d_model;
     ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
-    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab);
+    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_);
   }
   void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
@@ -173,10 +176,13 @@ class Head final : public GptLayer {
     const int N = static_cast<int>(rows), C = s_.d_model;
     std::fill(dp, dp + count_, 0.0f);
     std::vector<float> dln(rows * static_cast<std::size_t>(C));
-    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab);
+    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_);
     std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
     ops::layernorm_backward(dx, dp, dp + C, dln.data(), x, p, saved + rows * C, saved + rows * (C + 1), N, C);
   }
+
+ private:
+  ops::Products products_;
 };
 
 }  // namespace
@@ -193,7 +199,7 @@ std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer) {
 }
 
 GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_batches,
-                               std::shared_ptr<const Batcher> batcher, int rank, int world) {
+                               std::shared_ptr<const Batcher> batcher, int rank, int world, ops::Products products) {
   validate(c);
   STRATA_CHECK(!c.fp8.enabled && !c.unit_scaled, Errc::invalid_argument,
                "a pipelined GPT runs the plain fp32 block: drop the fp8 block and --unit-scaled");
@@ -207,8 +213,8 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
   auto& m = g.model;
   m.rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
   m.layers.push_back(std::make_shared<Embedding>(s, T));
-  for (int l = 1; l <= s.layers; ++l) m.layers.push_back(std::make_shared<Block>(s, T, l));
-  m.layers.push_back(std::make_shared<Head>(s, T));
+  for (int l = 1; l <= s.layers; ++l) m.layers.push_back(std::make_shared<Block>(s, T, l, products));
+  m.layers.push_back(std::make_shared<Head>(s, T, products));
   m.tie = pipeline::Tie{0, 0, s.layers + 1, static_cast<std::size_t>(s.vocab) * static_cast<std::size_t>(s.d_model)};
   const std::int64_t global = static_cast<std::int64_t>(B) * micro_batches * world;
   const std::size_t n = m.rows;

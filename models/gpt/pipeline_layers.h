@@ -1,15 +1,17 @@
-// The GPT as pipeline layers (pipeline/layer.h), so the executor runs the model `strata train`
-// trains: layer 0 the embeddings, layers 1..L the blocks, layer L+1 the final LayerNorm and
-// the LM head, whose weight is layer 0's token embedding (PipelineModel::tie). The ids are the
-// GPT's engine layers (config.h) and each layer's parameters are that engine layer's tensors
-// concatenated in registration order (the head: ln_f.weight, ln_f.bias, then the tied wte).
-// Activations are fp32 [B*T, C] for a micro-batch of B sequences of T tokens; the
-// embedding's input is one float per token, its id (exact below 2^24), and the head's output
-// the logits [B*T, vocab]. Compute is the GPT's own host code (ops.h, block.h) in fp32 with
-// fp32 products. The blocks split B and W (block_backward_input / _weight), the embedding too
-// (its B writes zeros: token ids have no gradient); the head does not split (it reads the
-// tie). Initial values are the engine's for the GPT's named tensors (engine::init_values), so
-// a pipelined GPT starts from the weights `strata train` gives it with the same seed.
+// The GPT as pipeline layers (pipeline/layer.h), so the executor runs the model `strata
+// train` trains: layer 0 the embeddings, layers 1..L the blocks, layer L+1 the final
+// LayerNorm and the LM head, whose weight is layer 0's token embedding
+// (PipelineModel::tie). The ids are the GPT's engine layers (config.h) and each layer's
+// parameters are that engine layer's tensors concatenated in registration order (the head:
+// ln_f.weight, ln_f.bias, then the tied wte). Activations are fp32 [B*T, C] for a
+// micro-batch of B sequences of T tokens; the embedding's input is one float per token, its
+// id (exact below 2^24), and the head's output the logits [B*T, vocab]. Compute is the
+// GPT's own host code (ops.h, block.h) in fp32, its weight products in the precision the
+// caller names. The blocks split B and W (block_backward_input / _weight), the embedding
+// too (its B writes zeros: token ids have no gradient); the head does not split (it reads
+// the tie). Initial values are the engine's for the GPT's named tensors
+// (engine::init_values), so a pipelined GPT starts from the weights `strata train` gives it
+// with the same seed.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 
 #include "models/gpt/config.h"
 #include "models/gpt/data.h"
+#include "models/gpt/gemm.h"
 #include "pipeline/model.h"
 
 namespace strata::model {
@@ -35,8 +38,11 @@ struct GptPipeline {
 // its mean token loss, as the GPT's pass hands the engine (which averages over the
 // micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate()
 // refuses, FP8 or unit scaling, which the split backward does not run).
+// `products`: the precision of the weight products, as the GPT's pass takes it for the
+// compute dtype (bf16 operands with fp32 sums under bf16).
 GptPipeline gpt_pipeline_model(const GptConfig& config, int micro_batch, int micro_batches,
-                               std::shared_ptr<const Batcher> batcher, int rank = 0, int world = 1);
+                               std::shared_ptr<const Batcher> batcher, int rank = 0, int world = 1,
+                               ops::Products products = ops::Products::fp32);
 
 // The parameters of pipeline layer `layer` in the order the layer reads them, as the GPT's
 // named tensors (for export and for checking against the GPT itself).

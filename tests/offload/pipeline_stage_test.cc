@@ -453,16 +453,15 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   CHECK(compare(run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget + slack), plain.params) == "");
 }
 
-TEST_CASE("a pipeline stage refuses a 16-bit compute dtype and an engine not linked to the other stages",
-          "[offload][negative]") {
+TEST_CASE("a pipeline stage refuses fp16 compute and an engine not linked to the other stages", "[offload][negative]") {
   const auto model = replica_model(0);
   auto dev = test::host_device(64 << 20);
   {
     auto c = config_for({}, 1, "");
-    c.bf16 = true;
+    c.fp16.enabled = true;
     engine::Engine e({.config = c, .device = dev.get()});
     const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 1); });
-    CHECK_THAT(what, Catch::Contains("bf16.enabled") && Catch::Contains("fp32"));
+    CHECK_THAT(what, Catch::Contains("fp16.enabled") && Catch::Contains("bf16"));
   }
   {
     engine::Engine e({.config = config_for({}, 1, ""), .device = dev.get()});

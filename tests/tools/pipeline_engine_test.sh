@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # `strata pipeline --config`: stages on ZeRO-3 engines with optimizer state and parameters
 # on NVMe, as threads and as processes under `strata launch`, one and two data-parallel
-# replicas, with clipping on, and zb-auto from the times measured in ZB-H1 steps; --verify must find the parameters bitwise equal to the plain
+# replicas, with clipping on, in fp32 and bf16, and zb-auto from the times measured in
+# ZB-H1 steps; --verify must find the parameters bitwise equal to the plain
 # data-parallel engine run, the report must show each stage's NVMe traffic, no swap file may
 # be left behind, and configs the pipeline cannot run are refused naming the key or flag,
 # device budgets too small naming the activations or the stage's minimum.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" pipeline-engine
-config() {  # $1: gradient_accumulation_steps, $2: compute ("fp32" or "bf16")
-  local bf16=false
+config() {  # $1: gradient_accumulation_steps, $2: compute ("fp32", "bf16" or "fp16")
+  local bf16=false fp16=false
   [ "$2" = bf16 ] && bf16=true
+  [ "$2" = fp16 ] && fp16=true
   cat > "$dir/ds.json" <<JSON
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": $1, "gradient_clipping": 0.05,
- "bf16": {"enabled": $bf16},
+ "bf16": {"enabled": $bf16}, "fp16": {"enabled": $fp16},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
    "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/nvme"},
@@ -81,8 +83,11 @@ grep -q "needs --kind zb-auto" <<<"$msg" || fail "--measure-steps refusal does n
 if msg=$("$strata" pipeline -p 2 -m 4 --config "$dir/ds.json" 2>&1); then fail "4 micro-batches against 8 accepted"; fi
 grep -q "gradient_accumulation_steps is 8 but the schedule has 4 micro-batches" <<<"$msg" || fail "no key named: $msg"
 config 8 bf16
-if msg=$("$strata" pipeline -p 2 -m 8 --config "$dir/ds.json" 2>&1); then fail "bf16 stages accepted"; fi
-grep -q "bf16.enabled" <<<"$msg" || fail "bf16 refusal does not name the key: $msg"
+out=$("$strata" pipeline --kind zb-h1 -p 2 -m 8 --layers 4 --config "$dir/ds.json" --verify 2>&1) || fail "bf16: $out"
+check "zb-h1 in bf16, 2 stages as threads" "$out"
+config 8 fp16
+if msg=$("$strata" pipeline -p 2 -m 8 --config "$dir/ds.json" 2>&1); then fail "fp16 stages accepted"; fi
+grep -q "fp16.enabled" <<<"$msg" || fail "fp16 refusal does not name the key: $msg"
 if msg=$("$strata" pipeline -p 2 -m 8 --replicas 2 2>&1); then fail "--replicas without --config accepted"; fi
 grep -q "needs --config" <<<"$msg" || fail "--replicas refusal does not name --config: $msg"
 config 8 fp32

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# `strata train --model gpt --pipeline-stages P --schedule KIND`: the GPT split over pipeline
-# stages on ZeRO engines trains like the plain trainer: the same loss at step 1 (within
-# 1e-7: the same forward; the plain trainer means it over replicas in fp32) and within 1e-4 after
-# (the tied embedding's two gradients add in another order), as threads and as P x D
-# processes under strata launch, with optimizer state and parameters on NVMe, and zb-auto
-# from the times of its first step; what it cannot take is refused by name.
+# `strata train --model gpt --pipeline-stages P --schedule KIND`: the GPT split over
+# pipeline stages on ZeRO engines trains like the plain trainer: the same loss at step 1
+# (within 1e-7: the same forward; the plain trainer means it over replicas in fp32) and
+# within 1e-4 after (the tied embedding's two gradients add in another order), as threads
+# and as P x D processes under strata launch, in fp32 and bf16, with optimizer state and
+# parameters on NVMe, and zb-auto from the times of its first step; what it cannot take is
+# refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
 readme="$(dirname "$0")/../../README.md"
 gpt=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2 --steps 4)
-config() {  # $1: file, $2: zero stage, $3: offload device
+config() {  # $1: file, $2: zero stage, $3: offload device[, $4: bf16 (true/false)]
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
+ "bf16": {"enabled": ${4:-false}},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0,
    "offload_optimizer": {"device": "$3", "nvme_path": "$dir/nvme"},
@@ -40,6 +42,12 @@ out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --
   --log-json "$dir/pipe.jsonl" 2>&1) || fail "1f1b: $out"
 grep -Eq "step +4/4 +loss [0-9.]+ .* tok/s .*stage 1: device" <<<"$out" || fail "no progress lines: $out"
 same_losses "1f1b, 2 stages as threads, ZeRO-1" "$dir/plain.jsonl" "$dir/pipe.jsonl"
+
+config "$dir/b1.json" 1 none true
+"$strata" train "${gpt[@]}" --config "$dir/b1.json" --log-json "$dir/plain-bf16.jsonl" >/dev/null
+"$strata" train "${gpt[@]}" --config "$dir/b1.json" --pipeline-stages 2 --schedule zb-h2 \
+  --log-json "$dir/pipe-bf16.jsonl" >/dev/null
+same_losses "zb-h2 in bf16, 2 stages as threads, ZeRO-1" "$dir/plain-bf16.jsonl" "$dir/pipe-bf16.jsonl"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \

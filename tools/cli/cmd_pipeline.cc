@@ -126,19 +126,16 @@ int run(const Options& o) {
   spec.f = ratio[0];
   spec.b = ratio[1];
   spec.w = ratio[2];
-  const PipelineModelChoice chosen = make_pipeline_model(o.model, layers, spec, o.micro, o.replicas);
-  const pipeline::PipelineModel& model = chosen.model;
   pipeline::ExecutorOptions eo;
   eo.remat = pipeline::parse_remat(o.remat);
   // Stages stand for devices of their own: a GPT stage computes on its share of the cores.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   eo.compute_threads = o.stage_threads >= 0 ? o.stage_threads : gpt ? std::max(1, cores / (o.stages * o.replicas)) : 0;
-  const auto& model_of = chosen.of_replica;
   EngineStagesOptions on_engines_options;  // with --config: read once, for every run below
   if (!o.config.empty()) {
     engine::ModelFacts facts;
     facts.world_size = o.replicas;
-    facts.hidden_size = chosen.hidden;
+    facts.hidden_size = pipeline_model_hidden(o.model, layers, spec);
     auto& eso = on_engines_options;
     eso.config = engine::load_config(o.config, facts);
     eso.replicas = o.replicas;
@@ -148,6 +145,13 @@ int run(const Options& o) {
     eso.executor = eo;
     if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
   }
+  // The GPT's weight products in the engines' compute dtype, as the unpipelined GPT's.
+  const auto products = o.config.empty()
+                            ? model::ops::Products::fp32
+                            : model::ops::products_for(engine::compute_dtype_of(on_engines_options.config));
+  const PipelineModelChoice chosen = make_pipeline_model(o.model, layers, spec, o.micro, o.replicas, products);
+  const pipeline::PipelineModel& model = chosen.model;
+  const auto& model_of = chosen.of_replica;
   std::string auto_costs;  // zb-auto's costs, as measured in ZB-H1 steps
   if (o.measure_steps > 0) {
     STRATA_CHECK(g.kind == pipeline::ScheduleKind::zb_auto, Errc::invalid_argument,

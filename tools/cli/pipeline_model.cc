@@ -24,8 +24,17 @@ void add_pipeline_model_options(CLI::App& cmd, PipelineModelFlags& f) {
   cmd.add_option("--seed", m.seed, "GPT: data order seed");
 }
 
+std::uint64_t pipeline_model_hidden(const PipelineModelFlags& f, int layers, const pipeline::SyntheticModelSpec& spec) {
+  if (f.model != "gpt") return spec.width;
+  ModelOptions m = f.gpt;
+  m.model = "gpt";
+  if (layers > 0) m.layers = layers;
+  return model_hidden_size(m);
+}
+
 PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
-                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas) {
+                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas,
+                                        model::ops::Products products) {
   PipelineModelChoice out;
   if (f.model == "synthetic") {
     out.model = pipeline::synthetic_model(spec);
@@ -54,11 +63,11 @@ PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
   text->batcher = std::make_unique<model::Batcher>(text->data, m.data, c.seq_len, m.val_fraction, c.seed);
   const std::shared_ptr<const model::Batcher> batcher(text, text->batcher.get());  // keeps the text alive
   const int B = f.micro_batch;
-  auto g = model::gpt_pipeline_model(c, B, micro, batcher, 0, replicas);
+  auto g = model::gpt_pipeline_model(c, B, micro, batcher, 0, replicas, products);
   out.model = std::move(g.model);
   out.losses = g.losses;
-  out.of_replica = [model0 = out.model, c, B, micro, batcher, replicas](int d) {
-    return d == 0 ? model0 : model::gpt_pipeline_model(c, B, micro, batcher, d, replicas).model;
+  out.of_replica = [model0 = out.model, c, B, micro, batcher, replicas, products](int d) {
+    return d == 0 ? model0 : model::gpt_pipeline_model(c, B, micro, batcher, d, replicas, products).model;
   };
   out.tokens_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(c.seq_len);
   out.hidden = static_cast<std::uint64_t>(c.shape.d_model);

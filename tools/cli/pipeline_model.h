@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt/gemm.h"
 #include "pipeline/model.h"
 #include "tools/cli/train_model.h"
 
@@ -34,8 +35,13 @@ struct PipelineModelChoice {
 };
 
 // The model the flags name, for `micro` micro-batches per step and `replicas` replicas;
-// `spec` is the synthetic model's. Throws Errc::invalid_argument naming the flag.
+// `spec` is the synthetic model's, `products` the GPT's weight products. Throws
+// Errc::invalid_argument naming the flag.
 PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
-                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas);
+                                        const pipeline::SyntheticModelSpec& spec, int micro, int replicas,
+                                        model::ops::Products products = model::ops::Products::fp32);
+
+// The model's width, for a config's "auto" values, without building it.
+std::uint64_t pipeline_model_hidden(const PipelineModelFlags& f, int layers, const pipeline::SyntheticModelSpec& spec);
 
 }  // namespace strata::cli

@@ -147,7 +147,8 @@ struct Run {
   void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
             pipeline::Transport& transport) {
     const bool printer = stage == 0 && d == 0;
-    auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D);
+    auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D,
+                                       model::ops::products_for(engine::compute_dtype_of(eso.config)));
     StageRunner runner(first, g.model, eso, stage, group, pipe, transport);
     if (printer)
       std::printf(
