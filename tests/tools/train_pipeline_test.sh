@@ -4,8 +4,8 @@
 # (within 1e-7: the same forward; the plain trainer means it over replicas in fp32) and
 # within 1e-4 after (the tied embedding's two gradients add in another order), as threads
 # and as P x D processes under strata launch, in fp32 and bf16, with optimizer state and
-# parameters on NVMe, and zb-auto from the times of its first step; what it cannot take is
-# refused by name.
+# parameters on NVMe, and zb-auto from the times of its first step; --save-params writes the
+# plain trainer's tensors (within 1e-4); what it cannot take is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
@@ -36,12 +36,33 @@ PY
   echo "ok: $1"
 }
 
+same_params() {  # $1: what, $2, $3: --save-params of the plain and the pipelined run
+  python3 - "$2" "$3" <<'PY' || fail "$1: --save-params differs from the plain trainer's"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return [(k, v["shape"], struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                                         b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]))
+            for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0])]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert [(k, s) for k, s, _ in a] == [(k, s) for k, s, _ in b], "names or shapes differ"
+worst = max(abs(x - y) for (_, _, u), (_, _, v) in zip(a, b) for x, y in zip(u, v))
+assert worst <= 1e-4, worst
+print(f"{len(a)} tensors, largest difference {worst:.3g}")
+PY
+  echo "ok: $1: --save-params as the plain trainer's (names, shapes, order; values within 1e-4)"
+}
+
 config "$dir/z1.json" 1 none
-"$strata" train "${gpt[@]}" --config "$dir/z1.json" --log-json "$dir/plain.jsonl" >/dev/null
+"$strata" train "${gpt[@]}" --config "$dir/z1.json" --log-json "$dir/plain.jsonl" --save-params "$dir/plain.st" \
+  >/dev/null
 out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --schedule 1f1b \
-  --log-json "$dir/pipe.jsonl" 2>&1) || fail "1f1b: $out"
+  --log-json "$dir/pipe.jsonl" --save-params "$dir/pipe.st" 2>&1) || fail "1f1b: $out"
 grep -Eq "step +4/4 +loss [0-9.]+ .* tok/s .*stage 1: device" <<<"$out" || fail "no progress lines: $out"
 same_losses "1f1b, 2 stages as threads, ZeRO-1" "$dir/plain.jsonl" "$dir/pipe.jsonl"
+same_params "1f1b, 2 stages as threads" "$dir/plain.st" "$dir/pipe.st"
 
 config "$dir/b1.json" 1 none true
 "$strata" train "${gpt[@]}" --config "$dir/b1.json" --log-json "$dir/plain-bf16.jsonl" >/dev/null
@@ -51,11 +72,12 @@ same_losses "zb-h2 in bf16, 2 stages as threads, ZeRO-1" "$dir/plain-bf16.jsonl"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \
-  >/dev/null
+  --save-params "$dir/plain2.st" >/dev/null
 out=$("$strata" launch -n 4 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --pipeline-stages 2 \
-  --schedule zb-h1 --log-json "$dir/pipe2.jsonl" 2>&1) || fail "zb-h1 as processes: $out"
+  --schedule zb-h1 --log-json "$dir/pipe2.jsonl" --save-params "$dir/pipe2.st" 2>&1) || fail "zb-h1 as processes: $out"
 grep -q "nvme" <<<"$out" || fail "no NVMe in the memory report: $out"
 same_losses "zb-h1, 2 stages x 2 replicas as processes, ZeRO-3 on NVMe" "$dir/plain2.jsonl" "$dir/pipe2.jsonl"
+same_params "zb-h1, 2 stages x 2 replicas as processes" "$dir/plain2.st" "$dir/pipe2.st"
 out=$("$strata" train "${gpt[@]}" --config "$dir/z3.json" --pipeline-stages 2 --schedule zb-auto \
   --log-json "$dir/pipe3.jsonl" 2>&1) || fail "zb-auto: $out"
 grep -q "zb-auto from step 1's measured times (stage 0 F" <<<"$out" || fail "zb-auto did not reschedule: $out"
@@ -64,7 +86,7 @@ same_losses "zb-auto from measured times, ZeRO-3 on NVMe" "$dir/plain3.jsonl" "$
 [ -z "$(find "$dir/nvme" -type f 2>/dev/null)" ] || fail "swap files left behind: $(find "$dir/nvme" -type f)"
 
 expect_refusal "the MLP" "has no pipeline layers" "$strata" train --model mlp --config "$dir/z1.json" --pipeline-stages 2
-expect_refusal "--save-params" "--save-params is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
-  --pipeline-stages 2 --save-params "$dir/p.safetensors"
+expect_refusal "--trace" "--trace is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
+  --pipeline-stages 2 --trace "$dir/t.json"
 expect_refusal "ranks that do not divide" "does not divide the 3 ranks" "$strata" launch -n 3 -- "$strata" train "${gpt[@]}" \
   --config "$dir/z1.json" --pipeline-stages 2

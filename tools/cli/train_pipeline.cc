@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "engine/stage_store.h"
 #include "models/gpt/data.h"
 #include "models/gpt/pipeline_layers.h"
+#include "models/safetensors.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
 #include "pipeline/runner.h"
@@ -143,6 +145,49 @@ struct Run {
                  " failed (disk full or removed?): ", errno_text(errno));
   }
 
+  // Every stage's fp32 parameters (replica 0's) to the printer, which writes them under the
+  // GPT's names in registration order. Collective over every rank.
+  void save(StageRunner& runner, const pipeline::PipelineModel& model, int stage, int d, comm::Communicator* all,
+            bool printer) const {
+    const std::vector<float> mine = runner.parameters();  // collective over the stage's group
+    const auto layers_of = [&](int st) { return pipeline::stage_layers(first, model, st); };
+    std::vector<float> whole = mine;
+    if (all != nullptr) {
+      std::vector<std::size_t> counts(static_cast<std::size_t>(all->world_size()), 0);
+      for (int st = 0; st < P; ++st)
+        for (int id : layers_of(st)) counts[static_cast<std::size_t>(st * D)] += model.stored_params(id);
+      std::size_t total = 0;
+      for (auto c : counts) total += c;
+      whole.assign(total, 0.0f);
+      all->all_gather_v(mine.data(), whole.data(), counts, DType::fp32);  // replicas d > 0 send nothing
+    }
+    (void)stage, (void)d;
+    if (!printer) return;
+    std::map<std::string, model::NamedTensor> by_name;
+    const float* at = whole.data();
+    for (int st = 0; st < P; ++st) {
+      for (int id : layers_of(st)) {
+        const float* end = at + model.stored_params(id);
+        for (const auto& p : model::gpt_pipeline_params(gpt.shape, id)) {
+          if (at == end) break;  // the head's tied embedding: layer 0's
+          std::size_t n = 1;
+          for (auto e : p.shape) n *= static_cast<std::size_t>(e);
+          by_name[p.name] = {p.name, p.shape, std::vector<float>(at, at + n)};
+          at += n;
+        }
+      }
+    }
+    std::vector<model::NamedTensor> tensors;
+    for (const auto& p : model::gpt_params(gpt.shape)) tensors.push_back(std::move(by_name.at(p.name)));
+    model::write_safetensors(o.save_params, tensors,
+                             {{"format", "pt"},
+                              {"producer", "strata train --pipeline-stages"},
+                              {"zero_stage", std::to_string(eso.config.zero.stage)},
+                              {"pipeline_stages", std::to_string(P)},
+                              {"steps", std::to_string(o.steps)}});
+    std::printf("saved %zu tensors to %s\n", tensors.size(), o.save_params.c_str());
+  }
+
   // Stage `stage` of replica d for every step; `all` spans every rank (rank = stage * D + d).
   void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
             pipeline::Transport& transport) {
@@ -172,6 +217,7 @@ struct Run {
                                      num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
     }
+    if (!o.save_params.empty()) save(runner, g.model, stage, d, all, printer);
   }
 };
 
@@ -233,6 +279,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
   const bool printer = !as_ranks || rdzv.rank == 0;
+  if (printer && !o.save_params.empty()) check_output_file("--save-params", o.save_params);
   if (printer && !o.log_json.empty()) {
     check_output_file("--log-json", o.log_json);
     run.log.open(o.log_json, std::ios::trunc);

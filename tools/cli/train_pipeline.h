@@ -12,7 +12,8 @@
 // p micro-batches) whose activations fit what each stage reserved for ZB-H1. Rank 0 prints
 // per step the loss (the last stages' token losses over every replica), the step time,
 // tokens/s, the gradient norm and each stage's memory per tier (replica 0), and writes the
-// same to --log-json.
+// same to --log-json; --save-params gathers every stage's fp32 parameters and writes them
+// under the GPT's tensor names, as the unpipelined trainer does.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct PipelineTrainOptions {
   std::string config;
   std::int64_t steps = 10;
   std::string log_json;
+  std::string save_params;    // the final fp32 parameters as the GPT's named tensors (safetensors)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
   std::string schedule = "1f1b";
