@@ -5,7 +5,8 @@
 # within 1e-4 after (the tied embedding's two gradients add in another order), as threads
 # and as P x D processes under strata launch, in fp32 and bf16, with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; --save-params writes the
-# plain trainer's tensors (within 1e-4); what it cannot take is refused by name.
+# plain trainer's tensors (within 1e-4); a resumed run ends with the bits of one that never
+# stopped; what it cannot take is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
@@ -85,7 +86,39 @@ grep -q "zb-auto from step 1's measured times (stage 0 F" <<<"$out" || fail "zb-
 same_losses "zb-auto from measured times, ZeRO-3 on NVMe" "$dir/plain3.jsonl" "$dir/pipe3.jsonl"
 [ -z "$(find "$dir/nvme" -type f 2>/dev/null)" ] || fail "swap files left behind: $(find "$dir/nvme" -type f)"
 
+# Resume: a run stopped after step 2 and resumed to step 4 ends with the bits of 4 steps
+# straight; with one stage a save behind (stopped between two stages' saves) every stage
+# resumes from the step they all have; with that step gone (keep 1) the resume is refused.
+base=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2 --config "$dir/z3.json")
+run=("${base[@]}" --pipeline-stages 2 --schedule zb-h1)
+"$strata" train "${run[@]}" --steps 4 --save-params "$dir/straight.st" >/dev/null
+"$strata" train "${run[@]}" --steps 2 --save-dir "$dir/ck" >/dev/null
+out=$("$strata" train "${run[@]}" --steps 4 --resume "$dir/ck" --save-params "$dir/resumed.st" 2>&1) ||
+  fail "resume: $out"
+grep -q "resumed from $dir/ck at step 3" <<<"$out" || fail "no resume notice: $out"
+tensors_equal "$dir/straight.st" "$dir/resumed.st" || fail "resumed parameters differ from 4 straight steps"
+echo "ok: stopped after 2 steps and resumed: the bits of 4 straight steps"
+"$strata" launch -n 4 -- "$strata" train "${run[@]}" --steps 4 --save-params "$dir/straight2.st" >/dev/null
+"$strata" launch -n 4 -- "$strata" train "${run[@]}" --steps 3 --save-every 1 --save-dir "$dir/ck2" >/dev/null
+rm -rf "$dir/ck2/stage1/"*-00000003  # stage 1 never committed step 3
+out=$("$strata" launch -n 4 -- "$strata" train "${run[@]}" --steps 4 --resume "$dir/ck2" \
+  --save-params "$dir/resumed2.st" 2>&1) || fail "resume with a stage behind: $out"
+grep -q "stage 0: resuming from step 2, the newest every stage saved (its own latest is 3)" <<<"$out" ||
+  fail "no notice of the older step: $out"
+tensors_equal "$dir/straight2.st" "$dir/resumed2.st" || fail "resumed (a stage behind) differs from 4 straight steps"
+echo "ok: 2 stages x 2 replicas, one stage a save behind: resumed from the common step, the bits of 4 steps"
+"$strata" train "${run[@]}" --steps 2 --keep 1 --save-dir "$dir/ck3" >/dev/null
+cp -a "$dir/ck3/stage1" "$dir/stage1-at-2"
+"$strata" train "${run[@]}" --steps 3 --keep 1 --save-dir "$dir/ck3" --resume "$dir/ck3" >/dev/null
+rm -rf "$dir/ck3/stage1" && mv "$dir/stage1-at-2" "$dir/ck3/stage1"  # stage 1 never committed step 3
+expect_refusal "stages with no common step" "the stages cannot resume together" "$strata" train "${run[@]}" \
+  --steps 4 --resume "$dir/ck3"
+expect_refusal "another stage count" "resume with 2" "$strata" train "${base[@]}" --pipeline-stages 1 --steps 4 \
+  --resume "$dir/ck"
+
 expect_refusal "the MLP" "has no pipeline layers" "$strata" train --model mlp --config "$dir/z1.json" --pipeline-stages 2
+expect_refusal "--save-async" "not built for --pipeline-stages" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
+  --pipeline-stages 2 --save-async --save-dir "$dir/ck4"
 expect_refusal "--trace" "--trace is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
   --pipeline-stages 2 --trace "$dir/t.json"
 expect_refusal "ranks that do not divide" "does not divide the 3 ranks" "$strata" launch -n 3 -- "$strata" train "${gpt[@]}" \

@@ -174,8 +174,6 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
   const std::pair<bool, const char*> unsupported[] = {{!o.trace.empty(), "--trace"},
-                                                      {!o.ckpt.save_dir.empty(), "--save-dir"},
-                                                      {!o.ckpt.resume.empty(), "--resume"},
                                                       {!o.ckpt.init_from.empty(), "--init-from"},
                                                       {o.m.eval_every > 0, "--eval-every"},
                                                       {o.m.sample > 0, "--sample"},
@@ -192,6 +190,7 @@ int run_pipelined(const Options& o) {
   p.steps = o.steps;
   p.log_json = o.log_json;
   p.save_params = o.save_params;
+  p.ckpt = o.ckpt;
   p.device_budget = o.device_budget;
   return train_pipelined(p);
 }

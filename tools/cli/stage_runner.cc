@@ -112,6 +112,14 @@ void StageRunner::reschedule(const pipeline::Schedule& s) {
   m.exec = std::make_unique<pipeline::StageExecutor>(*m.schedule, m.stage, m.model, m.store, m.transport, m.xo);
 }
 
+void StageRunner::start_at(std::int64_t step) {
+  Impl& m = *impl_;
+  m.steps = step;
+  m.xo.first_step = step;
+  m.exec.reset();
+  m.exec = std::make_unique<pipeline::StageExecutor>(*m.schedule, m.stage, m.model, m.store, m.transport, m.xo);
+}
+
 std::vector<float> StageRunner::parameters() {
   auto p = impl_->engine.full_parameters();
   impl_->engine.synchronize();

@@ -10,7 +10,8 @@
 // over the stage's group). step() runs one step; reschedule(s) runs another schedule of
 // the same stages, chunks and micro-batches from the next step (zb-auto from measured
 // times), refused with Errc::out_of_budget when its activations need more than was
-// reserved. parameters() and summary() describe the stage after a step.
+// reserved; start_at(s) numbers the next step s (a resumed run). parameters() and summary() describe the stage after a
+// step.
 #pragma once
 
 #include <memory>
@@ -44,6 +45,8 @@ class StageRunner {
 
   pipeline::StageReport step();
   void reschedule(const pipeline::Schedule& schedule);
+  // The next step() is step `step` of the run (after a resume: the model's data follows it).
+  void start_at(std::int64_t step);
   std::vector<float> parameters();  // the stage's fp32 masters, its layers in id order
   StageSummary summary() const;     // after the last step
   const std::vector<int>& layers() const;

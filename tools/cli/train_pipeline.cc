@@ -28,6 +28,7 @@
 #include "runtime/device/arena.h"
 #include "tools/cli/output_check.h"
 #include "tools/cli/stage_runner.h"
+#include "tools/cli/train_pipeline_checkpoint.h"
 
 namespace strata::cli {
 namespace {
@@ -53,6 +54,7 @@ struct Run {
   bool zb_auto = false;
   std::ofstream log;
   std::uint64_t tokens_per_step = 0;  // every replica's
+  PipelineCheckpoints ckpt;
 
   // zb-auto from the per-stage times of the last step (every rank's, averaged over the
   // replicas), at the largest memory limit whose activations fit what each stage reserved.
@@ -201,9 +203,15 @@ struct Run {
           "micro-batch %d x %d\n",
           gpt.shape.layers, gpt.shape.d_model, P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B,
           m);
+    const std::int64_t start = ckpt.load(runner.engine(), stage, all);
+    if (start > 0) {
+      runner.start_at(start);
+      if (printer)
+        std::printf("resumed from %s at step %lld\n", o.ckpt.resume.c_str(), static_cast<long long>(start + 1));
+    }
     pipeline::StageReport last;
-    for (std::int64_t s = 0; s < o.steps; ++s) {
-      if (zb_auto && s == o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
+    for (std::int64_t s = start; s < o.steps; ++s) {
+      if (zb_auto && s == start + o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
       const auto t0 = std::chrono::steady_clock::now();
       last = runner.step();
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -216,6 +224,9 @@ struct Run {
                                      num(mem.device.peak_bytes), num(mem.device.budget_bytes), num(mem.host.peak_bytes),
                                      num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
+      if (ckpt.after_step(runner.engine(), stage, s, o.steps) && printer)
+        std::printf("saved checkpoint step %lld under %s/stage<0..%d>\n", static_cast<long long>(s + 1),
+                    ckpt.save_dir.c_str(), P - 1);
     }
     if (!o.save_params.empty()) save(runner, g.model, stage, d, all, printer);
   }
@@ -276,6 +287,15 @@ int train_pipelined(const PipelineTrainOptions& o) {
   else if (!o.device_budget.empty())
     run.eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
   run.eso.executor.remat = pipeline::parse_remat(model::remat_name(run.gpt.remat));
+  run.ckpt.save_dir = o.ckpt.save_dir.empty() ? cfg.checkpoint.save_dir : o.ckpt.save_dir;
+  run.ckpt.resume = o.ckpt.resume == "latest" ? run.ckpt.save_dir : o.ckpt.resume;
+  run.ckpt.save_every = o.ckpt.save_every >= 0 ? o.ckpt.save_every : cfg.checkpoint.save_every;
+  run.ckpt.keep = o.ckpt.keep >= 0 ? o.ckpt.keep : cfg.checkpoint.keep;
+  run.ckpt.seed = o.m.seed;
+  run.ckpt.stages = run.P;
+  STRATA_CHECK(!o.ckpt.async && !cfg.checkpoint.async, Errc::invalid_argument,
+               "asynchronous checkpoints (--save-async, checkpoint.async) are not built for --pipeline-stages yet: a "
+               "pipelined run saves synchronously; drop them");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
   const bool printer = !as_ranks || rdzv.rank == 0;

@@ -13,12 +13,15 @@
 // per step the loss (the last stages' token losses over every replica), the step time,
 // tokens/s, the gradient norm and each stage's memory per tier (replica 0), and writes the
 // same to --log-json; --save-params gathers every stage's fp32 parameters and writes them
-// under the GPT's tensor names, as the unpipelined trainer does.
+// under the GPT's tensor names, as the unpipelined trainer does. Checkpoints: every stage
+// saves its own under --save-dir (train_pipeline_checkpoint.h); --resume continues from the
+// newest step every stage saved, bit for bit as if never stopped.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_model.h"
 
 namespace strata::cli {
@@ -29,6 +32,7 @@ struct PipelineTrainOptions {
   std::int64_t steps = 10;
   std::string log_json;
   std::string save_params;    // the final fp32 parameters as the GPT's named tensors (safetensors)
+  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume (not --save-async, --init-from)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
   std::string schedule = "1f1b";

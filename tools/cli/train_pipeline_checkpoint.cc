@@ -1,0 +1,80 @@
+// Checkpoints of a pipelined run (see train_pipeline_checkpoint.h).
+#include "tools/cli/train_pipeline_checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/format.h"
+
+#include "engine/engine.h"
+#include "runtime/core/error.h"
+
+namespace strata::cli {
+
+std::string PipelineCheckpoints::stage_root(const std::string& root, int stage) const {
+  return root + "/stage" + std::to_string(stage);
+}
+
+namespace {
+// Every rank's value (one double each), or this rank's alone.
+std::vector<double> everyone(comm::Communicator* all, double mine) {
+  if (all == nullptr) return {mine};
+  std::vector<double> v(static_cast<std::size_t>(all->world_size()));
+  all->all_gather(&mine, v.data(), 2, DType::fp32);  // a double as two fp32 words
+  return v;
+}
+}  // namespace
+
+std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::Communicator* all) const {
+  if (resume.empty()) return 0;
+  const std::string root = stage_root(resume, stage);
+  const auto saved = checkpoint::list_checkpoints(root);
+  STRATA_CHECK(!saved.empty(), Errc::invalid_argument, "--resume '", resume, "': ", root,
+               " holds no checkpoint; a pipelined run saves one directory per stage under its --save-dir");
+  // The newest step every stage saved: a run stopped between two stages' saves leaves
+  // some stages one save ahead, and those still hold the older one (unless keep dropped it).
+  const auto latest = everyone(all, static_cast<double>(saved.back()));
+  const auto target = static_cast<std::int64_t>(*std::min_element(latest.begin(), latest.end()));
+  const bool have = std::binary_search(saved.begin(), saved.end(), target);
+  const auto held = everyone(all, have ? 1.0 : 0.0);
+  for (std::size_t q = 0; q < held.size(); ++q) {
+    STRATA_CHECK(held[q] == 1.0, Errc::invalid_argument, "--resume '", resume, "': rank ", q,
+                 "'s stage has no checkpoint of step ", target,
+                 ", the newest that every stage saved (the run stopped between two stages' saves and `keep` removed "
+                 "it): the stages cannot resume together");
+  }
+  if (target != saved.back())
+    std::printf("stage %d: resuming from step %lld, the newest every stage saved (its own latest is %lld)\n", stage,
+                static_cast<long long>(target), static_cast<long long>(saved.back()));
+  // The trainer's state first (from the manifest): another stage count would register other
+  // tensors, and the engine's refusal would not say why.
+  const std::string dir = root + "/" + checkpoint::step_dir_name(target);
+  const auto j = nlohmann::json::parse(checkpoint::open_checkpoint(dir).manifest.trainer_state, nullptr, false);
+  STRATA_CHECK(!j.is_discarded() && j.contains("next_step") && j.contains("pipeline_stages") && j.contains("seed"),
+               Errc::invalid_argument, "--resume '", resume, "': ", root,
+               " holds no pipelined strata train state (next_step, seed, pipeline_stages)");
+  const int saved_stages = j.at("pipeline_stages").get<int>();
+  STRATA_CHECK(saved_stages == stages, Errc::invalid_argument, "--resume '", resume, "': saved by ", saved_stages,
+               " pipeline stages, and this run has --pipeline-stages ", stages, "; resume with ", saved_stages);
+  const auto seed_saved = j.at("seed").get<std::uint64_t>();
+  STRATA_CHECK(seed_saved == seed, Errc::invalid_argument, "--resume '", resume, "': trained with --seed ", seed_saved,
+               " but this run has --seed ", seed, "; its data would differ: pass --seed ", seed_saved);
+  engine.load_checkpoint(dir);
+  return j.at("next_step").get<std::int64_t>();
+}
+
+bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps) const {
+  if (save_dir.empty()) return false;
+  const bool due = s + 1 == steps || (save_every > 0 && (s + 1) % save_every == 0);
+  if (!due) return false;
+  const nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
+  engine::SaveOptions so;
+  so.keep = keep;
+  engine.save_checkpoint(stage_root(save_dir, stage), state.dump(), so);
+  return true;
+}
+
+}  // namespace strata::cli

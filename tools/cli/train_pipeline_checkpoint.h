@@ -1,0 +1,41 @@
+// Checkpoints of `strata train --pipeline-stages` (train_pipeline.h): every stage's engine
+// saves its own shards under <root>/stage<s> (its step-N directories and `latest`, the
+// engine's protocol), with the trainer's state beside them: the next step, the seed and the
+// stage count. A resume takes, over every rank, the newest step that every stage saved (a
+// run stopped between two stages' saves leaves some a save ahead; they still hold the
+// older one unless `keep` removed it, and then the resume is refused naming the step) and
+// checks it was saved by as many stages with the same seed. Saves are synchronous and
+// collective over each stage's data-parallel group.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/comm/communicator.h"
+
+namespace strata::engine {
+class Engine;
+}
+
+namespace strata::cli {
+
+struct PipelineCheckpoints {
+  std::string save_dir;  // empty: no saving
+  std::string resume;    // a save root: every stage's latest under it
+  std::int64_t save_every = 0;
+  int keep = 0;
+  std::uint64_t seed = 0;
+  int stages = 1;
+
+  // Loads stage `stage`'s checkpoint of the newest step every stage saved under `resume`
+  // into `engine` and returns the next step (0 without --resume). Collective over `all`
+  // (every rank). Throws Errc::invalid_argument naming the flag when the stages share no
+  // step or the checkpoint is not this run's (stage count, seed).
+  std::int64_t load(engine::Engine& engine, int stage, comm::Communicator* all) const;
+  // After step index s (0-based) of `steps`: saves stage `stage` when due; returns true when
+  // it did.
+  bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps) const;
+  std::string stage_root(const std::string& root, int stage) const;
+};
+
+}  // namespace strata::cli
