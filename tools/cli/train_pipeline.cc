@@ -238,8 +238,8 @@ void check_flags(const PipelineTrainOptions& o) {
   STRATA_CHECK(o.stages >= 1, Errc::invalid_argument, "--pipeline-stages ", o.stages, " must be at least 1");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
   STRATA_CHECK(!o.m.data.empty(), Errc::invalid_argument, "--model gpt needs --data FILE (text to train on)");
-  STRATA_CHECK(o.measure_steps >= 1 && o.measure_steps < o.steps, Errc::invalid_argument, "--measure-steps ",
-               o.measure_steps, " must be at least 1 and below --steps ", o.steps,
+  STRATA_CHECK(o.schedule != "zb-auto" || (o.measure_steps >= 1 && o.measure_steps < o.steps), Errc::invalid_argument,
+               "--measure-steps ", o.measure_steps, " must be at least 1 and below --steps ", o.steps,
                " (zb-auto runs that many ZB-H1 steps first)");
 }
 
