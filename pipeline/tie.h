@@ -13,7 +13,10 @@
 // the sum to the inner store. The owner's inner store thus sees one gradient per
 // micro-batch, as a model with one shared tensor would, and the gradient norm counts the
 // weight once. Messages use tags from kTieTagBase up, which the executor never does.
-// Memory: the tied values and one micro-batch's tied gradient, in host memory, per end.
+// Memory: the tied values and one micro-batch's tied gradient, in host memory, per end,
+// outside any device budget. The store reads and writes them with the CPU, as the host
+// device allows (not under DeviceOptions::guard_memory; a CUDA stage would move them with
+// copies, and the executor runs host stages only).
 #pragma once
 
 #include <cstdint>
