@@ -61,8 +61,7 @@ struct StageRunner::Impl {
   std::unique_ptr<pipeline::StageExecutor> exec;
 
   Impl(const pipeline::Schedule& s, const pipeline::PipelineModel& m, const EngineStagesOptions& o, int st,
-       comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& tr, Tracer* tracer,
-       std::uint64_t extra)
+       comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& tr, Tracer* tracer)
       : model(m),
         stage(st),
         transport(tr),
@@ -72,8 +71,7 @@ struct StageRunner::Impl {
         engine({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer}),
         ids(pipeline::stage_layers(s, m, st)),
         store(engine, m, ids, s.stages) {
-    activations = peak(s);
-    reserved = std::max(activations, extra);
+    activations = reserved = peak(s);
     store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed);
     xo.shared_device = dev.get();
     schedule = std::make_unique<pipeline::Schedule>(s);
@@ -86,8 +84,8 @@ struct StageRunner::Impl {
 
 StageRunner::StageRunner(const pipeline::Schedule& schedule, const pipeline::PipelineModel& model,
                          const EngineStagesOptions& o, int stage, comm::Communicator* group, comm::Communicator* pipe,
-                         pipeline::Transport& transport, Tracer* tracer, std::uint64_t reserve_bytes)
-    : impl_(std::make_unique<Impl>(schedule, model, o, stage, group, pipe, transport, tracer, reserve_bytes)) {}
+                         pipeline::Transport& transport, Tracer* tracer)
+    : impl_(std::make_unique<Impl>(schedule, model, o, stage, group, pipe, transport, tracer)) {}
 
 StageRunner::~StageRunner() = default;
 

@@ -35,10 +35,9 @@ namespace strata::cli {
 
 class StageRunner {
  public:
-  // `reserve_bytes`: activations to reserve beyond the schedule's own peak (a later schedule's).
   StageRunner(const pipeline::Schedule& schedule, const pipeline::PipelineModel& model, const EngineStagesOptions& o,
               int stage, comm::Communicator* group, comm::Communicator* pipe, pipeline::Transport& transport,
-              Tracer* tracer = nullptr, std::uint64_t reserve_bytes = 0);
+              Tracer* tracer = nullptr);
   ~StageRunner();
   StageRunner(const StageRunner&) = delete;
   StageRunner& operator=(const StageRunner&) = delete;

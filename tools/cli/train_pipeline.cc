@@ -149,8 +149,7 @@ struct Run {
 
   // Every stage's fp32 parameters (replica 0's) to the printer, which writes them under the
   // GPT's names in registration order. Collective over every rank.
-  void save(StageRunner& runner, const pipeline::PipelineModel& model, int stage, int d, comm::Communicator* all,
-            bool printer) const {
+  void save(StageRunner& runner, const pipeline::PipelineModel& model, comm::Communicator* all, bool printer) const {
     const std::vector<float> mine = runner.parameters();  // collective over the stage's group
     const auto layers_of = [&](int st) { return pipeline::stage_layers(first, model, st); };
     std::vector<float> whole = mine;
@@ -163,7 +162,6 @@ struct Run {
       whole.assign(total, 0.0f);
       all->all_gather_v(mine.data(), whole.data(), counts, DType::fp32);  // replicas d > 0 send nothing
     }
-    (void)stage, (void)d;
     if (!printer) return;
     std::map<std::string, model::NamedTensor> by_name;
     const float* at = whole.data();
@@ -228,7 +226,7 @@ struct Run {
         std::printf("saved checkpoint step %lld under %s/stage<0..%d>\n", static_cast<long long>(s + 1),
                     ckpt.save_dir.c_str(), P - 1);
     }
-    if (!o.save_params.empty()) save(runner, g.model, stage, d, all, printer);
+    if (!o.save_params.empty()) save(runner, g.model, all, printer);
   }
 };
 
