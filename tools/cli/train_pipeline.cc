@@ -277,6 +277,13 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.zb_auto = g.kind == pipeline::ScheduleKind::zb_auto;
   if (run.zb_auto) g.kind = pipeline::ScheduleKind::zb_h1;
   run.first = pipeline::generate(g);
+  const int pipeline_layers = run.gpt.shape.layers + 2, vstages = run.first.virtual_stages();
+  STRATA_CHECK(pipeline_layers % vstages == 0, Errc::invalid_argument, "--pipeline-stages ", run.P,
+               run.first.chunks > 1 ? str_cat(" x --chunks ", run.first.chunks) : std::string(), " = ", vstages,
+               " virtual stages cannot split the GPT's ", pipeline_layers, " pipeline layers (the embeddings, ",
+               run.gpt.shape.layers,
+               " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 ", "is a multiple of ",
+               vstages);
   run.eso.config = cfg;
   run.eso.replicas = run.D;
   run.eso.seed = o.m.seed;
