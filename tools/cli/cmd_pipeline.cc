@@ -126,6 +126,7 @@ int run(const Options& o) {
   spec.f = ratio[0];
   spec.b = ratio[1];
   spec.w = ratio[2];
+  if (gpt) spec.seed = o.model.gpt.seed;  // the GPT's initial values and data from --seed, as strata train's
   pipeline::ExecutorOptions eo;
   eo.remat = pipeline::parse_remat(o.remat);
   // Stages stand for devices of their own: a GPT stage computes on its share of the cores.

@@ -21,7 +21,7 @@ void add_pipeline_model_options(CLI::App& cmd, PipelineModelFlags& f) {
   cmd.add_option("--data", m.data, "GPT: training text, a file or directory (as strata train --data)");
   cmd.add_option("--data-format", m.data_format, "GPT: auto|bytes|tokens|u16");
   cmd.add_option("--micro-batch-size", f.micro_batch, "GPT: sequences per micro-batch")->check(CLI::Range(1, 4096));
-  cmd.add_option("--seed", m.seed, "GPT: data order seed");
+  cmd.add_option("--seed", m.seed, "GPT: seed of the initial values and the data order (as strata train's)");
 }
 
 std::uint64_t pipeline_model_hidden(const PipelineModelFlags& f, int layers, const pipeline::SyntheticModelSpec& spec) {
