@@ -1,11 +1,14 @@
 // Thread and process runners and the measured timeline (see runner.h).
 #include "pipeline/runner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "pipeline/simulate.h"
 #include "runtime/core/error.h"
@@ -210,6 +213,32 @@ Costs measured_costs(const Schedule& s, const std::vector<StageReport>& reports,
     c.backward_weight[r.stage] = nw ? w / nw * s.chunks : 0;
   }
   return c;
+}
+
+double measured_comm(const Schedule& s, const std::vector<StageReport>& reports) {
+  // The send of each message, by (producing virtual stage, micro-batch, gradient or not).
+  std::map<std::tuple<int, int, bool>, const TimedAction*> sends;
+  for (const auto& r : reports) {
+    for (const auto& t : r.timings) {
+      const bool grad = t.action.kind == ActionKind::send_gradient;
+      if (t.action.kind == ActionKind::send_activation || grad)
+        sends[{s.virtual_stage(r.stage, t.action.chunk), t.action.micro, grad}] = &t;
+    }
+  }
+  std::vector<double> waits;
+  for (const auto& r : reports) {
+    for (const auto& t : r.timings) {
+      const bool grad = t.action.kind == ActionKind::recv_gradient;
+      if (t.action.kind != ActionKind::recv_activation && !grad) continue;
+      const int vs = s.virtual_stage(r.stage, t.action.chunk);
+      const auto it = sends.find({grad ? vs + 1 : vs - 1, t.action.micro, grad});
+      // A receive already waiting when the send was posted: its end is when the data landed.
+      if (it != sends.end() && t.start <= it->second->end) waits.push_back(t.end - it->second->end);
+    }
+  }
+  if (waits.empty()) return 0;
+  std::nth_element(waits.begin(), waits.begin() + static_cast<std::ptrdiff_t>(waits.size() / 2), waits.end());
+  return std::max(0.0, waits[waits.size() / 2]);
 }
 
 }  // namespace strata::pipeline

@@ -35,6 +35,11 @@ std::vector<StageReport> gather_reports(comm::Communicator& comm, const StageRep
 // the stages in `reports` (the others 0); a BW counts bw_share of its time as B, the rest W.
 Costs measured_costs(const Schedule& schedule, const std::vector<StageReport>& reports, double bw_share = 0.5);
 
+// The median time from a send's end to the end of its receive, over the receives that were
+// already waiting when the send was posted: what a message costs on this transport (the
+// simulator's Costs::comm). 0 when no receive waited.
+double measured_comm(const Schedule& schedule, const std::vector<StageReport>& reports);
+
 // The measured timeline: times in seconds from the earliest action's start.
 Timeline measured_timeline(const Schedule& schedule, const std::vector<StageReport>& reports);
 

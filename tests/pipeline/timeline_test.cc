@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/generators.h"
+#include "pipeline/runner.h"
 #include "pipeline/simulate.h"
 
 using namespace strata;
@@ -49,4 +50,26 @@ TEST_CASE("the SVG draws a labelled box per compute action", "[pipeline]") {
   CHECK(svg.find("Stage 3") != std::string::npos);
   CHECK(svg.find("BW full backward") != std::string::npos);
   CHECK(svg.rfind("</svg>") != std::string::npos);
+}
+
+TEST_CASE("a message's cost is read from receives that waited for their send", "[pipeline]") {
+  const Schedule s = one_f_one_b(2, 4);
+  StageReport sender, receiver;
+  sender.stage = 0;
+  receiver.stage = 1;
+  const auto add = [](StageReport& r, ActionKind k, int micro, double start, double end) {
+    r.timings.push_back({r.stage, Action{k, micro, 0, 1 - r.stage}, start, end});
+  };
+  // Activations 0-2: the receive waited; it ended 0.1, 0.2 and 0.5 after its send.
+  add(sender, ActionKind::send_activation, 0, 1.0, 1.1);
+  add(receiver, ActionKind::recv_activation, 0, 0.5, 1.2);
+  add(sender, ActionKind::send_activation, 1, 2.0, 2.1);
+  add(receiver, ActionKind::recv_activation, 1, 1.9, 2.3);
+  add(sender, ActionKind::send_activation, 2, 3.0, 3.1);
+  add(receiver, ActionKind::recv_activation, 2, 3.05, 3.6);
+  // Activation 3 arrived before its receive began: it says nothing about the transport.
+  add(sender, ActionKind::send_activation, 3, 4.0, 4.1);
+  add(receiver, ActionKind::recv_activation, 3, 9.0, 9.01);
+  CHECK(measured_comm(s, {sender, receiver}) == Approx(0.2));
+  CHECK(measured_comm(s, {sender}) == 0.0);
 }
