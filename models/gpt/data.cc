@@ -153,4 +153,16 @@ void Batcher::val_batch(int v, int micro, std::int32_t* inputs, std::int32_t* ta
   }
 }
 
+std::shared_ptr<const Batcher> load_batcher(const std::string& path, int vocab, const std::string& format, int seq_len,
+                                            double val_fraction, std::uint64_t seed, bool quiet) {
+  struct Text {
+    TokenData data;
+    std::unique_ptr<Batcher> batcher;
+  };
+  auto text = std::make_shared<Text>();
+  text->data = TokenData::load(path, vocab, format, quiet);
+  text->batcher = std::make_unique<Batcher>(text->data, path, seq_len, val_fraction, seed);
+  return {text, text->batcher.get()};  // shares the ownership of the text
+}
+
 }  // namespace strata::model

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,10 @@ class Batcher {
   std::size_t train_end_;
   std::uint64_t key_;
 };
+
+// The text at `path` loaded (TokenData::load) and a Batcher over it, which keeps the text
+// alive: for callers that hand the batcher to closures outliving them (pipeline layers).
+std::shared_ptr<const Batcher> load_batcher(const std::string& path, int vocab, const std::string& format, int seq_len,
+                                            double val_fraction, std::uint64_t seed, bool quiet);
 
 }  // namespace strata::model

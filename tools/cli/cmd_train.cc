@@ -6,7 +6,7 @@
 // (step, loss, tokens/s, step time, memory per tier; the GPT's validation loss), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
 // the gathered whole), and a Chrome trace with --trace. --pipeline-stages P splits the GPT
-// over P pipeline stages on ZeRO engines instead (train_pipeline.h).
+// or the MLP over P pipeline stages on ZeRO engines instead (train_pipeline.h).
 #include <malloc.h>
 
 #include <chrono>
@@ -309,9 +309,10 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);
-  cmd.add_option("--pipeline-stages", o->pipe.stages,
-                 "GPT: split the layers over P pipeline stages, each on a ZeRO engine (threads, or strata launch -n "
-                 "P*D for D data-parallel replicas)")
+  cmd.add_option(
+         "--pipeline-stages", o->pipe.stages,
+         "Split the layers (GPT or MLP) over P pipeline stages, each on a ZeRO engine (threads, or strata launch -n "
+         "P*D for D data-parallel replicas)")
       ->check(CLI::Range(0, 1024));
   cmd.add_option("--schedule", o->pipe.schedule, "With --pipeline-stages: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto");
   cmd.add_option("--chunks", o->pipe.chunks, "With --schedule interleaved: chunks per stage")->check(CLI::Range(1, 64));

@@ -54,14 +54,8 @@ PipelineModelChoice make_pipeline_model(const PipelineModelFlags& f, int layers,
   m.model = "gpt";
   if (layers > 0) m.layers = layers;
   const model::GptConfig c = gpt_config(m, false);
-  struct Text {
-    model::TokenData data;
-    std::unique_ptr<model::Batcher> batcher;
-  };
-  auto text = std::make_shared<Text>();
-  text->data = model::TokenData::load(m.data, c.shape.vocab, m.data_format, true);
-  text->batcher = std::make_unique<model::Batcher>(text->data, m.data, c.seq_len, m.val_fraction, c.seed);
-  const std::shared_ptr<const model::Batcher> batcher(text, text->batcher.get());  // keeps the text alive
+  const auto batcher =
+      model::load_batcher(m.data, c.shape.vocab, m.data_format, c.seq_len, m.val_fraction, c.seed, true);
   const int B = f.micro_batch;
   auto g = model::gpt_pipeline_model(c, B, micro, batcher, 0, replicas, products);
   out.model = std::move(g.model);

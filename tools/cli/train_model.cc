@@ -111,7 +111,7 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
   ModelSize out;
   if (o.model == "mlp") {
     const model::MlpConfig m{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, 0.0, o.seed};
-    out.params = model::Mlp::param_specs(m);
+    out.params = model::mlp_param_specs(m);
     out.describe = str_cat("mlp ", m.layers, " x ", m.hidden);
     return out;  // its activations live in host memory on the host device
   }

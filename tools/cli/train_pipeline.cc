@@ -17,8 +17,6 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/stage_store.h"
-#include "models/gpt/data.h"
-#include "models/gpt/pipeline_layers.h"
 #include "models/safetensors.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
@@ -29,6 +27,7 @@
 #include "tools/cli/output_check.h"
 #include "tools/cli/stage_runner.h"
 #include "tools/cli/train_pipeline_checkpoint.h"
+#include "tools/cli/train_pipeline_model.h"
 
 namespace strata::cli {
 namespace {
@@ -46,9 +45,8 @@ std::vector<double> gather(comm::Communicator* comm, std::vector<double> mine) {
 
 struct Run {
   const PipelineTrainOptions& o;
-  model::GptConfig gpt;
+  PipelinedModel model;
   int P = 1, D = 1, B = 1, m = 1;
-  std::shared_ptr<const model::Batcher> batcher;
   EngineStagesOptions eso;
   pipeline::Schedule first;  // zb-auto: ZB-H1 until the times are measured
   bool zb_auto = false;
@@ -58,7 +56,7 @@ struct Run {
 
   // zb-auto from the per-stage times of the last step (every rank's, averaged over the
   // replicas), at the largest memory limit whose activations fit what each stage reserved.
-  void go_auto(StageRunner& runner, const pipeline::PipelineModel& model, const pipeline::StageReport& last, int stage,
+  void go_auto(StageRunner& runner, const pipeline::PipelineModel& layers, const pipeline::StageReport& last, int stage,
                comm::Communicator* all, bool printer) const {
     const auto mine = pipeline::measured_costs(first, {last});
     const auto rows = gather(
@@ -83,7 +81,7 @@ struct Run {
       bool fits = true;
       for (int st = 0; st < P && fits; ++st) {
         const auto peak = [&](const pipeline::Schedule& x) {
-          return pipeline::stage_memory(x, st, model, eso.executor.remat, device::Arena::kAlignment).peak_bytes;
+          return pipeline::stage_memory(x, st, layers, eso.executor.remat, device::Arena::kAlignment).peak_bytes;
         };
         fits = peak(s) <= peak(first);
       }
@@ -103,7 +101,7 @@ struct Run {
 
   void report(std::int64_t s, const std::vector<double>& rows) {
     const auto at = [&](int q, Field f) { return rows[static_cast<std::size_t>(q) * kFields + f]; };
-    // The plain trainer's mean: each replica's mean token loss, then their mean.
+    // The plain trainer's mean: each replica's mean loss (per token or sample), then their mean.
     double loss = 0, step = 0;
     const int ranks = static_cast<int>(rows.size() / kFields);
     for (int q = 0; q < ranks; ++q) {
@@ -148,15 +146,15 @@ struct Run {
   }
 
   // Every stage's fp32 parameters (replica 0's) to the printer, which writes them under the
-  // GPT's names in registration order. Collective over every rank.
-  void save(StageRunner& runner, const pipeline::PipelineModel& model, comm::Communicator* all, bool printer) const {
+  // plain trainer's names in its order. Collective over every rank.
+  void save(StageRunner& runner, const pipeline::PipelineModel& layers, comm::Communicator* all, bool printer) const {
     const std::vector<float> mine = runner.parameters();  // collective over the stage's group
-    const auto layers_of = [&](int st) { return pipeline::stage_layers(first, model, st); };
+    const auto layers_of = [&](int st) { return pipeline::stage_layers(first, layers, st); };
     std::vector<float> whole = mine;
     if (all != nullptr) {
       std::vector<std::size_t> counts(static_cast<std::size_t>(all->world_size()), 0);
       for (int st = 0; st < P; ++st)
-        for (int id : layers_of(st)) counts[static_cast<std::size_t>(st * D)] += model.stored_params(id);
+        for (int id : layers_of(st)) counts[static_cast<std::size_t>(st * D)] += layers.stored_params(id);
       std::size_t total = 0;
       for (auto c : counts) total += c;
       whole.assign(total, 0.0f);
@@ -167,9 +165,9 @@ struct Run {
     const float* at = whole.data();
     for (int st = 0; st < P; ++st) {
       for (int id : layers_of(st)) {
-        const float* end = at + model.stored_params(id);
-        for (const auto& p : model::gpt_pipeline_params(gpt.shape, id)) {
-          if (at == end) break;  // the head's tied embedding: layer 0's
+        const float* end = at + layers.stored_params(id);
+        for (const auto& p : model.layer_tensors(id)) {
+          if (at == end) break;  // a tied tail: its owner's
           std::size_t n = 1;
           for (auto e : p.shape) n *= static_cast<std::size_t>(e);
           by_name[p.name] = {p.name, p.shape, std::vector<float>(at, at + n)};
@@ -178,7 +176,7 @@ struct Run {
       }
     }
     std::vector<model::NamedTensor> tensors;
-    for (const auto& p : model::gpt_params(gpt.shape)) tensors.push_back(std::move(by_name.at(p.name)));
+    for (const auto& p : model.tensors) tensors.push_back(std::move(by_name.at(p.name)));
     model::write_safetensors(o.save_params, tensors,
                              {{"format", "pt"},
                               {"producer", "strata train --pipeline-stages"},
@@ -192,15 +190,11 @@ struct Run {
   void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
             pipeline::Transport& transport) {
     const bool printer = stage == 0 && d == 0;
-    auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D,
-                                       model::ops::products_for(engine::compute_dtype_of(eso.config)));
+    auto g = model.replica(d);
     StageRunner runner(first, g.model, eso, stage, group, pipe, transport);
     if (printer)
-      std::printf(
-          "strata train: GPT %d blocks x %d, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, "
-          "micro-batch %d x %d\n",
-          gpt.shape.layers, gpt.shape.d_model, P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B,
-          m);
+      std::printf("strata train: %s, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
+                  model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
     const std::int64_t start = ckpt.load(runner.engine(), stage, all);
     if (start > 0) {
       runner.start_at(start);
@@ -231,11 +225,8 @@ struct Run {
 };
 
 void check_flags(const PipelineTrainOptions& o) {
-  STRATA_CHECK(o.m.model == "gpt", Errc::invalid_argument, "--pipeline-stages trains the GPT (--model gpt); --model ",
-               o.m.model, " has no pipeline layers");
   STRATA_CHECK(o.stages >= 1, Errc::invalid_argument, "--pipeline-stages ", o.stages, " must be at least 1");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
-  STRATA_CHECK(!o.m.data.empty(), Errc::invalid_argument, "--model gpt needs --data FILE (text to train on)");
   STRATA_CHECK(o.schedule != "zb-auto" || (o.measure_steps >= 1 && o.measure_steps < o.steps), Errc::invalid_argument,
                "--measure-steps ", o.measure_steps, " must be at least 1 and below --steps ", o.steps,
                " (zb-auto runs that many ZB-H1 steps first)");
@@ -258,17 +249,11 @@ int train_pipelined(const PipelineTrainOptions& o) {
   facts.total_steps = o.steps;
   facts.hidden_size = model_hidden_size(o.m);
   const engine::EngineConfig cfg = engine::load_config(o.config, facts);
-  run.gpt = gpt_config(o.m, cfg);
   run.B = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   run.m = static_cast<int>(cfg.gradient_accumulation_steps);
-  run.tokens_per_step = static_cast<std::uint64_t>(run.B) * static_cast<std::uint64_t>(run.gpt.seq_len) *
-                        static_cast<std::uint64_t>(run.m) * static_cast<std::uint64_t>(run.D);
-  {
-    auto data = std::make_shared<model::TokenData>(
-        model::TokenData::load(o.m.data, run.gpt.shape.vocab, o.m.data_format, as_ranks && rdzv.rank != 0));
-    auto b = std::make_shared<model::Batcher>(*data, o.m.data, run.gpt.seq_len, o.m.val_fraction, run.gpt.seed);
-    run.batcher = std::shared_ptr<const model::Batcher>(b.get(), [data, b](const model::Batcher*) {});
-  }
+  run.model = pipelined_model(o.m, cfg, run.B, run.m, run.D, as_ranks && rdzv.rank != 0);
+  run.tokens_per_step =
+      run.model.units_per_micro * static_cast<std::uint64_t>(run.m) * static_cast<std::uint64_t>(run.D);
   pipeline::GenerateOptions g;
   g.kind = pipeline::parse_schedule_kind(o.schedule);
   g.stages = run.P;
@@ -277,13 +262,10 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.zb_auto = g.kind == pipeline::ScheduleKind::zb_auto;
   if (run.zb_auto) g.kind = pipeline::ScheduleKind::zb_h1;
   run.first = pipeline::generate(g);
-  const int pipeline_layers = run.gpt.shape.layers + 2, vstages = run.first.virtual_stages();
-  STRATA_CHECK(pipeline_layers % vstages == 0, Errc::invalid_argument, "--pipeline-stages ", run.P,
+  const int vstages = run.first.virtual_stages();
+  STRATA_CHECK(run.model.pipeline_layers % vstages == 0, Errc::invalid_argument, "--pipeline-stages ", run.P,
                run.first.chunks > 1 ? str_cat(" x --chunks ", run.first.chunks) : std::string(), " = ", vstages,
-               " virtual stages cannot split the GPT's ", pipeline_layers, " pipeline layers (the embeddings, ",
-               run.gpt.shape.layers,
-               " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 ", "is a multiple of ",
-               vstages);
+               " virtual stages cannot split ", run.model.split_hint);
   run.eso.config = cfg;
   run.eso.replicas = run.D;
   run.eso.seed = o.m.seed;
@@ -291,7 +273,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
     run.eso.device_budget = cfg.memory_budget.device;
   else if (!o.device_budget.empty())
     run.eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
-  run.eso.executor.remat = pipeline::parse_remat(model::remat_name(run.gpt.remat));
+  run.eso.executor.remat = run.model.remat;
   run.ckpt.save_dir = o.ckpt.save_dir.empty() ? cfg.checkpoint.save_dir : o.ckpt.save_dir;
   run.ckpt.resume = o.ckpt.resume == "latest" ? run.ckpt.save_dir : o.ckpt.resume;
   run.ckpt.save_every = o.ckpt.save_every >= 0 ? o.ckpt.save_every : cfg.checkpoint.save_every;

@@ -1,19 +1,20 @@
-// `strata train --model gpt --pipeline-stages P --schedule KIND`: the GPT's layers
-// (models/gpt/pipeline_layers.h) split over P pipeline stages, each stage's layers on a ZeRO
-// engine (stage_runner.h) over its data-parallel group; the schedule's micro-batches are the
-// config's gradient_accumulation_steps micro-batches of train_micro_batch_size_per_gpu
-// sequences. Under `strata launch -n P*D` rank r is stage r / D of replica r % D; alone, the
-// P stages are threads of this process (one replica). Each stage computes on its share of
-// the machine's cores, as on a device of its own.
+// `strata train --model gpt|mlp --pipeline-stages P --schedule KIND`: the model's pipeline
+// layers (train_pipeline_model.h) split over P pipeline stages, each stage's layers on a
+// ZeRO engine (stage_runner.h) over its data-parallel group; the schedule's micro-batches
+// are the config's gradient_accumulation_steps micro-batches of
+// train_micro_batch_size_per_gpu sequences (GPT) or samples (MLP). Under `strata launch -n
+// P*D` rank r is stage r / D of replica r % D; alone, the P stages are threads of this
+// process (one replica). Each stage computes on its share of the machine's cores, as on a
+// device of its own.
 //
 // zb-auto runs its first --measure-steps steps as ZB-H1, gathers every rank's per-stage F,
 // B and W times (averaged over the replicas, so every replica runs one schedule) and from
 // then on runs the schedule zb-auto builds from them, with the largest memory limit (at most
 // p micro-batches) whose activations fit what each stage reserved for ZB-H1. Rank 0 prints
-// per step the loss (the last stages' token losses over every replica), the step time,
+// per step the loss (the last stages' losses over every replica), the step time,
 // tokens/s, the gradient norm and each stage's memory per tier (replica 0), and writes the
 // same to --log-json; --save-params gathers every stage's fp32 parameters and writes them
-// under the GPT's tensor names, as the unpipelined trainer does. Checkpoints: every stage
+// under the model's tensor names, as the unpipelined trainer does. Checkpoints: every stage
 // saves its own under --save-dir (train_pipeline_checkpoint.h); --resume continues from the
 // newest step every stage saved, bit for bit as if never stopped.
 #pragma once
@@ -31,7 +32,7 @@ struct PipelineTrainOptions {
   std::string config;
   std::int64_t steps = 10;
   std::string log_json;
-  std::string save_params;    // the final fp32 parameters as the GPT's named tensors (safetensors)
+  std::string save_params;    // the final fp32 parameters as the model's named tensors (safetensors)
   CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume (not --save-async, --init-from)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;

@@ -1,0 +1,71 @@
+// The GPT and the MLP as a pipelined trainer's model (see train_pipeline_model.h).
+#include "tools/cli/train_pipeline_model.h"
+
+#include "models/gpt/data.h"
+#include "models/gpt/pipeline_layers.h"
+#include "models/mlp_layers.h"
+#include "runtime/core/error.h"
+
+namespace strata::cli {
+namespace {
+
+template <typename Spec> std::vector<NamedShape> named(const std::vector<Spec>& specs) {
+  std::vector<NamedShape> out;
+  for (const auto& p : specs) out.push_back({p.name, p.shape});
+  return out;
+}
+
+PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D, bool quiet) {
+  STRATA_CHECK(!o.data.empty(), Errc::invalid_argument, "--model gpt needs --data FILE (text to train on)");
+  const model::GptConfig gpt = gpt_config(o, cfg);
+  const auto batcher =
+      model::load_batcher(o.data, gpt.shape.vocab, o.data_format, gpt.seq_len, o.val_fraction, gpt.seed, quiet);
+  const auto products = model::ops::products_for(engine::compute_dtype_of(cfg));
+  PipelinedModel out;
+  out.replica = [=](int d) {
+    auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D, products);
+    return PipelinedReplica{std::move(g.model), std::move(g.losses)};
+  };
+  out.pipeline_layers = gpt.shape.layers + 2;
+  out.units_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(gpt.seq_len);
+  out.remat = pipeline::parse_remat(model::remat_name(gpt.remat));
+  out.describe = str_cat("GPT ", gpt.shape.layers, " blocks x ", gpt.shape.d_model);
+  out.split_hint = str_cat("the GPT's ", out.pipeline_layers, " pipeline layers (the embeddings, ", gpt.shape.layers,
+                           " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 is a "
+                           "multiple of the virtual stages");
+  out.tensors = named(model::gpt_params(gpt.shape));
+  out.layer_tensors = [shape = gpt.shape](int id) { return named(model::gpt_pipeline_params(shape, id)); };
+  return out;
+}
+
+PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D) {
+  const model::MlpConfig mlp{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, o.layer_ms, o.seed};
+  PipelinedModel out;
+  out.replica = [=](int d) {
+    auto g = model::mlp_pipeline_model(mlp, B, m, d, D);
+    return PipelinedReplica{std::move(g.model), std::move(g.losses)};
+  };
+  out.pipeline_layers = mlp.layers;
+  out.units_per_micro = static_cast<std::uint64_t>(B);
+  out.remat = config_remat(cfg) ? pipeline::Remat::always : pipeline::Remat::never;
+  out.describe = str_cat("mlp ", mlp.layers, " x ", mlp.hidden);
+  out.split_hint = str_cat("the MLP's ", mlp.layers, " layers evenly: give --layers a multiple of the virtual stages");
+  const auto specs = model::mlp_param_specs(mlp);
+  out.tensors = named(specs);
+  out.layer_tensors = [specs](int id) {
+    return named(std::vector<engine::ParamSpec>(specs.begin() + 2 * id, specs.begin() + 2 * id + 2));
+  };
+  return out;
+}
+
+}  // namespace
+
+PipelinedModel pipelined_model(const ModelOptions& o, const engine::EngineConfig& cfg, int micro_batch,
+                               int micro_batches, int replicas, bool quiet) {
+  if (o.model == "gpt") return gpt_model(o, cfg, micro_batch, micro_batches, replicas, quiet);
+  STRATA_CHECK(o.model == "mlp", Errc::invalid_argument, "--model ", o.model,
+               " has no pipeline layers: --pipeline-stages trains gpt or mlp");
+  return mlp_model(o, cfg, micro_batch, micro_batches, replicas);
+}
+
+}  // namespace strata::cli

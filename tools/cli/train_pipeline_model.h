@@ -1,0 +1,54 @@
+// What `strata train --pipeline-stages` (train_pipeline.h) trains: the GPT
+// (models/gpt/pipeline_layers.h: embeddings, blocks, head) or the demo MLP
+// (models/mlp_layers.h: one pipeline layer per MLP layer) as pipeline layers, built from the
+// same flags and config the plain trainer reads, with what the pipelined trainer reports and
+// saves of them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "pipeline/executor.h"
+#include "pipeline/model.h"
+#include "tools/cli/train_model.h"
+
+namespace strata::cli {
+
+struct PipelinedReplica {
+  pipeline::PipelineModel model;
+  std::shared_ptr<std::vector<double>> losses;  // each micro-batch's summed loss (the last stage writes them)
+};
+
+struct NamedShape {
+  std::string name;
+  std::vector<std::int64_t> shape;
+};
+
+struct PipelinedModel {
+  // Data-parallel replica d's layers, inputs and loss (the data of rank d of the replicas).
+  std::function<PipelinedReplica(int d)> replica;
+  int pipeline_layers = 0;
+  // What a micro-batch's summed loss is over: its tokens (GPT) or samples (MLP); the
+  // reported loss is the plain trainer's mean over them.
+  std::uint64_t units_per_micro = 0;
+  pipeline::Remat remat = pipeline::Remat::never;
+  std::string describe;    // the banner's model part
+  std::string split_hint;  // what to change when the virtual stages cannot split the layers
+  // The plain trainer's tensors in its order, and the ones pipeline layer `id`'s parameters
+  // hold, in their order (a tied tail last: the store holds it at its owner).
+  std::vector<NamedShape> tensors;
+  std::function<std::vector<NamedShape>(int id)> layer_tensors;
+};
+
+// The model --model names, for micro-batches of `micro_batch` (the config's
+// train_micro_batch_size_per_gpu), `micro_batches` of them per step, over `replicas`
+// data-parallel replicas; `quiet` keeps the text's load message off this rank. Throws
+// Errc::invalid_argument naming the flag that cannot work.
+PipelinedModel pipelined_model(const ModelOptions& m, const engine::EngineConfig& config, int micro_batch,
+                               int micro_batches, int replicas, bool quiet);
+
+}  // namespace strata::cli
