@@ -237,7 +237,8 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
                                        const EngineStagesOptions& o) {
   STRATA_CHECK(o.device_budget > 0, Errc::invalid_argument, "zb-auto within a device budget needs --device-budget");
   const int P = a.stages;
-  // Each stage's engine minimum: its layers as StageStore registers them, gathered at once.
+  // Each stage's engine minimum: its layers as StageStore registers them, gathered at once,
+  // and (16-bit compute) their fp32 copies, which StageStore reserves beside the activations.
   std::vector<std::uint64_t> engine_min(static_cast<std::size_t>(P));
   for (int st = 0; st < P; ++st) {
     engine::EstimateInput in;
@@ -247,7 +248,9 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     const auto ids = model.layers_of(st, P);    // zb-auto: one chunk a stage
     in.layers_at_once = static_cast<int>(ids.size());
     in.params = engine::StageStore::param_specs(model, ids);
-    engine_min[st] = engine::estimate_memory(in).device_minimum;
+    engine_min[st] =
+        engine::estimate_memory(in).device_minimum +
+        engine::StageStore::conversion_bytes(model, ids, in.layers_at_once, engine::compute_dtype_of(o.config));
   }
   BudgetedSchedule best;
   for (int limit = 2 * P - 1; limit >= 1; --limit) {
