@@ -76,9 +76,14 @@ std::uint64_t StageStore::conversion_bytes(const pipeline::PipelineModel& model,
   return static_cast<std::uint64_t>(std::max(1, layers_at_once)) * device::Arena::round_up(largest * sizeof(float));
 }
 
-void StageStore::setup(std::uint64_t activation_bytes, int layers_at_once, int stage, std::uint64_t seed) {
+std::uint64_t StageStore::reserved_bytes(const pipeline::StageMemory& activations, const pipeline::PipelineModel& model,
+                                         const std::vector<int>& layers, int layers_at_once, DType compute) {
+  return activations.pool_bytes() + conversion_bytes(model, layers, layers_at_once, compute);
+}
+
+void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed) {
   const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
-  activation_bytes += widen;
+  const std::uint64_t activation_bytes = activations.pool_bytes() + widen;
   device::Device& dev = engine_.device();
   const std::uint64_t budget = dev.options().budget_bytes, used = dev.memory_stats().used_bytes;
   STRATA_CHECK(used + activation_bytes <= budget, Errc::out_of_budget, "pipeline stage ", stage,
@@ -89,7 +94,15 @@ void StageStore::setup(std::uint64_t activation_bytes, int layers_at_once, int s
                ": raise the device budget above ", format_bytes(used + activation_bytes),
                " plus the engine's minimum, re-materialize activations, or pick a schedule with fewer micro-batches "
                "live at once (1f1b, zb-h1)");
-  engine_.reserve_for_trainer(activation_bytes, layers_at_once);
+  // First, while the device is empty: blocks at its start, which the engine's buffers then
+  // never fragment. The activations get a slot per buffer the schedule has live at once;
+  // the fp32 copies, all freed after each action, an arena.
+  if (!activations.peak_by_size.empty())
+    pool_ = std::make_unique<device::PoolDevice>(dev, activations.peak_by_size,
+                                                 str_cat("pipeline stage ", stage, " activations"));
+  if (widen > 0)
+    copies_ = std::make_unique<device::PoolDevice>(dev, widen, str_cat("pipeline stage ", stage, " fp32 weights"));
+  engine_.reserve_for_trainer(0, layers_at_once);
   try {
     engine_.setup();
   } catch (const Error& e) {
@@ -113,7 +126,8 @@ void StageStore::before_action(const pipeline::Action&, const std::vector<int>& 
     }
     // A 16-bit compute copy: the layers read fp32, widened exactly into a buffer of the
     // engine's device (setup reserved room for an action's layers).
-    device::DeviceBuffer wide(engine_.device(), count(id) * sizeof(float), "pipeline fp32 weights");
+    device::DeviceBuffer wide(copies_ ? *copies_ : engine_.device(), count(id) * sizeof(float),
+                              "pipeline fp32 weights");
     {
       device::CpuAccessScope cpu(engine_.device());
       convert(views[0].data, views[0].dtype, wide.get(), DType::fp32, count(id));

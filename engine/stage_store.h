@@ -6,10 +6,13 @@
 // and whose communicator is the stage's data-parallel group (null: one replica). The
 // constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [stored_params],
 // engine layer id = the layer's global id), so make it before the engine's setup; then
-// setup(activations, ...) reserves the executor's device memory, sets the engine up and
-// gives the tensors Layer::init_params(seed, id) (or engine.setup() and init(seed), with
-// nothing reserved). Then the executor drives it: begin_step() is the engine's;
-// before_action gathers the action's layers and after_action releases them; add_gradient
+// setup(activations, ...) takes the executor's device memory as pools of its own (a slot
+// for every buffer the schedule has live at once, activation_device(); the fp32 copies of
+// a 16-bit stage) at the start of the engine's device, so the engine's buffers never
+// interleave with them, then sets the engine up and gives the tensors
+// Layer::init_params(seed, id) (or engine.setup() and init(seed), with nothing reserved).
+// Then the executor drives it: begin_step() is the engine's; before_action gathers the
+// action's layers and after_action releases them; add_gradient
 // copies one micro-batch's dW into the layer's gradient buffer and reduces it (the engine's
 // per-micro-batch reduction, so D replicas of a stage sum alike whatever the schedule);
 // optimizer_step() is engine.step(). With every stage's engine fed in micro-batch order the
@@ -25,11 +28,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "engine/engine.h"
+#include "pipeline/memory.h"
 #include "pipeline/model.h"
 #include "runtime/device/device.h"
+#include "runtime/device/pool_device.h"
 
 namespace strata::engine {
 
@@ -41,13 +47,13 @@ class StageStore final : public pipeline::ParameterStore {
 
   // After engine.setup(): every layer's initial parameters (collective, as init_weights).
   void init(std::uint64_t seed);
-  // engine.setup() with `activation_bytes` (pipeline::stage_memory's peak for this stage),
-  // the fp32 copies of `layers_at_once` layers (one action's chunk) under a 16-bit compute
-  // dtype and those layers gathered reserved for the executor
+  // engine.setup() with `activations` (pipeline::stage_memory for this stage's schedule)
+  // and the fp32 copies of `layers_at_once` layers (one action's chunk) under a 16-bit
+  // compute dtype held in pools, those layers gathered at once
   // (Engine::reserve_for_trainer), then init(seed). Throws Errc::out_of_budget naming the
   // stage's activations, the budget and what to change when they alone do not fit; the
   // engine's own refusal names its minimum beside the bytes reserved.
-  void setup(std::uint64_t activation_bytes, int layers_at_once, int stage, std::uint64_t seed);
+  void setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed);
 
   void begin_step() override;
   void before_action(const pipeline::Action& action, const std::vector<int>& layers) override;
@@ -56,6 +62,8 @@ class StageStore final : public pipeline::ParameterStore {
   void after_action(const pipeline::Action& action, const std::vector<int>& layers) override;
   void optimizer_step() override;
 
+  // Where the executor's buffers go: the pool setup() made, else the engine's device.
+  device::Device& activation_device() noexcept { return pool_ ? *pool_ : engine_.device(); }
   // The stage's layers in registration order: engine.full_parameters() is theirs, concatenated.
   const std::vector<int>& layers() const noexcept { return ids_; }
   const StepResult& last_step() const noexcept { return last_; }
@@ -64,12 +72,17 @@ class StageStore final : public pipeline::ParameterStore {
   // Device bytes of the fp32 copies an action's layers need under `compute` (0 for fp32).
   static std::uint64_t conversion_bytes(const pipeline::PipelineModel& model, const std::vector<int>& layers,
                                         int layers_at_once, DType compute);
+  // What setup() takes from the device before the engine: the activations' pool and the
+  // fp32 copies.
+  static std::uint64_t reserved_bytes(const pipeline::StageMemory& activations, const pipeline::PipelineModel& model,
+                                      const std::vector<int>& layers, int layers_at_once, DType compute);
   // What the constructor registers for these layers, in order (for sizing without an engine).
   static std::vector<ParamSpec> param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers);
 
  private:
   std::size_t count(int layer) const;
   Engine& engine_;
+  std::unique_ptr<device::PoolDevice> pool_, copies_;  // declared before the buffers taken from them
   const pipeline::PipelineModel& model_;
   std::vector<int> ids_;
   std::map<int, const float*> held_;             // gathered layers of the current action

@@ -27,7 +27,9 @@ struct Replay {
   };
   std::vector<Micro> micro;
   std::map<int, std::pair<int, std::map<int, std::uint64_t>>> acc;  // layer -> (next, early dW)
-  std::uint64_t used = 0, retired = 0, peak = 0;
+  std::uint64_t used = 0, peak = 0;
+  std::vector<std::uint64_t> retired;  // sizes, freed after the action
+  std::map<std::uint64_t, int> live_by_size, peak_by_size;
   int live = 0, peak_live = 0;
 
   Replay(const Schedule& sched, int st, const PipelineModel& mdl, Remat r, std::uint64_t a)
@@ -52,10 +54,12 @@ struct Replay {
     const std::uint64_t b = round(floats);
     used += b;
     peak = std::max(peak, used);
+    int& n = live_by_size[b];
+    peak_by_size[b] = std::max(peak_by_size[b], ++n);
     return b;
   }
   void retire(std::uint64_t& b) {  // freed after the action
-    retired += b;
+    if (b > 0) retired.push_back(b);
     b = 0;
   }
   const Layer& layer(int id) const { return *model.layers[id]; }
@@ -200,14 +204,31 @@ struct Replay {
           comm(a);
           break;
       }
-      used -= retired;  // the executor's retired.clear() after the action
-      retired = 0;
+      for (std::uint64_t b : retired) {  // the executor's retired.clear() after the action
+        used -= b;
+        --live_by_size[b];
+      }
+      retired.clear();
     }
-    return {peak, peak_live};
+    return {peak, peak_live, peak_by_size};
   }
 };
 
 }  // namespace
+
+std::uint64_t StageMemory::pool_bytes() const {
+  std::uint64_t sum = 0;
+  for (const auto& [size, count] : peak_by_size) sum += size * static_cast<std::uint64_t>(count);
+  return sum;
+}
+
+bool StageMemory::fits_in(const StageMemory& reserved) const {
+  for (const auto& [size, count] : peak_by_size) {
+    const auto it = reserved.peak_by_size.find(size);
+    if (count > 0 && (it == reserved.peak_by_size.end() || it->second < count)) return false;
+  }
+  return true;
+}
 
 StageMemory stage_memory(const Schedule& schedule, int stage, const PipelineModel& model, Remat remat,
                          std::uint64_t alignment) {

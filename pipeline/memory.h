@@ -6,9 +6,16 @@
 // come at the end of an action (the executor frees after its synchronize), so the peak is
 // the one the device sees for these buffers: tests hold it equal to the measured peak of a
 // stage on a device of its own. Beside an engine on a shared device the two add up.
+//
+// A device allocator can still fail at that peak: buffers of many sizes come and go, and
+// the free bytes end up in pieces. The replay therefore also counts, per buffer size, the
+// most buffers of that size live at once; a pool with that many slots of each size
+// (device::PoolDevice, pool_bytes() in all) holds every buffer the stage allocates in any
+// order, which is what a stage on a ZeRO engine reserves.
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "pipeline/executor.h"
 #include "pipeline/model.h"
@@ -19,6 +26,13 @@ namespace strata::pipeline {
 struct StageMemory {
   std::uint64_t peak_bytes = 0;  // device bytes of the executor's buffers at their peak
   int peak_live = 0;             // (micro-batch, chunk) pairs live at once, F to W
+  // Rounded buffer size -> the most buffers of that size live at once.
+  std::map<std::uint64_t, int> peak_by_size;
+
+  // Bytes of a pool with a slot for each: the sum of size x count (at least peak_bytes).
+  std::uint64_t pool_bytes() const;
+  // Whether a pool made for `reserved` has a slot for every buffer this needs.
+  bool fits_in(const StageMemory& reserved) const;
 };
 
 // alignment: the device's allocation granule (device::Arena::kAlignment on the host device).

@@ -228,10 +228,10 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
       const auto activations =
           pipeline::stage_memory(s, stage, model, pipeline::Remat::never, device::Arena::kAlignment);
-      store.setup(activations.peak_bytes, kLayers / s.virtual_stages(), stage, kInitSeed);
+      store.setup(activations, kLayers / s.virtual_stages(), stage, kInitSeed);
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
-      xo.shared_device = dev.get();
+      xo.shared_device = &store.activation_device();
       {
         pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
         for (int k = 0; k < kSteps; ++k) {
@@ -410,11 +410,11 @@ TEST_CASE("an overflow in one stage undoes the other stages' optimistic step: by
   }
 }
 
-// A device budget below what a stage needs (the schedule's replayed activation peak, and the
-// engine's minimum with a whole chunk gathered at once) is refused at setup, naming that
-// minimum; a budget one layer's buffer above it (room for the device allocator's
-// fragmentation: first fit in an arena, as on a GPU) trains to the plain run's bits.
-TEST_CASE("a stage's device budget is refused below the named minimum and trains just above it", "[offload]") {
+// A device budget below what a stage needs (the pool for the schedule's replayed buffers,
+// and the engine's minimum with a whole chunk gathered at once) is refused at setup, naming
+// that minimum; a budget of exactly that trains to the plain run's bits: the activations'
+// pool never fragments and the engine's buffers never interleave with it.
+TEST_CASE("a stage's device budget is refused below the named minimum and trains at exactly it", "[offload]") {
   test::TempDir dir("strata-pipe");
   const Placement p{3, OffloadDevice::cpu, OffloadDevice::cpu};
   const Schedule s = GENERATE(pipeline::zb_h1(2, kMicro), pipeline::interleaved_1f1b(2, kMicro, 2));
@@ -428,13 +428,12 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   std::uint64_t budget = 0, minimum = 0;
   const auto model = replica_model(0);
   for (int st = 0; st < s.stages; ++st)
-    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).peak_bytes + 256);
+    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + 256);
   for (int tries = 0; tries < 4 && minimum == 0; ++tries) {
     const auto what = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget); });
     std::smatch m;
-    // Every stage's setup passed: this is the minimum (at exactly it the run may still meet
-    // the allocator's fragmentation, which the slack below is for).
-    if (what.find("reserved for the schedule's activations") == std::string::npos) {
+    // Every stage's setup passed, and the run: this is the minimum.
+    if (what.empty()) {
       minimum = budget;
       break;
     }
@@ -448,9 +447,7 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   const auto below = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget - 256); });
   CHECK_THAT(below, Catch::Contains("too small") && Catch::Contains(std::to_string(budget) + " B"));
   const Plain plain = run_plain(p, 1, dir.path());
-  // One more layer's buffer: room for the allocator's fragmentation.
-  const std::uint64_t slack = device::Arena::round_up(model.layers[0]->param_count() * sizeof(float));
-  CHECK(compare(run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget + slack), plain.params) == "");
+  CHECK(compare(run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget), plain.params) == "");
 }
 
 TEST_CASE("a pipeline stage refuses fp16 compute and an engine not linked to the other stages", "[offload][negative]") {

@@ -98,7 +98,7 @@ piped "2 stages x 2 replicas as processes, ZeRO-3 on NVMe, 1f1b" "$dir/z3x2.st" 
 if tensors_equal "$dir/z1.st" "$dir/seed6.st"; then fail "another seed gave the same parameters"; fi
 echo "ok: another seed's parameters differ"
 
-expect_refusal "3 layers over 2 stages" "cannot split the MLP's 3 layers evenly: give --layers a multiple" \
+expect_refusal "3 layers over 2 stages" "cannot split the MLP's 3 layers evenly: give --layers a multiple of 2" \
   "$strata" train --model mlp --layers 3 --hidden 8 --steps 1 --config "$dir/z1.json" --pipeline-stages 2
 expect_refusal "a model without pipeline layers" "has no pipeline layers" \
   "$strata" train --model rnn --steps 1 --config "$dir/z1.json" --pipeline-stages 2

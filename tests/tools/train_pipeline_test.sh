@@ -118,7 +118,6 @@ expect_refusal "another stage count" "resume with 2" "$strata" train "${base[@]}
 
 expect_refusal "blocks that do not split" "blocks + 2 is a multiple of 3" "$strata" train "${base[@]}" \
   --pipeline-stages 3 --steps 1
-expect_refusal "the MLP" "has no pipeline layers" "$strata" train --model mlp --config "$dir/z1.json" --pipeline-stages 2
 expect_refusal "--save-async" "not built for --pipeline-stages" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
   --pipeline-stages 2 --save-async --save-dir "$dir/ck4"
 expect_refusal "--trace" "--trace is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \

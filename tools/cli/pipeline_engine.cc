@@ -258,7 +258,7 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     pipeline::Schedule s = pipeline::zb_auto(a);
     std::uint64_t need = 0;
     for (int st = 0; st < P; ++st) {
-      const auto act = pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment).peak_bytes;
+      const auto act = pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment).pool_bytes();
       need = std::max(need, act + engine_min[st]);
     }
     best = {std::move(s), limit, need};

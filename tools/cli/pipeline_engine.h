@@ -56,8 +56,9 @@ struct EngineStagesResult {
 
 // zb-auto under options.device_budget: the largest memory limit (micro-batches of
 // activations, the same on every stage, from 2p - 1 down to 1) at which every stage's
-// replayed activation peak (pipeline::stage_memory) plus its engine's device minimum
-// (engine::estimate_memory with the stage's layers gathered at once) fits the budget.
+// activation pool (pipeline::stage_memory's pool_bytes) plus its engine's device minimum
+// (engine::estimate_memory with the stage's layers gathered at once, and the fp32 copies of
+// a 16-bit stage) fits the budget.
 // Throws Errc::out_of_budget naming the smallest budget when even a limit of 1 does not fit.
 struct BudgetedSchedule {
   pipeline::Schedule schedule;

@@ -55,7 +55,8 @@ struct StageRunner::Impl {
   engine::Engine engine;
   std::vector<int> ids;
   engine::StageStore store;
-  std::uint64_t reserved = 0, activations = 0;
+  pipeline::StageMemory reserved;                // the first schedule's buffers: what the pool has slots for
+  std::uint64_t activations = 0;                 // the current schedule's replayed peak
   std::int64_t steps = 0;                        // run so far
   std::unique_ptr<pipeline::Schedule> schedule;  // the executor keeps a reference
   std::unique_ptr<pipeline::StageExecutor> exec;
@@ -71,14 +72,15 @@ struct StageRunner::Impl {
         engine({.config = cfg.config, .device = dev.get(), .comm = group, .pipeline_comm = pipe, .tracer = tracer}),
         ids(pipeline::stage_layers(s, m, st)),
         store(engine, m, ids, s.stages) {
-    activations = reserved = peak(s);
+    reserved = replay(s);
+    activations = reserved.peak_bytes;
     store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed);
-    xo.shared_device = dev.get();
+    xo.shared_device = &store.activation_device();
     schedule = std::make_unique<pipeline::Schedule>(s);
     exec = std::make_unique<pipeline::StageExecutor>(*schedule, st, m, store, tr, xo);
   }
-  std::uint64_t peak(const pipeline::Schedule& s) const {
-    return pipeline::stage_memory(s, stage, model, xo.remat, device::Arena::kAlignment).peak_bytes;
+  pipeline::StageMemory replay(const pipeline::Schedule& s) const {
+    return pipeline::stage_memory(s, stage, model, xo.remat, device::Arena::kAlignment);
   }
 };
 
@@ -99,11 +101,12 @@ void StageRunner::reschedule(const pipeline::Schedule& s) {
   Impl& m = *impl_;
   STRATA_CHECK(pipeline::stage_layers(s, m.model, m.stage) == m.ids, Errc::invalid_argument, "pipeline stage ", m.stage,
                ": schedule ", s.kind, " puts other layers on this stage");
-  const std::uint64_t need = m.peak(s);
-  STRATA_CHECK(need <= m.reserved, Errc::out_of_budget, "pipeline stage ", m.stage, ": schedule ", s.kind, " needs ",
-               format_bytes(need), " of activations at its peak, more than the ", format_bytes(m.reserved),
-               " reserved at setup; keep its memory limit at the first schedule's");
-  m.activations = need;
+  const pipeline::StageMemory need = m.replay(s);
+  STRATA_CHECK(need.fits_in(m.reserved), Errc::out_of_budget, "pipeline stage ", m.stage, ": schedule ", s.kind,
+               " has more buffers of some size live at once (", format_bytes(need.pool_bytes()),
+               " in all) than the pool made at setup holds (", format_bytes(m.reserved.pool_bytes()),
+               "); keep its memory limit at the first schedule's");
+  m.activations = need.peak_bytes;
   m.xo.first_step = m.steps;
   m.exec.reset();
   m.schedule = std::make_unique<pipeline::Schedule>(s);

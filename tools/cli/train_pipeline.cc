@@ -80,10 +80,10 @@ struct Run {
       pipeline::Schedule s = pipeline::zb_auto(a);
       bool fits = true;
       for (int st = 0; st < P && fits; ++st) {
-        const auto peak = [&](const pipeline::Schedule& x) {
-          return pipeline::stage_memory(x, st, layers, eso.executor.remat, device::Arena::kAlignment).peak_bytes;
+        const auto replay = [&](const pipeline::Schedule& x) {
+          return pipeline::stage_memory(x, st, layers, eso.executor.remat, device::Arena::kAlignment);
         };
-        fits = peak(s) <= peak(first);
+        fits = replay(s).fits_in(replay(first));
       }
       if (!fits) continue;
       if (printer) {
@@ -265,7 +265,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   const int vstages = run.first.virtual_stages();
   STRATA_CHECK(run.model.pipeline_layers % vstages == 0, Errc::invalid_argument, "--pipeline-stages ", run.P,
                run.first.chunks > 1 ? str_cat(" x --chunks ", run.first.chunks) : std::string(), " = ", vstages,
-               " virtual stages cannot split ", run.model.split_hint);
+               " virtual stages cannot split ", run.model.split_hint(vstages));
   run.eso.config = cfg;
   run.eso.replicas = run.D;
   run.eso.seed = o.m.seed;

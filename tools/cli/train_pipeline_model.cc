@@ -30,9 +30,11 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   out.units_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(gpt.seq_len);
   out.remat = pipeline::parse_remat(model::remat_name(gpt.remat));
   out.describe = str_cat("GPT ", gpt.shape.layers, " blocks x ", gpt.shape.d_model);
-  out.split_hint = str_cat("the GPT's ", out.pipeline_layers, " pipeline layers (the embeddings, ", gpt.shape.layers,
-                           " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 is a "
-                           "multiple of the virtual stages");
+  out.split_hint = [n = out.pipeline_layers, blocks = gpt.shape.layers](int vstages) {
+    return str_cat("the GPT's ", n, " pipeline layers (the embeddings, ", blocks,
+                   " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 is a multiple of ",
+                   vstages);
+  };
   out.tensors = named(model::gpt_params(gpt.shape));
   out.layer_tensors = [shape = gpt.shape](int id) { return named(model::gpt_pipeline_params(shape, id)); };
   return out;
@@ -49,7 +51,9 @@ PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   out.units_per_micro = static_cast<std::uint64_t>(B);
   out.remat = config_remat(cfg) ? pipeline::Remat::always : pipeline::Remat::never;
   out.describe = str_cat("mlp ", mlp.layers, " x ", mlp.hidden);
-  out.split_hint = str_cat("the MLP's ", mlp.layers, " layers evenly: give --layers a multiple of the virtual stages");
+  out.split_hint = [n = mlp.layers](int vstages) {
+    return str_cat("the MLP's ", n, " layers evenly: give --layers a multiple of ", vstages);
+  };
   const auto specs = model::mlp_param_specs(mlp);
   out.tensors = named(specs);
   out.layer_tensors = [specs](int id) {

@@ -36,8 +36,9 @@ struct PipelinedModel {
   // reported loss is the plain trainer's mean over them.
   std::uint64_t units_per_micro = 0;
   pipeline::Remat remat = pipeline::Remat::never;
-  std::string describe;    // the banner's model part
-  std::string split_hint;  // what to change when the virtual stages cannot split the layers
+  std::string describe;  // the banner's model part
+  // What to change when `virtual_stages` cannot split the layers evenly.
+  std::function<std::string(int virtual_stages)> split_hint;
   // The plain trainer's tensors in its order, and the ones pipeline layer `id`'s parameters
   // hold, in their order (a tied tail last: the store holds it at its owner).
   std::vector<NamedShape> tensors;
