@@ -4,8 +4,9 @@
 # NVMe, a run saved after step 2 and resumed to step 4 (a new process) logs the same losses
 # for steps 3-4 and ends with the same parameter bytes as the uninterrupted 4-step run.
 # Then a checkpoint saved with one stage and placement resumes under another (same world)
-# with the same bits, a resume with another --seed or another model is refused by name, and
-# `strata checkpoint verify` passes on every checkpoint written.
+# with the same bits, a resume with another --seed or another model is refused by name, as
+# is a unit-scaled checkpoint of another parametrization, and `strata checkpoint verify`
+# passes on every checkpoint written.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-resume
 py=/usr/bin/python3
@@ -115,6 +116,34 @@ out=$("$strata" train "${gpt[@]}" --config "$dir/fp8-w1.json" --steps 4 --resume
   fail "FP8 from a bf16 checkpoint: $out"
 grep -q "holds no FP8 amax history (trained without fp8): scales start afresh" <<<"$out" || fail "no note: $out"
 echo "fp8: resumed at step 4 with the uninterrupted run's bits at world 1 and 2; a bf16 checkpoint starts the scales afresh"
+
+# The unit-scaled GPT records its parametrization (the attention score temperature, which no
+# tensor shows): it resumes with it, and a checkpoint without it (written before the
+# temperature was fixed) or with another is refused by name, not resumed into another function.
+config 1 none none | python3 -c 'import json, sys; c = json.load(sys.stdin); del c["bf16"]
+c["fp16"] = {"enabled": True, "loss_scale": 1}; c["gradient_clipping"] = 1000; print(json.dumps(c))' > "$dir/unit.json"
+unit=("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/unit.json")
+"${unit[@]}" --steps 2 --save-dir "$dir/unit.ck" --save-every 2 > /dev/null
+grep -q '"unit_scaled":{"score_temperature":0.25}' <<<"$("$strata" checkpoint show "$dir/unit.ck")" ||
+  fail "the unit-scaled checkpoint records no score temperature"
+"${unit[@]}" --steps 3 --resume "$dir/unit.ck" > /dev/null || fail "a unit-scaled checkpoint does not resume"
+edited() {  # $1: name, $2: python editing m (the manifest's trainer model state)
+  cp -r "$dir/unit.ck" "$dir/$1.ck"
+  python3 - "$dir/$1.ck/step-00000002/manifest.json" "$2" <<'PY'
+import json, sys
+path = sys.argv[1]
+j = json.load(open(path))
+m = j["trainer"]["model"]
+exec(sys.argv[2])
+json.dump(j, open(path, "w"))
+PY
+}
+edited old 'del m["unit_scaled"]'
+expect_refusal "a unit-scaled checkpoint without its parametrization" "records no parametrization: it was written before" \
+  "${unit[@]}" --steps 3 --resume "$dir/old.ck"
+edited other 'm["unit_scaled"]["score_temperature"] = 1.0'
+expect_refusal "a unit-scaled checkpoint of another temperature" "has attention score temperature 1 and this build's has 0.25" \
+  "${unit[@]}" --steps 3 --resume "$dir/other.ck"
 
 out=$("$strata" train --model mlp --layers 3 --hidden 48 --seed 6 --device host --config "$dir/mlp-w1-ref.json" --steps 4 --resume "$dir/mlp-w1-s0-none-none.ck" 2>&1) &&
   fail "a resume with another seed was accepted"

@@ -118,6 +118,8 @@ std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
   } catch (const nlohmann::json::exception& e) {
     STRATA_THROW(Errc::corrupt, "--resume '", resume_, "': the model's state in the checkpoint is malformed (",
                  e.what(), ")");
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat("--resume '", resume_, "': ", e.what()));
   }
   if (engine.rank() == 0) {
     std::printf("resumed from %s: continuing at step %lld\n", resume_.c_str(), static_cast<long long>(next + 1));

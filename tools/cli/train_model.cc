@@ -9,6 +9,7 @@
 
 #include "models/gpt/data.h"
 #include "models/gpt/gpt.h"
+#include "models/gpt/unit_scale.h"
 #include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
@@ -166,13 +167,31 @@ class GptModel : public TrainModel {
     const bool due = (o_.eval_every > 0 && s % o_.eval_every == 0) || s == steps || (s == 1 && o_.eval_every > 0);
     return due ? gpt_.evaluate(o_.eval_batches) : NAN;
   }
+  // The unit-scaled parametrization's constants that no tensor shows (the attention score
+  // temperature): a checkpoint of another parametrization has the same tensors and is
+  // another function.
   std::string state() const override {
-    if (!gpt_.fp8_enabled()) return {};
-    return nlohmann::json{{"fp8_amax_history", gpt_.fp8_state()}}.dump();
+    auto j = nlohmann::json::object();
+    if (gpt_.fp8_enabled()) j["fp8_amax_history"] = gpt_.fp8_state();
+    if (cfg_.unit_scaled) j["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
+    return j.empty() ? std::string() : j.dump();
   }
   void restore_state(const std::string& text) override {
-    if (!gpt_.fp8_enabled()) return;
     const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+    if (cfg_.unit_scaled) {
+      STRATA_CHECK(j.contains("unit_scaled"), Errc::invalid_argument,
+                   "the checkpoint's unit-scaled GPT records no parametrization: it was written before the attention "
+                   "score temperature (",
+                   model::UnitScales::kScoreTemperature,
+                   ") was fixed, so its weights belong to another function; start afresh (no --resume)");
+      const float t = j.at("unit_scaled").at("score_temperature").get<float>();
+      STRATA_CHECK(t == model::UnitScales::kScoreTemperature, Errc::invalid_argument,
+                   "the checkpoint's unit-scaled GPT has attention score temperature ", t, " and this build's has ",
+                   model::UnitScales::kScoreTemperature,
+                   ": another function of the same weights; resume with the build "
+                   "that wrote it, or start afresh");
+    }
+    if (!gpt_.fp8_enabled()) return;
     if (!j.contains("fp8_amax_history")) {
       if (engine_.rank() == 0)
         std::printf("note: the checkpoint holds no FP8 amax history (trained without fp8): scales start afresh\n");

@@ -51,8 +51,9 @@ class TrainModel {
   // Printed after training (rank 0): generated text, or nothing.
   virtual std::string finish() = 0;
   // The model's own state beyond the engine's, as JSON text for a checkpoint (empty: none;
-  // the GPT's FP8 amax histories), and back: restore_state() gets "" when the checkpoint
-  // holds none, and throws naming what does not match.
+  // the GPT's FP8 amax histories and its unit-scaled parametrization), and back:
+  // restore_state() gets "" when the checkpoint holds none, and throws naming what does not
+  // match.
   virtual std::string state() const { return {}; }
   virtual void restore_state(const std::string& /*json*/) {}
 };
