@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/device/pool_device.h"
+#include "tests/support/error_of.h"
 
 using namespace strata;
 using namespace strata::device;
@@ -23,15 +24,6 @@ std::unique_ptr<Device> parent_of(Backend b) {
   return Device::create(o);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void slots_hold_what_was_counted(Backend backend) {
   auto parent = parent_of(backend);
   {
@@ -43,10 +35,10 @@ void slots_hold_what_was_counted(Backend backend) {
     held.emplace_back(pool, 256, "b");
     held.emplace_back(pool, 1024, "c");
     CHECK(held[0].get() != held[1].get());
-    const auto full = error_of([&] { DeviceBuffer(pool, 200, "one too many"); });
+    const auto full = test::error_of([&] { DeviceBuffer(pool, 200, "one too many"); });
     CHECK_THAT(full, Catch::Contains("test pool") && Catch::Contains("one too many") &&
                          Catch::Contains("every slot of that size taken"));
-    const auto other = error_of([&] { DeviceBuffer(pool, 512, "a size never counted"); });
+    const auto other = test::error_of([&] { DeviceBuffer(pool, 512, "a size never counted"); });
     CHECK_THAT(other, Catch::Contains("no slot of that size") && Catch::Contains("a size never counted"));
     CHECK(pool.memory_stats().used_bytes == 2 * 256 + 1024);
     held.erase(held.begin());  // a slot back: the next 256 B buffer gets it
@@ -71,11 +63,11 @@ void arena_holds_a_block(Backend backend) {
   PoolDevice pool(*parent, 4096, "arena pool");
   {
     DeviceBuffer a(pool, 1000), b(pool, 3000);
-    CHECK_THAT(error_of([&] { DeviceBuffer(pool, 256, "x"); }), Catch::Contains("arena pool"));
+    CHECK_THAT(test::error_of([&] { DeviceBuffer(pool, 256, "x"); }), Catch::Contains("arena pool"));
   }
   DeviceBuffer whole(pool, 4096);  // everything freed: one block again
   CHECK(pool.memory_stats().used_bytes == 4096);
-  const auto outside = error_of([&] { pool.free(parent.get()); });
+  const auto outside = test::error_of([&] { pool.free(parent.get()); });
   CHECK_THAT(outside, Catch::Contains("outside the pool"));
 }
 
