@@ -175,8 +175,9 @@ class Engine {
                      float lr_scale = 1.0f);
   void setup();
   // Before setup(): what the trainer will need on the device during steps beyond what it
-  // holds now: `device_bytes` it will allocate (a pipeline stage's activations) and
-  // `layers_at_once` layers it keeps gathered together (a pipeline action's chunk). The
+  // holds now: `device_bytes` it will allocate later (a trainer that allocates as it goes;
+  // a pipeline stage holds its pools already and passes 0) and `layers_at_once` layers it
+  // keeps gathered together (a pipeline action's chunk). The
   // placement is checked against the room that leaves, and the engine's buffers, prefetch
   // and retention never take the reserved bytes.
   void reserve_for_trainer(std::uint64_t device_bytes, int layers_at_once = 1);

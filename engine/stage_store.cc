@@ -83,14 +83,16 @@ std::uint64_t StageStore::reserved_bytes(const pipeline::StageMemory& activation
 
 void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed) {
   const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
-  const std::uint64_t activation_bytes = activations.pool_bytes() + widen;
+  const std::uint64_t activation_bytes =
+      reserved_bytes(activations, model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
   device::Device& dev = engine_.device();
   const std::uint64_t budget = dev.options().budget_bytes, used = dev.memory_stats().used_bytes;
   STRATA_CHECK(used + activation_bytes <= budget, Errc::out_of_budget, "pipeline stage ", stage,
                ": the schedule's activations", widen > 0 ? " and the fp32 copies of an action's layers" : "", " need ",
                format_bytes(activation_bytes), " (", activation_bytes,
-               " B) of device memory at their peak, and the device budget is ", format_bytes(budget),
-               used > 0 ? str_cat(" with ", format_bytes(used), " already held") : std::string(),
+               " B) of device memory (a slot for every buffer the schedule has live at once), and the device "
+               "budget is ",
+               format_bytes(budget), used > 0 ? str_cat(" with ", format_bytes(used), " already held") : std::string(),
                ": raise the device budget above ", format_bytes(used + activation_bytes),
                " plus the engine's minimum, re-materialize activations, or pick a schedule with fewer micro-batches "
                "live at once (1f1b, zb-h1)");
@@ -98,10 +100,12 @@ void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_o
   // never fragment. The activations get a slot per buffer the schedule has live at once;
   // the fp32 copies, all freed after each action, an arena.
   if (!activations.peak_by_size.empty())
-    pool_ = std::make_unique<device::PoolDevice>(dev, activations.peak_by_size,
-                                                 str_cat("pipeline stage ", stage, " activations"));
+    pool_ = std::make_unique<device::PoolDevice>(
+        dev, activations.peak_by_size,
+        str_cat("pipeline stage ", stage, " activations (slots counted by the schedule's replay)"));
   if (widen > 0)
-    copies_ = std::make_unique<device::PoolDevice>(dev, widen, str_cat("pipeline stage ", stage, " fp32 weights"));
+    copies_ = std::make_unique<device::PoolDevice>(
+        dev, widen, str_cat("pipeline stage ", stage, " fp32 weights (room for one action's layers)"));
   engine_.reserve_for_trainer(0, layers_at_once);
   try {
     engine_.setup();

@@ -65,6 +65,7 @@ void MlpData::batch(std::int64_t step, std::int64_t train_batch, int k, int rank
         static_cast<std::uint64_t>(step * train_batch + (static_cast<std::int64_t>(k) * world + rank) * micro + j);
     float* xs = x + j * H;
     for (std::size_t i = 0; i < H; ++i) xs[i] = gaussian(mix(seed_ ^ 0xda7aull) + s * H + i);
+    if (target == nullptr) continue;
     for (std::size_t o = 0; o < H; ++o) {
       float z = 0;
       for (std::size_t i = 0; i < H; ++i) z += teacher_[o * H + i] * xs[i];
@@ -151,7 +152,8 @@ void MlpLayer::backward_weight(const float*, const float* x, const float* saved,
   simulate(ms_);
 }
 
-MlpPipeline mlp_pipeline_model(const MlpConfig& c, int micro_batch, int micro_batches, int rank, int world) {
+MlpPipeline mlp_pipeline_model(const MlpConfig& c, int micro_batch, int micro_batches, int rank, int world,
+                               std::shared_ptr<const MlpData> data) {
   STRATA_CHECK(c.layers >= 1 && c.hidden >= 1, Errc::invalid_argument, "mlp: --layers ", c.layers, " and --hidden ",
                c.hidden, " must be >= 1");
   STRATA_CHECK(micro_batch >= 1 && micro_batches >= 1 && world >= 1 && rank >= 0 && rank < world,
@@ -162,13 +164,12 @@ MlpPipeline mlp_pipeline_model(const MlpConfig& c, int micro_batch, int micro_ba
   auto& m = g.model;
   m.rows = static_cast<std::size_t>(micro_batch);
   for (int l = 0; l < c.layers; ++l) m.layers.push_back(std::make_shared<MlpLayer>(c, l));
-  // Made here, before any stage runs: the stages' threads share it read-only.
-  auto data = std::make_shared<const MlpData>(c.hidden, c.seed);
+  // Made before any stage runs: the stages' threads share it read-only.
+  if (!data) data = std::make_shared<const MlpData>(c.hidden, c.seed);
   const std::int64_t train_batch = static_cast<std::int64_t>(micro_batch) * micro_batches * world;
   const std::size_t n = m.rows * static_cast<std::size_t>(c.hidden);
   m.input = [=](std::int64_t step, int micro, float* x) {
-    std::vector<float> target(n);
-    data->batch(step, train_batch, micro, rank, world, micro_batch, x, target.data());
+    data->batch(step, train_batch, micro, rank, world, micro_batch, x, nullptr);
   };
   auto losses = g.losses;
   m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy) {

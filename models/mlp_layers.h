@@ -40,6 +40,7 @@ class MlpData {
   // Makes the teacher; throws Errc::out_of_budget naming --hidden when host RAM cannot hold it.
   MlpData(int hidden, std::uint64_t seed);
   // `micro` samples of rank `rank`'s micro-batch k of step `step`: x and target [micro, H].
+  // `target` null: the inputs alone.
   void batch(std::int64_t step, std::int64_t train_batch, int k, int rank, int world, int micro, float* x,
              float* target) const;
   // The micro-batch's summed loss; grad = dL/dy of its mean times `scale` (the loss scale).
@@ -83,8 +84,9 @@ struct MlpPipeline {
 
 // The MLP as pipeline layers for micro-batches of `micro_batch` samples, `micro_batches` of
 // them per step, with the data of data-parallel rank `rank` of `world`: the layers, inputs
-// and loss gradients the trainer gives the engine with the same config.
-MlpPipeline mlp_pipeline_model(const MlpConfig& config, int micro_batch, int micro_batches, int rank = 0,
-                               int world = 1);
+// and loss gradients the trainer gives the engine with the same config. `data` (made from
+// the config when null) may be shared by the models of one process.
+MlpPipeline mlp_pipeline_model(const MlpConfig& config, int micro_batch, int micro_batches, int rank = 0, int world = 1,
+                               std::shared_ptr<const MlpData> data = nullptr);
 
 }  // namespace strata::model

@@ -35,8 +35,8 @@ class MemoryLedger {
   // Host-tier memory is pinned through `dev` when pin_host (its pinned budget applies),
   // else page-aligned pageable memory under host_budget_bytes.
   // nvme_budget_bytes 0: no limit but the file system's. device_reserved_bytes: device memory
-  // kept for others beyond what they hold now (a pipeline stage's activations, allocated
-  // during steps): the device tier's budget is the Device's less these.
+  // kept for others beyond what they hold now (a trainer's buffers allocated during steps):
+  // the device tier's budget is the Device's less these.
   MemoryLedger(device::Device& dev, std::uint64_t host_budget_bytes, bool pin_host, std::uint64_t nvme_budget_bytes = 0,
                std::uint64_t device_reserved_bytes = 0);
   ~MemoryLedger();

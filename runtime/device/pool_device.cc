@@ -33,11 +33,12 @@ PoolDevice::PoolDevice(Device& parent, std::uint64_t bytes, std::string what, co
     arena_ = std::make_unique<Arena>(Arena::round_up(bytes));
     return;
   }
+  std::map<std::uint64_t, int> rounded;  // sizes that round alike share their slots
+  for (const auto& [size, count] : *slots) rounded[Arena::round_up(size)] += std::max(0, count);
   std::uint64_t at = 0;
-  for (const auto& [size, count] : *slots) {
-    const std::uint64_t r = Arena::round_up(size);
-    auto& list = free_slots_[r];
-    for (int i = 0; i < count; ++i, at += r) list.push_back(at);
+  for (const auto& [size, count] : rounded) {
+    auto& list = free_slots_[size];
+    for (int i = 0; i < count; ++i, at += size) list.push_back(at);
     std::reverse(list.begin(), list.end());  // lowest offset first off the back
   }
 }
@@ -68,12 +69,17 @@ void* PoolDevice::allocate(std::size_t bytes, std::string_view what) {
     it->second.pop_back();
   }
   if (!offset) {
-    const bool sized = arena_ || free_slots_.count(size) == 1;
+    std::string why;
+    if (arena_) {
+      why = str_cat("the largest free block is ", format_bytes(arena_->stats().largest_free_bytes));
+    } else {
+      std::size_t slots = 0;
+      for (const auto& live : live_) slots += live.second == size ? 1 : 0;
+      why = slots > 0 ? str_cat("all ", slots, " slots of that size are taken") : "it has no slots of that size";
+    }
     STRATA_THROW(Errc::out_of_budget, what_, ": cannot allocate ", format_bytes(size), what.empty() ? "" : " for ",
-                 what, ": ", format_bytes(used_), " in use of ", format_bytes(options().budget_bytes), ", ",
-                 sized ? "every slot of that size taken" : "no slot of that size",
-                 ". The pool is sized from the schedule's replayed buffers (pipeline::stage_memory): a buffer it did "
-                 "not replay is a bug; report it with the schedule");
+                 what, ": ", format_bytes(used_), " in use of ", format_bytes(options().budget_bytes), " and ", why,
+                 ". Whoever sized the pool counted fewer buffers of this size than are live now");
   }
   live_.emplace(*offset, size);
   used_ += size;

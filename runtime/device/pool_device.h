@@ -10,7 +10,8 @@
 // no free slot is refused naming it. Arena: best fit over the whole block, as the host
 // device does, for buffers that are all freed between uses (then every use starts from one
 // free block). Everything but memory (streams, events, pinned memory, CPU access) is the
-// parent's; memory_stats() is the pool's own. Thread-safe.
+// parent's; memory_stats() is the pool's own. Thread-safe. free_async's free runs when the
+// stream gets there: drain the stream before the pool goes.
 #pragma once
 
 #include <map>
@@ -26,8 +27,9 @@ namespace strata::device {
 
 class PoolDevice final : public Device {
  public:
-  // Slots: `slots[size]` buffers of each rounded size. Throws Errc::out_of_budget from the
-  // parent when the block does not fit; the parent's errors name `what`.
+  // Slots: `slots[size]` buffers of each size (sizes that round alike add up). Throws
+  // Errc::out_of_budget from the parent when the block does not fit; errors name `what`
+  // (say there who sized the pool and from what).
   PoolDevice(Device& parent, const std::map<std::uint64_t, int>& slots, std::string what);
   // Arena: `bytes` (rounded up to the granule), best fit.
   PoolDevice(Device& parent, std::uint64_t bytes, std::string what);

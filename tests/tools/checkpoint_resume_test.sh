@@ -119,7 +119,8 @@ echo "fp8: resumed at step 4 with the uninterrupted run's bits at world 1 and 2;
 
 # The unit-scaled GPT records its parametrization (the attention score temperature, which no
 # tensor shows): it resumes with it, and a checkpoint without it (written before the
-# temperature was fixed) or with another is refused by name, not resumed into another function.
+# temperature was fixed) or with another, or resumed without --unit-scaled, is refused by
+# name, not resumed into another function.
 config 1 none none | python3 -c 'import json, sys; c = json.load(sys.stdin); del c["bf16"]
 c["fp16"] = {"enabled": True, "loss_scale": 1}; c["gradient_clipping"] = 1000; print(json.dumps(c))' > "$dir/unit.json"
 unit=("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/unit.json")
@@ -139,11 +140,13 @@ json.dump(j, open(path, "w"))
 PY
 }
 edited old 'del m["unit_scaled"]'
-expect_refusal "a unit-scaled checkpoint without its parametrization" "records no parametrization: it was written before" \
+expect_refusal "a unit-scaled checkpoint without its parametrization" "records no unit-scaled parametrization" \
   "${unit[@]}" --steps 3 --resume "$dir/old.ck"
 edited other 'm["unit_scaled"]["score_temperature"] = 1.0'
 expect_refusal "a unit-scaled checkpoint of another temperature" "has attention score temperature 1 and this build's has 0.25" \
   "${unit[@]}" --steps 3 --resume "$dir/other.ck"
+expect_refusal "a unit-scaled checkpoint into the plain GPT" "is unit-scaled and this run's is not" \
+  "$strata" train "${gpt[@]}" --config "$dir/unit.json" --steps 3 --resume "$dir/unit.ck"
 
 out=$("$strata" train --model mlp --layers 3 --hidden 48 --seed 6 --device host --config "$dir/mlp-w1-ref.json" --steps 4 --resume "$dir/mlp-w1-s0-none-none.ck" 2>&1) &&
   fail "a resume with another seed was accepted"

@@ -237,8 +237,7 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
                                        const EngineStagesOptions& o) {
   STRATA_CHECK(o.device_budget > 0, Errc::invalid_argument, "zb-auto within a device budget needs --device-budget");
   const int P = a.stages;
-  // Each stage's engine minimum: its layers as StageStore registers them, gathered at once,
-  // and (16-bit compute) their fp32 copies, which StageStore reserves beside the activations.
+  // Each stage's engine minimum: its layers as StageStore registers them, gathered at once.
   std::vector<std::uint64_t> engine_min(static_cast<std::size_t>(P));
   for (int st = 0; st < P; ++st) {
     engine::EstimateInput in;
@@ -248,9 +247,7 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     const auto ids = model.layers_of(st, P);    // zb-auto: one chunk a stage
     in.layers_at_once = static_cast<int>(ids.size());
     in.params = engine::StageStore::param_specs(model, ids);
-    engine_min[st] =
-        engine::estimate_memory(in).device_minimum +
-        engine::StageStore::conversion_bytes(model, ids, in.layers_at_once, engine::compute_dtype_of(o.config));
+    engine_min[st] = engine::estimate_memory(in).device_minimum;
   }
   BudgetedSchedule best;
   for (int limit = 2 * P - 1; limit >= 1; --limit) {
@@ -258,16 +255,23 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     pipeline::Schedule s = pipeline::zb_auto(a);
     std::uint64_t need = 0;
     for (int st = 0; st < P; ++st) {
-      const auto act = pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment).pool_bytes();
+      // What StageStore takes before the engine: the activations' pool and, at 16 bits, the
+      // fp32 copies of the stage's layers.
+      const auto ids = model.layers_of(st, P);
+      const auto act = engine::StageStore::reserved_bytes(
+          pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment), model, ids,
+          static_cast<int>(ids.size()), engine::compute_dtype_of(o.config));
       need = std::max(need, act + engine_min[st]);
     }
     best = {std::move(s), limit, need};
     if (need <= o.device_budget) return best;
   }
-  STRATA_THROW(Errc::out_of_budget, "zb-auto under a device budget of ", format_bytes(o.device_budget),
-               ": even a memory limit of 1 micro-batch needs ", format_bytes(best.need), " (", best.need,
-               " B: the schedule's activations and the engine's minimum on its largest stage); raise --device-budget "
-               "to at least that, or re-materialize activations");
+  STRATA_THROW(
+      Errc::out_of_budget, "zb-auto under a device budget of ", format_bytes(o.device_budget),
+      ": even a memory limit of 1 micro-batch needs ", format_bytes(best.need), " (", best.need,
+      " B on its largest stage: the pool for the schedule's activations, the engine's minimum and, at 16 bits, "
+      "the fp32 copies of the stage's layers); raise --device-budget "
+      "to at least that, or re-materialize activations");
 }
 
 EngineStagesResult run_on_engines(const pipeline::Schedule& schedule,

@@ -5,13 +5,14 @@
 // replica's other stages (the gradient norm over the whole model), the StageStore and the
 // executor.
 //
-// Protocol. The constructor sets the engine up with the schedule's activation peak
-// reserved (pipeline::stage_memory) and gives the layers their initial values (collective
-// over the stage's group). step() runs one step; reschedule(s) runs another schedule of
-// the same stages, chunks and micro-batches from the next step (zb-auto from measured
-// times), refused with Errc::out_of_budget when its activations need more than was
-// reserved; start_at(s) numbers the next step s (a resumed run). parameters() and summary() describe the stage after a
-// step.
+// Protocol. The constructor takes the pool for the schedule's activations
+// (pipeline::stage_memory, engine::StageStore::setup), sets the engine up beside it and
+// gives the layers their initial values (collective over the stage's group). step() runs
+// one step; reschedule(s) runs another schedule of the same stages, chunks and
+// micro-batches from the next step (zb-auto from measured times), refused with
+// Errc::out_of_budget when it has more buffers of some size live at once than the pool
+// holds; start_at(s) numbers the next step s (a resumed run). parameters() and summary()
+// describe the stage after a step.
 #pragma once
 
 #include <memory>

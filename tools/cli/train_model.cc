@@ -178,18 +178,21 @@ class GptModel : public TrainModel {
   }
   void restore_state(const std::string& text) override {
     const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+    STRATA_CHECK(cfg_.unit_scaled || !j.contains("unit_scaled"), Errc::invalid_argument,
+                 "the checkpoint's GPT is unit-scaled and this run's is not: the same tensors compute another "
+                 "function; add --unit-scaled");
     if (cfg_.unit_scaled) {
       STRATA_CHECK(j.contains("unit_scaled"), Errc::invalid_argument,
-                   "the checkpoint's unit-scaled GPT records no parametrization: it was written before the attention "
-                   "score temperature (",
+                   "the checkpoint records no unit-scaled parametrization: its GPT was trained without "
+                   "--unit-scaled, or unit-scaled before the attention score temperature (",
                    model::UnitScales::kScoreTemperature,
-                   ") was fixed, so its weights belong to another function; start afresh (no --resume)");
+                   ") was fixed; either way its weights belong to another function: drop --unit-scaled for the "
+                   "first, start afresh (no --resume) for the second");
       const float t = j.at("unit_scaled").at("score_temperature").get<float>();
       STRATA_CHECK(t == model::UnitScales::kScoreTemperature, Errc::invalid_argument,
                    "the checkpoint's unit-scaled GPT has attention score temperature ", t, " and this build's has ",
                    model::UnitScales::kScoreTemperature,
-                   ": another function of the same weights; resume with the build "
-                   "that wrote it, or start afresh");
+                   ": another function of the same weights; resume with the build that wrote it, or start afresh");
     }
     if (!gpt_.fp8_enabled()) return;
     if (!j.contains("fp8_amax_history")) {
