@@ -205,20 +205,33 @@ void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
-  // Rows that share a token add into one row of dwte: split the channels, not the rows, and
-  // visit rows in order, so each element's sum has a fixed order.
+  // The rows of one token are summed from zero in row order and that sum is added to its
+  // dwte row once: dwte's earlier contents (the tied head's part) plus the embedding's part,
+  // the order in which a pipeline adds the two halves of the tied gradient. Rows are grouped
+  // by token (stable sort); the channels, not the rows, are split between tasks.
+  const int N = B * T;
+  std::vector<int> order(static_cast<std::size_t>(N));
+  for (int n = 0; n < N; ++n) order[static_cast<std::size_t>(n)] = n;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
   constexpr int kCols = 16;
   tbb::parallel_for(
       tbb::blocked_range<int>(0, C, kCols),
       [&](const tbb::blocked_range<int>& r) {
-        for (int n = 0; n < B * T; ++n) {
-          const float* d = dout + static_cast<std::size_t>(n) * C;
-          float* e = dwte + static_cast<std::size_t>(tokens[n]) * C;
-          float* p = dwpe + static_cast<std::size_t>(n % T) * C;
-          for (int c = r.begin(); c < r.end(); ++c) {
-            e[c] += d[c];
-            p[c] += d[c];
+        float sum[kCols];
+        for (std::size_t i = 0; i < order.size();) {
+          const std::int32_t token = tokens[order[i]];
+          std::fill(sum, sum + kCols, 0.0f);
+          for (; i < order.size() && tokens[order[i]] == token; ++i) {
+            const float* d = dout + static_cast<std::size_t>(order[i]) * C;
+            for (int c = r.begin(); c < r.end(); ++c) sum[c - r.begin()] += d[c];
           }
+          float* e = dwte + static_cast<std::size_t>(token) * C;
+          for (int c = r.begin(); c < r.end(); ++c) e[c] += sum[c - r.begin()];
+        }
+        for (int n = 0; n < N; ++n) {
+          const float* d = dout + static_cast<std::size_t>(n) * C;
+          float* p = dwpe + static_cast<std::size_t>(n % T) * C;
+          for (int c = r.begin(); c < r.end(); ++c) p[c] += d[c];
         }
       },
       tbb::simple_partitioner());

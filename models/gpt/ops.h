@@ -70,7 +70,8 @@ void weighted_add(float* acc, float acc_scale, const float* x, float x_scale, st
 
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
-// dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum over b of dout[b,t]
+// dwte[tokens[b,t]] += dout[b,t] (each token's rows summed first, in row order, then added);
+// dwpe[t] += sum over b of dout[b,t]
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
 
 // Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (head h at
