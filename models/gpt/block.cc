@@ -1,10 +1,9 @@
-// The GPT block's forward and backward on the host (see block.h), composed from ops.h.
+// The GPT block's forward and backward (see block.h), composed from the kernels' operations (kernels.h).
 #include "models/gpt/block.h"
-
-#include <algorithm>
 
 #include "models/gpt/config.h"
 #include "models/gpt/fp8_products.h"
+#include "models/gpt/kernels.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
@@ -67,6 +66,8 @@ void BlockSplit::carve(float* p, const BlockDims& d) {
 
 namespace {
 
+GptKernels& K(const BlockDims& d) { return d.kernels != nullptr ? *d.kernels : host_kernels(); }
+
 ops::ProductScales scales(const BlockDims& d, int k, int N) {
   return d.unit != nullptr ? d.unit->product(k, N) : ops::ProductScales{};
 }
@@ -78,7 +79,7 @@ void mm_forward(const BlockDims& d, int k, float* out, const float* inp, const f
   if (d.fp8 != nullptr) {
     d.fp8->forward(4 * d.block + k, out, inp, W, b, N, IC, OC, scales(d, k, N));
   } else {
-    ops::matmul_forward(out, inp, W, b, N, IC, OC, d.products, scales(d, k, N));
+    K(d).matmul_forward(out, inp, W, b, N, IC, OC, d.products, scales(d, k, N));
   }
 }
 
@@ -87,7 +88,7 @@ void mm_backward(const BlockDims& d, int k, float* dinp, float* dW, float* db, c
   if (d.fp8 != nullptr) {
     d.fp8->backward(4 * d.block + k, dinp, dW, db, dout, inp, W, N, IC, OC, false, scales(d, k, N));
   } else {
-    ops::matmul_backward(dinp, dW, db, dout, inp, W, N, IC, OC, false, d.products, scales(d, k, N));
+    K(d).matmul_backward(dinp, dW, db, dout, inp, W, N, IC, OC, d.products, scales(d, k, N));
   }
 }
 
@@ -95,13 +96,14 @@ void mm_backward(const BlockDims& d, int k, float* dinp, float* dW, float* db, c
 // branch's weight (1 and 1 in the plain block: a copy).
 void residual_split(float* skip, float* g, const BlockDims& d, int add, std::size_t n) {
   if (d.unit == nullptr) {
-    std::copy(g, g + n, skip);
+    K(d).copy(skip, g, n);
     return;
   }
   const int j = 2 * d.block + add;
   const float a = UnitScales::skip(j);
-  for (std::size_t i = 0; i < n; ++i) skip[i] = a * g[i];
-  ops::scale(g, UnitScales::branch(j), n);
+  K(d).copy(skip, g, n);
+  K(d).scale(skip, a, n);
+  K(d).scale(g, UnitScales::branch(j), n);
 }
 
 float score_scale(const BlockDims& d) { return d.unit != nullptr ? d.unit->scores() : ops::score_scale(d.C / d.NH); }
@@ -109,10 +111,10 @@ float score_scale(const BlockDims& d) { return d.unit != nullptr ? d.unit->score
 // acc = the residual add of skip and the branch output in acc.
 void residual_add(float* acc, const float* skip, const BlockDims& d, int add, std::size_t n) {
   if (d.unit == nullptr) {
-    ops::accumulate(acc, skip, n);
+    K(d).accumulate(acc, skip, n);
   } else {
     const int j = 2 * d.block + add;
-    ops::weighted_add(acc, UnitScales::branch(j), skip, UnitScales::skip(j), n);
+    K(d).weighted_add(acc, UnitScales::branch(j), skip, UnitScales::skip(j), n);
   }
 }
 
@@ -121,16 +123,16 @@ void residual_add(float* acc, const float* skip, const BlockDims& d, int add, st
 void block_forward(float* out, const float* x, const BlockWeights& w, const BlockActs& a, const BlockDims& d) {
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
-  ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
+  K(d).layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
   mm_forward(d, 0, a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
-  ops::attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH, score_scale(d));
-  if (d.unit != nullptr) ops::scale(a.atty, d.unit->attention(), NC);
+  K(d).attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH, score_scale(d));
+  if (d.unit != nullptr) K(d).scale(a.atty, d.unit->attention(), NC);
   mm_forward(d, 1, a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
   residual_add(a.res1, x, d, 0, NC);
-  ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w[ln2_w], w[ln2_b], N, C);
+  K(d).layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w[ln2_w], w[ln2_b], N, C);
   mm_forward(d, 2, a.fch, a.ln2, w[fc_w], w[fc_b], N, C, 4 * C);
-  ops::gelu_forward(a.gelu, a.fch, 4 * NC);
-  if (d.unit != nullptr) ops::scale(a.gelu, UnitScales::gelu(), 4 * NC);
+  K(d).gelu_forward(a.gelu, a.fch, 4 * NC);
+  if (d.unit != nullptr) K(d).scale(a.gelu, UnitScales::gelu(), 4 * NC);
   mm_forward(d, 3, out, a.gelu, w[fcproj_w], w[fcproj_b], N, 4 * C, C);
   residual_add(out, a.res1, d, 1, NC);
 }
@@ -142,17 +144,17 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   // out = res1 + mlp(res1): dres1 = dout + (the MLP branch's gradient, added by ln_2's backward)
   residual_split(s.dres1, dres, d, 1, NC);
   mm_backward(d, 3, s.d4, g[fcproj_w], g[fcproj_b], dres, a.gelu, w[fcproj_w], N, 4 * C, C);
-  if (d.unit != nullptr) ops::scale(s.d4, UnitScales::gelu(), 4 * NC);
-  ops::gelu_backward(s.d4, a.fch, s.d4, 4 * NC);
+  if (d.unit != nullptr) K(d).scale(s.d4, UnitScales::gelu(), 4 * NC);
+  K(d).gelu_backward(s.d4, a.fch, s.d4, 4 * NC);
   mm_backward(d, 2, s.dln, g[fc_w], g[fc_b], s.d4, a.ln2, w[fc_w], N, C, 4 * C);
-  ops::layernorm_backward(s.dres1, g[ln2_w], g[ln2_b], s.dln, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
+  K(d).layernorm_backward(s.dres1, g[ln2_w], g[ln2_b], s.dln, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
   // res1 = x + attn(ln_1(x))
   residual_split(dres, s.dres1, d, 0, NC);
   mm_backward(d, 1, s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C);
-  if (d.unit != nullptr) ops::scale(s.datty, d.unit->attention(), NC);
-  ops::attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
+  if (d.unit != nullptr) K(d).scale(s.datty, d.unit->attention(), NC);
+  K(d).attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
   mm_backward(d, 0, s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C);
-  ops::layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
+  K(d).layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 namespace {
@@ -168,29 +170,29 @@ void block_backward_input(float* dres, const float* x, const BlockWeights& w, co
   check_plain(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
-  std::copy(dres, dres + NC, k.dres1);
-  ops::matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products);
-  ops::gelu_backward(k.d4, a.fch, k.d4, 4 * NC);
-  ops::matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products);
-  ops::layernorm_backward_input(k.dres1, k.dln2, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
-  std::copy(k.dres1, k.dres1 + NC, dres);
+  K(d).copy(k.dres1, dres, NC);
+  K(d).matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products, {});
+  K(d).gelu_backward(k.d4, a.fch, k.d4, 4 * NC);
+  K(d).matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products, {});
+  K(d).layernorm_backward_input(k.dres1, k.dln2, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
+  K(d).copy(dres, k.dres1, NC);
   float* datty = k.dln1;  // consumed by the attention's backward before dln1 is written
-  ops::matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products);
-  ops::attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
-  ops::matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products);
-  ops::layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
+  K(d).matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products, {});
+  K(d).attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
+  K(d).matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products, {});
+  K(d).layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,
                            const BlockSplit& k, const BlockDims& d) {
   check_plain(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
-  ops::matmul_backward_weight(g[fcproj_w], g[fcproj_b], dout, a.gelu, N, 4 * C, C, d.products);
-  ops::matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products);
-  ops::layernorm_backward_weight(g[ln2_w], g[ln2_b], k.dln2, a.res1, a.ln2_mean, a.ln2_rstd, N, C);
-  ops::matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products);
-  ops::matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products);
-  ops::layernorm_backward_weight(g[ln1_w], g[ln1_b], k.dln1, x, a.ln1_mean, a.ln1_rstd, N, C);
+  K(d).matmul_backward_weight(g[fcproj_w], g[fcproj_b], dout, a.gelu, N, 4 * C, C, d.products, {});
+  K(d).matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products, {});
+  K(d).layernorm_backward_weight(g[ln2_w], g[ln2_b], k.dln2, a.res1, a.ln2_mean, a.ln2_rstd, N, C);
+  K(d).matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products, {});
+  K(d).matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products, {});
+  K(d).layernorm_backward_weight(g[ln1_w], g[ln1_b], k.dln1, x, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 }  // namespace strata::model

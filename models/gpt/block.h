@@ -1,8 +1,9 @@
-// One GPT block on the host: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that)) (unit-scaled:
+// One GPT block: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that)) (unit-scaled:
 // with the scales and weighted adds of unit_scale.h), with the activations its backward needs (BlockActs) and the
 // gradients it produces. Weights and gradients come as fp32 pointers in BlockParam order (config.h); weight gradients
 // are accumulated (+=). Buffers are sized for at most B x T tokens and used for any smaller batch: every offset is
-// computed from the call's B and T.
+// computed from the call's B and T. Pointers are memory of the kernels' device; FP8 sites and
+// unit scaling run on the host kernels only.
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 namespace strata::model {
 
 class Fp8Products;
+class GptKernels;
 class UnitScales;
 
 struct BlockDims {
@@ -21,6 +23,7 @@ struct BlockDims {
   Fp8Products* fp8 = nullptr;                    // when set, the weight products take FP8 operands (fp8_products.h)
   int block = 0;                                 // which block this is (its FP8 sites)
   const UnitScales* unit = nullptr;              // when set, the unit-scaled block (unit_scale.h)
+  GptKernels* kernels = nullptr;                 // where the operations run (kernels.h); null: the host
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "models/gpt/kernels.h"
 #include "models/gpt/pass.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
@@ -50,10 +50,12 @@ std::uint64_t access_bytes(const GptShape& s, DType compute) {
 
 }  // namespace
 
+// Conversions and zeroing go through the pass's kernels; their work is waited for before a
+// layer goes back to the engine (release, reduce_grads), which may reuse its memory.
 class Gpt::Access : public LayerAccess {
  public:
-  Access(engine::Engine& engine, const GptShape& shape)
-      : engine_(engine), numels_(layer_numels(shape)), open_(numels_.size(), false) {
+  Access(engine::Engine& engine, const GptShape& shape, GptKernels& kernels)
+      : engine_(engine), k_(kernels), numels_(layer_numels(shape)), open_(numels_.size(), false) {
     auto& dev = engine.device();
     const std::size_t n0 = sum(numels_[0]), nl = largest_block(numels_);
     convert_ = engine.compute_dtype() != DType::fp32;
@@ -74,20 +76,23 @@ class Gpt::Access : public LayerAccess {
         out.push_back(v.as<float>());
         continue;
       }
-      convert(v.data, v.dtype, dst, DType::fp32, v.numel);
+      k_.convert(v.data, v.dtype, dst, DType::fp32, v.numel);
       out.push_back(dst);
       dst += v.numel;
     }
     return out;
   }
 
-  void release(int layer) override { engine_.release(layer); }
+  void release(int layer) override {
+    k_.sync();
+    engine_.release(layer);
+  }
 
   std::vector<float*> grads(int layer) override {
     float* base = layer == 0 ? g0_.as<float>() : gl_.as<float>();
     const auto& n = numels_[static_cast<std::size_t>(layer)];
     if (!open_[static_cast<std::size_t>(layer)]) {
-      std::memset(base, 0, sum(n) * sizeof(float));
+      k_.zero(base, sum(n));
       open_[static_cast<std::size_t>(layer)] = true;
     }
     std::vector<float*> out;
@@ -101,29 +106,31 @@ class Gpt::Access : public LayerAccess {
   void commit(int layer) override {
     const float* src = layer == 0 ? g0_.as<float>() : gl_.as<float>();
     for (const auto& g : engine_.grad_buffers(layer)) {
-      convert(src, DType::fp32, g.data, g.dtype, g.numel);
+      k_.convert(src, DType::fp32, g.data, g.dtype, g.numel);
       src += g.numel;
     }
+    k_.sync();
     engine_.reduce_grads(layer);
     open_[static_cast<std::size_t>(layer)] = false;
   }
 
  private:
   engine::Engine& engine_;
+  GptKernels& k_;
   std::vector<std::vector<std::size_t>> numels_;
   std::vector<bool> open_;
   bool convert_ = false;
   device::DeviceBuffer w0_, wl_, g0_, gl_;
 };
 
-std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType compute) {
+std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType compute, bool cuda) {
   const auto n = layer_numels(c.shape);
   const std::uint64_t cb = dtype_size(compute);
   // Live at once: the head's two layers (ln_f and the embeddings) or one block, plus the
   // gradient buffer of the layer being reduced.
   const std::uint64_t live =
       (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
-  return activation_bytes(c, micro_batch, compute) + live;
+  return activation_bytes(c, micro_batch, compute, cuda) + live;
 }
 
 Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm,
@@ -131,15 +138,14 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
     : engine_(engine), cfg_(config), batcher_(batcher), comm_(comm), tracer_(tracer) {
   validate(cfg_);
   auto& dev = engine_.device();
-  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
-               "the GPT runs on the host device only (its CUDA kernels are not built yet): use --device host");
+  const bool cuda = dev.backend() == device::Backend::cuda;
   const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
   const auto stats = dev.memory_stats();
-  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype());
+  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda);
   const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
   STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
                " is below one GPT block's live window plus its activations: activations and buffers ",
-               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype())), " (micro-batch ", micro,
+               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda)), " (micro-batch ", micro,
                " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
                ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
                "--device-budget) to at least ",
@@ -153,11 +159,11 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   }
   for (const auto& p : gpt_params(cfg_.shape, cfg_.unit_scaled, cfg_.seq_len))
     engine_.register_param(p.name, p.shape, p.layer, p.init, p.lr_scale);
-  access_ = std::make_unique<Access>(engine_, cfg_.shape);
   // The weight products take the compute dtype's operands with fp32 sums (bf16 where the CPU
   // has bf16 dot products, else fp32), as PyTorch's autocast runs linear layers.
   pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                     ops::products_for(engine_.compute_dtype()), cfg_.fp8, cfg_.unit_scaled);
+  access_ = std::make_unique<Access>(engine_, cfg_.shape, pass_->kernels());
 }
 
 Gpt::~Gpt() = default;
@@ -166,11 +172,11 @@ std::uint64_t Gpt::parameter_count() const noexcept { return gpt_parameter_count
 
 std::uint64_t Gpt::activation_bytes() const noexcept {
   return activation_bytes(cfg_, static_cast<int>(engine_.config().train_micro_batch_size_per_gpu),
-                          engine_.compute_dtype());
+                          engine_.compute_dtype(), engine_.device().backend() == device::Backend::cuda);
 }
 
-std::uint64_t Gpt::activation_bytes(const GptConfig& c, int micro_batch, DType compute) noexcept {
-  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat, c.fp8.enabled) +
+std::uint64_t Gpt::activation_bytes(const GptConfig& c, int micro_batch, DType compute, bool cuda) noexcept {
+  return GptPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat, c.fp8.enabled, cuda) +
          access_bytes(c.shape, compute);
 }
 

@@ -7,8 +7,8 @@
 //
 // Protocol: construct (registers parameters and allocates activations: before
 // engine.setup(), so the engine plans around them), engine.setup(), then train_step(s) for
-// s = 0, 1, ...; evaluate() and sample() between steps. The host device only: on a CUDA
-// device the constructor refuses (the GPU path is not built yet).
+// s = 0, 1, ...; evaluate() and sample() between steps. On the host device or a CUDA device
+// (the pass's kernels, kernels.h); FP8 and unit scaling on the host device only.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,9 @@ class Gpt {
   std::uint64_t parameter_count() const noexcept;
   // Device bytes of activations, temporaries and fp32 conversion buffers.
   std::uint64_t activation_bytes() const noexcept;
-  static std::uint64_t activation_bytes(const GptConfig& config, int micro_batch, DType compute) noexcept;
+  // cuda: on a CUDA device (its kernels' scratch counted).
+  static std::uint64_t activation_bytes(const GptConfig& config, int micro_batch, DType compute,
+                                        bool cuda = false) noexcept;
   // The config's fp8 block as the products' recipe (fp8.h).
   static fp8::Recipe fp8_recipe(const engine::Fp8Config& c);
   bool fp8_enabled() const noexcept { return cfg_.fp8.enabled; }
@@ -58,7 +60,7 @@ class Gpt {
   std::vector<std::vector<float>> fp8_state() const;
   void restore_fp8_state(const std::vector<std::vector<float>>& histories);
   // Smallest device budget one block's live window plus the activations need (stage 3).
-  static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute);
+  static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute, bool cuda = false);
 
  private:
   class Access;

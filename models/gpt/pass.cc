@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "models/gpt/kernels.h"
 #include "models/gpt/ops.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
@@ -28,6 +29,11 @@ struct Sizes {
   std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + n + fp8.total(); }
 };
 
+std::size_t att_floats(const BlockDims& d) {
+  return static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * static_cast<std::size_t>(d.T) *
+         static_cast<std::size_t>(d.T);
+}
+
 Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8) {
   Sizes z{};
   z.nc = d.tokens() * static_cast<std::size_t>(s.d_model);
@@ -52,9 +58,11 @@ struct GptPass::Buffers {
   std::size_t nc = 0;
 };
 
-std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8) {
+std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8,
+                                    bool cuda) {
   const BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
-  return sizes(shape, d, remat, fp8).total() * sizeof(float);
+  const std::uint64_t scratch = cuda ? cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(d)) : 0;
+  return sizes(shape, d, remat, fp8).total() * sizeof(float) + scratch;
 }
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -66,6 +74,10 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
       dev_(dev),
       buf_(std::make_unique<Buffers>()),
       unit_(unit_scaled ? std::make_unique<UnitScales>(shape, max_seq) : nullptr) {
+  STRATA_CHECK(dev.backend() == device::Backend::host || (!fp8.enabled && !unit_scaled), Errc::unsupported,
+               "the GPT's FP8 products and unit scaling run on the host device only: use --device host, or train "
+               "the plain model (no fp8, no --unit-scaled) on cuda");
+  k_ = make_kernels(dev, static_cast<int>(max_.tokens()), att_floats(max_));
   const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
@@ -96,6 +108,8 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
 }
 
 GptPass::~GptPass() = default;
+
+GptKernels& GptPass::kernels() noexcept { return *k_; }
 
 int GptPass::act_set(int block) const noexcept {
   switch (remat_) {
@@ -134,8 +148,8 @@ void GptPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, co
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
   {
     const auto w = access.acquire(0);
-    ops::embedding_forward(b.xs, tokens, w[0], w[1], d.B, d.T, d.C);
-    if (unit_) ops::scale(b.xs, UnitScales::embedding(), d.tokens() * static_cast<std::size_t>(d.C));
+    k_->embedding_forward(b.xs, tokens, w[0], w[1], d.B, d.T, d.C);
+    if (unit_) k_->scale(b.xs, UnitScales::embedding(), d.tokens() * static_cast<std::size_t>(d.C));
     access.release(0);
   }
   for (int l = 0; l < L; ++l) {
@@ -157,25 +171,25 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   const float* x = b.xs + static_cast<std::size_t>(L) * d.tokens() * static_cast<std::size_t>(C);
   const auto wf = access.acquire(L + 1);
   const auto we = access.acquire(0);
-  ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
+  k_->layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
   const ops::ProductScales hs = unit_ ? unit_->head() : ops::ProductScales{};
   if (fp8_) {
     fp8_->head_forward(b.logits, b.lnf, we[0], N, C, V, hs);
   } else {
-    ops::lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products, hs);
+    k_->lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products, hs);
   }
-  const double loss = ops::cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
+  const double loss = k_->cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
   if (backward) {
     float* dlnf = b.scratch.dln;
     if (fp8_) {
       fp8_->head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, hs);
     } else {
-      ops::lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products, hs);
+      k_->lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products, hs);
     }
     access.release(0);
     const auto gf = access.grads(L + 1);
-    std::fill(b.dres, b.dres + d.tokens() * static_cast<std::size_t>(C), 0.0f);
-    ops::layernorm_backward(b.dres, gf[0], gf[1], dlnf, x, wf[0], b.lnf_mean, b.lnf_rstd, N, C);
+    k_->zero(b.dres, d.tokens() * static_cast<std::size_t>(C));
+    k_->layernorm_backward(b.dres, gf[0], gf[1], dlnf, x, wf[0], b.lnf_mean, b.lnf_rstd, N, C);
     access.commit(L + 1);
   } else {
     access.release(0);
@@ -189,6 +203,7 @@ BlockDims GptPass::dims(int B, int T) const {
                " is larger than the pass was sized for (", max_.B, " x ", max_.T, ")");
   BlockDims d{B, T, shape_.d_model, shape_.heads, products_, fp8_.get()};
   d.unit = unit_.get();
+  d.kernels = k_.get();
   return d;
 }
 
@@ -218,8 +233,8 @@ double GptPass::train(LayerAccess& access, const std::int32_t* tokens, const std
   }
   const auto w0 = access.acquire(0);
   const auto g0 = access.grads(0);
-  if (unit_) ops::scale(b.dres, UnitScales::embedding(), NC);
-  ops::embedding_backward(g0[0], g0[1], b.dres, tokens, B, T, d.C);
+  if (unit_) k_->scale(b.dres, UnitScales::embedding(), NC);
+  k_->embedding_backward(g0[0], g0[1], b.dres, tokens, B, T, d.C);
   access.commit(0);
   access.release(0);
   if (fp8_) fp8_->set_recording(false);
@@ -248,16 +263,16 @@ void GptPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B
   const float* x = b.xs + static_cast<std::size_t>(L) * d.tokens() * static_cast<std::size_t>(C);
   for (int s = 0; s < B; ++s) {
     const float* r = x + (static_cast<std::size_t>(s) * T + static_cast<std::size_t>(T - 1)) * C;
-    std::copy(r, r + C, rows + static_cast<std::size_t>(s) * C);
+    k_->copy(rows + static_cast<std::size_t>(s) * C, r, static_cast<std::size_t>(C));
   }
-  ops::layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
+  k_->layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, rows, wf[0], wf[1], B, C);
   const ops::ProductScales hs = unit_ ? unit_->head() : ops::ProductScales{};
   if (fp8_) {
     fp8_->head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, hs);
   } else {
-    ops::lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products, hs);
+    k_->lm_head_forward(b.logits, b.lnf, we[0], B, C, shape_.vocab, d.products, hs);
   }
-  std::copy(b.logits, b.logits + static_cast<std::size_t>(B) * shape_.vocab, out);
+  k_->to_host(out, b.logits, static_cast<std::size_t>(B) * shape_.vocab);
   access.release(0);
   access.release(L + 1);
 }

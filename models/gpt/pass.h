@@ -1,5 +1,6 @@
-// One forward (and backward) pass of the GPT over a micro-batch, on the host: the embedding,
-// the blocks, the final LayerNorm, the tied LM head and the loss. The pass owns the
+// One forward (and backward) pass of the GPT over a micro-batch, on the pass's device
+// through its kernels (kernels.h): the embedding, the blocks, the final LayerNorm, the tied
+// LM head and the loss. The pass owns the
 // activations and temporaries (one allocation on the device, inside its budget, sized for
 // the largest micro-batch and sequence) and never owns parameters: it asks a LayerAccess for
 // each layer's weights and gradient accumulators, in the host-trainer contract's order.
@@ -29,6 +30,8 @@ class DeviceBuffer;
 
 namespace strata::model {
 
+class GptKernels;
+
 class LayerAccess {
  public:
   virtual ~LayerAccess() = default;
@@ -51,7 +54,9 @@ class GptPass {
   GptPass& operator=(const GptPass&) = delete;
 
   // Device bytes the pass allocates (activations and temporaries).
-  static std::uint64_t device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8 = false);
+  // cuda: with the CUDA kernels' scratch.
+  static std::uint64_t device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8 = false,
+                                    bool cuda = false);
 
   // Forward and backward: returns the sum of the B x T token losses; the gradients handed to
   // `access` are those of the mean loss times loss_scale (unit-scaled: times loss_scale and
@@ -65,6 +70,8 @@ class GptPass {
   // The FP8 products and their scaling state; null without FP8.
   Fp8Products* fp8() noexcept { return fp8_.get(); }
   const Fp8Products* fp8() const noexcept { return fp8_.get(); }
+  // Where the pass's operations run; LayerAccess implementations convert and wait through it.
+  GptKernels& kernels() noexcept;
 
  private:
   struct Buffers;
@@ -80,6 +87,7 @@ class GptPass {
   BlockDims max_;
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<GptKernels> k_;
   std::unique_ptr<Fp8Products> fp8_;
   std::unique_ptr<UnitScales> unit_;
 };

@@ -1,9 +1,12 @@
 // The FP8 products' GPU side (models/gpt/detail/fp8_cuda.h) against the host simulation it
 // stands for ([cuda]: skipped with the reason where no GPU is present): quantization gives
 // the codes whose decoded values fp8::fake_quantize gives, with the tensor's amax; the
-// cuBLASLt product of two quantized operands is the fp32 product of their dequantized values
-// within the fp32 sum bound (a product of two FP8 values is exact in fp32, so only the order
-// of the sums can differ), in E4M3 x E4M3 (forward) and E5M2 x E4M3 (gradients).
+// cuBLASLt product of two quantized operands is the product of their dequantized values
+// within 16 times the fp32 sum bound, in E4M3 x E4M3 (forward) and E5M2 x E4M3 (gradients).
+// A product of two FP8 values is exact in fp32, but Hopper's FP8 tensor cores keep fewer
+// than fp32's 24 bits in their running sums: on an H100 the worst element sat at 4.2 (E4M3)
+// and 3.3 (E5M2 x E4M3) times the fp32 bound, so 16 times leaves room while a wrong scale or
+// layout (errors of the operands' size) still fails.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -129,7 +132,8 @@ TEST_CASE("the cuBLASLt FP8 product is the fp32 product of the dequantized opera
         worst = std::max(worst, err);
       }
     }
-    CHECK(worst <= 1.0);
+    INFO("worst error: " << worst << " times the fp32 sum bound");
+    CHECK(worst <= 16.0);
   }
   CHECK_THROWS_WITH(detail::cuda_fp8_gemm(lt, g.stream->native_handle(), 10, 16, 16, nullptr, DType::fp8_e4m3, nullptr,
                                           nullptr, DType::fp8_e4m3, nullptr, 1.0f, 0.0f, nullptr, nullptr, 0),

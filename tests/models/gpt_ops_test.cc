@@ -13,20 +13,12 @@
 #include "models/gpt/ops.h"
 #include "models/gpt/ops_reference.h"
 #include "runtime/core/random.h"
+#include "tests/support/randn.h"
 
 using namespace strata::model;
+using strata::test::randn;
 
 namespace {
-
-std::vector<float> randn(std::size_t n, std::uint64_t key, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] =
-        static_cast<float>(strata::box_muller(strata::splitmix64(key + 2 * i), strata::splitmix64(key + 2 * i + 1))) *
-        scale;
-  }
-  return v;
-}
 
 double gamma_k(std::size_t K) {
   const double u = std::numeric_limits<float>::epsilon() / 2.0;

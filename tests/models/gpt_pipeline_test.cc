@@ -16,18 +16,13 @@
 #include "pipeline/runner.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
+#include "tests/support/randn.h"
 
 using namespace strata;
 using namespace strata::model;
+using strata::test::randn;
 
 namespace {
-
-std::vector<float> randn(std::size_t n, std::uint64_t key, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(box_muller(splitmix64(key + 2 * i), splitmix64(key + 2 * i + 1))) * scale;
-  return v;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -82,7 +82,7 @@ int run(const Options& o) {
   facts.hidden_size = model_hidden_size(o.m);
   engine::EstimateInput in;
   in.config = engine::load_config(o.config, facts);
-  const ModelSize model = model_size(o.m, in.config);
+  const ModelSize model = model_size(o.m, in.config, o.device == "cuda");
   in.params = model.params;
   in.world = o.world;
   in.device_budget =

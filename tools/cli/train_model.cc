@@ -108,7 +108,7 @@ bool config_remat(const engine::EngineConfig& config) {
   return std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
 }
 
-ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) {
+ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda) {
   ModelSize out;
   if (o.model == "mlp") {
     const model::MlpConfig m{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, 0.0, o.seed};
@@ -128,9 +128,9 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config) 
     out.params.push_back(std::move(s));
   }
   out.device_bytes = model::Gpt::activation_bytes(c, static_cast<int>(config.train_micro_batch_size_per_gpu),
-                                                  engine::compute_dtype_of(config));
+                                                  engine::compute_dtype_of(config), cuda);
   out.min_device_bytes = model::Gpt::min_device_bytes(c, static_cast<int>(config.train_micro_batch_size_per_gpu),
-                                                      engine::compute_dtype_of(config));
+                                                      engine::compute_dtype_of(config), cuda);
   const auto& s = c.shape;
   out.describe = str_cat("gpt ", s.layers, " layers x ", s.d_model, " (", s.heads, " heads, vocab ", s.vocab, ", seq ",
                          c.seq_len, ", remat ", model::remat_name(c.remat), c.unit_scaled ? ", unit-scaled" : "", ")");

@@ -85,7 +85,8 @@ struct ModelSize {
   std::uint64_t min_device_bytes = 0;  // the smallest device budget the model itself accepts
   std::string describe;
 };
-ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config);
+// cuda: sized for a CUDA device (the GPT's kernels keep scratch there).
+ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda = false);
 
 // Throws Errc::invalid_argument naming the flag for a bad model option.
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,

@@ -1,0 +1,313 @@
+// The GPT on a CUDA device against the host ([cuda]: skipped with the reason where no GPU
+// is present). Each kernel (models/gpt/kernels.h) gets the host kernel's inputs and gives its
+// values: bit for bit where the arithmetic is the same sequence of fp32 operations (the
+// embeddings, residual adds, scaling), within an fp32 bound where only the order of sums
+// differs (cuBLAS products, row and column reductions), within a bf16 bound for bf16
+// products. A whole pass (GptPass: every block, the tied head, the loss) gives the host
+// pass's loss and every parameter's gradient, with and without re-materialization, and
+// the same bits on every run.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "models/gpt/array_access.h"
+#include "models/gpt/kernels.h"
+#include "models/gpt/pass.h"
+#include "runtime/core/random.h"
+#include "runtime/device/device.h"
+#include "tests/support/randn.h"
+
+using namespace strata;
+using namespace strata::model;
+using strata::test::randn;
+
+namespace {
+
+std::unique_ptr<device::Device> cuda_device() {
+  device::DeviceOptions o;
+  o.backend = device::Backend::cuda;
+  o.budget_bytes = std::uint64_t{4} << 30;
+  return device::Device::create(o);
+}
+
+// Device copies of host arrays, moved with the kernels' own stream order (to_host waits).
+struct Gpu {
+  std::unique_ptr<device::Device> dev = cuda_device();
+  std::unique_ptr<device::Stream> stream = dev->create_stream();
+  std::vector<device::DeviceBuffer> keep;
+  float* up(const std::vector<float>& h) {
+    keep.emplace_back(*dev, std::max<std::size_t>(h.size(), 1) * 4, "gpt cuda test");
+    stream->copy_async(keep.back().get(), h.data(), h.size() * 4, device::CopyKind::host_to_device);
+    stream->synchronize();
+    return keep.back().as<float>();
+  }
+  std::vector<float> down(GptKernels& k, const float* d, std::size_t n) {
+    std::vector<float> h(n);
+    k.to_host(h.data(), d, n);
+    return h;
+  }
+};
+
+// max |got - want| <= tol * max |want|: the normwise bound of a sum order change.
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  double diff = 0, scale = 0;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(std::isfinite(got[i]));
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (d > diff) worst = i;
+    diff = std::max(diff, d);
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  INFO("worst at " << worst << ": " << got[worst] << " vs " << want[worst] << ", scale " << scale);
+  CHECK(scale > 0);
+  CHECK(diff <= tol * scale);
+}
+
+void check_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+}
+
+constexpr double kFp32 = 2e-5;  // sums of up to a few hundred fp32 terms in another order
+constexpr double kBf16 = 2e-2;  // bf16 operands (8 bits) rounded by two libraries
+
+}  // namespace
+
+TEST_CASE("each GPT kernel on the GPU gives the host kernel's values", "[gpt][cuda]") {
+  Gpu g;
+  const int B = 2, T = 24, C = 64, NH = 4, V = 100, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  auto gpu = make_kernels(*g.dev, N, static_cast<std::size_t>(B) * NH * T * T);
+  GptKernels& cpu = host_kernels();
+
+  SECTION("products: forward, input and weight gradients, fp32 and bf16") {
+    for (auto p : {ops::Products::fp32, ops::Products::bf16}) {
+      const double tol = p == ops::Products::fp32 ? kFp32 : kBf16;
+      const int IC = C, OC = 3 * C;
+      auto x = randn(NC, 1), W = randn(static_cast<std::size_t>(IC) * OC, 2, 0.1f), b = randn(OC, 3);
+      auto dy = randn(static_cast<std::size_t>(N) * OC, 4);
+      std::vector<float> y(static_cast<std::size_t>(N) * OC), dx = randn(NC, 5), dW = randn(W.size(), 6), db(OC, 0.5f);
+      float *gx = g.up(x), *gW = g.up(W), *gb = g.up(b), *gdy = g.up(dy), *gy = g.up(y), *gdx = g.up(dx),
+            *gdW = g.up(dW), *gdb = g.up(db);
+      cpu.matmul_forward(y.data(), x.data(), W.data(), b.data(), N, IC, OC, p, {});
+      gpu->matmul_forward(gy, gx, gW, gb, N, IC, OC, p, {});
+      check_close(g.down(*gpu, gy, y.size()), y, tol, "matmul forward");
+      cpu.matmul_backward_input(dx.data(), dy.data(), W.data(), N, IC, OC, true, p, {});
+      gpu->matmul_backward_input(gdx, gdy, gW, N, IC, OC, true, p, {});
+      check_close(g.down(*gpu, gdx, dx.size()), dx, tol, "matmul input gradient (accumulated)");
+      cpu.matmul_backward_weight(dW.data(), db.data(), dy.data(), x.data(), N, IC, OC, p, {});
+      gpu->matmul_backward_weight(gdW, gdb, gdy, gx, N, IC, OC, p, {});
+      check_close(g.down(*gpu, gdW, dW.size()), dW, tol, "matmul weight gradient");
+      check_close(g.down(*gpu, gdb, db.size()), db, kFp32, "bias gradient");
+    }
+  }
+
+  SECTION("the tied LM head") {
+    auto x = randn(NC, 11), wte = randn(static_cast<std::size_t>(V) * C, 12, 0.1f);
+    auto dl = randn(static_cast<std::size_t>(N) * V, 13);
+    std::vector<float> logits(static_cast<std::size_t>(N) * V), dx(NC), dwte = randn(wte.size(), 14);
+    float *gx = g.up(x), *gw = g.up(wte), *gdl = g.up(dl), *gl = g.up(logits), *gdx = g.up(dx), *gdw = g.up(dwte);
+    cpu.lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V, ops::Products::fp32, {});
+    gpu->lm_head_forward(gl, gx, gw, N, C, V, ops::Products::fp32, {});
+    check_close(g.down(*gpu, gl, logits.size()), logits, kFp32, "head forward");
+    cpu.lm_head_backward(dx.data(), dwte.data(), dl.data(), x.data(), wte.data(), N, C, V, ops::Products::fp32, {});
+    gpu->lm_head_backward(gdx, gdw, gdl, gx, gw, N, C, V, ops::Products::fp32, {});
+    check_close(g.down(*gpu, gdx, dx.size()), dx, kFp32, "head input gradient");
+    check_close(g.down(*gpu, gdw, dwte.size()), dwte, kFp32, "head weight gradient (accumulated)");
+  }
+
+  SECTION("LayerNorm forward and both halves of its backward") {
+    auto x = randn(NC, 21, 2.0f), w = randn(C, 22), b = randn(C, 23), dy = randn(NC, 24);
+    std::vector<float> y(NC), mean(N), rstd(N), dx = randn(NC, 25), dw = randn(C, 26), db = randn(C, 27);
+    float *gx = g.up(x), *gw = g.up(w), *gb = g.up(b), *gdy = g.up(dy), *gy = g.up(y), *gm = g.up(mean),
+          *gr = g.up(rstd), *gdx = g.up(dx), *gdw = g.up(dw), *gdb = g.up(db);
+    cpu.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    gpu->layernorm_forward(gy, gm, gr, gx, gw, gb, N, C);
+    check_close(g.down(*gpu, gy, NC), y, kFp32, "layernorm forward");
+    check_close(g.down(*gpu, gm, N), mean, kFp32, "layernorm mean");
+    check_close(g.down(*gpu, gr, N), rstd, kFp32, "layernorm rstd");
+    // Both sides' backward from the host's statistics.
+    float *gm2 = g.up(mean), *gr2 = g.up(rstd);
+    cpu.layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                           C);
+    gpu->layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gm2, gr2, N, C);
+    check_close(g.down(*gpu, gdx, NC), dx, kFp32, "layernorm input gradient (accumulated)");
+    check_close(g.down(*gpu, gdw, C), dw, kFp32, "layernorm weight gradient");
+    check_close(g.down(*gpu, gdb, C), db, kFp32, "layernorm bias gradient");
+  }
+
+  SECTION("GELU, residual adds and scaling") {
+    auto x = randn(4 * NC, 31, 2.0f), dy = randn(4 * NC, 32), acc = randn(4 * NC, 33);
+    std::vector<float> y(4 * NC), dx(4 * NC);
+    float *gx = g.up(x), *gdy = g.up(dy), *gy = g.up(y), *gdx = g.up(dx), *ga = g.up(acc);
+    cpu.gelu_forward(y.data(), x.data(), y.size());
+    gpu->gelu_forward(gy, gx, y.size());
+    check_close(g.down(*gpu, gy, y.size()), y, 1e-6, "gelu forward");
+    cpu.gelu_backward(dx.data(), x.data(), dy.data(), dx.size());
+    gpu->gelu_backward(gdx, gx, gdy, dx.size());
+    check_close(g.down(*gpu, gdx, dx.size()), dx, 1e-6, "gelu backward");
+    cpu.accumulate(acc.data(), x.data(), acc.size());
+    gpu->accumulate(ga, gx, acc.size());
+    check_bits(g.down(*gpu, ga, acc.size()), acc, "accumulate");
+    cpu.scale(acc.data(), 0.3f, acc.size());
+    gpu->scale(ga, 0.3f, acc.size());
+    check_bits(g.down(*gpu, ga, acc.size()), acc, "scale");
+    // The host compiler may fuse a x + b y into one multiply-add: one rounding apart.
+    cpu.weighted_add(acc.data(), 0.75f, dy.data(), 1.25f, acc.size());
+    gpu->weighted_add(ga, 0.75f, gdy, 1.25f, acc.size());
+    check_close(g.down(*gpu, ga, acc.size()), acc, 1e-6, "weighted add");
+  }
+
+  SECTION("causal attention forward and backward") {
+    auto qkv = randn(3 * NC, 41), dy = randn(NC, 42);
+    const std::size_t att_n = static_cast<std::size_t>(B) * NH * T * T;
+    std::vector<float> y(NC), att(att_n), dqkv(3 * NC);
+    float *gq = g.up(qkv), *gdy = g.up(dy), *gy = g.up(y), *ga = g.up(att), *gdq = g.up(dqkv);
+    const float s = ops::score_scale(C / NH);
+    cpu.attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, s);
+    gpu->attention_forward(gy, ga, gq, B, T, C, NH, s);
+    const auto gatt = g.down(*gpu, ga, att_n);
+    check_close(gatt, att, kFp32, "attention probabilities");
+    for (std::size_t r = 0; r < att_n / T; ++r)  // exact zeros above the diagonal
+      for (std::size_t j = r % T + 1; j < static_cast<std::size_t>(T); ++j) REQUIRE(gatt[r * T + j] == 0.0f);
+    check_close(g.down(*gpu, gy, NC), y, kFp32, "attention output");
+    cpu.attention_backward(dqkv.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, s);
+    gpu->attention_backward(gdq, gdy, gq, ga, B, T, C, NH, s);
+    check_close(g.down(*gpu, gdq, 3 * NC), dqkv, 1e-4, "attention input gradient");
+  }
+
+  SECTION("embeddings and the loss") {
+    std::vector<std::int32_t> tokens(N), targets(N);
+    for (int n = 0; n < N; ++n) {
+      tokens[n] = static_cast<std::int32_t>(splitmix64(100 + n) % 7);  // repeats: rows to group
+      targets[n] = static_cast<std::int32_t>(splitmix64(200 + n) % V);
+    }
+    auto wte = randn(static_cast<std::size_t>(V) * C, 51), wpe = randn(static_cast<std::size_t>(T) * C, 52);
+    auto dy = randn(NC, 53);
+    std::vector<float> x(NC), dwte = randn(wte.size(), 54), dwpe = randn(wpe.size(), 55);
+    float *gwte = g.up(wte), *gwpe = g.up(wpe), *gx = g.up(x), *gdy = g.up(dy), *gdwte = g.up(dwte),
+          *gdwpe = g.up(dwpe);
+    cpu.embedding_forward(x.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    gpu->embedding_forward(gx, tokens.data(), gwte, gwpe, B, T, C);
+    check_bits(g.down(*gpu, gx, NC), x, "embedding forward");
+    cpu.embedding_backward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C);
+    gpu->embedding_backward(gdwte, gdwpe, gdy, tokens.data(), B, T, C);
+    check_bits(g.down(*gpu, gdwte, dwte.size()), dwte, "token embedding gradient (rows summed by token, in order)");
+    check_bits(g.down(*gpu, gdwpe, dwpe.size()), dwpe, "position embedding gradient");
+
+    auto logits = randn(static_cast<std::size_t>(N) * V, 56, 3.0f);
+    std::vector<float> losses(N);
+    float *gl = g.up(logits), *gls = g.up(losses);
+    const double want = cpu.cross_entropy(logits.data(), losses.data(), targets.data(), N, V, 0.01f);
+    const double got = gpu->cross_entropy(gl, gls, targets.data(), N, V, 0.01f);
+    CHECK(got == Approx(want).epsilon(1e-6));
+    check_close(g.down(*gpu, gls, N), losses, 1e-6, "token losses");
+    check_close(g.down(*gpu, gl, logits.size()), logits, 1e-6, "loss gradient (softmax - one-hot)");
+  }
+}
+
+namespace {
+
+// A LayerAccess over device copies of the parameters, with device gradient accumulators,
+// all moved through the pass's kernels (so on its stream).
+class DeviceAccess : public LayerAccess {
+ public:
+  DeviceAccess(Gpu& g, GptKernels& k, const std::vector<std::vector<NamedTensor>>& params) : g_(g), k_(k) {
+    for (const auto& layer : params) {
+      p_.emplace_back();
+      gr_.emplace_back();
+      for (const auto& t : layer) {
+        p_.back().push_back(g.up(t.data));
+        gr_.back().push_back(g.up(std::vector<float>(t.data.size())));
+        n_.push_back(t.data.size());
+      }
+    }
+    open_.assign(params.size(), false);
+  }
+  std::vector<const float*> acquire(int layer) override {
+    const auto& v = p_[static_cast<std::size_t>(layer)];
+    return std::vector<const float*>(v.begin(), v.end());
+  }
+  void release(int) override {}
+  std::vector<float*> grads(int layer) override {
+    const auto l = static_cast<std::size_t>(layer);
+    if (!open_[l]) {
+      for (std::size_t i = 0; i < gr_[l].size(); ++i) k_.zero(gr_[l][i], numel(l, i));
+      open_[l] = true;
+    }
+    return gr_[l];
+  }
+  void commit(int layer) override { open_[static_cast<std::size_t>(layer)] = false; }
+  std::vector<std::vector<float>> all_grads() {
+    std::vector<std::vector<float>> out;
+    for (std::size_t l = 0; l < gr_.size(); ++l)
+      for (std::size_t i = 0; i < gr_[l].size(); ++i) out.push_back(g_.down(k_, gr_[l][i], numel(l, i)));
+    return out;
+  }
+
+ private:
+  std::size_t numel(std::size_t l, std::size_t i) const {
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < l; ++j) at += gr_[j].size();
+    return n_[at + i];
+  }
+  Gpu& g_;
+  GptKernels& k_;
+  std::vector<std::vector<float*>> p_, gr_;
+  std::vector<std::size_t> n_;
+  std::vector<bool> open_;
+};
+
+}  // namespace
+
+TEST_CASE("a GPT pass on the GPU gives the host pass's loss and gradients, the same bits every run", "[gpt][cuda]") {
+  const GptShape shape{2, 4, 64, 32, 256};
+  const int B = 2, T = 32;
+  const Remat remat = GENERATE(Remat::never, Remat::always);
+  CAPTURE(remat_name(remat));
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B * T)), tg(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<std::int32_t>(splitmix64(7 + i) % 256);
+    tg[i] = static_cast<std::int32_t>(splitmix64(9000 + i) % 256);
+  }
+  auto params = ArrayAccess::by_layer(shape, gpt_initial_params(shape, 5));
+
+  device::DeviceOptions ho;
+  ho.budget_bytes = GptPass::device_bytes(shape, B, T, remat) + (1 << 20);
+  auto host_dev = device::Device::create(ho);
+  GptPass host_pass(shape, B, T, remat, *host_dev);
+  ArrayAccess host_access(params);
+  const double want = host_pass.train(host_access, in.data(), tg.data(), B, T, 1.0f);
+  const auto want_grads = host_access.all_grads();
+
+  Gpu g;
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (int run = 0; run < 2; ++run) {
+    GptPass pass(shape, B, T, remat, *g.dev);
+    DeviceAccess access(g, pass.kernels(), params);
+    const double got = pass.train(access, in.data(), tg.data(), B, T, 1.0f);
+    CHECK(got == Approx(want).epsilon(1e-5));
+    runs.push_back(access.all_grads());
+    if (run == 0) {
+      // Forward only: the loss, and the last position's logits for generation.
+      CHECK(pass.loss(access, in.data(), tg.data(), B, T) == Approx(want).epsilon(1e-5));
+      std::vector<float> host_logits(static_cast<std::size_t>(B) * shape.vocab), logits(host_logits.size());
+      host_pass.last_logits(host_access, in.data(), B, T, host_logits.data());
+      pass.last_logits(access, in.data(), B, T, logits.data());
+      check_close(logits, host_logits, 1e-4, "last position's logits");
+    }
+  }
+  REQUIRE(runs[0].size() == want_grads.size());
+  for (std::size_t i = 0; i < want_grads.size(); ++i) {
+    INFO(want_grads[i].name);
+    check_close(runs[0][i], want_grads[i].data, 1e-4, "gradient");
+    check_bits(runs[1][i], runs[0][i], "the second GPU run's gradient");
+  }
+}
