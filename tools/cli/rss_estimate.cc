@@ -81,7 +81,8 @@ std::uint64_t measure_runtime_rss(const ModelOptions& o, const engine::EngineCon
 std::uint64_t trainer_host_bytes(const ModelOptions& o, const engine::EngineConfig& config) {
   const auto B = static_cast<std::uint64_t>(std::max<std::int64_t>(1, config.train_micro_batch_size_per_gpu));
   if (o.model == "mlp") {
-    const std::uint64_t H = o.hidden > 0 ? o.hidden : 64, L = o.layers > 0 ? o.layers : 4;
+    const model::MlpConfig m = mlp_config(o);
+    const auto H = static_cast<std::uint64_t>(m.hidden), L = static_cast<std::uint64_t>(m.layers);
     // teacher, a layer's fp32 W and dW; activations of every layer, and six B x H
     // vectors of the micro-batch (input, target, output, its gradient, dz, din)
     return 4 * (3 * H * H + (L + 1) * B * H + 6 * B * H + 2 * H);

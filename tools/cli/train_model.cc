@@ -20,12 +20,9 @@ namespace {
 class MlpModel : public TrainModel {
  public:
   MlpModel(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm, Tracer* tracer)
-      : engine_(engine),
-        layers_(o.layers > 0 ? o.layers : 4),
-        hidden_(o.hidden > 0 ? o.hidden : 64),
-        mlp_(engine, {layers_, hidden_, o.layer_ms, o.seed}, comm, tracer) {}
+      : engine_(engine), cfg_(mlp_config(o)), mlp_(engine, cfg_, comm, tracer) {}
   std::string describe() const override {
-    return str_cat("mlp ", layers_, " x ", hidden_, " (", mlp_.parameter_count(), " parameters)");
+    return str_cat("mlp ", cfg_.layers, " x ", cfg_.hidden, " (", mlp_.parameter_count(), " parameters)");
   }
   StepOutcome step(std::int64_t s) override {
     const auto r = mlp_.train_step(s);
@@ -36,7 +33,7 @@ class MlpModel : public TrainModel {
 
  private:
   engine::Engine& engine_;
-  int layers_, hidden_;
+  model::MlpConfig cfg_;
   model::Mlp mlp_;
 };
 
@@ -100,7 +97,11 @@ model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& c
 
 std::uint64_t model_hidden_size(const ModelOptions& o) {
   if (o.model == "gpt") return static_cast<std::uint64_t>(gpt_config(o, false).shape.d_model);
-  return static_cast<std::uint64_t>(o.hidden > 0 ? o.hidden : 64);
+  return static_cast<std::uint64_t>(mlp_config(o).hidden);
+}
+
+model::MlpConfig mlp_config(const ModelOptions& o) {
+  return {o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, o.layer_ms, o.seed};
 }
 
 bool config_remat(const engine::EngineConfig& config) {
@@ -111,7 +112,7 @@ bool config_remat(const engine::EngineConfig& config) {
 ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda) {
   ModelSize out;
   if (o.model == "mlp") {
-    const model::MlpConfig m{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, 0.0, o.seed};
+    const model::MlpConfig m = mlp_config(o);
     out.params = model::mlp_param_specs(m);
     out.describe = str_cat("mlp ", m.layers, " x ", m.hidden);
     return out;  // its activations live in host memory on the host device

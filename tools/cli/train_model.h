@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "models/gpt/config.h"
+#include "models/mlp_layers.h"
 #include "runtime/core/trace.h"
 
 namespace strata::comm {
@@ -67,6 +68,8 @@ void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
 // The GPT's shape and training length from the flags (a preset, then the dimensions given);
 // re-materialization from --remat, else `always` when config_remat. Throws
 // Errc::invalid_argument naming the flag for a shape that cannot work.
+// The MLP the flags describe (--layers 4 and --hidden 64 where not given).
+model::MlpConfig mlp_config(const ModelOptions& o);
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 // The same, with re-materialization and the FP8 recipe from `config`.
 model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config);

@@ -41,7 +41,7 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
 }
 
 PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D) {
-  const model::MlpConfig mlp{o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, o.layer_ms, o.seed};
+  const model::MlpConfig mlp = mlp_config(o);
   PipelinedModel out;
   auto data = std::make_shared<const model::MlpData>(mlp.hidden, mlp.seed);  // one teacher for the process
   out.replica = [=](int d) {
