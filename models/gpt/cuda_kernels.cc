@@ -1,6 +1,6 @@
 // CudaKernels (see cuda_kernels.h). Host-side inputs (token ids, the embedding gradient's
 // grouping of rows by token) are uploaded from members that live until the next call, so
-// an asynchronous copy never reads freed memory.
+// an asynchronous copy never reads freed memory; each input is one copy.
 #include "models/gpt/cuda_kernels.h"
 
 #include <algorithm>
@@ -16,8 +16,9 @@
 namespace strata::model {
 namespace {
 
-// Int slots of the scratch: tokens, targets, order, segment starts (+1), segment tokens;
-// rounded up so the float part that follows is 256-byte aligned.
+// Int slots of the scratch: tokens, targets, and the embedding gradient's grouping (the
+// row order, the segment starts + 1 and the segment tokens, packed); rounded up so the float part that follows is
+// 256-byte aligned.
 std::size_t int_slots(int max_tokens) {
   const std::size_t n = 5 * static_cast<std::size_t>(max_tokens) + 1;
   return (n + 63) / 64 * 64;
@@ -32,9 +33,7 @@ class CudaKernels final : public GptKernels {
     const auto M = static_cast<std::size_t>(max_tokens);
     tokens_ = ints;
     targets_ = ints + M;
-    order_ = ints + 2 * M;
-    start_ = ints + 3 * M;
-    token_ = ints + 4 * M + 1;
+    groups_ = ints + 2 * M;
     dscores_ = reinterpret_cast<float*>(ints + int_slots(max_tokens));
     blas_ = detail::cuda_blas_create(stream_->native_handle());
   }
@@ -154,24 +153,27 @@ class CudaKernels final : public GptKernels {
                           int C) override {
     const int N = B * T;
     check_tokens(N);
-    host_order_.resize(static_cast<std::size_t>(N));
-    std::iota(host_order_.begin(), host_order_.end(), 0);
-    std::stable_sort(host_order_.begin(), host_order_.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
-    host_start_.clear();
-    host_token_.clear();
+    const auto n = static_cast<std::size_t>(N);
+    std::vector<std::int32_t> order(n), start, token;
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
     for (int i = 0; i < N; ++i) {
-      const std::int32_t t = tokens[host_order_[static_cast<std::size_t>(i)]];
-      if (host_token_.empty() || host_token_.back() != t) {
-        host_start_.push_back(i);
-        host_token_.push_back(t);
+      const std::int32_t t = tokens[order[static_cast<std::size_t>(i)]];
+      if (token.empty() || token.back() != t) {
+        start.push_back(i);
+        token.push_back(t);
       }
     }
-    const int segments = static_cast<int>(host_token_.size());
-    host_start_.push_back(N);
-    stream_->copy_async(order_, host_order_.data(), host_order_.size() * 4, device::CopyKind::host_to_device);
-    stream_->copy_async(start_, host_start_.data(), host_start_.size() * 4, device::CopyKind::host_to_device);
-    stream_->copy_async(token_, host_token_.data(), host_token_.size() * 4, device::CopyKind::host_to_device);
-    detail::cuda_embedding_backward(st(), dwte, dwpe, dout, order_, start_, token_, segments, B, T, C);
+    start.push_back(N);
+    const int segments = static_cast<int>(token.size());
+    // [order | starts | tokens], uploaded at once.
+    host_groups_ = std::move(order);
+    host_groups_.insert(host_groups_.end(), start.begin(), start.end());
+    host_groups_.insert(host_groups_.end(), token.begin(), token.end());
+    stream_->copy_async(groups_, host_groups_.data(), host_groups_.size() * 4, device::CopyKind::host_to_device);
+    const std::int32_t* d_start = groups_ + n;
+    detail::cuda_embedding_backward(st(), dwte, dwpe, dout, groups_, d_start, d_start + segments + 1, segments, B, T,
+                                    C);
   }
   double cross_entropy(float* logits, float* losses, const std::int32_t* targets, int N, int V,
                        float grad_scale) override {
@@ -218,10 +220,10 @@ class CudaKernels final : public GptKernels {
   int max_tokens_;
   std::size_t max_att_;
   device::DeviceBuffer scratch_;
-  std::int32_t *tokens_ = nullptr, *targets_ = nullptr, *order_ = nullptr, *start_ = nullptr, *token_ = nullptr;
+  std::int32_t *tokens_ = nullptr, *targets_ = nullptr, *groups_ = nullptr;
   float* dscores_ = nullptr;
   void* blas_ = nullptr;
-  std::vector<std::int32_t> host_tokens_, host_targets_, host_order_, host_start_, host_token_;
+  std::vector<std::int32_t> host_tokens_, host_targets_, host_groups_;
   std::vector<float> host_losses_;
 };
 

@@ -223,10 +223,11 @@ class DeviceAccess : public LayerAccess {
     for (const auto& layer : params) {
       p_.emplace_back();
       gr_.emplace_back();
+      n_.emplace_back();
       for (const auto& t : layer) {
         p_.back().push_back(g.up(t.data));
         gr_.back().push_back(g.up(std::vector<float>(t.data.size())));
-        n_.push_back(t.data.size());
+        n_.back().push_back(t.data.size());
       }
     }
     open_.assign(params.size(), false);
@@ -239,7 +240,7 @@ class DeviceAccess : public LayerAccess {
   std::vector<float*> grads(int layer) override {
     const auto l = static_cast<std::size_t>(layer);
     if (!open_[l]) {
-      for (std::size_t i = 0; i < gr_[l].size(); ++i) k_.zero(gr_[l][i], numel(l, i));
+      for (std::size_t i = 0; i < gr_[l].size(); ++i) k_.zero(gr_[l][i], n_[l][i]);
       open_[l] = true;
     }
     return gr_[l];
@@ -248,20 +249,15 @@ class DeviceAccess : public LayerAccess {
   std::vector<std::vector<float>> all_grads() {
     std::vector<std::vector<float>> out;
     for (std::size_t l = 0; l < gr_.size(); ++l)
-      for (std::size_t i = 0; i < gr_[l].size(); ++i) out.push_back(g_.down(k_, gr_[l][i], numel(l, i)));
+      for (std::size_t i = 0; i < gr_[l].size(); ++i) out.push_back(g_.down(k_, gr_[l][i], n_[l][i]));
     return out;
   }
 
  private:
-  std::size_t numel(std::size_t l, std::size_t i) const {
-    std::size_t at = 0;
-    for (std::size_t j = 0; j < l; ++j) at += gr_[j].size();
-    return n_[at + i];
-  }
   Gpu& g_;
   GptKernels& k_;
   std::vector<std::vector<float*>> p_, gr_;
-  std::vector<std::size_t> n_;
+  std::vector<std::vector<std::size_t>> n_;  // elements of each tensor
   std::vector<bool> open_;
 };
 
