@@ -18,10 +18,6 @@ std::string StageStore::tensor_name(int layer) { return "pipeline.layer" + std::
 StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers,
                        int pipeline_stages)
     : engine_(engine), model_(model), ids_(std::move(layers)) {
-  const EngineConfig& c = engine.config();
-  STRATA_CHECK(compute_dtype_of(c) != DType::fp16, Errc::invalid_argument,
-               "pipeline stages compute in fp32 or bf16, not fp16 (no loss scaling across stages): set "
-               "fp16.enabled to false in the config, or bf16.enabled to true");
   // Clipping and the overflow skip must see every stage's gradients, or the stages would
   // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
   STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",
@@ -169,5 +165,7 @@ void StageStore::after_action(const pipeline::Action&, const std::vector<int>& l
 }
 
 void StageStore::optimizer_step() { last_ = engine_.step(); }
+
+float StageStore::loss_scale() { return engine_.loss_scale(); }
 
 }  // namespace strata::engine

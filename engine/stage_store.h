@@ -18,12 +18,14 @@
 // optimizer_step() is engine.step(). With every stage's engine fed in micro-batch order the
 // parameters are the bits of one engine over the whole model running the plain loop
 // (pipeline::run_sequential) with the same data-parallel ranks, at every ZeRO stage and
-// placement. The layers compute in fp32: with a bf16 compute dtype each gathered layer is
+// placement. The layers compute in fp32: with a 16-bit compute dtype each gathered layer is
 // widened into an fp32 buffer on the engine's device for its action and each gradient
-// rounded to bf16 on its way in (fp16, which needs loss scaling, is refused). With
-// P > 1 the engines of one replica's stages must be linked (EngineOptions::pipeline_comm):
-// clipping and the overflow skip then see the norm over every stage, so every stage steps,
-// clips or skips alike.
+// rounded to bf16 or fp16 on its way in. Under fp16 loss_scale() is the engine's loss
+// scale, which the last stage's loss gradient carries and every stage's engine divides out
+// at its step. With P > 1 the engines of one replica's stages must be linked
+// (EngineOptions::pipeline_comm): clipping and the overflow skip then see the norm over
+// every stage, so every stage steps, clips or skips alike, and their loss scalers move
+// together.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +43,8 @@ namespace strata::engine {
 
 class StageStore final : public pipeline::ParameterStore {
  public:
-  // Throws Errc::invalid_argument naming what the pipeline cannot run: fp16 compute (the
-  // config key), or an engine not linked to pipeline_stages stages.
+  // Throws Errc::invalid_argument naming what the pipeline cannot run: an engine not linked
+  // to pipeline_stages stages.
   StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers, int pipeline_stages);
 
   // After engine.setup(): every layer's initial parameters (collective, as init_weights).
@@ -61,6 +63,7 @@ class StageStore final : public pipeline::ParameterStore {
   void add_gradient(int layer, int micro, const float* dw) override;
   void after_action(const pipeline::Action& action, const std::vector<int>& layers) override;
   void optimizer_step() override;
+  float loss_scale() override;
 
   // Where the executor's buffers go: the pool setup() made, else the engine's device.
   device::Device& activation_device() noexcept { return pool_ ? *pool_ : engine_.device(); }

@@ -172,11 +172,11 @@ MlpPipeline mlp_pipeline_model(const MlpConfig& c, int micro_batch, int micro_ba
     data->batch(step, train_batch, micro, rank, world, micro_batch, x, nullptr);
   };
   auto losses = g.losses;
-  m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy) {
+  m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy, float loss_scale) {
     std::vector<float> x(n), target(n);
     data->batch(step, train_batch, micro, rank, world, micro_batch, x.data(), target.data());
     (*losses)[static_cast<std::size_t>(micro)] =
-        data->loss_and_grad(y, target.data(), dy, static_cast<std::size_t>(micro_batch), 1.0f);
+        data->loss_and_grad(y, target.data(), dy, static_cast<std::size_t>(micro_batch), loss_scale);
   };
   return g;
 }

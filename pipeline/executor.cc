@@ -290,7 +290,8 @@ struct StageExecutor::Impl {
       const int mb = a.micro;
       const auto* loss = &model.loss_grad;
       const std::int64_t at_step = step;
-      launch([=] { (*loss)(at_step, mb, y, dy); });
+      const float loss_scale = store->loss_scale();
+      launch([=] { (*loss)(at_step, mb, y, dy, loss_scale); });
     }
     STRATA_CHECK(st.grad_out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no output gradient");

@@ -115,10 +115,11 @@ PipelineModel synthetic_model(const SyntheticModelSpec& spec) {
   m.input = [n, seed](std::int64_t, int micro, float* x) {
     for (std::size_t i = 0; i < n; ++i) x[i] = hashed_uniform(seed ^ 0x1234, static_cast<std::uint64_t>(micro), i);
   };
-  // Squared error against a hashed target: dL/dy = (y - t) / (rows m).
-  m.loss_grad = [n, seed, scale](std::int64_t, int micro, const float* y, float* dy) {
+  // Squared error against a hashed target: dL/dy = (y - t) / (rows m), times the loss scale.
+  m.loss_grad = [n, seed, scale](std::int64_t, int micro, const float* y, float* dy, float loss_scale) {
+    const float s = scale * loss_scale;
     for (std::size_t i = 0; i < n; ++i)
-      dy[i] = (y[i] - 0.5f * hashed_uniform(seed ^ 0x5678, static_cast<std::uint64_t>(micro), i)) * scale;
+      dy[i] = (y[i] - 0.5f * hashed_uniform(seed ^ 0x5678, static_cast<std::uint64_t>(micro), i)) * s;
   };
   return m;
 }
@@ -147,7 +148,7 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
       store.after_action(f, held);
     }
     std::vector<float> dy(x[n_layers].size());
-    model.loss_grad(step, mb, x[n_layers].data(), dy.data());
+    model.loss_grad(step, mb, x[n_layers].data(), dy.data(), store.loss_scale());
     for (std::size_t l = n_layers; l-- > 0;) {
       const Layer& layer = *model.layers[l];
       const int id = static_cast<int>(l);

@@ -7,7 +7,10 @@
 // global ids of the layers it touches, then parameters() of those layers, then
 // add_gradient(layer, micro, dw) for each weight gradient the action completed, then
 // after_action(action, layers); gradients_ready(layer) once that layer's weight gradient
-// holds every micro-batch; optimizer_step() at the schedule's OPT. add_gradient comes for
+// holds every micro-batch; optimizer_step() at the schedule's OPT. loss_scale() is the
+// factor this step's loss gradient carries (an fp16 engine's loss scaler; 1 otherwise),
+// read by the last stage before each loss gradient and fixed from begin_step() to
+// optimizer_step(). add_gradient comes for
 // each layer in micro-batch order (0, 1, ...), whatever order the schedule ran W in, with
 // the layer still held (inside its action), and `dw` is that one micro-batch's dW, valid
 // for the call only: a store sums them in that order (LocalParameterStore) or hands each
@@ -50,9 +53,9 @@ struct PipelineModel {
   // Writes micro-batch `micro`'s input for the step-th step (0-based) of the run: rows *
   // layers.front()->in_features() floats.
   std::function<void(std::int64_t step, int micro, float* x)> input;
-  // Writes dL/dy for micro-batch `micro` of step `step` from the last layer's output y
-  // (rows * out floats).
-  std::function<void(std::int64_t step, int micro, const float* y, float* dy)> loss_grad;
+  // Writes dL/dy times `loss_scale` (the store's loss_scale()) for micro-batch `micro` of
+  // step `step` from the last layer's output y (rows * out floats).
+  std::function<void(std::int64_t step, int micro, const float* y, float* dy, float loss_scale)> loss_grad;
   std::optional<Tie> tie;
 
   // Throws Errc::invalid_argument when the layers do not split evenly into
@@ -75,6 +78,7 @@ class ParameterStore {
   virtual void after_action(const Action& action, const std::vector<int>& layers) { (void)action, (void)layers; }
   virtual void gradients_ready(int layer) { (void)layer; }
   virtual void optimizer_step() {}
+  virtual float loss_scale() { return 1.0f; }
 };
 
 // Parameters and gradients of some layers in host memory (stored_params of each):

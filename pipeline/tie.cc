@@ -99,5 +99,6 @@ void TiedStore::after_action(const Action& action, const std::vector<int>& layer
 }
 void TiedStore::gradients_ready(int layer) { inner_.gradients_ready(layer); }
 void TiedStore::optimizer_step() { inner_.optimizer_step(); }
+float TiedStore::loss_scale() { return inner_.loss_scale(); }
 
 }  // namespace strata::pipeline

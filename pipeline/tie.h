@@ -44,6 +44,7 @@ class TiedStore final : public ParameterStore {
   void after_action(const Action& action, const std::vector<int>& layers) override;
   void gradients_ready(int layer) override;
   void optimizer_step() override;
+  float loss_scale() override;
 
  private:
   std::uint32_t tag(int micro) const;  // micro -1: the tied values

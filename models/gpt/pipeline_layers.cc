@@ -223,12 +223,12 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
     batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
     for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(in[i]);
   };
-  // Each micro-batch's mean token loss, as the GPT's pass hands the engine (which averages
-  // over micro-batches and ranks).
-  const float scale = 1.0f / static_cast<float>(n);
+  // Each micro-batch's mean token loss times the loss scale, as the GPT's pass hands the
+  // engine (which averages over micro-batches and ranks, and divides by the scale).
   auto losses = g.losses;
   const int V = s.vocab;
-  m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy) {
+  m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy, float loss_scale) {
+    const float scale = loss_scale / static_cast<float>(n);
     std::vector<std::int32_t> in(n), tg(n);
     batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
     std::vector<float> row_loss(n);

@@ -4,7 +4,8 @@
 // several steps the parameters must be the bits of one engine over the whole model running
 // the plain loop with the same D ranks and micro-batches: every schedule, P = 2 and 4,
 // D = 1 and 2, ZeRO stages 0-3, optimizer state and parameters on the device, in host RAM
-// and on NVMe. Plus the configs the pipeline refuses, by name.
+// and on NVMe, fp32 and 16-bit compute (fp16 with a loss scaler that skips). Plus the
+// configs the pipeline refuses, by name.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -57,8 +58,9 @@ pipeline::PipelineModel replica_model(int d) {
 struct Placement {
   int zero = 0;
   OffloadDevice opt = OffloadDevice::none, par = OffloadDevice::none;
-  bool overlap = false;  // offload_optimizer.overlap_step: the optimistic step, undone on overflow or clipping
-  bool clip = true;      // gradient_clipping kClip, else off
+  bool overlap = false;         // offload_optimizer.overlap_step: the optimistic step, undone on overflow or clipping
+  bool clip = true;             // gradient_clipping kClip, else off
+  DType compute = DType::fp32;  // fp16: with a dynamic loss scaler
 };
 
 const char* name(OffloadDevice d) {
@@ -66,7 +68,9 @@ const char* name(OffloadDevice d) {
 }
 
 engine::EngineConfig config_for(const Placement& p, int replicas, const std::string& nvme_dir) {
-  auto c = test::mlp_config(p.zero, replicas, DType::fp32, 4, kMicro);
+  auto c = test::mlp_config(p.zero, replicas, p.compute, 4, kMicro);
+  c.fp16.loss_scale = 0;  // dynamic, from 2^16, halved by each overflow
+  c.fp16.hysteresis = 1;
   c.gradient_clipping = p.clip ? kClip : 0.0f;
   c.zero.reduce_bucket_size = 300;                // one bucket a layer (272 parameters)
   c.zero.stage3_param_persistence_threshold = 0;  // stage 3 gathers every layer
@@ -132,14 +136,23 @@ std::unique_ptr<comm::Communicator> group_comm(const std::string& dir, int group
 
 using ModelOf = std::function<pipeline::PipelineModel(int replica)>;
 
+// A gathered layer's values in fp32 (a 16-bit compute copy widened exactly).
+std::vector<float> widened(const engine::TensorView& v) {
+  std::vector<float> out(v.numel);
+  convert(v.data, v.dtype, out.data(), DType::fp32, v.numel);
+  return out;
+}
+
 // The plain data-parallel run: D ranks, one engine each over the whole model, driven
 // through the engine's own calls (not StageStore, which it checks): per micro-batch a
-// forward gathering each layer, the loss gradient, a backward writing each layer's dW into
-// its gradient buffer and reducing it.
+// forward gathering each layer, the loss gradient (times the engine's loss scale), a
+// backward writing each layer's dW into its gradient buffer (rounded to the compute dtype)
+// and reducing it.
 struct Plain {
   Params params;
-  std::vector<double> clip_coefs;  // replica 0's, per step
-  std::vector<bool> skipped;       // the same
+  std::vector<double> clip_coefs;   // replica 0's, per step
+  std::vector<bool> skipped;        // the same
+  std::vector<double> loss_scales;  // the same
 };
 Plain run_plain(const Placement& p, int replicas, const std::string& dir, const ModelOf& model_of = replica_model) {
   Plain out;
@@ -173,15 +186,17 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
           const auto& layer = *model.layers[l];
           x[l + 1].resize(rows * layer.out_features());
           saved[l].resize(layer.saved_floats(rows));
-          layer.forward(e.gather(l)[0].as<float>(), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+          layer.forward(widened(e.gather(l)[0]).data(), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
           e.release(l);
         }
         std::vector<float> dy(x[kLayers].size());
-        model.loss_grad(0, mb, x[kLayers].data(), dy.data());
+        model.loss_grad(0, mb, x[kLayers].data(), dy.data(), e.loss_scale());
         for (int l = kLayers; l-- > 0;) {
           const auto& layer = *model.layers[l];
-          const float* params = e.gather(l)[0].as<float>();
-          float* dw = e.grad_buffers(l)[0].as<float>();
+          const std::vector<float> wide = widened(e.gather(l)[0]);
+          const float* params = wide.data();
+          std::vector<float> dw_values(layer.param_count());
+          float* dw = dw_values.data();
           std::vector<float> dx(rows * layer.in_features());
           if (layer.splits_backward()) {
             layer.backward_input(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), rows);
@@ -189,6 +204,8 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
           } else {
             layer.backward(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), dw, rows);
           }
+          const auto g = e.grad_buffers(l)[0];
+          convert(dw, DType::fp32, g.data, g.dtype, g.numel);
           e.reduce_grads(l);
           e.release(l);
           dy = std::move(dx);
@@ -198,6 +215,7 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
       if (d == 0) {
         out.clip_coefs.push_back(r.clip_coef);
         out.skipped.push_back(r.skipped);
+        out.loss_scales.push_back(r.loss_scale);
       }
     }
     const auto params = e.full_parameters();
@@ -421,6 +439,38 @@ TEST_CASE("an overflow in one stage undoes the other stages' optimistic step: by
   }
 }
 
+// 16-bit stages: each gathered layer is widened to fp32 for the layers and each gradient
+// rounded to the compute dtype on its way in, as the plain loop does. Under fp16 the last
+// stage's loss gradient carries the engine's loss scale; stage 0's overflow in step 2 makes
+// every stage skip it and halve its scale alike, so step 3's loss gradient carries half the
+// scale, and the run ends with the plain run's bits.
+TEST_CASE("16-bit stages (fp16 with a dynamic loss scaler that skips, bf16) give the plain run's bits", "[offload]") {
+  test::TempDir dir("strata-pipe");
+  const DType compute = GENERATE(DType::fp16, DType::bf16);
+  const Placement p = GENERATE(Placement{1, OffloadDevice::none, OffloadDevice::none},
+                               Placement{3, OffloadDevice::cpu, OffloadDevice::cpu});
+  const int replicas = GENERATE(1, 2);
+  Placement q = p;
+  q.compute = compute;
+  const Plain plain = run_plain(q, replicas, dir.path(), poisoned_model);
+  REQUIRE(plain.skipped == std::vector<bool>{false, true, false});
+  if (compute == DType::fp16) REQUIRE(plain.loss_scales == std::vector<double>{65536, 65536, 32768});
+  REQUIRE(compare(plain.params, run_plain(q, replicas, dir.path()).params) != "");  // the skip changes the bytes
+  for (const Schedule& s : {pipeline::one_f_one_b(2, kMicro), pipeline::interleaved_1f1b(2, kMicro, 2),
+                            pipeline::zb_h1(2, kMicro), pipeline::zb_h2(2, kMicro)}) {
+    INFO(dtype_name(compute) << ", ZeRO " << q.zero << ", " << s.kind << ", D=" << replicas);
+    std::vector<std::vector<engine::StepResult>> steps;
+    CHECK(compare(run_pipelined(s, q, replicas, dir.path(), poisoned_model, &steps), plain.params) == "");
+    for (const auto& stage : steps) {
+      REQUIRE(stage.size() == plain.skipped.size());
+      for (std::size_t k = 0; k < stage.size(); ++k) {
+        CHECK(stage[k].skipped == plain.skipped[k]);
+        CHECK(stage[k].loss_scale == plain.loss_scales[k]);
+      }
+    }
+  }
+}
+
 // A device budget below what a stage needs (the pool for the schedule's replayed buffers,
 // and the engine's minimum with a whole chunk gathered at once) is refused at setup, naming
 // that minimum; a budget of exactly that trains to the plain run's bits: the activations'
@@ -462,16 +512,9 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   CHECK(compare(run_pipelined(s, p, 1, dir.path(), replica_model, nullptr, budget), plain.params) == "");
 }
 
-TEST_CASE("a pipeline stage refuses fp16 compute and an engine not linked to the other stages", "[offload][negative]") {
+TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "[offload][negative]") {
   const auto model = replica_model(0);
   auto dev = test::host_device(64 << 20);
-  {
-    auto c = config_for({}, 1, "");
-    c.fp16.enabled = true;
-    engine::Engine e({.config = c, .device = dev.get()});
-    const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 1); });
-    CHECK_THAT(what, Catch::Contains("fp16.enabled") && Catch::Contains("bf16"));
-  }
   {
     engine::Engine e({.config = config_for({}, 1, ""), .device = dev.get()});
     const auto what = test::error_of([&] { engine::StageStore(e, model, {0, 1}, 2); });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `strata pipeline --config`: stages on ZeRO-3 engines with optimizer state and parameters
 # on NVMe, as threads and as processes under `strata launch`, one and two data-parallel
-# replicas, with clipping on, in fp32 and bf16, and zb-auto from the times measured in
+# replicas, with clipping on, in fp32, bf16 and fp16, and zb-auto from the times measured in
 # ZB-H1 steps; --verify must find the parameters bitwise equal to the plain
 # data-parallel engine run, the report must show each stage's NVMe traffic, no swap file may
 # be left behind, and configs the pipeline cannot run are refused naming the key or flag,
@@ -95,8 +95,8 @@ out=$("$strata" "${auto[@]}" --device-budget "$need" 2>&1) || fail "zb-auto in b
 grep -q "zb-auto memory limit 1 micro-batches" <<<"$out" || fail "not a limit of 1 at the named minimum: $out"
 echo "ok: zb-auto's minimum counts the fp32 copies of a bf16 stage"
 config 8 fp16
-if msg=$("$strata" pipeline -p 2 -m 8 --config "$dir/ds.json" 2>&1); then fail "fp16 stages accepted"; fi
-grep -q "fp16.enabled" <<<"$msg" || fail "fp16 refusal does not name the key: $msg"
+out=$("$strata" pipeline --kind zb-h1 -p 2 -m 8 --layers 4 --config "$dir/ds.json" --verify 2>&1) || fail "fp16: $out"
+check "zb-h1 in fp16 with a dynamic loss scaler, 2 stages as threads" "$out"
 if msg=$("$strata" pipeline -p 2 -m 8 --replicas 2 2>&1); then fail "--replicas without --config accepted"; fi
 grep -q "needs --config" <<<"$msg" || fail "--replicas refusal does not name --config: $msg"
 config 8 fp32

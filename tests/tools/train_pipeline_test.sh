@@ -3,7 +3,8 @@
 # pipeline stages on ZeRO engines ends with the plain trainer's parameters bit for bit
 # (--save-params: names, shapes, order and bytes), with its gradient norms and losses at
 # every step (within 1e-7 at two replicas, which the plain trainer means in fp32), as threads
-# and as P x D processes under strata launch, in fp32 and bf16, with optimizer state and
+# and as P x D processes under strata launch, in fp32, bf16 and fp16 (a dynamic loss scaler
+# that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped; what it cannot take is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
@@ -11,10 +12,10 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
 readme="$(dirname "$0")/../../README.md"
 gpt=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2 --steps 4)
-config() {  # $1: file, $2: zero stage, $3: offload device[, $4: bf16 (true/false)]
+config() {  # $1: file, $2: zero stage, $3: offload device[, $4: bf16, $5: fp16 (true/false)]
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
- "bf16": {"enabled": ${4:-false}},
+ "bf16": {"enabled": ${4:-false}}, "fp16": {"enabled": ${5:-false}, "loss_scale": 0, "hysteresis": 1},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0,
    "offload_optimizer": {"device": "$3", "nvme_path": "$dir/nvme"},
@@ -57,6 +58,25 @@ config "$dir/b1.json" 1 none true
   --log-json "$dir/pipe-bf16.jsonl" --save-params "$dir/pipe-bf16.st" >/dev/null
 same_losses "zb-h2 in bf16, 2 stages as threads, ZeRO-1" "$dir/plain-bf16.jsonl" "$dir/pipe-bf16.jsonl"
 same_params "zb-h2 in bf16, 2 stages as threads" "$dir/plain-bf16.st" "$dir/pipe-bf16.st"
+
+# fp16 with a dynamic loss scaler from 2^16: the first step overflows on every stage and is
+# skipped, the scale halves on each, and the rest trains to the plain trainer's bits.
+config "$dir/h3.json" 3 cpu false true
+"$strata" train "${gpt[@]}" --config "$dir/h3.json" --log-json "$dir/plain-fp16.jsonl" \
+  --save-params "$dir/plain-fp16.st" >/dev/null
+"$strata" train "${gpt[@]}" --config "$dir/h3.json" --pipeline-stages 2 --schedule zb-h1 \
+  --log-json "$dir/pipe-fp16.jsonl" --save-params "$dir/pipe-fp16.st" >/dev/null
+same_losses "zb-h1 in fp16, 2 stages as threads, ZeRO-3 on the host" "$dir/plain-fp16.jsonl" "$dir/pipe-fp16.jsonl"
+same_params "zb-h1 in fp16, 2 stages as threads" "$dir/plain-fp16.st" "$dir/pipe-fp16.st"
+python3 - "$dir/plain-fp16.jsonl" "$dir/pipe-fp16.jsonl" <<'PY' || fail "fp16: the steps skipped or the loss scales differ"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+key = lambda r: (r["skipped"], r["loss_scale"])
+assert [key(x) for x in a] == [key(y) for y in b], ([key(x) for x in a], [key(y) for y in b])
+assert a[0]["skipped"] and not a[-1]["skipped"], [x["skipped"] for x in a]
+PY
+echo "ok: fp16: the same steps skipped at the same loss scales"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \

@@ -33,7 +33,20 @@ namespace strata::cli {
 namespace {
 
 // What every rank reports after a step, gathered on every rank (doubles).
-enum Field { loss_sum, step_s, grad_norm, dev_used, dev_peak, dev_budget, host_peak, nvme_used, kFields };
+enum Field {
+  loss_sum,
+  step_s,
+  grad_norm,
+  loss_scale,
+  skipped,
+  lr,
+  dev_used,
+  dev_peak,
+  dev_budget,
+  host_peak,
+  nvme_used,
+  kFields
+};
 
 // Every rank's row of `mine` (k doubles), rank-major; `comm` null: this rank alone.
 std::vector<double> gather(comm::Communicator* comm, std::vector<double> mine) {
@@ -119,8 +132,10 @@ struct Run {
       if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
     }
     const double tps = static_cast<double>(tokens_per_step) / step;
-    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  %.0f tok/s  grad-norm %.4g%s\n", static_cast<long long>(s + 1),
-                static_cast<long long>(o.steps), loss, step * 1e3, tps, at(0, grad_norm), mem.c_str());
+    // Every stage sees the norm over all of them, so one rank's step outcome is every rank's.
+    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n", static_cast<long long>(s + 1),
+                static_cast<long long>(o.steps), loss, step * 1e3, tps, at(0, grad_norm),
+                at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
     std::fflush(stdout);
     if (!log.is_open()) return;
     nlohmann::json stages = nlohmann::json::array();
@@ -137,6 +152,9 @@ struct Run {
                           {"step_ms", step * 1e3},
                           {"tokens_per_s", tps},
                           {"grad_norm", at(0, grad_norm)},
+                          {"loss_scale", at(0, loss_scale)},
+                          {"lr", at(0, lr)},
+                          {"skipped", at(0, skipped) != 0},
                           {"stages", stages}}
                .dump()
         << "\n";
@@ -212,9 +230,10 @@ struct Run {
         for (double l : *g.losses) losses += l;
       const auto mem = runner.engine().memory();
       const auto num = [](std::uint64_t b) { return static_cast<double>(b); };
-      const auto rows = gather(all, {losses, dt, runner.store().last_step().grad_norm, num(mem.device.used_bytes),
-                                     num(mem.device.peak_bytes), num(mem.device.budget_bytes), num(mem.host.peak_bytes),
-                                     num(mem.nvme.used_bytes)});
+      const engine::StepResult& r = runner.store().last_step();
+      const auto rows = gather(all, {losses, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
+                                     num(mem.device.used_bytes), num(mem.device.peak_bytes),
+                                     num(mem.device.budget_bytes), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
       if (ckpt.after_step(runner.engine(), stage, s, o.steps) && printer)
         std::printf("saved checkpoint step %lld under %s/stage<0..%d>\n", static_cast<long long>(s + 1),
