@@ -46,7 +46,7 @@ std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& mo
 
 std::size_t StageStore::count(int layer) const { return model_.stored_params(layer); }
 
-void StageStore::init(std::uint64_t seed) {
+void StageStore::init(std::uint64_t seed, const LayerValues& from) {
   std::map<std::string, int> by_name;
   for (int id : ids_) by_name[tensor_name(id)] = id;
   std::map<int, std::vector<float>> values;  // made once per layer, on first ask
@@ -55,7 +55,10 @@ void StageStore::init(std::uint64_t seed) {
     STRATA_CHECK(it != by_name.end(), Errc::internal, "pipeline stage: the engine asks for '", name,
                  "', which this stage did not register");
     auto& v = values[it->second];
-    if (v.empty()) {
+    if (v.empty() && from) {
+      v.resize(count(it->second));
+      from(it->second, v.size(), v.data());
+    } else if (v.empty()) {
       v.resize(model_.layers[it->second]->param_count());  // a tied tail is the owner's: not ours to keep
       model_.layers[it->second]->init_params(v.data(), seed, it->second);
       v.resize(count(it->second));
@@ -77,7 +80,8 @@ std::uint64_t StageStore::reserved_bytes(const pipeline::StageMemory& activation
   return activations.pool_bytes() + conversion_bytes(model, layers, layers_at_once, compute);
 }
 
-void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed) {
+void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed,
+                       const LayerValues& from) {
   const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
   const std::uint64_t activation_bytes =
       reserved_bytes(activations, model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
@@ -110,7 +114,7 @@ void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_o
     throw Error(e.code(), str_cat("pipeline stage ", stage, " (", format_bytes(activation_bytes),
                                   " reserved for the schedule's activations): ", e.what()));
   }
-  init(seed);
+  init(seed, from);
 }
 
 void StageStore::begin_step() { engine_.begin_step(); }

@@ -10,7 +10,8 @@
 // for every buffer the schedule has live at once, activation_device(); the fp32 copies of
 // a 16-bit stage) at the start of the engine's device, so the engine's buffers never
 // interleave with them, then sets the engine up and gives the tensors
-// Layer::init_params(seed, id) (or engine.setup() and init(seed), with nothing reserved).
+// Layer::init_params(seed, id) or values from a file (or engine.setup() and init(seed),
+// with nothing reserved).
 // Then the executor drives it: begin_step() is the engine's; before_action gathers the
 // action's layers and after_action releases them; add_gradient
 // copies one micro-batch's dW into the layer's gradient buffer and reduces it (the engine's
@@ -29,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -47,15 +49,22 @@ class StageStore final : public pipeline::ParameterStore {
   // to pipeline_stages stages.
   StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers, int pipeline_stages);
 
-  // After engine.setup(): every layer's initial parameters (collective, as init_weights).
-  void init(std::uint64_t seed);
+  // Writes layer `layer`'s `count` stored parameters (model.stored_params(layer): its
+  // tensors concatenated as the layer reads them, a tied tail left out): initial values
+  // from elsewhere than Layer::init_params (a file of trained weights).
+  using LayerValues = std::function<void(int layer, std::size_t count, float* out)>;
+
+  // After engine.setup(): every layer's initial parameters, from `from` if set, else
+  // Layer::init_params(seed, id) (collective, as init_weights).
+  void init(std::uint64_t seed, const LayerValues& from = {});
   // engine.setup() with `activations` (pipeline::stage_memory for this stage's schedule)
   // and the fp32 copies of `layers_at_once` layers (one action's chunk) under a 16-bit
   // compute dtype held in pools, those layers gathered at once
   // (Engine::reserve_for_trainer), then init(seed). Throws Errc::out_of_budget naming the
   // stage's activations, the budget and what to change when they alone do not fit; the
   // engine's own refusal names its minimum beside the bytes reserved.
-  void setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed);
+  void setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed,
+             const LayerValues& from = {});
 
   void begin_step() override;
   void before_action(const pipeline::Action& action, const std::vector<int>& layers) override;

@@ -6,16 +6,18 @@
 # and as P x D processes under strata launch, in fp32, bf16 and fp16 (a dynamic loss scaler
 # that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
-# the bits of one that never stopped; what it cannot take is refused by name.
+# the bits of one that never stopped; --init-from starts it from the plain trainer's saved
+# weights as it starts the plain trainer; what it cannot take is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
 readme="$(dirname "$0")/../../README.md"
-gpt=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2 --steps 4)
+shape=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2)
+gpt=("${shape[@]}" --steps 4)
 config() {  # $1: file, $2: zero stage, $3: offload device[, $4: bf16, $5: fp16 (true/false)]
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
- "bf16": {"enabled": ${4:-false}}, "fp16": {"enabled": ${5:-false}, "loss_scale": 0, "hysteresis": 1},
+ "bf16": {"enabled": ${4:-false}}, "fp16": {"enabled": ${5:-false}, "loss_scale": 0, "initial_scale_power": 24, "hysteresis": 1},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0,
    "offload_optimizer": {"device": "$3", "nvme_path": "$dir/nvme"},
@@ -59,24 +61,24 @@ config "$dir/b1.json" 1 none true
 same_losses "zb-h2 in bf16, 2 stages as threads, ZeRO-1" "$dir/plain-bf16.jsonl" "$dir/pipe-bf16.jsonl"
 same_params "zb-h2 in bf16, 2 stages as threads" "$dir/plain-bf16.st" "$dir/pipe-bf16.st"
 
-# fp16 with a dynamic loss scaler from 2^16: the first step overflows on every stage and is
-# skipped, the scale halves on each, and the rest trains to the plain trainer's bits.
+# fp16 with a dynamic loss scaler from 2^24, far above what this model's gradients take:
+# the first steps overflow on every stage and are skipped, the scale halves on each, and
+# the rest trains to the plain trainer's bits (12 steps: room for the scale to come down).
 config "$dir/h3.json" 3 cpu false true
-"$strata" train "${gpt[@]}" --config "$dir/h3.json" --log-json "$dir/plain-fp16.jsonl" \
+"$strata" train "${shape[@]}" --steps 12 --config "$dir/h3.json" --log-json "$dir/plain-fp16.jsonl" \
   --save-params "$dir/plain-fp16.st" >/dev/null
-"$strata" train "${gpt[@]}" --config "$dir/h3.json" --pipeline-stages 2 --schedule zb-h1 \
+"$strata" train "${shape[@]}" --steps 12 --config "$dir/h3.json" --pipeline-stages 2 --schedule zb-h1 \
   --log-json "$dir/pipe-fp16.jsonl" --save-params "$dir/pipe-fp16.st" >/dev/null
-same_losses "zb-h1 in fp16, 2 stages as threads, ZeRO-3 on the host" "$dir/plain-fp16.jsonl" "$dir/pipe-fp16.jsonl"
 same_params "zb-h1 in fp16, 2 stages as threads" "$dir/plain-fp16.st" "$dir/pipe-fp16.st"
 python3 - "$dir/plain-fp16.jsonl" "$dir/pipe-fp16.jsonl" <<'PY' || fail "fp16: the steps skipped or the loss scales differ"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
-key = lambda r: (r["skipped"], r["loss_scale"])
-assert [key(x) for x in a] == [key(y) for y in b], ([key(x) for x in a], [key(y) for y in b])
+key = lambda r: (r["skipped"], r["loss_scale"], r["loss"], r["grad_norm"])
+assert len(a) == len(b) == 12 and [key(x) for x in a] == [key(y) for y in b], ([key(x) for x in a], [key(y) for y in b])
 assert a[0]["skipped"] and not a[-1]["skipped"], [x["skipped"] for x in a]
 PY
-echo "ok: fp16: the same steps skipped at the same loss scales"
+echo "ok: fp16: the same losses, gradient norms, steps skipped and loss scales"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \
@@ -98,7 +100,7 @@ same_params "zb-auto from measured times, ZeRO-3 on NVMe" "$dir/plain3.st" "$dir
 # Resume: a run stopped after step 2 and resumed to step 4 ends with the bits of 4 steps
 # straight; with one stage a save behind (stopped between two stages' saves) every stage
 # resumes from the step they all have; with that step gone (keep 1) the resume is refused.
-base=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2 --config "$dir/z3.json")
+base=("${shape[@]}" --config "$dir/z3.json")
 run=("${base[@]}" --pipeline-stages 2 --schedule zb-h1)
 "$strata" train "${run[@]}" --steps 4 --save-params "$dir/straight.st" >/dev/null
 "$strata" train "${run[@]}" --steps 2 --save-dir "$dir/ck" >/dev/null
@@ -124,6 +126,32 @@ expect_refusal "stages with no common step" "the stages cannot resume together" 
   --steps 4 --resume "$dir/ck3"
 expect_refusal "another stage count" "resume with 2" "$strata" train "${base[@]}" --pipeline-stages 1 --steps 4 \
   --resume "$dir/ck"
+
+# --init-from: the plain trainer's saved weights start the pipelined run where they start
+# the plain one, as 2 stages x 2 replicas with ZeRO-3 on NVMe (each stage reads its own
+# layers); a file without one of the model's tensors, or beside --resume, is refused by name.
+"$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --init-from "$dir/plain.st" \
+  --save-params "$dir/init-plain.st" --log-json "$dir/init-plain.jsonl" >/dev/null
+out=$("$strata" launch -n 4 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --init-from "$dir/plain.st" \
+  --pipeline-stages 2 --schedule zb-h1 --save-params "$dir/init-pipe.st" --log-json "$dir/init-pipe.jsonl" 2>&1) ||
+  fail "--init-from: $out"
+grep -q "initialised 28 tensors from $dir/plain.st" <<<"$out" || fail "no --init-from notice: $out"
+same_losses "--init-from, 2 stages x 2 replicas" "$dir/init-plain.jsonl" "$dir/init-pipe.jsonl"
+same_params "--init-from, 2 stages x 2 replicas" "$dir/init-plain.st" "$dir/init-pipe.st"
+if tensors_equal "$dir/init-pipe.st" "$dir/pipe2.st"; then fail "--init-from gave the seed's run"; fi
+python3 - "$dir/plain.st" "$dir/partial.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+del h["h.1.mlp.c_proj.bias"]
+head = json.dumps(h).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(head)) + head + b[8 + n:])
+PY
+expect_refusal "--init-from without a tensor" "has no tensor 'h.1.mlp.c_proj.bias', which this model registers" \
+  "$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --init-from "$dir/partial.st"
+expect_refusal "--init-from with --resume" "pick one" "$strata" train "${run[@]}" --steps 4 --resume "$dir/ck" \
+  --init-from "$dir/plain.st"
 
 expect_refusal "blocks that do not split" "blocks + 2 is a multiple of 3" "$strata" train "${base[@]}" \
   --pipeline-stages 3 --steps 1

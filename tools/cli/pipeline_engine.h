@@ -30,7 +30,10 @@ struct EngineStagesOptions {
   int replicas = 1;
   int steps = 2;
   bool verify = false;
-  std::uint64_t seed = 1;           // initial parameters (Layer::init_params)
+  std::uint64_t seed = 1;  // initial parameters (Layer::init_params)
+  // Initial parameters from elsewhere (--init-from), in place of the seed's: called from
+  // each stage's thread for its layers (engine::StageStore::LayerValues).
+  std::function<void(int layer, std::size_t count, float* out)> init_values;
   std::uint64_t device_budget = 0;  // each stage's device; 0: the host device's default
   pipeline::ExecutorOptions executor;
   // Threads only: a Chrome trace of replica 0, one process row group per stage with the

@@ -74,7 +74,7 @@ struct StageRunner::Impl {
         store(engine, m, ids, s.stages) {
     reserved = replay(s);
     activations = reserved.peak_bytes;
-    store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed);
+    store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed, o.init_values);
     xo.shared_device = &store.activation_device();
     schedule = std::make_unique<pipeline::Schedule>(s);
     exec = std::make_unique<pipeline::StageExecutor>(*schedule, st, m, store, tr, xo);

@@ -71,22 +71,28 @@ TrainCheckpoints::TrainCheckpoints(const CheckpointFlags& f, const engine::Check
   if (!save_dir_.empty()) check_output_dir("--save-dir", save_dir_);  // before training, not at the first save
 }
 
+void check_init_file(const model::SafetensorsReader& file, const std::string& path, const WantedTensors& wanted) {
+  for (const auto& [name, shape] : wanted) {
+    const auto* t = file.find(name);
+    STRATA_CHECK(t != nullptr, Errc::invalid_argument, "--init-from '", path, "' has no tensor '", name,
+                 "', which this model registers");
+    STRATA_CHECK(t->shape == shape, Errc::invalid_argument, "--init-from '", path, "': tensor '", name, "' has shape ",
+                 format_shape(t->shape), " but the model's is ", format_shape(shape));
+  }
+  std::unordered_set<std::string> registered;
+  for (const auto& w : wanted) registered.insert(w.first);
+  for (const auto& t : file.tensors()) {
+    STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "--init-from '", path, "' has tensor '", t.name,
+                 "', which this model does not register");
+  }
+}
+
 void TrainCheckpoints::init_from(engine::Engine& engine) const {
   model::SafetensorsReader file(init_from_);
   const auto& params = engine.layout().params();
-  for (const auto& p : params) {
-    const auto* t = file.find(p.name);
-    STRATA_CHECK(t != nullptr, Errc::invalid_argument, "--init-from '", init_from_, "' has no tensor '", p.name,
-                 "', which this model registers");
-    STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "--init-from '", init_from_, "': tensor '", p.name,
-                 "' has shape ", format_shape(t->shape), " but the model's is ", format_shape(p.shape));
-  }
-  std::unordered_set<std::string> registered;
-  for (const auto& p : params) registered.insert(p.name);
-  for (const auto& t : file.tensors()) {
-    STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "--init-from '", init_from_, "' has tensor '",
-                 t.name, "', which this model does not register");
-  }
+  WantedTensors wanted;
+  for (const auto& p : params) wanted.emplace_back(p.name, p.shape);
+  check_init_file(file, init_from_, wanted);
   engine.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
     file.read(*file.find(name), elem, count, out);
   });

@@ -9,9 +9,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "models/safetensors.h"
 #include "tools/cli/train_model.h"
 
 namespace strata::comm {
@@ -28,6 +31,13 @@ struct CheckpointFlags {
 };
 
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
+
+// --init-from's check, for the plain and the pipelined trainer: `file` (opened from --init-from
+// `path`) holds exactly the tensors `wanted` (name, shape; the model's, in its order), each with
+// its shape. Throws Errc::invalid_argument naming the first tensor missing, of another shape,
+// or that the model does not register.
+using WantedTensors = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+void check_init_file(const model::SafetensorsReader& file, const std::string& path, const WantedTensors& wanted);
 
 class TrainCheckpoints {
  public:

@@ -299,6 +299,12 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.ckpt.keep = o.ckpt.keep >= 0 ? o.ckpt.keep : cfg.checkpoint.keep;
   run.ckpt.seed = o.m.seed;
   run.ckpt.stages = run.P;
+  run.ckpt.init_from = o.ckpt.init_from;
+  STRATA_CHECK(run.ckpt.resume.empty() || run.ckpt.init_from.empty(), Errc::invalid_argument,
+               "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
+  run.eso.init_values = run.ckpt.initial_values(run.model);
+  if (!run.ckpt.init_from.empty() && (!as_ranks || rdzv.rank == 0))
+    std::printf("initialised %zu tensors from %s\n", run.model.tensors.size(), run.ckpt.init_from.c_str());
   STRATA_CHECK(!o.ckpt.async && !cfg.checkpoint.async, Errc::invalid_argument,
                "asynchronous checkpoints (--save-async, checkpoint.async) are not built for --pipeline-stages yet: a "
                "pipelined run saves synchronously; drop them");

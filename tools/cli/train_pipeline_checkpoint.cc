@@ -10,9 +10,36 @@
 #include "checkpoint/format.h"
 
 #include "engine/engine.h"
+#include "models/safetensors.h"
 #include "runtime/core/error.h"
+#include "tools/cli/train_checkpoint.h"
 
 namespace strata::cli {
+
+engine::StageStore::LayerValues PipelineCheckpoints::initial_values(const PipelinedModel& model) const {
+  if (init_from.empty()) return {};
+  {
+    model::SafetensorsReader file(init_from);
+    WantedTensors wanted;
+    for (const auto& t : model.tensors) wanted.emplace_back(t.name, t.shape);
+    check_init_file(file, init_from, wanted);
+  }
+  return [path = init_from, layer_tensors = model.layer_tensors](int layer, std::size_t count, float* out) {
+    model::SafetensorsReader file(path);
+    std::size_t at = 0;
+    for (const auto& t : layer_tensors(layer)) {
+      if (at == count) break;  // a tied tail: its owner's
+      const auto* info = file.find(t.name);
+      STRATA_CHECK(info != nullptr && info->shape == t.shape && at + info->numel <= count, Errc::invalid_argument,
+                   "--init-from '", path, "': tensor '", t.name,
+                   "' is gone or changed shape since the run checked it; keep the file unchanged while it starts");
+      file.read(*info, 0, info->numel, out + at);
+      at += info->numel;
+    }
+    STRATA_CHECK(at == count, Errc::internal, "--init-from: pipeline layer ", layer, " holds ", count,
+                 " parameters, and its tensors give ", at);
+  };
+}
 
 std::string PipelineCheckpoints::stage_root(const std::string& root, int stage) const {
   return root + "/stage" + std::to_string(stage);

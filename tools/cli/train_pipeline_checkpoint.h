@@ -5,13 +5,17 @@
 // run stopped between two stages' saves leaves some a save ahead; they still hold the
 // older one unless `keep` removed it, and then the resume is refused naming the step) and
 // checks it was saved by as many stages with the same seed. Saves are synchronous and
-// collective over each stage's data-parallel group.
+// collective over each stage's data-parallel group. --init-from (weights under the plain
+// trainer's tensor names, e.g. its --save-params or strata export) gives every stage's
+// layers their initial values in place of the seed's.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "engine/stage_store.h"
 #include "runtime/comm/communicator.h"
+#include "tools/cli/train_pipeline_model.h"
 
 namespace strata::engine {
 class Engine;
@@ -26,6 +30,13 @@ struct PipelineCheckpoints {
   int keep = 0;
   std::uint64_t seed = 0;
   int stages = 1;
+  std::string init_from;  // --init-from: empty, or a safetensors file of the model's tensors
+
+  // --init-from: checks the file holds exactly `model.tensors` with their shapes (Errc::
+  // invalid_argument naming the tensor and what to do), then returns what writes a pipeline
+  // layer's stored parameters from it (each call reads the file itself: stages call it from
+  // their own threads at once). Empty without --init-from.
+  engine::StageStore::LayerValues initial_values(const PipelinedModel& model) const;
 
   // Loads stage `stage`'s checkpoint of the newest step every stage saved under `resume`
   // into `engine` and returns the next step (0 without --resume). Collective over `all`
