@@ -7,7 +7,8 @@
 # that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped; --init-from starts it from the plain trainer's saved
-# weights as it starts the plain trainer; what it cannot take is refused by name.
+# weights as it starts the plain trainer; --trace draws every stage's actions and engine
+# rows; what it cannot take is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
@@ -153,11 +154,41 @@ expect_refusal "--init-from without a tensor" "has no tensor 'h.1.mlp.c_proj.bia
 expect_refusal "--init-from with --resume" "pick one" "$strata" train "${run[@]}" --steps 4 --resume "$dir/ck" \
   --init-from "$dir/plain.st"
 
+# --trace: every step's F, B and W per stage beside its engine's rows (gathers, NVMe,
+# optimizer), one process per stage in one file; under strata launch one file per rank.
+out=$("$strata" train "${shape[@]}" --steps 3 --config "$dir/z3.json" --pipeline-stages 2 --schedule zb-h1 \
+  --trace "$dir/t.json" 2>&1) || fail "--trace: $out"
+grep -q "trace: $dir/t.json" <<<"$out" || fail "no trace notice: $out"
+python3 - "$dir/t.json" <<'PY' || fail "--trace: the trace lacks a stage's actions or engine rows"
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+assert procs == {0: "stage 0", 1: "stage 1"}, procs
+count = collections.Counter()
+for e in ev:
+    if e.get("ph") != "X": continue
+    lane = lanes[(e["pid"], e["tid"])]
+    kind = e["name"][0] if lane == "compute" and e["name"][0] in "FBW" and e["name"][1:].isdigit() else lane
+    count[(e["pid"], kind)] += 1
+for st in (0, 1):
+    for k in "FBW":
+        assert count[(st, k)] == 3 * 8, (st, k, count[(st, k)])  # 3 steps of 8 micro-batches
+    for lane in ("send/recv", "gather", "optimizer"):
+        assert count[(st, lane)] > 0, (st, lane, count)
+    assert any(p == st and "nvme" in k for p, k in count), (st, count)
+PY
+"$strata" launch -n 4 -- "$strata" train "${shape[@]}" --steps 2 --config "$dir/z3.json" --pipeline-stages 2 \
+  --trace "$dir/t4.json" >/dev/null
+for r in 0 1 2 3; do
+  python3 -c 'import json, sys; assert any(e.get("ph") == "X" for e in json.load(open(sys.argv[1]))["traceEvents"])' \
+    "$dir/t4.json.rank$r" || fail "--trace under launch: rank $r's trace is missing or empty"
+done
+echo "ok: --trace: each stage's F, B, W, send/recv, gathers, NVMe and optimizer rows; one file per rank under launch"
+
 expect_refusal "blocks that do not split" "blocks + 2 is a multiple of 3" "$strata" train "${base[@]}" \
   --pipeline-stages 3 --steps 1
 expect_refusal "--save-async" "not built for --pipeline-stages" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
   --pipeline-stages 2 --save-async --save-dir "$dir/ck4"
-expect_refusal "--trace" "--trace is not built" "$strata" train "${gpt[@]}" --config "$dir/z1.json" \
-  --pipeline-stages 2 --trace "$dir/t.json"
 expect_refusal "ranks that do not divide" "does not divide the 3 ranks" "$strata" launch -n 3 -- "$strata" train "${gpt[@]}" \
   --config "$dir/z1.json" --pipeline-stages 2

@@ -173,10 +173,11 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
-  const std::pair<bool, const char*> unsupported[] = {
-      {!o.trace.empty(), "--trace"},    {o.m.eval_every > 0, "--eval-every"},
-      {o.m.sample > 0, "--sample"},     {o.explain, "--explain"},
-      {o.link_gbps > 0, "--link-gbps"}, {o.device != "auto" && o.device != "host", "--device"}};
+  const std::pair<bool, const char*> unsupported[] = {{o.m.eval_every > 0, "--eval-every"},
+                                                      {o.m.sample > 0, "--sample"},
+                                                      {o.explain, "--explain"},
+                                                      {o.link_gbps > 0, "--link-gbps"},
+                                                      {o.device != "auto" && o.device != "host", "--device"}};
   for (const auto& [given, flag] : unsupported) {
     STRATA_CHECK(!given, Errc::invalid_argument, flag, " is not built for --pipeline-stages yet: drop it, or train ",
                  "without a pipeline");
@@ -187,6 +188,7 @@ int run_pipelined(const Options& o) {
   p.steps = o.steps;
   p.log_json = o.log_json;
   p.save_params = o.save_params;
+  p.trace = o.trace;
   p.ckpt = o.ckpt;
   p.device_budget = o.device_budget;
   return train_pipelined(p);

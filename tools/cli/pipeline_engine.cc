@@ -32,20 +32,6 @@ namespace {
 
 constexpr int kSummaryDoubles = 8;
 
-// The executor's actions of the last step on the stage's trace: compute (F, B, W, BW) and
-// send/recv rows; OPT is the engine's own "optimizer" row.
-void record_actions(Tracer& tracer, const pipeline::StageReport& report) {
-  const auto at = [](double s) {
-    return Tracer::Clock::time_point(
-        std::chrono::duration_cast<Tracer::Clock::duration>(std::chrono::duration<double>(s)));
-  };
-  for (const auto& t : report.timings) {
-    if (t.action.kind == pipeline::ActionKind::optimizer_step) continue;
-    const char* lane = pipeline::is_compute(t.action.kind) ? "compute" : "send/recv";
-    tracer.record(lane, pipeline::format_action(t.action), at(t.start), at(t.end));
-  }
-}
-
 struct RankOut {
   pipeline::StageReport report;
   StageSummary summary;

@@ -1,6 +1,7 @@
 // One pipeline stage on a ZeRO engine (see stage_runner.h).
 #include "tools/cli/stage_runner.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "engine/engine.h"
@@ -26,6 +27,18 @@ SubdirConfig::SubdirConfig(engine::EngineConfig c, const std::string& sub) : con
 SubdirConfig::~SubdirConfig() {
   std::error_code ec;
   for (const auto& d : made) std::filesystem::remove(d, ec);  // only if empty
+}
+
+void record_actions(Tracer& tracer, const pipeline::StageReport& report) {
+  const auto at = [](double s) {
+    return Tracer::Clock::time_point(
+        std::chrono::duration_cast<Tracer::Clock::duration>(std::chrono::duration<double>(s)));
+  };
+  for (const auto& t : report.timings) {
+    if (t.action.kind == pipeline::ActionKind::optimizer_step) continue;
+    const char* lane = pipeline::is_compute(t.action.kind) ? "compute" : "send/recv";
+    tracer.record(lane, pipeline::format_action(t.action), at(t.start), at(t.end));
+  }
 }
 
 std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,

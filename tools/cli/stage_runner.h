@@ -58,6 +58,10 @@ class StageRunner {
   std::unique_ptr<Impl> impl_;
 };
 
+// A step's executor actions on a stage's trace: compute (F, B, W, BW) and send/recv rows
+// (OPT is the engine's own "optimizer" row).
+void record_actions(Tracer& tracer, const pipeline::StageReport& report);
+
 // A communicator over `size` ranks of the job's rendezvous under its own run id; null for one.
 std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base, const std::string& name, int rank,
                                              int size);

@@ -22,6 +22,7 @@
 #include "pipeline/memory.h"
 #include "pipeline/runner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/trace.h"
 #include "runtime/core/units.h"
 #include "runtime/device/arena.h"
 #include "tools/cli/output_check.h"
@@ -66,6 +67,8 @@ struct Run {
   std::ofstream log;
   std::uint64_t tokens_per_step = 0;  // every replica's
   PipelineCheckpoints ckpt;
+  // --trace: one per stage (threads, one origin) or this rank's alone (processes).
+  std::vector<std::unique_ptr<Tracer>> tracers;
 
   // zb-auto from the per-stage times of the last step (every rank's, averaged over the
   // replicas), at the largest memory limit whose activations fit what each stage reserved.
@@ -206,10 +209,10 @@ struct Run {
 
   // Stage `stage` of replica d for every step; `all` spans every rank (rank = stage * D + d).
   void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
-            pipeline::Transport& transport) {
+            pipeline::Transport& transport, Tracer* tracer) {
     const bool printer = stage == 0 && d == 0;
     auto g = model.replica(d);
-    StageRunner runner(first, g.model, eso, stage, group, pipe, transport);
+    StageRunner runner(first, g.model, eso, stage, group, pipe, transport, tracer);
     if (printer)
       std::printf("strata train: %s, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
                   model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
@@ -224,6 +227,7 @@ struct Run {
       if (zb_auto && s == start + o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
       const auto t0 = std::chrono::steady_clock::now();
       last = runner.step();
+      if (tracer != nullptr) record_actions(*tracer, last);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       double losses = 0;
       if (stage == P - 1)
@@ -312,6 +316,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
   const bool printer = !as_ranks || rdzv.rank == 0;
   if (printer && !o.save_params.empty()) check_output_file("--save-params", o.save_params);
+  if (printer && !o.trace.empty()) check_output_file("--trace", o.trace);
   if (printer && !o.log_json.empty()) {
     check_output_file("--log-json", o.log_json);
     run.log.open(o.log_json, std::ios::trunc);
@@ -327,13 +332,19 @@ int train_pipelined(const PipelineTrainOptions& o) {
     auto group = sub_comm(rdzv, "stage" + std::to_string(stage), d, run.D);
     auto pipe = sub_comm(rdzv, "pipe" + std::to_string(d), stage, run.P);
     auto p2p = sub_comm(rdzv, "p2p" + std::to_string(d), stage, run.P);
+    Tracer tracer(!o.trace.empty(), r, Tracer::Clock::now(), str_cat("stage ", stage, " replica ", d));
     if (p2p) {
       pipeline::CommTransport transport(*p2p);
-      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport);
+      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
     } else {
       pipeline::LocalMailboxes boxes;
       pipeline::LocalTransport transport(boxes, 0);
-      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport);
+      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
+    }
+    if (!o.trace.empty()) {
+      const std::string path = o.trace + ".rank" + std::to_string(r);
+      tracer.write(path);
+      if (r == 0) std::printf("trace: %s.rank<0..%d> (open in https://ui.perfetto.dev)\n", o.trace.c_str(), world - 1);
     }
     return 0;
   }
@@ -347,13 +358,16 @@ int train_pipelined(const PipelineTrainOptions& o) {
   std::exception_ptr first;
   std::mutex mutex;
   std::vector<std::thread> threads;
+  const auto origin = Tracer::Clock::now();
+  for (int st = 0; st < run.P; ++st)
+    run.tracers.push_back(std::make_unique<Tracer>(!o.trace.empty(), st, origin, str_cat("stage ", st)));
   for (int st = 0; st < run.P; ++st) {
     threads.emplace_back([&, st] {
       try {
         auto pipe = sub_comm(base, "pipe", st, run.P);
         auto all = sub_comm(base, "all", st, run.P);
         pipeline::LocalTransport transport(boxes, st);
-        run.rank(st, 0, nullptr, pipe.get(), all.get(), transport);
+        run.rank(st, 0, nullptr, pipe.get(), all.get(), transport, run.tracers[static_cast<std::size_t>(st)].get());
       } catch (const std::exception& e) {
         {
           std::lock_guard<std::mutex> lock(mutex);
@@ -367,6 +381,16 @@ int train_pipelined(const PipelineTrainOptions& o) {
   std::error_code ec;
   std::filesystem::remove_all(dir_template, ec);
   if (first) std::rethrow_exception(first);
+  if (!o.trace.empty()) {
+    std::vector<const Tracer*> stages;
+    for (const auto& t : run.tracers) stages.push_back(t.get());
+    std::ofstream f(o.trace, std::ios::binary | std::ios::trunc);
+    f << Tracer::merged_json(stages);
+    f.close();
+    STRATA_CHECK(f.good(), Errc::io, "--trace '", o.trace,
+                 "' cannot be written (disk full or removed?): ", errno_text(errno));
+    std::printf("trace: %s (open in https://ui.perfetto.dev)\n", o.trace.c_str());
+  }
   return 0;
 }
 

@@ -16,7 +16,10 @@
 // same to --log-json; --save-params gathers every stage's fp32 parameters and writes them
 // under the model's tensor names, as the unpipelined trainer does. Checkpoints: every stage
 // saves its own under --save-dir (train_pipeline_checkpoint.h); --resume continues from the
-// newest step every stage saved, bit for bit as if never stopped.
+// newest step every stage saved, bit for bit as if never stopped. --trace records every
+// step: per stage the executor's compute and send/recv rows beside its engine's rows
+// (gathers, reductions, copies, NVMe, optimizer), the stages as threads in one file with
+// one process per stage, under strata launch one file per rank (TRACE.rank<r>).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +36,8 @@ struct PipelineTrainOptions {
   std::int64_t steps = 10;
   std::string log_json;
   std::string save_params;    // the final fp32 parameters as the model's named tensors (safetensors)
-  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume (not --save-async, --init-from)
+  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume, --init-from (not --save-async)
+  std::string trace;          // a Chrome trace: one file (threads), or one per rank (.rank<r>)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
   std::string schedule = "1f1b";
