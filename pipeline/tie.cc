@@ -24,8 +24,11 @@ std::uint32_t TiedStore::tag(int micro) const {
   return kTieTagBase + (static_cast<std::uint32_t>(step_ % 4) << 20) + static_cast<std::uint32_t>(micro + 1);
 }
 
-void TiedStore::begin_step() {
-  inner_.begin_step();
+void TiedStore::begin_step() { begin(true); }
+void TiedStore::begin_forward() { begin(false); }
+
+void TiedStore::begin(bool step) {
+  if (step) inner_.begin_step();
   ++step_;
   have_values_ = false;
   assembled_.clear();

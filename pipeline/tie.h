@@ -38,6 +38,9 @@ class TiedStore final : public ParameterStore {
             int peer);
 
   void begin_step() override;
+  // begin_step() for a forward-only pass between steps (forward.h): lends the tied values
+  // the same way without starting a step of the inner store.
+  void begin_forward();
   void before_action(const Action& action, const std::vector<int>& layers) override;
   const float* parameters(int layer) override;
   void add_gradient(int layer, int micro, const float* dw) override;
@@ -48,6 +51,7 @@ class TiedStore final : public ParameterStore {
 
  private:
   std::uint32_t tag(int micro) const;  // micro -1: the tied values
+  void begin(bool step);
   ParameterStore& inner_;
   const PipelineModel& model_;
   Tie tie_;

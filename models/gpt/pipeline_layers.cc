@@ -236,6 +236,18 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
     (*losses)[static_cast<std::size_t>(micro)] =
         ops::cross_entropy(dy, row_loss.data(), tg.data(), static_cast<int>(n), V, scale);
   };
+  g.val_input = [=](int v, float* x) {
+    std::vector<std::int32_t> in(n), tg(n);
+    batcher->val_batch(v, B, in.data(), tg.data());
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(in[i]);
+  };
+  // The loss alone, as the GPT's evaluate() computes it (cross-entropy at gradient scale 0).
+  g.val_loss = [=](int v, const float* logits) {
+    std::vector<std::int32_t> in(n), tg(n);
+    batcher->val_batch(v, B, in.data(), tg.data());
+    std::vector<float> scratch(logits, logits + n * static_cast<std::size_t>(V)), row_loss(n);
+    return ops::cross_entropy(scratch.data(), row_loss.data(), tg.data(), static_cast<int>(n), V, 0.0f);
+  };
   return g;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct GptPipeline {
   // Each micro-batch's sum of token losses, as the loss last saw it (written on the last
   // stage; read after the step).
   std::shared_ptr<std::vector<double>> losses;
+  // Validation micro-batch v (the batcher's val_batch(v, micro_batch), the batches the
+  // GPT's evaluate() reads): the embedding's input, and the sum of token losses of the
+  // logits the head gave for it (for pipeline::run_forward).
+  std::function<void(int v, float* x)> val_input;
+  std::function<double(int v, const float* logits)> val_loss;
 };
 
 // The GPT's pipeline model for micro-batches of `micro_batch` sequences, `micro_batches` of

@@ -7,8 +7,9 @@
 # that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped; --init-from starts it from the plain trainer's saved
-# weights as it starts the plain trainer; --trace draws every stage's actions and engine
-# rows; what it cannot take is refused by name.
+# weights as it starts the plain trainer; its validation losses are the plain trainer's;
+# --trace draws every stage's actions and engine rows; what it cannot take is refused by
+# name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
@@ -153,6 +154,33 @@ expect_refusal "--init-from without a tensor" "has no tensor 'h.1.mlp.c_proj.bia
   "$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --init-from "$dir/partial.st"
 expect_refusal "--init-from with --resume" "pick one" "$strata" train "${run[@]}" --steps 4 --resume "$dir/ck" \
   --init-from "$dir/plain.st"
+
+# Validation (--eval-every, and after the last step as the plain trainer does): a forward
+# pass through the stages gives the plain trainer's validation loss bit for bit, as threads
+# and as 2 stages x 2 replicas of an interleaved schedule with ZeRO-3 on NVMe.
+same_val() {  # $1: what, $2: plain log, $3: pipelined log, $4: the steps that validate
+  python3 - "$2" "$3" "$4" <<'PY' || fail "$1: validation losses differ"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+due = [int(s) for s in sys.argv[3].split(",")]
+assert [x["step"] for x in a if "val_loss" in x] == due, [x["step"] for x in a if "val_loss" in x]
+assert [(x["step"], x.get("val_loss")) for x in a] == [(y["step"], y.get("val_loss")) for y in b], (a, b)
+PY
+  echo "ok: $1: the plain trainer's validation losses, bit for bit"
+}
+"$strata" train "${gpt[@]}" --config "$dir/z1.json" --eval-every 3 --log-json "$dir/val-plain.jsonl" >/dev/null
+out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --eval-every 3 --pipeline-stages 2 --schedule zb-h1 \
+  --log-json "$dir/val-pipe.jsonl" 2>&1) || fail "--eval-every: $out"
+grep -Eq "step +3/4 +loss [0-9.]+  val [0-9.]+ " <<<"$out" || fail "no validation loss printed: $out"
+same_val "--eval-every 3, zb-h1 as threads" "$dir/val-plain.jsonl" "$dir/val-pipe.jsonl" 1,3,4
+six=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 6 --steps 2)
+"$strata" launch -n 2 -- "$strata" train "${six[@]}" --config "$dir/z3.json" --eval-every 1 \
+  --log-json "$dir/val-plain2.jsonl" >/dev/null
+"$strata" launch -n 4 -- "$strata" train "${six[@]}" --config "$dir/z3.json" --eval-every 1 --pipeline-stages 2 \
+  --schedule interleaved --chunks 2 --log-json "$dir/val-pipe2.jsonl" >/dev/null
+same_val "--eval-every 1, interleaved 2 stages x 2 chunks x 2 replicas as processes, ZeRO-3 on NVMe" \
+  "$dir/val-plain2.jsonl" "$dir/val-pipe2.jsonl" 1,2
 
 # --trace: every step's F, B and W per stage beside its engine's rows (gathers, NVMe,
 # optimizer), one process per stage in one file; under strata launch one file per rank.

@@ -6,6 +6,7 @@
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
+#include "pipeline/forward.h"
 #include "pipeline/memory.h"
 #include "pipeline/runner.h"
 #include "runtime/core/error.h"
@@ -132,6 +133,19 @@ void StageRunner::start_at(std::int64_t step) {
   m.xo.first_step = step;
   m.exec.reset();
   m.exec = std::make_unique<pipeline::StageExecutor>(*m.schedule, m.stage, m.model, m.store, m.transport, m.xo);
+}
+
+void StageRunner::forward(int micro_batches, const std::function<void(int micro, float* x)>& input,
+                          const std::function<void(int micro, const float* y)>& output) {
+  Impl& m = *impl_;
+  m.engine.begin_eval();
+  try {
+    pipeline::run_forward(*m.schedule, m.stage, m.model, m.store, m.transport, micro_batches, input, output);
+  } catch (...) {
+    m.engine.end_eval();
+    throw;
+  }
+  m.engine.end_eval();
 }
 
 std::vector<float> StageRunner::parameters() {

@@ -11,10 +11,13 @@
 // one step; reschedule(s) runs another schedule of the same stages, chunks and
 // micro-batches from the next step (zb-auto from measured times), refused with
 // Errc::out_of_budget when it has more buffers of some size live at once than the pool
-// holds; start_at(s) numbers the next step s (a resumed run). parameters() and summary()
+// holds; start_at(s) numbers the next step s (a resumed run). forward() runs a
+// forward-only pass between steps (pipeline/forward.h, inside the engine's begin_eval /
+// end_eval; every stage of the replica calls it alike). parameters() and summary()
 // describe the stage after a step.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +50,8 @@ class StageRunner {
   void reschedule(const pipeline::Schedule& schedule);
   // The next step() is step `step` of the run (after a resume: the model's data follows it).
   void start_at(std::int64_t step);
+  void forward(int micro_batches, const std::function<void(int micro, float* x)>& input,
+               const std::function<void(int micro, const float* y)>& output);
   std::vector<float> parameters();  // the stage's fp32 masters, its layers in id order
   StageSummary summary() const;     // after the last step
   const std::vector<int>& layers() const;

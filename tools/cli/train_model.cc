@@ -100,6 +100,11 @@ std::uint64_t model_hidden_size(const ModelOptions& o) {
   return static_cast<std::uint64_t>(mlp_config(o).hidden);
 }
 
+bool validation_due(const ModelOptions& o, std::int64_t s, std::int64_t steps) {
+  if (o.val_fraction <= 0) return false;
+  return (o.eval_every > 0 && s % o.eval_every == 0) || s == steps || (s == 1 && o.eval_every > 0);
+}
+
 model::MlpConfig mlp_config(const ModelOptions& o) {
   return {o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, o.layer_ms, o.seed};
 }
@@ -164,9 +169,7 @@ class GptModel : public TrainModel {
     return {r.loss, r.result, static_cast<std::uint64_t>(engine_.config().train_batch_size) * cfg_.seq_len};
   }
   double validate(std::int64_t s, std::int64_t steps) override {
-    if (o_.val_fraction <= 0) return NAN;
-    const bool due = (o_.eval_every > 0 && s % o_.eval_every == 0) || s == steps || (s == 1 && o_.eval_every > 0);
-    return due ? gpt_.evaluate(o_.eval_batches) : NAN;
+    return validation_due(o_, s, steps) ? gpt_.evaluate(o_.eval_batches) : NAN;
   }
   // The unit-scaled parametrization's constants that no tensor shows (the attention score
   // temperature): a checkpoint of another parametrization has the same tensors and is

@@ -74,6 +74,10 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 // The same, with re-materialization and the FP8 recipe from `config`.
 model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config);
 
+// Whether the GPT validates after step s (1-based) of `steps`: every --eval-every steps,
+// after the first step when that is set, and after the last (with a held-out part).
+bool validation_due(const ModelOptions& o, std::int64_t s, std::int64_t steps);
+
 // The model's hidden size, for the config's "auto" values (MLP --hidden; GPT width, from
 // its preset or --d-model).
 std::uint64_t model_hidden_size(const ModelOptions& o);

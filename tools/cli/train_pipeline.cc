@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,6 +37,7 @@ namespace {
 // What every rank reports after a step, gathered on every rank (doubles).
 enum Field {
   loss_sum,
+  val_loss,  // NaN when no validation was due (or on a stage other than the last)
   step_s,
   grad_norm,
   loss_scale,
@@ -134,11 +136,14 @@ struct Run {
                      format_bytes(static_cast<std::uint64_t>(at(q, host_peak))));
       if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
     }
+    const double val = at((P - 1) * D, val_loss);  // replica 0's last stage (every replica's is the same)
+    char val_text[32] = "";
+    if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
     const double tps = static_cast<double>(tokens_per_step) / step;
     // Every stage sees the norm over all of them, so one rank's step outcome is every rank's.
-    std::printf("step %4lld/%lld  loss %.6f  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n", static_cast<long long>(s + 1),
-                static_cast<long long>(o.steps), loss, step * 1e3, tps, at(0, grad_norm),
-                at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
+    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
+                at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
     std::fflush(stdout);
     if (!log.is_open()) return;
     nlohmann::json stages = nlohmann::json::array();
@@ -150,17 +155,17 @@ struct Run {
                         {"host_peak_bytes", at(q, host_peak)},
                         {"nvme_bytes", at(q, nvme_used)}});
     }
-    log << nlohmann::json{{"step", s + 1},
-                          {"loss", loss},
-                          {"step_ms", step * 1e3},
-                          {"tokens_per_s", tps},
-                          {"grad_norm", at(0, grad_norm)},
-                          {"loss_scale", at(0, loss_scale)},
-                          {"lr", at(0, lr)},
-                          {"skipped", at(0, skipped) != 0},
-                          {"stages", stages}}
-               .dump()
-        << "\n";
+    nlohmann::json j{{"step", s + 1},
+                     {"loss", loss},
+                     {"step_ms", step * 1e3},
+                     {"tokens_per_s", tps},
+                     {"grad_norm", at(0, grad_norm)},
+                     {"loss_scale", at(0, loss_scale)},
+                     {"lr", at(0, lr)},
+                     {"skipped", at(0, skipped) != 0},
+                     {"stages", stages}};
+    if (!std::isnan(val)) j["val_loss"] = val;
+    log << j.dump() << "\n";
     log.flush();
     STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json, "': writing step ", s + 1,
                  " failed (disk full or removed?): ", errno_text(errno));
@@ -229,13 +234,20 @@ struct Run {
       last = runner.step();
       if (tracer != nullptr) record_actions(*tracer, last);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double val = std::nan("");
+      if (g.val_input && validation_due(o.m, s + 1, o.steps)) {
+        double sum = 0;
+        runner.forward(o.m.eval_batches, g.val_input, [&](int v, const float* y) { sum += g.val_loss(v, y); });
+        const double tokens = static_cast<double>(o.m.eval_batches) * static_cast<double>(model.units_per_micro);
+        if (stage == P - 1) val = sum / tokens;
+      }
       double losses = 0;
       if (stage == P - 1)
         for (double l : *g.losses) losses += l;
       const auto mem = runner.engine().memory();
       const auto num = [](std::uint64_t b) { return static_cast<double>(b); };
       const engine::StepResult& r = runner.store().last_step();
-      const auto rows = gather(all, {losses, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
+      const auto rows = gather(all, {losses, val, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
                                      num(mem.device.used_bytes), num(mem.device.peak_bytes),
                                      num(mem.device.budget_bytes), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);

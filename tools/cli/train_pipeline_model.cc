@@ -24,7 +24,12 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   PipelinedModel out;
   out.replica = [=](int d) {
     auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D, products);
-    return PipelinedReplica{std::move(g.model), std::move(g.losses)};
+    PipelinedReplica r{std::move(g.model), std::move(g.losses), {}, {}};
+    if (o.val_fraction > 0) {
+      r.val_input = std::move(g.val_input);
+      r.val_loss = std::move(g.val_loss);
+    }
+    return r;
   };
   out.pipeline_layers = gpt.shape.layers + 2;
   out.units_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(gpt.seq_len);
@@ -46,7 +51,7 @@ PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   auto data = std::make_shared<const model::MlpData>(mlp.hidden, mlp.seed);  // one teacher for the process
   out.replica = [=](int d) {
     auto g = model::mlp_pipeline_model(mlp, B, m, d, D, data);
-    return PipelinedReplica{std::move(g.model), std::move(g.losses)};
+    return PipelinedReplica{std::move(g.model), std::move(g.losses), {}, {}};
   };
   out.pipeline_layers = mlp.layers;
   out.units_per_micro = static_cast<std::uint64_t>(B);

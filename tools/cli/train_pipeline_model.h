@@ -21,6 +21,10 @@ namespace strata::cli {
 struct PipelinedReplica {
   pipeline::PipelineModel model;
   std::shared_ptr<std::vector<double>> losses;  // each micro-batch's summed loss (the last stage writes them)
+  // Validation (the GPT with a held-out part; empty otherwise): micro-batch v's input, and
+  // the summed token loss of the last layer's output for it.
+  std::function<void(int v, float* x)> val_input;
+  std::function<double(int v, const float* y)> val_loss;
 };
 
 struct NamedShape {
