@@ -251,10 +251,12 @@ struct Run {
                                      num(mem.device.used_bytes), num(mem.device.peak_bytes),
                                      num(mem.device.budget_bytes), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
-      if (ckpt.after_step(runner.engine(), stage, s, o.steps) && printer)
-        std::printf("saved checkpoint step %lld under %s/stage<0..%d>\n", static_cast<long long>(s + 1),
-                    ckpt.save_dir.c_str(), P - 1);
+      if (ckpt.after_step(runner.engine(), stage, s, o.steps, printer) && printer)
+        std::printf("%s checkpoint step %lld under %s/stage<0..%d>%s\n", ckpt.async ? "staged" : "saved",
+                    static_cast<long long>(s + 1), ckpt.save_dir.c_str(), P - 1,
+                    ckpt.async ? ", writing in the background" : "");
     }
+    ckpt.finish(runner.engine(), stage, printer);
     if (!o.save_params.empty()) save(runner, g.model, all, printer);
   }
 };
@@ -321,9 +323,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.eso.init_values = run.ckpt.initial_values(run.model);
   if (!run.ckpt.init_from.empty() && (!as_ranks || rdzv.rank == 0))
     std::printf("initialised %zu tensors from %s\n", run.model.tensors.size(), run.ckpt.init_from.c_str());
-  STRATA_CHECK(!o.ckpt.async && !cfg.checkpoint.async, Errc::invalid_argument,
-               "asynchronous checkpoints (--save-async, checkpoint.async) are not built for --pipeline-stages yet: a "
-               "pipelined run saves synchronously; drop them");
+  run.ckpt.async = o.ckpt.async || cfg.checkpoint.async;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
   const bool printer = !as_ranks || rdzv.rank == 0;

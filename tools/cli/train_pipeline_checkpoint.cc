@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "models/safetensors.h"
 #include "runtime/core/error.h"
+#include "runtime/core/units.h"
 #include "tools/cli/train_checkpoint.h"
 
 namespace strata::cli {
@@ -93,15 +94,42 @@ std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::
   return j.at("next_step").get<std::int64_t>();
 }
 
-bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps) const {
+namespace {
+// A stage's asynchronous saves that finished since the last call, one line each.
+void report_finished(engine::Engine& engine, int stage, bool printer) {
+  for (const auto& r : engine.finished_checkpoints()) {
+    if (!r.committed) {
+      std::printf(
+          "stage %d: checkpoint step %lld failed in the background: %s; the stage's previous checkpoint stays "
+          "latest\n",
+          stage, static_cast<long long>(r.step), r.error.c_str());
+    } else if (printer) {
+      std::printf("           checkpoint: %s committed (%s written in the background in %.3f s)\n", r.dir.c_str(),
+                  format_bytes(r.bytes).c_str(), r.seconds);
+    }
+  }
+  std::fflush(stdout);
+}
+}  // namespace
+
+bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps,
+                                     bool printer) const {
   if (save_dir.empty()) return false;
+  report_finished(engine, stage, printer);
   const bool due = s + 1 == steps || (save_every > 0 && (s + 1) % save_every == 0);
   if (!due) return false;
   const nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
   engine::SaveOptions so;
   so.keep = keep;
+  so.async = async;
   engine.save_checkpoint(stage_root(save_dir, stage), state.dump(), so);
   return true;
+}
+
+void PipelineCheckpoints::finish(engine::Engine& engine, int stage, bool printer) const {
+  if (save_dir.empty() || !async) return;
+  engine.wait_checkpoint();
+  report_finished(engine, stage, printer);
 }
 
 }  // namespace strata::cli

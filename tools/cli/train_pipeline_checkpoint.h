@@ -4,8 +4,11 @@
 // stage count. A resume takes, over every rank, the newest step that every stage saved (a
 // run stopped between two stages' saves leaves some a save ahead; they still hold the
 // older one unless `keep` removed it, and then the resume is refused naming the step) and
-// checks it was saved by as many stages with the same seed. Saves are synchronous and
-// collective over each stage's data-parallel group. --init-from (weights under the plain
+// checks it was saved by as many stages with the same seed. Saves are collective over each
+// stage's data-parallel group; with `async` (--save-async, checkpoint.async) each stage's
+// engine stages its state and writes it while training goes on, committing it at a later
+// step of its own, so the stages may commit a step apart: a resume takes the newest step
+// every stage committed, as above. finish() waits for a stage's last save. --init-from (weights under the plain
 // trainer's tensor names, e.g. its --save-params or strata export) gives every stage's
 // layers their initial values in place of the seed's.
 #pragma once
@@ -30,6 +33,7 @@ struct PipelineCheckpoints {
   int keep = 0;
   std::uint64_t seed = 0;
   int stages = 1;
+  bool async = false;
   std::string init_from;  // --init-from: empty, or a safetensors file of the model's tensors
 
   // --init-from: checks the file holds exactly `model.tensors` with their shapes (Errc::
@@ -43,9 +47,13 @@ struct PipelineCheckpoints {
   // (every rank). Throws Errc::invalid_argument naming the flag when the stages share no
   // step or the checkpoint is not this run's (stage count, seed).
   std::int64_t load(engine::Engine& engine, int stage, comm::Communicator* all) const;
-  // After step index s (0-based) of `steps`: saves stage `stage` when due; returns true when
-  // it did.
-  bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps) const;
+  // After step index s (0-based) of `steps`: saves stage `stage` when due (returns true
+  // when it did), and reports the stage's asynchronous saves that finished: a committed one
+  // when `printer`, a failed one always (the stage's previous checkpoint stays latest).
+  bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps, bool printer) const;
+  // At the end of the run: waits for the stage's pending asynchronous save and reports it
+  // (collective over the stage's data-parallel group).
+  void finish(engine::Engine& engine, int stage, bool printer) const;
   std::string stage_root(const std::string& root, int stage) const;
 };
 
