@@ -20,8 +20,8 @@ void run_forward(const Schedule& s, int stage, const PipelineModel& model, Param
                stage, " of ", s.stages, " with ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);
-  STRATA_CHECK(last_tag <= 0x7fffffffu, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
-               micro_batches, " micro-batches need message tags beyond 2^31");
+  STRATA_CHECK(last_tag <= kForwardTagEnd, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
+               micro_batches, " micro-batches need more message tags than a pass has (2^26)");
   const auto tag = [&](int producer_vs, int mb) {
     return kForwardTagBase + static_cast<std::uint32_t>(producer_vs * micro_batches + mb);
   };

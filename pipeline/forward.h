@@ -12,9 +12,10 @@
 // training); the last virtual stage hands the output to `output(micro, y)` and the others
 // send it on. A tied weight is lent from its owner's stage once per pass
 // (TiedStore::begin_forward). Buffers are host memory, one micro-batch's layer input,
-// output and saved values at a time, outside any device budget. Messages use tags from
-// kForwardTagBase up, which neither the executor nor a tie uses; a stage that fails leaves
-// the others waiting until the transport's timeout or abort.
+// output and saved values at a time, outside any device budget. Messages use tags in
+// [kForwardTagBase, kForwardTagEnd), which neither the executor nor a tie uses; tags from
+// kForwardTagEnd up are the caller's (what it exchanges between passes). A stage that fails
+// leaves the others waiting until the transport's timeout or abort.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@
 
 namespace strata::pipeline {
 
-inline constexpr std::uint32_t kForwardTagBase = 0x78000000u;
+inline constexpr std::uint32_t kForwardTagBase = 0x78000000u, kForwardTagEnd = 0x7c000000u;
 
 void run_forward(const Schedule& schedule, int stage, const PipelineModel& model, ParameterStore& store,
                  Transport& transport, int micro_batches, const std::function<void(int micro, float* x)>& input,

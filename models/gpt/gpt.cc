@@ -238,31 +238,30 @@ double Gpt::evaluate(int batches) {
   return total / (static_cast<double>(batches) * B * T);
 }
 
+int sample_token(const float* logits, int vocab, float temperature, std::uint64_t key) {
+  const float mx = *std::max_element(logits, logits + vocab);
+  std::vector<double> p(static_cast<std::size_t>(vocab));
+  double total = 0.0;
+  for (int v = 0; v < vocab; ++v) total += (p[static_cast<std::size_t>(v)] = std::exp((logits[v] - mx) / temperature));
+  double u = unit_open(splitmix64(key)) * total;
+  for (int v = 0; v < vocab; ++v) {
+    u -= p[static_cast<std::size_t>(v)];
+    if (u <= 0) return v;
+  }
+  return vocab - 1;
+}
+
 std::vector<std::int32_t> Gpt::sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
                                       std::uint64_t seed) {
   STRATA_CHECK(!prompt.empty(), Errc::invalid_argument, "sample: the prompt needs at least one token");
   const int V = cfg_.shape.vocab;
   std::vector<std::int32_t> text = prompt;
   std::vector<float> logits(static_cast<std::size_t>(V));
-  std::vector<double> p(static_cast<std::size_t>(V));
   engine_.begin_eval();
   for (int i = 0; i < count; ++i) {
     const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg_.seq_len)));
     pass_->last_logits(*access_, text.data() + text.size() - static_cast<std::size_t>(T), 1, T, logits.data());
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double total = 0.0;
-    for (int v = 0; v < V; ++v)
-      total += (p[static_cast<std::size_t>(v)] = std::exp((logits[static_cast<std::size_t>(v)] - mx) / temperature));
-    double u = unit_open(splitmix64(seed + static_cast<std::uint64_t>(i))) * total;
-    int pick = V - 1;
-    for (int v = 0; v < V; ++v) {
-      u -= p[static_cast<std::size_t>(v)];
-      if (u <= 0) {
-        pick = v;
-        break;
-      }
-    }
-    text.push_back(pick);
+    text.push_back(sample_token(logits.data(), V, temperature, seed + static_cast<std::uint64_t>(i)));
   }
   engine_.end_eval();
   return {text.begin() + static_cast<std::ptrdiff_t>(prompt.size()), text.end()};

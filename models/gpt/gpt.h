@@ -32,6 +32,11 @@ struct GptStep {
   engine::StepResult result;
 };
 
+// The token drawn from `logits` (vocab of them) at `temperature`: softmax in double, then
+// the first token whose cumulative weight reaches a uniform draw keyed by `key` (the same
+// pick on every rank and stage that asks).
+int sample_token(const float* logits, int vocab, float temperature, std::uint64_t key);
+
 class Gpt {
  public:
   Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher, comm::Communicator* comm = nullptr,

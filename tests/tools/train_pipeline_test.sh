@@ -7,7 +7,8 @@
 # that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped (synchronous and asynchronous saves); --init-from starts it from the plain trainer's saved
-# weights as it starts the plain trainer; its validation losses are the plain trainer's;
+# weights as it starts the plain trainer; its validation losses and sampled text are the
+# plain trainer's;
 # --trace draws every stage's actions and engine rows; what it cannot take is refused by
 # name.
 # Exits 77 (skipped) where io_uring is unavailable.
@@ -198,6 +199,21 @@ six=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 25
   --schedule interleaved --chunks 2 --log-json "$dir/val-pipe2.jsonl" >/dev/null
 same_val "--eval-every 1, interleaved 2 stages x 2 chunks x 2 replicas as processes, ZeRO-3 on NVMe" \
   "$dir/val-plain2.jsonl" "$dir/val-pipe2.jsonl" 1,2
+
+# --sample: the pipelined GPT generates the plain trainer's text (a forward pass through the
+# stages per token, the last stage's draw sent to the others), as threads and as an
+# interleaved 2 x 2 job.
+sample_of() { sed -n '/sample (/,$p' | sed 's/^\[rank 0\] //'; }
+a=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --sample 48 2>&1 | sample_of)
+b=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --sample 48 --pipeline-stages 2 --schedule zb-h1 2>&1 | sample_of)
+grep -q "^sample (48 bytes):" <<<"$b" || fail "--sample: no sample printed: $b"
+[ "$a" = "$b" ] || fail "--sample: the pipelined text differs from the plain trainer's: $a // $b"
+a=$("$strata" launch -n 2 -- "$strata" train "${six[@]}" --config "$dir/z3.json" --sample 32 2>&1 | sample_of)
+b=$("$strata" launch -n 4 -- "$strata" train "${six[@]}" --config "$dir/z3.json" --sample 32 --pipeline-stages 2 \
+  --schedule interleaved --chunks 2 2>&1 | sample_of)
+grep -q "^sample (32 bytes):" <<<"$b" || fail "--sample under launch: no sample printed: $b"
+[ "$a" = "$b" ] || fail "--sample under launch: the pipelined text differs from the plain trainer's: $a // $b"
+echo "ok: --sample: the plain trainer's generated text, as threads and as an interleaved 2 x 2 job"
 
 # --trace: every step's F, B and W per stage beside its engine's rows (gathers, NVMe,
 # optimizer), one process per stage in one file; under strata launch one file per rank.

@@ -173,8 +173,7 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
-  const std::pair<bool, const char*> unsupported[] = {{o.m.sample > 0, "--sample"},
-                                                      {o.explain, "--explain"},
+  const std::pair<bool, const char*> unsupported[] = {{o.explain, "--explain"},
                                                       {o.link_gbps > 0, "--link-gbps"},
                                                       {o.device != "auto" && o.device != "host", "--device"}};
   for (const auto& [given, flag] : unsupported) {

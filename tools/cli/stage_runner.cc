@@ -136,17 +136,21 @@ void StageRunner::start_at(std::int64_t step) {
 }
 
 void StageRunner::forward(int micro_batches, const std::function<void(int micro, float* x)>& input,
-                          const std::function<void(int micro, const float* y)>& output) {
+                          const std::function<void(int micro, const float* y)>& output,
+                          const pipeline::PipelineModel* model) {
   Impl& m = *impl_;
   m.engine.begin_eval();
   try {
-    pipeline::run_forward(*m.schedule, m.stage, m.model, m.store, m.transport, micro_batches, input, output);
+    pipeline::run_forward(*m.schedule, m.stage, model != nullptr ? *model : m.model, m.store, m.transport,
+                          micro_batches, input, output);
   } catch (...) {
     m.engine.end_eval();
     throw;
   }
   m.engine.end_eval();
 }
+
+pipeline::Transport& StageRunner::transport() { return impl_->transport; }
 
 std::vector<float> StageRunner::parameters() {
   auto p = impl_->engine.full_parameters();

@@ -50,8 +50,12 @@ class StageRunner {
   void reschedule(const pipeline::Schedule& schedule);
   // The next step() is step `step` of the run (after a resume: the model's data follows it).
   void start_at(std::int64_t step);
+  // `model`: the stage's own (null), or the same layers built for other rows (a sampler's
+  // shorter sequences; the same ids and parameter counts).
   void forward(int micro_batches, const std::function<void(int micro, float* x)>& input,
-               const std::function<void(int micro, const float* y)>& output);
+               const std::function<void(int micro, const float* y)>& output,
+               const pipeline::PipelineModel* model = nullptr);
+  pipeline::Transport& transport();
   std::vector<float> parameters();  // the stage's fp32 masters, its layers in id order
   StageSummary summary() const;     // after the last step
   const std::vector<int>& layers() const;

@@ -100,6 +100,17 @@ std::uint64_t model_hidden_size(const ModelOptions& o) {
   return static_cast<std::uint64_t>(mlp_config(o).hidden);
 }
 
+std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab) {
+  std::string text;
+  for (auto t : tokens) {
+    if (vocab <= 256)
+      text.push_back(static_cast<char>(t));
+    else
+      text += str_cat(t, " ");
+  }
+  return text;
+}
+
 bool validation_due(const ModelOptions& o, std::int64_t s, std::int64_t steps) {
   if (o.val_fraction <= 0) return false;
   return (o.eval_every > 0 && s % o.eval_every == 0) || s == steps || (s == 1 && o.eval_every > 0);
@@ -208,15 +219,7 @@ class GptModel : public TrainModel {
   }
   std::string finish() override {
     if (o_.sample <= 0) return {};
-    const auto out = gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull);
-    std::string text;
-    for (auto t : out) {
-      if (cfg_.shape.vocab <= 256)
-        text.push_back(static_cast<char>(t));
-      else
-        text += str_cat(t, " ");
-    }
-    return text;
+    return sample_text(gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull), cfg_.shape.vocab);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "models/gpt/config.h"
@@ -73,6 +74,10 @@ model::MlpConfig mlp_config(const ModelOptions& o);
 model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 // The same, with re-materialization and the FP8 recipe from `config`.
 model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config);
+
+// Generated tokens as `strata train` prints them: bytes for a vocabulary of at most 256,
+// else token ids separated by spaces.
+std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab);
 
 // Whether the GPT validates after step s (1-based) of `steps`: every --eval-every steps,
 // after the first step when that is set, and after the last (with a held-out part).

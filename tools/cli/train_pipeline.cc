@@ -30,6 +30,7 @@
 #include "tools/cli/stage_runner.h"
 #include "tools/cli/train_pipeline_checkpoint.h"
 #include "tools/cli/train_pipeline_model.h"
+#include "tools/cli/train_pipeline_sample.h"
 
 namespace strata::cli {
 namespace {
@@ -257,6 +258,11 @@ struct Run {
                     ckpt.async ? ", writing in the background" : "");
     }
     ckpt.finish(runner.engine(), stage, printer);
+    if (o.m.sample > 0 && model.at_length) {
+      const auto tokens = sample_pipelined(runner, model, P, stage, o.m.sample, o.m.seed);
+      const std::string text = sample_text(tokens, model.vocab);
+      if (printer) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());
+    }
     if (!o.save_params.empty()) save(runner, g.model, all, printer);
   }
 };

@@ -31,6 +31,13 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
     }
     return r;
   };
+  out.at_length = [=](int T) {
+    model::GptConfig c = gpt;
+    c.seq_len = T;
+    return model::gpt_pipeline_model(c, 1, 1, batcher, 0, 1, products).model;
+  };
+  out.vocab = gpt.shape.vocab;
+  out.seq_len = gpt.seq_len;
   out.pipeline_layers = gpt.shape.layers + 2;
   out.units_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(gpt.seq_len);
   out.remat = pipeline::parse_remat(model::remat_name(gpt.remat));

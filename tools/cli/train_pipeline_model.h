@@ -47,6 +47,10 @@ struct PipelinedModel {
   // hold, in their order (a tied tail last: the store holds it at its owner).
   std::vector<NamedShape> tensors;
   std::function<std::vector<NamedShape>(int id)> layer_tensors;
+  // The GPT's layers for one sequence of T tokens (rows T; the same ids and parameters), for
+  // sampling; empty for the MLP. vocab: the GPT's, seq_len its context.
+  std::function<pipeline::PipelineModel(int T)> at_length;
+  int vocab = 0, seq_len = 0;
 };
 
 // The model --model names, for micro-batches of `micro_batch` (the config's
