@@ -8,7 +8,7 @@
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped (synchronous and asynchronous saves); --init-from starts it from the plain trainer's saved
 # weights as it starts the plain trainer; its validation losses and sampled text are the
-# plain trainer's;
+# plain trainer's; --explain and --link-gbps work per stage;
 # --trace draws every stage's actions and engine rows; what it cannot take is refused by
 # name.
 # Exits 77 (skipped) where io_uring is unavailable.
@@ -214,6 +214,31 @@ b=$("$strata" launch -n 4 -- "$strata" train "${six[@]}" --config "$dir/z3.json"
 grep -q "^sample (32 bytes):" <<<"$b" || fail "--sample under launch: no sample printed: $b"
 [ "$a" = "$b" ] || fail "--sample under launch: the pipelined text differs from the plain trainer's: $a // $b"
 echo "ok: --sample: the plain trainer's generated text, as threads and as an interleaved 2 x 2 job"
+
+# --explain prints each stage's placement in stage order; --link-gbps throttles each stage's
+# host-device link (ZeRO-3 parameters in host RAM cross it at every gather) and leaves the
+# bits alone.
+config "$dir/c3.json" 3 cpu
+out=$("$strata" train "${shape[@]}" --steps 2 --config "$dir/c3.json" --pipeline-stages 2 --explain \
+  --log-json "$dir/free.jsonl" --save-params "$dir/free.st" 2>&1) || fail "--explain: $out"
+python3 - "$out" <<'PY' || fail "--explain: the stages' placements are missing or out of order: $out"
+import sys
+out = sys.argv[1]
+a, b = out.find("stage 0 placement:"), out.find("stage 1 placement:")
+assert 0 <= a < b, (a, b)
+assert "host" in out[a:b] and "host" in out[b:], "no tier named"
+PY
+"$strata" train "${shape[@]}" --steps 2 --config "$dir/c3.json" --pipeline-stages 2 --link-gbps 0.01 \
+  --log-json "$dir/slow.jsonl" --save-params "$dir/slow.st" >/dev/null
+tensors_equal "$dir/free.st" "$dir/slow.st" 28 || fail "--link-gbps changed the parameters"
+python3 - "$dir/free.jsonl" "$dir/slow.jsonl" <<'PY' || fail "--link-gbps 0.01 did not slow the steps down"
+import json, sys
+free, slow = ([json.loads(l)["step_ms"] for l in open(p)] for p in sys.argv[1:])
+# Every gather moves a layer of this model (about 50 KB) across a 10 MB/s link: tens of
+# milliseconds a step where the free link takes a few.
+assert slow[-1] > 5 * free[-1], (free, slow)
+PY
+echo "ok: --explain names each stage's placement in stage order; --link-gbps slows the steps and keeps the bits"
 
 # --trace: every step's F, B and W per stage beside its engine's rows (gathers, NVMe,
 # optimizer), one process per stage in one file; under strata launch one file per rank.

@@ -173,13 +173,9 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
-  const std::pair<bool, const char*> unsupported[] = {{o.explain, "--explain"},
-                                                      {o.link_gbps > 0, "--link-gbps"},
-                                                      {o.device != "auto" && o.device != "host", "--device"}};
-  for (const auto& [given, flag] : unsupported) {
-    STRATA_CHECK(!given, Errc::invalid_argument, flag, " is not built for --pipeline-stages yet: drop it, or train ",
-                 "without a pipeline");
-  }
+  STRATA_CHECK(o.device == "auto" || o.device == "host", Errc::invalid_argument, "--device ", o.device,
+               " is not built for --pipeline-stages yet (pipeline stages run on the host device): drop it, or train "
+               "without a pipeline");
   PipelineTrainOptions p = o.pipe;
   p.m = o.m;
   p.config = o.config;
@@ -187,6 +183,8 @@ int run_pipelined(const Options& o) {
   p.log_json = o.log_json;
   p.save_params = o.save_params;
   p.trace = o.trace;
+  p.explain = o.explain;
+  p.link_gbps = o.link_gbps;
   p.ckpt = o.ckpt;
   p.device_budget = o.device_budget;
   return train_pipelined(p);

@@ -35,6 +35,7 @@ struct EngineStagesOptions {
   // each stage's thread for its layers (engine::StageStore::LayerValues).
   std::function<void(int layer, std::size_t count, float* out)> init_values;
   std::uint64_t device_budget = 0;  // each stage's device; 0: the host device's default
+  double link_gbps = 0;             // each stage's host device: H2D/D2H throttled to this (0: not)
   pipeline::ExecutorOptions executor;
   // Threads only: a Chrome trace of replica 0, one process row group per stage with the
   // engine's lanes (gather, reduce, copy, nvme read/write, optimizer) and the executor's

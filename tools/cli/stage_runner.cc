@@ -56,6 +56,7 @@ std::unique_ptr<comm::Communicator> sub_comm(const comm::RendezvousConfig& base,
 std::unique_ptr<device::Device> stage_device(const EngineStagesOptions& o) {
   device::DeviceOptions d;
   if (o.device_budget > 0) d.budget_bytes = o.device_budget;
+  d.link_gbps = o.link_gbps;
   return device::Device::create(d);
 }
 

@@ -213,6 +213,19 @@ struct Run {
     std::printf("saved %zu tensors to %s\n", tensors.size(), o.save_params.c_str());
   }
 
+  // --explain: replica 0's stages print their placements in stage order (collective over
+  // every rank).
+  void explain(StageRunner& runner, int stage, int d, comm::Communicator* all) const {
+    const std::string text = runner.engine().explain_placement();
+    for (int st = 0; st < P; ++st) {
+      if (st == stage && d == 0) {
+        std::printf("stage %d placement:\n%s", stage, text.c_str());
+        std::fflush(stdout);
+      }
+      if (all != nullptr) all->barrier();
+    }
+  }
+
   // Stage `stage` of replica d for every step; `all` spans every rank (rank = stage * D + d).
   void rank(int stage, int d, comm::Communicator* group, comm::Communicator* pipe, comm::Communicator* all,
             pipeline::Transport& transport, Tracer* tracer) {
@@ -222,6 +235,7 @@ struct Run {
     if (printer)
       std::printf("strata train: %s, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
                   model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
+    if (o.explain) explain(runner, stage, d, all);
     const std::int64_t start = ckpt.load(runner.engine(), stage, all);
     if (start > 0) {
       runner.start_at(start);
@@ -317,6 +331,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   else if (!o.device_budget.empty())
     run.eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
   run.eso.executor.remat = run.model.remat;
+  run.eso.link_gbps = o.link_gbps;
   run.ckpt.save_dir = o.ckpt.save_dir.empty() ? cfg.checkpoint.save_dir : o.ckpt.save_dir;
   run.ckpt.resume = o.ckpt.resume == "latest" ? run.ckpt.save_dir : o.ckpt.resume;
   run.ckpt.save_every = o.ckpt.save_every >= 0 ? o.ckpt.save_every : cfg.checkpoint.save_every;

@@ -19,7 +19,9 @@
 // newest step every stage saved, bit for bit as if never stopped. --trace records every
 // step: per stage the executor's compute and send/recv rows beside its engine's rows
 // (gathers, reductions, copies, NVMe, optimizer), the stages as threads in one file with
-// one process per stage, under strata launch one file per rank (TRACE.rank<r>).
+// one process per stage, under strata launch one file per rank (TRACE.rank<r>). --explain
+// prints each stage's placement (what its engine put on which tier and why), stage by
+// stage; --link-gbps models each stage's host-device link as the plain trainer's does.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,10 @@ struct PipelineTrainOptions {
   std::int64_t steps = 10;
   std::string log_json;
   std::string save_params;    // the final fp32 parameters as the model's named tensors (safetensors)
-  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume, --init-from (not --save-async)
+  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume, --init-from, --save-async
   std::string trace;          // a Chrome trace: one file (threads), or one per rank (.rank<r>)
+  bool explain = false;       // every stage's placement (replica 0's), stage by stage
+  double link_gbps = 0;       // each stage's host device: H2D/D2H throttled to this (0: not)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
   std::string schedule = "1f1b";
