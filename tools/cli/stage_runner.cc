@@ -31,6 +31,7 @@ SubdirConfig::~SubdirConfig() {
 }
 
 void record_actions(Tracer& tracer, const pipeline::StageReport& report) {
+  if (!tracer.enabled()) return;
   const auto at = [](double s) {
     return Tracer::Clock::time_point(
         std::chrono::duration_cast<Tracer::Clock::duration>(std::chrono::duration<double>(s)));

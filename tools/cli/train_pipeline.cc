@@ -235,6 +235,8 @@ struct Run {
     if (printer)
       std::printf("strata train: %s, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
                   model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
+    if (printer && !ckpt.init_from.empty())
+      std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
     if (o.explain) explain(runner, stage, d, all);
     const std::int64_t start = ckpt.load(runner.engine(), stage, all);
     if (start > 0) {
@@ -342,8 +344,6 @@ int train_pipelined(const PipelineTrainOptions& o) {
   STRATA_CHECK(run.ckpt.resume.empty() || run.ckpt.init_from.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
   run.eso.init_values = run.ckpt.initial_values(run.model);
-  if (!run.ckpt.init_from.empty() && (!as_ranks || rdzv.rank == 0))
-    std::printf("initialised %zu tensors from %s\n", run.model.tensors.size(), run.ckpt.init_from.c_str());
   run.ckpt.async = o.ckpt.async || cfg.checkpoint.async;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores
