@@ -20,8 +20,8 @@ void run_forward(const Schedule& s, int stage, const PipelineModel& model, Param
                stage, " of ", s.stages, " with ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);
-  STRATA_CHECK(last_tag <= kForwardTagEnd, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
-               micro_batches, " micro-batches need more message tags than a pass has (2^26)");
+  STRATA_CHECK(last_tag <= kForwardTieTagBase, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
+               micro_batches, " micro-batches need more message tags than a pass has");
   const auto tag = [&](int producer_vs, int mb) {
     return kForwardTagBase + static_cast<std::uint32_t>(producer_vs * micro_batches + mb);
   };
@@ -30,7 +30,7 @@ void run_forward(const Schedule& s, int stage, const PipelineModel& model, Param
     const int per = static_cast<int>(model.layers.size()) / vstages;
     const int owner_stage = s.stage_of(model.tie->owner / per), user_stage = s.stage_of(model.tie->user / per);
     tied = std::make_unique<TiedStore>(plain, model, stage_layers(s, model, stage), &transport,
-                                       stage == owner_stage ? user_stage : owner_stage);
+                                       stage == owner_stage ? user_stage : owner_stage, kForwardTieTagBase);
     tied->begin_forward();
   }
   ParameterStore& store = tied ? static_cast<ParameterStore&>(*tied) : plain;

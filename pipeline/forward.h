@@ -13,9 +13,13 @@
 // send it on. A tied weight is lent from its owner's stage once per pass
 // (TiedStore::begin_forward). Buffers are host memory, one micro-batch's layer input,
 // output and saved values at a time, outside any device budget. Messages use tags in
-// [kForwardTagBase, kForwardTagEnd), which neither the executor nor a tie uses; tags from
-// kForwardTagEnd up are the caller's (what it exchanges between passes). A stage that fails
-// leaves the others waiting until the transport's timeout or abort.
+// [kForwardTagBase, kForwardTagEnd), which neither the executor nor a training step's tie
+// uses (the pass's tie takes kForwardTieTagBase up); tags from kForwardTagEnd up are the
+// caller's (what it exchanges between passes). Each pass reuses its tags, so a stage must
+// not start the next pass before the stages after it have taken this one's messages: the
+// callers wait on something those stages send after the pass (strata train: the step
+// report gathered from every rank, a sampled token). A stage that fails leaves the others
+// waiting until the transport's timeout or abort.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,8 @@
 
 namespace strata::pipeline {
 
-inline constexpr std::uint32_t kForwardTagBase = 0x78000000u, kForwardTagEnd = 0x7c000000u;
+inline constexpr std::uint32_t kForwardTagBase = 0x78000000u, kForwardTieTagBase = 0x7b000000u,
+                               kForwardTagEnd = 0x7c000000u;
 
 void run_forward(const Schedule& schedule, int stage, const PipelineModel& model, ParameterStore& store,
                  Transport& transport, int micro_batches, const std::function<void(int micro, float* x)>& input,

@@ -8,8 +8,8 @@
 namespace strata::pipeline {
 
 TiedStore::TiedStore(ParameterStore& inner, const PipelineModel& model, const std::vector<int>& held,
-                     Transport* transport, int peer)
-    : inner_(inner), model_(model), transport_(transport), peer_(peer) {
+                     Transport* transport, int peer, std::uint32_t tag_base)
+    : inner_(inner), model_(model), transport_(transport), peer_(peer), tag_base_(tag_base) {
   STRATA_CHECK(model.tie.has_value(), Errc::internal, "tied store over a model without a tie");
   tie_ = *model.tie;
   owner_ = std::find(held.begin(), held.end(), tie_.owner) != held.end();
@@ -21,7 +21,7 @@ TiedStore::TiedStore(ParameterStore& inner, const PipelineModel& model, const st
 
 std::uint32_t TiedStore::tag(int micro) const {
   STRATA_CHECK(micro + 1 < (1 << 20), Errc::invalid_argument, "a tied weight's messages take up to 2^20 micro-batches");
-  return kTieTagBase + (static_cast<std::uint32_t>(step_ % 4) << 20) + static_cast<std::uint32_t>(micro + 1);
+  return tag_base_ + (static_cast<std::uint32_t>(step_ % 4) << 20) + static_cast<std::uint32_t>(micro + 1);
 }
 
 void TiedStore::begin_step() { begin(true); }

@@ -12,7 +12,8 @@
 // user's tail of k, adds it to the owner's dW (owner + user, element by element) and hands
 // the sum to the inner store. The owner's inner store thus sees one gradient per
 // micro-batch, as a model with one shared tensor would, and the gradient norm counts the
-// weight once. Messages use tags from kTieTagBase up, which the executor never does.
+// weight once. Messages use tags from `tag_base` up (kTieTagBase, which the executor never
+// uses; a forward-only pass gives its own, forward.h), 2^22 of them.
 // Memory: the tied values and one micro-batch's tied gradient, in host memory, per end,
 // outside any device budget. The store reads and writes them with the CPU, as the host
 // device allows (not under DeviceOptions::guard_memory; a CUDA stage would move them with
@@ -35,7 +36,7 @@ class TiedStore final : public ParameterStore {
   // `held`: the layers `inner` holds (one end of model.tie or both). With one end, the other
   // end is on stage `peer`, reached through `transport`.
   TiedStore(ParameterStore& inner, const PipelineModel& model, const std::vector<int>& held, Transport* transport,
-            int peer);
+            int peer, std::uint32_t tag_base = kTieTagBase);
 
   void begin_step() override;
   // begin_step() for a forward-only pass between steps (forward.h): lends the tied values
@@ -58,6 +59,7 @@ class TiedStore final : public ParameterStore {
   bool owner_ = false, user_ = false;
   Transport* transport_;
   int peer_;
+  std::uint32_t tag_base_;
   std::int64_t step_ = -1;
   bool have_values_ = false;
   std::vector<float> values_;                  // the tied values this step (user's end)
