@@ -13,9 +13,7 @@
 #include "tools/cli/output_check.h"
 
 namespace strata::cli {
-namespace {
 
-// Rank 0's line for a committed save: where, how much, how fast, and the NVMe state linked.
 void print_saved(const engine::SaveResult& r) {
   std::string nvme;
   if (r.nvme_linked_bytes) nvme += str_cat(", NVMe state linked: ", format_bytes(r.nvme_linked_bytes));
@@ -32,7 +30,6 @@ void print_saved(const engine::SaveResult& r) {
   }
 }
 
-}  // namespace
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f) {
   cmd.add_option(
       "--save-dir", f.save_dir,

@@ -32,6 +32,9 @@ struct CheckpointFlags {
 
 void add_checkpoint_options(CLI::App& cmd, CheckpointFlags& f);
 
+// The line for a committed save: where, how much, how fast, and the NVMe state linked.
+void print_saved(const engine::SaveResult& r);
+
 // --init-from's check, for the plain and the pipelined trainer: `file` (opened from --init-from
 // `path`) holds exactly the tensors `wanted` (name, shape; the model's, in its order), each with
 // its shape. Throws Errc::invalid_argument naming the first tensor missing, of another shape,

@@ -12,7 +12,6 @@
 #include "engine/engine.h"
 #include "models/safetensors.h"
 #include "runtime/core/error.h"
-#include "runtime/core/units.h"
 #include "tools/cli/train_checkpoint.h"
 
 namespace strata::cli {
@@ -104,8 +103,7 @@ void report_finished(engine::Engine& engine, int stage, bool printer) {
           "latest\n",
           stage, static_cast<long long>(r.step), r.error.c_str());
     } else if (printer) {
-      std::printf("           checkpoint: %s committed (%s written in the background in %.3f s)\n", r.dir.c_str(),
-                  format_bytes(r.bytes).c_str(), r.seconds);
+      print_saved(r);
     }
   }
   std::fflush(stdout);
