@@ -1,6 +1,7 @@
-// A LayerAccess over plain host arrays (no engine): the GPT's parameters as per-layer
-// NamedTensors in registration order, and fp32 gradient accumulators beside them. The
-// PyTorch oracle's dump and `strata bench gpt` run the pass through it, so what they
+// A LayerAccess over plain arrays (no engine): the GPT's parameters as per-layer NamedTensors
+// in registration order, and fp32 gradient accumulators beside them; ArrayAccess holds them
+// in host memory, DeviceArrayAccess copies them to a device (a CUDA pass's). The PyTorch
+// oracle's dump, `strata bench gpt` and the GPU tests run the pass through them, so what they
 // measure is the model's compute alone.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include "models/gpt/config.h"
 #include "models/gpt/pass.h"
 #include "models/safetensors.h"
+#include "runtime/device/device.h"
 
 namespace strata::model {
 
@@ -36,6 +38,29 @@ class ArrayAccess : public LayerAccess {
  private:
   std::vector<std::vector<NamedTensor>>& p_;
   std::vector<std::vector<NamedTensor>> g_;
+  std::vector<bool> open_;
+};
+
+// The same on `dev`: every tensor and its accumulator in one allocation there (inside the
+// budget: bytes()), copied up once; accumulators are zeroed through `kernels` (the pass's,
+// on their stream) at the first grads() since the layer's last commit.
+class DeviceArrayAccess : public LayerAccess {
+ public:
+  DeviceArrayAccess(device::Device& dev, GptKernels& kernels, const std::vector<std::vector<NamedTensor>>& params);
+  static std::uint64_t bytes(const GptShape& s) noexcept;
+
+  std::vector<const float*> acquire(int layer) override;
+  void release(int) override {}
+  std::vector<float*> grads(int layer) override;
+  void commit(int layer) override;
+  // Every accumulator, in registration order, copied back (waits for the kernels).
+  std::vector<std::vector<float>> all_grads();
+
+ private:
+  GptKernels& k_;
+  device::DeviceBuffer mem_;
+  std::vector<std::vector<float*>> p_, g_;
+  std::vector<std::vector<std::size_t>> n_;  // elements of each tensor
   std::vector<bool> open_;
 };
 

@@ -65,6 +65,9 @@ class CudaKernels final : public GptKernels {
     detail::cuda_gemm(blas_, p, true, false, IC, OC, N, s.grad_w, inp, IC, dout, OC, 1.0f, dW, OC);
     if (db != nullptr) detail::cuda_column_sums(st(), db, dout, N, OC);
   }
+  void bias_backward(float* db, const float* dout, int N, int OC) override {
+    detail::cuda_column_sums(st(), db, dout, N, OC);
+  }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, ops::Products p,
                        const ops::ProductScales& s) override {
     detail::cuda_gemm(blas_, p, false, true, N, V, C, s.fwd, inp, C, wte, C, 0.0f, logits, V);
@@ -203,6 +206,7 @@ class CudaKernels final : public GptKernels {
     stream_->synchronize();
   }
   void sync() override { stream_->synchronize(); }
+  void* native_stream() noexcept override { return st(); }
 
  private:
   void* st() const noexcept { return stream_->native_handle(); }

@@ -21,71 +21,70 @@ Fp8Products::ScratchFloats Fp8Products::scratch_floats(const GptShape& s, std::s
   return {max_tokens * 4 * C, std::max(4 * C * C, V * C), max_tokens * std::max(4 * C, V)};
 }
 
-Fp8Products::Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scratch scratch)
+Fp8Products::Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scratch scratch, GptKernels& kernels)
     : recipe_(recipe),
       head_site_(4 * shape.layers),
       scratch_(scratch),
+      k_(kernels),
       sites_(static_cast<std::size_t>(site_count(shape))) {
   STRATA_CHECK(scratch.x != nullptr && scratch.w != nullptr && scratch.g != nullptr, Errc::internal,
                "Fp8Products: scratch buffers missing");
   for (auto& s : sites_) operands_.insert(operands_.end(), {&s.x, &s.w, &s.g});
 }
 
-const float* Fp8Products::quantize(fp8::AmaxHistory& h, Kind kind, DType fmt, const float* src, int rows, int cols,
-                                   float* dst) {
+Fp8Products::Operand Fp8Products::operand(int site, int which, Kind kind, DType fmt) {
+  const int index = 3 * site + which;
+  return {index, operands_.at(static_cast<std::size_t>(index)), kind, fmt};
+}
+
+const float* Fp8Products::quantize(const Operand& o, const float* src, int rows, int cols, float* dst) {
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   const float amax = fp8::amax_of(src, n);
-  if (recording_) h.record(amax);
+  if (recording_) o.h->record(amax);
   if (recipe_.block_scaling) {
-    const int br = kind == Kind::weight ? kTile : 1;
-    fp8::fake_quantize_blocks(src, cols, dst, cols, rows, cols, br, kTile, fmt, recipe_.margin);
+    const int br = o.kind == Kind::weight ? kTile : 1;
+    fp8::fake_quantize_blocks(src, cols, dst, cols, rows, cols, br, kTile, o.fmt, recipe_.margin);
   } else {
-    const float scale = recipe_.scaling == fp8::Scaling::none ? 1.0f : h.scale(recipe_, fmt, amax);
-    fp8::fake_quantize(src, dst, n, fmt, scale);
+    const float scale = recipe_.scaling == fp8::Scaling::none ? 1.0f : o.h->scale(recipe_, o.fmt, amax);
+    fp8::fake_quantize(src, dst, n, o.fmt, scale);
   }
   return dst;
 }
 
 void Fp8Products::forward(int site, float* out, const float* inp, const float* W, const float* b, int N, int IC, int OC,
                           const ops::ProductScales& sc) {
-  Site& s = sites_.at(static_cast<std::size_t>(site));
-  const DType f = recipe_.forward_dtype();
-  const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
-  const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
-  ops::matmul_forward(out, qx, qw, b, N, IC, OC, ops::Products::fp32, sc);
+  const float* qx = quantize(x_of(site), inp, N, IC, scratch_.x);
+  const float* qw = quantize(w_of(site), W, IC, OC, scratch_.w);
+  k_.matmul_forward(out, qx, qw, b, N, IC, OC, ops::Products::fp32, sc);
 }
 
 void Fp8Products::backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp,
                            const float* W, int N, int IC, int OC, bool accumulate, const ops::ProductScales& sc) {
-  Site& s = sites_.at(static_cast<std::size_t>(site));
-  const DType f = recipe_.forward_dtype();
-  const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dout, N, OC, scratch_.g);
-  const float* qx = quantize(s.x, Kind::activation, f, inp, N, IC, scratch_.x);
-  const float* qw = quantize(s.w, Kind::weight, f, W, IC, OC, scratch_.w);
-  ops::matmul_backward(dinp, dW, nullptr, qg, qx, qw, N, IC, OC, accumulate, ops::Products::fp32, sc);
-  if (db != nullptr) ops::bias_backward(db, dout, N, OC);
+  const float* qg = quantize(g_of(site), dout, N, OC, scratch_.g);
+  const float* qx = quantize(x_of(site), inp, N, IC, scratch_.x);
+  const float* qw = quantize(w_of(site), W, IC, OC, scratch_.w);
+  if (dinp != nullptr) k_.matmul_backward_input(dinp, qg, qw, N, IC, OC, accumulate, ops::Products::fp32, sc);
+  k_.matmul_backward_weight(dW, nullptr, qg, qx, N, IC, OC, ops::Products::fp32, sc);
+  if (db != nullptr) k_.bias_backward(db, dout, N, OC);
 }
 
 void Fp8Products::head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
                                const ops::ProductScales& sc) {
-  Site& s = sites_.at(static_cast<std::size_t>(head_site_));
-  const DType f = recipe_.forward_dtype();
-  const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
-  const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
-  ops::lm_head_forward(logits, qx, qw, N, C, V, ops::Products::fp32, sc);
+  const float* qx = quantize(x_of(head_site_), inp, N, C, scratch_.x);
+  const float* qw = quantize(w_of(head_site_), wte, V, C, scratch_.w);
+  k_.lm_head_forward(logits, qx, qw, N, C, V, ops::Products::fp32, sc);
 }
 
 void Fp8Products::head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte,
                                 int N, int C, int V, const ops::ProductScales& sc) {
-  Site& s = sites_.at(static_cast<std::size_t>(head_site_));
-  const DType f = recipe_.forward_dtype();
-  const float* qg = quantize(s.g, Kind::activation, recipe_.gradient_dtype(), dlogits, N, V, scratch_.g);
-  const float* qx = quantize(s.x, Kind::activation, f, inp, N, C, scratch_.x);
-  const float* qw = quantize(s.w, Kind::weight, f, wte, V, C, scratch_.w);
-  ops::lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32, sc);
+  const float* qg = quantize(g_of(head_site_), dlogits, N, V, scratch_.g);
+  const float* qx = quantize(x_of(head_site_), inp, N, C, scratch_.x);
+  const float* qw = quantize(w_of(head_site_), wte, V, C, scratch_.w);
+  k_.lm_head_backward(dinp, dwte, qg, qx, qw, N, C, V, ops::Products::fp32, sc);
 }
 
-std::vector<float> Fp8Products::step_amax() const {
+std::vector<float> Fp8Products::step_amax() {
+  collect_amax();
   std::vector<float> out;
   out.reserve(operands_.size());
   for (const auto* h : operands_) out.push_back(h->pending());

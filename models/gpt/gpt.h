@@ -8,7 +8,7 @@
 // Protocol: construct (registers parameters and allocates activations: before
 // engine.setup(), so the engine plans around them), engine.setup(), then train_step(s) for
 // s = 0, 1, ...; evaluate() and sample() between steps. On the host device or a CUDA device
-// (the pass's kernels, kernels.h); FP8 and unit scaling on the host device only.
+// (the pass's kernels, kernels.h), FP8 and unit scaling included.
 #pragma once
 
 #include <cstdint>

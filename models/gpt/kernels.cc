@@ -23,6 +23,7 @@ class HostKernels final : public GptKernels {
                               ops::Products p, const ops::ProductScales& s) override {
     ops::matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
   }
+  void bias_backward(float* db, const float* dout, int N, int OC) override { ops::bias_backward(db, dout, N, OC); }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, ops::Products p,
                        const ops::ProductScales& s) override {
     ops::lm_head_forward(logits, inp, wte, N, C, V, p, s);

@@ -9,8 +9,7 @@
 // are host arrays (CudaKernels uploads them). Calls are ordered as made. Work may still be
 // in flight when a call returns: sync() waits for it, and must come before the memory it
 // touched is handed back (the engine's release and reduce_grads). cross_entropy and
-// to_host return with their results, waiting as needed. The CUDA side runs the plain
-// block's operations only; Gpt keeps FP8 and unit scaling on the host device.
+// to_host return with their results, waiting as needed.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +41,8 @@ class GptKernels {
     if (dinp != nullptr) matmul_backward_input(dinp, dout, W, N, IC, OC, false, p, s);
     matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
   }
+  // db[OC] += the column sums of dout[N,OC] (matmul_backward_weight's bias part alone).
+  virtual void bias_backward(float* db, const float* dout, int N, int OC) = 0;
   virtual void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, ops::Products p,
                                const ops::ProductScales& s) = 0;
   virtual void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte,
@@ -83,6 +84,9 @@ class GptKernels {
   // host[0, n) = src[0, n), waiting for it.
   virtual void to_host(float* host, const float* src, std::size_t n) = 0;
   virtual void sync() = 0;
+  // The CUDA stream every call is enqueued on (a cudaStream_t), for work of the same pass
+  // written beside these kernels (the FP8 products); null on the host.
+  virtual void* native_stream() noexcept { return nullptr; }
 };
 
 // The host device's kernels (one instance serves every caller: they keep no state).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "models/gpt/fp8_cuda_products.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/ops.h"
 #include "runtime/core/error.h"
@@ -62,7 +63,8 @@ std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int ma
                                     bool cuda) {
   const BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
   const std::uint64_t scratch = cuda ? cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(d)) : 0;
-  return sizes(shape, d, remat, fp8).total() * sizeof(float) + scratch;
+  const std::uint64_t fp8_state = fp8 && cuda ? CudaFp8Products::device_bytes(shape) : 0;
+  return sizes(shape, d, remat, fp8).total() * sizeof(float) + scratch + fp8_state;
 }
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -74,9 +76,6 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
       dev_(dev),
       buf_(std::make_unique<Buffers>()),
       unit_(unit_scaled ? std::make_unique<UnitScales>(shape, max_seq) : nullptr) {
-  STRATA_CHECK(dev.backend() == device::Backend::host || (!fp8.enabled && !unit_scaled), Errc::unsupported,
-               "the GPT's FP8 products and unit scaling run on the host device only: use --device host, or train "
-               "the plain model (no fp8, no --unit-scaled) on cuda");
   k_ = make_kernels(dev, static_cast<int>(max_.tokens()), att_floats(max_));
   const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
   auto& b = *buf_;
@@ -103,7 +102,11 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
     q.x = take(z.fp8.x);
     q.w = take(z.fp8.w);
     q.g = take(z.fp8.g);
-    fp8_ = std::make_unique<Fp8Products>(fp8, shape_, q);
+    if (dev.backend() == device::Backend::cuda) {
+      fp8_ = std::make_unique<CudaFp8Products>(fp8, shape_, static_cast<int>(max_.tokens()), q, *k_, dev);
+    } else {
+      fp8_ = std::make_unique<Fp8Products>(fp8, shape_, q, *k_);
+    }
   }
 }
 

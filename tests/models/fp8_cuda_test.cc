@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -93,6 +94,58 @@ TEST_CASE("GPU fp8 quantization gives the host simulation's values and the amax"
     x.push_back(0.0f);
     for (float scale : {1.0f, 64.0f, 1.0f / 256}) quantize_checked(g, x, fmt, scale);
   }
+}
+
+TEST_CASE("GPU fake quantization, transposed codes, amax and scales give the host's values", "[fp8][cuda]") {
+  Gpu g;
+  const int rows = 200, cols = 72;  // not multiples of the 32 x 32 tiles
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  auto x = gaussian(n, 21, 2.0f);
+  x[5] = 1e6f;                                       // saturates
+  x[77] = -std::numeric_limits<float>::quiet_NaN();  // kept; the amax is NaN
+  x[n - 1] = 1e-9f;                                  // underflows
+  auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  for (DType fmt : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    INFO(dtype_name(fmt));
+    const float scale = 16.0f, zero = 0.0f;
+    std::vector<float> want(n);
+    fp8::fake_quantize(x.data(), want.data(), n, fmt, scale);
+    auto in = g.upload(x.data(), n * 4);
+    auto s = g.upload(&scale, 4);
+    auto a1 = g.upload(&zero, 4), a2 = g.upload(&zero, 4), a3 = g.upload(&zero, 4);
+    device::DeviceBuffer fq(*g.dev, n * 4, "fake quantized"), codes(*g.dev, n, "transposed codes");
+    void* st = g.stream->native_handle();
+    detail::cuda_fp8_fake_quantize(st, in.as<float>(), fq.as<float>(), n, fmt, s.as<float>(), a1.as<float>());
+    detail::cuda_fp8_quantize_transposed(st, in.as<float>(), rows, cols, codes.get(), fmt, s.as<float>(),
+                                         a2.as<float>());
+    detail::cuda_fp8_amax(st, in.as<float>(), n, a3.as<float>());
+    const auto got = g.download<float>(fq, n);
+    const auto t = g.download<std::uint8_t>(codes, n);
+    std::size_t wrong_fake = 0, wrong_t = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) {
+        const std::size_t i = static_cast<std::size_t>(r) * cols + c;
+        if (std::isnan(want[i]) ? !std::isnan(got[i]) : std::memcmp(&got[i], &want[i], 4) != 0) ++wrong_fake;
+        if (!same(decode(t[static_cast<std::size_t>(c) * rows + r], fmt) / scale, want[i])) ++wrong_t;
+      }
+    }
+    CHECK(wrong_fake == 0);
+    CHECK(wrong_t == 0);
+    for (auto* a : {&a1, &a2, &a3}) CHECK(std::isnan(g.download<float>(*a, 1)[0]));
+  }
+  // Without the NaN, the amax is the largest magnitude, bit for bit.
+  x[77] = 0.5f;
+  const float zero = 0.0f;
+  auto in = g.upload(x.data(), n * 4);
+  auto a = g.upload(&zero, 4);
+  detail::cuda_fp8_amax(g.stream->native_handle(), in.as<float>(), n, a.as<float>());
+  CHECK(g.download<float>(a, 1)[0] == fp8::amax_of(x.data(), n));
+  // A scale and its exact inverse, written in stream order.
+  device::DeviceBuffer pair(*g.dev, 8, "scale and inverse");
+  detail::cuda_fp8_set_scale(g.stream->native_handle(), pair.as<float>(), pair.as<float>() + 1, 0.0078125f);
+  const auto v = g.download<float>(pair, 2);
+  CHECK(v[0] == 0.0078125f);
+  CHECK(v[1] == 128.0f);
 }
 
 TEST_CASE("the cuBLASLt FP8 product is the fp32 product of the dequantized operands", "[fp8][cuda]") {

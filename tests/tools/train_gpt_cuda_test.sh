@@ -2,8 +2,9 @@
 # `strata train --model gpt --device cuda`: the GPT on the GPU (cuBLAS products and the
 # kernels of models/gpt/detail/gpt_cuda.cu) follows the host device's losses and gradient
 # norms step by step (fp32 within 1e-4, bf16 within 2e-2), its parameters are bitwise
-# identical across ZeRO stages 0 and 3 and with optimizer state in host RAM or on NVMe, and
-# FP8 or unit scaling on the GPU is refused by name. Exits 77 (skipped) without a GPU, and
+# identical across ZeRO stages 0 and 3 and with optimizer state in host RAM or on NVMe; FP8
+# products (cuBLASLt) and the unit-scaled GPT in fp16 follow the host's recipes within 2e-2, and
+# FP8 block scaling, which the GPU path lacks, is refused by name. Exits 77 (skipped) without a GPU, and
 # where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-gpt-cuda
@@ -60,7 +61,26 @@ for c in "0 none none" "3 cpu cpu" "3 nvme nvme"; do
   echo "ok: GPU: stage $1 with optimizer on $2 and parameters on $3: ZeRO-3 on the GPU's bits"
 done
 
-config "$dir/c.json" 3 none none false
-expect_refusal "unit scaling on the GPU" "run on the host device only" \
-  "$strata" train "${gpt[@]}" --config "$dir/c.json" --device cuda --unit-scaled
+# Low precision on the GPU: FP8 products on cuBLASLt's FP8 kernels (delayed scaling), and the
+# unit-scaled GPT in fp16 with no loss scaler, each against the same recipe on the host device.
+lowp() {  # $1: file, $2: extra JSON members
+  cat > "$1" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW",
+ "params": {"lr": 0.003, "weight_decay": 0.01}}, "zero_optimization": {"stage": 3}, $2}
+JSON
+}
+lowp "$dir/fp8.json" '"gradient_clipping": 1.0, "fp8": {"enabled": true}'
+lowp "$dir/unit.json" '"gradient_clipping": 300, "fp16": {"enabled": true, "loss_scale": 1}'
+lowp "$dir/block.json" '"fp8": {"enabled": true, "block_scaling": true}'
+for r in "fp8 fp8.json" "unit unit.json --unit-scaled"; do
+  set -- $r
+  name=$1 file=$2
+  shift 2
+  "$strata" train "${gpt[@]}" --config "$dir/$file" "$@" --device host --log-json "$dir/host-$name.jsonl" >/dev/null
+  out=$("$strata" train "${gpt[@]}" --config "$dir/$file" "$@" --device cuda --log-json "$dir/gpu-$name.jsonl" 2>&1) ||
+    fail "GPT on cuda ($name): $out"
+  close "GPT on the GPU, $name" "$dir/host-$name.jsonl" "$dir/gpu-$name.jsonl" 2e-2
+done
+expect_refusal "FP8 block scaling on the GPU" "block_scaling runs on the host device only" \
+  "$strata" train "${gpt[@]}" --config "$dir/block.json" --device cuda
 echo "ok: the GPT on the GPU"

@@ -132,4 +132,15 @@ assert abs(j["model_flops_per_s"] - j["tokens_per_s"] * 737280) < 1e-6 * j["mode
 assert j["gemm_flops_per_s"] > 1e8 and 0 < j["fraction_of_gemm"] < 2, j
 PY
 echo "bench gpt: tokens/s, model FLOP/s and the GEMM fraction agree"
+# FP8 products on the host: the simulation's pass, against the bf16 GEMM where the CPU has it.
+j=$("$strata" bench gpt --layers 2 --d-model 64 --heads 4 --seq-len 32 --micro-batch 2 --iters 2 --products fp8 --json)
+python3 - "$j" <<'PY' || fail "bench gpt --products fp8: $j"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["products"] == "fp8" and j["device"] == "host" and j["gemm_products"] in ("bf16", "fp32"), j
+assert j["tokens_per_s"] > 0 and 0 < j["fraction_of_gemm"] < 2, j
+PY
+expect_refusal "bench gpt fp16 products on the host" "runs on --device cuda only" \
+  "$strata" bench gpt --layers 2 --d-model 64 --heads 4 --seq-len 32 --products fp16
+expect_refusal "bench gpt on an unknown device" "use host or cuda" "$strata" bench gpt --device tpu
 echo "1 passed, 0 failed"

@@ -1,9 +1,11 @@
 // FP8 quantization kernels and the cuBLASLt FP8 product (see fp8_cuda.h).
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "models/gpt/detail/fp8_cuda.h"
 #include "runtime/core/error.h"
@@ -27,6 +29,18 @@ int grid_for(std::size_t n, int threads) {
   return static_cast<int>(blocks < 4096 ? blocks : 4096);
 }
 
+__device__ unsigned int abs_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+__device__ std::uint8_t encode(float x, float s, bool e4m3) {
+  return __nv_cvt_float_to_fp8(__fmul_rn(x, s), __NV_SATFINITE, e4m3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// One atomic per warp: the lanes' largest bits first.
+__device__ void warp_amax(unsigned int local, unsigned int* amax_bits) {
+  for (int o = 16; o > 0; o >>= 1) local = max(local, __shfl_xor_sync(0xffffffffu, local, o));
+  if ((threadIdx.x + threadIdx.y * blockDim.x) % 32 == 0) atomicMax(amax_bits, local);
+}
+
 // Non-negative floats order as their bit patterns, and a NaN's (sign cleared) above +inf's.
 __global__ void quantize_kernel(const float* in, std::uint8_t* out, std::size_t n, bool e4m3, const float* scale,
                                 unsigned int* amax_bits) {
@@ -35,10 +49,73 @@ __global__ void quantize_kernel(const float* in, std::uint8_t* out, std::size_t 
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float x = in[i];
-    local = max(local, __float_as_uint(x) & 0x7fffffffu);
-    out[i] = __nv_cvt_float_to_fp8(__fmul_rn(x, s), __NV_SATFINITE, e4m3 ? __NV_E4M3 : __NV_E5M2);
+    local = max(local, abs_bits(x));
+    out[i] = encode(x, s, e4m3);
   }
-  atomicMax(amax_bits, local);
+  warp_amax(local, amax_bits);
+}
+
+__global__ void fake_quantize_kernel(const float* in, float* out, std::size_t n, bool e4m3, const float* scale,
+                                     unsigned int* amax_bits) {
+  const float s = *scale;
+  unsigned int local = 0;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = in[i];
+    local = max(local, abs_bits(x));
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(encode(x, s, e4m3), e4m3 ? __NV_E4M3 : __NV_E5M2);
+    out[i] = __fdiv_rn(__half2float(__half(h)), s);
+  }
+  warp_amax(local, amax_bits);
+}
+
+__global__ void amax_kernel(const float* in, std::size_t n, unsigned int* amax_bits) {
+  unsigned int local = 0;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    local = max(local, abs_bits(in[i]));
+  warp_amax(local, amax_bits);
+}
+
+// A 32 x 32 tile per block of 32 x 8 threads: read along rows, written along columns.
+constexpr int kTileDim = 32, kTileRows = 8;
+__global__ void quantize_transposed_kernel(const float* in, int rows, int cols, std::uint8_t* out, bool e4m3,
+                                           const float* scale, unsigned int* amax_bits) {
+  __shared__ std::uint8_t tile[kTileDim][kTileDim + 1];
+  const float s = *scale;
+  const int c0 = blockIdx.x * kTileDim, r0 = blockIdx.y * kTileDim;
+  unsigned int local = 0;
+  for (int j = threadIdx.y; j < kTileDim; j += kTileRows) {
+    const int r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const float x = in[static_cast<std::size_t>(r) * cols + c];
+      local = max(local, abs_bits(x));
+      tile[j][threadIdx.x] = encode(x, s, e4m3);
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTileDim; j += kTileRows) {
+    const int c = c0 + j, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) out[static_cast<std::size_t>(c) * rows + r] = tile[threadIdx.x][j];
+  }
+  warp_amax(local, amax_bits);
+}
+
+__global__ void set_scale_kernel(float* scale, float* inverse, float value) {
+  *scale = value;
+  *inverse = 1.0f / value;
+}
+
+void check_fmt(DType fmt, const char* what) {
+  STRATA_CHECK(fmt == DType::fp8_e4m3 || fmt == DType::fp8_e5m2, Errc::invalid_argument, what, ": ", dtype_name(fmt),
+               " is not fp8_e4m3 or fp8_e5m2");
+}
+
+// The largest power of two up to 256 that divides p's address.
+std::uint32_t alignment(const void* p) {
+  std::uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<std::uintptr_t>(p) % a != 0) a /= 2;
+  return a;
 }
 
 struct Layouts {
@@ -68,14 +145,47 @@ void fp8_lt_destroy(void* handle) noexcept {
 
 void cuda_fp8_quantize(void* cuda_stream, const float* in, void* out, std::size_t n, DType fmt, const float* scale,
                        float* amax) {
-  STRATA_CHECK(fmt == DType::fp8_e4m3 || fmt == DType::fp8_e5m2, Errc::invalid_argument,
-               "fp8 quantize: ", dtype_name(fmt), " is not fp8_e4m3 or fp8_e5m2");
+  check_fmt(fmt, "fp8 quantize");
   if (n == 0) return;
   auto* stream = static_cast<cudaStream_t>(cuda_stream);
   constexpr int kThreads = 256;
   quantize_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
       in, static_cast<std::uint8_t*>(out), n, fmt == DType::fp8_e4m3, scale, reinterpret_cast<unsigned int*>(amax));
   STRATA_CUDA_CHECK(cudaGetLastError(), "fp8 quantize kernel launch");
+}
+
+void cuda_fp8_quantize_transposed(void* cuda_stream, const float* in, int rows, int cols, void* out, DType fmt,
+                                  const float* scale, float* amax) {
+  check_fmt(fmt, "fp8 quantize (transposed)");
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid((cols + kTileDim - 1) / kTileDim, (rows + kTileDim - 1) / kTileDim), block(kTileDim, kTileRows);
+  quantize_transposed_kernel<<<grid, block, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
+      in, rows, cols, static_cast<std::uint8_t*>(out), fmt == DType::fp8_e4m3, scale,
+      reinterpret_cast<unsigned int*>(amax));
+  STRATA_CUDA_CHECK(cudaGetLastError(), "fp8 transposed quantize kernel launch");
+}
+
+void cuda_fp8_fake_quantize(void* cuda_stream, const float* in, float* out, std::size_t n, DType fmt,
+                            const float* scale, float* amax) {
+  check_fmt(fmt, "fp8 fake quantize");
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  fake_quantize_kernel<<<grid_for(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
+      in, out, n, fmt == DType::fp8_e4m3, scale, reinterpret_cast<unsigned int*>(amax));
+  STRATA_CUDA_CHECK(cudaGetLastError(), "fp8 fake quantize kernel launch");
+}
+
+void cuda_fp8_amax(void* cuda_stream, const float* in, std::size_t n, float* amax) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  amax_kernel<<<grid_for(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
+      in, n, reinterpret_cast<unsigned int*>(amax));
+  STRATA_CUDA_CHECK(cudaGetLastError(), "fp8 amax kernel launch");
+}
+
+void cuda_fp8_set_scale(void* cuda_stream, float* scale, float* inverse, float value) {
+  set_scale_kernel<<<1, 1, 0, static_cast<cudaStream_t>(cuda_stream)>>>(scale, inverse, value);
+  STRATA_CUDA_CHECK(cudaGetLastError(), "fp8 scale kernel launch");
 }
 
 void cuda_fp8_gemm(void* handle, void* cuda_stream, int M, int N, int K, const void* A, DType a_fmt,
@@ -107,15 +217,26 @@ void cuda_fp8_gemm(void* handle, void* cuda_stream, int M, int N, int K, const v
   lt_check(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                 sizeof workspace_bytes),
            "workspace preference");
+  // The heuristic assumes 256-byte aligned matrices unless told, and the kernel it picks then
+  // refuses (NOT_SUPPORTED) operands inside larger buffers: say what they are.
+  const std::uint32_t align_a = alignment(B), align_b = alignment(A), align_c = alignment(C);
+  for (auto [attr, v] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
+    lt_check(cublasLtMatmulPreferenceSetAttribute(l.pref, attr, &v, sizeof v), "alignment preference");
   auto* h = static_cast<cublasLtHandle_t>(handle);
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
   lt_check(cublasLtMatmulAlgoGetHeuristic(h, l.op, l.a, l.b, l.c, l.c, l.pref, 1, &algo, &found), "heuristic");
   STRATA_CHECK(found > 0, Errc::unsupported, "fp8 gemm: cuBLASLt offers no FP8 kernel for ", M, " x ", N, " x ", K,
                " (", dtype_name(a_fmt), " x ", dtype_name(b_fmt), ") on this GPU: FP8 needs compute capability 8.9+");
-  lt_check(cublasLtMatmul(h, l.op, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &algo.algo, workspace,
-                          workspace_bytes, static_cast<cudaStream_t>(cuda_stream)),
-           "matmul");
+  const cublasStatus_t done = cublasLtMatmul(h, l.op, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &algo.algo,
+                                             workspace, workspace_bytes, static_cast<cudaStream_t>(cuda_stream));
+  STRATA_CHECK(done == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLASLt FP8 matmul ", M, " x ", N, " x ", K, " (",
+               dtype_name(a_fmt), " x ", dtype_name(b_fmt), ", beta ", beta, ", alignment of A ", align_b, " B ",
+               align_a, " C ", align_c, " and of the scales ", alignment(a_scale_inv), " and ", alignment(b_scale_inv),
+               ") failed: ", cublasGetStatusString(done));
 }
 
 }  // namespace strata::model::detail

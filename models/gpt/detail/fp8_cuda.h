@@ -23,6 +23,20 @@ void fp8_lt_destroy(void* handle) noexcept;
 void cuda_fp8_quantize(void* cuda_stream, const float* in, void* out, std::size_t n, DType fmt, const float* scale,
                        float* amax);
 
+// The same for a rows x cols matrix, written transposed: out[c * rows + r] is the code of
+// in[r * cols + c] (an operand whose K ran along rows, made K-major for cuda_fp8_gemm).
+void cuda_fp8_quantize_transposed(void* cuda_stream, const float* in, int rows, int cols, void* out, DType fmt,
+                                  const float* scale, float* amax);
+// out[i] = the fp32 value of in[i]'s code divided by *scale (fp8::fake_quantize on the GPU,
+// bit for bit), and *amax as above: for products cuBLASLt's FP8 kernels cannot take.
+void cuda_fp8_fake_quantize(void* cuda_stream, const float* in, float* out, std::size_t n, DType fmt,
+                            const float* scale, float* amax);
+// *amax = max(*amax, max |in[i]|) alone.
+void cuda_fp8_amax(void* cuda_stream, const float* in, std::size_t n, float* amax);
+
+// *scale = value and *inverse = 1 / value (a power of two: exact), in stream order.
+void cuda_fp8_set_scale(void* cuda_stream, float* scale, float* inverse, float value);
+
 // C[M,N] = alpha (a_scale_inv A) (b_scale_inv B)^T + beta C, row-major: A is [M,K] and B is
 // [N,K] FP8 codes (K contiguous in both), C fp32; a_scale_inv and b_scale_inv point to one
 // float each. M, N and K must be multiples of 16 and A, B, C 16-byte aligned (cuBLASLt's FP8
