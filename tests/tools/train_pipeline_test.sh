@@ -6,7 +6,8 @@
 # and as P x D processes under strata launch, in fp32, bf16 and fp16 (a dynamic loss scaler
 # that skips the first step on every stage alike), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
-# the bits of one that never stopped (synchronous and asynchronous saves); --init-from starts it from the plain trainer's saved
+# the bits of one that never stopped (synchronous and asynchronous saves), and background saves that fail end
+# the run in an error naming the stages; --init-from starts it from the plain trainer's saved
 # weights as it starts the plain trainer; its validation losses and sampled text are the
 # plain trainer's; --explain and --link-gbps work per stage;
 # --trace draws every stage's actions and engine rows; what it cannot take is refused by
@@ -138,6 +139,16 @@ rm -rf "$dir/ck5/stage1/"*-00000003
   >/dev/null
 tensors_equal "$dir/straight2.st" "$dir/resumed5.st" || fail "resumed from asynchronous saves: not 4 straight steps"
 echo "ok: asynchronous saves, 2 stages x 2 replicas: resumed from the common step, the bits of 4 straight steps"
+# Background saves that fail (a 64 KiB file-size limit stands in for a full disk): each
+# failure is reported when found, and the run ends in an error that names the stages whose
+# last save failed, on every stage alike, as the plain trainer's run does; nothing commits.
+out=$( (trap '' XFSZ; ulimit -f 64; exec "$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 \
+  --save-every 1 --save-async --save-dir "$dir/ck-full") 2>&1) && fail "a failed last save: accepted: $out"
+grep -q "stage 1: checkpoint step 2 failed in the background: .*full disk" <<<"$out" ||
+  fail "no report of the failed save: $out"
+grep -q "the last checkpoint save failed on stage 0, 1: .*stays latest" <<<"$out" || fail "no error at the end: $out"
+[ -z "$(ls -d "$dir"/ck-full/stage*/step-* 2>/dev/null)" ] || fail "a failed save committed: $(ls -R "$dir/ck-full")"
+echo "ok: background saves that fail: reported, and the run ends in an error naming the stages"
 "$strata" train "${run[@]}" --steps 2 --keep 1 --save-dir "$dir/ck3" >/dev/null
 cp -a "$dir/ck3/stage1" "$dir/stage1-at-2"
 "$strata" train "${run[@]}" --steps 3 --keep 1 --save-dir "$dir/ck3" --resume "$dir/ck3" >/dev/null

@@ -273,7 +273,7 @@ struct Run {
                     static_cast<long long>(s + 1), ckpt.save_dir.c_str(), P - 1,
                     ckpt.async ? ", writing in the background" : "");
     }
-    ckpt.finish(runner.engine(), stage, printer);
+    ckpt.finish_all(runner.engine(), stage, D, all, printer);
     if (o.m.sample > 0 && model.at_length) {
       const auto tokens = sample_pipelined(runner, model, P, stage, o.m.sample, o.m.seed);
       const std::string text = sample_text(tokens, model.vocab);

@@ -95,18 +95,23 @@ std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::
 
 namespace {
 // A stage's asynchronous saves that finished since the last call, one line each.
-void report_finished(engine::Engine& engine, int stage, bool printer) {
+// Returns the error of the last failed save reported, or "".
+std::string report_finished(engine::Engine& engine, int stage, bool printer) {
+  std::string failed;
   for (const auto& r : engine.finished_checkpoints()) {
     if (!r.committed) {
       std::printf(
           "stage %d: checkpoint step %lld failed in the background: %s; the stage's previous checkpoint stays "
           "latest\n",
           stage, static_cast<long long>(r.step), r.error.c_str());
+      failed = r.error;
     } else if (printer) {
       print_saved(r);
+      failed.clear();
     }
   }
   std::fflush(stdout);
+  return failed;
 }
 }  // namespace
 
@@ -124,10 +129,34 @@ bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int
   return true;
 }
 
-void PipelineCheckpoints::finish(engine::Engine& engine, int stage, bool printer) const {
-  if (save_dir.empty() || !async) return;
+std::string PipelineCheckpoints::finish(engine::Engine& engine, int stage, bool printer) const {
+  if (save_dir.empty() || !async) return {};
   engine.wait_checkpoint();
-  report_finished(engine, stage, printer);
+  return report_finished(engine, stage, printer);
+}
+
+void PipelineCheckpoints::finish_all(engine::Engine& engine, int stage, int D, comm::Communicator* all,
+                                     bool printer) const {
+  if (save_dir.empty() || !async) return;  // the same on every rank: synchronous saves throw where they fail
+  const std::string failed = finish(engine, stage, printer);
+  float mine = failed.empty() ? 0.0f : 1.0f;
+  std::vector<float> flags{mine};
+  if (all != nullptr && all->world_size() > 1) {
+    flags.resize(static_cast<std::size_t>(all->world_size()));
+    all->all_gather(&mine, flags.data(), 1, DType::fp32);
+  }
+  std::string names;
+  int last = -1;
+  for (std::size_t q = 0; q < flags.size(); ++q) {
+    const int st = all != nullptr && all->world_size() > 1 ? static_cast<int>(q) / D : stage;
+    if (flags[q] != 0.0f && st != last) {
+      names += str_cat(names.empty() ? "" : ", ", st);
+      last = st;
+    }
+  }
+  STRATA_CHECK(names.empty(), Errc::io, "the last checkpoint save failed on stage ", names,
+               failed.empty() ? std::string() : ": " + failed, "; each stage's previous checkpoint under ", save_dir,
+               " stays latest (resume takes the newest step every stage committed)");
 }
 
 }  // namespace strata::cli

@@ -52,8 +52,13 @@ struct PipelineCheckpoints {
   // when `printer`, a failed one always (the stage's previous checkpoint stays latest).
   bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps, bool printer) const;
   // At the end of the run: waits for the stage's pending asynchronous save and reports it
-  // (collective over the stage's data-parallel group).
-  void finish(engine::Engine& engine, int stage, bool printer) const;
+  // (collective over the stage's data-parallel group); returns why the last one failed, or
+  // "" (the caller stops every stage alike: finish_all()).
+  std::string finish(engine::Engine& engine, int stage, bool printer) const;
+  // finish(), then over every rank of `all` (rank q: stage q / D): when any stage's last save
+  // failed, every rank throws Errc::io naming the stages, as the plain trainer does when its
+  // last save fails.
+  void finish_all(engine::Engine& engine, int stage, int D, comm::Communicator* all, bool printer) const;
   std::string stage_root(const std::string& root, int stage) const;
 };
 
