@@ -94,7 +94,6 @@ class Fp8Products {
   bool recording() const noexcept { return recording_; }
   fp8::AmaxHistory& history(int index) { return *operands_.at(static_cast<std::size_t>(index)); }
   int operand_count() const noexcept { return static_cast<int>(operands_.size()); }
-  const Scratch& scratch() const noexcept { return scratch_; }
   GptKernels& kernels() noexcept { return k_; }
   // Quantizes rows x cols of src into dst, fp32 values of the codes, with the operand's scale
   // (or per block), recording its amax while recording; returns dst.
