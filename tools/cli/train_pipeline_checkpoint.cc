@@ -105,8 +105,8 @@ std::string report_finished(engine::Engine& engine, int stage, bool printer) {
           "latest\n",
           stage, static_cast<long long>(r.step), r.error.c_str());
       failed = r.error;
-    } else if (printer) {
-      print_saved(r);
+    } else {
+      if (printer) print_saved(r);
       failed.clear();
     }
   }
