@@ -27,7 +27,7 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
                pipeline_stages,
                " ranks) so that gradient_clipping and the overflow skip see every stage's gradients; it is linked to ",
                engine.pipeline_stages());
-  for (const auto& p : param_specs(model, ids_)) engine.register_param(p.name, p.shape, p.layer);
+  for (const auto& p : param_specs(model, ids_)) engine.register_param(p.name, p.shape, p.layer, {}, p.lr_scale);
 }
 
 std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers) {
@@ -35,35 +35,85 @@ std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& mo
   for (int id : layers) {
     STRATA_CHECK(id >= 0 && static_cast<std::size_t>(id) < model.layers.size(), Errc::invalid_argument,
                  "pipeline stage: layer ", id, " is not a layer of a ", model.layers.size(), "-layer model");
-    ParamSpec p;
-    p.name = tensor_name(id);
-    p.shape = {static_cast<std::int64_t>(model.stored_params(id))};
-    p.layer = id;
-    out.push_back(std::move(p));
+    const std::size_t stored = model.stored_params(id);
+    const auto named = model.layers[static_cast<std::size_t>(id)]->tensors();
+    if (named.empty()) {
+      ParamSpec p;
+      p.name = tensor_name(id);
+      p.shape = {static_cast<std::int64_t>(stored)};
+      p.layer = id;
+      out.push_back(std::move(p));
+      continue;
+    }
+    // The layer's own tensors up to its tied tail (the owner's), which must be whole tensors.
+    std::size_t at = 0;
+    for (const auto& t : named) {
+      if (at == stored) break;
+      ParamSpec p;
+      p.name = t.name;
+      p.shape = t.shape;
+      p.layer = id;
+      p.lr_scale = t.lr_scale;
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= static_cast<std::size_t>(std::max<std::int64_t>(d, 0));
+      at += n;
+      out.push_back(std::move(p));
+    }
+    STRATA_CHECK(at == stored, Errc::internal, "pipeline stage: layer ", id, "'s tensors hold ", at,
+                 " parameters up to its tied tail, and it stores ", stored);
   }
   return out;
 }
 
 std::size_t StageStore::count(int layer) const { return model_.stored_params(layer); }
 
+// A layer's tensors lie back to back in the engine's layer buffer (layout.h): one view of them all.
+TensorView StageStore::contiguous(const std::vector<TensorView>& views, int layer) const {
+  STRATA_CHECK(!views.empty(), Errc::internal, "pipeline stage: layer ", layer, " has no tensors");
+  TensorView whole = views.front();
+  const std::size_t size = dtype_size(whole.dtype);
+  for (std::size_t i = 1; i < views.size(); ++i) {
+    const char* next = static_cast<const char*>(whole.data) + whole.numel * size;
+    STRATA_CHECK(views[i].dtype == whole.dtype && views[i].data == next, Errc::internal, "pipeline stage: layer ",
+                 layer, "'s tensor ", i, " does not follow the one before it");
+    whole.numel += views[i].numel;
+  }
+  STRATA_CHECK(whole.numel == count(layer), Errc::internal, "pipeline stage: layer ", layer, " gathered ", whole.numel,
+               " parameters, not the ", count(layer), " it stores");
+  return whole;
+}
+
 void StageStore::init(std::uint64_t seed, const LayerValues& from) {
-  std::map<std::string, int> by_name;
-  for (int id : ids_) by_name[tensor_name(id)] = id;
+  struct Place {
+    int layer;
+    std::size_t offset;  // of the tensor's first element within its layer's parameters
+  };
+  std::map<std::string, Place> by_name;
+  {
+    std::map<int, std::size_t> at;
+    for (const auto& p : param_specs(model_, ids_)) {
+      std::size_t n = 1;
+      for (auto d : p.shape) n *= static_cast<std::size_t>(d);
+      by_name[p.name] = {p.layer, at[p.layer]};
+      at[p.layer] += n;
+    }
+  }
   std::map<int, std::vector<float>> values;  // made once per layer, on first ask
   engine_.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t n, float* out) {
     const auto it = by_name.find(name);
     STRATA_CHECK(it != by_name.end(), Errc::internal, "pipeline stage: the engine asks for '", name,
                  "', which this stage did not register");
-    auto& v = values[it->second];
+    const int id = it->second.layer;
+    auto& v = values[id];
     if (v.empty() && from) {
-      v.resize(count(it->second));
-      from(it->second, v.size(), v.data());
+      v.resize(count(id));
+      from(id, v.size(), v.data());
     } else if (v.empty()) {
-      v.resize(model_.layers[it->second]->param_count());  // a tied tail is the owner's: not ours to keep
-      model_.layers[it->second]->init_params(v.data(), seed, it->second);
-      v.resize(count(it->second));
+      v.resize(model_.layers[id]->param_count());  // a tied tail is the owner's: not ours to keep
+      model_.layers[id]->init_params(v.data(), seed, id);
+      v.resize(count(id));
     }
-    std::memcpy(out, v.data() + elem, n * sizeof(float));
+    std::memcpy(out, v.data() + it->second.offset + elem, n * sizeof(float));
   });
 }
 
@@ -122,10 +172,9 @@ void StageStore::begin_step() { engine_.begin_step(); }
 void StageStore::before_action(const pipeline::Action&, const std::vector<int>& layers) {
   for (int id : layers) {
     const auto views = engine_.gather(id);
-    STRATA_CHECK(views.size() == 1 && views[0].numel == count(id), Errc::internal, "pipeline stage: layer ", id,
-                 " gathered as ", views.size(), " tensors, not one tensor of ", count(id));
-    if (views[0].dtype == DType::fp32) {
-      held_[id] = views[0].as<float>();
+    const TensorView whole = contiguous(views, id);
+    if (whole.dtype == DType::fp32) {
+      held_[id] = whole.as<float>();
       continue;
     }
     // A 16-bit compute copy: the layers read fp32, widened exactly into a buffer of the
@@ -134,7 +183,7 @@ void StageStore::before_action(const pipeline::Action&, const std::vector<int>& 
                               "pipeline fp32 weights");
     {
       device::CpuAccessScope cpu(engine_.device());
-      convert(views[0].data, views[0].dtype, wide.get(), DType::fp32, count(id));
+      convert(whole.data, whole.dtype, wide.get(), DType::fp32, count(id));
     }
     held_[id] = wide.as<float>();
     widened_[id] = std::move(wide);
@@ -152,10 +201,10 @@ void StageStore::add_gradient(int layer, int micro, const float* dw) {
   (void)micro;  // the engine's reductions count micro-batches themselves, in call order
   STRATA_CHECK(held_.count(layer) == 1, Errc::internal, "pipeline stage: gradient of layer ", layer,
                " outside an action that gathered it");
-  const auto grads = engine_.grad_buffers(layer);
+  const TensorView grads = contiguous(engine_.grad_buffers(layer), layer);
   {
     device::CpuAccessScope cpu(engine_.device());
-    convert(dw, DType::fp32, grads[0].data, grads[0].dtype, count(layer));  // rounds to a 16-bit compute dtype
+    convert(dw, DType::fp32, grads.data, grads.dtype, count(layer));  // rounds to a 16-bit compute dtype
   }
   engine_.reduce_grads(layer);
 }

@@ -4,8 +4,11 @@
 //
 // Protocol. One StageStore per stage, over an Engine that holds only that stage's layers
 // and whose communicator is the stage's data-parallel group (null: one replica). The
-// constructor registers one fp32 tensor per layer ("pipeline.layer<id>", [stored_params],
-// engine layer id = the layer's global id), so make it before the engine's setup; then
+// constructor registers each layer's tensors under engine layer id = the layer's global id
+// (Layer::tensors(), with their learning-rate scales, up to a tied tail; a layer that names
+// none: one fp32 tensor "pipeline.layer<id>" of stored_params), so make it before the
+// engine's setup. A layer's tensors lie back to back in the engine's buffers, so the
+// executor reads and writes a layer as one array whatever its tensors; then
 // setup(activations, ...) takes the executor's device memory as pools of its own (a slot
 // for every buffer the schedule has live at once, activation_device(); the fp32 copies of
 // a 16-bit stage) at the start of the engine's device, so the engine's buffers never
@@ -93,6 +96,7 @@ class StageStore final : public pipeline::ParameterStore {
 
  private:
   std::size_t count(int layer) const;
+  TensorView contiguous(const std::vector<TensorView>& views, int layer) const;
   Engine& engine_;
   std::unique_ptr<device::PoolDevice> pool_, copies_;  // declared before the buffers taken from them
   const pipeline::PipelineModel& model_;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace strata::pipeline {
 
@@ -28,6 +29,15 @@ class Layer {
   virtual std::size_t in_features() const = 0;
   virtual std::size_t out_features() const = 0;
   virtual std::size_t param_count() const = 0;
+  // The named tensors its parameters are, in the order it reads them, each with the
+  // multiplier of its learning rate (a weight computed at another scale than it is stored
+  // at). Empty (the default): one unnamed tensor of param_count() at the base rate.
+  struct Tensor {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    float lr_scale = 1.0f;
+  };
+  virtual std::vector<Tensor> tensors() const { return {}; }
   // Deterministic initial parameters from (seed, layer index).
   virtual void init_params(float* params, std::uint64_t seed, int layer_index) const = 0;
   // Floats this layer keeps from forward (and B) for backward (and W), for `rows` rows.

@@ -53,7 +53,9 @@ void BlockScratch::carve(float* p, const BlockDims& d) {
   dqkv = take(3 * NC);
 }
 
-std::size_t BlockSplit::floats(const BlockDims& d) { return 10 * d.tokens() * static_cast<std::size_t>(d.C); }
+std::size_t BlockSplit::floats(const BlockDims& d) {
+  return (d.unit != nullptr ? 11 : 10) * d.tokens() * static_cast<std::size_t>(d.C);
+}
 
 void BlockSplit::carve(float* p, const BlockDims& d) {
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C);
@@ -62,6 +64,7 @@ void BlockSplit::carve(float* p, const BlockDims& d) {
   dres1 = dln2 + NC;
   dqkv = dres1 + NC;
   dln1 = dqkv + 3 * NC;
+  dbranch = d.unit != nullptr ? dln1 + NC : nullptr;
 }
 
 namespace {
@@ -158,40 +161,46 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
 }
 
 namespace {
-void check_plain(const BlockDims& d) {
-  STRATA_CHECK(d.fp8 == nullptr && d.unit == nullptr, Errc::unsupported,
-               "the GPT block's split backward (pipeline B and W passes) runs the plain block only: turn off fp8 and "
-               "unit scaling for a pipelined GPT");
+void check_split(const BlockDims& d) {
+  STRATA_CHECK(d.fp8 == nullptr, Errc::unsupported,
+               "the GPT block's split backward (pipeline B and W passes) has no FP8 sites: turn off fp8 for a "
+               "pipelined GPT");
 }
 }  // namespace
 
+// block_backward's operations in its order, each product's two halves apart: the input pass
+// keeps what the weight pass reads (BlockSplit).
 void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
                           const BlockDims& d) {
-  check_plain(d);
+  check_split(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
-  K(d).copy(k.dres1, dres, NC);
-  K(d).matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products, {});
+  residual_split(k.dres1, dres, d, 1, NC);
+  if (d.unit != nullptr) K(d).copy(k.dbranch, dres, NC);
+  K(d).matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products, scales(d, 3, N));
+  if (d.unit != nullptr) K(d).scale(k.d4, UnitScales::gelu(), 4 * NC);
   K(d).gelu_backward(k.d4, a.fch, k.d4, 4 * NC);
-  K(d).matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products, {});
+  K(d).matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products, scales(d, 2, N));
   K(d).layernorm_backward_input(k.dres1, k.dln2, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
-  K(d).copy(dres, k.dres1, NC);
+  residual_split(dres, k.dres1, d, 0, NC);
   float* datty = k.dln1;  // consumed by the attention's backward before dln1 is written
-  K(d).matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products, {});
+  K(d).matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products, scales(d, 1, N));
+  if (d.unit != nullptr) K(d).scale(datty, d.unit->attention(), NC);
   K(d).attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
-  K(d).matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products, {});
+  K(d).matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products, scales(d, 0, N));
   K(d).layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,
                            const BlockSplit& k, const BlockDims& d) {
-  check_plain(d);
+  check_split(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
-  K(d).matmul_backward_weight(g[fcproj_w], g[fcproj_b], dout, a.gelu, N, 4 * C, C, d.products, {});
-  K(d).matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products, {});
+  const float* dbranch = d.unit != nullptr ? k.dbranch : dout;  // the plain add's branch weight is 1
+  K(d).matmul_backward_weight(g[fcproj_w], g[fcproj_b], dbranch, a.gelu, N, 4 * C, C, d.products, scales(d, 3, N));
+  K(d).matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products, scales(d, 2, N));
   K(d).layernorm_backward_weight(g[ln2_w], g[ln2_b], k.dln2, a.res1, a.ln2_mean, a.ln2_rstd, N, C);
-  K(d).matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products, {});
-  K(d).matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products, {});
+  K(d).matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products, scales(d, 1, N));
+  K(d).matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products, scales(d, 0, N));
   K(d).layernorm_backward_weight(g[ln1_w], g[ln1_b], k.dln1, x, a.ln1_mean, a.ln1_rstd, N, C);
 }
 

@@ -45,9 +45,10 @@ struct BlockScratch {
 };
 
 // What block_backward_input keeps for block_backward_weight: the gradients at the outputs of
-// the four products and of the two LayerNorms' affine parts.
+// the four products and of the two LayerNorms' affine parts (unit-scaled, the MLP branch's
+// gradient too: dL/d(out) times the residual add's branch weight; null otherwise).
 struct BlockSplit {
-  float *d4, *dln2, *dres1, *dqkv, *dln1;
+  float *d4, *dln2, *dres1, *dqkv, *dln1, *dbranch;
   static std::size_t floats(const BlockDims& d);
   void carve(float* base, const BlockDims& d);
 };
@@ -60,8 +61,8 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
 
 // block_backward in two passes (the Zero Bubble split): the input pass turns dres from
 // dL/d(out) into dL/dx and fills `k`; the weight pass, given dL/d(out) again, adds the weight
-// gradients into g. Each gradient gets the bits block_backward gives it. The plain block only
-// (no FP8 sites, no unit scaling): Errc::unsupported otherwise.
+// gradients into g. Each gradient gets the bits block_backward gives it, plain or
+// unit-scaled. Not with FP8 sites: Errc::unsupported.
 void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
                           const BlockDims& d);
 void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,

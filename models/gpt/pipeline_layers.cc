@@ -9,6 +9,7 @@
 #include "engine/layout.h"
 #include "models/gpt/block.h"
 #include "models/gpt/ops.h"
+#include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
 
 namespace strata::model {
@@ -40,14 +41,32 @@ std::vector<std::int32_t> token_ids(const float* x, std::size_t rows, int vocab)
   return t;
 }
 
-// Shared by the three layers: the shape and the micro-batch's sequence length.
+// What the three layers share: the shape, the micro-batch's sequence length and, for the
+// unit-scaled GPT, its scales (from the training sequence length).
+struct LayerSetup {
+  GptShape shape;
+  int seq_len = 1;
+  std::shared_ptr<const UnitScales> unit;  // null: the plain GPT
+  int train_seq_len = 1;
+};
+
 class GptLayer : public pipeline::Layer {
  public:
-  GptLayer(const GptShape& s, int seq_len, int id) : s_(s), T_(seq_len), id_(id), params_(gpt_pipeline_params(s, id)) {
+  GptLayer(const LayerSetup& l, int id)
+      : s_(l.shape),
+        T_(l.seq_len),
+        id_(id),
+        unit_(l.unit),
+        params_(gpt_pipeline_params(l.shape, id, l.unit != nullptr, l.train_seq_len)) {
     for (const auto& p : params_) count_ += numel(p);
   }
   std::size_t param_count() const override { return count_; }
   void init_params(float* params, std::uint64_t seed, int) const override { init_tensors(params_, params, seed); }
+  std::vector<Tensor> tensors() const override {
+    std::vector<Tensor> out;
+    for (const auto& p : params_) out.push_back({p.name, p.shape, p.lr_scale});
+    return out;
+  }
 
  protected:
   int sequences(std::size_t rows) const {
@@ -57,19 +76,21 @@ class GptLayer : public pipeline::Layer {
   }
   const GptShape s_;
   const int T_, id_;
+  const std::shared_ptr<const UnitScales> unit_;
   const std::vector<GptParam> params_;
   std::size_t count_ = 0;
 };
 
 class Embedding final : public GptLayer {
  public:
-  Embedding(const GptShape& s, int T) : GptLayer(s, T, 0) {}
+  explicit Embedding(const LayerSetup& l) : GptLayer(l, 0) {}
   std::string name() const override { return "gpt.embedding"; }
   std::size_t in_features() const override { return 1; }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.d_model); }
   void forward(const float* p, const float* x, float* y, float*, std::size_t rows) const override {
     const auto t = token_ids(x, rows, s_.vocab);
     ops::embedding_forward(y, t.data(), p, p + wpe_at(), sequences(rows), T_, s_.d_model);
+    if (unit_) ops::scale(y, UnitScales::embedding(), rows * out_features());
   }
   void backward_input(const float*, const float*, float*, const float*, float* dx, std::size_t rows) const override {
     std::fill(dx, dx + rows, 0.0f);
@@ -78,6 +99,12 @@ class Embedding final : public GptLayer {
                        std::size_t rows) const override {
     const auto t = token_ids(x, rows, s_.vocab);
     std::fill(dp, dp + count_, 0.0f);
+    std::vector<float> scaled;
+    if (unit_) {  // the GPT's pass scales its gradient in place; dy is the executor's
+      scaled.assign(dy, dy + rows * out_features());
+      ops::scale(scaled.data(), UnitScales::embedding(), scaled.size());
+      dy = scaled.data();
+    }
     ops::embedding_backward(dp, dp + wpe_at(), dy, t.data(), sequences(rows), T_, s_.d_model);
   }
 
@@ -87,7 +114,7 @@ class Embedding final : public GptLayer {
 
 class Block final : public GptLayer {
  public:
-  Block(const GptShape& s, int T, int id, ops::Products p) : GptLayer(s, T, id), products_(p) {
+  Block(const LayerSetup& l, int id, ops::Products p) : GptLayer(l, id), products_(p) {
     std::size_t at = 0;
     for (std::size_t k = 0; k < kBlockParams; ++k) {
       offset_[k] = at;
@@ -130,6 +157,7 @@ class Block final : public GptLayer {
     d.NH = s_.heads;
     d.block = id_ - 1;
     d.products = products_;
+    d.unit = unit_.get();
     return d;
   }
   BlockWeights weights(const float* p) const {
@@ -154,7 +182,7 @@ class Block final : public GptLayer {
 // ln_f then logits = ln_f(x) wte^T; saves ln_f's output, mean and rstd.
 class Head final : public GptLayer {
  public:
-  Head(const GptShape& s, int T, ops::Products p) : GptLayer(s, T, s.layers + 1), products_(p) {}
+  Head(const LayerSetup& l, ops::Products p) : GptLayer(l, l.shape.layers + 1), products_(p) {}
   std::string name() const override { return "gpt.head"; }
   std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.vocab); }
@@ -163,7 +191,7 @@ class Head final : public GptLayer {
   void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
     const int N = static_cast<int>(rows), C = s_.d_model;
     ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
-    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_);
+    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
   }
   void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
@@ -176,22 +204,23 @@ class Head final : public GptLayer {
     const int N = static_cast<int>(rows), C = s_.d_model;
     std::fill(dp, dp + count_, 0.0f);
     std::vector<float> dln(rows * static_cast<std::size_t>(C));
-    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_);
+    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
     std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
     ops::layernorm_backward(dx, dp, dp + C, dln.data(), x, p, saved + rows * C, saved + rows * (C + 1), N, C);
   }
 
  private:
+  ops::ProductScales scales() const { return unit_ ? unit_->head() : ops::ProductScales{}; }
   ops::Products products_;
 };
 
 }  // namespace
 
-std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer) {
+std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer, bool unit_scaled, int seq_len) {
   STRATA_CHECK(layer >= 0 && layer <= shape.layers + 1, Errc::invalid_argument, "GPT pipeline: layer ", layer,
                " is not one of the ", shape.layers + 2, " (embeddings, ", shape.layers, " blocks, head)");
   std::vector<GptParam> out;
-  const auto all = gpt_params(shape);
+  const auto all = gpt_params(shape, unit_scaled, seq_len);
   for (const auto& p : all)
     if (p.layer == layer) out.push_back(p);
   if (layer == shape.layers + 1) out.push_back(all.front());  // the head reads wte again
@@ -199,22 +228,27 @@ std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer) {
 }
 
 GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_batches,
-                               std::shared_ptr<const Batcher> batcher, int rank, int world, ops::Products products) {
+                               std::shared_ptr<const Batcher> batcher, int rank, int world, ops::Products products,
+                               int seq_len) {
   validate(c);
-  STRATA_CHECK(!c.fp8.enabled && !c.unit_scaled, Errc::invalid_argument,
-               "a pipelined GPT runs the plain fp32 block: drop the fp8 block and --unit-scaled");
+  STRATA_CHECK(!c.fp8.enabled, Errc::invalid_argument,
+               "a pipelined GPT has no FP8 products (its split backward runs the fp32 or 16-bit block): drop the "
+               "fp8 block");
+  STRATA_CHECK(seq_len >= 0 && seq_len <= c.seq_len, Errc::invalid_argument, "GPT pipeline: sequences of ", seq_len,
+               " tokens; the model trains at ", c.seq_len);
   STRATA_CHECK(micro_batch >= 1 && micro_batches >= 1 && batcher != nullptr, Errc::invalid_argument,
                "GPT pipeline: micro-batch size ", micro_batch, " and ", micro_batches,
                " micro-batches must be at least 1, with a batcher");
   const GptShape& s = c.shape;
-  const int T = c.seq_len, B = micro_batch;
+  const int T = seq_len > 0 ? seq_len : c.seq_len, B = micro_batch;
+  LayerSetup l{s, T, c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr, c.seq_len};
   GptPipeline g;
   g.losses = std::make_shared<std::vector<double>>(static_cast<std::size_t>(micro_batches), 0.0);
   auto& m = g.model;
   m.rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-  m.layers.push_back(std::make_shared<Embedding>(s, T));
-  for (int l = 1; l <= s.layers; ++l) m.layers.push_back(std::make_shared<Block>(s, T, l, products));
-  m.layers.push_back(std::make_shared<Head>(s, T, products));
+  m.layers.push_back(std::make_shared<Embedding>(l));
+  for (int b = 1; b <= s.layers; ++b) m.layers.push_back(std::make_shared<Block>(l, b, products));
+  m.layers.push_back(std::make_shared<Head>(l, products));
   m.tie = pipeline::Tie{0, 0, s.layers + 1, static_cast<std::size_t>(s.vocab) * static_cast<std::size_t>(s.d_model)};
   const std::int64_t global = static_cast<std::int64_t>(B) * micro_batches * world;
   const std::size_t n = m.rows;
@@ -223,12 +257,15 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
     batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
     for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(in[i]);
   };
-  // Each micro-batch's mean token loss times the loss scale, as the GPT's pass hands the
-  // engine (which averages over micro-batches and ranks, and divides by the scale).
+  // The gradient of each micro-batch's mean token loss (unit-scaled: unit_scale.h's) times
+  // the loss scale, as the GPT's pass hands the engine (which averages over micro-batches
+  // and ranks, and divides by the scale).
   auto losses = g.losses;
   const int V = s.vocab;
+  const bool unit = l.unit != nullptr;
+  const float unit_grad = unit ? l.unit->loss_grad() : 0.0f;
   m.loss_grad = [=](std::int64_t step, int micro, const float* y, float* dy, float loss_scale) {
-    const float scale = loss_scale / static_cast<float>(n);
+    const float scale = unit ? loss_scale * unit_grad : loss_scale / static_cast<float>(n);
     std::vector<std::int32_t> in(n), tg(n);
     batcher->train_batch(step, global, micro, world, rank, B, in.data(), tg.data());
     std::vector<float> row_loss(n);

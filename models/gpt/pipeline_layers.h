@@ -7,9 +7,11 @@
 // micro-batch of B sequences of T tokens; the embedding's input is one float per token, its
 // id (exact below 2^24), and the head's output the logits [B*T, vocab]. Compute is the
 // GPT's own host code (ops.h, block.h) in fp32, its weight products in the precision the
-// caller names. The blocks split B and W (block_backward_input / _weight), the embedding
-// too (its B writes zeros: token ids have no gradient); the head does not split (it reads
-// the tie). Initial values are the engine's for the GPT's named tensors
+// caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
+// every layer and the loss. The layers name their tensors (Layer::tensors) with the
+// learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
+// _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
+// does not split (it reads the tie). Initial values are the engine's for the GPT's named tensors
 // (engine::init_values), so a pipelined GPT starts from the weights `strata train` gives it
 // with the same seed.
 #pragma once
@@ -43,15 +45,18 @@ struct GptPipeline {
 // data-parallel rank `rank` of `world`; the gradient each micro-batch hands on is that of
 // its mean token loss, as the GPT's pass hands the engine (which averages over the
 // micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate()
-// refuses, FP8 or unit scaling, which the split backward does not run).
+// refuses, FP8, which the split backward does not run).
 // `products`: the precision of the weight products, as the GPT's pass takes it for the
-// compute dtype (bf16 operands with fp32 sums under bf16).
+// compute dtype (bf16 operands with fp32 sums under bf16). `seq_len`: tokens per sequence
+// of the micro-batches when fewer than the config's (sampling: the model trained at
+// config.seq_len, whose unit scales that length fixes); 0: config.seq_len.
 GptPipeline gpt_pipeline_model(const GptConfig& config, int micro_batch, int micro_batches,
                                std::shared_ptr<const Batcher> batcher, int rank = 0, int world = 1,
-                               ops::Products products = ops::Products::fp32);
+                               ops::Products products = ops::Products::fp32, int seq_len = 0);
 
 // The parameters of pipeline layer `layer` in the order the layer reads them, as the GPT's
-// named tensors (for export and for checking against the GPT itself).
-std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer);
+// named tensors (for export and for checking against the GPT itself); unit-scaled, with
+// gpt_params' initialisation and learning-rate scales for training length `seq_len`.
+std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer, bool unit_scaled = false, int seq_len = 0);
 
 }  // namespace strata::model

@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/stage_store.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/block.h"
 #include "models/gpt/pass.h"
 #include "models/gpt/pipeline_layers.h"
+#include "models/gpt/unit_scale.h"
 #include "pipeline/generators.h"
 #include "pipeline/runner.h"
 #include "runtime/core/random.h"
@@ -60,8 +62,15 @@ std::vector<int> all_layers(const pipeline::PipelineModel& m) {
 }  // namespace
 
 TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bits", "[gpt][pipeline]") {
+  const bool unit = GENERATE(false, true);
+  INFO((unit ? "unit-scaled" : "plain") << " block");
   BlockDims d;
   d.B = 2, d.T = 8, d.C = 32, d.NH = 4;
+  const UnitScales scales(GptShape{3, 4, 32, 8, 256}, 8);
+  if (unit) {
+    d.unit = &scales;
+    d.block = 1;  // residual adds 2 and 3: weights other than 1
+  }
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C), C = 32;
   const std::array<std::size_t, kBlockParams> n{C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
   std::vector<std::vector<float>> w;
@@ -103,7 +112,9 @@ TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bit
 }
 
 TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own pass", "[gpt][pipeline]") {
-  const GptConfig c = small_gpt();
+  GptConfig c = small_gpt();
+  c.unit_scaled = GENERATE(false, true);
+  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT");
   const int B = 2, T = c.seq_len;
   Text text(T);
   auto g = gpt_pipeline_model(c, B, 1, text.batcher);
@@ -112,18 +123,19 @@ TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own p
   const double pipelined_loss = (*g.losses)[0];
 
   // The pass over the same weights and batch.
-  auto params = ArrayAccess::by_layer(c.shape, gpt_initial_params(c.shape, 5));
+  auto params = ArrayAccess::by_layer(c.shape, gpt_initial_params(c.shape, 5, c.unit_scaled));
   device::DeviceOptions o;
   o.backend = device::Backend::host;
   o.budget_bytes = GptPass::device_bytes(c.shape, B, T, Remat::never) + (1 << 20);
   auto dev = device::Device::create(o);
-  GptPass pass(c.shape, B, T, Remat::never, *dev);
+  GptPass pass(c.shape, B, T, Remat::never, *dev, ops::Products::fp32, {}, c.unit_scaled);
   ArrayAccess access(params);
   std::vector<std::int32_t> in(static_cast<std::size_t>(B * T)), tg(in.size());
   text.batcher->train_batch(0, B, 0, 1, 0, B, in.data(), tg.data());
   const double loss = pass.train(access, in.data(), tg.data(), B, T, 1.0f);
   CHECK(pipelined_loss == loss);
-  CHECK(loss / (B * T) == Approx(std::log(256.0)).epsilon(0.05));  // near-uniform predictions at the start
+  // Near-uniform predictions at the start (the unit-scaled head's logits have unit variance).
+  CHECK(loss / (B * T) == Approx(std::log(256.0) + (c.unit_scaled ? 0.5 : 0.0)).epsilon(0.05));
 
   // Each layer's gradient: the pass's tensors concatenated, the same bits. The token
   // embedding's two parts (the head's and the embedding's) add in the same order: the
@@ -177,4 +189,27 @@ TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bi
       CHECK(same_bits(st->grads_of(id), reference.grads_of(id)));
     }
   }
+}
+
+TEST_CASE("a pipeline stage registers the GPT's own tensors, unit-scaled learning rates included", "[gpt][pipeline]") {
+  GptConfig c = small_gpt();
+  c.unit_scaled = GENERATE(false, true);
+  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT");
+  Text text(c.seq_len);
+  const auto g = gpt_pipeline_model(c, 2, 1, text.batcher);
+  // Every layer on one stage: the tensors `strata train` registers, in its order (the head's
+  // tied wte is the embedding layer's), each at its learning-rate scale.
+  const auto specs = engine::StageStore::param_specs(g.model, all_layers(g.model));
+  const auto want = gpt_params(c.shape, c.unit_scaled, c.seq_len);
+  REQUIRE(specs.size() == want.size());
+  bool scaled = false;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].name);
+    CHECK(specs[i].name == want[i].name);
+    CHECK(specs[i].shape == want[i].shape);
+    CHECK(specs[i].layer == want[i].layer);
+    CHECK(specs[i].lr_scale == want[i].lr_scale);
+    scaled = scaled || want[i].lr_scale != 1.0f;
+  }
+  CHECK(scaled == c.unit_scaled);
 }

@@ -4,7 +4,7 @@
 # (--save-params: names, shapes, order and bytes), with its gradient norms and losses at
 # every step (within 1e-7 at two replicas, which the plain trainer means in fp32), as threads
 # and as P x D processes under strata launch, in fp32, bf16 and fp16 (a dynamic loss scaler
-# that skips the first step on every stage alike), with optimizer state and
+# that skips the first step on every stage alike; the unit-scaled GPT without one), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped (synchronous and asynchronous saves), and background saves that fail end
 # the run in an error naming the stages; --init-from starts it from the plain trainer's saved
@@ -83,6 +83,20 @@ assert len(a) == len(b) == 12 and [key(x) for x in a] == [key(y) for y in b], ([
 assert a[0]["skipped"] and not a[-1]["skipped"], [x["skipped"] for x in a]
 PY
 echo "ok: fp16: the same losses, gradient norms, steps skipped and loss scales"
+
+# The unit-scaled GPT in fp16 with no loss scaler (a static scale of 1): every weight steps at
+# its own learning-rate scale on its stage's engine, and the run, its text included, is the
+# plain trainer's.
+config "$dir/u3.json" 3 cpu false true
+sed -i 's/"loss_scale": 0/"loss_scale": 1/' "$dir/u3.json"
+a=$("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --log-json "$dir/plain-unit.jsonl" \
+  --save-params "$dir/plain-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -v '^saved ')
+b=$("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
+  --log-json "$dir/pipe-unit.jsonl" --save-params "$dir/pipe-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -v '^saved ')
+same_losses "unit-scaled fp16 without a loss scaler, 1f1b, ZeRO-3 in host RAM" "$dir/plain-unit.jsonl" \
+  "$dir/pipe-unit.jsonl"
+same_params "unit-scaled fp16 without a loss scaler" "$dir/plain-unit.st" "$dir/pipe-unit.st"
+grep -q "^sample (24 bytes):" <<<"$b" && [ "$a" = "$b" ] || fail "unit-scaled --sample differs: $a // $b"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \

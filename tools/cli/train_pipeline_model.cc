@@ -31,11 +31,7 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
     }
     return r;
   };
-  out.at_length = [=](int T) {
-    model::GptConfig c = gpt;
-    c.seq_len = T;
-    return model::gpt_pipeline_model(c, 1, 1, batcher, 0, 1, products).model;
-  };
+  out.at_length = [=](int T) { return model::gpt_pipeline_model(gpt, 1, 1, batcher, 0, 1, products, T).model; };
   out.vocab = gpt.shape.vocab;
   out.seq_len = gpt.seq_len;
   out.pipeline_layers = gpt.shape.layers + 2;
