@@ -1,14 +1,31 @@
 // MemoryLedger (see ledger.h).
 #include "offload/ledger.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
-#include <cstdlib>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
 
 namespace strata::offload {
+
+namespace {
+
+// Host-tier memory comes straight from the kernel and goes back to it when freed, so the
+// process's resident set follows the ledger. Through malloc it did not: a buffer freed on
+// another thread than the one that allocated it (update staging, freed by the I/O worker
+// after its write) returned to that thread's arena, which kept the pages, and the resident
+// set of tests/tools/rss_bound_test.sh grew about 6 MiB a step past the budgets.
+std::size_t mapped_bytes(std::size_t bytes) { return std::max<std::size_t>(4096, (bytes + 4095) / 4096 * 4096); }
+void* map_host(std::size_t bytes) {
+  void* p = ::mmap(nullptr, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_host(void* p, std::size_t bytes) noexcept { ::munmap(p, mapped_bytes(bytes)); }
+
+}  // namespace
 
 const char* kind_name(Kind k) noexcept {
   static const char* const names[] = {"params", "grads", "optimizer", "buffers"};
@@ -44,26 +61,30 @@ MemoryLedger::~MemoryLedger() {
     else if (e.pinned)
       dev_.free_pinned(p);
     else
-      std::free(p);
+      unmap_host(p, e.bytes);
   }
 }
 
 void MemoryLedger::flush_cache() noexcept {
-  std::vector<std::pair<void*, std::size_t>> cached;
+  std::vector<Cached> cached;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    cached.swap(pinned_cache_);
+    cached.swap(host_cache_);
   }
-  for (auto& [p, bytes] : cached) unlock(p, bytes);
+  for (const auto& c : cached) hand_back(c);
 }
 
-void MemoryLedger::unlock(void* ptr, std::size_t bytes) noexcept {
-  try {
-    dev_.free_pinned(ptr);
-  } catch (const std::exception& ex) {
-    STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
+void MemoryLedger::hand_back(const Cached& c) noexcept {
+  if (c.pinned) {
+    try {
+      dev_.free_pinned(c.ptr);
+    } catch (const std::exception& ex) {
+      STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
+    }
+  } else {
+    unmap_host(c.ptr, c.bytes);
   }
-  if (!pin_host_) host_budget_.release(bytes);
+  if (!pin_host_) host_budget_.release(c.bytes);
 }
 
 void MemoryLedger::reserve_host(std::size_t bytes, std::string_view what) {
@@ -77,26 +98,33 @@ void MemoryLedger::reserve_host(std::size_t bytes, std::string_view what) {
   }
 }
 
-// Page-locked host memory: a cached buffer of the same size, else a new one (with the
-// cache handed back first when the budget is short).
-void* MemoryLedger::host_pinned(std::size_t bytes, std::string_view what) {
+// Host memory, page-locked or not: a cached buffer of the same size and kind, else a new one
+// (with the cache handed back first when the budget or the machine is short).
+void* MemoryLedger::host_buffer(std::size_t bytes, bool pinned, std::string_view what) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = pinned_cache_.begin(); it != pinned_cache_.end(); ++it) {
-      if (it->second != bytes) continue;
-      void* p = it->first;
-      pinned_cache_.erase(it);
+    for (auto it = host_cache_.begin(); it != host_cache_.end(); ++it) {
+      if (it->bytes != bytes || it->pinned != pinned) continue;
+      void* p = it->ptr;
+      host_cache_.erase(it);
       return p;  // its budget reservation comes with it
     }
   }
   if (!pin_host_) reserve_host(bytes, what);
+  const auto fresh = [&]() -> void* {
+    if (pinned) return dev_.allocate_pinned(bytes, what);
+    void* p = map_host(bytes);
+    STRATA_CHECK(p != nullptr, Errc::out_of_budget, "host tier: cannot allocate ", format_bytes(bytes), " for ", what,
+                 ": the machine is out of memory");
+    return p;
+  };
   try {
     try {
-      return dev_.allocate_pinned(bytes, what);
+      return fresh();
     } catch (const Error& e) {
       if (e.code() != Errc::out_of_budget) throw;
       flush_cache();
-      return dev_.allocate_pinned(bytes, what);
+      return fresh();
     }
   } catch (...) {
     if (!pin_host_) host_budget_.release(bytes);
@@ -111,16 +139,8 @@ void* MemoryLedger::allocate(Tier tier, Kind kind, std::size_t bytes, std::strin
   const bool lock_pages = tier == Tier::host && (pin_host_ || pinned);
   if (tier == Tier::device) {
     p = dev_.allocate(bytes, what);
-  } else if (lock_pages) {
-    p = host_pinned(bytes, what);
   } else {
-    reserve_host(bytes, what);
-    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (p == nullptr) {
-      host_budget_.release(bytes);
-      STRATA_THROW(Errc::out_of_budget, "host tier: cannot allocate ", format_bytes(bytes), " for ", what,
-                   ": the machine is out of memory");
-    }
+    p = host_buffer(bytes, lock_pages, what);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   live_.emplace(p, Entry{tier, kind, bytes, lock_pages});
@@ -143,31 +163,26 @@ bool MemoryLedger::take(void* ptr, Entry& e) noexcept {
 }
 
 void MemoryLedger::release(void* ptr, const Entry& e) noexcept {
-  if (e.pinned) {
+  if (e.tier == Tier::host) {
     // Kept for reuse; the oldest cached buffer goes when the cache is full.
-    std::pair<void*, std::size_t> evicted{nullptr, 0};
+    Cached evicted{ptr, e.bytes, e.pinned};
     {
       std::lock_guard<std::mutex> lock(mutex_);
       try {
-        pinned_cache_.emplace_back(ptr, e.bytes);
-        if (pinned_cache_.size() > kCacheEntries) {
-          evicted = pinned_cache_.front();
-          pinned_cache_.erase(pinned_cache_.begin());
+        host_cache_.push_back(evicted);
+        evicted.ptr = nullptr;
+        if (host_cache_.size() > kCacheEntries) {
+          evicted = host_cache_.front();
+          host_cache_.erase(host_cache_.begin());
         }
       } catch (...) {
-        evicted = {ptr, e.bytes};
       }
     }
-    if (evicted.first != nullptr) unlock(evicted.first, evicted.second);
+    if (evicted.ptr != nullptr) hand_back(evicted);
     return;
   }
   try {
-    if (e.tier == Tier::device)
-      dev_.free(ptr);
-    else {
-      std::free(ptr);
-      host_budget_.release(e.bytes);
-    }
+    dev_.free(ptr);
   } catch (const std::exception& ex) {
     STRATA_LOG(error, "memory ledger: free failed: ", ex.what());
   }

@@ -45,10 +45,13 @@ class MemoryLedger {
 
   // pinned: a host-tier buffer that a stream copy reads after stream work filled it (a CUDA
   // copy from pageable memory may read it when it is queued, not when the stream gets
-  // there), page-locked whatever pin_host says. Freed page-locked buffers are kept for reuse
-  // by the next request of the same size (locking pages is slow, and cudaFreeHost waits for
-  // the whole device); they keep their place in the tier's Budget, are not counted in its
-  // use, and are handed back whenever a host allocation or charge would not fit.
+  // there), page-locked whatever pin_host says. Pageable host memory is mapped from the
+  // kernel and unmapped when handed back, never malloc's, so the process's resident set
+  // follows the ledger. Freed host buffers are kept for reuse by the next request of the
+  // same size and kind (locking pages is slow and cudaFreeHost waits for the whole device;
+  // a fresh mapping is zeroed page by page); they keep their place in the tier's Budget, are
+  // not counted in its use, and are handed back whenever a host allocation or charge would
+  // not fit.
   void* allocate(Tier tier, Kind kind, std::size_t bytes, std::string_view what, bool pinned = false);
   void free(void* ptr) noexcept;
   // free() for stream work (a host function on a CUDA stream must not call CUDA): the bytes
@@ -74,10 +77,15 @@ class MemoryLedger {
     std::size_t bytes;
     bool pinned = false;  // page-locked host memory (pin_host, or asked for)
   };
-  void* host_pinned(std::size_t bytes, std::string_view what);
+  struct Cached {  // a freed host buffer kept for reuse
+    void* ptr;
+    std::size_t bytes;  // as asked
+    bool pinned;
+  };
+  void* host_buffer(std::size_t bytes, bool pinned, std::string_view what);
   void reserve_host(std::size_t bytes, std::string_view what);  // host_budget_, flushing the cache if short
   void flush_cache() noexcept;
-  void unlock(void* ptr, std::size_t bytes) noexcept;     // a page-locked buffer back to the Device
+  void hand_back(const Cached& c) noexcept;               // to the Device or the kernel, and the budget
   void add_use(Tier tier, Kind kind, std::size_t bytes);  // mutex_ held
   bool take(void* ptr, Entry& e) noexcept;                // mutex_ held: unregisters ptr
   void release(void* ptr, const Entry& e) noexcept;       // hands the memory back
@@ -88,7 +96,7 @@ class MemoryLedger {
   mutable std::mutex mutex_;
   std::unordered_map<void*, Entry> live_;
   std::vector<std::pair<void*, Entry>> retired_;
-  std::vector<std::pair<void*, std::size_t>> pinned_cache_;  // freed page-locked buffers, bytes asked
+  std::vector<Cached> host_cache_;
   static constexpr std::size_t kCacheEntries = 16;
   std::array<TierUsage, kTiers> usage_{};
 };

@@ -17,7 +17,7 @@ touches every file; the first overlapped step has no tail of an earlier step to 
 with, which every later step of a run has): the step time, the NVMe bytes
 it moved, the I/O floor (those bytes over the round's mixed GB/s) and the ratio
 step / max(compute, floor). Reports medians over rounds, the process's peak RSS against the
-bound the RSS test asserts (host + device budgets + the RSS before setup + 96 MiB), writes
+bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
 import argparse
 import json
@@ -181,10 +181,10 @@ def main():
         print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
               f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}")
     # The bound tests/tools/rss_bound_test.sh asserts (docs/design.md, "Sizing a run").
-    bound = host + device + summary["rss_base"] + (96 << 20)
+    bound = host + device + summary["rss_base"] + (40 << 20)
     print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "
           f"budgets {(host + device) / 2**30:.2f} GiB + the RSS before setup {summary['rss_base'] / 2**30:.2f} GiB "
-          f"+ 96 MiB)")
+          f"+ 40 MiB)")
     trace = os.path.join(a.out, "overlap-trace.json")
     if os.path.exists(trace):
         subprocess.run([sys.executable, os.path.join(HERE, "trace_svg.py"), trace,

@@ -3,6 +3,9 @@
 //   stage 0: 2Psi + 4Psi + 12Psi      stage 1: 2Psi + 4Psi + 12Psi/N
 //   stage 2: 2Psi + 16Psi/N           stage 3: 18Psi/N
 // and stage 3 never holds more than stage3_max_live_parameters gathered.
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "runtime/core/error.h"
@@ -107,6 +110,31 @@ TEST_CASE("freed page-locked staging is reused, and handed back when the host bu
   void* c = ledger.allocate(engine::Tier::host, engine::Kind::optimizer, 600 << 10, "state");
   CHECK(dev->pinned_stats().allocations == 0);
   CHECK(ledger.usage(engine::Tier::host).used_bytes == 600u << 10);
+  ledger.free(c);
+}
+
+TEST_CASE("pageable host buffers are reused, and unmapped when the host budget runs short", "[zero][memory]") {
+  device::DeviceOptions d;
+  d.budget_bytes = 1 << 20;
+  auto dev = device::Device::create(d);
+  engine::MemoryLedger ledger(*dev, 100 << 10, /*pin_host=*/false);
+  // Smaller than malloc's mmap threshold: from malloc it would stay mapped in its heap.
+  auto* a = static_cast<unsigned char*>(ledger.allocate(engine::Tier::host, engine::Kind::buffers, 64 << 10, "a"));
+  std::fill(a, a + (64 << 10), 1);
+  const auto mapped = [](void* p) {
+    unsigned char resident = 0;
+    return ::mincore(p, 4096, &resident) == 0;
+  };
+  CHECK(mapped(a));
+  ledger.free(a);
+  CHECK(ledger.usage(engine::Tier::host).used_bytes == 0);
+  void* b = ledger.allocate(engine::Tier::host, engine::Kind::buffers, 64 << 10, "b, the same size");
+  CHECK(b == a);  // the cached buffer
+  ledger.free(b);
+  // 64 KiB cached + 64 KiB asked > the 100 KiB budget: the cache gives way, back to the kernel.
+  void* c = ledger.allocate(engine::Tier::host, engine::Kind::optimizer, 48 << 10, "c, another size");
+  CHECK_FALSE(mapped(a));
+  CHECK(ledger.usage(engine::Tier::host).used_bytes == 48u << 10);
   ledger.free(c);
 }
 
