@@ -97,6 +97,17 @@ same_losses "unit-scaled fp16 without a loss scaler, 1f1b, ZeRO-3 in host RAM" "
   "$dir/pipe-unit.jsonl"
 same_params "unit-scaled fp16 without a loss scaler" "$dir/plain-unit.st" "$dir/pipe-unit.st"
 grep -q "^sample (24 bytes):" <<<"$b" && [ "$a" = "$b" ] || fail "unit-scaled --sample differs: $a // $b"
+# Its checkpoint records the parametrization: resumed as the other one (the same tensors,
+# another function), it is refused by name, both ways.
+"$strata" train "${shape[@]}" --steps 2 --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
+  --save-dir "$dir/unit-ckpt" >/dev/null
+"$strata" train "${shape[@]}" --steps 2 --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
+  --save-dir "$dir/plain-ckpt" >/dev/null
+expect_refusal "a unit-scaled checkpoint resumed without --unit-scaled" "unit-scaled and this run's is not" \
+  "$strata" train "${gpt[@]}" --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b --resume "$dir/unit-ckpt"
+expect_refusal "a plain checkpoint resumed with --unit-scaled" "records no unit-scaled parametrization" \
+  "$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
+  --resume "$dir/plain-ckpt"
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \

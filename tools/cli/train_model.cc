@@ -120,6 +120,29 @@ model::MlpConfig mlp_config(const ModelOptions& o) {
   return {o.layers > 0 ? o.layers : 4, o.hidden > 0 ? o.hidden : 64, o.layer_ms, o.seed};
 }
 
+void record_unit_scaling(nlohmann::json& state, bool unit_scaled) {
+  if (unit_scaled) state["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
+}
+
+void check_unit_scaling(const nlohmann::json& state, bool unit_scaled) {
+  STRATA_CHECK(unit_scaled || !state.contains("unit_scaled"), Errc::invalid_argument,
+               "the checkpoint's GPT is unit-scaled and this run's is not: the same tensors compute another "
+               "function; add --unit-scaled");
+  if (unit_scaled) {
+    STRATA_CHECK(state.contains("unit_scaled"), Errc::invalid_argument,
+                 "the checkpoint records no unit-scaled parametrization: its GPT was trained without "
+                 "--unit-scaled, or unit-scaled before the attention score temperature (",
+                 model::UnitScales::kScoreTemperature,
+                 ") was fixed; either way its weights belong to another function: drop --unit-scaled for the "
+                 "first, start afresh (no --resume) for the second");
+    const float t = state.at("unit_scaled").at("score_temperature").get<float>();
+    STRATA_CHECK(t == model::UnitScales::kScoreTemperature, Errc::invalid_argument,
+                 "the checkpoint's unit-scaled GPT has attention score temperature ", t, " and this build's has ",
+                 model::UnitScales::kScoreTemperature,
+                 ": another function of the same weights; resume with the build that wrote it, or start afresh");
+  }
+}
+
 bool config_remat(const engine::EngineConfig& config) {
   const auto& ignored = config.ignored_keys;
   return std::find(ignored.begin(), ignored.end(), "activation_checkpointing") != ignored.end();
@@ -188,27 +211,12 @@ class GptModel : public TrainModel {
   std::string state() const override {
     auto j = nlohmann::json::object();
     if (gpt_.fp8_enabled()) j["fp8_amax_history"] = gpt_.fp8_state();
-    if (cfg_.unit_scaled) j["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
+    record_unit_scaling(j, cfg_.unit_scaled);
     return j.empty() ? std::string() : j.dump();
   }
   void restore_state(const std::string& text) override {
     const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
-    STRATA_CHECK(cfg_.unit_scaled || !j.contains("unit_scaled"), Errc::invalid_argument,
-                 "the checkpoint's GPT is unit-scaled and this run's is not: the same tensors compute another "
-                 "function; add --unit-scaled");
-    if (cfg_.unit_scaled) {
-      STRATA_CHECK(j.contains("unit_scaled"), Errc::invalid_argument,
-                   "the checkpoint records no unit-scaled parametrization: its GPT was trained without "
-                   "--unit-scaled, or unit-scaled before the attention score temperature (",
-                   model::UnitScales::kScoreTemperature,
-                   ") was fixed; either way its weights belong to another function: drop --unit-scaled for the "
-                   "first, start afresh (no --resume) for the second");
-      const float t = j.at("unit_scaled").at("score_temperature").get<float>();
-      STRATA_CHECK(t == model::UnitScales::kScoreTemperature, Errc::invalid_argument,
-                   "the checkpoint's unit-scaled GPT has attention score temperature ", t, " and this build's has ",
-                   model::UnitScales::kScoreTemperature,
-                   ": another function of the same weights; resume with the build that wrote it, or start afresh");
-    }
+    check_unit_scaling(j, cfg_.unit_scaled);
     if (!gpt_.fp8_enabled()) return;
     if (!j.contains("fp8_amax_history")) {
       if (engine_.rank() == 0)

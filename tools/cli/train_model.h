@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,13 @@ std::uint64_t model_hidden_size(const ModelOptions& o);
 
 // The config asks for re-materialization (DeepSpeed's activation_checkpointing block).
 bool config_remat(const engine::EngineConfig& config);
+
+// The unit-scaled GPT's constants that no tensor shows (the attention score temperature),
+// in a checkpoint's trainer state: a checkpoint of the other parametrization holds the same
+// tensors and computes another function. record_ writes them when unit_scaled; check_
+// throws Errc::invalid_argument, naming the flag to change, when `state` and the run differ.
+void record_unit_scaling(nlohmann::json& state, bool unit_scaled);
+void check_unit_scaling(const nlohmann::json& state, bool unit_scaled);
 
 // What a model registers and holds on the device, without building it (strata estimate).
 struct ModelSize {

@@ -340,6 +340,7 @@ int train_pipelined(const PipelineTrainOptions& o) {
   run.ckpt.keep = o.ckpt.keep >= 0 ? o.ckpt.keep : cfg.checkpoint.keep;
   run.ckpt.seed = o.m.seed;
   run.ckpt.stages = run.P;
+  run.ckpt.unit_scaled = o.m.model == "gpt" && o.m.unit_scaled;
   run.ckpt.init_from = o.ckpt.init_from;
   STRATA_CHECK(run.ckpt.resume.empty() || run.ckpt.init_from.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");

@@ -89,6 +89,11 @@ std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::
   const auto seed_saved = j.at("seed").get<std::uint64_t>();
   STRATA_CHECK(seed_saved == seed, Errc::invalid_argument, "--resume '", resume, "': trained with --seed ", seed_saved,
                " but this run has --seed ", seed, "; its data would differ: pass --seed ", seed_saved);
+  try {
+    check_unit_scaling(j, unit_scaled);
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat("--resume '", resume, "': ", e.what()));
+  }
   engine.load_checkpoint(dir);
   return j.at("next_step").get<std::int64_t>();
 }
@@ -121,7 +126,8 @@ bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int
   report_finished(engine, stage, printer);
   const bool due = s + 1 == steps || (save_every > 0 && (s + 1) % save_every == 0);
   if (!due) return false;
-  const nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
+  nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
+  record_unit_scaling(state, unit_scaled);
   engine::SaveOptions so;
   so.keep = keep;
   so.async = async;

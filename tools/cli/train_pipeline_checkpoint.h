@@ -1,16 +1,17 @@
 // Checkpoints of `strata train --pipeline-stages` (train_pipeline.h): every stage's engine
 // saves its own shards under <root>/stage<s> (its step-N directories and `latest`, the
-// engine's protocol), with the trainer's state beside them: the next step, the seed and the
-// stage count. A resume takes, over every rank, the newest step that every stage saved (a
-// run stopped between two stages' saves leaves some a save ahead; they still hold the
-// older one unless `keep` removed it, and then the resume is refused naming the step) and
-// checks it was saved by as many stages with the same seed. Saves are collective over each
-// stage's data-parallel group; with `async` (--save-async, checkpoint.async) each stage's
-// engine stages its state and writes it while training goes on, committing it at a later
-// step of its own, so the stages may commit a step apart: a resume takes the newest step
-// every stage committed, as above. finish() waits for a stage's last save. --init-from (weights under the plain
-// trainer's tensor names, e.g. its --save-params or strata export) gives every stage's
-// layers their initial values in place of the seed's.
+// engine's protocol), with the trainer's state beside them: the next step, the seed, the
+// stage count and the GPT's unit scaling. A resume takes, over every rank, the newest step
+// that every stage saved (a run stopped between two stages' saves leaves some a save ahead;
+// they still hold the older one unless `keep` removed it, and then the resume is refused
+// naming the step) and checks it was saved by as many stages with the same seed and
+// parametrization. Saves are collective over each stage's data-parallel group; with `async`
+// (--save-async, checkpoint.async) each stage's engine stages its state and writes it while
+// training goes on, committing it at a later step of its own, so the stages may commit a
+// step apart: a resume takes the newest step every stage committed, as above. finish()
+// waits for a stage's last save. --init-from (weights under the plain trainer's tensor
+// names, e.g. its --save-params or strata export) gives every stage's layers their initial
+// values in place of the seed's.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,8 @@ struct PipelineCheckpoints {
   std::uint64_t seed = 0;
   int stages = 1;
   bool async = false;
-  std::string init_from;  // --init-from: empty, or a safetensors file of the model's tensors
+  std::string init_from;     // --init-from: empty, or a safetensors file of the model's tensors
+  bool unit_scaled = false;  // the GPT's parametrization, recorded and checked as the plain trainer does
 
   // --init-from: checks the file holds exactly `model.tensors` with their shapes (Errc::
   // invalid_argument naming the tensor and what to do), then returns what writes a pipeline
@@ -45,7 +47,7 @@ struct PipelineCheckpoints {
   // Loads stage `stage`'s checkpoint of the newest step every stage saved under `resume`
   // into `engine` and returns the next step (0 without --resume). Collective over `all`
   // (every rank). Throws Errc::invalid_argument naming the flag when the stages share no
-  // step or the checkpoint is not this run's (stage count, seed).
+  // step or the checkpoint is not this run's (stage count, seed, unit scaling).
   std::int64_t load(engine::Engine& engine, int stage, comm::Communicator* all) const;
   // After step index s (0-based) of `steps`: saves stage `stage` when due (returns true
   // when it did), and reports the stage's asynchronous saves that finished: a committed one

@@ -37,7 +37,8 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   out.pipeline_layers = gpt.shape.layers + 2;
   out.units_per_micro = static_cast<std::uint64_t>(B) * static_cast<std::uint64_t>(gpt.seq_len);
   out.remat = pipeline::parse_remat(model::remat_name(gpt.remat));
-  out.describe = str_cat("GPT ", gpt.shape.layers, " blocks x ", gpt.shape.d_model);
+  out.describe =
+      str_cat("GPT ", gpt.shape.layers, " blocks x ", gpt.shape.d_model, gpt.unit_scaled ? ", unit-scaled" : "");
   out.split_hint = [n = out.pipeline_layers, blocks = gpt.shape.layers](int vstages) {
     return str_cat("the GPT's ", n, " pipeline layers (the embeddings, ", blocks,
                    " blocks, the head) evenly: give --layers a number of blocks such that blocks + 2 is a multiple of ",
