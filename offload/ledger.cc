@@ -164,16 +164,19 @@ bool MemoryLedger::take(void* ptr, Entry& e) noexcept {
 
 void MemoryLedger::release(void* ptr, const Entry& e) noexcept {
   if (e.tier == Tier::host) {
-    // Kept for reuse; the oldest cached buffer goes when the cache is full.
+    // Kept for reuse; the oldest cached buffer of its kind goes when that kind fills its
+    // entries (so pageable staging churning every step never evicts page-locked buffers).
     Cached evicted{ptr, e.bytes, e.pinned};
     {
       std::lock_guard<std::mutex> lock(mutex_);
       try {
         host_cache_.push_back(evicted);
         evicted.ptr = nullptr;
-        if (host_cache_.size() > kCacheEntries) {
-          evicted = host_cache_.front();
-          host_cache_.erase(host_cache_.begin());
+        const auto same = [&](const Cached& c) { return c.pinned == e.pinned; };
+        if (static_cast<std::size_t>(std::count_if(host_cache_.begin(), host_cache_.end(), same)) > kCacheEntries) {
+          const auto oldest = std::find_if(host_cache_.begin(), host_cache_.end(), same);
+          evicted = *oldest;
+          host_cache_.erase(oldest);
         }
       } catch (...) {
       }

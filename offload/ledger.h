@@ -97,7 +97,7 @@ class MemoryLedger {
   std::unordered_map<void*, Entry> live_;
   std::vector<std::pair<void*, Entry>> retired_;
   std::vector<Cached> host_cache_;
-  static constexpr std::size_t kCacheEntries = 16;
+  static constexpr std::size_t kCacheEntries = 16;  // of each kind (page-locked, pageable)
   std::array<TierUsage, kTiers> usage_{};
 };
 
