@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
@@ -136,6 +137,23 @@ TEST_CASE("pageable host buffers are reused, and unmapped when the host budget r
   CHECK_FALSE(mapped(a));
   CHECK(ledger.usage(engine::Tier::host).used_bytes == 48u << 10);
   ledger.free(c);
+}
+
+TEST_CASE("pageable buffers churning through the cache never evict a page-locked one", "[zero][memory]") {
+  device::DeviceOptions d;
+  d.budget_bytes = 1 << 20;
+  auto dev = device::Device::create(d);
+  engine::MemoryLedger ledger(*dev, 1 << 20, /*pin_host=*/false);
+  void* locked = ledger.allocate(engine::Tier::host, engine::Kind::buffers, 64 << 10, "staging", /*pinned=*/true);
+  ledger.free(locked);
+  std::vector<void*> pageable;
+  for (int i = 0; i < 40; ++i)
+    pageable.push_back(ledger.allocate(engine::Tier::host, engine::Kind::buffers, 4096, "pageable"));
+  for (void* p : pageable) ledger.free(p);  // more than the cache keeps: the oldest pageable ones go
+  CHECK(dev->pinned_stats().allocations == 1);
+  CHECK(ledger.allocate(engine::Tier::host, engine::Kind::buffers, 64 << 10, "staging again", true) == locked);
+  CHECK(dev->pinned_stats().allocations == 1);
+  ledger.free(locked);
 }
 
 TEST_CASE("the host tier's budget edge is exact: the last byte fits, one more does not", "[zero][memory][negative]") {
