@@ -13,6 +13,14 @@
 
 namespace strata::engine {
 
+namespace {
+std::size_t elements(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(std::max<std::int64_t>(d, 0));
+  return n;
+}
+}  // namespace
+
 std::string StageStore::tensor_name(int layer) { return "pipeline.layer" + std::to_string(layer); }
 
 StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers,
@@ -54,9 +62,7 @@ std::vector<ParamSpec> StageStore::param_specs(const pipeline::PipelineModel& mo
       p.shape = t.shape;
       p.layer = id;
       p.lr_scale = t.lr_scale;
-      std::size_t n = 1;
-      for (auto d : t.shape) n *= static_cast<std::size_t>(std::max<std::int64_t>(d, 0));
-      at += n;
+      at += elements(p.shape);
       out.push_back(std::move(p));
     }
     STRATA_CHECK(at == stored, Errc::internal, "pipeline stage: layer ", id, "'s tensors hold ", at,
@@ -92,10 +98,8 @@ void StageStore::init(std::uint64_t seed, const LayerValues& from) {
   {
     std::map<int, std::size_t> at;
     for (const auto& p : param_specs(model_, ids_)) {
-      std::size_t n = 1;
-      for (auto d : p.shape) n *= static_cast<std::size_t>(d);
       by_name[p.name] = {p.layer, at[p.layer]};
-      at[p.layer] += n;
+      at[p.layer] += elements(p.shape);
     }
   }
   std::map<int, std::vector<float>> values;  // made once per layer, on first ask
