@@ -6,7 +6,6 @@
 #include "models/gpt/kernels.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
-#include "runtime/core/error.h"
 
 namespace strata::model {
 
@@ -95,6 +94,25 @@ void mm_backward(const BlockDims& d, int k, float* dinp, float* dW, float* db, c
   }
 }
 
+// Product k's backward halves (the pipeline's B and W passes), as mm_backward takes them.
+void mm_backward_input(const BlockDims& d, int k, float* dinp, const float* dout, const float* W, int N, int IC,
+                       int OC) {
+  if (d.fp8 != nullptr) {
+    d.fp8->backward_input(4 * d.block + k, dinp, dout, W, N, IC, OC, false, scales(d, k, N));
+  } else {
+    K(d).matmul_backward_input(dinp, dout, W, N, IC, OC, false, d.products, scales(d, k, N));
+  }
+}
+
+void mm_backward_weight(const BlockDims& d, int k, float* dW, float* db, const float* dout, const float* inp, int N,
+                        int IC, int OC) {
+  if (d.fp8 != nullptr) {
+    d.fp8->backward_weight(4 * d.block + k, dW, db, dout, inp, N, IC, OC, scales(d, k, N));
+  } else {
+    K(d).matmul_backward_weight(dW, db, dout, inp, N, IC, OC, d.products, scales(d, k, N));
+  }
+}
+
 // The residual add's two gradients: skip = (its weight) x g, and g scaled in place by the
 // branch's weight (1 and 1 in the plain block: a copy).
 void residual_split(float* skip, float* g, const BlockDims& d, int add, std::size_t n) {
@@ -160,47 +178,37 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   K(d).layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 
-namespace {
-void check_split(const BlockDims& d) {
-  STRATA_CHECK(d.fp8 == nullptr, Errc::unsupported,
-               "the GPT block's split backward (pipeline B and W passes) has no FP8 sites: turn off fp8 for a "
-               "pipelined GPT");
-}
-}  // namespace
-
 // block_backward's operations in its order, each product's two halves apart: the input pass
 // keeps what the weight pass reads (BlockSplit).
 void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
                           const BlockDims& d) {
-  check_split(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   residual_split(k.dres1, dres, d, 1, NC);
   if (d.unit != nullptr) K(d).copy(k.dbranch, dres, NC);
-  K(d).matmul_backward_input(k.d4, dres, w[fcproj_w], N, 4 * C, C, false, d.products, scales(d, 3, N));
+  mm_backward_input(d, 3, k.d4, dres, w[fcproj_w], N, 4 * C, C);
   if (d.unit != nullptr) K(d).scale(k.d4, UnitScales::gelu(), 4 * NC);
   K(d).gelu_backward(k.d4, a.fch, k.d4, 4 * NC);
-  K(d).matmul_backward_input(k.dln2, k.d4, w[fc_w], N, C, 4 * C, false, d.products, scales(d, 2, N));
+  mm_backward_input(d, 2, k.dln2, k.d4, w[fc_w], N, C, 4 * C);
   K(d).layernorm_backward_input(k.dres1, k.dln2, a.res1, w[ln2_w], a.ln2_mean, a.ln2_rstd, N, C);
   residual_split(dres, k.dres1, d, 0, NC);
   float* datty = k.dln1;  // consumed by the attention's backward before dln1 is written
-  K(d).matmul_backward_input(datty, k.dres1, w[attproj_w], N, C, C, false, d.products, scales(d, 1, N));
+  mm_backward_input(d, 1, datty, k.dres1, w[attproj_w], N, C, C);
   if (d.unit != nullptr) K(d).scale(datty, d.unit->attention(), NC);
   K(d).attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
-  K(d).matmul_backward_input(k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C, false, d.products, scales(d, 0, N));
+  mm_backward_input(d, 0, k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C);
   K(d).layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,
                            const BlockSplit& k, const BlockDims& d) {
-  check_split(d);
   const int N = static_cast<int>(d.tokens()), C = d.C;
   const float* dbranch = d.unit != nullptr ? k.dbranch : dout;  // the plain add's branch weight is 1
-  K(d).matmul_backward_weight(g[fcproj_w], g[fcproj_b], dbranch, a.gelu, N, 4 * C, C, d.products, scales(d, 3, N));
-  K(d).matmul_backward_weight(g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C, d.products, scales(d, 2, N));
+  mm_backward_weight(d, 3, g[fcproj_w], g[fcproj_b], dbranch, a.gelu, N, 4 * C, C);
+  mm_backward_weight(d, 2, g[fc_w], g[fc_b], k.d4, a.ln2, N, C, 4 * C);
   K(d).layernorm_backward_weight(g[ln2_w], g[ln2_b], k.dln2, a.res1, a.ln2_mean, a.ln2_rstd, N, C);
-  K(d).matmul_backward_weight(g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C, d.products, scales(d, 1, N));
-  K(d).matmul_backward_weight(g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C, d.products, scales(d, 0, N));
+  mm_backward_weight(d, 1, g[attproj_w], g[attproj_b], k.dres1, a.atty, N, C, C);
+  mm_backward_weight(d, 0, g[qkv_w], g[qkv_b], k.dqkv, a.ln1, N, C, 3 * C);
   K(d).layernorm_backward_weight(g[ln1_w], g[ln1_b], k.dln1, x, a.ln1_mean, a.ln1_rstd, N, C);
 }
 

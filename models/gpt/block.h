@@ -61,8 +61,8 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
 
 // block_backward in two passes (the Zero Bubble split): the input pass turns dres from
 // dL/d(out) into dL/dx and fills `k`; the weight pass, given dL/d(out) again, adds the weight
-// gradients into g. Each gradient gets the bits block_backward gives it, plain or
-// unit-scaled. Not with FP8 sites: Errc::unsupported.
+// gradients into g. Each gradient gets the bits block_backward gives it, plain, unit-scaled
+// or with FP8 sites (each half quantizes what it reads at the step's scales).
 void block_backward_input(float* dres, const float* x, const BlockWeights& w, const BlockActs& a, const BlockSplit& k,
                           const BlockDims& d);
 void block_backward_weight(const BlockGrads& g, const float* dout, const float* x, const BlockActs& a,

@@ -68,6 +68,21 @@ void Fp8Products::backward(int site, float* dinp, float* dW, float* db, const fl
   if (db != nullptr) k_.bias_backward(db, dout, N, OC);
 }
 
+void Fp8Products::backward_input(int site, float* dinp, const float* dout, const float* W, int N, int IC, int OC,
+                                 bool accumulate, const ops::ProductScales& sc) {
+  const float* qg = quantize(g_of(site), dout, N, OC, scratch_.g);
+  const float* qw = quantize(w_of(site), W, IC, OC, scratch_.w);
+  k_.matmul_backward_input(dinp, qg, qw, N, IC, OC, accumulate, ops::Products::fp32, sc);
+}
+
+void Fp8Products::backward_weight(int site, float* dW, float* db, const float* dout, const float* inp, int N, int IC,
+                                  int OC, const ops::ProductScales& sc) {
+  const float* qg = quantize(g_of(site), dout, N, OC, scratch_.g);
+  const float* qx = quantize(x_of(site), inp, N, IC, scratch_.x);
+  k_.matmul_backward_weight(dW, nullptr, qg, qx, N, IC, OC, ops::Products::fp32, sc);
+  if (db != nullptr) k_.bias_backward(db, dout, N, OC);
+}
+
 void Fp8Products::head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
                                const ops::ProductScales& sc) {
   const float* qx = quantize(x_of(head_site_), inp, N, C, scratch_.x);

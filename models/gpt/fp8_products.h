@@ -58,6 +58,16 @@ class Fp8Products {
   // db += sums of dout
   virtual void backward(int site, float* dinp, float* dW, float* db, const float* dout, const float* inp,
                         const float* W, int N, int IC, int OC, bool accumulate, const ops::ProductScales& s = {});
+  // backward() in two halves, for a pipeline's B and W passes (the Zero Bubble split): the
+  // input half dinp (= or +=) grad_in q(dout) q(W)^T, the weight half dW += grad_w q(inp)^T
+  // q(dout) and db += sums of dout. Each quantizes the operands it reads at the step's
+  // scales, so the halves give backward()'s bits and record its amax. They run the host
+  // simulation's route on the kernels given (on CudaFp8Products too: fake-quantized operands,
+  // fp32 products).
+  void backward_input(int site, float* dinp, const float* dout, const float* W, int N, int IC, int OC, bool accumulate,
+                      const ops::ProductScales& s = {});
+  void backward_weight(int site, float* dW, float* db, const float* dout, const float* inp, int N, int IC, int OC,
+                       const ops::ProductScales& s = {});
   // logits[N,V] = fwd q(inp) q(wte)^T, and its backward (dinp written, dwte accumulated)
   virtual void head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
                             const ops::ProductScales& s = {});

@@ -8,6 +8,7 @@
 
 #include "engine/layout.h"
 #include "models/gpt/block.h"
+#include "models/gpt/fp8_products.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
@@ -41,14 +42,29 @@ std::vector<std::int32_t> token_ids(const float* x, std::size_t rows, int vocab)
   return t;
 }
 
-// What the three layers share: the shape, the micro-batch's sequence length and, for the
-// unit-scaled GPT, its scales (from the training sequence length).
+// What the three layers share: the shape, the micro-batch's sequence length, for the
+// unit-scaled GPT its scales (from the training sequence length), and the FP8 products.
 struct LayerSetup {
   GptShape shape;
   int seq_len = 1;
   std::shared_ptr<const UnitScales> unit;  // null: the plain GPT
   int train_seq_len = 1;
+  std::shared_ptr<Fp8Products> fp8;  // null: the products in the caller's precision
 };
+
+// The FP8 products with their scratch, for micro-batches of `tokens` tokens.
+std::shared_ptr<Fp8Products> fp8_products(const fp8::Recipe& recipe, const GptShape& shape, std::size_t tokens) {
+  struct Owned {
+    std::vector<float> scratch;
+    std::unique_ptr<Fp8Products> products;
+  };
+  auto o = std::make_shared<Owned>();
+  const auto f = Fp8Products::scratch_floats(shape, tokens);
+  o->scratch.assign(f.total(), 0.0f);
+  float* at = o->scratch.data();
+  o->products = std::make_unique<Fp8Products>(recipe, shape, Fp8Products::Scratch{at, at + f.x, at + f.x + f.w});
+  return {o, o->products.get()};  // shares the owner's lifetime
+}
 
 class GptLayer : public pipeline::Layer {
  public:
@@ -57,6 +73,7 @@ class GptLayer : public pipeline::Layer {
         T_(l.seq_len),
         id_(id),
         unit_(l.unit),
+        fp8_(l.fp8),
         params_(gpt_pipeline_params(l.shape, id, l.unit != nullptr, l.train_seq_len)) {
     for (const auto& p : params_) count_ += numel(p);
   }
@@ -77,6 +94,7 @@ class GptLayer : public pipeline::Layer {
   const GptShape s_;
   const int T_, id_;
   const std::shared_ptr<const UnitScales> unit_;
+  const std::shared_ptr<Fp8Products> fp8_;  // one replica's stage thread calls it, one action at a time
   const std::vector<GptParam> params_;
   std::size_t count_ = 0;
 };
@@ -157,6 +175,7 @@ class Block final : public GptLayer {
     d.NH = s_.heads;
     d.block = id_ - 1;
     d.products = products_;
+    d.fp8 = fp8_.get();
     d.unit = unit_.get();
     return d;
   }
@@ -191,7 +210,11 @@ class Head final : public GptLayer {
   void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
     const int N = static_cast<int>(rows), C = s_.d_model;
     ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
-    ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+    if (fp8_) {
+      fp8_->head_forward(y, saved, p + 2 * C, N, C, s_.vocab, scales());
+    } else {
+      ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+    }
   }
   void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
@@ -204,7 +227,11 @@ class Head final : public GptLayer {
     const int N = static_cast<int>(rows), C = s_.d_model;
     std::fill(dp, dp + count_, 0.0f);
     std::vector<float> dln(rows * static_cast<std::size_t>(C));
-    ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+    if (fp8_) {
+      fp8_->head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, scales());
+    } else {
+      ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+    }
     std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
     ops::layernorm_backward(dx, dp, dp + C, dln.data(), x, p, saved + rows * C, saved + rows * (C + 1), N, C);
   }
@@ -231,9 +258,6 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
                                std::shared_ptr<const Batcher> batcher, int rank, int world, ops::Products products,
                                int seq_len) {
   validate(c);
-  STRATA_CHECK(!c.fp8.enabled, Errc::invalid_argument,
-               "a pipelined GPT has no FP8 products (its split backward runs the fp32 or 16-bit block): drop the "
-               "fp8 block");
   STRATA_CHECK(seq_len >= 0 && seq_len <= c.seq_len, Errc::invalid_argument, "GPT pipeline: sequences of ", seq_len,
                " tokens; the model trains at ", c.seq_len);
   STRATA_CHECK(micro_batch >= 1 && micro_batches >= 1 && batcher != nullptr, Errc::invalid_argument,
@@ -241,8 +265,12 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
                " micro-batches must be at least 1, with a batcher");
   const GptShape& s = c.shape;
   const int T = seq_len > 0 ? seq_len : c.seq_len, B = micro_batch;
-  LayerSetup l{s, T, c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr, c.seq_len};
+  LayerSetup l{s, T, c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr, c.seq_len, nullptr};
   GptPipeline g;
+  if (c.fp8.enabled) {
+    l.fp8 = fp8_products(c.fp8, s, static_cast<std::size_t>(B) * static_cast<std::size_t>(T));
+    g.fp8 = l.fp8;
+  }
   g.losses = std::make_shared<std::vector<double>>(static_cast<std::size_t>(micro_batches), 0.0);
   auto& m = g.model;
   m.rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);

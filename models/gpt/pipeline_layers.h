@@ -8,7 +8,9 @@
 // id (exact below 2^24), and the head's output the logits [B*T, vocab]. Compute is the
 // GPT's own host code (ops.h, block.h) in fp32, its weight products in the precision the
 // caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
-// every layer and the loss. The layers name their tensors (Layer::tensors) with the
+// every layer and the loss. With the config's fp8 block the weight products take FP8
+// operands (fp8_products.h): one Fp8Products for the model's layers, whose delayed-scaling
+// state the caller steps (GptPipeline::fp8). The layers name their tensors (Layer::tensors) with the
 // learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
 // _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
 // does not split (it reads the tie). Initial values are the engine's for the GPT's named tensors
@@ -28,6 +30,8 @@
 
 namespace strata::model {
 
+class Fp8Products;
+
 struct GptPipeline {
   pipeline::PipelineModel model;
   // Each micro-batch's sum of token losses, as the loss last saw it (written on the last
@@ -38,6 +42,11 @@ struct GptPipeline {
   // logits the head gave for it (for pipeline::run_forward).
   std::function<void(int v, float* x)> val_input;
   std::function<double(int v, const float* logits)> val_loss;
+  // With the config's fp8 block: the layers' FP8 products (null otherwise). The caller turns
+  // recording on for training steps only, and after each optimizer step reduces step_amax()
+  // (max) over the data-parallel replicas of the layers it ran and calls end_step(), as the
+  // GPT's trainer does; layers it did not run leave their sites' amax unused.
+  std::shared_ptr<Fp8Products> fp8;
 };
 
 // The GPT's pipeline model for micro-batches of `micro_batch` sequences, `micro_batches` of
@@ -45,7 +54,7 @@ struct GptPipeline {
 // data-parallel rank `rank` of `world`; the gradient each micro-batch hands on is that of
 // its mean token loss, as the GPT's pass hands the engine (which averages over the
 // micro-batches and ranks of a step). Throws Errc::invalid_argument naming what cannot work (a shape validate()
-// refuses, FP8, which the split backward does not run).
+// refuses).
 // `products`: the precision of the weight products, as the GPT's pass takes it for the
 // compute dtype (bf16 operands with fp32 sums under bf16). `seq_len`: tokens per sequence
 // of the micro-batches when fewer than the config's (sampling: the model trained at

@@ -7,10 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "engine/stage_store.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/block.h"
+#include "models/gpt/fp8_products.h"
 #include "models/gpt/pass.h"
 #include "models/gpt/pipeline_layers.h"
 #include "models/gpt/unit_scale.h"
@@ -63,14 +65,28 @@ std::vector<int> all_layers(const pipeline::PipelineModel& m) {
 
 TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bits", "[gpt][pipeline]") {
   const bool unit = GENERATE(false, true);
-  INFO((unit ? "unit-scaled" : "plain") << " block");
+  const bool fp8 = GENERATE(false, true);
+  INFO((unit ? "unit-scaled" : "plain") << " block" << (fp8 ? " with FP8 products" : ""));
   BlockDims d;
   d.B = 2, d.T = 8, d.C = 32, d.NH = 4;
-  const UnitScales scales(GptShape{3, 4, 32, 8, 256}, 8);
-  if (unit) {
-    d.unit = &scales;
-    d.block = 1;  // residual adds 2 and 3: weights other than 1
-  }
+  const GptShape shape{3, 4, 32, 8, 256};
+  const UnitScales scales(shape, 8);
+  d.block = 1;  // unit-scaled: residual adds 2 and 3, weights other than 1; FP8: sites 4..7
+  if (unit) d.unit = &scales;
+  // Two FP8 states (fused, split) with the same delayed-scaling history: amax 3 for every
+  // operand of the block's sites, so each quantizes at a history scale, not its own amax.
+  fp8::Recipe recipe;
+  recipe.enabled = true;
+  const auto sf = Fp8Products::scratch_floats(shape, d.tokens());
+  std::vector<float> q_fused(sf.total()), q_split(sf.total());
+  auto products = [&](std::vector<float>& q) {
+    auto p = std::make_unique<Fp8Products>(recipe, shape,
+                                           Fp8Products::Scratch{q.data(), q.data() + sf.x, q.data() + sf.x + sf.w});
+    p->restore(std::vector<std::vector<float>>(static_cast<std::size_t>(3 * Fp8Products::site_count(shape)), {3.0f}));
+    p->set_recording(true);
+    return p;
+  };
+  const auto fp8_fused = products(q_fused), fp8_split = products(q_split);
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(d.C), C = 32;
   const std::array<std::size_t, kBlockParams> n{C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
   std::vector<std::vector<float>> w;
@@ -82,6 +98,7 @@ TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bit
   BlockActs a{};
   a.carve(acts.data(), d);
   std::vector<float> out(NC);
+  if (fp8) d.fp8 = fp8_fused.get();
   block_forward(out.data(), x.data(), bw, a, d);
 
   auto grads = [&](std::vector<std::vector<float>>& g) {
@@ -97,6 +114,12 @@ TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bit
   BlockScratch s{};
   s.carve(scratch.data(), d);
   block_backward(dx_fused.data(), x.data(), bw, grads(g_fused), a, s, d);
+  if (fp8) {  // the split's own forward (the same activations), recording its amax
+    d.fp8 = fp8_split.get();
+    std::vector<float> again(NC);
+    block_forward(again.data(), x.data(), bw, a, d);
+    CHECK(same_bits(again, out));
+  }
   BlockSplit k{};
   k.carve(split.data(), d);
   block_backward_input(dx_split.data(), x.data(), bw, a, k, d);
@@ -109,15 +132,31 @@ TEST_CASE("the GPT block's split backward (B, then W) gives block_backward's bit
   double norm = 0;
   for (float v : g_fused[fc_w]) norm += std::fabs(v);
   CHECK(norm > 0);
+  if (fp8) {
+    // The halves record the fused backward's amax, every operand of the block's four sites.
+    const auto fused = fp8_fused->step_amax(), split_amax = fp8_split->step_amax();
+    CHECK(same_bits(split_amax, fused));
+    for (int i = 3 * 4 * d.block; i < 3 * 4 * (d.block + 1); ++i) CHECK(fused[static_cast<std::size_t>(i)] > 0.0f);
+    // And FP8 changes the gradients: the block without FP8 sites gives other bits.
+    d.fp8 = nullptr;
+    std::vector<std::vector<float>> g_plain;
+    std::vector<float> dx_plain = dy;
+    block_forward(out.data(), x.data(), bw, a, d);
+    block_backward(dx_plain.data(), x.data(), bw, grads(g_plain), a, s, d);
+    CHECK_FALSE(same_bits(g_plain[fc_w], g_fused[fc_w]));
+  }
 }
 
 TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own pass", "[gpt][pipeline]") {
   GptConfig c = small_gpt();
   c.unit_scaled = GENERATE(false, true);
-  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT");
+  c.fp8.enabled = GENERATE(false, true);
+  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT" << (c.fp8.enabled ? " with FP8 products" : ""));
   const int B = 2, T = c.seq_len;
   Text text(T);
   auto g = gpt_pipeline_model(c, B, 1, text.batcher);
+  REQUIRE((g.fp8 != nullptr) == c.fp8.enabled);
+  if (g.fp8) g.fp8->set_recording(true);
   pipeline::LocalParameterStore store(g.model, all_layers(g.model), 5);
   pipeline::run_sequential(g.model, 1, store);
   const double pipelined_loss = (*g.losses)[0];
@@ -126,9 +165,9 @@ TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own p
   auto params = ArrayAccess::by_layer(c.shape, gpt_initial_params(c.shape, 5, c.unit_scaled));
   device::DeviceOptions o;
   o.backend = device::Backend::host;
-  o.budget_bytes = GptPass::device_bytes(c.shape, B, T, Remat::never) + (1 << 20);
+  o.budget_bytes = GptPass::device_bytes(c.shape, B, T, Remat::never, c.fp8.enabled) + (1 << 20);
   auto dev = device::Device::create(o);
-  GptPass pass(c.shape, B, T, Remat::never, *dev, ops::Products::fp32, {}, c.unit_scaled);
+  GptPass pass(c.shape, B, T, Remat::never, *dev, ops::Products::fp32, c.fp8, c.unit_scaled);
   ArrayAccess access(params);
   std::vector<std::int32_t> in(static_cast<std::size_t>(B * T)), tg(in.size());
   text.batcher->train_batch(0, B, 0, 1, 0, B, in.data(), tg.data());
@@ -153,6 +192,8 @@ TEST_CASE("the GPT's pipeline layers compute the loss and gradients of its own p
     REQUIRE(got.size() == want.size());
     CHECK(same_bits(got, want));
   }
+  // The layers' FP8 products recorded the pass's amax for every operand of every site.
+  if (g.fp8) CHECK(same_bits(g.fp8->step_amax(), pass.fp8()->step_amax()));
 }
 
 TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bit, every schedule", "[gpt][pipeline]") {

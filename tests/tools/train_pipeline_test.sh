@@ -90,9 +90,9 @@ echo "ok: fp16: the same losses, gradient norms, steps skipped and loss scales"
 config "$dir/u3.json" 3 cpu false true
 sed -i 's/"loss_scale": 0/"loss_scale": 1/' "$dir/u3.json"
 a=$("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --log-json "$dir/plain-unit.jsonl" \
-  --save-params "$dir/plain-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -v '^saved ')
+  --save-params "$dir/plain-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -av '^saved ')
 b=$("$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
-  --log-json "$dir/pipe-unit.jsonl" --save-params "$dir/pipe-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -v '^saved ')
+  --log-json "$dir/pipe-unit.jsonl" --save-params "$dir/pipe-unit.st" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -av '^saved ')
 same_losses "unit-scaled fp16 without a loss scaler, 1f1b, ZeRO-3 in host RAM" "$dir/plain-unit.jsonl" \
   "$dir/pipe-unit.jsonl"
 same_params "unit-scaled fp16 without a loss scaler" "$dir/plain-unit.st" "$dir/pipe-unit.st"
@@ -108,6 +108,64 @@ expect_refusal "a unit-scaled checkpoint resumed without --unit-scaled" "unit-sc
 expect_refusal "a plain checkpoint resumed with --unit-scaled" "records no unit-scaled parametrization" \
   "$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
   --resume "$dir/plain-ckpt"
+
+# FP8 products with delayed scaling (bf16 compute, ZeRO-3 in host RAM): each stage records
+# the amax of its own layers' operands, reduced over its replicas, and the histories move as
+# the plain trainer's do: the same losses, norms, parameters and text, as threads and as 2
+# stages x 2 replicas, with validation between the steps (which records no amax); a resume
+# restores each stage's histories (the bits of straight steps).
+fp8cfg() {  # $1: file from $2 with an fp8 block
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["fp8"] = {"enabled": True, "amax_history_len": 8}; print(json.dumps(c))' "$2" > "$1"
+}
+same_histories() {  # $1: what, $2: a checkpoint step dir of the plain trainer, $3: a pipelined save root, $4: step dir name
+  python3 - "$2" "$3" "$4" <<'PY' || fail "$1: amax histories differ"
+import json, os, sys
+def histories(step_dir):
+    t = json.load(open(os.path.join(step_dir, "manifest.json")))["trainer"]
+    return t.get("model", t)["fp8_amax_history"]
+plain = histories(sys.argv[1])
+stages = [histories(os.path.join(sys.argv[2], "stage%d" % s, sys.argv[3])) for s in (0, 1)]
+assert all(len(h) == len(plain) for h in stages), [len(h) for h in stages]
+for i, want in enumerate(plain):
+    got = [h[i] for h in stages if h[i]]
+    # Each operand's history lives on the stage whose layer has its site, and it is the plain one.
+    assert len(got) == 1 and got[0] == want and len(want) == 4, (i, want, [h[i] for h in stages])
+PY
+  echo "ok: $1: each operand's amax history, on the stage that runs its site"
+}
+config "$dir/f2-base.json" 3 cpu true
+fp8cfg "$dir/f2.json" "$dir/f2-base.json"
+a=$("$strata" train "${gpt[@]}" --config "$dir/f2.json" --log-json "$dir/plain-fp8.jsonl" --eval-every 1 \
+  --save-params "$dir/plain-fp8.st" --save-dir "$dir/plain-fp8-ck" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -av '^saved ')
+b=$("$strata" train "${gpt[@]}" --config "$dir/f2.json" --pipeline-stages 2 --schedule zb-h1 --eval-every 1 \
+  --log-json "$dir/pipe-fp8.jsonl" --save-params "$dir/pipe-fp8.st" --save-dir "$dir/pipe-fp8-ck" --sample 24 2>&1 | sed -n '/sample (/,$p' | grep -av '^saved ')
+same_losses "FP8 with delayed scaling, zb-h1, ZeRO-3 in host RAM" "$dir/plain-fp8.jsonl" "$dir/pipe-fp8.jsonl"
+same_params "FP8 with delayed scaling, zb-h1" "$dir/plain-fp8.st" "$dir/pipe-fp8.st"
+grep -q "^sample (24 bytes):" <<<"$b" && [ "$a" = "$b" ] || fail "FP8 --sample differs: $a // $b"
+same_histories "FP8, zb-h1 after 4 steps" "$dir/plain-fp8-ck/step-00000004" "$dir/pipe-fp8-ck" step-00000004
+tensors_equal "$dir/plain-fp8.st" "$dir/pipe-bf16.st" 2>/dev/null && fail "FP8 trained to the bf16 run's bits"
+"$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/f2.json" --log-json "$dir/plain-fp8-2.jsonl" \
+  --save-params "$dir/plain-fp8-2.st" >/dev/null
+"$strata" launch -n 4 -- "$strata" train "${gpt[@]}" --config "$dir/f2.json" --pipeline-stages 2 --schedule 1f1b \
+  --log-json "$dir/pipe-fp8-2.jsonl" --save-params "$dir/pipe-fp8-2.st" >/dev/null
+same_losses "FP8, 1f1b, 2 stages x 2 replicas as processes" "$dir/plain-fp8-2.jsonl" "$dir/pipe-fp8-2.jsonl"
+same_params "FP8, 2 stages x 2 replicas as processes" "$dir/plain-fp8-2.st" "$dir/pipe-fp8-2.st"
+frun=("${shape[@]}" --config "$dir/f2.json" --pipeline-stages 2 --schedule zb-h1)
+"$strata" train "${frun[@]}" --steps 2 --save-dir "$dir/fp8-ck" >/dev/null
+out=$("$strata" train "${frun[@]}" --steps 4 --resume "$dir/fp8-ck" --save-dir "$dir/fp8-ck" \
+  --save-params "$dir/fp8-resumed.st" 2>&1) || fail "FP8 resume: $out"
+grep -q "holds no FP8 amax history" <<<"$out" && fail "FP8 resume found no histories: $out"
+tensors_equal "$dir/pipe-fp8.st" "$dir/fp8-resumed.st" || fail "FP8: resumed parameters differ from 4 straight steps"
+same_histories "FP8 resumed" "$dir/plain-fp8-ck/step-00000004" "$dir/fp8-ck" step-00000004
+echo "ok: FP8 stopped after 2 steps and resumed with each stage's amax histories: the bits of 4 straight steps"
+"$strata" train "${shape[@]}" --steps 2 --config "$dir/f2-base.json" --pipeline-stages 2 --schedule zb-h1 \
+  --save-dir "$dir/no-fp8-ck" >/dev/null
+out=$("$strata" train "${frun[@]}" --steps 3 --resume "$dir/no-fp8-ck" 2>&1) || fail "resuming without histories: $out"
+grep -q "note: the checkpoint holds no FP8 amax history (trained without fp8): scales start afresh" <<<"$out" ||
+  fail "no note resuming an fp16 checkpoint with fp8: $out"
+expect_refusal "fp8 for the pipelined MLP" "FP8 matrix products are implemented for the GPT" \
+  "$strata" train --model mlp --steps 1 --config "$dir/f2.json" --pipeline-stages 2
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \

@@ -124,6 +124,23 @@ void record_unit_scaling(nlohmann::json& state, bool unit_scaled) {
   if (unit_scaled) state["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
 }
 
+void record_fp8_history(nlohmann::json& state, const std::vector<std::vector<float>>& histories) {
+  state["fp8_amax_history"] = histories;
+}
+
+std::optional<std::vector<std::vector<float>>> saved_fp8_history(const nlohmann::json& state, bool say) {
+  if (!state.contains("fp8_amax_history")) {
+    if (say) std::printf("note: the checkpoint holds no FP8 amax history (trained without fp8): scales start afresh\n");
+    return std::nullopt;
+  }
+  try {
+    return state.at("fp8_amax_history").get<std::vector<std::vector<float>>>();
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(Errc::corrupt, "the checkpoint's fp8_amax_history is not a list of amax lists (", e.what(),
+                 "): the trainer state is damaged; resume from another checkpoint");
+  }
+}
+
 void check_unit_scaling(const nlohmann::json& state, bool unit_scaled) {
   STRATA_CHECK(unit_scaled || !state.contains("unit_scaled"), Errc::invalid_argument,
                "the checkpoint's GPT is unit-scaled and this run's is not: the same tensors compute another "
@@ -210,7 +227,7 @@ class GptModel : public TrainModel {
   // another function.
   std::string state() const override {
     auto j = nlohmann::json::object();
-    if (gpt_.fp8_enabled()) j["fp8_amax_history"] = gpt_.fp8_state();
+    if (gpt_.fp8_enabled()) record_fp8_history(j, gpt_.fp8_state());
     record_unit_scaling(j, cfg_.unit_scaled);
     return j.empty() ? std::string() : j.dump();
   }
@@ -218,12 +235,7 @@ class GptModel : public TrainModel {
     const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
     check_unit_scaling(j, cfg_.unit_scaled);
     if (!gpt_.fp8_enabled()) return;
-    if (!j.contains("fp8_amax_history")) {
-      if (engine_.rank() == 0)
-        std::printf("note: the checkpoint holds no FP8 amax history (trained without fp8): scales start afresh\n");
-      return;
-    }
-    gpt_.restore_fp8_state(j.at("fp8_amax_history").get<std::vector<std::vector<float>>>());
+    if (auto h = saved_fp8_history(j, engine_.rank() == 0)) gpt_.restore_fp8_state(*h);
   }
   std::string finish() override {
     if (o_.sample <= 0) return {};

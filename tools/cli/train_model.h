@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,12 @@ bool config_remat(const engine::EngineConfig& config);
 // throws Errc::invalid_argument, naming the flag to change, when `state` and the run differ.
 void record_unit_scaling(nlohmann::json& state, bool unit_scaled);
 void check_unit_scaling(const nlohmann::json& state, bool unit_scaled);
+
+// The GPT's FP8 amax histories in a trainer's checkpoint state, and back: the histories the
+// state holds, or none for a checkpoint trained without fp8 (then, when `say`, a note that
+// scales start afresh).
+void record_fp8_history(nlohmann::json& state, const std::vector<std::vector<float>>& histories);
+std::optional<std::vector<std::vector<float>>> saved_fp8_history(const nlohmann::json& state, bool say);
 
 // What a model registers and holds on the device, without building it (strata estimate).
 struct ModelSize {

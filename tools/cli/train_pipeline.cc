@@ -18,6 +18,7 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/stage_store.h"
+#include "models/gpt/fp8_products.h"
 #include "models/safetensors.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
@@ -58,6 +59,16 @@ std::vector<double> gather(comm::Communicator* comm, std::vector<double> mine) {
   std::vector<double> all(mine.size() * static_cast<std::size_t>(comm->world_size()));
   comm->all_gather(mine.data(), all.data(), 2 * mine.size(), DType::fp32);  // doubles as fp32 word pairs
   return all;
+}
+
+// The FP8 scales after a step, as the plain trainer moves them: each operand's amax, the max
+// over the stage's replicas (the plain trainer's over its ranks), enters its history. The
+// sites of other stages' layers recorded nothing here, nor on the replicas: they stay unused.
+void end_fp8_step(model::Fp8Products& fp8, comm::Communicator* group) {
+  std::vector<float> amax = fp8.step_amax();
+  if (group != nullptr && group->world_size() > 1)
+    group->all_reduce(amax.data(), amax.size(), DType::fp32, comm::ReduceOp::max);
+  fp8.end_step(amax);
 }
 
 struct Run {
@@ -238,7 +249,7 @@ struct Run {
     if (printer && !ckpt.init_from.empty())
       std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
     if (o.explain) explain(runner, stage, d, all);
-    const std::int64_t start = ckpt.load(runner.engine(), stage, all);
+    const std::int64_t start = ckpt.load(runner.engine(), stage, all, g.fp8.get());
     if (start > 0) {
       runner.start_at(start);
       if (printer)
@@ -248,7 +259,12 @@ struct Run {
     for (std::int64_t s = start; s < o.steps; ++s) {
       if (zb_auto && s == start + o.measure_steps) go_auto(runner, g.model, last, stage, all, printer);
       const auto t0 = std::chrono::steady_clock::now();
+      if (g.fp8) g.fp8->set_recording(true);  // the step's passes; validation and sampling record nothing
       last = runner.step();
+      if (g.fp8) {
+        g.fp8->set_recording(false);
+        end_fp8_step(*g.fp8, group);
+      }
       if (tracer != nullptr) record_actions(*tracer, last);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       double val = std::nan("");
@@ -268,14 +284,14 @@ struct Run {
                                      num(mem.device.used_bytes), num(mem.device.peak_bytes),
                                      num(mem.device.budget_bytes), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
-      if (ckpt.after_step(runner.engine(), stage, s, o.steps, printer) && printer)
+      if (ckpt.after_step(runner.engine(), stage, s, o.steps, printer, g.fp8.get()) && printer)
         std::printf("%s checkpoint step %lld under %s/stage<0..%d>%s\n", ckpt.async ? "staged" : "saved",
                     static_cast<long long>(s + 1), ckpt.save_dir.c_str(), P - 1,
                     ckpt.async ? ", writing in the background" : "");
     }
     ckpt.finish_all(runner.engine(), stage, D, all, printer);
     if (o.m.sample > 0 && model.at_length) {
-      const auto tokens = sample_pipelined(runner, model, P, stage, o.m.sample, o.m.seed);
+      const auto tokens = sample_pipelined(runner, model, P, stage, o.m.sample, o.m.seed, g.fp8.get());
       const std::string text = sample_text(tokens, model.vocab);
       if (printer) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());
     }

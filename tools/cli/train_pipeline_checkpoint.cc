@@ -10,6 +10,7 @@
 #include "checkpoint/format.h"
 
 #include "engine/engine.h"
+#include "models/gpt/fp8_products.h"
 #include "models/safetensors.h"
 #include "runtime/core/error.h"
 #include "tools/cli/train_checkpoint.h"
@@ -55,7 +56,8 @@ std::vector<double> everyone(comm::Communicator* all, double mine) {
 }
 }  // namespace
 
-std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::Communicator* all) const {
+std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::Communicator* all,
+                                       model::Fp8Products* fp8) const {
   if (resume.empty()) return 0;
   const std::string root = stage_root(resume, stage);
   const auto saved = checkpoint::list_checkpoints(root);
@@ -91,6 +93,9 @@ std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::
                " but this run has --seed ", seed, "; its data would differ: pass --seed ", seed_saved);
   try {
     check_unit_scaling(j, unit_scaled);
+    if (fp8 != nullptr) {
+      if (auto h = saved_fp8_history(j, stage == 0)) fp8->restore(*h);
+    }
   } catch (const Error& e) {
     throw Error(e.code(), str_cat("--resume '", resume, "': ", e.what()));
   }
@@ -121,13 +126,14 @@ std::string report_finished(engine::Engine& engine, int stage, bool printer) {
 }  // namespace
 
 bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps,
-                                     bool printer) const {
+                                     bool printer, const model::Fp8Products* fp8) const {
   if (save_dir.empty()) return false;
   report_finished(engine, stage, printer);
   const bool due = s + 1 == steps || (save_every > 0 && (s + 1) % save_every == 0);
   if (!due) return false;
   nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
   record_unit_scaling(state, unit_scaled);
+  if (fp8 != nullptr) record_fp8_history(state, fp8->histories());
   engine::SaveOptions so;
   so.keep = keep;
   so.async = async;

@@ -1,7 +1,8 @@
 // Checkpoints of `strata train --pipeline-stages` (train_pipeline.h): every stage's engine
 // saves its own shards under <root>/stage<s> (its step-N directories and `latest`, the
 // engine's protocol), with the trainer's state beside them: the next step, the seed, the
-// stage count and the GPT's unit scaling. A resume takes, over every rank, the newest step
+// stage count, the GPT's unit scaling and, with fp8, the amax histories of the stage's FP8
+// products (the sites of its own layers; the others' stay empty). A resume takes, over every rank, the newest step
 // that every stage saved (a run stopped between two stages' saves leaves some a save ahead;
 // they still hold the older one unless `keep` removed it, and then the resume is refused
 // naming the step) and checks it was saved by as many stages with the same seed and
@@ -24,6 +25,9 @@
 namespace strata::engine {
 class Engine;
 }
+namespace strata::model {
+class Fp8Products;
+}
 
 namespace strata::cli {
 
@@ -45,14 +49,17 @@ struct PipelineCheckpoints {
   engine::StageStore::LayerValues initial_values(const PipelinedModel& model) const;
 
   // Loads stage `stage`'s checkpoint of the newest step every stage saved under `resume`
-  // into `engine` and returns the next step (0 without --resume). Collective over `all`
-  // (every rank). Throws Errc::invalid_argument naming the flag when the stages share no
-  // step or the checkpoint is not this run's (stage count, seed, unit scaling).
-  std::int64_t load(engine::Engine& engine, int stage, comm::Communicator* all) const;
+  // into `engine`, and its FP8 histories into `fp8` (null: no fp8), and returns the next step
+  // (0 without --resume). Collective over `all` (every rank). Throws Errc::invalid_argument
+  // naming the flag when the stages share no step or the checkpoint is not this run's (stage
+  // count, seed, unit scaling, FP8 sites); a checkpoint saved without fp8 gives fp8 fresh
+  // scales, with a note.
+  std::int64_t load(engine::Engine& engine, int stage, comm::Communicator* all, model::Fp8Products* fp8) const;
   // After step index s (0-based) of `steps`: saves stage `stage` when due (returns true
   // when it did), and reports the stage's asynchronous saves that finished: a committed one
   // when `printer`, a failed one always (the stage's previous checkpoint stays latest).
-  bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps, bool printer) const;
+  bool after_step(engine::Engine& engine, int stage, std::int64_t s, std::int64_t steps, bool printer,
+                  const model::Fp8Products* fp8) const;
   // At the end of the run: waits for the stage's pending asynchronous save and reports it
   // (collective over the stage's data-parallel group); returns why the last one failed, or
   // "" (the caller stops every stage alike: finish_all()).

@@ -2,6 +2,7 @@
 #include "tools/cli/train_pipeline_model.h"
 
 #include "models/gpt/data.h"
+#include "models/gpt/fp8_products.h"
 #include "models/gpt/pipeline_layers.h"
 #include "models/mlp_layers.h"
 #include "runtime/core/error.h"
@@ -24,14 +25,18 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
   PipelinedModel out;
   out.replica = [=](int d) {
     auto g = model::gpt_pipeline_model(gpt, B, m, batcher, d, D, products);
-    PipelinedReplica r{std::move(g.model), std::move(g.losses), {}, {}};
+    PipelinedReplica r{std::move(g.model), std::move(g.losses), {}, {}, std::move(g.fp8)};
     if (o.val_fraction > 0) {
       r.val_input = std::move(g.val_input);
       r.val_loss = std::move(g.val_loss);
     }
     return r;
   };
-  out.at_length = [=](int T) { return model::gpt_pipeline_model(gpt, 1, 1, batcher, 0, 1, products, T).model; };
+  out.at_length = [=](int T, const model::Fp8Products* trained) {
+    auto g = model::gpt_pipeline_model(gpt, 1, 1, batcher, 0, 1, products, T);
+    if (g.fp8 && trained != nullptr) g.fp8->restore(trained->histories());
+    return std::move(g.model);
+  };
   out.vocab = gpt.shape.vocab;
   out.seq_len = gpt.seq_len;
   out.pipeline_layers = gpt.shape.layers + 2;
@@ -50,12 +55,17 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
 }
 
 PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D) {
+  STRATA_CHECK(!cfg.fp8.enabled, Errc::unsupported,
+               "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
+               "fp8.enabled to false or use --model gpt");
+  STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
+               "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
   const model::MlpConfig mlp = mlp_config(o);
   PipelinedModel out;
   auto data = std::make_shared<const model::MlpData>(mlp.hidden, mlp.seed);  // one teacher for the process
   out.replica = [=](int d) {
     auto g = model::mlp_pipeline_model(mlp, B, m, d, D, data);
-    return PipelinedReplica{std::move(g.model), std::move(g.losses), {}, {}};
+    return PipelinedReplica{std::move(g.model), std::move(g.losses), {}, {}, nullptr};
   };
   out.pipeline_layers = mlp.layers;
   out.units_per_micro = static_cast<std::uint64_t>(B);

@@ -16,6 +16,10 @@
 #include "pipeline/model.h"
 #include "tools/cli/train_model.h"
 
+namespace strata::model {
+class Fp8Products;
+}
+
 namespace strata::cli {
 
 struct PipelinedReplica {
@@ -25,6 +29,9 @@ struct PipelinedReplica {
   // the summed token loss of the last layer's output for it.
   std::function<void(int v, float* x)> val_input;
   std::function<double(int v, const float* y)> val_loss;
+  // The GPT's FP8 products (models/gpt/pipeline_layers.h) with the config's fp8 block; null
+  // otherwise.
+  std::shared_ptr<model::Fp8Products> fp8;
 };
 
 struct NamedShape {
@@ -48,15 +55,17 @@ struct PipelinedModel {
   std::vector<NamedShape> tensors;
   std::function<std::vector<NamedShape>(int id)> layer_tensors;
   // The GPT's layers for one sequence of T tokens (rows T; the same ids and parameters), for
-  // sampling; empty for the MLP. vocab: the GPT's, seq_len its context.
-  std::function<pipeline::PipelineModel(int T)> at_length;
+  // sampling, their FP8 scales (with fp8) the amax histories of `trained`, the replica's
+  // products; empty for the MLP. vocab: the GPT's, seq_len its context.
+  std::function<pipeline::PipelineModel(int T, const model::Fp8Products* trained)> at_length;
   int vocab = 0, seq_len = 0;
 };
 
 // The model --model names, for micro-batches of `micro_batch` (the config's
 // train_micro_batch_size_per_gpu), `micro_batches` of them per step, over `replicas`
 // data-parallel replicas; `quiet` keeps the text's load message off this rank. Throws
-// Errc::invalid_argument naming the flag that cannot work.
+// Errc::invalid_argument naming the flag that cannot work (Errc::unsupported: FP8 or unit
+// scaling for the MLP).
 PipelinedModel pipelined_model(const ModelOptions& m, const engine::EngineConfig& config, int micro_batch,
                                int micro_batches, int replicas, bool quiet);
 

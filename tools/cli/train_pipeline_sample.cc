@@ -10,7 +10,7 @@
 namespace strata::cli {
 
 std::vector<std::int32_t> sample_pipelined(StageRunner& runner, const PipelinedModel& model, int stages, int stage,
-                                           int count, std::uint64_t seed) {
+                                           int count, std::uint64_t seed, const model::Fp8Products* fp8) {
   STRATA_CHECK(model.at_length != nullptr, Errc::invalid_argument,
                "--sample: this model does not generate text (the GPT does): drop --sample");
   STRATA_CHECK(count >= 0 && static_cast<std::uint64_t>(count) <= 0x7fffffffu - pipeline::kForwardTagEnd,
@@ -21,7 +21,7 @@ std::vector<std::int32_t> sample_pipelined(StageRunner& runner, const PipelinedM
   std::vector<std::int32_t> text{'\n'};
   for (int i = 0; i < count; ++i) {
     const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(model.seq_len)));
-    const pipeline::PipelineModel at = model.at_length(T);
+    const pipeline::PipelineModel at = model.at_length(T, fp8);
     const std::int32_t* window = text.data() + text.size() - static_cast<std::size_t>(T);
     std::int32_t pick = -1;
     runner.forward(

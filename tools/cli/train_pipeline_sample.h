@@ -9,7 +9,8 @@
 // stages (StageRunner::forward) runs the model's layers built for the current length; the
 // last stage draws the token and sends it to every other stage (tags from
 // pipeline::kForwardTagEnd up), so each stage knows the next length and stage 0 the next
-// input. Returns the tokens on every stage.
+// input. `fp8`: the replica's FP8 products (null without fp8), whose scales the passes
+// quantize with, recording nothing. Returns the tokens on every stage.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,6 @@
 namespace strata::cli {
 
 std::vector<std::int32_t> sample_pipelined(StageRunner& runner, const PipelinedModel& model, int stages, int stage,
-                                           int count, std::uint64_t seed);
+                                           int count, std::uint64_t seed, const model::Fp8Products* fp8);
 
 }  // namespace strata::cli
