@@ -4,7 +4,8 @@
 # (--save-params: names, shapes, order and bytes), with its gradient norms and losses at
 # every step (within 1e-7 at two replicas, which the plain trainer means in fp32), as threads
 # and as P x D processes under strata launch, in fp32, bf16 and fp16 (a dynamic loss scaler
-# that skips the first step on every stage alike; the unit-scaled GPT without one), with optimizer state and
+# that skips the first step on every stage alike; the unit-scaled GPT without one) and with FP8 products
+# (delayed scaling: each operand's amax history too), with optimizer state and
 # parameters on NVMe, and zb-auto from the times of its first step; a resumed run ends with
 # the bits of one that never stopped (synchronous and asynchronous saves), and background saves that fail end
 # the run in an error naming the stages; --init-from starts it from the plain trainer's saved
@@ -166,6 +167,8 @@ grep -q "note: the checkpoint holds no FP8 amax history (trained without fp8): s
   fail "no note resuming an fp16 checkpoint with fp8: $out"
 expect_refusal "fp8 for the pipelined MLP" "FP8 matrix products are implemented for the GPT" \
   "$strata" train --model mlp --steps 1 --config "$dir/f2.json" --pipeline-stages 2
+expect_refusal "--unit-scaled for the pipelined MLP" "unit-scaled is implemented for the GPT" \
+  "$strata" train --model mlp --steps 1 --unit-scaled --config "$dir/f2-base.json" --pipeline-stages 2
 
 config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \
