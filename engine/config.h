@@ -68,9 +68,9 @@ struct OffloadConfig {
   std::uint64_t max_in_cpu = 0;   // offload_param: 1e9 elements
   bool pipeline_read = false, pipeline_write = false, fast_init = false;
   float ratio = 1.0f;
-  // offload_optimizer (Strata's key): the NVMe optimizer steps each layer as its gradient
-  // completes, during backward, and rolls back when the step's global check fails
-  // (optimizer_step.h, "Overlapped step").
+  // offload_optimizer (Strata's key): the optimizer of layers on NVMe or in host RAM steps
+  // each layer as its gradient completes, during backward, and rolls back when the step's
+  // global check fails (optimizer_step.h, "Overlapped step").
   bool overlap_step = false;
 };
 

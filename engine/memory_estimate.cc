@@ -171,6 +171,18 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   at(e, Tier::host, Kind::buffers) += std::min(host, room(e, Tier::host, host_budget_of(in.config)));
 }
 
+// The overlapped step's spare arrays of host layers (OptimizerState::spare), which
+// OptimizerStep allocates at its first step when no host budget is set.
+void add_overlap_spares(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
+  const auto& c = in.config;
+  if (!c.offload_optimizer.overlap_step || c.optimizer.type == OptimizerType::lamb || c.memory_budget.host != 0) return;
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    if (plan.opt_tier(l) == Tier::host)
+      at(e, Tier::host, Kind::optimizer) += 12 * OptimizerState::elems(lay, c.zero.stage, l);
+  }
+}
+
 }  // namespace
 
 std::uint64_t TierEstimate::total() const noexcept {
@@ -209,6 +221,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.nvme_write_bytes = moved.nvme_write_bytes;
   add_model_state(in, lay, plan, e);
   add_step_buffers(in, lay, plan, e);
+  add_overlap_spares(in, lay, plan, e);
   check_budget(in, e, Tier::host);
   check_budget(in, e, Tier::nvme);
   return e;

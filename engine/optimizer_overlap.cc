@@ -3,17 +3,44 @@
 // kept step while the next forward runs.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <limits>
 
 #include "engine/optimizer_step.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/trace.h"
 
 namespace strata::engine {
 
-// The lane steps the swapped layers in backward order on the plan of a step that neither
-// overflows nor clips; run() keeps its work only when the real plan is that one.
+// The host layers the lane steps, in backward order: those whose state lives in host RAM,
+// when no host budget is set (a budget is the placement's to fill: then they step in run())
+// and no state lives on NVMe (only a host budget puts state there beside host RAM), and whose
+// spare arrays the host memory gives (a layer refused steps in run(), said once).
+void OptimizerStep::plan_host_lane() {
+  host_order_.clear();
+  if (c_.cfg.memory_budget.host != 0 || c_.nvme.swapper() != nullptr) return;
+  no_spare_.resize(c_.layout.layers().size(), 0);
+  for (std::size_t i = c_.layout.layers().size(); i-- > 0;) {
+    const int li = static_cast<int>(i);
+    if (c_.plan.opt_tier(li) != Tier::host || no_spare_[i] != 0) continue;
+    try {
+      (void)c_.state.spare(li);
+      host_order_.push_back(li);
+    } catch (const Error& e) {
+      no_spare_[i] = 1;
+      STRATA_LOG(warn, "rank ", c_.rank, ": layer ", c_.layout.layers()[i].id,
+                 "'s optimizer state steps after backward, not during it: its spare copy for the overlapped step "
+                 "does not fit (",
+                 e.what(), ")");
+    }
+  }
+}
+
+// The lane steps the swapped layers, or the host layers, in backward order on the plan of a
+// step that neither overflows nor clips; run() keeps its work only when the real plan is that
+// one.
 void OptimizerStep::begin_overlap(bool allowed) {
   if (tail_) {  // the last step's tail still runs: this step's lane starts when it ends
     armed_ = allowed ? 1 : 0;
@@ -21,9 +48,9 @@ void OptimizerStep::begin_overlap(bool allowed) {
   }
   auto* swapper = c_.nvme.swapper();
   if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
-  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || swapper == nullptr ||
-      c_.cfg.optimizer.type == OptimizerType::lamb)
-    return;
+  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb) return;
+  plan_host_lane();
+  if (swapper == nullptr && host_order_.empty()) return;
   STRATA_CHECK(tail_failure_.empty(), tail_failure_code_, tail_failure_);
   speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
   optim::StepArgs a;
@@ -33,7 +60,8 @@ void OptimizerStep::begin_overlap(bool allowed) {
   a.step = taken_ + 1;
   const float lr = scheduled_lr(c_.cfg, taken_ + 1);
   offload::OptimizerSwapper::StepOrder order;
-  for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
+  if (swapper != nullptr)
+    for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
   // The bet is lost early when this rank's part of the squared norm already overflows or
   // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
   // the step runs synchronously, without first finishing work it would undo.
@@ -70,18 +98,21 @@ void OptimizerStep::begin_overlap(bool allowed) {
   lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
     std::exception_ptr failed;
     try {
-      swapper->step(
-          [&](const offload::SubGroup& g) {
-            touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
-            update_sub_group(a, lr, g);
-          },
-          order);
+      if (swapper != nullptr) {
+        swapper->step(
+            [&](const offload::SubGroup& g) {
+              touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
+              update_sub_group(a, lr, g);
+            },
+            order);
+      }
+      step_host_layers(a, lr);
     } catch (...) {
       failed = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(tail_mu_);
-      if (!failed && kept_) swapper->commit_pending();  // the tail's end: run() left the commit to it
+      if (!failed && kept_) swapper->commit_pending();  // the tail's end (swapped layers only): run() left the commit
       lane_done_ = true;
     }
     tail_cv_.notify_all();
@@ -89,6 +120,31 @@ void OptimizerStep::begin_overlap(bool allowed) {
   });
   // The lane reaches the staging only past a gate that this thread opens later (layer_done).
   c_.updates.count_into(&lane_io_);
+}
+
+// On the lane: the host layers in backward order, each once its gradient is in, into its
+// spare arrays from a copy of its state; its compute copies go where the synchronous step
+// sends them.
+void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
+  const int stage = c_.cfg.zero.stage;
+  for (int li : host_order_) {
+    lane_.wait_ready(li);
+    check_bet(li);
+    const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+    Tracer::Span span(c_.tracer, "optimizer", str_cat("adam layer ", L.id, " host, overlapped"));
+    touched_[static_cast<std::size_t>(li)] = 1;
+    const auto& from = c_.state.resident(li);
+    const auto& to = c_.state.spare(li);
+    const std::size_t n = c_.state.elems(li) * 4;
+    std::memcpy(to.master, from.master, n);
+    std::memcpy(to.m, from.m, n);
+    std::memcpy(to.v, from.v, n);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      const std::size_t off = OptimizerState::offset(c_.layout, stage, li, k);
+      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, to.m + off, to.v + off);
+    }
+  }
 }
 
 void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) {
@@ -133,6 +189,7 @@ void OptimizerStep::layer_stepped(int li) {
 }
 
 bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
+  host_kept_.assign(c_.layout.layers().size(), 0);
   if (!lane_.active()) return true;
   const bool same = !plan.skip && plan.grad_scale == speculated_scale_;  // the same update, bit for bit
   if (same && tail_ok_) {
@@ -154,7 +211,14 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
     if (!abandoned_) std::rethrow_exception(failed);
     return false;  // a lost bet: the synchronous step runs (it is skipped or clipped)
   }
-  if (same) return true;
+  if (same) {
+    // The host layers' new state becomes theirs; run() steps the layers the lane did not.
+    for (int li : host_order_) {
+      c_.state.swap_spare(li);
+      host_kept_[static_cast<std::size_t>(li)] = 1;
+    }
+    return true;
+  }
   undo_overlap();
   return false;
 }
@@ -241,15 +305,17 @@ void OptimizerStep::zero_grads() {
   c_.grads.zero(skip);
 }
 
-// Nothing the lane wrote survives: the swapper's pending generation and the parameter store's
-// uncommitted writes are dropped, and compute copies it rewrote in place are rebuilt from the
-// masters, which are still the last committed ones.
+// Nothing the lane wrote survives: the swapper's pending generation, the host layers' spare
+// arrays and the parameter store's uncommitted writes are dropped, and compute copies it
+// rewrote in place are rebuilt from the masters, which are still the last committed ones.
 void OptimizerStep::undo_overlap() noexcept {
   lane_.cancel();
   c_.updates.count_into(nullptr);
   auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr) return;
-  swapper->discard_pending();
+  if (swapper != nullptr)
+    swapper->discard_pending();
+  else if (std::find(touched_.begin(), touched_.end(), 1) == touched_.end())
+    return;  // host layers only, none written yet
   c_.settle();
   if (auto* store = c_.nvme.params()) store->abort();
   c_.updates.drop();
@@ -257,6 +323,10 @@ void OptimizerStep::undo_overlap() noexcept {
     for (std::size_t li = 0; li < touched_.size(); ++li) {
       if (touched_[li] == 0) continue;
       const int l = static_cast<int>(li);
+      if (c_.plan.opt_tier(l) != Tier::nvme) {
+        c_.homes.write_own(l, 0, c_.state.elems(l), c_.state.resident(l).master);
+        continue;
+      }
       swapper->visit_masters(
           static_cast<std::size_t>(c_.nvme.swap_index(l)),
           [&](std::uint64_t first, const float* master, std::uint64_t n) { c_.homes.write_own(l, first, n, master); });

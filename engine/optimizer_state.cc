@@ -10,21 +10,48 @@ namespace strata::engine {
 
 OptimizerState::~OptimizerState() {
   for (auto& o : layers_) {
-    c_.ledger.free(o.arrays.master);
-    c_.ledger.free(o.arrays.m);
-    c_.ledger.free(o.arrays.v);
+    for (const Arrays* a : {&o.arrays, &o.spare}) {
+      c_.ledger.free(a->master);
+      c_.ledger.free(a->m);
+      c_.ledger.free(a->v);
+    }
   }
+}
+
+OptimizerState::Arrays OptimizerState::allocate(int li, Tier tier, const char* what) {
+  const std::size_t bytes = elems(li) * 4;
+  const std::string name = str_cat("layer ", c_.layout.layers()[li].id, what);
+  Arrays a;
+  try {
+    a.master = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " master"));
+    a.m = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg"));
+    a.v = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
+  } catch (...) {
+    c_.ledger.free(a.master);
+    c_.ledger.free(a.m);
+    throw;
+  }
+  return a;
 }
 
 void OptimizerState::add_layer(int li, Tier tier) {
   auto& o = layers_[li];
   o.tier = tier;
   if (tier == Tier::nvme) return;  // in the swapper's files
-  const std::size_t bytes = elems(li) * 4;
-  const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
-  o.arrays.master = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " master"));
-  o.arrays.m = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg"));
-  o.arrays.v = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
+  o.arrays = allocate(li, tier, "");
+}
+
+const OptimizerState::Arrays& OptimizerState::spare(int li) {
+  auto& o = layers_[li];
+  STRATA_CHECK(o.tier != Tier::nvme, Errc::internal, "OptimizerState::spare: layer ", li, " lives on NVMe");
+  if (o.spare.master == nullptr) o.spare = allocate(li, o.tier, " (overlapped step)");
+  return o.spare;
+}
+
+void OptimizerState::swap_spare(int li) {
+  auto& o = layers_[li];
+  STRATA_CHECK(o.spare.master != nullptr, Errc::internal, "OptimizerState::swap_spare: layer ", li, " has no spare");
+  std::swap(o.arrays, o.spare);
 }
 
 void OptimizerState::read(int li, float* master, float* m, float* v) {

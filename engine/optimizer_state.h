@@ -9,6 +9,10 @@
 // move a layer's whole state to or from host memory wherever it lives (a null pointer is
 // skipped on read, zeros on write); both are synchronous. The optimizer step updates resident
 // layers in place through resident(li) and layers on NVMe through the swapper's sub-groups.
+// The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
+// through the ledger, which refuses what the host budget cannot hold) a second set of arrays
+// of the layer's tier that it writes the new state into, and swap_spare(li) makes them the
+// layer's state (the old arrays become the spare) when the step is kept.
 #pragma once
 
 #include <vector>
@@ -54,6 +58,8 @@ class OptimizerState {
     return stage == 0 ? layout.buckets()[L.buckets[k]].flat_offset - L.flat_offset : L.shard_offsets[k];
   }
   const Arrays& resident(int li) const { return layers_[li].arrays; }
+  const Arrays& spare(int li);
+  void swap_spare(int li);
   void read(int li, float* master, float* m, float* v);
   void write(int li, const float* master, const float* m, const float* v);
 
@@ -61,7 +67,9 @@ class OptimizerState {
   struct LayerOpt {
     Tier tier = Tier::device;
     Arrays arrays;
+    Arrays spare;  // the overlapped step's (null until first used)
   };
+  Arrays allocate(int li, Tier tier, const char* what);
   Context c_;
   std::vector<LayerOpt> layers_;
 };

@@ -20,6 +20,7 @@
 #include "optim/step_plan.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/trace.h"
 
 namespace strata::engine {
 
@@ -307,6 +308,7 @@ void OptimizerStep::update_sub_group(const optim::StepArgs& base, float lr, cons
 }
 
 void OptimizerStep::add_swapper_stats(IoStats& io) const {
+  if (c_.nvme.swapper() == nullptr) return;
   const auto ss = c_.nvme.swapper()->stats();
   io.nvme_read_bytes += ss.bytes_read;
   io.nvme_write_bytes += ss.bytes_written;
@@ -329,7 +331,9 @@ void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = c_.layout.layers()[li];
-    if (c_.plan.opt_tier(l) == Tier::nvme) continue;
+    if (c_.plan.opt_tier(l) == Tier::nvme || (li < host_kept_.size() && host_kept_[li] != 0)) continue;  // the lane's
+    Tracer::Span span(c_.plan.opt_tier(l) == Tier::host ? c_.tracer : nullptr, "optimizer",
+                      str_cat("adam layer ", L.id, " host"));
     const auto& st = c_.state.resident(l);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];

@@ -20,20 +20,24 @@
 // is elementwise; LAMB runs at stage 0 on whole tensors).
 //
 // Overlapped step (offload_optimizer.overlap_step). begin_step() calls begin_overlap(): when
-// some layers' optimizer state lives on NVMe, the lane (optimizer_lane.h) starts a swapper
-// step over them in backward order, its reads running ahead from the start of the step, on
-// the plan the step will have when nothing overflows and nothing is clipped (the current
-// loss scale, clip coefficient 1, the next step's learning rate). The engine hands each
-// layer over with layer_done() once its last reduction of the step is queued; the lane
-// updates it while backward goes on, its new state going to the swapper's pending
-// generation and its compute copies to their tier (NVMe shards: the parameter store's
+// some layers' optimizer state lives on NVMe or (none on NVMe) in host RAM, the lane
+// (optimizer_lane.h) steps them in backward order (a swapper step over the NVMe layers, its
+// reads running ahead from the start of the step, or the host layers), on the plan the step will
+// have when nothing overflows and nothing is clipped (the current loss scale, clip
+// coefficient 1, the next step's learning rate). The engine hands each layer over with
+// layer_done() once its last reduction of the step is queued; the lane updates it while
+// backward goes on, an NVMe layer's new state going to the swapper's pending generation, a
+// host layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then
+// stepped), and the compute copies to their tier (NVMe shards: the parameter store's
 // uncommitted writes). run() then computes the global norm and the plan as always: when the
-// plan's gradient scale is the speculated one (same bits) the pending state commits and the
-// resident layers step; otherwise (overflow, clipping) the lane's work is undone (pending
-// generation and parameter writes dropped, resident compute copies rebuilt from the
-// unchanged masters) and the step runs synchronously. Either way the bits are those of the
-// synchronous step. The lane gives up by itself, before work it would undo, once this rank's
-// partial squared norm is non-finite or above the clipping threshold (check_bet()).
+// plan's gradient scale is the speculated one (same bits) the pending state commits, the host
+// layers' spare arrays become their state and the other resident layers step; otherwise
+// (overflow, clipping) the lane's work is undone (pending generation, spare arrays and
+// parameter writes dropped, compute copies rebuilt from the unchanged masters) and the step
+// runs synchronously. Host layers step in run() instead under a host budget
+// (memory_budget.host: the placement fills it), as does a layer whose spare arrays the host
+// memory refuses. Either way the bits are those of the synchronous step. The lane gives up by itself, before work it
+// would undo, once this rank's partial squared norm is non-finite or above the clipping threshold (check_bet()).
 // cancel_overlap() abandons the lane's work (the engine's shutdown).
 //
 // The tail (optimizer_overlap.cc). At stage 3 with every layer's state on NVMe and none
@@ -74,6 +78,7 @@
 #include "optim/step_plan.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
@@ -99,6 +104,7 @@ class OptimizerStep {
     // what failed: what a failed update still has queued finishes before its staging goes.
     std::function<void()> settle;
     comm::Communicator* pipeline = nullptr;  // EngineOptions::pipeline_comm, or null
+    Tracer* tracer = nullptr;                // the host optimizer's spans, or null
   };
   // What a checkpoint saves and restores.
   struct Counters {
@@ -159,8 +165,10 @@ class OptimizerStep {
   // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
   // and abandons the lane's work (throws) when the step surely overflows or clips.
   void check_bet(int li);
-  void layer_stepped(int li);      // on the lane, after layer li's last sub-group
-  void count_lane_io();            // the lane's traffic into the step's, once it has joined
+  void plan_host_lane();                                      // host_order_ for this step's lane
+  void step_host_layers(const optim::StepArgs& a, float lr);  // on the lane
+  void layer_stepped(int li);                                 // on the lane, after layer li's last sub-group
+  void count_lane_io();                                       // the lane's traffic into the step's, once it has joined
   std::exception_ptr join_lane();  // joins the lane, counts its wait and traffic; what it threw
   void add_swapper_stats(IoStats& io) const;
 
@@ -172,6 +180,9 @@ class OptimizerStep {
   optim::GradNorm lane_partial_;   // this rank's squared norm over the layers the lane has taken
   double abandon_above_ = 0;       // ... above which the step surely clips
   bool abandoned_ = false;         // the lane stopped on a lost bet (not a failure)
+  std::vector<int> host_order_;    // the host layers the lane steps, backward order
+  std::vector<char> host_kept_;    // per layer: run() kept the lane's update (run_resident skips it)
+  std::vector<char> no_spare_;     // per layer: its spare arrays did not fit; it steps in run()
   // The tail. Under tail_mu_, shared with the lane: settled_ (per layer, layer_stepped()),
   // kept_ (run() kept the lane's work while it ran), lane_done_ (its work returned or threw).
   std::mutex tail_mu_;

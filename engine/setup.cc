@@ -81,6 +81,7 @@ void Engine::Impl::make_stepper() {
   OptimizerStep::Context sc{cfg,    *layout,    rank,  world,    cdt,    dev,   *dev_stream, comm,
                             *grads, *opt_state, *plan, *updates, *homes, *nvme, io,          settle_after_failure};
   sc.pipeline = options.pipeline_comm;
+  sc.tracer = options.tracer;
   stepper = std::make_unique<OptimizerStep>(sc, scaler_config);
 }
 

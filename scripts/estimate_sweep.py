@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks `strata estimate` against `strata train` over a sweep of configurations: ZeRO stages
 0-3, optimizer state and parameters on the device, in host RAM and on NVMe, budget-driven
-placement, overlap_comm, micro-batch and accumulation, bf16 and fp32, world 1 and 2, the MLP
+placement, overlap_comm, overlap_step with host state, micro-batch and accumulation, bf16 and fp32, world 1 and 2, the MLP
 and the GPT. For each it runs the estimate and a few training steps, and compares the
 predicted peak of each tier (the engine's ledger: device, host, NVMe; the GPT's own device
 memory beside it) with the measured one, and the process's resident peak (RSS) with the one
@@ -29,10 +29,10 @@ COLUMNS = TIERS + ["device_total", "rss", "rss_growth"]
 
 
 def config(stage, opt="none", par="none", micro=2, accum=2, bf16=True, overlap=False, nvme="", budget=None,
-           bucket=20000, persistence=0):
+           bucket=20000, persistence=0, overlap_step=False):
     zero = {"stage": stage, "overlap_comm": overlap, "reduce_bucket_size": bucket, "sub_group_size": 30000,
             "stage3_param_persistence_threshold": persistence, "stage3_prefetch_bucket_size": 50000,
-            "offload_optimizer": {"device": opt, "nvme_path": nvme},
+            "offload_optimizer": {"device": opt, "nvme_path": nvme, "overlap_step": overlap_step},
             "offload_param": {"device": par, "nvme_path": nvme, "buffer_size": 20000, "max_in_cpu": 0}}
     c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum,
          "bf16": {"enabled": bf16}, "gradient_clipping": 1.0,
@@ -63,6 +63,7 @@ def sweep(nvme, quick):
         runs.append((f"mlp w{world} s3 nvme/nvme", MLP, world, config(3, "nvme", "nvme", nvme=nvme)))
         runs.append((f"mlp w{world} s3 cpu/nvme", MLP, world, config(3, "cpu", "nvme", nvme=nvme)))
         runs.append((f"mlp w{world} s2 overlap", MLP, world, config(2, overlap=True)))
+        runs.append((f"mlp w{world} s3 cpu/cpu overlap_step", MLP, world, config(3, "cpu", "cpu", overlap_step=True)))
         runs.append((f"mlp w{world} s3 fp32 micro4", MLP, world, config(3, micro=4, accum=1, bf16=False)))
         runs.append((f"gpt w{world} s3", GPT, world, config(3)))
         runs.append((f"gpt w{world} s1 opt-cpu", GPT, world, config(1, "cpu")))
@@ -70,7 +71,10 @@ def sweep(nvme, quick):
     runs.append(("gpt w1 s3 seq64 micro4", GPT_LONG, 1, config(3, micro=4, accum=1)))
     runs.append(("gpt w1 s2 remat opt-nvme", GPT + ["--remat", "always"], 1, config(2, "nvme", nvme=nvme)))
     runs.append(("gpt w1 s3 nvme/nvme", GPT, 1, config(3, "nvme", "nvme", nvme=nvme)))
+    runs.append(("gpt w1 s1 opt-cpu overlap_step", GPT, 1, config(1, "cpu", overlap_step=True)))
     runs.append(("mlp w1 s3 budget", MLP, 1, config(3, nvme=nvme, budget={"device": "3MiB", "host": "4MiB"})))
+    runs.append(("mlp w1 s3 budget overlap_step", MLP, 1,
+                 config(3, nvme=nvme, budget={"device": "3MiB", "host": "4MiB"}, overlap_step=True)))
     if quick:
         runs = runs[::3]
     return runs

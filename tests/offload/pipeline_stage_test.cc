@@ -361,9 +361,13 @@ TEST_CASE("pipelined stages on the engine give the plain run's bits with state o
   check_schedules(p, dir.path(), {1, 2}, {2, 4});
 }
 
+// With overlap_step the host optimizer steps each layer during backward (in the stages'
+// bubbles and W slots) and keeps it when the step does not clip.
 TEST_CASE("two replicas of a two-stage zero-bubble pipeline on ZeRO-3 in host RAM match the plain run", "[offload]") {
   test::TempDir dir("strata-pipe");
-  check_schedules({3, OffloadDevice::cpu, OffloadDevice::cpu}, dir.path(), {2}, {2}, {"zb-h1", "interleaved"});
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap_step " << overlap);
+  check_schedules({3, OffloadDevice::cpu, OffloadDevice::cpu, overlap}, dir.path(), {2}, {2}, {"zb-h1", "interleaved"});
 }
 
 namespace {
@@ -408,15 +412,18 @@ pipeline::PipelineModel poisoned_model(int d) {
 
 }  // namespace
 
-// Post-validation: with offload_optimizer.overlap_step the last stage's NVMe optimizer
-// steps its layers during backward, betting on a step that neither overflows nor clips;
-// stage 0's overflow reaches it only through the shared norm, and the step is undone.
+// Post-validation: with offload_optimizer.overlap_step the last stage's optimizer (state on
+// NVMe, or in host RAM) steps its layers during backward, betting on a step that neither
+// overflows nor clips; stage 0's overflow reaches it only through the shared norm, and the
+// step is undone.
 TEST_CASE("an overflow in one stage undoes the other stages' optimistic step: bytes equal to the skip",
           "[offload][uring]") {
   test::TempDir dir("strata-pipe");
   const int replicas = GENERATE(1, 2);
+  const OffloadDevice opt = GENERATE(OffloadDevice::nvme, OffloadDevice::cpu);
+  INFO("optimizer state on " << name(opt));
   // No clipping: the lane's bet is lost only to the overflow.
-  const Placement sync{3, OffloadDevice::nvme, OffloadDevice::nvme, false, false};
+  const Placement sync{3, opt, opt, false, false};
   Placement p = sync;
   p.overlap = true;
   const Plain plain = run_plain(sync, replicas, dir.path(), poisoned_model);
