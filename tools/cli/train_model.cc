@@ -124,6 +124,14 @@ void record_unit_scaling(nlohmann::json& state, bool unit_scaled) {
   if (unit_scaled) state["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
 }
 
+void check_mlp_precision(const ModelOptions& o, const engine::EngineConfig& config) {
+  STRATA_CHECK(!config.fp8.enabled, Errc::unsupported,
+               "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
+               "fp8.enabled to false or use --model gpt");
+  STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
+               "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
+}
+
 void record_fp8_history(nlohmann::json& state, const std::vector<std::vector<float>>& histories) {
   state["fp8_amax_history"] = histories;
 }
@@ -256,11 +264,7 @@ class GptModel : public TrainModel {
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer) {
   if (o.model == "mlp") {
-    STRATA_CHECK(!engine.config().fp8.enabled, Errc::unsupported,
-                 "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
-                 "fp8.enabled to false or use --model gpt");
-    STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
-                 "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
+    check_mlp_precision(o, engine.config());
     return std::make_unique<MlpModel>(o, engine, comm, tracer);
   }
   if (o.model == "gpt") {

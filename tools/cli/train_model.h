@@ -99,6 +99,9 @@ bool config_remat(const engine::EngineConfig& config);
 void record_unit_scaling(nlohmann::json& state, bool unit_scaled);
 void check_unit_scaling(const nlohmann::json& state, bool unit_scaled);
 
+// The MLP has neither FP8 products nor unit scaling: Errc::unsupported naming the key or flag.
+void check_mlp_precision(const ModelOptions& o, const engine::EngineConfig& config);
+
 // The GPT's FP8 amax histories in a trainer's checkpoint state, and back: the histories the
 // state holds, or none for a checkpoint trained without fp8 (then, when `say`, a note that
 // scales start afresh).

@@ -55,11 +55,7 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
 }
 
 PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D) {
-  STRATA_CHECK(!cfg.fp8.enabled, Errc::unsupported,
-               "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
-               "fp8.enabled to false or use --model gpt");
-  STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
-               "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
+  check_mlp_precision(o, cfg);
   const model::MlpConfig mlp = mlp_config(o);
   PipelinedModel out;
   auto data = std::make_shared<const model::MlpData>(mlp.hidden, mlp.seed);  // one teacher for the process
