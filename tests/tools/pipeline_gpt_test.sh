@@ -4,7 +4,7 @@
 # processes (the tie over Gloo), with local parameters (gradients bitwise equal to the
 # sequential loop) and on ZeRO-3 engines with optimizer state and parameters on NVMe
 # (parameters bitwise equal to the plain data-parallel engine run, one and two replicas),
-# zb-auto from measured times, and what the GPT pipeline refuses, by name.
+# zb-auto from measured times, and what the GPT pipeline refuses (an fp8 config among them), by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" pipeline-gpt
@@ -48,3 +48,7 @@ check "zb-auto from measured times, ZeRO-3 on NVMe" "$out" "$engines"
 expect_refusal "a GPT without text" "needs --data" "$strata" pipeline --model gpt -p 2
 expect_refusal "blocks that do not split" "do not split evenly" "$strata" pipeline "${gpt[@]}" --layers 3 -p 2
 expect_refusal "a fixed layer time" "drop it" "$strata" pipeline "${gpt[@]}" --layers 2 -p 2 --layer-ms 3
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["fp8"] = {"enabled": True}; print(json.dumps(c))' "$dir/ds.json" > "$dir/fp8.json"
+expect_refusal "an fp8 config (strata train --pipeline-stages trains FP8)" "train a pipelined GPT with FP8" \
+  "$strata" pipeline "${gpt[@]}" --layers 2 -p 2 --config "$dir/fp8.json"

@@ -146,6 +146,15 @@ same_params "FP8 with delayed scaling, zb-h1" "$dir/plain-fp8.st" "$dir/pipe-fp8
 grep -q "^sample (24 bytes):" <<<"$b" && [ "$a" = "$b" ] || fail "FP8 --sample differs: $a // $b"
 same_histories "FP8, zb-h1 after 4 steps" "$dir/plain-fp8-ck/step-00000004" "$dir/pipe-fp8-ck" step-00000004
 tensors_equal "$dir/plain-fp8.st" "$dir/pipe-bf16.st" 2>/dev/null && fail "FP8 trained to the bf16 run's bits"
+# Block scaling (each tile scaled by its own amax) splits B and W alike.
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["fp8"]["block_scaling"] = True; print(json.dumps(c))' "$dir/f2.json" > "$dir/fb.json"
+"$strata" train "${gpt[@]}" --config "$dir/fb.json" --log-json "$dir/plain-fp8b.jsonl" \
+  --save-params "$dir/plain-fp8b.st" >/dev/null
+"$strata" train "${gpt[@]}" --config "$dir/fb.json" --pipeline-stages 2 --schedule 1f1b \
+  --log-json "$dir/pipe-fp8b.jsonl" --save-params "$dir/pipe-fp8b.st" >/dev/null
+same_losses "FP8 with block scaling, 1f1b" "$dir/plain-fp8b.jsonl" "$dir/pipe-fp8b.jsonl"
+same_params "FP8 with block scaling, 1f1b" "$dir/plain-fp8b.st" "$dir/pipe-fp8b.st"
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/f2.json" --log-json "$dir/plain-fp8-2.jsonl" \
   --save-params "$dir/plain-fp8-2.st" >/dev/null
 "$strata" launch -n 4 -- "$strata" train "${gpt[@]}" --config "$dir/f2.json" --pipeline-stages 2 --schedule 1f1b \

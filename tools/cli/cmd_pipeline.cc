@@ -139,6 +139,9 @@ int run(const Options& o) {
     facts.hidden_size = pipeline_model_hidden(o.model, layers, spec);
     auto& eso = on_engines_options;
     eso.config = engine::load_config(o.config, facts);
+    STRATA_CHECK(!eso.config.fp8.enabled, Errc::unsupported, "--config '", o.config,
+                 "': fp8.enabled: strata pipeline runs its layers without FP8 products (nothing here moves their "
+                 "amax histories); train a pipelined GPT with FP8 through strata train --pipeline-stages P");
     eso.replicas = o.replicas;
     eso.steps = o.steps;
     eso.verify = o.verify;
