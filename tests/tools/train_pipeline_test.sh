@@ -98,6 +98,17 @@ same_losses "unit-scaled fp16 without a loss scaler, 1f1b, ZeRO-3 in host RAM" "
   "$dir/pipe-unit.jsonl"
 same_params "unit-scaled fp16 without a loss scaler" "$dir/plain-unit.st" "$dir/pipe-unit.st"
 grep -q "^sample (24 bytes):" <<<"$b" && [ "$a" = "$b" ] || fail "unit-scaled --sample differs: $a // $b"
+# The unit-scaled GPT with FP8 products cast at scale 1 (fp8.scaling none), fp16 without a
+# loss scaler: the issue's unit-FP8 recipe, pipelined to the plain trainer's bits.
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["fp8"] = {"enabled": True, "scaling": "none"}; print(json.dumps(c))' \
+  "$dir/u3.json" > "$dir/u8.json"
+"$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u8.json" --log-json "$dir/plain-u8.jsonl" \
+  --save-params "$dir/plain-u8.st" >/dev/null
+"$strata" train "${gpt[@]}" --unit-scaled --config "$dir/u8.json" --pipeline-stages 2 --schedule zb-h1 \
+  --log-json "$dir/pipe-u8.jsonl" --save-params "$dir/pipe-u8.st" >/dev/null
+same_losses "unit-scaled FP8 at scale 1, fp16 without a loss scaler, zb-h1" "$dir/plain-u8.jsonl" "$dir/pipe-u8.jsonl"
+same_params "unit-scaled FP8 at scale 1" "$dir/plain-u8.st" "$dir/pipe-u8.st"
 # Its checkpoint records the parametrization: resumed as the other one (the same tensors,
 # another function), it is refused by name, both ways.
 "$strata" train "${shape[@]}" --steps 2 --unit-scaled --config "$dir/u3.json" --pipeline-stages 2 --schedule 1f1b \
