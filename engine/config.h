@@ -174,6 +174,14 @@ inline std::uint64_t host_budget_of(const EngineConfig& c) {
   return c.memory_budget.host ? c.memory_budget.host : ~std::uint64_t{0} / 2;
 }
 
+// Whether the overlapped step (offload_optimizer.overlap_step) steps host-RAM optimizer state
+// during backward, into spare arrays: not for LAMB, not under a host budget (the placement
+// fills it), and not beside state on NVMe (which only a host budget puts there).
+inline bool overlaps_host_state(const EngineConfig& c, bool state_on_nvme) {
+  return c.offload_optimizer.overlap_step && c.optimizer.type != OptimizerType::lamb && c.memory_budget.host == 0 &&
+         !state_on_nvme;
+}
+
 // The dtype of parameters and gradients the trainer sees: bf16, fp16 or fp32.
 inline DType compute_dtype_of(const EngineConfig& c) {
   return c.bf16 ? DType::bf16 : c.fp16.enabled ? DType::fp16 : DType::fp32;

@@ -172,10 +172,11 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
 }
 
 // The overlapped step's spare arrays of host layers (OptimizerState::spare), which
-// OptimizerStep allocates at its first step when no host budget is set.
+// OptimizerStep allocates at its first step.
 void add_overlap_spares(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const auto& c = in.config;
-  if (!c.offload_optimizer.overlap_step || c.optimizer.type == OptimizerType::lamb || c.memory_budget.host != 0) return;
+  const std::vector<Tier> tiers = plan.opt_tiers();
+  if (!overlaps_host_state(c, std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0)) return;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (plan.opt_tier(l) == Tier::host)

@@ -15,12 +15,11 @@
 namespace strata::engine {
 
 // The host layers the lane steps, in backward order: those whose state lives in host RAM,
-// when no host budget is set (a budget is the placement's to fill: then they step in run())
-// and no state lives on NVMe (only a host budget puts state there beside host RAM), and whose
-// spare arrays the host memory gives (a layer refused steps in run(), said once).
+// when overlaps_host_state() allows (else they step in run()), and whose spare arrays the
+// host memory gives (a layer refused steps in run(), said once).
 void OptimizerStep::plan_host_lane() {
   host_order_.clear();
-  if (c_.cfg.memory_budget.host != 0 || c_.nvme.swapper() != nullptr) return;
+  if (!overlaps_host_state(c_.cfg, c_.nvme.swapper() != nullptr)) return;
   no_spare_.resize(c_.layout.layers().size(), 0);
   for (std::size_t i = c_.layout.layers().size(); i-- > 0;) {
     const int li = static_cast<int>(i);
