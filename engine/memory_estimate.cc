@@ -157,8 +157,9 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   const std::uint64_t passes = grad_buffer_bytes(in, lay, c) + window * c;
   at(e, Tier::device, Kind::buffers) += std::max(std::min(std::max(passes, device_copy), device_room), largest * c);
   // Host: updated copies staged during the optimizer step (one layer for the host link; for
-  // NVMe the layer being filled and the one whose write-back holds it, or every layer's when
-  // an optimizer that does not wait on NVMe outruns the write-backs); gather staging (pinned)
+  // NVMe the layer being filled and the one whose write-back holds it, which UpdateStaging
+  // enforces for layers whose state is on NVMe, or every layer's when an optimizer that does
+  // not wait on NVMe outruns the write-backs); gather staging (pinned)
   // of the layer gathered on demand or of those prefetched, each also in the device window.
   // The step's write-backs run into the next step, so its first gathers may stage beside the
   // last write-back's copies (beside all of them when they outran the NVMe). The host budget

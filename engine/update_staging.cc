@@ -84,13 +84,24 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
     io().nvme_write_bytes += c_.layout.layer_shard(li) * cbytes_;
     s.stage = nullptr;
     s.done = 0;
-    c_.nvme.io()->submit(
+    offload::IoWorker* worker = c_.nvme.io();
+    const offload::IoWorker::Ticket ticket = worker->submit(
         [tracer = c_.tracer, buf, store = c_.nvme.params(), idx = static_cast<std::size_t>(c_.nvme.store_index(li)),
          id = L.id] {
           Tracer::Span span(tracer, "nvme write", str_cat("params L", id));
           store->write(idx, buf);
         },
         [ledger = &c_.ledger, buf] { ledger->retire(buf); });
+    // Paced by the NVMe: with the layer's optimizer state there too, at most this write-back
+    // and the next layer's filling hold staging (what the estimate counts), however far the
+    // I/O worker falls behind: wait for the write-back before this one. The step then ends
+    // with one write-back queued, which the next step's first gathers stage beside.
+    if (h.opt_tier == Tier::nvme && last_write_.worker == worker) {
+      Tracer::Span span(c_.tracer, "optimizer", "wait write-back");
+      worker->wait(last_write_.ticket);
+    }
+    last_write_ = {worker, ticket};
+    io().io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return;
   }
   {

@@ -10,7 +10,9 @@
 // device optimizer of a stage-3 layer whose shards live off the device, into a device buffer.
 // After writing through staging the caller reports written(li, n); once the whole layer is
 // in, the staging goes to the device (H2D, waited for) or to the parameter store (a write
-// behind the optimizer on the NVMe tier's I/O worker, which frees the staging when done).
+// behind the optimizer on the NVMe tier's I/O worker, which frees the staging when done; a
+// layer whose optimizer state is on NVMe too first waits for the write-back queued before it,
+// so that the staging held stays within the estimate's two layers however slow the NVMe).
 // flush_device(li) after a layer's device updates moves the device buffer to the shards
 // (through staging to NVMe). drop() frees what a failed step left.
 #pragma once
@@ -22,6 +24,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "offload/io_worker.h"
 #include "offload/ledger.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
@@ -86,6 +89,11 @@ class UpdateStaging {
   std::size_t cbytes_;
   std::vector<LayerStaging> layers_;
   std::unique_ptr<device::Stream> xfer_;  // H2D of staged copies (device parameters, CPU optimizer)
+  struct QueuedWrite {
+    const offload::IoWorker* worker = nullptr;  // null: none queued yet
+    offload::IoWorker::Ticket ticket = 0;
+  };
+  QueuedWrite last_write_;  // the last parameter write-back queued
 };
 
 }  // namespace strata::engine

@@ -3,8 +3,12 @@
 // one the protocol names (the parameters themselves, host staging, or a device buffer), and
 // what is written there ends up, byte for byte, where the parameters live: a device replica
 // (H2D once the layer is complete), host shards (from the device buffer), or the NVMe
-// parameter store (a write-back on the I/O worker); drop() gives every buffer back.
+// parameter store (a write-back on the I/O worker); drop() gives every buffer back. A slow
+// NVMe paces the write-backs of layers whose optimizer state is on NVMe too, so the staging
+// held stays at the two layers the estimate counts.
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -29,16 +33,21 @@ struct Fixture {
   std::unique_ptr<NvmeHomes> nvme;
   UpdateStaging::Home home;
 
-  explicit Fixture(int stage) : lay(specs(), 1, 64) {
+  explicit Fixture(int stage, int layers = 1) : lay(specs(layers), 1, 64) {
     cfg.zero.stage = stage;
     cfg.offload_param.nvme_path = dir.path();
     nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, lay, 0, 4, *dev, ledger, nullptr});
   }
-  static std::vector<ParamSpec> specs() {
-    ParamSpec w;
-    w.name = "layer0.weight";
-    w.shape = {150};
-    return {w};
+  static std::vector<ParamSpec> specs(int layers) {
+    std::vector<ParamSpec> out;
+    for (int l = 0; l < layers; ++l) {
+      ParamSpec w;
+      w.name = "layer" + std::to_string(l) + ".weight";
+      w.shape = {150};
+      w.layer = l;
+      out.push_back(w);
+    }
+    return out;
   }
   UpdateStaging make(bool any_acc_on_host) {
     return UpdateStaging(
@@ -46,11 +55,11 @@ struct Fixture {
         any_acc_on_host);
   }
   // What the optimizer would write for every bucket: element i of the layer = i + 0.5.
-  void write_all(UpdateStaging& u, bool expect_staged) {
-    const auto& L = lay.layers()[0];
+  void write_all(UpdateStaging& u, bool expect_staged, int li = 0) {
+    const auto& L = lay.layers()[li];
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
-      const auto t = u.target(0, k, 0);
+      const auto t = u.target(li, k, 0);
       CHECK(t.staged == expect_staged);
       std::vector<float> v(b.shard);
       for (std::size_t j = 0; j < b.shard; ++j) v[j] = static_cast<float>(b.flat_offset - L.flat_offset + j) + 0.5f;
@@ -60,7 +69,7 @@ struct Fixture {
       } else {
         std::memcpy(t.copy, v.data(), v.size() * 4);
       }
-      if (t.staged) u.written(0, b.shard);
+      if (t.staged) u.written(li, b.shard);
     }
   }
   bool holds_layer(const void* p) const {
@@ -133,4 +142,44 @@ TEST_CASE("update staging: NVMe shards are written back by the I/O worker; drop(
     u.drop();
     CHECK(f.ledger.usage(Tier::host).used_bytes == host_before);
   }
+}
+
+// The I/O worker is held by a request that waits for the test's word, as a starved or slow
+// NVMe holds it; the optimizer meanwhile completes three layers of NVMe shards. With the
+// optimizer state on NVMe (paced) the second layer's write-back waits for the first's, so the
+// third layer's staging is taken only after the first's went back: at most two layers'
+// staging is ever held (the bound the estimate counts). With the state in host RAM the
+// optimizer runs ahead and holds all three until the worker catches up.
+TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow NVMe", "[engine][update_staging]") {
+  const bool paced = GENERATE(true, false);
+  CAPTURE(paced);
+  Fixture f(3, 3);
+  f.nvme->open_params({Tier::nvme, Tier::nvme, Tier::nvme});
+  f.home = {nullptr, nullptr, Tier::nvme, paced ? Tier::nvme : Tier::host};
+  const std::uint64_t staging = f.lay.layer_shard(0) * 4;
+  f.ledger.reap();
+  const std::uint64_t base = f.ledger.usage(Tier::host).used_bytes;
+  REQUIRE(f.ledger.usage(Tier::host).peak_bytes <= base + staging);
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  f.nvme->io()->submit([released] { released.wait(); });
+  {
+    auto u = f.make(true);
+    auto optimizer = std::async(std::launch::async, [&] {
+      for (int li = 0; li < 3; ++li) f.write_all(u, true, li);
+    });
+    if (paced) {
+      // Layer 1's write-back queued, it waits for layer 0's; let it sit there a while.
+      CHECK(optimizer.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+    } else {
+      CHECK(optimizer.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    }
+    go.set_value();
+    optimizer.get();
+    f.nvme->drain();
+  }
+  f.ledger.reap();
+  const std::uint64_t peak = f.ledger.usage(Tier::host).peak_bytes - base;
+  CHECK(peak == (paced ? 2 : 3) * staging);
+  CHECK(f.ledger.usage(Tier::host).used_bytes == base);
 }
