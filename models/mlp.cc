@@ -112,7 +112,7 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
     Tracer::Span span(tracer_, "compute", "F L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
     acts[l + 1].assign(B * H, 0.0f);
     saved[l].assign(layer.saved_floats(B), 0.0f);
-    layer.forward(params.data(), acts[l].data(), acts[l + 1].data(), saved[l].data(), B);
+    layer.forward(params.data(), acts[l].data(), acts[l + 1].data(), saved[l].data(), nullptr, B);  // no work
     engine_.release(ids[l]);
   }
   std::vector<float> grad(B * H), din(B * H), dparams(H * H + H);
@@ -124,7 +124,8 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
     const auto g = engine_.grad_buffers(ids[l]);
     {
       Tracer::Span span(tracer_, "compute", "B L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
-      layer.backward(params.data(), acts[l].data(), saved[l].data(), grad.data(), din.data(), dparams.data(), B);
+      layer.backward(params.data(), acts[l].data(), saved[l].data(), grad.data(), din.data(), dparams.data(), nullptr,
+                     B);
       device::CpuAccessScope cpu(engine_.device());
       convert(dparams.data(), DType::fp32, g[0].data, g[0].dtype, H * H);
       convert(dparams.data() + H * H, DType::fp32, g[1].data, g[1].dtype, H);

@@ -102,7 +102,7 @@ void MlpLayer::init_params(float* params, std::uint64_t seed, int) const {
   engine::init_values(specs_[1], seed, 0, H_, params + H_ * H_);
 }
 
-void MlpLayer::forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const {
+void MlpLayer::forward(const float* p, const float* x, float* y, float* saved, float*, std::size_t rows) const {
   const std::size_t H = H_;
   const float *W = p, *b = p + H * H;
   for (std::size_t s = 0; s < rows; ++s) {
@@ -118,7 +118,7 @@ void MlpLayer::forward(const float* p, const float* x, float* y, float* saved, s
 }
 
 // dz = dy * (1 - y^2) (tanh) replaces the saved output; dx[s, i] = sum over o of W[o, i] dz[s, o].
-void MlpLayer::backward_input(const float* p, const float*, float* saved, const float* dy, float* dx,
+void MlpLayer::backward_input(const float* p, const float*, float* saved, const float* dy, float* dx, float*,
                               std::size_t rows) const {
   const std::size_t H = H_;
   const float* W = p;
@@ -136,7 +136,7 @@ void MlpLayer::backward_input(const float* p, const float*, float* saved, const 
 }
 
 // dW[o, i] = sum over samples of dz[s, o] x[s, i]; db[o] = sum of dz[s, o], samples in order.
-void MlpLayer::backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp,
+void MlpLayer::backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp, float*,
                                std::size_t rows) const {
   const std::size_t H = H_;
   const float* dz = last_ ? dy : saved;

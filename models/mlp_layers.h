@@ -62,11 +62,12 @@ class MlpLayer final : public pipeline::Layer {
   void init_params(float* params, std::uint64_t seed, int layer_index) const override;
   // The output (tanh layers): B turns it into the gradient at W x + b, which W reads.
   std::size_t saved_floats(std::size_t rows) const override { return last_ ? 0 : rows * H_; }
-  void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const override;
-  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
+  void forward(const float* params, const float* x, float* y, float* saved, float* work,
+               std::size_t rows) const override;
+  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx, float* work,
                       std::size_t rows) const override;
   void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
-                       std::size_t rows) const override;
+                       float* work, std::size_t rows) const override;
 
  private:
   const std::size_t H_;

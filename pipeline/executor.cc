@@ -67,6 +67,7 @@ struct StageExecutor::Impl {
   std::unique_ptr<device::Stream> stream;
   std::shared_ptr<tbb::task_arena> arena;      // options.compute_threads > 0
   std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
+  DeviceBuffer work;                           // the layers' scratch (Layer::work_floats), one call at a time
   std::vector<Micro> micro;                    // [mb * v + chunk]
   std::map<int, Accumulator> acc;              // by global layer id
   std::vector<DeviceBuffer> retired;           // freed after the current action's synchronize
@@ -108,6 +109,10 @@ struct StageExecutor::Impl {
                  options.compute_threads, " must be >= 0");
     if (options.compute_threads > 0) arena = std::make_shared<tbb::task_arena>(options.compute_threads);
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
+    std::size_t work_floats = 0;
+    for (const auto& ids : chunk_layers)
+      for (int id : ids) work_floats = std::max(work_floats, layer(id).work_floats(model.rows));
+    if (work_floats > 0) work = alloc(work_floats, "pipeline layer work");
     if (model.tie) {
       std::vector<int> held;
       for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
@@ -193,7 +198,8 @@ struct StageExecutor::Impl {
       float* saved = st.saved[l].as<float>();
       const Layer* lay = &layer(id);
       const std::size_t rows = model.rows;
-      launch([=] { lay->forward(p, x, y, saved, rows); });
+      float* w = work.as<float>();
+      launch([=] { lay->forward(p, x, y, saved, w, rows); });
     }
     st.materialized = true;
     (void)mb;
@@ -272,7 +278,8 @@ struct StageExecutor::Impl {
     float* out = dw.as<float>();
     const Layer* lay = &layer(id);
     const std::size_t rows = model.rows;
-    launch([=] { lay->backward_weight(p, x, saved, dy, out, rows); });
+    float* w = work.as<float>();
+    launch([=] { lay->backward_weight(p, x, saved, dy, out, w, rows); });
     accumulate_ordered(id, mb, std::move(dw));
   }
 
@@ -308,13 +315,14 @@ struct StageExecutor::Impl {
       const float* dy = st.dy[l].as<float>();
       float* dxp = dx.as<float>();
       const std::size_t rows = model.rows;
+      float* w = work.as<float>();
       if (lay->splits_backward()) {
-        launch([=] { lay->backward_input(p, x, saved, dy, dxp, rows); });
+        launch([=] { lay->backward_input(p, x, saved, dy, dxp, w, rows); });
         if (with_weight) weight_grad(a.micro, a.chunk, l);
       } else {  // cannot split: the whole backward now, whatever the schedule says
         DeviceBuffer dw = alloc(lay->param_count(), "pipeline weight gradient");
         float* dwp = dw.as<float>();
-        launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, rows); });
+        launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, w, rows); });
         accumulate_ordered(id, a.micro, std::move(dw));
       }
       if (l > 0)

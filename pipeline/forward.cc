@@ -35,7 +35,7 @@ void run_forward(const Schedule& s, int stage, const PipelineModel& model, Param
   }
   ParameterStore& store = tied ? static_cast<ParameterStore&>(*tied) : plain;
   const std::size_t rows = model.rows;
-  std::vector<float> x, y, saved;
+  std::vector<float> x, y, saved, work;  // forward-only: host arrays
   for (int c = 0; c < s.chunks; ++c) {
     const int vs = s.virtual_stage(stage, c);
     const auto ids = model.layers_of(vs, vstages);
@@ -49,9 +49,10 @@ void run_forward(const Schedule& s, int stage, const PipelineModel& model, Param
         const Layer& layer = *model.layers[static_cast<std::size_t>(id)];
         y.resize(rows * layer.out_features());
         saved.resize(layer.saved_floats(rows));
+        work.resize(layer.work_floats(rows));
         const Action f{ActionKind::forward, mb, c};
         store.before_action(f, {id});
-        layer.forward(store.parameters(id), x.data(), y.data(), saved.data(), rows);
+        layer.forward(store.parameters(id), x.data(), y.data(), saved.data(), work.data(), rows);
         store.after_action(f, {id});
         std::swap(x, y);
       }

@@ -12,7 +12,10 @@
 // splits_backward(); the executor then runs its full backward during B. dparams is written,
 // not accumulated: the executor sums micro-batches in micro-batch order. Every method is
 // deterministic: the same inputs give the same bits, which is what makes pipelined
-// gradients bitwise equal to a sequential loop and re-materialization exact.
+// gradients bitwise equal to a sequential loop and re-materialization exact. Scratch a call
+// needs (a copy, a quantized operand) comes from the caller too: `work`, work_floats(rows)
+// floats on the same device, whose contents are undefined on entry and dead on return, one
+// buffer that every call of a stage uses in turn, so the caller counts it in its budget.
 #pragma once
 
 #include <cstddef>
@@ -46,19 +49,26 @@ class Layer {
     return 0;
   }
 
-  virtual void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const = 0;
+  // Floats of scratch any one call may use (`work`), for `rows` rows.
+  virtual std::size_t work_floats(std::size_t rows) const {
+    (void)rows;
+    return 0;
+  }
+
+  virtual void forward(const float* params, const float* x, float* y, float* saved, float* work,
+                       std::size_t rows) const = 0;
   virtual bool splits_backward() const { return true; }
   // B: dx from dy. Only called when splits_backward().
   virtual void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
-                              std::size_t rows) const = 0;
+                              float* work, std::size_t rows) const = 0;
   // W: dparams from dy. Only called when splits_backward().
   virtual void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
-                               std::size_t rows) const = 0;
+                               float* work, std::size_t rows) const = 0;
   // B and W together. The default runs backward_input then backward_weight.
   virtual void backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
-                        std::size_t rows) const {
-    backward_input(params, x, saved, dy, dx, rows);
-    backward_weight(params, x, saved, dy, dparams, rows);
+                        float* work, std::size_t rows) const {
+    backward_input(params, x, saved, dy, dx, work, rows);
+    backward_weight(params, x, saved, dy, dparams, work, rows);
   }
 };
 

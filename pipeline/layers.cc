@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <thread>
-#include <vector>
 
 #include "runtime/core/error.h"
 
@@ -65,7 +64,7 @@ void TanhLinear::init_params(float* params, std::uint64_t seed, int layer_index)
     params[i] = scale * hashed_uniform(seed, static_cast<std::uint64_t>(layer_index), i);
 }
 
-void TanhLinear::forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const {
+void TanhLinear::forward(const float* params, const float* x, float* y, float* saved, float*, std::size_t rows) const {
   const float* w = params;
   const float* b = params + in_ * out_;
   for (std::size_t r = 0; r < rows; ++r) {
@@ -79,25 +78,22 @@ void TanhLinear::forward(const float* params, const float* x, float* y, float* s
 }
 
 void TanhLinear::backward_input(const float* params, const float*, float* saved, const float* dy, float* dx,
-                                std::size_t rows) const {
-  std::vector<float> dz(rows * out_);
-  tanh_grad(saved, dy, dz.data(), dz.size());
-  input_grad(params, dz.data(), dx, rows, in_, out_);
+                                float* work, std::size_t rows) const {
+  tanh_grad(saved, dy, work, rows * out_);
+  input_grad(params, work, dx, rows, in_, out_);
 }
 
 void TanhLinear::backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dparams,
-                                 std::size_t rows) const {
-  std::vector<float> dz(rows * out_);
-  tanh_grad(saved, dy, dz.data(), dz.size());
-  weight_grad(x, dz.data(), dparams, rows, in_, out_);
+                                 float* work, std::size_t rows) const {
+  tanh_grad(saved, dy, work, rows * out_);
+  weight_grad(x, work, dparams, rows, in_, out_);
 }
 
 void TanhLinear::backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
-                          std::size_t rows) const {
-  std::vector<float> dz(rows * out_);
-  tanh_grad(saved, dy, dz.data(), dz.size());
-  input_grad(params, dz.data(), dx, rows, in_, out_);
-  weight_grad(x, dz.data(), dparams, rows, in_, out_);
+                          float* work, std::size_t rows) const {
+  tanh_grad(saved, dy, work, rows * out_);
+  input_grad(params, work, dx, rows, in_, out_);
+  weight_grad(x, work, dparams, rows, in_, out_);
 }
 
 std::string TimedLayer::name() const {
@@ -109,14 +105,14 @@ void TimedLayer::init_params(float* params, std::uint64_t seed, int layer_index)
     params[i] = 1.0f + 0.25f * hashed_uniform(seed, static_cast<std::uint64_t>(layer_index), i);
 }
 
-void TimedLayer::forward(const float* params, const float* x, float* y, float*, std::size_t rows) const {
+void TimedLayer::forward(const float* params, const float* x, float* y, float*, float*, std::size_t rows) const {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t i = 0; i < n_; ++i) y[r * n_ + i] = x[r * n_ + i] * params[i];
   sleep_rest(start, f_);
 }
 
-void TimedLayer::backward_input(const float* params, const float*, float*, const float* dy, float* dx,
+void TimedLayer::backward_input(const float* params, const float*, float*, const float* dy, float* dx, float*,
                                 std::size_t rows) const {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t r = 0; r < rows; ++r)
@@ -124,7 +120,7 @@ void TimedLayer::backward_input(const float* params, const float*, float*, const
   sleep_rest(start, b_);
 }
 
-void TimedLayer::backward_weight(const float*, const float* x, const float*, const float* dy, float* dparams,
+void TimedLayer::backward_weight(const float*, const float* x, const float*, const float* dy, float* dparams, float*,
                                  std::size_t rows) const {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < n_; ++i) dparams[i] = 0;

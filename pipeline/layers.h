@@ -10,7 +10,7 @@
 
 namespace strata::pipeline {
 
-// y = tanh(x W + b), W [in x out], b [out]; saves y. B: dz = dy (1 - y^2), dx = dz W^T.
+// y = tanh(x W + b), W [in x out], b [out]; saves y. B: dz = dy (1 - y^2) (in `work`), dx = dz W^T.
 // W: dW = x^T dz, db = sum over rows of dz. With splittable = false the layer reports that
 // it cannot split and computes dz once for both (the executor runs it as a full backward).
 class TanhLinear final : public Layer {
@@ -22,14 +22,16 @@ class TanhLinear final : public Layer {
   std::size_t param_count() const override { return in_ * out_ + out_; }
   void init_params(float* params, std::uint64_t seed, int layer_index) const override;
   std::size_t saved_floats(std::size_t rows) const override { return rows * out_; }
-  void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const override;
+  std::size_t work_floats(std::size_t rows) const override { return rows * out_; }  // dz
+  void forward(const float* params, const float* x, float* y, float* saved, float* work,
+               std::size_t rows) const override;
   bool splits_backward() const override { return split_; }
-  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
+  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx, float* work,
                       std::size_t rows) const override;
   void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
-                       std::size_t rows) const override;
+                       float* work, std::size_t rows) const override;
   void backward(const float* params, const float* x, float* saved, const float* dy, float* dx, float* dparams,
-                std::size_t rows) const override;
+                float* work, std::size_t rows) const override;
 
  private:
   std::size_t in_, out_;
@@ -49,11 +51,12 @@ class TimedLayer final : public Layer {
   std::size_t out_features() const override { return n_; }
   std::size_t param_count() const override { return n_; }
   void init_params(float* params, std::uint64_t seed, int layer_index) const override;
-  void forward(const float* params, const float* x, float* y, float* saved, std::size_t rows) const override;
-  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx,
+  void forward(const float* params, const float* x, float* y, float* saved, float* work,
+               std::size_t rows) const override;
+  void backward_input(const float* params, const float* x, float* saved, const float* dy, float* dx, float* work,
                       std::size_t rows) const override;
   void backward_weight(const float* params, const float* x, const float* saved, const float* dy, float* dparams,
-                       std::size_t rows) const override;
+                       float* work, std::size_t rows) const override;
 
  private:
   std::size_t n_;

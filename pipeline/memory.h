@@ -1,6 +1,7 @@
 // What a stage's activations cost on its device, from the schedule alone: the executor's
 // buffers (executor.cc) replayed along the stage's action list, with the allocations and
-// frees it makes for each action (inputs and outputs of every layer, saved tensors, the
+// frees it makes for each action (the layers' work buffer, held throughout; inputs and
+// outputs of every layer, saved tensors, the
 // gradients kept from B for W, received tensors, weight gradients waiting for their turn,
 // re-materialization's recomputed chunks), each rounded as the device rounds it. Frees
 // come at the end of an action (the executor frees after its synchronize), so the peak is

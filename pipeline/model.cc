@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "pipeline/layers.h"
 #include "pipeline/tie.h"
@@ -132,6 +133,13 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
   if (model.tie) tied = std::make_unique<TiedStore>(plain, model, all, nullptr, -1);
   ParameterStore& store = tied ? static_cast<ParameterStore&>(*tied) : plain;
   const std::size_t rows = model.rows, n_layers = model.layers.size();
+  // The layers' scratch, one call at a time, NaN on entry to each: a layer that reads scratch
+  // it did not write in that call gives NaN here, not the executor's bits.
+  std::vector<float> work;
+  const auto fresh_work = [&](const Layer& layer) {
+    work.assign(layer.work_floats(rows), std::numeric_limits<float>::quiet_NaN());
+    return work.data();
+  };
   store.begin_step();
   for (int mb = 0; mb < micro_batches; ++mb) {
     std::vector<std::vector<float>> x(n_layers + 1), saved(n_layers);
@@ -144,7 +152,7 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
       x[l + 1].resize(rows * layer.out_features());
       saved[l].resize(layer.saved_floats(rows));
       store.before_action(f, held);
-      layer.forward(store.parameters(held[0]), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+      layer.forward(store.parameters(held[0]), x[l].data(), x[l + 1].data(), saved[l].data(), fresh_work(layer), rows);
       store.after_action(f, held);
     }
     std::vector<float> dy(x[n_layers].size());
@@ -156,10 +164,13 @@ void run_sequential(const PipelineModel& model, int micro_batches, ParameterStor
       std::vector<float> dx(rows * layer.in_features()), dp(layer.param_count());
       store.before_action(bw, {id});
       if (layer.splits_backward()) {
-        layer.backward_input(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(), rows);
-        layer.backward_weight(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dp.data(), rows);
+        layer.backward_input(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(),
+                             fresh_work(layer), rows);
+        layer.backward_weight(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dp.data(),
+                              fresh_work(layer), rows);
       } else {
-        layer.backward(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(), dp.data(), rows);
+        layer.backward(store.parameters(id), x[l].data(), saved[l].data(), dy.data(), dx.data(), dp.data(),
+                       fresh_work(layer), rows);
       }
       store.add_gradient(id, mb, dp.data());
       store.after_action(bw, {id});

@@ -128,7 +128,9 @@ PipelineModel synthetic_model(const SyntheticModelSpec& spec);
 // Each layer's forward and backward is an action of its own to the store (F, then BW, of
 // that micro-batch): an engine store gathers and releases the layer around each, as a
 // plain data-parallel loop does. `store` must hold every layer; optimizer_step() is the
-// caller's. `step` is the one the model's input and loss see.
+// caller's. `step` is the one the model's input and loss see. Each call's work buffer
+// (Layer::work_floats) is NaN on entry, so a layer that reads scratch it did not write
+// shows here.
 void run_sequential(const PipelineModel& model, int micro_batches, ParameterStore& store, std::int64_t step = 0);
 
 }  // namespace strata::pipeline

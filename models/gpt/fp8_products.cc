@@ -27,8 +27,6 @@ Fp8Products::Fp8Products(const fp8::Recipe& recipe, const GptShape& shape, Scrat
       scratch_(scratch),
       k_(kernels),
       sites_(static_cast<std::size_t>(site_count(shape))) {
-  STRATA_CHECK(scratch.x != nullptr && scratch.w != nullptr && scratch.g != nullptr, Errc::internal,
-               "Fp8Products: scratch buffers missing");
   for (auto& s : sites_) operands_.insert(operands_.end(), {&s.x, &s.w, &s.g});
 }
 
@@ -38,6 +36,8 @@ Fp8Products::Operand Fp8Products::operand(int site, int which, Kind kind, DType 
 }
 
 const float* Fp8Products::quantize(const Operand& o, const float* src, int rows, int cols, float* dst) {
+  STRATA_CHECK(dst != nullptr, Errc::internal,
+               "Fp8Products: no scratch to quantize into (give it to the constructor or to use_scratch())");
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   const float amax = fp8::amax_of(src, n);
   if (recording_) o.h->record(amax);

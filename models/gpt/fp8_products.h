@@ -17,7 +17,7 @@
 // owner reduces step_amax() with max over the data-parallel ranks and calls end_step(amax),
 // which moves every amax into its history; histories() and restore() carry the histories
 // through a checkpoint. Scratch: three fp32 buffers of the kernels' device that the owner
-// provides, sized by scratch_floats().
+// provides, sized by scratch_floats(), at construction or before each call (use_scratch).
 #pragma once
 
 #include <cstddef>
@@ -74,6 +74,9 @@ class Fp8Products {
   virtual void head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N,
                              int C, int V, const ops::ProductScales& s = {});
 
+  // The scratch the products quantize into from now on (a pipeline layer's work buffer of the
+  // call under way, models/gpt/pipeline_layers.h).
+  void use_scratch(Scratch scratch) noexcept { scratch_ = scratch; }
   void set_recording(bool on) noexcept { recording_ = on; }
   // This step's amax of every operand (x, w, g of each site in turn; -1 where unused), for
   // the caller to reduce (max) over the data-parallel ranks before end_step(amax), so that

@@ -52,20 +52,6 @@ struct LayerSetup {
   std::shared_ptr<Fp8Products> fp8;  // null: the products in the caller's precision
 };
 
-// The FP8 products with their scratch, for micro-batches of `tokens` tokens.
-std::shared_ptr<Fp8Products> fp8_products(const fp8::Recipe& recipe, const GptShape& shape, std::size_t tokens) {
-  struct Owned {
-    std::vector<float> scratch;
-    std::unique_ptr<Fp8Products> products;
-  };
-  auto o = std::make_shared<Owned>();
-  const auto f = Fp8Products::scratch_floats(shape, tokens);
-  o->scratch.assign(f.total(), 0.0f);
-  float* at = o->scratch.data();
-  o->products = std::make_unique<Fp8Products>(recipe, shape, Fp8Products::Scratch{at, at + f.x, at + f.x + f.w});
-  return {o, o->products.get()};  // shares the owner's lifetime
-}
-
 class GptLayer : public pipeline::Layer {
  public:
   GptLayer(const LayerSetup& l, int id)
@@ -78,6 +64,10 @@ class GptLayer : public pipeline::Layer {
     for (const auto& p : params_) count_ += numel(p);
   }
   std::size_t param_count() const override { return count_; }
+  // The FP8 products' scratch (Fp8Products::scratch_floats), at the front of `work`.
+  std::size_t work_floats(std::size_t rows) const override {
+    return fp8_ ? Fp8Products::scratch_floats(s_, rows).total() : 0;
+  }
   void init_params(float* params, std::uint64_t seed, int) const override { init_tensors(params_, params, seed); }
   std::vector<Tensor> tensors() const override {
     std::vector<Tensor> out;
@@ -86,6 +76,13 @@ class GptLayer : public pipeline::Layer {
   }
 
  protected:
+  // Points the FP8 products at this call's work buffer; returns the floats after their scratch.
+  float* fp8_scratch(float* work, std::size_t rows) const {
+    if (!fp8_) return work;
+    const auto f = Fp8Products::scratch_floats(s_, rows);
+    fp8_->use_scratch({work, work + f.x, work + f.x + f.w});
+    return work + f.total();
+  }
   int sequences(std::size_t rows) const {
     STRATA_CHECK(rows % static_cast<std::size_t>(T_) == 0, Errc::invalid_argument, "GPT pipeline: ", rows,
                  " rows are not whole sequences of ", T_, " tokens");
@@ -105,23 +102,25 @@ class Embedding final : public GptLayer {
   std::string name() const override { return "gpt.embedding"; }
   std::size_t in_features() const override { return 1; }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.d_model); }
-  void forward(const float* p, const float* x, float* y, float*, std::size_t rows) const override {
+  // Unit-scaled: the gradient scaled (the GPT's pass scales its own in place; dy is the executor's).
+  std::size_t work_floats(std::size_t rows) const override { return unit_ ? rows * out_features() : 0; }
+  void forward(const float* p, const float* x, float* y, float*, float*, std::size_t rows) const override {
     const auto t = token_ids(x, rows, s_.vocab);
     ops::embedding_forward(y, t.data(), p, p + wpe_at(), sequences(rows), T_, s_.d_model);
     if (unit_) ops::scale(y, UnitScales::embedding(), rows * out_features());
   }
-  void backward_input(const float*, const float*, float*, const float*, float* dx, std::size_t rows) const override {
+  void backward_input(const float*, const float*, float*, const float*, float* dx, float*,
+                      std::size_t rows) const override {
     std::fill(dx, dx + rows, 0.0f);
   }
-  void backward_weight(const float*, const float* x, const float*, const float* dy, float* dp,
+  void backward_weight(const float*, const float* x, const float*, const float* dy, float* dp, float* work,
                        std::size_t rows) const override {
     const auto t = token_ids(x, rows, s_.vocab);
     std::fill(dp, dp + count_, 0.0f);
-    std::vector<float> scaled;
-    if (unit_) {  // the GPT's pass scales its gradient in place; dy is the executor's
-      scaled.assign(dy, dy + rows * out_features());
-      ops::scale(scaled.data(), UnitScales::embedding(), scaled.size());
-      dy = scaled.data();
+    if (unit_) {
+      std::copy(dy, dy + rows * out_features(), work);
+      ops::scale(work, UnitScales::embedding(), rows * out_features());
+      dy = work;
     }
     ops::embedding_backward(dp, dp + wpe_at(), dy, t.data(), sequences(rows), T_, s_.d_model);
   }
@@ -146,18 +145,21 @@ class Block final : public GptLayer {
     const BlockDims d = dims(rows);
     return BlockActs::floats(d) + BlockSplit::floats(d);
   }
-  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
+  void forward(const float* p, const float* x, float* y, float* saved, float* work, std::size_t rows) const override {
+    fp8_scratch(work, rows);
     const BlockDims d = dims(rows);
     block_forward(y, x, weights(p), acts(saved, d), d);
   }
-  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx,
+  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx, float* work,
                       std::size_t rows) const override {
+    fp8_scratch(work, rows);
     const BlockDims d = dims(rows);
     std::copy(dy, dy + rows * in_features(), dx);
     block_backward_input(dx, x, weights(p), acts(saved, d), split(saved, d), d);
   }
-  void backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp,
+  void backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp, float* work,
                        std::size_t rows) const override {
+    fp8_scratch(work, rows);
     const BlockDims d = dims(rows);
     std::fill(dp, dp + count_, 0.0f);
     BlockGrads g{};
@@ -206,8 +208,13 @@ class Head final : public GptLayer {
   std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.vocab); }
   std::size_t saved_floats(std::size_t rows) const override { return rows * (in_features() + 2); }
+  // The FP8 scratch, then the gradient at ln_f's output.
+  std::size_t work_floats(std::size_t rows) const override {
+    return GptLayer::work_floats(rows) + rows * in_features();
+  }
   bool splits_backward() const override { return false; }
-  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
+  void forward(const float* p, const float* x, float* y, float* saved, float* work, std::size_t rows) const override {
+    fp8_scratch(work, rows);
     const int N = static_cast<int>(rows), C = s_.d_model;
     ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
     if (fp8_) {
@@ -216,24 +223,25 @@ class Head final : public GptLayer {
       ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
     }
   }
-  void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {
+  void backward_input(const float*, const float*, float*, const float*, float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
   }
-  void backward_weight(const float*, const float*, const float*, const float*, float*, std::size_t) const override {
+  void backward_weight(const float*, const float*, const float*, const float*, float*, float*,
+                       std::size_t) const override {
     STRATA_THROW(Errc::internal, "the GPT's head does not split its backward");
   }
-  void backward(const float* p, const float* x, float* saved, const float* dy, float* dx, float* dp,
+  void backward(const float* p, const float* x, float* saved, const float* dy, float* dx, float* dp, float* work,
                 std::size_t rows) const override {
     const int N = static_cast<int>(rows), C = s_.d_model;
     std::fill(dp, dp + count_, 0.0f);
-    std::vector<float> dln(rows * static_cast<std::size_t>(C));
+    float* dln = fp8_scratch(work, rows);
     if (fp8_) {
-      fp8_->head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, scales());
+      fp8_->head_backward(dln, dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, scales());
     } else {
-      ops::lm_head_backward(dln.data(), dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+      ops::lm_head_backward(dln, dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
     }
     std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
-    ops::layernorm_backward(dx, dp, dp + C, dln.data(), x, p, saved + rows * C, saved + rows * (C + 1), N, C);
+    ops::layernorm_backward(dx, dp, dp + C, dln, x, p, saved + rows * C, saved + rows * (C + 1), N, C);
   }
 
  private:
@@ -268,7 +276,7 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
   LayerSetup l{s, T, c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr, c.seq_len, nullptr};
   GptPipeline g;
   if (c.fp8.enabled) {
-    l.fp8 = fp8_products(c.fp8, s, static_cast<std::size_t>(B) * static_cast<std::size_t>(T));
+    l.fp8 = std::make_shared<Fp8Products>(c.fp8, s, Fp8Products::Scratch{});  // scratch: each call's work
     g.fp8 = l.fp8;
   }
   g.losses = std::make_shared<std::vector<double>>(static_cast<std::size_t>(micro_batches), 0.0);

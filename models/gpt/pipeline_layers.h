@@ -10,7 +10,10 @@
 // caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
 // every layer and the loss. With the config's fp8 block the weight products take FP8
 // operands (fp8_products.h): one Fp8Products for the model's layers, whose delayed-scaling
-// state the caller steps (GptPipeline::fp8). The layers name their tensors (Layer::tensors) with the
+// state the caller steps (GptPipeline::fp8); a model with it serves one stage's thread. A
+// layer's scratch (the FP8 operands, the head's gradient at ln_f's output, the unit-scaled
+// embedding's scaled gradient) is the caller's work buffer (Layer::work_floats), so a stage
+// counts it in its device budget. The layers name their tensors (Layer::tensors) with the
 // learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
 // _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
 // does not split (it reads the tie). Initial values are the engine's for the GPT's named tensors

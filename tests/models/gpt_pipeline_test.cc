@@ -1,7 +1,8 @@
 // The GPT as pipeline layers (models/gpt/pipeline_layers.h): the block's split backward gives
 // the fused backward's bits; the layers compute the loss and gradients of the GPT's own pass
 // (GptPass, the code `strata train` runs), the tied embedding included; and every schedule's
-// pipelined run, stages as threads, ends with the parameters of the sequential loop bit for bit.
+// pipelined run, stages as threads, ends with the parameters of the sequential loop bit for bit;
+// a stage's replayed device peak counts the layers' work buffer.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -17,8 +18,10 @@
 #include "models/gpt/pipeline_layers.h"
 #include "models/gpt/unit_scale.h"
 #include "pipeline/generators.h"
+#include "pipeline/memory.h"
 #include "pipeline/runner.h"
 #include "runtime/core/random.h"
+#include "runtime/device/arena.h"
 #include "runtime/device/device.h"
 #include "tests/support/randn.h"
 
@@ -229,6 +232,38 @@ TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bi
       CHECK(same_bits(st->params_of(id), reference.params_of(id)));
       CHECK(same_bits(st->grads_of(id), reference.grads_of(id)));
     }
+  }
+}
+
+// The layers' scratch (the FP8 operands, the head's ln_f gradient, the unit-scaled
+// embedding's scaled gradient) is the executor's work buffer on the stage's device: the
+// replayed peak, which sizes a stage's reservation, is the measured one with it.
+TEST_CASE("a GPT stage's replayed device peak counts its layers' work buffer", "[gpt][pipeline]") {
+  using namespace strata::pipeline;
+  GptConfig c = small_gpt();
+  c.unit_scaled = GENERATE(false, true);
+  c.fp8.enabled = GENERATE(false, true);
+  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT" << (c.fp8.enabled ? " with FP8 products" : ""));
+  const Schedule s = zb_h1(2, 4);
+  Text text(c.seq_len);
+  const int B = 2;
+  auto g = gpt_pipeline_model(c, B, s.micro_batches, text.batcher);
+  const std::size_t rows = static_cast<std::size_t>(B * c.seq_len), C = static_cast<std::size_t>(c.shape.d_model);
+  const std::size_t fp8 = c.fp8.enabled ? Fp8Products::scratch_floats(c.shape, rows).total() : 0;
+  CHECK(g.model.layers.front()->work_floats(rows) == (c.unit_scaled ? rows * C : 0));
+  CHECK(g.model.layers[1]->work_floats(rows) == fp8);
+  CHECK(g.model.layers.back()->work_floats(rows) == fp8 + rows * C);
+  std::vector<std::unique_ptr<LocalParameterStore>> stores;
+  std::vector<ParameterStore*> ptrs;
+  for (int st = 0; st < s.stages; ++st) {
+    stores.push_back(std::make_unique<LocalParameterStore>(g.model, stage_layers(s, g.model, st), 5));
+    ptrs.push_back(stores.back().get());
+  }
+  const auto reports = run_stages_as_threads(s, g.model, ptrs, {}, 1);
+  for (int st = 0; st < s.stages; ++st) {
+    INFO("stage " << st);
+    CHECK(stage_memory(s, st, g.model, pipeline::Remat::never, device::Arena::kAlignment).peak_bytes ==
+          reports[static_cast<std::size_t>(st)].peak_device_bytes);
   }
 }
 

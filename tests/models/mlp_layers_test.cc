@@ -40,9 +40,10 @@ TEST_CASE("an MLP layer's forward, B and W match a double-precision reference", 
     for (std::size_t o = 0; o < H; ++o) p[H * H + o] = 0.01f * static_cast<float>(o);  // a nonzero bias
     const auto x = ramp(rows * H, 1.0f, 0.1f), dy = ramp(rows * H, 0.5f, 1.3f);
     std::vector<float> y(rows * H), saved(layer.saved_floats(rows)), dx(rows * H), dp(layer.param_count());
-    layer.forward(p.data(), x.data(), y.data(), saved.data(), rows);
-    layer.backward_input(p.data(), x.data(), saved.data(), dy.data(), dx.data(), rows);
-    layer.backward_weight(p.data(), x.data(), saved.data(), dy.data(), dp.data(), rows);
+    REQUIRE(layer.work_floats(rows) == 0);
+    layer.forward(p.data(), x.data(), y.data(), saved.data(), nullptr, rows);
+    layer.backward_input(p.data(), x.data(), saved.data(), dy.data(), dx.data(), nullptr, rows);
+    layer.backward_weight(p.data(), x.data(), saved.data(), dy.data(), dp.data(), nullptr, rows);
 
     std::vector<double> ry(rows * H), rdz(rows * H), rdx(rows * H, 0.0), rdp(layer.param_count(), 0.0);
     for (std::size_t s = 0; s < rows; ++s)

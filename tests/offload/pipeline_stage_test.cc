@@ -180,13 +180,16 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
       e.begin_step();
       for (int mb = 0; mb < kMicro; ++mb) {
         std::vector<std::vector<float>> x(kLayers + 1), saved(kLayers);
+        std::vector<float> work;
         x[0].resize(rows * model.layers[0]->in_features());
         model.input(0, mb, x[0].data());
         for (int l = 0; l < kLayers; ++l) {
           const auto& layer = *model.layers[l];
           x[l + 1].resize(rows * layer.out_features());
           saved[l].resize(layer.saved_floats(rows));
-          layer.forward(widened(e.gather(l)[0]).data(), x[l].data(), x[l + 1].data(), saved[l].data(), rows);
+          work.resize(layer.work_floats(rows));
+          layer.forward(widened(e.gather(l)[0]).data(), x[l].data(), x[l + 1].data(), saved[l].data(), work.data(),
+                        rows);
           e.release(l);
         }
         std::vector<float> dy(x[kLayers].size());
@@ -198,11 +201,12 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
           std::vector<float> dw_values(layer.param_count());
           float* dw = dw_values.data();
           std::vector<float> dx(rows * layer.in_features());
+          work.resize(layer.work_floats(rows));
           if (layer.splits_backward()) {
-            layer.backward_input(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), rows);
-            layer.backward_weight(params, x[l].data(), saved[l].data(), dy.data(), dw, rows);
+            layer.backward_input(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), work.data(), rows);
+            layer.backward_weight(params, x[l].data(), saved[l].data(), dy.data(), dw, work.data(), rows);
           } else {
-            layer.backward(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), dw, rows);
+            layer.backward(params, x[l].data(), saved[l].data(), dy.data(), dx.data(), dw, work.data(), rows);
           }
           const auto g = e.grad_buffers(l)[0];
           convert(dw, DType::fp32, g.data, g.dtype, g.numel);
@@ -384,16 +388,17 @@ class PoisonedLayer final : public pipeline::Layer {
   std::size_t param_count() const override { return inner_->param_count(); }
   void init_params(float* p, std::uint64_t seed, int index) const override { inner_->init_params(p, seed, index); }
   std::size_t saved_floats(std::size_t rows) const override { return inner_->saved_floats(rows); }
-  void forward(const float* p, const float* x, float* y, float* saved, std::size_t rows) const override {
-    inner_->forward(p, x, y, saved, rows);
+  std::size_t work_floats(std::size_t rows) const override { return inner_->work_floats(rows); }
+  void forward(const float* p, const float* x, float* y, float* saved, float* work, std::size_t rows) const override {
+    inner_->forward(p, x, y, saved, work, rows);
   }
-  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx,
+  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx, float* work,
                       std::size_t rows) const override {
-    inner_->backward_input(p, x, saved, dy, dx, rows);
+    inner_->backward_input(p, x, saved, dy, dx, work, rows);
   }
-  void backward_weight(const float* p, const float* x, const float* saved, const float* dy, float* dw,
+  void backward_weight(const float* p, const float* x, const float* saved, const float* dy, float* dw, float* work,
                        std::size_t rows) const override {
-    inner_->backward_weight(p, x, saved, dy, dw, rows);
+    inner_->backward_weight(p, x, saved, dy, dw, work, rows);
     if (calls_++ == at_) dw[0] = std::numeric_limits<float>::infinity();
   }
 

@@ -187,11 +187,12 @@ class FailingLayer final : public Layer {
   std::size_t out_features() const override { return 12; }
   std::size_t param_count() const override { return 1; }
   void init_params(float* p, std::uint64_t, int) const override { p[0] = 1; }
-  void forward(const float*, const float*, float*, float*, std::size_t) const override {
+  void forward(const float*, const float*, float*, float*, float*, std::size_t) const override {
     STRATA_THROW(Errc::internal, "layer exploded on purpose");
   }
-  void backward_input(const float*, const float*, float*, const float*, float*, std::size_t) const override {}
-  void backward_weight(const float*, const float*, const float*, const float*, float*, std::size_t) const override {}
+  void backward_input(const float*, const float*, float*, const float*, float*, float*, std::size_t) const override {}
+  void backward_weight(const float*, const float*, const float*, const float*, float*, float*,
+                       std::size_t) const override {}
 };
 
 }  // namespace

@@ -42,7 +42,7 @@ PipelineModel model_for(bool tie) {
 
 // Micro-batch mb's output with every layer run in order on the stores' parameters.
 std::vector<float> sequential(const PipelineModel& m, const std::map<int, const LocalParameterStore*>& holder, int mb) {
-  std::vector<float> x(m.rows * m.layers.front()->in_features()), y, saved;
+  std::vector<float> x(m.rows * m.layers.front()->in_features()), y, saved, work;
   m.input(100, mb, x.data());
   for (std::size_t id = 0; id < m.layers.size(); ++id) {
     const Layer& layer = *m.layers[id];
@@ -54,7 +54,8 @@ std::vector<float> sequential(const PipelineModel& m, const std::map<int, const 
     }
     y.resize(m.rows * layer.out_features());
     saved.resize(layer.saved_floats(m.rows));
-    layer.forward(p.data(), x.data(), y.data(), saved.data(), m.rows);
+    work.resize(layer.work_floats(m.rows));
+    layer.forward(p.data(), x.data(), y.data(), saved.data(), work.data(), m.rows);
     std::swap(x, y);
   }
   return x;
