@@ -121,9 +121,9 @@ void OptimizerStep::begin_overlap(bool allowed) {
   c_.updates.count_into(&lane_io_);
 }
 
-// On the lane: the host layers in backward order, each once its gradient is in, into its
-// spare arrays from a copy of its state; its compute copies go where the synchronous step
-// sends them.
+// On the lane: the host layers in backward order, each once its gradient is in, stepped out
+// of place from its state into its spare arrays; its compute copies go where the synchronous
+// step sends them.
 void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
   const int stage = c_.cfg.zero.stage;
   for (int li : host_order_) {
@@ -134,14 +134,15 @@ void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
     touched_[static_cast<std::size_t>(li)] = 1;
     const auto& from = c_.state.resident(li);
     const auto& to = c_.state.spare(li);
-    const std::size_t n = c_.state.elems(li) * 4;
-    std::memcpy(to.master, from.master, n);
-    std::memcpy(to.m, from.m, n);
-    std::memcpy(to.v, from.v, n);
+    // The state this optimizer does not use (Lion's v, Adagrad's m) carries over as it is.
+    const std::size_t bytes = c_.state.elems(li) * sizeof(float);
+    if (c_.cfg.optimizer.type == OptimizerType::lion) std::memcpy(to.v, from.v, bytes);
+    if (c_.cfg.optimizer.type == OptimizerType::adagrad) std::memcpy(to.m, from.m, bytes);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
       const std::size_t off = OptimizerState::offset(c_.layout, stage, li, k);
-      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, to.m + off, to.v + off);
+      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, to.m + off, to.v + off,
+                   {from.master + off, from.m + off, from.v + off});
     }
   }
 }

@@ -178,7 +178,7 @@ optim::GradNorm OptimizerStep::global_grad_norm() {
 }
 
 void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0,
-                                 std::size_t n, float* master, float* m, float* v) {
+                                 std::size_t n, float* master, float* m, float* v, Source from) {
   // Cut the range where the parameters' lr_scale changes (their padding steps at scale 1).
   const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
   const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
@@ -209,19 +209,21 @@ void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, 
       end = next;
     }
     const std::size_t len = std::min(end, first + n) - (first + done);
-    update_piece(base, lr, s, li, k, e0 + done, len, master + done, m + done, v + done);
+    const Source at = from.master == nullptr ? from : Source{from.master + done, from.m + done, from.v + done};
+    update_piece(base, lr, s, li, k, e0 + done, len, master + done, m + done, v + done, at);
     done += len;
   }
 }
 
 void OptimizerStep::update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k,
-                                 std::size_t e0, std::size_t n, float* master, float* m, float* v) {
+                                 std::size_t e0, std::size_t n, float* master, float* m, float* v, Source from) {
   const auto& oc = c_.cfg.optimizer;
   optim::StepArgs a = base;
   a.n = n;
   a.master = master;
   a.m = m;
   a.v = v;
+  a.from = {from.master, from.m, from.v};
   a.grad = grad_at(li, grad_offset(li, k, c_.cfg.zero.stage == 0) + e0);
   a.grad_dtype = c_.grads.acc_dtype(li);
   // Updated compute copies go where the parameters live, through host staging, or to a device

@@ -15,6 +15,8 @@ void adam_step_async(device::Stream& stream, const AdamConfig& config, const Ste
   validate_step_args(args, {true, true}, "adam step (device)");
   if (args.n == 0) return;
   if (stream.backend() == device::Backend::cuda) {
+    STRATA_CHECK(args.from.master == nullptr, Errc::unsupported,
+                 "adam step (device): the CUDA kernel steps in place; an out-of-place step runs on the CPU");
     detail::cuda_adam_step_async(stream.native_handle(), detail::adam_scalars(config, args.step, args.grad_scale),
                                  args);
     return;

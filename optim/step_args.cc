@@ -41,6 +41,14 @@ void validate_step_args(const StepArgs& a, StateUse use, const char* who) {
   if (use.m) check_aligned(a.m, dtype_size(a.state_dtype), who, "m");
   if (use.v) check_aligned(a.v, dtype_size(a.state_dtype), who, "v");
   if (a.copy) check_aligned(a.copy, dtype_size(a.copy_dtype), who, "copy");
+  if (a.from.master != nullptr) {
+    STRATA_CHECK((!use.m || a.from.m) && (!use.v || a.from.v), Errc::invalid_argument, who,
+                 ": an out-of-place step needs the state it reads from: from.m and from.v for the state this "
+                 "optimizer uses");
+    check_aligned(a.from.master, sizeof(float), who, "from.master");
+    if (use.m) check_aligned(a.from.m, dtype_size(a.state_dtype), who, "from.m");
+    if (use.v) check_aligned(a.from.v, dtype_size(a.state_dtype), who, "from.v");
+  }
 }
 
 void validate_step_options(const StepOptions& o, const char* who) {

@@ -19,6 +19,10 @@ namespace strata::optim {
 // (1 / loss_scale x clip coefficient, see clip.h): it is never unscaled in place. The caller
 // makes sure the gradient is finite first (grad_norm.h): a step on a NaN/Inf gradient writes
 // NaN into the state, so skipping is decided before the step (step_plan.h), not inside it.
+// Out of place (CPU kernels only): with `from` set, the state before the step is read from
+// from.master/m/v (the ones the optimizer uses) and the stepped state goes to master/m/v, the
+// same bits as copying it there and stepping in place, in one pass per block of the shard
+// while it is in cache; `from` may not overlap the destinations.
 struct StepArgs {
   float* master = nullptr;     // fp32 master weights, updated in place
   const void* grad = nullptr;  // gradient: fp32, bf16 or fp16
@@ -31,6 +35,12 @@ struct StepArgs {
   std::size_t n = 0;                // elements in the shard
   float grad_scale = 1.0f;          // gradient multiplier, finite and >= 0
   std::int64_t step = 1;            // this step's 1-based count (bias correction, lr decay)
+  struct Source {
+    const float* master = nullptr;
+    const void* m = nullptr;
+    const void* v = nullptr;
+  };
+  Source from;  // out of place: the state before the step (null master: in place)
 };
 
 struct StepOptions {

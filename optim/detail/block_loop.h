@@ -8,7 +8,8 @@
 // inside a TBB body), then calls run_elementwise(shard, n, block_elems, kernel). A Kernel has
 //   template <bool kNonTemporal> void apply(const Slots& s, std::size_t i) const noexcept;
 // which reads and writes elements i..i+kLanes-1 of the non-null slots; with kNonTemporal it
-// may use streaming stores on the slot named by Shard::align_slot.
+// may use streaming stores on the slot named by Shard::align_slot. A slot with Shard::from
+// set gets each block's old values copied in from there just before the block runs.
 #pragma once
 
 #include <tbb/blocked_range.h>
@@ -34,6 +35,7 @@ struct Shard {
   std::size_t elem_bytes[kSlotCount] = {};  // storage bytes per element of each slot
   bool written[kSlotCount] = {};            // slots the kernel stores to
   int align_slot = -1;                      // slot whose batches are aligned (streamed), or -1
+  const void* from[kSlotCount] = {};        // out of place: where a written slot's old values are
 };
 
 // Elements at the front of [i, end) to run padded so that the aligned slot's address of the
@@ -70,6 +72,13 @@ void apply_padded(const Shard& sh, std::size_t i, std::size_t len, const Kernel&
 
 template <class Kernel>
 void run_range(const Shard& sh, std::size_t begin, std::size_t end, const Kernel& kernel) noexcept {
+  // Out of place: the range's old values first (a block: they stay in cache for the kernel).
+  for (int s = 0; s < kSlotCount; ++s) {
+    if (sh.from[s] == nullptr) continue;
+    const std::size_t eb = sh.elem_bytes[s];
+    std::memcpy(static_cast<unsigned char*>(sh.base.ptr[s]) + begin * eb,
+                static_cast<const unsigned char*>(sh.from[s]) + begin * eb, (end - begin) * eb);
+  }
   std::size_t i = begin;
   const std::size_t head = head_elems(sh, i, end);
   if (head) apply_padded(sh, i, head, kernel);

@@ -55,6 +55,11 @@ inline Shard make_shard(const StepArgs& a, StateUse use) {
   sh.base.ptr[kMaster] = a.master;
   sh.elem_bytes[kMaster] = sizeof(float);
   sh.written[kMaster] = true;
+  if (a.from.master != nullptr) {
+    sh.from[kMaster] = a.from.master;
+    if (use.m) sh.from[kM] = a.from.m;
+    if (use.v) sh.from[kV] = a.from.v;
+  }
   sh.base.ptr[kGrad] = const_cast<void*>(a.grad);  // read only: never in `written`
   sh.elem_bytes[kGrad] = dtype_size(a.grad_dtype);
   if (use.m) {

@@ -3,7 +3,10 @@
 // streaming pass with exactly the step's traffic (optim/roofline.h) over the same buffers, so
 // fraction_of_roofline says how close the step comes to what this machine's memory allows.
 // Step and roofline alternate, and the fraction is the median of the per-iteration ratios:
-// on a shared machine both halves of a pair see the same background load.
+// on a shared machine both halves of a pair see the same background load. With
+// --out-of-place it also times the overlapped step's form (the state read from a second set of
+// buffers, the stepped state written to the first: StepArgs::from) against what it replaces
+// (copying the state over, then stepping in place), alternated the same way.
 #include <sys/mman.h>
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -42,6 +46,7 @@ struct Options {
   int threads = 0;
   int iters = 7;
   bool json = false;
+  bool out_of_place = false;
 };
 
 // Page-aligned buffer asking for transparent huge pages (fewer TLB misses on GBs of state).
@@ -107,6 +112,9 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--copy-out", o->copy_out, "16-bit parameter copy written in the same pass: none|bf16|fp16");
   cmd.add_option("--threads", o->threads, "Worker threads (0: all hardware threads)")->check(CLI::Range(0, 4096));
   cmd.add_option("--iters", o->iters, "Timed repetitions; figures are medians")->check(CLI::Range(1, 1000));
+  cmd.add_flag("--out-of-place", o->out_of_place,
+               "Also time the step reading its state from other buffers (the overlapped step's) against copying it "
+               "over first");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
     const std::size_t n = parse_count(o->params, "--params");
@@ -188,6 +196,39 @@ Action setup(CLI::App& cmd) {
                         {"roofline_gbps", static_cast<double>(n) * bpp / roof_s / 1e9},
                         {"fraction_of_roofline", median(ratio)},
                         {"grad_norm_gbps", static_cast<double>(n * dtype_size(a.grad_dtype)) / median(t_norm) / 1e9}};
+    if (o->out_of_place) {
+      // The state before the step in a second set of buffers: copied over then stepped in
+      // place, or stepped from there (StepArgs::from); both write the first set.
+      const std::size_t sb = dtype_size(a.state_dtype);
+      HostArray from_master(n * 4);
+      std::unique_ptr<HostArray> from_m, from_v;
+      if (use.m) from_m = std::make_unique<HostArray>(n * sb);
+      if (use.v) from_v = std::make_unique<HostArray>(n * sb);
+      fill(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
+      if (from_m) fill(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
+      if (from_v) fill(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
+      const auto copy_over = [&] {
+        std::memcpy(a.master, from_master.get(), n * 4);
+        if (from_m) std::memcpy(a.m, from_m->get(), n * sb);
+        if (from_v) std::memcpy(a.v, from_v->get(), n * sb);
+      };
+      const optim::StepArgs::Source src{from_master.as<float>(), from_m ? from_m->get() : nullptr,
+                                        from_v ? from_v->get() : nullptr};
+      std::vector<double> t_copy, t_oop, gain;
+      for (int i = 0; i < o->iters; ++i) {
+        t_copy.push_back(seconds_of([&] {
+          copy_over();
+          step();
+        }));
+        a.from = src;
+        t_oop.push_back(seconds_of(step));
+        a.from = {};
+        gain.push_back(t_copy.back() / t_oop.back());
+      }
+      j["copy_then_step_ms"] = median(t_copy) * 1e3;
+      j["out_of_place_ms"] = median(t_oop) * 1e3;
+      j["out_of_place_speedup"] = median(gain);
+    }
     if (o->json) {
       print_json(j.dump(2));
       return 0;
@@ -202,6 +243,12 @@ Action setup(CLI::App& cmd) {
                 j["roofline_gbps"].get<double>());
     std::printf("fraction of roofline: %.3f (median of paired ratios)\n", median(ratio));
     std::printf("grad norm pass:     %6.2f GB/s read\n", j["grad_norm_gbps"].get<double>());
+    if (o->out_of_place)
+      std::printf(
+          "state from other buffers: copy then step %.2f ms, out of place %.2f ms: %.2fx (median of paired "
+          "ratios)\n",
+          j["copy_then_step_ms"].get<double>(), j["out_of_place_ms"].get<double>(),
+          j["out_of_place_speedup"].get<double>());
     return 0;
   };
 }
