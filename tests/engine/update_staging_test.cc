@@ -55,12 +55,15 @@ struct Fixture {
         any_acc_on_host);
   }
   // What the optimizer would write for every bucket: element i of the layer = i + 0.5.
-  void write_all(UpdateStaging& u, bool expect_staged, int li = 0) {
+  void write_all(UpdateStaging& u, bool expect_staged, int li = 0) { CHECK(write_layer(u, expect_staged, li)); }
+  // Returns whether every target was staged as expected; no Catch assertion (threads call it).
+  bool write_layer(UpdateStaging& u, bool expect_staged, int li) {
+    bool as_expected = true;
     const auto& L = lay.layers()[li];
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = lay.buckets()[L.buckets[k]];
       const auto t = u.target(li, k, 0);
-      CHECK(t.staged == expect_staged);
+      as_expected = as_expected && t.staged == expect_staged;
       std::vector<float> v(b.shard);
       for (std::size_t j = 0; j < b.shard; ++j) v[j] = static_cast<float>(b.flat_offset - L.flat_offset + j) + 0.5f;
       if (home.opt_tier == Tier::device) {
@@ -71,6 +74,7 @@ struct Fixture {
       }
       if (t.staged) u.written(li, b.shard);
     }
+    return as_expected;
   }
   bool holds_layer(const void* p) const {
     const std::size_t n = lay.layers()[0].padded;
@@ -166,7 +170,9 @@ TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow 
   {
     auto u = f.make(true);
     auto optimizer = std::async(std::launch::async, [&] {
-      for (int li = 0; li < 3; ++li) f.write_all(u, true, li);
+      bool staged = true;
+      for (int li = 0; li < 3; ++li) staged = f.write_layer(u, true, li) && staged;
+      return staged;
     });
     if (paced) {
       // Layer 1's write-back queued, it waits for layer 0's; let it sit there a while.
@@ -175,7 +181,7 @@ TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow 
       CHECK(optimizer.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     }
     go.set_value();
-    optimizer.get();
+    CHECK(optimizer.get());
     f.nvme->drain();
   }
   f.ledger.reap();
