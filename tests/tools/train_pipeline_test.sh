@@ -57,6 +57,14 @@ out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --
 grep -Eq "step +4/4 +loss [0-9.]+ .* tok/s .*stage 1: device" <<<"$out" || fail "no progress lines: $out"
 same_losses "1f1b, 2 stages as threads, ZeRO-1" "$dir/plain.jsonl" "$dir/pipe.jsonl"
 same_params "1f1b, 2 stages as threads" "$dir/plain.st" "$dir/pipe.st"
+# Each stage's whole device (the engine's ledger, the activations' pool) beside its ledger.
+grep -q "device total peak" <<<"$out" || fail "no device total in the progress lines: $out"
+python3 - "$dir/pipe.jsonl" <<'PY' || fail "a stage's whole-device peak is not above its ledger's"
+import json, sys
+for line in open(sys.argv[1]):
+    for st in json.loads(line)["stages"]:
+        assert st["device_memory_peak_bytes"] > st["device_peak_bytes"] > 0, st
+PY
 
 config "$dir/b1.json" 1 none true
 "$strata" train "${gpt[@]}" --config "$dir/b1.json" --log-json "$dir/plain-bf16.jsonl" \

@@ -48,6 +48,7 @@ enum Field {
   dev_used,
   dev_peak,
   dev_budget,
+  dev_total_peak,  // the whole device: the engine's ledger, the activation pool, the fp32 copies
   host_peak,
   nvme_used,
   kFields
@@ -144,7 +145,8 @@ struct Run {
       const int q = st * D;  // replica 0's stage st
       mem += str_cat("  stage ", st, ": device ", format_bytes(static_cast<std::uint64_t>(at(q, dev_used))), " (peak ",
                      format_bytes(static_cast<std::uint64_t>(at(q, dev_peak))), " / ",
-                     format_bytes(static_cast<std::uint64_t>(at(q, dev_budget))), ") host peak ",
+                     format_bytes(static_cast<std::uint64_t>(at(q, dev_budget))), "; device total peak ",
+                     format_bytes(static_cast<std::uint64_t>(at(q, dev_total_peak))), ") host peak ",
                      format_bytes(static_cast<std::uint64_t>(at(q, host_peak))));
       if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
     }
@@ -164,6 +166,7 @@ struct Run {
       stages.push_back({{"device_used_bytes", at(q, dev_used)},
                         {"device_peak_bytes", at(q, dev_peak)},
                         {"device_budget_bytes", at(q, dev_budget)},
+                        {"device_memory_peak_bytes", at(q, dev_total_peak)},
                         {"host_peak_bytes", at(q, host_peak)},
                         {"nvme_bytes", at(q, nvme_used)}});
     }
@@ -280,9 +283,10 @@ struct Run {
       const auto mem = runner.engine().memory();
       const auto num = [](std::uint64_t b) { return static_cast<double>(b); };
       const engine::StepResult& r = runner.store().last_step();
-      const auto rows = gather(all, {losses, val, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
-                                     num(mem.device.used_bytes), num(mem.device.peak_bytes),
-                                     num(mem.device.budget_bytes), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
+      const auto rows =
+          gather(all, {losses, val, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
+                       num(mem.device.used_bytes), num(mem.device.peak_bytes), num(mem.device.budget_bytes),
+                       num(mem.device_memory_peak), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
       if (printer) report(s, rows);
       if (ckpt.after_step(runner.engine(), stage, s, o.steps, printer, g.fp8.get()) && printer)
         std::printf("%s checkpoint step %lld under %s/stage<0..%d>%s\n", ckpt.async ? "staged" : "saved",
