@@ -109,10 +109,7 @@ struct StageExecutor::Impl {
                  options.compute_threads, " must be >= 0");
     if (options.compute_threads > 0) arena = std::make_shared<tbb::task_arena>(options.compute_threads);
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
-    std::size_t work_floats = 0;
-    for (const auto& ids : chunk_layers)
-      for (int id : ids) work_floats = std::max(work_floats, layer(id).work_floats(model.rows));
-    if (work_floats > 0) work = alloc(work_floats, "pipeline layer work");
+    if (const std::size_t w = model.work_floats(chunk_layers); w > 0) work = alloc(w, "pipeline layer work");
     if (model.tie) {
       std::vector<int> held;
       for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());

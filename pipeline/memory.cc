@@ -43,10 +43,7 @@ struct Replay {
         vstages(sched.virtual_stages()) {
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
     micro.resize(static_cast<std::size_t>(m) * v);
-    std::size_t work = 0;  // work: held for the executor's life
-    for (const auto& ids : chunk_layers)
-      for (int id : ids) work = std::max(work, layer(id).work_floats(model.rows));
-    if (work > 0) alloc(work);
+    if (const std::size_t w = model.work_floats(chunk_layers); w > 0) alloc(w);  // held for the executor's life
   }
 
   Micro& at(int mb, int chunk) { return micro[static_cast<std::size_t>(mb) * v + chunk]; }

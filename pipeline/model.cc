@@ -49,6 +49,13 @@ std::size_t PipelineModel::stored_params(int layer) const {
   return tie && tie->user == layer ? n - tie->count : n;
 }
 
+std::size_t PipelineModel::work_floats(const std::vector<std::vector<int>>& chunk_layers) const {
+  std::size_t n = 0;
+  for (const auto& ids : chunk_layers)
+    for (int id : ids) n = std::max(n, layers[static_cast<std::size_t>(id)]->work_floats(rows));
+  return n;
+}
+
 std::vector<int> PipelineModel::layers_of(int vs, int virtual_stages) const {
   const int per = static_cast<int>(layers.size()) / virtual_stages;
   std::vector<int> ids(per);

@@ -66,6 +66,9 @@ struct PipelineModel {
   std::vector<int> layers_of(int vs, int virtual_stages) const;
   // The parameters a store holds for `layer`: param_count() less a tie's shared tail.
   std::size_t stored_params(int layer) const;
+  // Floats of the one work buffer a stage's layers share (the executor's, which the memory
+  // replay counts): the widest work_floats(rows) over the chunks' layers.
+  std::size_t work_floats(const std::vector<std::vector<int>>& chunk_layers) const;
 };
 
 class ParameterStore {
