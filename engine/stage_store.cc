@@ -10,6 +10,7 @@
 #include "runtime/core/units.h"
 #include "runtime/device/arena.h"
 #include "runtime/device/device.h"
+#include "runtime/device/ops.h"
 
 namespace strata::engine {
 
@@ -185,13 +186,16 @@ void StageStore::before_action(const pipeline::Action&, const std::vector<int>& 
     // engine's device (setup reserved room for an action's layers).
     device::DeviceBuffer wide(copies_ ? *copies_ : engine_.device(), count(id) * sizeof(float),
                               "pipeline fp32 weights");
-    {
-      device::CpuAccessScope cpu(engine_.device());
-      convert(whole.data, whole.dtype, wide.get(), DType::fp32, count(id));
-    }
+    device::convert_async(stream(), whole.data, whole.dtype, wide.get(), DType::fp32, count(id));
     held_[id] = wide.as<float>();
     widened_[id] = std::move(wide);
   }
+  if (stream_) stream_->synchronize();  // the layers read them on the executor's stream
+}
+
+device::Stream& StageStore::stream() {
+  if (!stream_) stream_ = engine_.device().create_stream();
+  return *stream_;
 }
 
 const float* StageStore::parameters(int layer) {
@@ -206,10 +210,9 @@ void StageStore::add_gradient(int layer, int micro, const float* dw) {
   STRATA_CHECK(held_.count(layer) == 1, Errc::internal, "pipeline stage: gradient of layer ", layer,
                " outside an action that gathered it");
   const TensorView grads = contiguous(engine_.grad_buffers(layer), layer);
-  {
-    device::CpuAccessScope cpu(engine_.device());
-    convert(dw, DType::fp32, grads.data, grads.dtype, count(layer));  // rounds to a 16-bit compute dtype
-  }
+  // Stream work (the CPU may not reach the device's memory); rounds to a 16-bit compute dtype.
+  device::convert_async(stream(), dw, DType::fp32, grads.data, grads.dtype, count(layer));
+  stream_->synchronize();  // the engine's reduction reads the buffer
   engine_.reduce_grads(layer);
 }
 

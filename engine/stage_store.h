@@ -24,9 +24,11 @@
 // (pipeline::run_sequential) with the same data-parallel ranks, at every ZeRO stage and
 // placement. The layers compute in fp32: with a 16-bit compute dtype each gathered layer is
 // widened into an fp32 buffer on the engine's device for its action and each gradient
-// rounded to bf16 or fp16 on its way in. Under fp16 loss_scale() is the engine's loss
-// scale, which the last stage's loss gradient carries and every stage's engine divides out
-// at its step. With P > 1 the engines of one replica's stages must be linked
+// rounded to bf16 or fp16 on its way in. Those conversions (and the fp32 gradient's copy)
+// are stream work on a stream of the store's own, waited for before the layers read or the
+// engine reduces: the store never touches the device's memory from the CPU. Under fp16
+// loss_scale() is the engine's loss scale, which the last stage's loss gradient carries and
+// every stage's engine divides out at its step. With P > 1 the engines of one replica's stages must be linked
 // (EngineOptions::pipeline_comm): clipping and the overflow skip then see the norm over
 // every stage, so every stage steps, clips or skips alike, and their loss scalers move
 // together.
@@ -96,6 +98,7 @@ class StageStore final : public pipeline::ParameterStore {
 
  private:
   std::size_t count(int layer) const;
+  device::Stream& stream();
   TensorView contiguous(const std::vector<TensorView>& views, int layer) const;
   Engine& engine_;
   std::unique_ptr<device::PoolDevice> pool_, copies_;  // declared before the buffers taken from them
@@ -103,6 +106,7 @@ class StageStore final : public pipeline::ParameterStore {
   std::vector<int> ids_;
   std::map<int, const float*> held_;             // gathered layers of the current action
   std::map<int, device::DeviceBuffer> widened_;  // their fp32 copies under a 16-bit compute dtype
+  std::unique_ptr<device::Stream> stream_;       // widening and gradient conversion (made on first use)
   StepResult last_;
 };
 

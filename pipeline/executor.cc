@@ -2,6 +2,9 @@
 // stage's device from its F (or its receive) to its W; every layer call is a host "kernel"
 // on the stage's stream, and each action ends with a stream synchronize, which is where a
 // failing layer's error surfaces and after which the action's retired buffers are freed.
+// Where the CPU cannot reach the device's memory (device::cpu_reaches), host data goes
+// through one pinned staging buffer with copies in stream order: received and sent tensors,
+// the model's input and its loss (which read and write host memory).
 #include "pipeline/executor.h"
 
 #include <algorithm>
@@ -68,6 +71,8 @@ struct StageExecutor::Impl {
   std::shared_ptr<tbb::task_arena> arena;      // options.compute_threads > 0
   std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
   DeviceBuffer work;                           // the layers' scratch (Layer::work_floats), one call at a time
+  bool staged = false;                         // the CPU cannot reach dev's memory: host data through `host`
+  device::PinnedBuffer host;                   // staging: one transfer, input, or loss's logits and gradient
   std::vector<Micro> micro;                    // [mb * v + chunk]
   std::map<int, Accumulator> acc;              // by global layer id
   std::vector<DeviceBuffer> retired;           // freed after the current action's synchronize
@@ -110,6 +115,19 @@ struct StageExecutor::Impl {
     if (options.compute_threads > 0) arena = std::make_shared<tbb::task_arena>(options.compute_threads);
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
     if (const std::size_t w = model.work_floats(chunk_layers); w > 0) work = alloc(w, "pipeline layer work");
+    staged = !device::cpu_reaches(*dev);
+    if (staged) {
+      STRATA_CHECK(!model.tie, Errc::unsupported, "pipeline stage ", stage, ": layer ", model.tie->user,
+                   " reads layer ", model.tie->owner,
+                   "'s tied weight, which the tied store keeps in host memory; on a device whose memory the CPU "
+                   "cannot reach (",
+                   dev->options().guard_memory ? "a guarded host device" : "CUDA",
+                   ") tied weights are not built: untie the weight or run the stage on the host device");
+      std::size_t floats = 0;
+      for (const auto& ids : chunk_layers)
+        floats = std::max({floats, floats_in(ids.front()), 2 * floats_out(ids.back())});
+      host = device::PinnedBuffer(*dev, floats * sizeof(float), "pipeline host staging");
+    }
     if (model.tie) {
       std::vector<int> held;
       for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
@@ -209,10 +227,12 @@ struct StageExecutor::Impl {
       st.x.resize(1);
       st.x[0] = alloc(floats_in(chunk_layers[a.chunk].front()), "pipeline input");
       float* x = st.x[0].as<float>();
+      float* into = staged ? host.as<float>() : x;
       const int mb = a.micro;
       const auto* input = &model.input;
       const std::int64_t at_step = step;
-      launch([=] { (*input)(at_step, mb, x); });
+      launch([=] { (*input)(at_step, mb, into); });
+      if (staged) stream->copy_async(x, into, st.x[0].bytes(), device::CopyKind::host_to_device);
     }
     STRATA_CHECK(!st.x.empty() && st.x[0].get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no input");
@@ -255,8 +275,6 @@ struct StageExecutor::Impl {
 
   // After the action's synchronize: every queued dW to the store, in queue order.
   void deliver() {
-    if (pending.empty()) return;
-    device::CpuAccessScope cpu(*dev);  // the store reads dW on this thread
     for (auto& g : pending) {
       store->add_gradient(g.layer, g.micro, g.dw.as<float>());
       retire(g.dw);
@@ -291,11 +309,17 @@ struct StageExecutor::Impl {
       st.grad_out = alloc(floats_out(ids.back()), "pipeline loss gradient");
       const float* y = st.x.back().as<float>();
       float* dy = st.grad_out.as<float>();
+      const std::size_t bytes = st.grad_out.bytes();
+      // Staged, the loss reads and writes the pinned buffer: the logits, then the gradient.
+      const float* loss_y = staged ? host.as<float>() : y;
+      float* loss_dy = staged ? host.as<float>() + floats_out(ids.back()) : dy;
+      if (staged) stream->copy_async(host.get(), y, bytes, device::CopyKind::device_to_host);
       const int mb = a.micro;
       const auto* loss = &model.loss_grad;
       const std::int64_t at_step = step;
       const float loss_scale = store->loss_scale();
-      launch([=] { (*loss)(at_step, mb, y, dy, loss_scale); });
+      launch([=] { (*loss)(at_step, mb, loss_y, loss_dy, loss_scale); });
+      if (staged) stream->copy_async(dy, loss_dy, bytes, device::CopyKind::host_to_device);
     }
     STRATA_CHECK(st.grad_out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no output gradient");
@@ -356,6 +380,21 @@ struct StageExecutor::Impl {
     --live;
   }
 
+  // A received tensor into `into`, and a device buffer sent: straight, or staged through the
+  // pinned buffer (the copy waited for, since the next transfer reuses it).
+  void receive(int peer, std::uint32_t t, DeviceBuffer& into) {
+    if (!staged) return transport.recv(peer, t, into.get(), into.bytes());
+    transport.recv(peer, t, host.get(), into.bytes());
+    stream->copy_async(into.get(), host.get(), into.bytes(), device::CopyKind::host_to_device);
+    stream->synchronize();
+  }
+  void send(int peer, std::uint32_t t, const DeviceBuffer& from) {
+    if (!staged) return transport.send(peer, t, from.get(), from.bytes());
+    stream->copy_async(host.get(), from.get(), from.bytes(), device::CopyKind::device_to_host);
+    stream->synchronize();
+    transport.send(peer, t, host.get(), from.bytes());
+  }
+
   void run_comm(const Action& a) {
     Micro& st = at(a.micro, a.chunk);
     const int vs = s.virtual_stage(stage, a.chunk);
@@ -366,7 +405,7 @@ struct StageExecutor::Impl {
         if (a.kind == ActionKind::recv_activation) st.x.resize(1);
         DeviceBuffer& into = a.kind == ActionKind::recv_activation ? st.x[0] : st.grad_out;
         into = DeviceBuffer(*dev, bytes, "pipeline received tensor");
-        transport.recv(a.peer, t, into.get(), bytes);
+        receive(a.peer, t, into);
         ++recvs_done;
         expect_ahead();
         break;
@@ -375,14 +414,14 @@ struct StageExecutor::Impl {
         STRATA_CHECK(!st.x.empty() && st.x.back().get() != nullptr, Errc::internal, "stage ", stage, ": ",
                      format_action(a), " has no output");
         DeviceBuffer& out = st.x.back();
-        transport.send(a.peer, tag(0, vs, a.micro), out.get(), out.bytes());
+        send(a.peer, tag(0, vs, a.micro), out);
         retire(out);
         break;
       }
       case ActionKind::send_gradient:
         STRATA_CHECK(st.grad_in.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                      " has no gradient");
-        transport.send(a.peer, tag(1, vs, a.micro), st.grad_in.get(), st.grad_in.bytes());
+        send(a.peer, tag(1, vs, a.micro), st.grad_in);
         retire(st.grad_in);
         break;
       default:

@@ -14,8 +14,12 @@
 // (GPipe/torchgpipe's checkpointing) keeps only a chunk's input after F and recomputes the
 // rest before B. A model that ties a weight (PipelineModel::tie) gets a TiedStore in front
 // of the store (tie.h): the owner's stage sends the values once a step, the user's sends its
-// gradient of them per micro-batch. An error in layer code (a sticky stream error) or in a transfer leaves
-// run_step with a strata::Error; the executor is not usable afterwards.
+// gradient of them per micro-batch. On a device whose memory the CPU cannot reach
+// (device::cpu_reaches: a guarded host device here, CUDA's rule) the executor itself
+// touches device memory only through copies and stream work: transfers, the model's input
+// and its loss go through a pinned staging buffer. An error in layer code (a sticky stream
+// error) or in a transfer leaves run_step with a strata::Error; the executor is not usable
+// afterwards.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,9 @@
 // sequential loop. A ZeRO engine plugs in here: gather a layer's parameters in
 // before_action, release them in after_action, reduce each micro-batch's gradient in
 // add_gradient, step its shards in optimizer_step. The pointers from parameters() stay
-// valid until after_action.
+// valid until after_action. Both they and `dw` are memory of the stage's device: a store
+// that reads or writes them with the CPU (LocalParameterStore) serves only a device the CPU
+// reaches (device::cpu_reaches); elsewhere a store moves them with stream work.
 #pragma once
 
 #include <cstdint>

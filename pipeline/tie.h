@@ -15,9 +15,9 @@
 // weight once. Messages use tags from `tag_base` up (kTieTagBase, which the executor never
 // uses; a forward-only pass gives its own, forward.h), 2^22 of them.
 // Memory: the tied values and one micro-batch's tied gradient, in host memory, per end,
-// outside any device budget. The store reads and writes them with the CPU, as the host
-// device allows (not under DeviceOptions::guard_memory; a CUDA stage would move them with
-// copies, and the executor runs host stages only).
+// outside any device budget. The store reads and writes them, and the ends' parameters and
+// gradients, with the CPU: it serves devices the CPU reaches (device::cpu_reaches) only, and
+// the executor refuses a tied model on any other.
 #pragma once
 
 #include <cstdint>

@@ -161,6 +161,14 @@ class CpuAccessScope {
   bool previous_;
 };
 
+// Whether the CPU may read and write `dev`'s memory outside its stream work: true for an
+// unguarded host device only. Code written for every backend moves host data in and out
+// with copies and stream work where this is false (CUDA, and a guarded host device, which
+// holds code to the CUDA rule where it can be run).
+inline bool cpu_reaches(const Device& dev) noexcept {
+  return dev.backend() == Backend::host && !dev.options().guard_memory;
+}
+
 // RAII owner of one device allocation.
 class DeviceBuffer {
  public:
