@@ -45,6 +45,9 @@ for world in 1 2; do
   done
   echo "world $world: ${#cases[@]} stage x placement runs give bitwise-identical GPT parameters"
 done
+# The progress line shows the whole device's peak (the trainer's activations too) beside the ledger's.
+grep -q "; device total peak [0-9.]* [A-Za-z]*)" "$dir/w1-s0-none-none.log" ||
+  fail "no device total peak in the progress line: $(head -3 "$dir/w1-s0-none-none.log")"
 tensors_equal "$dir/w1-s0-none-none.safetensors" "$dir/w2-s0-none-none.safetensors" 28 &&
   fail "world 1 and world 2 trained identical bits: the ranks cannot have seen different batches"
 

@@ -134,11 +134,12 @@ int run(const Options& o) {
     gemm_rate.push_back(gemm.flops() / gemm.run());
     fraction.push_back(model_flops / pass_s.back() / gemm_rate.back());
   }
-  const char* prec = fp8                                      ? "fp8"
-                     : products == model::ops::Products::bf16 ? "bf16"
-                     : products == model::ops::Products::fp16 ? "fp16"
-                                                              : "fp32";
-  const char* ref = reference == model::ops::Products::bf16 ? "bf16" : prec;
+  const auto name = [](model::ops::Products p) {
+    return p == model::ops::Products::bf16 ? "bf16" : p == model::ops::Products::fp16 ? "fp16" : "fp32";
+  };
+  // The GEMM reference runs the products' own precision; FP8's, the best the device has beside it.
+  const char* prec = fp8 ? "fp8" : name(products);
+  const char* ref = name(reference);
   const char* blas = cuda ? "cuBLAS" : model::ops::blas_name();
   const double sec = median(pass_s), rate = median(gemm_rate), frac = median(fraction);
   nlohmann::json j = {{"layers", s.layers},

@@ -97,16 +97,16 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
   char val_text[32] = "";
   if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
   std::printf(
-      "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s)  host %s (peak "
-      "%s)%s  rss peak %s\n",
+      "step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s  device %s (peak %s / %s; device total "
+      "peak %s)  host %s (peak %s)%s  rss peak %s\n",
       static_cast<long long>(s + 1), static_cast<long long>(steps), r.loss, val_text, ms, tokens_per_s,
       r.result.grad_norm,
       r.result.skipped       ? "  SKIPPED (overflow)"
       : r.result.rolled_back ? "  (overlapped optimizer undone: clipped)"
                              : "",
       format_bytes(mem.device.used_bytes).c_str(), format_bytes(mem.device.peak_bytes).c_str(),
-      format_bytes(mem.device.budget_bytes).c_str(), format_bytes(mem.host.used_bytes).c_str(),
-      format_bytes(mem.host.peak_bytes).c_str(),
+      format_bytes(mem.device.budget_bytes).c_str(), format_bytes(mem.device_memory_peak).c_str(),
+      format_bytes(mem.host.used_bytes).c_str(), format_bytes(mem.host.peak_bytes).c_str(),
       mem.nvme.used_bytes ? str_cat("  nvme ", format_bytes(mem.nvme.used_bytes)).c_str() : "",
       format_bytes(rss_peak).c_str());
   if (io.h2d_bytes + io.d2h_bytes + io.nvme_read_bytes + io.nvme_write_bytes > 0) {
