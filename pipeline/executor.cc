@@ -59,7 +59,6 @@ struct StageExecutor::Impl {
   const Schedule& s;
   const int stage;
   const PipelineModel& model;
-  std::unique_ptr<TiedStore> tied;  // in front of the stage's store when the model ties a weight
   ParameterStore* store;
   Transport& transport;
   const ExecutorOptions options;
@@ -73,6 +72,7 @@ struct StageExecutor::Impl {
   DeviceBuffer work;                           // the layers' scratch (Layer::work_floats), one call at a time
   bool staged = false;                         // the CPU cannot reach dev's memory: host data through `host`
   device::PinnedBuffer host;                   // staging: one transfer, input, or loss's logits and gradient
+  std::unique_ptr<TiedStore> tied;             // in front of the stage's store when the model ties a weight
   std::vector<Micro> micro;                    // [mb * v + chunk]
   std::map<int, Accumulator> acc;              // by global layer id
   std::vector<DeviceBuffer> retired;           // freed after the current action's synchronize
@@ -117,12 +117,6 @@ struct StageExecutor::Impl {
     if (const std::size_t w = model.work_floats(chunk_layers); w > 0) work = alloc(w, "pipeline layer work");
     staged = !device::cpu_reaches(*dev);
     if (staged) {
-      STRATA_CHECK(!model.tie, Errc::unsupported, "pipeline stage ", stage, ": layer ", model.tie->user,
-                   " reads layer ", model.tie->owner,
-                   "'s tied weight, which the tied store keeps in host memory; on a device whose memory the CPU "
-                   "cannot reach (",
-                   dev->options().guard_memory ? "a guarded host device" : "CUDA",
-                   ") tied weights are not built: untie the weight or run the stage on the host device");
       std::size_t floats = 0;
       for (const auto& ids : chunk_layers)
         floats = std::max({floats, floats_in(ids.front()), 2 * floats_out(ids.back())});
@@ -133,7 +127,8 @@ struct StageExecutor::Impl {
       for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
       const int per = static_cast<int>(model.layers.size()) / vstages;
       const int owner_stage = s.stage_of(model.tie->owner / per), user_stage = s.stage_of(model.tie->user / per);
-      tied = std::make_unique<TiedStore>(ps, model, held, &transport, stage == owner_stage ? user_stage : owner_stage);
+      tied = std::make_unique<TiedStore>(ps, model, held, &transport, stage == owner_stage ? user_stage : owner_stage,
+                                         kTieTagBase, dev);
       store = tied.get();
     }
     micro.resize(static_cast<std::size_t>(m) * v);

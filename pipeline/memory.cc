@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "pipeline/tie.h"
 #include "runtime/core/error.h"
 
 namespace strata::pipeline {
@@ -44,6 +45,9 @@ struct Replay {
     for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
     micro.resize(static_cast<std::size_t>(m) * v);
     if (const std::size_t w = model.work_floats(chunk_layers); w > 0) alloc(w);  // held for the executor's life
+    std::vector<int> held;
+    for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
+    for (std::size_t f : TiedStore::device_floats(model, held)) alloc(f);  // the tie's, held as long
   }
 
   Micro& at(int mb, int chunk) { return micro[static_cast<std::size_t>(mb) * v + chunk]; }

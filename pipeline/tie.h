@@ -14,18 +14,26 @@
 // micro-batch, as a model with one shared tensor would, and the gradient norm counts the
 // weight once. Messages use tags from `tag_base` up (kTieTagBase, which the executor never
 // uses; a forward-only pass gives its own, forward.h), 2^22 of them.
-// Memory: the tied values and one micro-batch's tied gradient, in host memory, per end,
-// outside any device budget. The store reads and writes them, and the ends' parameters and
-// gradients, with the CPU: it serves devices the CPU reaches (device::cpu_reaches) only, and
-// the executor refuses a tied model on any other.
+// Memory. With a device (the executor's), the buffers the layers and the inner store read
+// are that device's, held for the store's life (device_floats(), which the memory replay
+// counts): the user's assembled parameters, and the owner's summed gradient with the user's
+// part beside it; the store fills them with copies and an accumulation on a stream of its
+// own, waited for before they are handed on, so it never touches device memory from the CPU
+// (the CUDA rule; device::cpu_reaches). The tied values and the user's gradient of them
+// cross in host memory (the transport's side), one copy per end, outside any budget, plus
+// one per micro-batch in flight when one stage holds both ends. Without a device (the
+// sequential loop, forward-only passes: host arrays) every buffer is host memory and the CPU
+// reads the ends' parameters and gradients directly.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "pipeline/model.h"
 #include "pipeline/transport.h"
+#include "runtime/device/device.h"
 
 namespace strata::pipeline {
 
@@ -35,8 +43,14 @@ class TiedStore final : public ParameterStore {
  public:
   // `held`: the layers `inner` holds (one end of model.tie or both). With one end, the other
   // end is on stage `peer`, reached through `transport`.
+  // `dev`: where the layers and `inner` read (null: host memory).
   TiedStore(ParameterStore& inner, const PipelineModel& model, const std::vector<int>& held, Transport* transport,
-            int peer, std::uint32_t tag_base = kTieTagBase);
+            int peer, std::uint32_t tag_base = kTieTagBase, device::Device* dev = nullptr);
+  ~TiedStore() override;
+
+  // The device buffers (floats each) a store with a device holds for a stage that holds
+  // `held`: the user's assembled parameters; the owner's summed gradient and the user's part.
+  static std::vector<std::size_t> device_floats(const PipelineModel& model, const std::vector<int>& held);
 
   void begin_step() override;
   // begin_step() for a forward-only pass between steps (forward.h): lends the tied values
@@ -62,10 +76,20 @@ class TiedStore final : public ParameterStore {
   std::uint32_t tag_base_;
   std::int64_t step_ = -1;
   bool have_values_ = false;
-  std::vector<float> values_;                  // the tied values this step (user's end)
-  std::vector<float> assembled_;               // the user's parameters: its own, then the tied values
+  // `bytes` from src to dst (kind as the device sees it), or the CPU's memcpy without a device.
+  void copy(void* dst, const void* src, std::size_t bytes, device::CopyKind kind);
+  void wait();  // for the copies so far
+  device::Device* dev_;
+  std::unique_ptr<device::Stream> stream_;  // with a device
+  bool assembled_this_step_ = false;
+  std::vector<float> values_;                  // the tied values this step (host)
   std::map<int, std::vector<float>> pending_;  // the user's tied gradient by micro-batch (both ends here)
-  std::vector<float> sum_, incoming_;          // the owner's end
+  std::vector<float> incoming_, outgoing_;     // the user's tied gradient at each end (host)
+  // The user's parameters (its own, then the tied values), the owner's dW plus the user's
+  // part, and that part on the device: in `*_buf` with a device, else in the host vectors.
+  device::DeviceBuffer assembled_buf_, sum_buf_, part_buf_;
+  std::vector<float> assembled_host_, sum_host_;
+  float *assembled_ = nullptr, *sum_ = nullptr, *part_ = nullptr;
 };
 
 }  // namespace strata::pipeline

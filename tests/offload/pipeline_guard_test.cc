@@ -1,23 +1,20 @@
 // Pipeline stages under the CUDA rule, checked without a GPU: every stage's device is a
 // guarded host device (device::DeviceOptions::guard_memory, memory protection keys), whose
 // memory only stream work may touch; a CPU access from the executor's thread, the stage
-// store's or a transport's faults (SIGSEGV) and ends the test. The executor stages
-// transfers, the model's input and its loss through pinned memory with stream copies, and
-// the engine's stage store widens parameters and rounds gradients as stream work. The
+// store's, the tied store's or a transport's faults (SIGSEGV) and ends the test. The
+// executor stages transfers, the model's input and its loss through pinned memory with
+// stream copies; the engine's stage store widens parameters and rounds gradients, and the
+// tied store assembles and sums, as stream work. The
 // guarded runs must give the unguarded runs' bits, which are the plain data-parallel run's.
 #include <catch2/catch.hpp>
 
-#include "engine/engine.h"
-#include "engine/stage_store.h"
-#include "pipeline/executor.h"
+#include <fstream>
+#include <memory>
+
+#include "models/gpt/data.h"
+#include "models/gpt/pipeline_layers.h"
 #include "pipeline/generators.h"
-#include "pipeline/layers.h"
-#include "pipeline/memory.h"
-#include "pipeline/runner.h"
-#include "pipeline/transport.h"
-#include "tests/engine/engine_support.h"
 #include "tests/offload/pipeline_stage_support.h"
-#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -57,20 +54,33 @@ TEST_CASE("pipelined stages with state on NVMe never touch device memory from th
   check_guarded({3, OffloadDevice::nvme, OffloadDevice::nvme}, dir.path());
 }
 
-// A tied weight's store keeps its values in host memory and reads both ends with the CPU:
-// refused by name on a device the CPU cannot reach, before anything runs.
-TEST_CASE("a tied model is refused on a device the CPU cannot reach", "[offload][pku][negative]") {
-  auto model = replica_model(0);
-  model.tie = pipeline::Tie{0, 0, 5, 16};  // layer 5 runs its whole backward at B, as a tie's user must
-  const Schedule s = pipeline::one_f_one_b(2, kMicro);
-  pipeline::LocalParameterStore store(model, pipeline::stage_layers(s, model, 0), kInitSeed);
-  pipeline::LocalMailboxes boxes;
-  pipeline::LocalTransport transport(boxes, 0);
-  pipeline::ExecutorOptions o;
-  o.device.guard_memory = true;
-  const auto what = test::error_of([&] { pipeline::StageExecutor(s, 0, model, store, transport, o); });
-  CHECK_THAT(what, Catch::Contains("layer 5 reads layer 0's tied weight") && Catch::Contains("a guarded host device") &&
-                       Catch::Contains("untie the weight"));
-  o.device.guard_memory = false;
-  CHECK_NOTHROW(pipeline::StageExecutor(s, 0, model, store, transport, o));
+// The GPT, whose LM head reads the token embedding (a tied weight across stages): the tied
+// store's buffers are device memory it fills with copies and stream work. Guarded runs give
+// the unguarded runs' bits (which tests/models/gpt_pipeline_test.cc holds to the
+// sequential loop's), plain and unit-scaled, fp32 and bf16, with the ends on two stages and
+// (one stage, interleaved) on one.
+TEST_CASE("a pipelined GPT and its tied embedding never touch device memory from the CPU (guarded)", "[offload][pku]") {
+  test::TempDir dir("strata-pipe");
+  model::GptConfig c;
+  c.shape = model::GptShape{2, 2, 16, 16, 256};  // 4 pipeline layers: embeddings, 2 blocks, head
+  c.seq_len = 8;
+  c.unit_scaled = GENERATE(false, true);
+  const std::string text = dir.path() + "/text.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "line " << i * 7919 % 1000 << ": the quick brown fox, " << i % 13 << "\n";
+  }
+  const auto data = model::TokenData::load(text, 256, "bytes", true);
+  const auto batcher = std::make_shared<model::Batcher>(data, text, c.seq_len, 0.1, 3);
+  const ModelOf gpt = [&](int) { return model::gpt_pipeline_model(c, 2, kMicro, batcher).model; };
+  for (const Schedule& s : {pipeline::one_f_one_b(2, kMicro), pipeline::zb_h1(4, kMicro),
+                            pipeline::interleaved_1f1b(2, kMicro, 2), pipeline::gpipe(1, kMicro)}) {
+    for (DType compute : {DType::fp32, DType::bf16}) {
+      Placement p{3, OffloadDevice::cpu, OffloadDevice::none};
+      p.compute = compute;
+      INFO(s.kind << ", P=" << s.stages << ", " << dtype_name(compute) << (c.unit_scaled ? ", unit-scaled" : ""));
+      const Params plain = run_pipelined(s, p, 1, dir.path(), {.model_of = gpt});
+      CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.model_of = gpt, .guard_memory = true}), plain) == "");
+    }
+  }
 }

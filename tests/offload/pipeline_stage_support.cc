@@ -62,10 +62,17 @@ engine::EngineConfig config_for(const Placement& p, int replicas, const std::str
 
 namespace {
 
-// Splits an engine's full_parameters() into its layers (registration order).
-void split_into(Params& out, const std::vector<int>& ids, const std::vector<float>& all) {
-  const std::size_t n = all.size() / ids.size();  // every synthetic layer has the same size
-  for (std::size_t i = 0; i < ids.size(); ++i) out[ids[i]].assign(all.begin() + i * n, all.begin() + (i + 1) * n);
+// Splits an engine's full_parameters() into its layers (registration order, each layer's
+// stored parameters).
+void split_into(Params& out, const pipeline::PipelineModel& model, const std::vector<int>& ids,
+                const std::vector<float>& all) {
+  std::size_t at = 0;
+  for (int id : ids) {
+    const std::size_t n = model.stored_params(id);
+    out[id].assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  STRATA_CHECK(at == all.size(), Errc::internal, "split ", at, " of ", all.size(), " parameters");
 }
 
 // Runs body(rank) on n threads and rethrows the first failure. (No world communicator: a
@@ -188,7 +195,7 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
     }
     const auto params = e.full_parameters();
     e.synchronize();
-    if (d == 0) split_into(out.params, all, params);
+    if (d == 0) split_into(out.params, model, all, params);
   });
   return out;
 }
@@ -225,7 +232,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
       const auto activations =
           pipeline::stage_memory(s, stage, model, pipeline::Remat::never, device::Arena::kAlignment);
-      store.setup(activations, kLayers / s.virtual_stages(), stage, kInitSeed);
+      store.setup(activations, static_cast<int>(model.layers.size()) / s.virtual_stages(), stage, kInitSeed);
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
       xo.shared_device = &store.activation_device();
@@ -240,7 +247,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       e.synchronize();
       if (d == 0) {
         std::lock_guard<std::mutex> lock(mutex);
-        split_into(out, ids, params);
+        split_into(out, model, ids, params);
       }
     } catch (const std::exception& e) {
       boxes[d]->abort(str_cat("stage ", stage, " of replica ", d, " failed: ", e.what()));
