@@ -344,7 +344,7 @@ echo "ok: --sample: the plain trainer's generated text, as threads and as an int
 # host-device link (ZeRO-3 parameters in host RAM cross it at every gather) and leaves the
 # bits alone.
 config "$dir/c3.json" 3 cpu
-out=$("$strata" train "${shape[@]}" --steps 2 --config "$dir/c3.json" --pipeline-stages 2 --explain \
+out=$("$strata" train "${shape[@]}" --steps 4 --config "$dir/c3.json" --pipeline-stages 2 --explain \
   --log-json "$dir/free.jsonl" --save-params "$dir/free.st" 2>&1) || fail "--explain: $out"
 python3 - "$out" <<'PY' || fail "--explain: the stages' placements are missing or out of order: $out"
 import sys
@@ -353,15 +353,16 @@ a, b = out.find("stage 0 placement:"), out.find("stage 1 placement:")
 assert 0 <= a < b, (a, b)
 assert "host" in out[a:b] and "host" in out[b:], "no tier named"
 PY
-"$strata" train "${shape[@]}" --steps 2 --config "$dir/c3.json" --pipeline-stages 2 --link-gbps 0.01 \
+"$strata" train "${shape[@]}" --steps 4 --config "$dir/c3.json" --pipeline-stages 2 --link-gbps 0.01 \
   --log-json "$dir/slow.jsonl" --save-params "$dir/slow.st" >/dev/null
 tensors_equal "$dir/free.st" "$dir/slow.st" 28 || fail "--link-gbps changed the parameters"
 python3 - "$dir/free.jsonl" "$dir/slow.jsonl" <<'PY' || fail "--link-gbps 0.01 did not slow the steps down"
 import json, sys
 free, slow = ([json.loads(l)["step_ms"] for l in open(p)] for p in sys.argv[1:])
-# Every gather moves a layer of this model (about 50 KB) across a 10 MB/s link: tens of
-# milliseconds a step where the free link takes a few.
-assert slow[-1] > 5 * free[-1], (free, slow)
+# Every gather moves a layer of this model (about 50 KB) across a 10 MB/s link: about 95 ms
+# a step where the free link takes about 10 (idle 2-core machine). The fastest step after
+# the first of each run, and a margin for a machine busy with other tests.
+assert min(slow[1:]) > 3 * min(free[1:]), (free, slow)
 PY
 echo "ok: --explain names each stage's placement in stage order; --link-gbps slows the steps and keeps the bits"
 
