@@ -12,8 +12,8 @@
 #include <cstring>
 #include <map>
 
-#include <tbb/task_arena.h>
-
+#include "pipeline/detail/forward_pass.h"
+#include "pipeline/detail/stage_device.h"
 #include "pipeline/simulate.h"
 #include "pipeline/tie.h"
 #include "runtime/core/error.h"
@@ -55,6 +55,27 @@ Remat parse_remat(std::string_view text) {
   STRATA_THROW(Errc::invalid_argument, "re-materialization mode '", text, "' is not one of always, except_last, never");
 }
 
+// The stage's chunks' layer ids ([chunk] -> global ids), after checking the schedule and model.
+std::vector<std::vector<int>> checked_chunks(const Schedule& s, int stage, const PipelineModel& model) {
+  STRATA_CHECK(stage >= 0 && stage < s.stages, Errc::invalid_argument, "executor: stage ", stage,
+               " is not a stage of a ", s.stages, "-stage schedule");
+  check_valid(s);
+  model.check(s.virtual_stages());
+  std::vector<std::vector<int>> out;
+  for (int c = 0; c < s.chunks; ++c) out.push_back(model.layers_of(s.virtual_stage(stage, c), s.virtual_stages()));
+  return out;
+}
+
+// The largest host transfer of a stage: a chunk's input, or the loss's logits and gradient.
+std::size_t staging_floats(const PipelineModel& model, const std::vector<std::vector<int>>& chunks) {
+  std::size_t floats = 0;
+  for (const auto& ids : chunks) {
+    floats = std::max({floats, model.rows * model.layers[ids.front()]->in_features(),
+                       2 * model.rows * model.layers[ids.back()]->out_features()});
+  }
+  return floats;
+}
+
 struct StageExecutor::Impl {
   const Schedule& s;
   const int stage;
@@ -63,19 +84,12 @@ struct StageExecutor::Impl {
   Transport& transport;
   const ExecutorOptions options;
   const int m, v, vstages;
-  // Declared before every buffer so that buffers go first.
-  std::unique_ptr<device::Device> owned_dev;
-  device::Device* dev = nullptr;
-  std::unique_ptr<device::Stream> stream;
-  std::shared_ptr<tbb::task_arena> arena;      // options.compute_threads > 0
-  std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
-  DeviceBuffer work;                           // the layers' scratch (Layer::work_floats), one call at a time
-  bool staged = false;                         // the CPU cannot reach dev's memory: host data through `host`
-  device::PinnedBuffer host;                   // staging: one transfer, input, or loss's logits and gradient
-  std::unique_ptr<TiedStore> tied;             // in front of the stage's store when the model ties a weight
-  std::vector<Micro> micro;                    // [mb * v + chunk]
-  std::map<int, Accumulator> acc;              // by global layer id
-  std::vector<DeviceBuffer> retired;           // freed after the current action's synchronize
+  const std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
+  detail::StageDevice sd;                            // declared before every buffer, so that buffers go first
+  std::unique_ptr<TiedStore> tied;                   // in front of the stage's store when the model ties a weight
+  std::vector<Micro> micro;                          // [mb * v + chunk]
+  std::map<int, Accumulator> acc;                    // by global layer id
+  std::vector<DeviceBuffer> retired;                 // freed after the current action's synchronize
   struct Pending {
     int layer, micro;
     DeviceBuffer dw;
@@ -98,37 +112,16 @@ struct StageExecutor::Impl {
         m(sched.micro_batches),
         v(sched.chunks),
         vstages(sched.virtual_stages()),
+        chunk_layers(checked_chunks(sched, st, mdl)),
+        sd(o, mdl.work_floats(chunk_layers), staging_floats(mdl, chunk_layers)),
         step(o.first_step) {
-    STRATA_CHECK(stage >= 0 && stage < s.stages, Errc::invalid_argument, "executor: stage ", stage,
-                 " is not a stage of a ", s.stages, "-stage schedule");
-    check_valid(s);
-    model.check(vstages);
-    // Transfers land straight in device buffers and layers are host code: host devices only.
-    const auto backend = options.shared_device != nullptr ? options.shared_device->backend() : options.device.backend;
-    STRATA_CHECK(backend == device::Backend::host, Errc::unsupported,
-                 "the pipeline executor runs its layers on the host device backend; CUDA stages are not built yet");
-    if (options.shared_device == nullptr) owned_dev = device::Device::create(options.device);
-    dev = options.shared_device != nullptr ? options.shared_device : owned_dev.get();
-    stream = dev->create_stream();
-    STRATA_CHECK(options.compute_threads >= 0, Errc::invalid_argument, "executor: compute_threads ",
-                 options.compute_threads, " must be >= 0");
-    if (options.compute_threads > 0) arena = std::make_shared<tbb::task_arena>(options.compute_threads);
-    for (int c = 0; c < v; ++c) chunk_layers.push_back(model.layers_of(s.virtual_stage(stage, c), vstages));
-    if (const std::size_t w = model.work_floats(chunk_layers); w > 0) work = alloc(w, "pipeline layer work");
-    staged = !device::cpu_reaches(*dev);
-    if (staged) {
-      std::size_t floats = 0;
-      for (const auto& ids : chunk_layers)
-        floats = std::max({floats, floats_in(ids.front()), 2 * floats_out(ids.back())});
-      host = device::PinnedBuffer(*dev, floats * sizeof(float), "pipeline host staging");
-    }
     if (model.tie) {
       std::vector<int> held;
       for (const auto& ids : chunk_layers) held.insert(held.end(), ids.begin(), ids.end());
       const int per = static_cast<int>(model.layers.size()) / vstages;
       const int owner_stage = s.stage_of(model.tie->owner / per), user_stage = s.stage_of(model.tie->user / per);
       tied = std::make_unique<TiedStore>(ps, model, held, &transport, stage == owner_stage ? user_stage : owner_stage,
-                                         kTieTagBase, dev);
+                                         kTieTagBase, &sd.dev());
       store = tied.get();
     }
     micro.resize(static_cast<std::size_t>(m) * v);
@@ -156,19 +149,13 @@ struct StageExecutor::Impl {
     }
   }
 
-  ~Impl() {
-    // Queued layer work may still use buffers that are about to go (after a failure).
-    try {
-      stream->synchronize();
-    } catch (...) {
-    }
-  }
+  ~Impl() { sd.drain(); }  // queued layer work may still use buffers that are about to go (after a failure)
 
   Micro& at(int mb, int chunk) { return micro[static_cast<std::size_t>(mb) * v + chunk]; }
   const Layer& layer(int id) const { return *model.layers[id]; }
   std::size_t floats_in(int id) const { return model.rows * layer(id).in_features(); }
   std::size_t floats_out(int id) const { return model.rows * layer(id).out_features(); }
-  DeviceBuffer alloc(std::size_t floats, const char* what) { return DeviceBuffer(*dev, floats * sizeof(float), what); }
+  DeviceBuffer alloc(std::size_t floats, const char* what) { return sd.alloc(floats, what); }
   void retire(DeviceBuffer& b) {
     if (b.get() != nullptr) retired.push_back(std::move(b));
   }
@@ -182,14 +169,6 @@ struct StageExecutor::Impl {
     STRATA_CHECK(t < kTieTagBase, Errc::invalid_argument, "executor: ", vstages, " virtual stages x ", m,
                  " micro-batches need message tags beyond 2^31");
     return static_cast<std::uint32_t>(t);
-  }
-
-  void launch(std::function<void()> fn) {
-    if (arena) {
-      stream->launch_host([a = arena, fn = std::move(fn)] { a->execute(fn); });
-    } else {
-      stream->launch_host(std::move(fn));
-    }
   }
 
   // Forward of (mb, chunk) through its layers, from x[0]; fills x[1..] and saved.
@@ -208,8 +187,8 @@ struct StageExecutor::Impl {
       float* saved = st.saved[l].as<float>();
       const Layer* lay = &layer(id);
       const std::size_t rows = model.rows;
-      float* w = work.as<float>();
-      launch([=] { lay->forward(p, x, y, saved, w, rows); });
+      float* w = sd.work();
+      sd.launch([=] { lay->forward(p, x, y, saved, w, rows); });
     }
     st.materialized = true;
     (void)mb;
@@ -222,12 +201,12 @@ struct StageExecutor::Impl {
       st.x.resize(1);
       st.x[0] = alloc(floats_in(chunk_layers[a.chunk].front()), "pipeline input");
       float* x = st.x[0].as<float>();
-      float* into = staged ? host.as<float>() : x;
+      float* into = sd.staged() ? sd.host() : x;
       const int mb = a.micro;
       const auto* input = &model.input;
       const std::int64_t at_step = step;
-      launch([=] { (*input)(at_step, mb, into); });
-      if (staged) stream->copy_async(x, into, st.x[0].bytes(), device::CopyKind::host_to_device);
+      sd.launch([=] { (*input)(at_step, mb, into); });
+      if (sd.staged()) sd.stream().copy_async(x, into, st.x[0].bytes(), device::CopyKind::host_to_device);
     }
     STRATA_CHECK(!st.x.empty() && st.x[0].get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no input");
@@ -288,8 +267,8 @@ struct StageExecutor::Impl {
     float* out = dw.as<float>();
     const Layer* lay = &layer(id);
     const std::size_t rows = model.rows;
-    float* w = work.as<float>();
-    launch([=] { lay->backward_weight(p, x, saved, dy, out, w, rows); });
+    float* w = sd.work();
+    sd.launch([=] { lay->backward_weight(p, x, saved, dy, out, w, rows); });
     accumulate_ordered(id, mb, std::move(dw));
   }
 
@@ -306,15 +285,15 @@ struct StageExecutor::Impl {
       float* dy = st.grad_out.as<float>();
       const std::size_t bytes = st.grad_out.bytes();
       // Staged, the loss reads and writes the pinned buffer: the logits, then the gradient.
-      const float* loss_y = staged ? host.as<float>() : y;
-      float* loss_dy = staged ? host.as<float>() + floats_out(ids.back()) : dy;
-      if (staged) stream->copy_async(host.get(), y, bytes, device::CopyKind::device_to_host);
+      const float* loss_y = sd.staged() ? sd.host() : y;
+      float* loss_dy = sd.staged() ? sd.host() + floats_out(ids.back()) : dy;
+      if (sd.staged()) sd.stream().copy_async(sd.host(), y, bytes, device::CopyKind::device_to_host);
       const int mb = a.micro;
       const auto* loss = &model.loss_grad;
       const std::int64_t at_step = step;
       const float loss_scale = store->loss_scale();
-      launch([=] { (*loss)(at_step, mb, loss_y, loss_dy, loss_scale); });
-      if (staged) stream->copy_async(dy, loss_dy, bytes, device::CopyKind::host_to_device);
+      sd.launch([=] { (*loss)(at_step, mb, loss_y, loss_dy, loss_scale); });
+      if (sd.staged()) sd.stream().copy_async(dy, loss_dy, bytes, device::CopyKind::host_to_device);
     }
     STRATA_CHECK(st.grad_out.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                  " has no output gradient");
@@ -331,14 +310,14 @@ struct StageExecutor::Impl {
       const float* dy = st.dy[l].as<float>();
       float* dxp = dx.as<float>();
       const std::size_t rows = model.rows;
-      float* w = work.as<float>();
+      float* w = sd.work();
       if (lay->splits_backward()) {
-        launch([=] { lay->backward_input(p, x, saved, dy, dxp, w, rows); });
+        sd.launch([=] { lay->backward_input(p, x, saved, dy, dxp, w, rows); });
         if (with_weight) weight_grad(a.micro, a.chunk, l);
       } else {  // cannot split: the whole backward now, whatever the schedule says
         DeviceBuffer dw = alloc(lay->param_count(), "pipeline weight gradient");
         float* dwp = dw.as<float>();
-        launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, w, rows); });
+        sd.launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, w, rows); });
         accumulate_ordered(id, a.micro, std::move(dw));
       }
       if (l > 0)
@@ -375,21 +354,6 @@ struct StageExecutor::Impl {
     --live;
   }
 
-  // A received tensor into `into`, and a device buffer sent: straight, or staged through the
-  // pinned buffer (the copy waited for, since the next transfer reuses it).
-  void receive(int peer, std::uint32_t t, DeviceBuffer& into) {
-    if (!staged) return transport.recv(peer, t, into.get(), into.bytes());
-    transport.recv(peer, t, host.get(), into.bytes());
-    stream->copy_async(into.get(), host.get(), into.bytes(), device::CopyKind::host_to_device);
-    stream->synchronize();
-  }
-  void send(int peer, std::uint32_t t, const DeviceBuffer& from) {
-    if (!staged) return transport.send(peer, t, from.get(), from.bytes());
-    stream->copy_async(host.get(), from.get(), from.bytes(), device::CopyKind::device_to_host);
-    stream->synchronize();
-    transport.send(peer, t, host.get(), from.bytes());
-  }
-
   void run_comm(const Action& a) {
     Micro& st = at(a.micro, a.chunk);
     const int vs = s.virtual_stage(stage, a.chunk);
@@ -399,8 +363,8 @@ struct StageExecutor::Impl {
         const auto [t, bytes] = recv_shape(a);
         if (a.kind == ActionKind::recv_activation) st.x.resize(1);
         DeviceBuffer& into = a.kind == ActionKind::recv_activation ? st.x[0] : st.grad_out;
-        into = DeviceBuffer(*dev, bytes, "pipeline received tensor");
-        receive(a.peer, t, into);
+        into = DeviceBuffer(sd.dev(), bytes, "pipeline received tensor");
+        sd.receive(transport, a.peer, t, into.get(), bytes);
         ++recvs_done;
         expect_ahead();
         break;
@@ -409,14 +373,14 @@ struct StageExecutor::Impl {
         STRATA_CHECK(!st.x.empty() && st.x.back().get() != nullptr, Errc::internal, "stage ", stage, ": ",
                      format_action(a), " has no output");
         DeviceBuffer& out = st.x.back();
-        send(a.peer, tag(0, vs, a.micro), out);
+        sd.send(transport, a.peer, tag(0, vs, a.micro), out.get(), out.bytes());
         retire(out);
         break;
       }
       case ActionKind::send_gradient:
         STRATA_CHECK(st.grad_in.get() != nullptr, Errc::internal, "stage ", stage, ": ", format_action(a),
                      " has no gradient");
-        send(a.peer, tag(1, vs, a.micro), st.grad_in);
+        sd.send(transport, a.peer, tag(1, vs, a.micro), st.grad_in.get(), st.grad_in.bytes());
         retire(st.grad_in);
         break;
       default:
@@ -452,7 +416,7 @@ struct StageExecutor::Impl {
             run_weight(a);
             break;
         }
-        stream->synchronize();  // rethrows a layer's error
+        sd.stream().synchronize();  // rethrows a layer's error
         deliver();
         store->after_action(a, ids);
       } else if (a.kind == ActionKind::optimizer_step) {
@@ -472,7 +436,7 @@ struct StageExecutor::Impl {
     }
     STRATA_CHECK(live == 0, Errc::internal, "stage ", stage, ": ", live, " micro-batches still hold activations");
     report.peak_activations = static_cast<double>(peak_live) / v;
-    report.peak_device_bytes = dev->memory_stats().peak_bytes;
+    report.peak_device_bytes = sd.dev().memory_stats().peak_bytes;
     report.recomputed = recomputed;
     ++step;
     return report;
@@ -486,5 +450,13 @@ StageExecutor::StageExecutor(const Schedule& schedule, int stage, const Pipeline
 StageExecutor::~StageExecutor() = default;
 
 StageReport StageExecutor::run_step() { return impl_->run_step(); }
+
+void StageExecutor::forward_pass(int micro_batches, const std::function<void(int micro, float* x)>& input,
+                                 const std::function<void(int micro, const float* y)>& output,
+                                 const PipelineModel* model) {
+  Impl& m = *impl_;
+  detail::forward_pass({m.s, m.stage, m.chunk_layers, m.model, *m.store, m.tied.get(), m.transport, m.sd},
+                       model != nullptr ? *model : m.model, micro_batches, input, output);
+}
 
 }  // namespace strata::pipeline

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -51,7 +52,8 @@ struct ExecutorOptions {
   // budget), used in place of making one from `device`; it must outlive the executor.
   device::Device* shared_device = nullptr;
   // Threads the stage's layer code may use (a TBB arena of its own), so that stages sharing
-  // a machine's cores each compute as on a device of their own; 0: the process's pool.
+  // a machine's cores each compute as on a device of their own; 0: the process's pool. A
+  // guarded host device runs its stream work on one thread (device::HostStream) and ignores it.
   int compute_threads = 0;
   // The step number of the first run_step() (the model's input and loss see it), for an
   // executor that takes over a run from another (a new schedule).
@@ -75,6 +77,11 @@ class StageExecutor {
   StageExecutor& operator=(const StageExecutor&) = delete;
 
   StageReport run_step();
+  // A forward-only pass between steps (forward.h): `model` null runs the executor's model,
+  // else one with the same layers for at most as many rows. `input` writes micro-batch k's
+  // input on the first stage; `output` reads its output on the last.
+  void forward_pass(int micro_batches, const std::function<void(int micro, float* x)>& input,
+                    const std::function<void(int micro, const float* y)>& output, const PipelineModel* model = nullptr);
 
  private:
   struct Impl;

@@ -1,68 +1,103 @@
 // Forward-only passes through a pipeline (see forward.h).
 #include "pipeline/forward.h"
 
-#include <algorithm>
-#include <memory>
-#include <vector>
+#include <utility>
 
-#include "pipeline/runner.h"
-#include "pipeline/tie.h"
+#include "pipeline/detail/forward_pass.h"
 #include "runtime/core/error.h"
 
-namespace strata::pipeline {
+namespace strata::pipeline::detail {
+namespace {
 
-void run_forward(const Schedule& s, int stage, const PipelineModel& model, ParameterStore& plain, Transport& transport,
-                 int micro_batches, const std::function<void(int micro, float* x)>& input,
-                 const std::function<void(int micro, const float* y)>& output) {
+// `pass` runs in the buffers of `trained`: the same layers, in the same shapes, for at most
+// as many rows.
+void check_fits(const ForwardStage& st, const PipelineModel& pass) {
+  const PipelineModel& t = st.trained;
+  STRATA_CHECK(pass.layers.size() == t.layers.size() && pass.rows <= t.rows, Errc::invalid_argument,
+               "forward pass: a model of ", pass.layers.size(), " layers at ", pass.rows,
+               " rows does not run in the buffers of the trained model's ", t.layers.size(), " layers at ", t.rows,
+               " rows");
+  for (const auto& ids : st.chunks) {
+    for (int id : ids) {
+      const Layer &p = *pass.layers[static_cast<std::size_t>(id)], &q = *t.layers[static_cast<std::size_t>(id)];
+      STRATA_CHECK(p.in_features() == q.in_features() && p.out_features() == q.out_features() &&
+                       p.param_count() == q.param_count() && p.saved_floats(pass.rows) <= q.saved_floats(t.rows),
+                   Errc::invalid_argument, "forward pass: layer ", id, " (", p.name(),
+                   ") is not the trained model's layer in shape or size");
+    }
+  }
+  STRATA_CHECK(pass.work_floats(st.chunks) <= t.work_floats(st.chunks), Errc::invalid_argument,
+               "forward pass: the layers need more work memory than the trained model's");
+}
+
+}  // namespace
+
+void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_batches,
+                  const std::function<void(int micro, float* x)>& input,
+                  const std::function<void(int micro, const float* y)>& output) {
+  const Schedule& s = st.schedule;
   const int vstages = s.virtual_stages();
-  model.check(vstages);
-  STRATA_CHECK(stage >= 0 && stage < s.stages && micro_batches >= 0, Errc::invalid_argument, "forward pass: stage ",
-               stage, " of ", s.stages, " with ", micro_batches, " micro-batches");
+  check_fits(st, pass);
+  STRATA_CHECK(micro_batches >= 0, Errc::invalid_argument, "forward pass: ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);
-  STRATA_CHECK(last_tag <= kForwardTieTagBase, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
+  STRATA_CHECK(last_tag <= kForwardTagEnd, Errc::invalid_argument, "forward pass: ", vstages, " virtual stages x ",
                micro_batches, " micro-batches need more message tags than a pass has");
   const auto tag = [&](int producer_vs, int mb) {
     return kForwardTagBase + static_cast<std::uint32_t>(producer_vs * micro_batches + mb);
   };
-  std::unique_ptr<TiedStore> tied;
-  if (model.tie) {
-    const int per = static_cast<int>(model.layers.size()) / vstages;
-    const int owner_stage = s.stage_of(model.tie->owner / per), user_stage = s.stage_of(model.tie->user / per);
-    tied = std::make_unique<TiedStore>(plain, model, stage_layers(s, model, stage), &transport,
-                                       stage == owner_stage ? user_stage : owner_stage, kForwardTieTagBase);
-    tied->begin_forward();
-  }
-  ParameterStore& store = tied ? static_cast<ParameterStore&>(*tied) : plain;
-  const std::size_t rows = model.rows;
-  std::vector<float> x, y, saved, work;  // forward-only: host arrays
+  if (st.tied != nullptr) st.tied->begin_forward();
+  StageDevice& sd = st.sd;
+  const PipelineModel& t = st.trained;
+  const std::size_t rows = pass.rows;
+  float* const work = sd.work();
   for (int c = 0; c < s.chunks; ++c) {
-    const int vs = s.virtual_stage(stage, c);
-    const auto ids = model.layers_of(vs, vstages);
+    const int vs = s.virtual_stage(st.stage, c);
+    const auto& ids = st.chunks[static_cast<std::size_t>(c)];
     for (int mb = 0; mb < micro_batches; ++mb) {
-      x.resize(rows * model.layers[static_cast<std::size_t>(ids.front())]->in_features());
-      if (vs == 0)
-        input(mb, x.data());
-      else
-        transport.recv(s.stage_of(vs - 1), tag(vs - 1, mb), x.data(), x.size() * sizeof(float));
-      for (int id : ids) {
-        const Layer& layer = *model.layers[static_cast<std::size_t>(id)];
-        y.resize(rows * layer.out_features());
-        saved.resize(layer.saved_floats(rows));
-        work.resize(layer.work_floats(rows));
-        const Action f{ActionKind::forward, mb, c};
-        store.before_action(f, {id});
-        layer.forward(store.parameters(id), x.data(), y.data(), saved.data(), work.data(), rows);
-        store.after_action(f, {id});
-        std::swap(x, y);
+      // Buffers of the trained model's sizes (the ones the stage's pool has slots for).
+      const std::size_t in = pass.layers[static_cast<std::size_t>(ids.front())]->in_features();
+      device::DeviceBuffer x = sd.alloc(t.rows * in, vs == 0 ? "pipeline input" : "pipeline received tensor");
+      if (vs == 0) {
+        float* into = sd.staged() ? sd.host() : x.as<float>();
+        sd.launch([&input, mb, into] { input(mb, into); });
+        if (sd.staged())
+          sd.stream().copy_async(x.get(), into, rows * in * sizeof(float), device::CopyKind::host_to_device);
+        sd.stream().synchronize();
+      } else {
+        sd.receive(st.transport, s.stage_of(vs - 1), tag(vs - 1, mb), x.get(), rows * in * sizeof(float));
       }
-      if (vs == vstages - 1)
-        output(mb, x.data());
-      else
-        transport.send(s.stage_of(vs + 1), tag(vs, mb), x.data(), x.size() * sizeof(float));
+      for (int id : ids) {
+        const Layer* layer = pass.layers[static_cast<std::size_t>(id)].get();
+        const Layer& sized = *t.layers[static_cast<std::size_t>(id)];
+        device::DeviceBuffer y = sd.alloc(t.rows * sized.out_features(), "pipeline activation");
+        device::DeviceBuffer saved = sd.alloc(sized.saved_floats(t.rows), "pipeline saved activation");
+        const Action f{ActionKind::forward, mb, c};
+        st.store.before_action(f, {id});
+        const float* p = st.store.parameters(id);
+        const float* xp = x.as<float>();
+        float *yp = y.as<float>(), *sp = saved.as<float>();
+        sd.launch([=] { layer->forward(p, xp, yp, sp, work, rows); });
+        sd.stream().synchronize();  // rethrows a layer's error; the store may release the layer now
+        st.store.after_action(f, {id});
+        x = std::move(y);
+      }
+      const std::size_t bytes =
+          rows * pass.layers[static_cast<std::size_t>(ids.back())]->out_features() * sizeof(float);
+      if (vs == vstages - 1) {
+        const float* y = x.as<float>();
+        if (sd.staged()) {
+          sd.stream().copy_async(sd.host(), y, bytes, device::CopyKind::device_to_host);
+          sd.stream().synchronize();
+          y = sd.host();
+        }
+        output(mb, y);
+      } else {
+        sd.send(st.transport, s.stage_of(vs + 1), tag(vs, mb), x.get(), bytes);
+      }
     }
   }
-  transport.flush();
+  st.transport.flush();
 }
 
-}  // namespace strata::pipeline
+}  // namespace strata::pipeline::detail

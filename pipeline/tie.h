@@ -12,8 +12,9 @@
 // user's tail of k, adds it to the owner's dW (owner + user, element by element) and hands
 // the sum to the inner store. The owner's inner store thus sees one gradient per
 // micro-batch, as a model with one shared tensor would, and the gradient norm counts the
-// weight once. Messages use tags from `tag_base` up (kTieTagBase, which the executor never
-// uses; a forward-only pass gives its own, forward.h), 2^22 of them.
+// weight once. begin_forward() lends the values the same way for a forward-only pass between
+// steps (forward.h), counted with the steps. Messages use tags from `tag_base` up
+// (kTieTagBase, which the executor's own messages never use), 2^22 of them.
 // Memory. With a device (the executor's), the buffers the layers and the inner store read
 // are that device's, held for the store's life (device_floats(), which the memory replay
 // counts): the user's assembled parameters, and the owner's summed gradient with the user's
@@ -22,8 +23,8 @@
 // (the CUDA rule; device::cpu_reaches). The tied values and the user's gradient of them
 // cross in host memory (the transport's side), one copy per end, outside any budget, plus
 // one per micro-batch in flight when one stage holds both ends. Without a device (the
-// sequential loop, forward-only passes: host arrays) every buffer is host memory and the CPU
-// reads the ends' parameters and gradients directly.
+// sequential loop: host arrays) every buffer is host memory and the CPU reads the ends'
+// parameters and gradients directly.
 #pragma once
 
 #include <cstdint>

@@ -42,7 +42,7 @@ struct GptPipeline {
   std::shared_ptr<std::vector<double>> losses;
   // Validation micro-batch v (the batcher's val_batch(v, micro_batch), the batches the
   // GPT's evaluate() reads): the embedding's input, and the sum of token losses of the
-  // logits the head gave for it (for pipeline::run_forward).
+  // logits the head gave for it (for StageExecutor::forward_pass).
   std::function<void(int v, float* x)> val_input;
   std::function<double(int v, const float* logits)> val_loss;
   // With the config's fp8 block: the layers' FP8 products (null otherwise). The caller turns

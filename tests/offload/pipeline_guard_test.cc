@@ -58,7 +58,9 @@ TEST_CASE("pipelined stages with state on NVMe never touch device memory from th
 // store's buffers are device memory it fills with copies and stream work. Guarded runs give
 // the unguarded runs' bits (which tests/models/gpt_pipeline_test.cc holds to the
 // sequential loop's), plain and unit-scaled, fp32 and bf16, with the ends on two stages and
-// (one stage, interleaved) on one.
+// (one stage, interleaved) on one; so does a forward-only pass after the steps (validation,
+// and sampling's shorter rows in the trained model's buffers), whose logits cross to the
+// host through the executor's staging buffer.
 TEST_CASE("a pipelined GPT and its tied embedding never touch device memory from the CPU (guarded)", "[offload][pku]") {
   test::TempDir dir("strata-pipe");
   model::GptConfig c;
@@ -79,8 +81,22 @@ TEST_CASE("a pipelined GPT and its tied embedding never touch device memory from
       Placement p{3, OffloadDevice::cpu, OffloadDevice::none};
       p.compute = compute;
       INFO(s.kind << ", P=" << s.stages << ", " << dtype_name(compute) << (c.unit_scaled ? ", unit-scaled" : ""));
-      const Params plain = run_pipelined(s, p, 1, dir.path(), {.model_of = gpt});
-      CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.model_of = gpt, .guard_memory = true}), plain) == "");
+      // After the steps, a forward-only pass: at the trained rows in fp32, at fewer (2 sequences
+      // of 5 tokens, as sampling's shorter rows) in bf16.
+      const ModelOf pass = [&](int) {
+        return model::gpt_pipeline_model(c, 2, kMicro, batcher, 0, 1, model::ops::Products::fp32, 5).model;
+      };
+      std::map<int, std::vector<float>> want, got;
+      PipelinedOptions o{.model_of = gpt, .forward_outputs = &want};
+      if (compute == DType::bf16) o.forward_model_of = pass;
+      const Params plain = run_pipelined(s, p, 1, dir.path(), o);
+      o.guard_memory = true;
+      o.forward_outputs = &got;
+      o.compute_threads = s.stages == 2 ? 2 : 0;  // a stage's own threads: ignored where guarded
+      CHECK(compare(run_pipelined(s, p, 1, dir.path(), o), plain) == "");
+      REQUIRE(want.size() == static_cast<std::size_t>(kMicro));
+      CHECK(want.begin()->second.size() == (compute == DType::bf16 ? 10u : 16u) * 256u);  // rows x vocabulary
+      CHECK(got == want);
     }
   }
 }

@@ -200,6 +200,31 @@ Plain run_plain(const Placement& p, int replicas, const std::string& dir, const 
   return out;
 }
 
+namespace {
+
+// PipelinedOptions::forward_outputs' pass on one stage; `out` on replica 0's last stage.
+void forward(pipeline::StageExecutor& exec, engine::Engine& e, const pipeline::PipelineModel& trained,
+             const pipeline::PipelineModel& pass, std::map<int, std::vector<float>>* out, std::mutex& mutex) {
+  std::vector<float> full(trained.rows * trained.layers.front()->in_features());
+  const std::size_t in = pass.rows * pass.layers.front()->in_features(),
+                    width = pass.rows * pass.layers.back()->out_features();
+  e.begin_eval();
+  exec.forward_pass(
+      kMicro,
+      [&](int mb, float* x) {
+        trained.input(kSteps, mb, full.data());
+        std::copy(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(in), x);
+      },
+      [&](int mb, const float* y) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (out != nullptr) (*out)[mb].assign(y, y + width);
+      },
+      &pass);
+  e.end_eval();
+}
+
+}  // namespace
+
 Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const std::string& dir,
                      const PipelinedOptions& o) {
   auto* const steps = o.steps;
@@ -236,12 +261,16 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
       xo.shared_device = &store.activation_device();
+      xo.compute_threads = o.compute_threads;
       {
         pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
         for (int k = 0; k < kSteps; ++k) {
           exec.run_step();
           if (steps != nullptr && d == 0) (*steps)[static_cast<std::size_t>(stage)].push_back(store.last_step());
         }
+        if (o.forward_outputs != nullptr)
+          forward(exec, e, model, o.forward_model_of ? o.forward_model_of(d) : model,
+                  stage == s.stages - 1 && d == 0 ? o.forward_outputs : nullptr, mutex);
       }
       const auto params = e.full_parameters();
       e.synchronize();

@@ -57,6 +57,12 @@ struct PipelinedOptions {
   std::vector<std::vector<engine::StepResult>>* steps = nullptr;
   std::uint64_t device_budget = 64 << 20;
   bool guard_memory = false;
+  int compute_threads = 0;  // ExecutorOptions::compute_threads
+  // After the steps, a forward-only pass (StageExecutor::forward_pass) of kMicro micro-batches
+  // through forward_model_of(replica) (empty: the trained model), each input the first rows
+  // of the trained model's input for step kSteps; replica 0's outputs by micro-batch.
+  std::map<int, std::vector<float>>* forward_outputs = nullptr;
+  ModelOf forward_model_of;
 };
 Params run_pipelined(const pipeline::Schedule& s, const Placement& p, int replicas, const std::string& dir,
                      const PipelinedOptions& o = {});

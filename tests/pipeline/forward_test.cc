@@ -1,7 +1,9 @@
-// Forward-only passes through a pipeline's stages (pipeline/forward.h): stages as threads,
-// after a training step, must hand every micro-batch's output with the bits of the layers
-// run one after another on the same parameters: plain and interleaved schedules, P = 2 and
-// 4, with and without a tied weight (the user's parameters lent from the owner's stage).
+// Forward-only passes through a pipeline's stages (pipeline/forward.h,
+// StageExecutor::forward_pass): stages as threads, after a training step of the same
+// executors, must hand every micro-batch's output with the bits of the layers run one after
+// another on the same parameters: plain and interleaved schedules, P = 2 and 4, with and
+// without a tied weight (the user's parameters lent from the owner's stage), for the
+// trained model's rows and for fewer (sampling's shorter sequences, in the same buffers).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -10,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "pipeline/forward.h"
+#include "pipeline/executor.h"
 #include "pipeline/generators.h"
 #include "pipeline/layers.h"
 #include "pipeline/runner.h"
@@ -25,11 +27,11 @@ constexpr std::size_t kWidth = 12;
 constexpr int kMicro = 4;
 constexpr std::uint64_t kSeed = 9;
 
-PipelineModel model_for(bool tie) {
+PipelineModel model_for(bool tie, std::size_t rows = 3) {
   SyntheticModelSpec spec;
   spec.layers = 8;
   spec.width = kWidth;
-  spec.rows = 3;
+  spec.rows = rows;
   spec.micro_batches = kMicro;
   spec.seed = 5;
   auto m = synthetic_model(spec);
@@ -65,12 +67,12 @@ std::vector<float> sequential(const PipelineModel& m, const std::map<int, const 
 
 TEST_CASE("a forward-only pass through the stages gives the sequential forward's bits", "[pipeline]") {
   const bool tie = GENERATE(false, true);
+  const std::size_t rows = GENERATE(3, 2);  // 2: a pass at fewer rows than the steps'
   const Schedule s = GENERATE(one_f_one_b(2, kMicro), one_f_one_b(4, kMicro), interleaved_1f1b(2, kMicro, 2));
-  INFO(s.kind << " p=" << s.stages << " v=" << s.chunks << (tie ? ", tied" : ""));
-  const PipelineModel model = model_for(tie);
+  INFO(s.kind << " p=" << s.stages << " v=" << s.chunks << (tie ? ", tied" : "") << ", " << rows << " rows");
+  const PipelineModel model = model_for(tie), pass = model_for(tie, rows);
   auto stores = test::stage_stores(s, model, kSeed);
   for (auto& st : stores) st = std::make_unique<LocalParameterStore>(model, st->layers(), kSeed, 0.5f);  // SGD
-  run_stages_as_threads(s, model, test::pointers(stores), {}, 1);  // the parameters move, the tie's messages pass
   std::map<int, const LocalParameterStore*> holder;
   for (const auto& st : stores)
     for (int id : st->layers()) holder[id] = st.get();
@@ -84,13 +86,15 @@ TEST_CASE("a forward-only pass through the stages gives the sequential forward's
     threads.emplace_back([&, st] {
       try {
         LocalTransport transport(boxes, st);
-        run_forward(
-            s, st, model, *stores[static_cast<std::size_t>(st)], transport, kMicro,
-            [&](int mb, float* x) { model.input(100, mb, x); },
+        StageExecutor exec(s, st, model, *stores[static_cast<std::size_t>(st)], transport);
+        exec.run_step();  // the parameters move, the tie's messages pass
+        exec.forward_pass(
+            kMicro, [&](int mb, float* x) { pass.input(100, mb, x); },
             [&](int mb, const float* y) {
               std::lock_guard<std::mutex> lock(mutex);
-              outputs[mb].assign(y, y + model.rows * model.layers.back()->out_features());
-            });
+              outputs[mb].assign(y, y + pass.rows * pass.layers.back()->out_features());
+            },
+            &pass);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!failed) failed = std::current_exception();
@@ -102,13 +106,25 @@ TEST_CASE("a forward-only pass through the stages gives the sequential forward's
   if (failed) std::rethrow_exception(failed);
   REQUIRE(outputs.size() == static_cast<std::size_t>(kMicro));
   for (int mb = 0; mb < kMicro; ++mb) {
-    const auto want = sequential(model, holder, mb);
+    const auto want = sequential(pass, holder, mb);
     REQUIRE(outputs[mb].size() == want.size());
     CHECK(std::memcmp(outputs[mb].data(), want.data(), want.size() * sizeof(float)) == 0);
     if (mb > 0) CHECK(outputs[mb] != outputs[mb - 1]);  // each micro-batch its own input
   }
   // The reference sees a change of parameters (so the comparison can fail).
-  const auto before = sequential(model, holder, 0);
+  const auto before = sequential(pass, holder, 0);
   stores.front()->optimizer_step();  // SGD on layer 0 with the step's gradient again
-  CHECK(sequential(model, holder, 0) != before);
+  CHECK(sequential(pass, holder, 0) != before);
+}
+
+TEST_CASE("a forward-only pass refuses a model that does not fit the trained model's buffers", "[pipeline]") {
+  const Schedule s = one_f_one_b(1, kMicro);
+  const PipelineModel model = model_for(false), wider = model_for(false, 4);
+  LocalParameterStore store(model, test::stage_stores(s, model, kSeed).front()->layers(), kSeed, 0.5f);
+  LocalMailboxes boxes(std::chrono::milliseconds(1000));
+  LocalTransport transport(boxes, 0);
+  StageExecutor exec(s, 0, model, store, transport);
+  CHECK_THROWS_WITH(exec.forward_pass(
+                        1, [&](int, float*) {}, [&](int, const float*) {}, &wider),
+                    Catch::Contains("does not run in the buffers of the trained model's 8 layers at 3 rows"));
 }

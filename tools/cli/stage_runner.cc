@@ -6,7 +6,6 @@
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
-#include "pipeline/forward.h"
 #include "pipeline/memory.h"
 #include "pipeline/runner.h"
 #include "runtime/core/error.h"
@@ -143,8 +142,7 @@ void StageRunner::forward(int micro_batches, const std::function<void(int micro,
   Impl& m = *impl_;
   m.engine.begin_eval();
   try {
-    pipeline::run_forward(*m.schedule, m.stage, model != nullptr ? *model : m.model, m.store, m.transport,
-                          micro_batches, input, output);
+    m.exec->forward_pass(micro_batches, input, output, model);
   } catch (...) {
     m.engine.end_eval();
     throw;

@@ -1,0 +1,31 @@
+// The executor's forward-only pass (private to pipeline/; its protocol is forward.h's).
+#pragma once
+
+#include <functional>
+
+#include "pipeline/detail/stage_device.h"
+#include "pipeline/model.h"
+#include "pipeline/schedule.h"
+#include "pipeline/tie.h"
+#include "pipeline/transport.h"
+
+namespace strata::pipeline::detail {
+
+// One executor's stage: `trained` is the model its step buffers are sized for, `store` the
+// store its layers read (the tied store when there is one, `tied`).
+struct ForwardStage {
+  const Schedule& schedule;
+  int stage;
+  const std::vector<std::vector<int>>& chunks;  // [chunk] -> global layer ids
+  const PipelineModel& trained;
+  ParameterStore& store;
+  TiedStore* tied;
+  Transport& transport;
+  StageDevice& sd;
+};
+
+void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_batches,
+                  const std::function<void(int micro, float* x)>& input,
+                  const std::function<void(int micro, const float* y)>& output);
+
+}  // namespace strata::pipeline::detail

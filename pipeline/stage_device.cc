@@ -1,0 +1,57 @@
+// A pipeline stage's hold on its device (see detail/stage_device.h).
+#include "pipeline/detail/stage_device.h"
+
+#include "runtime/core/error.h"
+
+namespace strata::pipeline::detail {
+
+StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std::size_t staging_floats) {
+  // Transfers and layers are host code on the stream: host devices only.
+  const auto backend = o.shared_device != nullptr ? o.shared_device->backend() : o.device.backend;
+  STRATA_CHECK(backend == device::Backend::host, Errc::unsupported,
+               "the pipeline executor runs its layers on the host device backend; CUDA stages are not built yet");
+  STRATA_CHECK(o.compute_threads >= 0, Errc::invalid_argument, "executor: compute_threads ", o.compute_threads,
+               " must be >= 0");
+  if (o.shared_device == nullptr) owned_ = device::Device::create(o.device);
+  dev_ = o.shared_device != nullptr ? o.shared_device : owned_.get();
+  stream_ = dev_->create_stream();
+  staged_ = !device::cpu_reaches(*dev_);
+  // A guarded device's stream runs each task on its worker alone, since TBB's threads may
+  // not touch its memory; an arena's threads may not either.
+  if (o.compute_threads > 0 && !staged_) arena_ = std::make_shared<tbb::task_arena>(o.compute_threads);
+  if (work_floats > 0) work_ = alloc(work_floats, "pipeline layer work");
+  if (staged_) host_ = device::PinnedBuffer(*dev_, staging_floats * sizeof(float), "pipeline host staging");
+}
+
+StageDevice::~StageDevice() { drain(); }
+
+void StageDevice::drain() noexcept {
+  try {
+    stream_->synchronize();
+  } catch (...) {
+  }
+}
+
+void StageDevice::launch(std::function<void()> fn) {
+  if (arena_) {
+    stream_->launch_host([a = arena_, fn = std::move(fn)] { a->execute(fn); });
+  } else {
+    stream_->launch_host(std::move(fn));
+  }
+}
+
+void StageDevice::receive(Transport& t, int peer, std::uint32_t tag, void* into, std::size_t bytes) {
+  if (!staged_) return t.recv(peer, tag, into, bytes);
+  t.recv(peer, tag, host_.get(), bytes);
+  stream_->copy_async(into, host_.get(), bytes, device::CopyKind::host_to_device);
+  stream_->synchronize();
+}
+
+void StageDevice::send(Transport& t, int peer, std::uint32_t tag, const void* from, std::size_t bytes) {
+  if (!staged_) return t.send(peer, tag, from, bytes);
+  stream_->copy_async(host_.get(), from, bytes, device::CopyKind::device_to_host);
+  stream_->synchronize();
+  t.send(peer, tag, host_.get(), bytes);
+}
+
+}  // namespace strata::pipeline::detail
