@@ -4,7 +4,9 @@
 // failing layer's error surfaces and after which the action's retired buffers are freed.
 // Where the CPU cannot reach the device's memory (device::cpu_reaches), host data goes
 // through one pinned staging buffer with copies in stream order: received and sent tensors,
-// the model's input and its loss (which read and write host memory).
+// the model's input and its loss (which read and write host memory). The device, stream,
+// work and staging buffers are a detail::StageDevice, which forward-only passes
+// (forward.cc) share.
 #include "pipeline/executor.h"
 
 #include <algorithm>
@@ -42,19 +44,6 @@ struct Accumulator {
   std::map<int, DeviceBuffer> early;  // dW of later micro-batches, waiting their turn
 };
 
-}  // namespace
-
-const char* remat_name(Remat r) noexcept {
-  return r == Remat::always ? "always" : r == Remat::except_last ? "except_last" : "never";
-}
-
-Remat parse_remat(std::string_view text) {
-  if (text == "never") return Remat::never;
-  if (text == "always") return Remat::always;
-  if (text == "except_last") return Remat::except_last;
-  STRATA_THROW(Errc::invalid_argument, "re-materialization mode '", text, "' is not one of always, except_last, never");
-}
-
 // The stage's chunks' layer ids ([chunk] -> global ids), after checking the schedule and model.
 std::vector<std::vector<int>> checked_chunks(const Schedule& s, int stage, const PipelineModel& model) {
   STRATA_CHECK(stage >= 0 && stage < s.stages, Errc::invalid_argument, "executor: stage ", stage,
@@ -74,6 +63,19 @@ std::size_t staging_floats(const PipelineModel& model, const std::vector<std::ve
                        2 * model.rows * model.layers[ids.back()]->out_features()});
   }
   return floats;
+}
+
+}  // namespace
+
+const char* remat_name(Remat r) noexcept {
+  return r == Remat::always ? "always" : r == Remat::except_last ? "except_last" : "never";
+}
+
+Remat parse_remat(std::string_view text) {
+  if (text == "never") return Remat::never;
+  if (text == "always") return Remat::always;
+  if (text == "except_last") return Remat::except_last;
+  STRATA_THROW(Errc::invalid_argument, "re-materialization mode '", text, "' is not one of always, except_last, never");
 }
 
 struct StageExecutor::Impl {

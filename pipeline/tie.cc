@@ -8,6 +8,19 @@
 #include "runtime/device/ops.h"
 
 namespace strata::pipeline {
+namespace {
+
+// The floats of the user's assembled parameters (its own, then the tied values), of the
+// owner's summed gradient, and of the user's part of it.
+struct TieFloats {
+  std::size_t assembled, sum, part;
+};
+TieFloats tie_floats(const PipelineModel& model) {
+  const Tie& t = *model.tie;
+  return {model.layers[t.user]->param_count(), model.stored_params(t.owner), t.count};
+}
+
+}  // namespace
 
 TiedStore::TiedStore(ParameterStore& inner, const PipelineModel& model, const std::vector<int>& held,
                      Transport* transport, int peer, std::uint32_t tag_base, device::Device* dev)
@@ -19,20 +32,21 @@ TiedStore::TiedStore(ParameterStore& inner, const PipelineModel& model, const st
   STRATA_CHECK((owner_ && user_) || ((owner_ || user_) && transport != nullptr && peer >= 0) || (!owner_ && !user_),
                Errc::internal, "tied store: layer ", owner_ ? tie_.user : tie_.owner,
                " is on another stage but no transport reaches it");
-  const std::size_t assembled = model.layers[tie_.user]->param_count(), sum = model.stored_params(tie_.owner);
+  const TieFloats f = tie_floats(model);
   if (dev_ != nullptr) {
     stream_ = dev_->create_stream();
-    if (user_) assembled_buf_ = device::DeviceBuffer(*dev_, assembled * sizeof(float), "tied weight's user parameters");
+    if (user_)
+      assembled_buf_ = device::DeviceBuffer(*dev_, f.assembled * sizeof(float), "tied weight's user parameters");
     if (owner_) {
-      sum_buf_ = device::DeviceBuffer(*dev_, sum * sizeof(float), "tied weight's summed gradient");
-      part_buf_ = device::DeviceBuffer(*dev_, tie_.count * sizeof(float), "tied weight's user gradient");
+      sum_buf_ = device::DeviceBuffer(*dev_, f.sum * sizeof(float), "tied weight's summed gradient");
+      part_buf_ = device::DeviceBuffer(*dev_, f.part * sizeof(float), "tied weight's user gradient");
     }
     assembled_ = assembled_buf_.as<float>();
     sum_ = sum_buf_.as<float>();
     part_ = part_buf_.as<float>();
   } else {
-    if (user_) assembled_host_.resize(assembled);
-    if (owner_) sum_host_.resize(sum);
+    if (user_) assembled_host_.resize(f.assembled);
+    if (owner_) sum_host_.resize(f.sum);
     assembled_ = assembled_host_.data();
     sum_ = sum_host_.data();
   }
@@ -51,11 +65,9 @@ std::vector<std::size_t> TiedStore::device_floats(const PipelineModel& model, co
   std::vector<std::size_t> out;
   if (!model.tie) return out;
   const Tie& t = *model.tie;
-  if (std::find(held.begin(), held.end(), t.user) != held.end()) out.push_back(model.layers[t.user]->param_count());
-  if (std::find(held.begin(), held.end(), t.owner) != held.end()) {
-    out.push_back(model.stored_params(t.owner));
-    out.push_back(t.count);
-  }
+  const TieFloats f = tie_floats(model);
+  if (std::find(held.begin(), held.end(), t.user) != held.end()) out.push_back(f.assembled);
+  if (std::find(held.begin(), held.end(), t.owner) != held.end()) out.insert(out.end(), {f.sum, f.part});
   return out;
 }
 
