@@ -3,9 +3,8 @@
 // or one made from the options), one stream that runs the layer code as host "kernels"
 // (in a TBB arena of the stage's own with compute_threads > 0, where the CPU reaches the
 // device's memory; a guarded device's stream runs them on its worker alone), the layers'
-// work buffer,
-// and, where the CPU cannot reach the device's memory (device::cpu_reaches), one pinned
-// staging buffer through which host data moves with copies in stream order. receive() and
+// work buffer, and, where the CPU cannot reach the device's memory (device::cpu_reaches),
+// one pinned staging buffer through which host data moves with copies in stream order. receive() and
 // send() move a tensor between the transport and a device buffer: straight, or staged and
 // waited for (the next transfer reuses the staging buffer). Declare a StageDevice before
 // every buffer it allocates, so that those go first, and drain() it before they go, so that

@@ -1,6 +1,8 @@
-// The host backend's link throttle: copies run within 10% of the configured bandwidth, and
-// two streams sharing a direction share its bandwidth (the link is serialised), while the
-// two directions run in parallel like full-duplex PCIe.
+// The host backend's link throttle: the fastest of five copies runs within 10% of the
+// configured bandwidth (so none runs faster), and two streams sharing a direction share its
+// bandwidth (the link is serialised), while the two directions run in parallel like
+// full-duplex PCIe.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -44,9 +46,14 @@ TEST_CASE("throttled copies run within 10% of the configured bandwidth", "[devic
     s->synchronize();
     d2h.push_back(bytes / seconds_since(t0) / 1e9);
   }
-  INFO("link " << gbps << " GB/s: H2D median " << median(h2d) << ", D2H median " << median(d2h));
-  CHECK(median(h2d) == Approx(gbps).epsilon(0.10));
-  CHECK(median(d2h) == Approx(gbps).epsilon(0.10));
+  // The throttle caps every copy; a busy machine (ctest runs suites side by side) can only
+  // make some copies slower, so the fastest copy is the one held to the rate.
+  const double h2d_best = *std::max_element(h2d.begin(), h2d.end()),
+               d2h_best = *std::max_element(d2h.begin(), d2h.end());
+  INFO("link " << gbps << " GB/s: H2D median " << median(h2d) << ", best " << h2d_best << "; D2H median " << median(d2h)
+               << ", best " << d2h_best);
+  CHECK(h2d_best == Approx(gbps).epsilon(0.10));
+  CHECK(d2h_best == Approx(gbps).epsilon(0.10));
 }
 
 TEST_CASE("streams share a direction's bandwidth; opposite directions overlap", "[device][throttle]") {
