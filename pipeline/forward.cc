@@ -63,7 +63,8 @@ void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_b
         sd.launch([&input, mb, into] { input(mb, into); });
         if (sd.staged())
           sd.stream().copy_async(x.get(), into, rows * in * sizeof(float), device::CopyKind::host_to_device);
-        sd.stream().synchronize();
+        // The layers that read x follow in stream order, and the action's synchronize
+        // below rethrows the input's error.
       } else {
         sd.receive(st.transport, s.stage_of(vs - 1), tag(vs - 1, mb), x.get(), rows * in * sizeof(float));
       }

@@ -1,7 +1,8 @@
 // The host backend's link throttle: the fastest of five copies runs within 10% of the
 // configured bandwidth (so none runs faster), and two streams sharing a direction share its
 // bandwidth (the link is serialised), while the two directions run in parallel like
-// full-duplex PCIe.
+// full-duplex PCIe. Each check holds the fastest of five runs: ctest runs suites side by
+// side, and a busy machine can only delay a copy, never speed it up.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -46,8 +47,6 @@ TEST_CASE("throttled copies run within 10% of the configured bandwidth", "[devic
     s->synchronize();
     d2h.push_back(bytes / seconds_since(t0) / 1e9);
   }
-  // The throttle caps every copy; a busy machine (ctest runs suites side by side) can only
-  // make some copies slower, so the fastest copy is the one held to the rate.
   const double h2d_best = *std::max_element(h2d.begin(), h2d.end()),
                d2h_best = *std::max_element(d2h.begin(), d2h.end());
   INFO("link " << gbps << " GB/s: H2D median " << median(h2d) << ", best " << h2d_best << "; D2H median " << median(d2h)
@@ -70,7 +69,7 @@ TEST_CASE("streams share a direction's bandwidth; opposite directions overlap", 
   std::memset(hp, 1, 2 * bytes);
   std::memset(dp, 2, 2 * bytes);
   std::vector<double> same_dir, both_dirs;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {
     auto t0 = Clock::now();
     s1->copy_async(dp, hp, bytes, CopyKind::host_to_device);
     s2->copy_async(dp + bytes, hp + bytes, bytes, CopyKind::host_to_device);
@@ -84,6 +83,10 @@ TEST_CASE("streams share a direction's bandwidth; opposite directions overlap", 
     s2->synchronize();
     both_dirs.push_back(seconds_since(t0));
   }
-  CHECK(median(same_dir) == Approx(2 * one_copy_s).epsilon(0.10));
-  CHECK(median(both_dirs) == Approx(one_copy_s).epsilon(0.10));
+  const double same_best = *std::min_element(same_dir.begin(), same_dir.end()),
+               both_best = *std::min_element(both_dirs.begin(), both_dirs.end());
+  INFO("one copy " << one_copy_s << " s; same direction median " << median(same_dir) << ", best " << same_best
+                   << "; both directions median " << median(both_dirs) << ", best " << both_best);
+  CHECK(same_best == Approx(2 * one_copy_s).epsilon(0.10));
+  CHECK(both_best == Approx(one_copy_s).epsilon(0.10));
 }
