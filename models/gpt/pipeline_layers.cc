@@ -9,6 +9,7 @@
 #include "engine/layout.h"
 #include "models/gpt/block.h"
 #include "models/gpt/fp8_products.h"
+#include "models/gpt/kernels.h"
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
@@ -31,13 +32,18 @@ void init_tensors(const std::vector<GptParam>& params, float* out, std::uint64_t
   }
 }
 
-std::vector<std::int32_t> token_ids(const float* x, std::size_t rows, int vocab) {
+// The embedding's input (one float per token, in device memory) as the host token array the
+// kernels take.
+std::vector<std::int32_t> token_ids(GptKernels& k, const float* x, std::size_t rows, int vocab) {
+  std::vector<float> ids(rows);
+  k.to_host(ids.data(), x, rows);
   std::vector<std::int32_t> t(rows);
   for (std::size_t i = 0; i < rows; ++i) {
     // Checked before the conversion, which is undefined for values out of range.
-    STRATA_CHECK(x[i] >= 0.0f && x[i] < static_cast<float>(vocab) && x[i] == std::floor(x[i]), Errc::invalid_argument,
-                 "GPT pipeline: input ", i, " is ", x[i], ", not a token id below the vocabulary's ", vocab);
-    t[i] = static_cast<std::int32_t>(x[i]);
+    STRATA_CHECK(ids[i] >= 0.0f && ids[i] < static_cast<float>(vocab) && ids[i] == std::floor(ids[i]),
+                 Errc::invalid_argument, "GPT pipeline: input ", i, " is ", ids[i],
+                 ", not a token id below the vocabulary's ", vocab);
+    t[i] = static_cast<std::int32_t>(ids[i]);
   }
   return t;
 }
@@ -92,6 +98,7 @@ class GptLayer : public pipeline::Layer {
   const int T_, id_;
   const std::shared_ptr<const UnitScales> unit_;
   const std::shared_ptr<Fp8Products> fp8_;  // one replica's stage thread calls it, one action at a time
+  GptKernels& k_ = host_kernels();          // where every operation runs (kernels.h)
   const std::vector<GptParam> params_;
   std::size_t count_ = 0;
 };
@@ -105,24 +112,24 @@ class Embedding final : public GptLayer {
   // Unit-scaled: the gradient scaled (the GPT's pass scales its own in place; dy is the executor's).
   std::size_t work_floats(std::size_t rows) const override { return unit_ ? rows * out_features() : 0; }
   void forward(const float* p, const float* x, float* y, float*, float*, std::size_t rows) const override {
-    const auto t = token_ids(x, rows, s_.vocab);
-    ops::embedding_forward(y, t.data(), p, p + wpe_at(), sequences(rows), T_, s_.d_model);
-    if (unit_) ops::scale(y, UnitScales::embedding(), rows * out_features());
+    const auto t = token_ids(k_, x, rows, s_.vocab);
+    k_.embedding_forward(y, t.data(), p, p + wpe_at(), sequences(rows), T_, s_.d_model);
+    if (unit_) k_.scale(y, UnitScales::embedding(), rows * out_features());
   }
   void backward_input(const float*, const float*, float*, const float*, float* dx, float*,
                       std::size_t rows) const override {
-    std::fill(dx, dx + rows, 0.0f);
+    k_.zero(dx, rows);
   }
   void backward_weight(const float*, const float* x, const float*, const float* dy, float* dp, float* work,
                        std::size_t rows) const override {
-    const auto t = token_ids(x, rows, s_.vocab);
-    std::fill(dp, dp + count_, 0.0f);
+    const auto t = token_ids(k_, x, rows, s_.vocab);
+    k_.zero(dp, count_);
     if (unit_) {
-      std::copy(dy, dy + rows * out_features(), work);
-      ops::scale(work, UnitScales::embedding(), rows * out_features());
+      k_.copy(work, dy, rows * out_features());
+      k_.scale(work, UnitScales::embedding(), rows * out_features());
       dy = work;
     }
-    ops::embedding_backward(dp, dp + wpe_at(), dy, t.data(), sequences(rows), T_, s_.d_model);
+    k_.embedding_backward(dp, dp + wpe_at(), dy, t.data(), sequences(rows), T_, s_.d_model);
   }
 
  private:
@@ -154,14 +161,14 @@ class Block final : public GptLayer {
                       std::size_t rows) const override {
     fp8_scratch(work, rows);
     const BlockDims d = dims(rows);
-    std::copy(dy, dy + rows * in_features(), dx);
+    k_.copy(dx, dy, rows * in_features());
     block_backward_input(dx, x, weights(p), acts(saved, d), split(saved, d), d);
   }
   void backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp, float* work,
                        std::size_t rows) const override {
     fp8_scratch(work, rows);
     const BlockDims d = dims(rows);
-    std::fill(dp, dp + count_, 0.0f);
+    k_.zero(dp, count_);
     BlockGrads g{};
     for (std::size_t k = 0; k < kBlockParams; ++k) g[k] = dp + offset_[k];
     auto* s = const_cast<float*>(saved);  // read only: carve() hands out mutable views
@@ -179,6 +186,7 @@ class Block final : public GptLayer {
     d.products = products_;
     d.fp8 = fp8_.get();
     d.unit = unit_.get();
+    d.kernels = &k_;
     return d;
   }
   BlockWeights weights(const float* p) const {
@@ -216,11 +224,11 @@ class Head final : public GptLayer {
   void forward(const float* p, const float* x, float* y, float* saved, float* work, std::size_t rows) const override {
     fp8_scratch(work, rows);
     const int N = static_cast<int>(rows), C = s_.d_model;
-    ops::layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
+    k_.layernorm_forward(saved, saved + rows * C, saved + rows * (C + 1), x, p, p + C, N, C);
     if (fp8_) {
       fp8_->head_forward(y, saved, p + 2 * C, N, C, s_.vocab, scales());
     } else {
-      ops::lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+      k_.lm_head_forward(y, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
     }
   }
   void backward_input(const float*, const float*, float*, const float*, float*, float*, std::size_t) const override {
@@ -233,15 +241,15 @@ class Head final : public GptLayer {
   void backward(const float* p, const float* x, float* saved, const float* dy, float* dx, float* dp, float* work,
                 std::size_t rows) const override {
     const int N = static_cast<int>(rows), C = s_.d_model;
-    std::fill(dp, dp + count_, 0.0f);
+    k_.zero(dp, count_);
     float* dln = fp8_scratch(work, rows);
     if (fp8_) {
       fp8_->head_backward(dln, dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, scales());
     } else {
-      ops::lm_head_backward(dln, dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
+      k_.lm_head_backward(dln, dp + 2 * C, dy, saved, p + 2 * C, N, C, s_.vocab, products_, scales());
     }
-    std::fill(dx, dx + rows * static_cast<std::size_t>(C), 0.0f);
-    ops::layernorm_backward(dx, dp, dp + C, dln, x, p, saved + rows * C, saved + rows * (C + 1), N, C);
+    k_.zero(dx, rows * static_cast<std::size_t>(C));
+    k_.layernorm_backward(dx, dp, dp + C, dln, x, p, saved + rows * C, saved + rows * (C + 1), N, C);
   }
 
  private:

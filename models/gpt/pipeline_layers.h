@@ -6,8 +6,9 @@
 // ln_f.weight, ln_f.bias, then the tied wte). Activations are fp32 [B*T, C] for a
 // micro-batch of B sequences of T tokens; the embedding's input is one float per token, its
 // id (exact below 2^24), and the head's output the logits [B*T, vocab]. Compute is the
-// GPT's own host code (ops.h, block.h) in fp32, its weight products in the precision the
-// caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
+// GPT's own code (block.h) through the kernels object its trainer uses (kernels.h; the
+// host kernels: oneDNN products, TBB loops) in fp32, its weight products in the precision
+// the caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
 // every layer and the loss. With the config's fp8 block the weight products take FP8
 // operands (fp8_products.h): one Fp8Products for the model's layers, whose delayed-scaling
 // state the caller steps (GptPipeline::fp8); a model with it serves one stage's thread. A
