@@ -63,8 +63,9 @@ void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_b
         sd.launch([&input, mb, into] { input(mb, into); });
         if (sd.staged())
           sd.stream().copy_async(x.get(), into, rows * in * sizeof(float), device::CopyKind::host_to_device);
-        // The layers that read x follow in stream order, and the action's synchronize
-        // below rethrows the input's error.
+        // Waited for here, not only by the first layer's synchronize: an error between the
+        // two (no pool slot, the store's gather) would free x under the queued input.
+        sd.stream().synchronize();
       } else {
         sd.receive(st.transport, s.stage_of(vs - 1), tag(vs - 1, mb), x.get(), rows * in * sizeof(float));
       }
