@@ -28,8 +28,19 @@ std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const P
                                                const std::vector<ParameterStore*>& stores,
                                                const ExecutorOptions& options, int steps,
                                                std::chrono::milliseconds recv_timeout) {
+  const std::vector<const PipelineModel*> models(static_cast<std::size_t>(std::max(schedule.stages, 0)), &model);
+  return run_stages_as_threads(schedule, models, stores, options, steps, recv_timeout);
+}
+
+std::vector<StageReport> run_stages_as_threads(const Schedule& schedule,
+                                               const std::vector<const PipelineModel*>& models,
+                                               const std::vector<ParameterStore*>& stores,
+                                               const ExecutorOptions& options, int steps,
+                                               std::chrono::milliseconds recv_timeout) {
   STRATA_CHECK(static_cast<int>(stores.size()) == schedule.stages, Errc::invalid_argument, "pipeline: ", stores.size(),
                " parameter stores for ", schedule.stages, " stages");
+  STRATA_CHECK(static_cast<int>(models.size()) == schedule.stages, Errc::invalid_argument, "pipeline: ", models.size(),
+               " models for ", schedule.stages, " stages");
   STRATA_CHECK(steps >= 1, Errc::invalid_argument, "pipeline: steps=", steps, " must be at least 1");
   check_valid(schedule);
   LocalMailboxes boxes(recv_timeout);
@@ -41,7 +52,7 @@ std::vector<StageReport> run_stages_as_threads(const Schedule& schedule, const P
     threads.emplace_back([&, s] {
       try {
         LocalTransport transport(boxes, s);
-        StageExecutor exec(schedule, s, model, *stores[s], transport, options);
+        StageExecutor exec(schedule, s, *models[static_cast<std::size_t>(s)], *stores[s], transport, options);
         for (int k = 0; k < steps; ++k) reports[s] = exec.run_step();
       } catch (...) {  // nothing may leave a thread body: hand it to the caller
         std::string what = "unknown exception";

@@ -23,6 +23,12 @@ std::vector<StageReport> run_stages_as_threads(
     const Schedule& schedule, const PipelineModel& model, const std::vector<ParameterStore*>& stores,
     const ExecutorOptions& options = {}, int steps = 1,
     std::chrono::milliseconds recv_timeout = std::chrono::milliseconds(60000));
+// The same with models[s] for stage s: copies of one model, for layers that keep state one
+// stage's thread may use at a time (the GPT's FP8 products).
+std::vector<StageReport> run_stages_as_threads(
+    const Schedule& schedule, const std::vector<const PipelineModel*>& models,
+    const std::vector<ParameterStore*>& stores, const ExecutorOptions& options = {}, int steps = 1,
+    std::chrono::milliseconds recv_timeout = std::chrono::milliseconds(60000));
 
 // Runs `steps` steps of stage comm.rank() (the world size must equal the stage count).
 StageReport run_stage_as_rank(const Schedule& schedule, const PipelineModel& model, ParameterStore& store,

@@ -259,7 +259,15 @@ TEST_CASE("a GPT stage's replayed device peak counts its layers' work buffer", "
     stores.push_back(std::make_unique<LocalParameterStore>(g.model, stage_layers(s, g.model, st), 5));
     ptrs.push_back(stores.back().get());
   }
-  const auto reports = run_stages_as_threads(s, g.model, ptrs, {}, 1);
+  // A model with FP8 products serves one stage's thread: each stage gets its own.
+  std::vector<GptPipeline> own;
+  std::vector<const PipelineModel*> models;
+  own.reserve(static_cast<std::size_t>(s.stages));  // no reallocation: models point into it
+  for (int st = 0; st < s.stages; ++st) {
+    own.push_back(gpt_pipeline_model(c, B, s.micro_batches, text.batcher));
+    models.push_back(&own.back().model);
+  }
+  const auto reports = run_stages_as_threads(s, models, ptrs, {}, 1);
   for (int st = 0; st < s.stages; ++st) {
     INFO("stage " << st);
     CHECK(stage_memory(s, st, g.model, pipeline::Remat::never, device::Arena::kAlignment).peak_bytes ==
