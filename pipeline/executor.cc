@@ -1,6 +1,7 @@
 // The stage executor (see executor.h). Buffers of a micro-batch's chunk live on the
 // stage's device from its F (or its receive) to its W; every layer call is a host "kernel"
-// on the stage's stream, and each action ends with a stream synchronize, which is where a
+// on the stage's stream (or, on CUDA, a call of the layers bound to that stream, which
+// enqueue their own work), and each action ends with a stream synchronize, which is where a
 // failing layer's error surfaces and after which the action's retired buffers are freed.
 // Where the CPU cannot reach the device's memory (device::cpu_reaches), host data goes
 // through one pinned staging buffer with copies in stream order: received and sent tensors,
@@ -55,6 +56,15 @@ std::vector<std::vector<int>> checked_chunks(const Schedule& s, int stage, const
   return out;
 }
 
+// The layers as the stage calls them: bound to its stream where they enqueue their own work.
+std::vector<std::shared_ptr<const Layer>> stage_layers(const PipelineModel& model, detail::StageDevice& sd) {
+  if (!sd.enqueues()) return model.layers;
+  auto bound = model.bind(sd.scratch_device(), sd.stream());
+  STRATA_CHECK(bound.size() == model.layers.size(), Errc::internal, "executor: the model bound ", bound.size(),
+               " of its ", model.layers.size(), " layers");
+  return bound;
+}
+
 // The largest host transfer of a stage: a chunk's input, or the loss's logits and gradient.
 std::size_t staging_floats(const PipelineModel& model, const std::vector<std::vector<int>>& chunks) {
   std::size_t floats = 0;
@@ -86,12 +96,13 @@ struct StageExecutor::Impl {
   Transport& transport;
   const ExecutorOptions options;
   const int m, v, vstages;
-  const std::vector<std::vector<int>> chunk_layers;  // [chunk] -> global layer ids
-  detail::StageDevice sd;                            // declared before every buffer, so that buffers go first
-  std::unique_ptr<TiedStore> tied;                   // in front of the stage's store when the model ties a weight
-  std::vector<Micro> micro;                          // [mb * v + chunk]
-  std::map<int, Accumulator> acc;                    // by global layer id
-  std::vector<DeviceBuffer> retired;                 // freed after the current action's synchronize
+  const std::vector<std::vector<int>> chunk_layers;        // [chunk] -> global layer ids
+  detail::StageDevice sd;                                  // declared before every buffer, so that buffers go first
+  const std::vector<std::shared_ptr<const Layer>> layers;  // the model's, or bound to sd's stream
+  std::unique_ptr<TiedStore> tied;                         // in front of the stage's store when the model ties a weight
+  std::vector<Micro> micro;                                // [mb * v + chunk]
+  std::map<int, Accumulator> acc;                          // by global layer id
+  std::vector<DeviceBuffer> retired;                       // freed after the current action's synchronize
   struct Pending {
     int layer, micro;
     DeviceBuffer dw;
@@ -115,7 +126,8 @@ struct StageExecutor::Impl {
         v(sched.chunks),
         vstages(sched.virtual_stages()),
         chunk_layers(checked_chunks(sched, st, mdl)),
-        sd(o, mdl.work_floats(chunk_layers), staging_floats(mdl, chunk_layers)),
+        sd(o, mdl.work_floats(chunk_layers), staging_floats(mdl, chunk_layers), static_cast<bool>(mdl.bind)),
+        layers(stage_layers(mdl, sd)),
         step(o.first_step) {
     if (model.tie) {
       std::vector<int> held;
@@ -154,7 +166,7 @@ struct StageExecutor::Impl {
   ~Impl() { sd.drain(); }  // queued layer work may still use buffers that are about to go (after a failure)
 
   Micro& at(int mb, int chunk) { return micro[static_cast<std::size_t>(mb) * v + chunk]; }
-  const Layer& layer(int id) const { return *model.layers[id]; }
+  const Layer& layer(int id) const { return *layers[static_cast<std::size_t>(id)]; }
   std::size_t floats_in(int id) const { return model.rows * layer(id).in_features(); }
   std::size_t floats_out(int id) const { return model.rows * layer(id).out_features(); }
   DeviceBuffer alloc(std::size_t floats, const char* what) { return sd.alloc(floats, what); }
@@ -190,7 +202,7 @@ struct StageExecutor::Impl {
       const Layer* lay = &layer(id);
       const std::size_t rows = model.rows;
       float* w = sd.work();
-      sd.launch([=] { lay->forward(p, x, y, saved, w, rows); });
+      sd.launch_layer([=] { lay->forward(p, x, y, saved, w, rows); });
     }
     st.materialized = true;
     (void)mb;
@@ -270,7 +282,7 @@ struct StageExecutor::Impl {
     const Layer* lay = &layer(id);
     const std::size_t rows = model.rows;
     float* w = sd.work();
-    sd.launch([=] { lay->backward_weight(p, x, saved, dy, out, w, rows); });
+    sd.launch_layer([=] { lay->backward_weight(p, x, saved, dy, out, w, rows); });
     accumulate_ordered(id, mb, std::move(dw));
   }
 
@@ -314,12 +326,12 @@ struct StageExecutor::Impl {
       const std::size_t rows = model.rows;
       float* w = sd.work();
       if (lay->splits_backward()) {
-        sd.launch([=] { lay->backward_input(p, x, saved, dy, dxp, w, rows); });
+        sd.launch_layer([=] { lay->backward_input(p, x, saved, dy, dxp, w, rows); });
         if (with_weight) weight_grad(a.micro, a.chunk, l);
       } else {  // cannot split: the whole backward now, whatever the schedule says
         DeviceBuffer dw = alloc(lay->param_count(), "pipeline weight gradient");
         float* dwp = dw.as<float>();
-        sd.launch([=] { lay->backward(p, x, saved, dy, dxp, dwp, w, rows); });
+        sd.launch_layer([=] { lay->backward(p, x, saved, dy, dxp, dwp, w, rows); });
         accumulate_ordered(id, a.micro, std::move(dw));
       }
       if (l > 0)
@@ -457,8 +469,8 @@ void StageExecutor::forward_pass(int micro_batches, const std::function<void(int
                                  const std::function<void(int micro, const float* y)>& output,
                                  const PipelineModel* model) {
   Impl& m = *impl_;
-  detail::forward_pass({m.s, m.stage, m.chunk_layers, m.model, *m.store, m.tied.get(), m.transport, m.sd},
-                       model != nullptr ? *model : m.model, micro_batches, input, output);
+  detail::forward_pass({m.s, m.stage, m.chunk_layers, m.model, m.layers, *m.store, m.tied.get(), m.transport, m.sd},
+                       model, micro_batches, input, output);
 }
 
 }  // namespace strata::pipeline

@@ -1,5 +1,6 @@
 // The pipeline executor: runs one stage's list of a schedule with real layer compute on
-// that stage's device (host backend: an emulated GPU whose stream runs the layer code),
+// that stage's device (host backend: an emulated GPU whose stream runs the layer code;
+// CUDA: layers the model binds to the stage's stream, PipelineModel::bind),
 // exchanging activations and gradients through a Transport, and records when each action
 // started and ended so the measured bubble can be set against the simulated one.
 //

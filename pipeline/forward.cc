@@ -32,12 +32,23 @@ void check_fits(const ForwardStage& st, const PipelineModel& pass) {
 
 }  // namespace
 
-void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_batches,
+void forward_pass(const ForwardStage& st, const PipelineModel* other, int micro_batches,
                   const std::function<void(int micro, float* x)>& input,
                   const std::function<void(int micro, const float* y)>& output) {
   const Schedule& s = st.schedule;
   const int vstages = s.virtual_stages();
+  const PipelineModel& pass = other != nullptr ? *other : st.trained;
   check_fits(st, pass);
+  StageDevice& sd = st.sd;
+  // Another model's layers are bound here, as the executor bound the trained ones.
+  std::vector<std::shared_ptr<const Layer>> bound;
+  if (other != nullptr && sd.enqueues()) {
+    STRATA_CHECK(static_cast<bool>(pass.bind), Errc::invalid_argument,
+                 "forward pass: the model's layers are host code and the stage's device is ", sd.dev().name(),
+                 ": give it a model that binds its layers (PipelineModel::bind)");
+    bound = pass.bind(sd.scratch_device(), sd.stream());
+  }
+  const auto& layers = other == nullptr ? st.layers : sd.enqueues() ? bound : pass.layers;
   STRATA_CHECK(micro_batches >= 0, Errc::invalid_argument, "forward pass: ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);
@@ -47,7 +58,6 @@ void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_b
     return kForwardTagBase + static_cast<std::uint32_t>(producer_vs * micro_batches + mb);
   };
   if (st.tied != nullptr) st.tied->begin_forward();
-  StageDevice& sd = st.sd;
   const PipelineModel& t = st.trained;
   const std::size_t rows = pass.rows;
   float* const work = sd.work();
@@ -70,7 +80,7 @@ void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_b
         sd.receive(st.transport, s.stage_of(vs - 1), tag(vs - 1, mb), x.get(), rows * in * sizeof(float));
       }
       for (int id : ids) {
-        const Layer* layer = pass.layers[static_cast<std::size_t>(id)].get();
+        const Layer* layer = layers[static_cast<std::size_t>(id)].get();
         const Layer& sized = *t.layers[static_cast<std::size_t>(id)];
         device::DeviceBuffer y = sd.alloc(t.rows * sized.out_features(), "pipeline activation");
         device::DeviceBuffer saved = sd.alloc(sized.saved_floats(t.rows), "pipeline saved activation");
@@ -79,7 +89,7 @@ void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_b
         const float* p = st.store.parameters(id);
         const float* xp = x.as<float>();
         float *yp = y.as<float>(), *sp = saved.as<float>();
-        sd.launch([=] { layer->forward(p, xp, yp, sp, work, rows); });
+        sd.launch_layer([=] { layer->forward(p, xp, yp, sp, work, rows); });
         sd.stream().synchronize();  // rethrows a layer's error; the store may release the layer now
         st.store.after_action(f, {id});
         x = std::move(y);

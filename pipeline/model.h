@@ -32,6 +32,11 @@
 #include "pipeline/action.h"
 #include "pipeline/layer.h"
 
+namespace strata::device {
+class Device;
+class Stream;
+}  // namespace strata::device
+
 namespace strata::pipeline {
 
 // A weight two layers share (the GPT's token embedding, read again by its LM head): the
@@ -59,6 +64,12 @@ struct PipelineModel {
   // step `step` from the last layer's output y (rows * out floats).
   std::function<void(std::int64_t step, int micro, const float* y, float* dy, float loss_scale)> loss_grad;
   std::optional<Tie> tie;
+  // For devices where host code cannot run as stream work (CUDA): the same layers bound to
+  // one stage's `stream`, sharing one compute state made there (the GPT's kernels, their
+  // scratch on `scratch`), whose calls enqueue their own work in stream order; the stage
+  // makes them from its own thread. Null: the layers are host code only, which a stage runs
+  // as work on its stream, on host devices.
+  std::function<std::vector<std::shared_ptr<const Layer>>(device::Device& scratch, device::Stream& stream)> bind;
 
   // Throws Errc::invalid_argument when the layers do not split evenly into
   // `virtual_stages` groups, features do not chain, a callback is missing, or the tie does

@@ -2,14 +2,19 @@
 #include "pipeline/detail/stage_device.h"
 
 #include "runtime/core/error.h"
+#include "runtime/device/pool_device.h"
 
 namespace strata::pipeline::detail {
 
-StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std::size_t staging_floats) {
-  // Transfers and layers are host code on the stream: host devices only.
+StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std::size_t staging_floats,
+                         bool model_binds) {
+  // Host code runs as stream work on a host device only; on CUDA the layers enqueue their own.
   const auto backend = o.shared_device != nullptr ? o.shared_device->backend() : o.device.backend;
-  STRATA_CHECK(backend == device::Backend::host, Errc::unsupported,
-               "the pipeline executor runs its layers on the host device backend; CUDA stages are not built yet");
+  enqueues_ = backend == device::Backend::cuda;
+  STRATA_CHECK(!enqueues_ || model_binds, Errc::unsupported,
+               "pipeline stage on cuda: this model's layers are host code, which runs on the host device only; a CUDA "
+               "stage runs a model that binds its layers to the stage's stream (PipelineModel::bind: the GPT's). Run "
+               "this one on the host device");
   STRATA_CHECK(o.compute_threads >= 0, Errc::invalid_argument, "executor: compute_threads ", o.compute_threads,
                " must be >= 0");
   if (o.shared_device == nullptr) owned_ = device::Device::create(o.device);
@@ -24,6 +29,11 @@ StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std:
 }
 
 StageDevice::~StageDevice() { drain(); }
+
+device::Device& StageDevice::scratch_device() {
+  if (auto* pool = dynamic_cast<device::PoolDevice*>(dev_)) return pool->parent();
+  return *dev_;
+}
 
 void StageDevice::drain() noexcept {
   try {

@@ -26,8 +26,11 @@ std::size_t int_slots(int max_tokens) {
 
 class CudaKernels final : public GptKernels {
  public:
-  CudaKernels(device::Device& dev, int max_tokens, std::size_t max_att)
-      : stream_(dev.create_stream()), max_tokens_(max_tokens), max_att_(max_att) {
+  CudaKernels(device::Device& dev, int max_tokens, std::size_t max_att, device::Stream* stream)
+      : owned_(stream == nullptr ? dev.create_stream() : nullptr),
+        stream_(stream != nullptr ? stream : owned_.get()),
+        max_tokens_(max_tokens),
+        max_att_(max_att) {
     scratch_ = device::DeviceBuffer(dev, cuda_scratch_bytes(max_tokens, max_att), "gpt cuda scratch");
     auto* ints = scratch_.as<std::int32_t>();
     const auto M = static_cast<std::size_t>(max_tokens);
@@ -220,7 +223,8 @@ class CudaKernels final : public GptKernels {
     stream_->copy_async(dst, keep.data(), keep.size() * 4, device::CopyKind::host_to_device);
   }
 
-  std::unique_ptr<device::Stream> stream_;
+  std::unique_ptr<device::Stream> owned_;  // the kernels' own stream, unless given one
+  device::Stream* stream_;
   int max_tokens_;
   std::size_t max_att_;
   device::DeviceBuffer scratch_;
@@ -237,8 +241,9 @@ std::uint64_t cuda_scratch_bytes(int max_tokens, std::size_t max_att) noexcept {
   return (int_slots(max_tokens) + max_att) * 4;
 }
 
-std::unique_ptr<GptKernels> make_cuda_kernels(device::Device& dev, int max_tokens, std::size_t max_att) {
-  return std::make_unique<CudaKernels>(dev, max_tokens, max_att);
+std::unique_ptr<GptKernels> make_cuda_kernels(device::Device& dev, int max_tokens, std::size_t max_att,
+                                              device::Stream* stream) {
+  return std::make_unique<CudaKernels>(dev, max_tokens, max_att, stream);
 }
 
 }  // namespace strata::model

@@ -89,8 +89,9 @@ GptKernels& host_kernels() {
   return k;
 }
 
-std::unique_ptr<GptKernels> make_kernels(device::Device& dev, int max_tokens, std::size_t max_att) {
-  if (dev.backend() == device::Backend::cuda) return make_cuda_kernels(dev, max_tokens, max_att);
+std::unique_ptr<GptKernels> make_kernels(device::Device& dev, int max_tokens, std::size_t max_att,
+                                         device::Stream* stream) {
+  if (dev.backend() == device::Backend::cuda) return make_cuda_kernels(dev, max_tokens, max_att, stream);
   return std::make_unique<HostKernels>();
 }
 

@@ -21,7 +21,8 @@
 
 namespace strata::device {
 class Device;
-}
+class Stream;
+}  // namespace strata::device
 
 namespace strata::model {
 
@@ -92,10 +93,12 @@ class GptKernels {
 // The host device's kernels (one instance serves every caller: they keep no state).
 GptKernels& host_kernels();
 
-// Kernels for `dev`: the host ones, or CUDA kernels on a stream of their own with scratch
-// for micro-batches of up to max_tokens tokens, max_att floats of attention scores and
-// vocab-sized rows (allocated on `dev`, inside its budget: cuda_scratch_bytes).
-std::unique_ptr<GptKernels> make_kernels(device::Device& dev, int max_tokens, std::size_t max_att);
+// Kernels for `dev`: the host ones, or CUDA kernels with scratch for micro-batches of up to
+// max_tokens tokens, max_att floats of attention scores and vocab-sized rows (allocated on
+// `dev`, inside its budget: cuda_scratch_bytes), on `stream` (one of dev's, which must
+// outlive them) or, null, on a stream of their own.
+std::unique_ptr<GptKernels> make_kernels(device::Device& dev, int max_tokens, std::size_t max_att,
+                                         device::Stream* stream = nullptr);
 std::uint64_t cuda_scratch_bytes(int max_tokens, std::size_t max_att) noexcept;
 
 }  // namespace strata::model

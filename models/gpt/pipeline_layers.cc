@@ -13,6 +13,7 @@
 #include "models/gpt/ops.h"
 #include "models/gpt/unit_scale.h"
 #include "runtime/core/error.h"
+#include "runtime/device/device.h"
 
 namespace strata::model {
 namespace {
@@ -49,13 +50,15 @@ std::vector<std::int32_t> token_ids(GptKernels& k, const float* x, std::size_t r
 }
 
 // What the three layers share: the shape, the micro-batch's sequence length, for the
-// unit-scaled GPT its scales (from the training sequence length), and the FP8 products.
+// unit-scaled GPT its scales (from the training sequence length), the FP8 products and the
+// kernels.
 struct LayerSetup {
   GptShape shape;
   int seq_len = 1;
   std::shared_ptr<const UnitScales> unit;  // null: the plain GPT
   int train_seq_len = 1;
-  std::shared_ptr<Fp8Products> fp8;  // null: the products in the caller's precision
+  std::shared_ptr<Fp8Products> fp8;     // null: the products in the caller's precision
+  std::shared_ptr<GptKernels> kernels;  // null: the host kernels
 };
 
 class GptLayer : public pipeline::Layer {
@@ -66,6 +69,8 @@ class GptLayer : public pipeline::Layer {
         id_(id),
         unit_(l.unit),
         fp8_(l.fp8),
+        kernels_(l.kernels),
+        k_(l.kernels != nullptr ? *l.kernels : host_kernels()),
         params_(gpt_pipeline_params(l.shape, id, l.unit != nullptr, l.train_seq_len)) {
     for (const auto& p : params_) count_ += numel(p);
   }
@@ -97,8 +102,9 @@ class GptLayer : public pipeline::Layer {
   const GptShape s_;
   const int T_, id_;
   const std::shared_ptr<const UnitScales> unit_;
-  const std::shared_ptr<Fp8Products> fp8_;  // one replica's stage thread calls it, one action at a time
-  GptKernels& k_ = host_kernels();          // where every operation runs (kernels.h)
+  const std::shared_ptr<Fp8Products> fp8_;     // one replica's stage thread calls it, one action at a time
+  const std::shared_ptr<GptKernels> kernels_;  // a stage's own (PipelineModel::bind), or null
+  GptKernels& k_;                              // where every operation runs (kernels.h)
   const std::vector<GptParam> params_;
   std::size_t count_ = 0;
 };
@@ -257,6 +263,14 @@ class Head final : public GptLayer {
   ops::Products products_;
 };
 
+std::vector<std::shared_ptr<const pipeline::Layer>> gpt_layers(const LayerSetup& l, ops::Products products) {
+  std::vector<std::shared_ptr<const pipeline::Layer>> out;
+  out.push_back(std::make_shared<Embedding>(l));
+  for (int b = 1; b <= l.shape.layers; ++b) out.push_back(std::make_shared<Block>(l, b, products));
+  out.push_back(std::make_shared<Head>(l, products));
+  return out;
+}
+
 }  // namespace
 
 std::vector<GptParam> gpt_pipeline_params(const GptShape& shape, int layer, bool unit_scaled, int seq_len) {
@@ -281,7 +295,8 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
                " micro-batches must be at least 1, with a batcher");
   const GptShape& s = c.shape;
   const int T = seq_len > 0 ? seq_len : c.seq_len, B = micro_batch;
-  LayerSetup l{s, T, c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr, c.seq_len, nullptr};
+  LayerSetup l{s,         T,       c.unit_scaled ? std::make_shared<const UnitScales>(s, c.seq_len) : nullptr,
+               c.seq_len, nullptr, nullptr};
   GptPipeline g;
   if (c.fp8.enabled) {
     l.fp8 = std::make_shared<Fp8Products>(c.fp8, s, Fp8Products::Scratch{});  // scratch: each call's work
@@ -290,9 +305,19 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
   g.losses = std::make_shared<std::vector<double>>(static_cast<std::size_t>(micro_batches), 0.0);
   auto& m = g.model;
   m.rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-  m.layers.push_back(std::make_shared<Embedding>(l));
-  for (int b = 1; b <= s.layers; ++b) m.layers.push_back(std::make_shared<Block>(l, b, products));
-  m.layers.push_back(std::make_shared<Head>(l, products));
+  m.layers = gpt_layers(l, products);
+  // A CUDA stage's layers: the same, on kernels bound to its stream, their scratch sized
+  // for this model's micro-batches.
+  const std::size_t att = static_cast<std::size_t>(B) * static_cast<std::size_t>(s.heads) *
+                          static_cast<std::size_t>(T) * static_cast<std::size_t>(T);
+  m.bind = [l, products, tokens = B * T, att](device::Device& dev, device::Stream& stream) {
+    STRATA_CHECK(l.fp8 == nullptr, Errc::unsupported, "GPT pipeline stage on ", dev.name(),
+                 ": the FP8 products of pipelined layers run on host-device stages only; drop the fp8 block, or "
+                 "pipeline on the host device");
+    LayerSetup bound = l;
+    bound.kernels = make_kernels(dev, tokens, att, &stream);
+    return gpt_layers(bound, products);
+  };
   m.tie = pipeline::Tie{0, 0, s.layers + 1, static_cast<std::size_t>(s.vocab) * static_cast<std::size_t>(s.d_model)};
   const std::int64_t global = static_cast<std::int64_t>(B) * micro_batches * world;
   const std::size_t n = m.rows;

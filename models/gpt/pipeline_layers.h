@@ -6,20 +6,23 @@
 // ln_f.weight, ln_f.bias, then the tied wte). Activations are fp32 [B*T, C] for a
 // micro-batch of B sequences of T tokens; the embedding's input is one float per token, its
 // id (exact below 2^24), and the head's output the logits [B*T, vocab]. Compute is the
-// GPT's own code (block.h) through the kernels object its trainer uses (kernels.h; the
-// host kernels: oneDNN products, TBB loops) in fp32, its weight products in the precision
-// the caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries unit_scale.h's scales in
-// every layer and the loss. With the config's fp8 block the weight products take FP8
-// operands (fp8_products.h): one Fp8Products for the model's layers, whose delayed-scaling
-// state the caller steps (GptPipeline::fp8); a model with it serves one stage's thread. A
-// layer's scratch (the FP8 operands, the head's gradient at ln_f's output, the unit-scaled
-// embedding's scaled gradient) is the caller's work buffer (Layer::work_floats), so a stage
-// counts it in its device budget. The layers name their tensors (Layer::tensors) with the
+// GPT's own code (block.h) through the kernels object its trainer uses (kernels.h) in fp32:
+// the host kernels (oneDNN products, TBB loops), or, bound to a CUDA stage's stream
+// (PipelineModel::bind), CUDA kernels of that stage's own; its weight products in the
+// precision the caller names; a unit-scaled GPT (GptConfig::unit_scaled) carries
+// unit_scale.h's scales in every layer and the loss. With the config's fp8 block the weight
+// products take FP8 operands (fp8_products.h): one Fp8Products for the model's layers,
+// whose delayed-scaling state the caller steps (GptPipeline::fp8); a model with it serves
+// one stage's thread. A layer's scratch (the FP8 operands, the head's gradient at ln_f's
+// output, the unit-scaled embedding's scaled gradient) is the caller's work buffer
+// (Layer::work_floats), so a stage counts it in its device budget (a CUDA stage's kernels
+// keep theirs, cuda_scratch_bytes, on the stage's scratch device, which the stage's memory
+// replay does not count yet). The layers name their tensors (Layer::tensors) with the
 // learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
 // _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
-// does not split (it reads the tie). Initial values are the engine's for the GPT's named tensors
-// (engine::init_values), so a pipelined GPT starts from the weights `strata train` gives it
-// with the same seed.
+// does not split (it reads the tie). Initial values are the engine's for the GPT's named
+// tensors (engine::init_values), so a pipelined GPT starts from the weights `strata train`
+// gives it with the same seed.
 #pragma once
 
 #include <cstdint>

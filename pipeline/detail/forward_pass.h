@@ -11,20 +11,23 @@
 
 namespace strata::pipeline::detail {
 
-// One executor's stage: `trained` is the model its step buffers are sized for, `store` the
-// store its layers read (the tied store when there is one, `tied`).
+// One executor's stage: `trained` is the model its step buffers are sized for, `layers` its
+// layers as the stage calls them (StageDevice::enqueues: bound to the stage's stream),
+// `store` the store its layers read (the tied store when there is one, `tied`).
 struct ForwardStage {
   const Schedule& schedule;
   int stage;
   const std::vector<std::vector<int>>& chunks;  // [chunk] -> global layer ids
   const PipelineModel& trained;
+  const std::vector<std::shared_ptr<const Layer>>& layers;
   ParameterStore& store;
   TiedStore* tied;
   Transport& transport;
   StageDevice& sd;
 };
 
-void forward_pass(const ForwardStage& st, const PipelineModel& pass, int micro_batches,
+// `pass`: null runs the trained model's layers.
+void forward_pass(const ForwardStage& st, const PipelineModel* pass, int micro_batches,
                   const std::function<void(int micro, float* x)>& input,
                   const std::function<void(int micro, const float* y)>& output);
 

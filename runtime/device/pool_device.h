@@ -36,6 +36,7 @@ class PoolDevice final : public Device {
   ~PoolDevice() override;
 
   Backend backend() const noexcept override { return parent_.backend(); }
+  Device& parent() const noexcept { return parent_; }
   std::string name() const override;
   void* allocate(std::size_t bytes, std::string_view what = {}) override;
   void free(void* ptr) override;

@@ -2,7 +2,8 @@
 // the fused backward's bits; the layers compute the loss and gradients of the GPT's own pass
 // (GptPass, the code `strata train` runs), the tied embedding included; and every schedule's
 // pipelined run, stages as threads, ends with the parameters of the sequential loop bit for bit;
-// a stage's replayed device peak counts the layers' work buffer.
+// layers bound to a stream (PipelineModel::bind) give the same bits; a stage's replayed
+// device peak counts the layers' work buffer.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -233,6 +234,46 @@ TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bi
       CHECK(same_bits(st->grads_of(id), reference.grads_of(id)));
     }
   }
+}
+
+// PipelineModel::bind, which a CUDA stage calls with its device and stream: on the host
+// device the bound layers get kernels of their own (make_kernels) and must give the
+// unbound layers' bits; FP8 products are refused by name (pipelined, they run on host-device
+// stages only). The CUDA side is tests/offload/pipeline_cuda_test.cc.
+TEST_CASE("the GPT's layers bound to a stream compute the unbound layers' bits", "[gpt][pipeline]") {
+  GptConfig c = small_gpt();
+  c.unit_scaled = GENERATE(false, true);
+  INFO((c.unit_scaled ? "unit-scaled" : "plain") << " GPT");
+  Text text(c.seq_len);
+  auto g = gpt_pipeline_model(c, 2, 3, text.batcher);
+  REQUIRE(g.model.bind);
+  auto dev = device::Device::create({});
+  auto stream = dev->create_stream();
+  pipeline::PipelineModel bound = g.model;
+  bound.layers = g.model.bind(*dev, *stream);
+  REQUIRE(bound.layers.size() == g.model.layers.size());
+  for (std::size_t i = 0; i < bound.layers.size(); ++i) {
+    CHECK(bound.layers[i] != g.model.layers[i]);  // new objects, on the new kernels
+    CHECK(bound.layers[i]->name() == g.model.layers[i]->name());
+    CHECK(bound.layers[i]->param_count() == g.model.layers[i]->param_count());
+  }
+  pipeline::LocalParameterStore want(g.model, all_layers(g.model), 5, 0.05f), got(bound, all_layers(bound), 5, 0.05f);
+  for (int step = 0; step < 2; ++step) {
+    pipeline::run_sequential(g.model, 3, want, step);
+    want.optimizer_step();
+    const std::vector<double> losses = *g.losses;
+    pipeline::run_sequential(bound, 3, got, step);
+    got.optimizer_step();
+    CHECK(*g.losses == losses);
+  }
+  for (int id : want.layers()) {
+    INFO("layer " << id);
+    CHECK(same_bits(got.params_of(id), want.params_of(id)));
+  }
+
+  c.fp8.enabled = true;
+  const auto f = gpt_pipeline_model(c, 2, 3, text.batcher);
+  CHECK_THROWS_WITH(f.model.bind(*dev, *stream), Catch::Contains("FP8 products of pipelined layers"));
 }
 
 // The layers' scratch (the FP8 operands, the head's ln_f gradient, the unit-scaled

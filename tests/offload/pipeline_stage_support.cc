@@ -245,6 +245,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       dopt.budget_bytes = o.device_budget;
       dopt.pinned_budget_bytes = 64 << 20;
       dopt.guard_memory = o.guard_memory;
+      if (o.cuda) dopt.backend = device::Backend::cuda;
       auto dev = device::Device::create(dopt);
       const std::string stage_dir = dir + "/stage" + std::to_string(stage);
       std::filesystem::create_directories(stage_dir);

@@ -57,6 +57,7 @@ struct PipelinedOptions {
   std::vector<std::vector<engine::StepResult>>* steps = nullptr;
   std::uint64_t device_budget = 64 << 20;
   bool guard_memory = false;
+  bool cuda = false;        // every stage on GPU 0 (the model must bind its layers: PipelineModel::bind)
   int compute_threads = 0;  // ExecutorOptions::compute_threads
   // After the steps, a forward-only pass (StageExecutor::forward_pass) of kMicro micro-batches
   // through forward_model_of(replica) (empty: the trained model), each input the first rows

@@ -1,0 +1,81 @@
+// Pipeline stages on a GPU: the GPT's layers bound to each stage's CUDA stream
+// (PipelineModel::bind), every stage a CUDA device of its own budget on GPU 0. Every schedule
+// must give one stage's bits (the same cuBLAS products and kernels in the same order, whatever
+// the schedule), and the logits of a forward-only pass after the steps must be those bits too,
+// and near the host device's. A model whose layers are host code is refused on a CUDA stage.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include "models/gpt/data.h"
+#include "models/gpt/pipeline_layers.h"
+#include "pipeline/generators.h"
+#include "tests/offload/pipeline_stage_support.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+using namespace strata::test::pipe;
+using engine::OffloadDevice;
+using pipeline::Schedule;
+
+namespace {
+
+// sqrt(sum (a - b)^2 / sum b^2) over every micro-batch's logits.
+double relative_error(const std::map<int, std::vector<float>>& a, const std::map<int, std::vector<float>>& b) {
+  double num = 0, den = 0;
+  for (const auto& [mb, want] : b) {
+    const auto& got = a.at(mb);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      den += static_cast<double>(want[i]) * want[i];
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST_CASE("a pipelined GPT on CUDA stages gives one stage's bits for every schedule", "[offload][cuda]") {
+  test::TempDir dir("strata-pipe");
+  model::GptConfig c;
+  c.shape = model::GptShape{2, 2, 16, 16, 256};  // 4 pipeline layers: embeddings, 2 blocks, head
+  c.seq_len = 8;
+  c.unit_scaled = GENERATE(false, true);
+  const std::string text = dir.path() + "/text.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "line " << i * 7919 % 1000 << ": the quick brown fox, " << i % 13 << "\n";
+  }
+  const auto data = model::TokenData::load(text, 256, "bytes", true);
+  const auto batcher = std::make_shared<model::Batcher>(data, text, c.seq_len, 0.1, 3);
+  const ModelOf gpt = [&](int) { return model::gpt_pipeline_model(c, 2, kMicro, batcher).model; };
+  const Placement p = GENERATE(Placement{1}, Placement{3, OffloadDevice::cpu, OffloadDevice::none});
+  INFO("ZeRO " << p.zero << ", optimizer on " << name(p.opt) << (c.unit_scaled ? ", unit-scaled" : ""));
+
+  std::map<int, std::vector<float>> host_logits, one_logits;
+  run_pipelined(pipeline::gpipe(1, kMicro), p, 1, dir.path(), {.model_of = gpt, .forward_outputs = &host_logits});
+  const Params one = run_pipelined(pipeline::gpipe(1, kMicro), p, 1, dir.path(),
+                                   {.model_of = gpt, .cuda = true, .forward_outputs = &one_logits});
+  REQUIRE(one_logits.size() == static_cast<std::size_t>(kMicro));
+  const double err = relative_error(one_logits, host_logits);
+  INFO("logits on the GPU against the host device's: relative error " << err);
+  CHECK(err < 1e-3);  // fp32 products on both (no TF32); Adam may step a near-zero gradient either way
+
+  for (const Schedule& s :
+       {pipeline::one_f_one_b(2, kMicro), pipeline::zb_h1(4, kMicro), pipeline::interleaved_1f1b(2, kMicro, 2)}) {
+    INFO(s.kind << ", P=" << s.stages);
+    std::map<int, std::vector<float>> logits;
+    CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.model_of = gpt, .cuda = true, .forward_outputs = &logits}),
+                  one) == "");
+    CHECK(logits == one_logits);
+  }
+}
+
+TEST_CASE("a model of host-code layers is refused on a CUDA stage", "[offload][cuda]") {
+  test::TempDir dir("strata-pipe");
+  CHECK_THROWS_WITH(run_pipelined(pipeline::one_f_one_b(2, kMicro), Placement{1}, 1, dir.path(), {.cuda = true}),
+                    Catch::Contains("binds its layers to the stage's stream"));
+}
