@@ -6,11 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <fstream>
-#include <memory>
 
-#include "models/gpt/data.h"
-#include "models/gpt/pipeline_layers.h"
 #include "pipeline/generators.h"
 #include "tests/offload/pipeline_stage_support.h"
 #include "tests/support/temp_dir.h"
@@ -40,20 +36,10 @@ double relative_error(const std::map<int, std::vector<float>>& a, const std::map
 
 TEST_CASE("a pipelined GPT on CUDA stages gives one stage's bits for every schedule", "[offload][cuda]") {
   test::TempDir dir("strata-pipe");
-  model::GptConfig c;
-  c.shape = model::GptShape{2, 2, 16, 16, 256};  // 4 pipeline layers: embeddings, 2 blocks, head
-  c.seq_len = 8;
-  c.unit_scaled = GENERATE(false, true);
-  const std::string text = dir.path() + "/text.txt";
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "line " << i * 7919 % 1000 << ": the quick brown fox, " << i % 13 << "\n";
-  }
-  const auto data = model::TokenData::load(text, 256, "bytes", true);
-  const auto batcher = std::make_shared<model::Batcher>(data, text, c.seq_len, 0.1, 3);
-  const ModelOf gpt = [&](int) { return model::gpt_pipeline_model(c, 2, kMicro, batcher).model; };
+  const SmallGpt small = small_gpt(dir.path(), GENERATE(false, true));
+  const ModelOf gpt = small.model_of(2);
   const Placement p = GENERATE(Placement{1}, Placement{3, OffloadDevice::cpu, OffloadDevice::none});
-  INFO("ZeRO " << p.zero << ", optimizer on " << name(p.opt) << (c.unit_scaled ? ", unit-scaled" : ""));
+  INFO("ZeRO " << p.zero << ", optimizer on " << name(p.opt) << (small.config.unit_scaled ? ", unit-scaled" : ""));
 
   std::map<int, std::vector<float>> host_logits, one_logits;
   run_pipelined(pipeline::gpipe(1, kMicro), p, 1, dir.path(), {.model_of = gpt, .forward_outputs = &host_logits});

@@ -8,10 +8,8 @@
 // guarded runs must give the unguarded runs' bits, which are the plain data-parallel run's.
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <memory>
 
-#include "models/gpt/data.h"
 #include "models/gpt/pipeline_layers.h"
 #include "pipeline/generators.h"
 #include "tests/offload/pipeline_stage_support.h"
@@ -63,18 +61,10 @@ TEST_CASE("pipelined stages with state on NVMe never touch device memory from th
 // host through the executor's staging buffer.
 TEST_CASE("a pipelined GPT and its tied embedding never touch device memory from the CPU (guarded)", "[offload][pku]") {
   test::TempDir dir("strata-pipe");
-  model::GptConfig c;
-  c.shape = model::GptShape{2, 2, 16, 16, 256};  // 4 pipeline layers: embeddings, 2 blocks, head
-  c.seq_len = 8;
-  c.unit_scaled = GENERATE(false, true);
-  const std::string text = dir.path() + "/text.txt";
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "line " << i * 7919 % 1000 << ": the quick brown fox, " << i % 13 << "\n";
-  }
-  const auto data = model::TokenData::load(text, 256, "bytes", true);
-  const auto batcher = std::make_shared<model::Batcher>(data, text, c.seq_len, 0.1, 3);
-  const ModelOf gpt = [&](int) { return model::gpt_pipeline_model(c, 2, kMicro, batcher).model; };
+  const SmallGpt small = small_gpt(dir.path(), GENERATE(false, true));
+  const model::GptConfig& c = small.config;
+  const auto& batcher = small.batcher;
+  const ModelOf gpt = small.model_of(2);
   for (const Schedule& s : {pipeline::one_f_one_b(2, kMicro), pipeline::zb_h1(4, kMicro),
                             pipeline::interleaved_1f1b(2, kMicro, 2), pipeline::gpipe(1, kMicro)}) {
     for (DType compute : {DType::fp32, DType::bf16}) {

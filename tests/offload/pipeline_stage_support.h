@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "models/gpt/config.h"
+#include "models/gpt/data.h"
 #include "pipeline/model.h"
 #include "pipeline/schedule.h"
 
@@ -67,6 +69,17 @@ struct PipelinedOptions {
 };
 Params run_pipelined(const pipeline::Schedule& s, const Placement& p, int replicas, const std::string& dir,
                      const PipelinedOptions& o = {});
+
+// The GPT the GPT stage tests train: 2 blocks of width 16 (4 pipeline layers: embeddings,
+// 2 blocks, head), 8-byte sequences, and a batcher over byte text it writes under `dir`;
+// model_of(2) gives each replica micro-batches of 2 sequences.
+struct SmallGpt {
+  model::GptConfig config;
+  std::shared_ptr<const model::TokenData> data;  // the batcher reads it
+  std::shared_ptr<const model::Batcher> batcher;
+  ModelOf model_of(int micro_batch) const;
+};
+SmallGpt small_gpt(const std::string& dir, bool unit_scaled);
 
 // Every schedule kind for `stages` stages and kMicro micro-batches.
 std::vector<pipeline::Schedule> schedules(int stages);
