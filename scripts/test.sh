@@ -43,7 +43,7 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   # planner's brute-force comparisons are single-threaded and slow under TSan, and the
   # pipeline-on-engine sweeps ([sweep]) repeat one threading pattern that a small case covers.
   tsan "$STRATA_ROOT/build-tsan/bin/strata_engine_tests" "~[.]~[cuda]~[pku]"
-  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[pku]~[sweep]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[cuda]~[pku]~[sweep]"
   tsan "$STRATA_ROOT/build-tsan/bin/strata_pipeline_tests" "~[.]~[process]~[timing]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
