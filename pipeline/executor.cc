@@ -56,15 +56,6 @@ std::vector<std::vector<int>> checked_chunks(const Schedule& s, int stage, const
   return out;
 }
 
-// The layers as the stage calls them: bound to its stream where they enqueue their own work.
-std::vector<std::shared_ptr<const Layer>> stage_layers(const PipelineModel& model, detail::StageDevice& sd) {
-  if (!sd.enqueues()) return model.layers;
-  auto bound = model.bind(sd.scratch_device(), sd.stream());
-  STRATA_CHECK(bound.size() == model.layers.size(), Errc::internal, "executor: the model bound ", bound.size(),
-               " of its ", model.layers.size(), " layers");
-  return bound;
-}
-
 // The largest host transfer of a stage: a chunk's input, or the loss's logits and gradient.
 std::size_t staging_floats(const PipelineModel& model, const std::vector<std::vector<int>>& chunks) {
   std::size_t floats = 0;
@@ -126,8 +117,8 @@ struct StageExecutor::Impl {
         v(sched.chunks),
         vstages(sched.virtual_stages()),
         chunk_layers(checked_chunks(sched, st, mdl)),
-        sd(o, mdl.work_floats(chunk_layers), staging_floats(mdl, chunk_layers), static_cast<bool>(mdl.bind)),
-        layers(stage_layers(mdl, sd)),
+        sd(o, mdl.work_floats(chunk_layers), staging_floats(mdl, chunk_layers)),
+        layers(sd.layers_of(mdl, str_cat("pipeline stage ", stage).c_str())),
         step(o.first_step) {
     if (model.tie) {
       std::vector<int> held;

@@ -41,14 +41,8 @@ void forward_pass(const ForwardStage& st, const PipelineModel* other, int micro_
   check_fits(st, pass);
   StageDevice& sd = st.sd;
   // Another model's layers are bound here, as the executor bound the trained ones.
-  std::vector<std::shared_ptr<const Layer>> bound;
-  if (other != nullptr && sd.enqueues()) {
-    STRATA_CHECK(static_cast<bool>(pass.bind), Errc::invalid_argument,
-                 "forward pass: the model's layers are host code and the stage's device is ", sd.dev().name(),
-                 ": give it a model that binds its layers (PipelineModel::bind)");
-    bound = pass.bind(sd.scratch_device(), sd.stream());
-  }
-  const auto& layers = other == nullptr ? st.layers : sd.enqueues() ? bound : pass.layers;
+  const std::vector<std::shared_ptr<const Layer>> layers =
+      other == nullptr ? st.layers : sd.layers_of(pass, "forward pass");
   STRATA_CHECK(micro_batches >= 0, Errc::invalid_argument, "forward pass: ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);

@@ -6,15 +6,10 @@
 
 namespace strata::pipeline::detail {
 
-StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std::size_t staging_floats,
-                         bool model_binds) {
+StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std::size_t staging_floats) {
   // Host code runs as stream work on a host device only; on CUDA the layers enqueue their own.
   const auto backend = o.shared_device != nullptr ? o.shared_device->backend() : o.device.backend;
   enqueues_ = backend == device::Backend::cuda;
-  STRATA_CHECK(!enqueues_ || model_binds, Errc::unsupported,
-               "pipeline stage on cuda: this model's layers are host code, which runs on the host device only; a CUDA "
-               "stage runs a model that binds its layers to the stage's stream (PipelineModel::bind: the GPT's). Run "
-               "this one on the host device");
   STRATA_CHECK(o.compute_threads >= 0, Errc::invalid_argument, "executor: compute_threads ", o.compute_threads,
                " must be >= 0");
   if (o.shared_device == nullptr) owned_ = device::Device::create(o.device);
@@ -29,6 +24,18 @@ StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std:
 }
 
 StageDevice::~StageDevice() { drain(); }
+
+std::vector<std::shared_ptr<const Layer>> StageDevice::layers_of(const PipelineModel& model, const char* who) {
+  if (!enqueues_) return model.layers;
+  STRATA_CHECK(static_cast<bool>(model.bind), Errc::unsupported, who, " on ", dev_->name(),
+               ": this model's layers are host code, which runs on the host device only; a CUDA stage runs a model "
+               "that binds its layers to the stage's stream (PipelineModel::bind: the GPT's). Run this one on the "
+               "host device");
+  auto bound = model.bind(scratch_device(), *stream_);
+  STRATA_CHECK(bound.size() == model.layers.size(), Errc::internal, who, ": the model bound ", bound.size(), " of its ",
+               model.layers.size(), " layers");
+  return bound;
+}
 
 device::Device& StageDevice::scratch_device() {
   if (auto* pool = dynamic_cast<device::PoolDevice*>(dev_)) return pool->parent();

@@ -12,8 +12,8 @@
 namespace strata::pipeline::detail {
 
 // One executor's stage: `trained` is the model its step buffers are sized for, `layers` its
-// layers as the stage calls them (StageDevice::enqueues: bound to the stage's stream),
-// `store` the store its layers read (the tied store when there is one, `tied`).
+// layers as the stage calls them (StageDevice::layers_of: bound to the stage's stream on
+// CUDA), `store` the store its layers read (the tied store when there is one, `tied`).
 struct ForwardStage {
   const Schedule& schedule;
   int stage;

@@ -6,7 +6,8 @@
 // layer code as host "kernels" (in a TBB arena of the stage's own with compute_threads > 0,
 // where the CPU reaches the device's memory; a guarded device's stream runs them on its
 // worker alone); on CUDA the layers, bound to the stream (PipelineModel::bind), enqueue
-// their own work from the stage's thread; launch_layer() does whichever applies. receive()
+// their own work from the stage's thread. layers_of() gives a model's layers as the stage
+// calls them (bound or not); launch_layer() calls one as applies. receive()
 // and send() move a tensor between the transport and a device buffer: straight, or staged
 // and waited for (the next transfer reuses the staging buffer). Declare a StageDevice before
 // every buffer it allocates, so that those go first, and drain() it before they go, so that
@@ -17,10 +18,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <tbb/task_arena.h>
 
 #include "pipeline/executor.h"
+#include "pipeline/model.h"
 #include "pipeline/transport.h"
 #include "runtime/device/device.h"
 
@@ -29,9 +32,8 @@ namespace strata::pipeline::detail {
 class StageDevice {
  public:
   // `work_floats`: the layers' scratch; `staging_floats`: the largest host transfer (used
-  // only where the CPU cannot reach the device); `model_binds`: the model's layers can be
-  // bound to a stream (PipelineModel::bind), which a CUDA stage needs.
-  StageDevice(const ExecutorOptions& options, std::size_t work_floats, std::size_t staging_floats, bool model_binds);
+  // only where the CPU cannot reach the device).
+  StageDevice(const ExecutorOptions& options, std::size_t work_floats, std::size_t staging_floats);
   ~StageDevice();
   StageDevice(const StageDevice&) = delete;
   StageDevice& operator=(const StageDevice&) = delete;
@@ -43,6 +45,10 @@ class StageDevice {
   // The layers enqueue their own work (CUDA): bind them to stream() and call them here.
   bool enqueues() const noexcept { return enqueues_; }
   device::Stream& stream() { return *stream_; }
+  // `model`'s layers as this stage calls them: bound to stream() where the layers enqueue
+  // their own work, else model.layers. A model whose layers are host code (no bind) is
+  // refused there, naming `who` and the device.
+  std::vector<std::shared_ptr<const Layer>> layers_of(const PipelineModel& model, const char* who);
   bool staged() const noexcept { return staged_; }
   float* work() const noexcept { return work_.as<float>(); }
   float* host() const noexcept { return host_.as<float>(); }  // staged only
