@@ -130,21 +130,32 @@ std::uint64_t StageStore::conversion_bytes(const pipeline::PipelineModel& model,
   return static_cast<std::uint64_t>(std::max(1, layers_at_once)) * device::Arena::round_up(largest * sizeof(float));
 }
 
+std::uint64_t StageStore::bound_bytes(const pipeline::PipelineModel& model, device::Backend backend) {
+  if (backend != device::Backend::cuda || !model.bind || model.bind_bytes == 0) return 0;
+  return 2 * device::Arena::round_up(model.bind_bytes);
+}
+
 std::uint64_t StageStore::reserved_bytes(const pipeline::StageMemory& activations, const pipeline::PipelineModel& model,
-                                         const std::vector<int>& layers, int layers_at_once, DType compute) {
-  return activations.pool_bytes() + conversion_bytes(model, layers, layers_at_once, compute);
+                                         const std::vector<int>& layers, int layers_at_once, DType compute,
+                                         device::Backend backend) {
+  return activations.pool_bytes() + conversion_bytes(model, layers, layers_at_once, compute) +
+         bound_bytes(model, backend);
 }
 
 void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_once, int stage, std::uint64_t seed,
                        const LayerValues& from) {
-  const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
-  const std::uint64_t activation_bytes =
-      reserved_bytes(activations, model_, ids_, layers_at_once, compute_dtype_of(engine_.config()));
   device::Device& dev = engine_.device();
+  const DType compute = compute_dtype_of(engine_.config());
+  const std::uint64_t widen = conversion_bytes(model_, ids_, layers_at_once, compute);
+  const std::uint64_t bound = bound_bytes(model_, dev.backend());
+  const std::uint64_t activation_bytes =
+      reserved_bytes(activations, model_, ids_, layers_at_once, compute, dev.backend());
   const std::uint64_t budget = dev.options().budget_bytes, used = dev.memory_stats().used_bytes;
+  const std::string copies = widen > 0 ? "the fp32 copies of an action's layers" : "";
+  const std::string kernels = bound > 0 ? "the scratch of the bound layers' kernels" : "";
   STRATA_CHECK(used + activation_bytes <= budget, Errc::out_of_budget, "pipeline stage ", stage,
-               ": the schedule's activations", widen > 0 ? " and the fp32 copies of an action's layers" : "", " need ",
-               format_bytes(activation_bytes), " (", activation_bytes,
+               ": the schedule's activations", widen > 0 ? (bound > 0 ? ", " : " and ") + copies : "",
+               bound > 0 ? " and " + kernels : "", " need ", format_bytes(activation_bytes), " (", activation_bytes,
                " B) of device memory (a slot for every buffer the schedule has live at once), and the device "
                "budget is ",
                format_bytes(budget), used > 0 ? str_cat(" with ", format_bytes(used), " already held") : std::string(),
@@ -153,7 +164,8 @@ void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_o
                "live at once (1f1b, zb-h1)");
   // First, while the device is empty: blocks at its start, which the engine's buffers then
   // never fragment. The activations get a slot per buffer the schedule has live at once;
-  // the fp32 copies, all freed after each action, an arena.
+  // the fp32 copies, all freed after each action, an arena; the kernels of layers bound to
+  // a CUDA stage's stream (the executor's and a forward pass's), an arena too.
   if (!activations.peak_by_size.empty())
     pool_ = std::make_unique<device::PoolDevice>(
         dev, activations.peak_by_size,
@@ -161,6 +173,9 @@ void StageStore::setup(const pipeline::StageMemory& activations, int layers_at_o
   if (widen > 0)
     copies_ = std::make_unique<device::PoolDevice>(
         dev, widen, str_cat("pipeline stage ", stage, " fp32 weights (room for one action's layers)"));
+  if (bound > 0)
+    kernels_ = std::make_unique<device::PoolDevice>(
+        dev, bound, str_cat("pipeline stage ", stage, " kernels' scratch (room for two binds of the layers)"));
   engine_.reserve_for_trainer(0, layers_at_once);
   try {
     engine_.setup();

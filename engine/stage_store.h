@@ -11,7 +11,8 @@
 // executor reads and writes a layer as one array whatever its tensors; then
 // setup(activations, ...) takes the executor's device memory as pools of its own (a slot
 // for every buffer the schedule has live at once, activation_device(); the fp32 copies of
-// a 16-bit stage) at the start of the engine's device, so the engine's buffers never
+// a 16-bit stage; on CUDA the bound layers' kernels, scratch_device()) at the start of
+// the engine's device, so the engine's buffers never
 // interleave with them, then sets the engine up and gives the tensors
 // Layer::init_params(seed, id) or values from a file (or engine.setup() and init(seed),
 // with nothing reserved).
@@ -81,6 +82,9 @@ class StageStore final : public pipeline::ParameterStore {
 
   // Where the executor's buffers go: the pool setup() made, else the engine's device.
   device::Device& activation_device() noexcept { return pool_ ? *pool_ : engine_.device(); }
+  // Where layers bound to a CUDA stage's stream keep their compute state
+  // (ExecutorOptions::scratch_device): the room setup() kept for them, else null.
+  device::Device* scratch_device() noexcept { return kernels_.get(); }
   // The stage's layers in registration order: engine.full_parameters() is theirs, concatenated.
   const std::vector<int>& layers() const noexcept { return ids_; }
   const StepResult& last_step() const noexcept { return last_; }
@@ -89,10 +93,15 @@ class StageStore final : public pipeline::ParameterStore {
   // Device bytes of the fp32 copies an action's layers need under `compute` (0 for fp32).
   static std::uint64_t conversion_bytes(const pipeline::PipelineModel& model, const std::vector<int>& layers,
                                         int layers_at_once, DType compute);
-  // What setup() takes from the device before the engine: the activations' pool and the
-  // fp32 copies.
+  // Device bytes kept for layers bound to the stage's stream on a `backend` device: two
+  // binds of model.bind_bytes (the executor's, and one forward pass's), rounded; 0 on a
+  // host device, whose stages run the layers unbound.
+  static std::uint64_t bound_bytes(const pipeline::PipelineModel& model, device::Backend backend);
+  // What setup() takes from the device before the engine: the activations' pool, the fp32
+  // copies and the bound layers' compute state.
   static std::uint64_t reserved_bytes(const pipeline::StageMemory& activations, const pipeline::PipelineModel& model,
-                                      const std::vector<int>& layers, int layers_at_once, DType compute);
+                                      const std::vector<int>& layers, int layers_at_once, DType compute,
+                                      device::Backend backend);
   // What the constructor registers for these layers, in order (for sizing without an engine).
   static std::vector<ParamSpec> param_specs(const pipeline::PipelineModel& model, const std::vector<int>& layers);
 
@@ -101,7 +110,7 @@ class StageStore final : public pipeline::ParameterStore {
   device::Stream& stream();
   TensorView contiguous(const std::vector<TensorView>& views, int layer) const;
   Engine& engine_;
-  std::unique_ptr<device::PoolDevice> pool_, copies_;  // declared before the buffers taken from them
+  std::unique_ptr<device::PoolDevice> pool_, copies_, kernels_;  // declared before the buffers taken from them
   const pipeline::PipelineModel& model_;
   std::vector<int> ids_;
   std::map<int, const float*> held_;             // gathered layers of the current action

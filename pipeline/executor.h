@@ -52,6 +52,11 @@ struct ExecutorOptions {
   // A device the caller owns (an engine's, so that parameters and activations share its
   // budget), used in place of making one from `device`; it must outlive the executor.
   device::Device* shared_device = nullptr;
+  // Where layers bound to the stage's stream keep their compute state (PipelineModel::bind,
+  // bind_bytes each): a device the caller owns that outlives the executor (a ZeRO engine's
+  // reservation, engine::StageStore::scratch_device()); null: the stage's device, or the
+  // device its pool was cut from.
+  device::Device* scratch_device = nullptr;
   // Threads the stage's layer code may use (a TBB arena of its own), so that stages sharing
   // a machine's cores each compute as on a device of their own; 0: the process's pool. A
   // guarded host device runs its stream work on one thread (device::HostStream) and ignores it.

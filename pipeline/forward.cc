@@ -40,9 +40,10 @@ void forward_pass(const ForwardStage& st, const PipelineModel* other, int micro_
   const PipelineModel& pass = other != nullptr ? *other : st.trained;
   check_fits(st, pass);
   StageDevice& sd = st.sd;
-  // Another model's layers are bound here, as the executor bound the trained ones.
+  // Another model's layers are bound here, as the executor bound the trained ones (which
+  // it reuses: no second compute state for the model it runs).
   const std::vector<std::shared_ptr<const Layer>> layers =
-      other == nullptr ? st.layers : sd.layers_of(pass, "forward pass");
+      other == nullptr || other == &st.trained ? st.layers : sd.layers_of(pass, "forward pass");
   STRATA_CHECK(micro_batches >= 0, Errc::invalid_argument, "forward pass: ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);

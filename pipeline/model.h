@@ -70,6 +70,10 @@ struct PipelineModel {
   // makes them from its own thread. Null: the layers are host code only, which a stage runs
   // as work on its stream, on host devices.
   std::function<std::vector<std::shared_ptr<const Layer>>(device::Device& scratch, device::Stream& stream)> bind;
+  // Device bytes one bind() allocates on `scratch` and holds while its layers live (the
+  // GPT's CUDA kernels' scratch). A stage on a ZeRO engine reserves room for two binds:
+  // its own layers' and one forward pass's (engine::StageStore::setup).
+  std::uint64_t bind_bytes = 0;
 
   // Throws Errc::invalid_argument when the layers do not split evenly into
   // `virtual_stages` groups, features do not chain, a callback is missing, or the tie does

@@ -14,6 +14,7 @@ StageDevice::StageDevice(const ExecutorOptions& o, std::size_t work_floats, std:
                " must be >= 0");
   if (o.shared_device == nullptr) owned_ = device::Device::create(o.device);
   dev_ = o.shared_device != nullptr ? o.shared_device : owned_.get();
+  scratch_ = o.scratch_device;
   stream_ = dev_->create_stream();
   staged_ = !device::cpu_reaches(*dev_);
   // A guarded device's stream runs each task on its worker alone, since TBB's threads may
@@ -38,6 +39,7 @@ std::vector<std::shared_ptr<const Layer>> StageDevice::layers_of(const PipelineM
 }
 
 device::Device& StageDevice::scratch_device() {
+  if (scratch_ != nullptr) return *scratch_;
   if (auto* pool = dynamic_cast<device::PoolDevice*>(dev_)) return pool->parent();
   return *dev_;
 }

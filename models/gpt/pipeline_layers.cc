@@ -310,6 +310,7 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
   // for this model's micro-batches.
   const std::size_t att = static_cast<std::size_t>(B) * static_cast<std::size_t>(s.heads) *
                           static_cast<std::size_t>(T) * static_cast<std::size_t>(T);
+  m.bind_bytes = cuda_scratch_bytes(B * T, att);
   m.bind = [l, products, tokens = B * T, att](device::Device& dev, device::Stream& stream) {
     STRATA_CHECK(l.fp8 == nullptr, Errc::unsupported, "GPT pipeline stage on ", dev.name(),
                  ": the FP8 products of pipelined layers run on host-device stages only; drop the fp8 block, or "

@@ -16,8 +16,8 @@
 // one stage's thread. A layer's scratch (the FP8 operands, the head's gradient at ln_f's
 // output, the unit-scaled embedding's scaled gradient) is the caller's work buffer
 // (Layer::work_floats), so a stage counts it in its device budget (a CUDA stage's kernels
-// keep theirs, cuda_scratch_bytes, on the stage's scratch device, which the stage's memory
-// replay does not count yet). The layers name their tensors (Layer::tensors) with the
+// keep theirs, cuda_scratch_bytes, on the stage's scratch device: PipelineModel::bind_bytes,
+// which a stage on a ZeRO engine reserves). The layers name their tensors (Layer::tensors) with the
 // learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
 // _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
 // does not split (it reads the tie). Initial values are the engine's for the GPT's named

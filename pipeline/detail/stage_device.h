@@ -39,8 +39,8 @@ class StageDevice {
   StageDevice& operator=(const StageDevice&) = delete;
 
   device::Device& dev() { return *dev_; }
-  // Where bound layers keep their compute state: the device a pool (the stage's
-  // activations) was cut from, or the stage's device.
+  // Where bound layers keep their compute state: the options' scratch_device, else the
+  // device a pool (the stage's activations) was cut from, or the stage's device.
   device::Device& scratch_device();
   // The layers enqueue their own work (CUDA): bind them to stream() and call them here.
   bool enqueues() const noexcept { return enqueues_; }
@@ -73,6 +73,7 @@ class StageDevice {
  private:
   std::unique_ptr<device::Device> owned_;
   device::Device* dev_ = nullptr;
+  device::Device* scratch_ = nullptr;  // the options' scratch_device
   std::unique_ptr<device::Stream> stream_;
   std::shared_ptr<tbb::task_arena> arena_;
   device::DeviceBuffer work_;

@@ -2,13 +2,15 @@
 // (PipelineModel::bind), every stage a CUDA device of its own budget on GPU 0. Every schedule
 // must give one stage's bits (the same cuBLAS products and kernels in the same order, whatever
 // the schedule), and the logits of a forward-only pass after the steps must be those bits too,
-// and near the host device's. A model whose layers are host code is refused on a CUDA stage.
+// and near the host device's. At the named minimum budget the stages still train, their
+// kernels' scratch reserved. A model whose layers are host code is refused on a CUDA stage.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "pipeline/generators.h"
 #include "tests/offload/pipeline_stage_support.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -58,6 +60,34 @@ TEST_CASE("a pipelined GPT on CUDA stages gives one stage's bits for every sched
                   one) == "");
     CHECK(logits == one_logits);
   }
+}
+
+// On a GPU each stage's bound kernels keep scratch of their own, which the stage's engine
+// reserves beside the activations (PipelineModel::bind_bytes): at the named minimum budget,
+// where nothing else is left, the stages still bind, train and pass forward to the bits of
+// an ample budget; below it they are refused by name.
+TEST_CASE("CUDA stages train at exactly the named minimum budget, their kernels' scratch counted", "[offload][cuda]") {
+  test::TempDir dir("strata-pipe");
+  const SmallGpt small = small_gpt(dir.path(), false);
+  const Placement p{3, OffloadDevice::cpu, OffloadDevice::none};
+  const Schedule s = pipeline::one_f_one_b(2, kMicro);
+  std::map<int, std::vector<float>> ample_logits, tight_logits;
+  const Params ample = run_pipelined(s, p, 1, dir.path(),
+                                     {.model_of = small.model_of(2), .cuda = true, .forward_outputs = &ample_logits});
+  const std::uint64_t budget =
+      named_minimum(s, p, dir.path(), {.model_of = small.model_of(2), .cuda = true, .forward_outputs = &tight_logits});
+  INFO("named minimum " << budget << " B");
+  CHECK(
+      compare(
+          run_pipelined(
+              s, p, 1, dir.path(),
+              {.model_of = small.model_of(2), .device_budget = budget, .cuda = true, .forward_outputs = &tight_logits}),
+          ample) == "");
+  CHECK(tight_logits == ample_logits);
+  const auto below = test::error_of([&] {
+    run_pipelined(s, p, 1, dir.path(), {.model_of = small.model_of(2), .device_budget = budget - 256, .cuda = true});
+  });
+  CHECK_THAT(below, Catch::Contains("too small") && Catch::Contains(std::to_string(budget) + " B"));
 }
 
 TEST_CASE("a model of host-code layers is refused on a CUDA stage", "[offload][cuda]") {

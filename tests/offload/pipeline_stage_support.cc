@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "engine/stage_store.h"
@@ -21,6 +22,7 @@
 #include "runtime/core/error.h"
 #include "runtime/device/arena.h"
 #include "tests/engine/engine_support.h"
+#include "tests/support/error_of.h"
 #include "tests/support/ranks.h"
 #include "tests/support/temp_dir.h"
 
@@ -264,6 +266,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
       xo.shared_device = &store.activation_device();
+      xo.scratch_device = store.scratch_device();
       xo.compute_threads = o.compute_threads;
       {
         pipeline::StageExecutor exec(s, stage, model, store, transport, xo);
@@ -322,6 +325,28 @@ std::vector<Schedule> schedules(int stages) {
           pipeline::zb_h1(stages, kMicro),
           pipeline::zb_h2(stages, kMicro),
           pipeline::zb_auto(a)};
+}
+
+std::uint64_t named_minimum(const pipeline::Schedule& s, const Placement& p, const std::string& dir,
+                            PipelinedOptions o) {
+  const std::regex named(R"(at least [^(]*\((\d+) B\) with what the trainer holds)");
+  const auto model = o.model_of(0);
+  std::uint64_t budget = 0;
+  for (int st = 0; st < s.stages; ++st)
+    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + 256);
+  for (int tries = 0; tries < 4; ++tries) {
+    o.device_budget = budget;
+    const auto what = test::error_of([&] { run_pipelined(s, p, 1, dir, o); });
+    if (what.empty()) return budget;  // every stage's setup passed, and the run
+    INFO(what);
+    std::smatch m;
+    REQUIRE(std::regex_search(what, m, named));
+    const std::uint64_t next = std::stoull(m[1]);
+    REQUIRE(next > budget);
+    budget = next;
+  }
+  FAIL("no budget in 4 tries: the last named " << budget << " B");
+  return 0;
 }
 
 std::string compare(const Params& got, const Params& want) {

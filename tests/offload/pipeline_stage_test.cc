@@ -8,17 +8,17 @@
 // configs the pipeline refuses, by name.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <memory>
-#include <regex>
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
+#include "models/gpt/kernels.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
 #include "runtime/core/error.h"
+#include "runtime/device/arena.h"
 #include "tests/engine/engine_support.h"
 #include "tests/offload/pipeline_stage_support.h"
 #include "tests/support/error_of.h"
@@ -182,35 +182,40 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   const Schedule s = GENERATE(pipeline::gpipe(2, kMicro), pipeline::one_f_one_b(2, kMicro), pipeline::zb_h1(2, kMicro),
                               pipeline::zb_h2(2, kMicro), pipeline::interleaved_1f1b(2, kMicro, 2));
   INFO(s.kind);
-  const std::regex named(R"(at least [^(]*\((\d+) B\) with what the trainer holds)");
   // Below the activations alone: refused before the engine is asked.
   const auto tiny = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), {.device_budget = 4096}); });
   CHECK_THAT(tiny, Catch::Contains("the schedule's activations need") && Catch::Contains("re-materialize"));
-  // From the largest stage's activations, raise the budget to each refusal's minimum until
-  // every stage fits.
-  std::uint64_t budget = 0, minimum = 0;
-  const auto model = replica_model(0);
-  for (int st = 0; st < s.stages; ++st)
-    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + 256);
-  for (int tries = 0; tries < 4 && minimum == 0; ++tries) {
-    const auto what = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), {.device_budget = budget}); });
-    std::smatch m;
-    // Every stage's setup passed, and the run: this is the minimum.
-    if (what.empty()) {
-      minimum = budget;
-      break;
-    }
-    INFO(what);
-    REQUIRE(std::regex_search(what, m, named));
-    const std::uint64_t next = std::stoull(m[1]);
-    REQUIRE(next > budget);
-    budget = next;
-  }
-  REQUIRE(minimum > 0);
+  const std::uint64_t budget = named_minimum(s, p, dir.path());
   const auto below = test::error_of([&] { run_pipelined(s, p, 1, dir.path(), {.device_budget = budget - 256}); });
   CHECK_THAT(below, Catch::Contains("too small") && Catch::Contains(std::to_string(budget) + " B"));
   const Plain plain = run_plain(p, 1, dir.path());
   CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.device_budget = budget}), plain.params) == "");
+}
+
+// A CUDA stage's layers, bound to its stream, keep kernels with scratch of their own
+// (PipelineModel::bind_bytes): the stage's engine reserves room for two binds (its layers'
+// and a forward pass's) beside the activations, where the named minimum counts them; a
+// host stage runs the layers unbound and reserves none, nor does a model without bind.
+TEST_CASE("a CUDA stage reserves its bound kernels' scratch beside the activations; a host stage none", "[offload]") {
+  test::TempDir dir("strata-pipe");
+  const SmallGpt g = small_gpt(dir.path(), false);
+  const auto gpt = g.model_of(2)(0);
+  // Micro-batches of 2 sequences of 8 tokens: the CUDA kernels' token slots and scores.
+  const int tokens = 2 * g.config.seq_len;
+  const std::size_t scores = static_cast<std::size_t>(2 * g.config.shape.heads) * g.config.seq_len * g.config.seq_len;
+  REQUIRE(gpt.bind_bytes == model::cuda_scratch_bytes(tokens, scores));
+  REQUIRE(gpt.bind_bytes > 0);
+  CHECK(engine::StageStore::bound_bytes(gpt, device::Backend::cuda) == 2 * device::Arena::round_up(gpt.bind_bytes));
+  CHECK(engine::StageStore::bound_bytes(gpt, device::Backend::host) == 0);
+  CHECK(engine::StageStore::bound_bytes(replica_model(0), device::Backend::cuda) == 0);  // host code: no bind
+  const Schedule s = pipeline::one_f_one_b(2, kMicro);
+  const auto ids = gpt.layers_of(0, 2);
+  const auto replay = pipeline::stage_memory(s, 0, gpt, pipeline::Remat::never, device::Arena::kAlignment);
+  const auto reserved = [&](device::Backend b) {
+    return engine::StageStore::reserved_bytes(replay, gpt, ids, static_cast<int>(ids.size()), DType::fp32, b);
+  };
+  CHECK(reserved(device::Backend::host) == replay.pool_bytes());
+  CHECK(reserved(device::Backend::cuda) == replay.pool_bytes() + 2 * device::Arena::round_up(gpt.bind_bytes));
 }
 
 TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "[offload][negative]") {

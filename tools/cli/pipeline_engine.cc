@@ -242,11 +242,11 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
     std::uint64_t need = 0;
     for (int st = 0; st < P; ++st) {
       // What StageStore takes before the engine: the activations' pool and, at 16 bits, the
-      // fp32 copies of the stage's layers.
+      // fp32 copies of the stage's layers (host-device stages bind no kernels).
       const auto ids = model.layers_of(st, P);
       const auto act = engine::StageStore::reserved_bytes(
           pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment), model, ids,
-          static_cast<int>(ids.size()), engine::compute_dtype_of(o.config));
+          static_cast<int>(ids.size()), engine::compute_dtype_of(o.config), device::Backend::host);
       need = std::max(need, act + engine_min[st]);
     }
     best = {std::move(s), limit, need};

@@ -91,6 +91,7 @@ struct StageRunner::Impl {
     activations = reserved.peak_bytes;
     store.setup(reserved, static_cast<int>(m.layers.size()) / s.virtual_stages(), st, o.seed, o.init_values);
     xo.shared_device = &store.activation_device();
+    xo.scratch_device = store.scratch_device();
     schedule = std::make_unique<pipeline::Schedule>(s);
     exec = std::make_unique<pipeline::StageExecutor>(*schedule, st, m, store, tr, xo);
   }
