@@ -17,12 +17,12 @@
 // output, the unit-scaled embedding's scaled gradient) is the caller's work buffer
 // (Layer::work_floats), so a stage counts it in its device budget (a CUDA stage's kernels
 // keep theirs, cuda_scratch_bytes, on the stage's scratch device: PipelineModel::bind_bytes,
-// which a stage on a ZeRO engine reserves). The layers name their tensors (Layer::tensors) with the
-// learning-rate scales the GPT registers. The blocks split B and W (block_backward_input /
-// _weight), the embedding too (its B writes zeros: token ids have no gradient); the head
-// does not split (it reads the tie). Initial values are the engine's for the GPT's named
-// tensors (engine::init_values), so a pipelined GPT starts from the weights `strata train`
-// gives it with the same seed.
+// which a stage on a ZeRO engine reserves). The layers name their tensors (Layer::tensors)
+// with the learning-rate scales the GPT registers. The blocks split B and W
+// (block_backward_input / _weight), the embedding too (its B writes zeros: token ids have
+// no gradient); the head does not split (it reads the tie). Initial values are the
+// engine's for the GPT's named tensors (engine::init_values), so a pipelined GPT starts
+// from the weights `strata train` gives it with the same seed.
 #pragma once
 
 #include <cstdint>

@@ -7,9 +7,9 @@
 // where the CPU reaches the device's memory; a guarded device's stream runs them on its
 // worker alone); on CUDA the layers, bound to the stream (PipelineModel::bind), enqueue
 // their own work from the stage's thread. layers_of() gives a model's layers as the stage
-// calls them (bound or not); launch_layer() calls one as applies. receive()
-// and send() move a tensor between the transport and a device buffer: straight, or staged
-// and waited for (the next transfer reuses the staging buffer). Declare a StageDevice before
+// calls them (bound or not); launch_layer() calls one as applies. receive() and send()
+// move a tensor between the transport and a device buffer: straight, or staged and waited
+// for (the next transfer reuses the staging buffer). Declare a StageDevice before
 // every buffer it allocates, so that those go first, and drain() it before they go, so that
 // queued layer work never outlives the buffers it uses.
 #pragma once
