@@ -291,5 +291,11 @@ TEST_CASE("generated configs are read or refused with a one-line error, each wit
   set_log_level(saved);
   std::printf("config fuzz: %zu cases, %zu accepted, %zu refused; slowest %.3f s (%s)\n", cases.size(), accepted,
               refused, slowest, slowest_name.c_str());
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer slows the reader about 3.5x (the largest case, 15 MB of keys, takes 0.28 s
+  // plain and 1.02 s under ASan): the time bound is the plain build's, as the [timing]
+  // assertions are.
+#else
   CHECK(slowest < 1.0);
+#endif
 }
