@@ -331,9 +331,14 @@ std::uint64_t named_minimum(const pipeline::Schedule& s, const Placement& p, con
                             PipelinedOptions o) {
   const std::regex named(R"(at least [^(]*\((\d+) B\) with what the trainer holds)");
   const auto model = o.model_of(0);
+  // A CUDA stage's engine also keeps its bound kernels' scratch before asking the engine.
+  const std::uint64_t bound =
+      engine::StageStore::bound_bytes(model, o.cuda ? device::Backend::cuda : device::Backend::host);
   std::uint64_t budget = 0;
-  for (int st = 0; st < s.stages; ++st)
-    budget = std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + 256);
+  for (int st = 0; st < s.stages; ++st) {
+    budget =
+        std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + bound + 256);
+  }
   for (int tries = 0; tries < 4; ++tries) {
     o.device_budget = budget;
     const auto what = test::error_of([&] { run_pipelined(s, p, 1, dir, o); });

@@ -70,9 +70,10 @@ struct PipelinedOptions {
 Params run_pipelined(const pipeline::Schedule& s, const Placement& p, int replicas, const std::string& dir,
                      const PipelinedOptions& o = {});
 // The smallest device budget under which every stage of `s` sets up and trains (one
-// replica, options `o` but their budget): from the largest stage's replayed activations,
-// raised to each refusal's named minimum ("at least ... (N B) with what the trainer holds")
-// until the run passes. Fails the test when a refusal names no larger minimum.
+// replica, options `o` but their budget): from the largest stage's replayed activations
+// (and, on CUDA, its bound kernels' scratch), raised to each refusal's named minimum
+// ("at least ... (N B) with what the trainer holds") until the run passes. Fails the test
+// when a refusal names no larger minimum.
 std::uint64_t named_minimum(const pipeline::Schedule& s, const Placement& p, const std::string& dir,
                             PipelinedOptions o = {});
 
