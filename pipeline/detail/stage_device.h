@@ -42,8 +42,6 @@ class StageDevice {
   // Where bound layers keep their compute state: the options' scratch_device, else the
   // device a pool (the stage's activations) was cut from, or the stage's device.
   device::Device& scratch_device();
-  // The layers enqueue their own work (CUDA): bind them to stream() and call them here.
-  bool enqueues() const noexcept { return enqueues_; }
   device::Stream& stream() { return *stream_; }
   // `model`'s layers as this stage calls them: bound to stream() where the layers enqueue
   // their own work, else model.layers. A model whose layers are host code (no bind) is
