@@ -2,18 +2,14 @@
 // generations, the buffer budget and the read/compute/write pipeline of step().
 #include "offload/optimizer_swapper.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <filesystem>
-#include <optional>
 
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
@@ -41,33 +37,38 @@ std::uint64_t buffer_elems_for(const SwapperOptions& o, const std::vector<SwapTe
   return std::max<std::uint64_t>(1, std::min(o.sub_group_elems, largest));
 }
 
-}  // namespace
+// A sub-group's swap files; its length counts elements.
+using Chunk = detail::SwapChunk;
+std::uint64_t payload(const Chunk& c) { return c.length * kBytesPerElem; }
 
-struct Chunk {
-  std::size_t tensor = 0;
-  std::size_t index = 0;  // sub-group index within the tensor
-  std::uint64_t offset = 0, elems = 0;
-  std::string path[2];
-  std::unique_ptr<io::SwapFile> file[2];
-  std::uint64_t payload() const { return elems * kBytesPerElem; }
-};
+detail::SwapLayout layout_for(const SwapperOptions& o, std::uint64_t buffer_elems) {
+  return {.chunk_units = buffer_elems, .unit_bytes = kBytesPerElem, .element_bytes = 4, .block_bytes = o.block_bytes};
+}
+
+std::vector<std::uint64_t> sizes_of(const std::vector<SwapTensor>& tensors) {
+  std::vector<std::uint64_t> v;
+  for (const auto& t : tensors) v.push_back(t.elems);
+  return v;
+}
+
+}  // namespace
 
 struct OptimizerSwapper::Impl {
   SwapperOptions options;
   std::vector<SwapTensor> tensors;
   std::uint64_t buffer_elems = 0, buffer_bytes = 0;
-  std::vector<std::string> created_dirs;
-  detail::SwapIo sio;  // engine and buffers: declared before the chunks, so destroyed after their files
+  detail::SwapIo sio;         // engine and buffers: declared before the files, so destroyed after them
+  detail::SwapChunks files;  // the sub-groups' swap files
   std::vector<io::PoolBuffer>& buffers = sio.buffers;
-  std::vector<Chunk> chunks;
-  std::vector<std::size_t> first_chunk;  // per tensor
+  std::vector<Chunk>& chunks = files.chunks;
+  std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
   int current = 0;                       // the generation holding the last good state
   bool pending = false;                  // a deferred step's generation waits for commit or discard
   SwapperStats stats;
 
   std::string where(const Chunk& c) const {
     return str_cat("optimizer state of ", tensors[c.tensor].name, " (sub-group ", c.index, ", elements [", c.offset,
-                   ", ", c.offset + c.elems, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
+                   ", ", c.offset + c.length, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
   }
   // A generation file that a checkpoint has hard-linked gets a new inode under its path
   // before it is written, so the checkpoint keeps its bytes (its blocks stay reserved).
@@ -85,7 +86,7 @@ struct OptimizerSwapper::Impl {
   }
   SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
     float* base = b.as<float>();
-    return {c.tensor, c.offset, c.elems, base, base + c.elems, base + 2 * c.elems};
+    return {c.tensor, c.offset, c.length, base, base + c.length, base + 2 * c.length};
   }
 };
 
@@ -106,14 +107,7 @@ OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
       " elements (fp32 master, exp_avg, exp_avg_sq), but the budget leaves ", format_bytes(o.budget_bytes), " (",
       o.budget_bytes, " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
-  for (const auto& t : tensors) {
-    for (std::uint64_t off = 0; off < t.elems; off += elems) {
-      const auto pair = detail::swap_pair_size(4, std::min(elems, t.elems - off) * kBytesPerElem, o.block_bytes);
-      f.file_bytes += pair.file_bytes;
-      f.file_count += 2;
-      f.host_bytes += pair.host_bytes;
-    }
-  }
+  detail::count_swap_files(f, sizes_of(tensors), layout_for(o, elems));
   return f;
 }
 
@@ -132,45 +126,14 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
                         options.lock_memory, "optimizer swapper", "swap buffers", f.file_count,
                         "zero_optimization.sub_group_size");
 
-  I.created_dirs = detail::create_swap_dir(options.dir, "offload_optimizer.nvme_path");
-
-  // A failure here (a full device, a file that cannot be created) leaves nothing behind.
-  std::vector<std::string> created;
-  try {
-    for (std::size_t t = 0; t < I.tensors.size(); ++t) {
-      I.first_chunk.push_back(I.chunks.size());
-      const std::uint64_t n = I.tensors[t].elems;
-      for (std::uint64_t off = 0, k = 0; off < n; off += I.buffer_elems, ++k) {
-        Chunk c;
-        c.tensor = t;
-        c.index = k;
-        c.offset = off;
-        c.elems = std::min(I.buffer_elems, n - off);
-        detail::create_swap_pair(
-            *I.sio.engine, str_cat(options.dir, "/", file_stem(I.tensors[t].name), ".sg", k), 4, c.payload(),
-            options.block_bytes, c.path, c.file, created, [&](int) { return I.where(c); }, "NVMe tier");
-        I.chunks.push_back(std::move(c));
-      }
-    }
-  } catch (...) {
-    I.chunks.clear();
-    detail::remove_swap_files(created);
-    detail::remove_swap_dirs(I.created_dirs);
-    throw;
-  }
-  I.first_chunk.push_back(I.chunks.size());
+  std::vector<std::string> names;
+  for (const auto& t : I.tensors) names.push_back(t.name);
+  I.files.create(*I.sio.engine, options.dir, "offload_optimizer.nvme_path", names, sizes_of(I.tensors),
+                 layout_for(options, I.buffer_elems), ".sg", [&I](const Chunk& c, int) { return I.where(c); },
+                 "NVMe tier");
 }
 
-OptimizerSwapper::~OptimizerSwapper() {
-  auto& I = *impl_;
-  for (auto& c : I.chunks) {
-    for (int g = 0; g < 2; ++g) {
-      c.file[g].reset();
-      if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
-    }
-  }
-  detail::remove_swap_dirs(I.created_dirs);  // each only if now empty
-}
+OptimizerSwapper::~OptimizerSwapper() = default;
 
 void OptimizerSwapper::write_state(std::size_t tensor, const float* master, const float* exp_avg,
                                    const float* exp_avg_sq) {
@@ -182,14 +145,14 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
     const SubGroup g = I.view(c, b);
-    std::memcpy(g.master, master + c.offset, c.elems * 4);
+    std::memcpy(g.master, master + c.offset, c.length * 4);
     for (auto [dst, src] : {std::pair{g.exp_avg, exp_avg}, std::pair{g.exp_avg_sq, exp_avg_sq}}) {
       if (src != nullptr)
-        std::memcpy(dst, src + c.offset, c.elems * 4);
+        std::memcpy(dst, src + c.offset, c.length * 4);
       else
-        std::memset(dst, 0, c.elems * 4);
+        std::memset(dst, 0, c.length * 4);
     }
-    std::memset(b.data() + c.payload(), 0, b.bytes() - c.payload());
+    std::memset(b.data() + payload(c), 0, b.bytes() - payload(c));
     STRATA_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
   }
 }
@@ -202,7 +165,7 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
-    const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.elems);
+    const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.length);
     if (lo >= hi) continue;
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
     const SubGroup g = I.view(c, b);
@@ -221,7 +184,7 @@ void OptimizerSwapper::visit_masters(
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
-    fn(c.offset, I.view(c, b).master, c.elems);
+    fn(c.offset, I.view(c, b).master, c.length);
   }
 }
 
@@ -287,7 +250,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
       const std::size_t ci = seq[next_read++];
       Chunk& c = I.chunks[ci];
       reads.push_back({ci, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
-      st.bytes_read += c.payload();  // counted when issued: a failed step's reads moved bytes too
+      st.bytes_read += payload(c);  // counted when issued: a failed step's reads moved bytes too
     }
   };
   auto finish_write = [&] {
@@ -350,7 +313,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
       trace("optimizer", str_cat("adam ", I.tensors[c.tensor].name, " sg", c.index), tc);
       writes.push_back(
           {r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
-      st.bytes_written += c.payload();
+      st.bytes_written += payload(c);
       if (order.done && r.chunk + 1 == I.first_chunk[c.tensor + 1]) order.done(c.tensor);
       pump();
     }
@@ -385,20 +348,14 @@ std::uint64_t OptimizerSwapper::state_bytes() const noexcept {
   return n;
 }
 
-std::uint64_t OptimizerSwapper::file_bytes() const noexcept {
-  std::uint64_t n = 0;
-  for (const auto& c : impl_->chunks) {
-    for (const auto& f : c.file) n += f ? f->layout().file_bytes : 0;
-  }
-  return n;
-}
+std::uint64_t OptimizerSwapper::file_bytes() const noexcept { return impl_->files.file_bytes; }
 
 std::vector<OptimizerSwapper::SealedFile> OptimizerSwapper::sealed_files(std::size_t tensor) const {
   const auto& I = *impl_;
   std::vector<SealedFile> out;
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const Chunk& c = I.chunks[ci];
-    out.push_back({c.path[I.current], c.offset, c.elems});
+    out.push_back({c.path[I.current], c.offset, c.length});
   }
   return out;
 }
@@ -407,7 +364,7 @@ std::string OptimizerSwapper::file_of(std::size_t tensor, std::uint64_t elem) co
   const auto& I = *impl_;
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const Chunk& c = I.chunks[ci];
-    if (elem >= c.offset && elem < c.offset + c.elems) return c.path[I.current];
+    if (elem >= c.offset && elem < c.offset + c.length) return c.path[I.current];
   }
   return {};
 }

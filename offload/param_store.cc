@@ -2,14 +2,11 @@
 // kept buffer_count chunks deep.
 #include "offload/param_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <optional>
 
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
@@ -32,23 +29,30 @@ std::uint64_t chunk_bytes_for(const ParamStoreOptions& o, const std::vector<Para
   return io::align_up(std::max<std::uint64_t>(1, std::min(o.chunk_bytes, largest)));
 }
 
+// A chunk's swap files; its length counts bytes.
+using Chunk = detail::SwapChunk;
+
+detail::SwapLayout layout_for(const ParamStoreOptions& o, std::uint64_t chunk_bytes) {
+  return {.chunk_units = chunk_bytes, .unit_bytes = 1, .element_bytes = 1, .block_bytes = o.block_bytes};
+}
+
+std::vector<std::uint64_t> sizes_of(const std::vector<ParamTensor>& tensors) {
+  std::vector<std::uint64_t> v;
+  for (const auto& t : tensors) v.push_back(t.bytes);
+  return v;
+}
+
 }  // namespace
 
 struct ParamStore::Impl {
-  struct Chunk {
-    std::size_t tensor = 0, index = 0;
-    std::uint64_t offset = 0, bytes = 0;
-    std::string path[2];
-    std::unique_ptr<io::SwapFile> file[2];
-  };
   ParamStoreOptions options;
   std::vector<ParamTensor> tensors;
-  std::uint64_t chunk_bytes = 0, file_bytes = 0;
-  std::vector<std::string> created_dirs;
-  detail::SwapIo sio;  // engine and buffers: declared before the chunks, so destroyed after their files
+  std::uint64_t chunk_bytes = 0;
+  detail::SwapIo sio;         // engine and buffers: declared before the files, so destroyed after them
+  detail::SwapChunks files;  // the chunks' swap files
   std::vector<io::PoolBuffer>& buffers = sio.buffers;
-  std::vector<Chunk> chunks;
-  std::vector<std::size_t> first_chunk;  // per tensor, plus the end
+  std::vector<Chunk>& chunks = files.chunks;
+  std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
   std::vector<int> current;              // per tensor: the generation holding the last commit
   std::vector<char> written;             // per tensor: the other generation holds a newer write
   mutable std::mutex mutex;
@@ -68,7 +72,7 @@ struct ParamStore::Impl {
 
   std::string where(const Chunk& c, int gen) const {
     return str_cat("parameter shard of ", tensors[c.tensor].name, " (chunk ", c.index, ", bytes [", c.offset, ", ",
-                   c.offset + c.bytes, "), generation ", gen == 0 ? "a" : "b", ") on the NVMe tier");
+                   c.offset + c.length, "), generation ", gen == 0 ? "a" : "b", ") on the NVMe tier");
   }
 };
 
@@ -87,14 +91,7 @@ ParamStore::Footprint ParamStore::footprint(const ParamStoreOptions& o, const st
                format_bytes(o.budget_bytes), " (", o.budget_bytes,
                " B): raise memory_budget.host (or the pinned budget) or lower offload_param.buffer_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
-  for (const auto& t : tensors) {
-    for (std::uint64_t off = 0; off < t.bytes; off += f.buffer_bytes) {
-      const auto pair = detail::swap_pair_size(1, std::min(f.buffer_bytes, t.bytes - off), o.block_bytes);
-      f.file_bytes += pair.file_bytes;
-      f.file_count += 2;
-      f.host_bytes += pair.host_bytes;
-    }
-  }
+  detail::count_swap_files(f, sizes_of(tensors), layout_for(o, f.buffer_bytes));
   return f;
 }
 
@@ -111,48 +108,16 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
                         options.lock_memory, "parameter store", "parameter buffers", f.file_count,
                         "offload_param.buffer_size");
 
-  I.created_dirs = detail::create_swap_dir(options.dir, "offload_param.nvme_path");
-
-  // A failure here (a full device, a file that cannot be created) leaves nothing behind.
-  std::vector<std::string> created;
-  try {
-    for (std::size_t t = 0; t < I.tensors.size(); ++t) {
-      I.first_chunk.push_back(I.chunks.size());
-      const std::uint64_t n = I.tensors[t].bytes;
-      for (std::uint64_t off = 0, k = 0; off < n; off += I.chunk_bytes, ++k) {
-        Impl::Chunk c;
-        c.tensor = t;
-        c.index = k;
-        c.offset = off;
-        c.bytes = std::min(I.chunk_bytes, n - off);
-        I.file_bytes += detail::create_swap_pair(
-            *I.sio.engine, str_cat(options.dir, "/", detail::file_stem(I.tensors[t].name), ".params.c", k), 1, c.bytes,
-            options.block_bytes, c.path, c.file, created, [&](int g) { return I.where(c, g); },
-            "NVMe tier (parameters)");
-        I.chunks.push_back(std::move(c));
-      }
-    }
-  } catch (...) {
-    I.chunks.clear();
-    detail::remove_swap_files(created);
-    detail::remove_swap_dirs(I.created_dirs);
-    throw;
-  }
-  I.first_chunk.push_back(I.chunks.size());
+  std::vector<std::string> names;
+  for (const auto& t : I.tensors) names.push_back(t.name);
+  I.files.create(*I.sio.engine, options.dir, "offload_param.nvme_path", names, sizes_of(I.tensors),
+                 layout_for(options, I.chunk_bytes), ".params.c",
+                 [&I](const Chunk& c, int gen) { return I.where(c, gen); }, "NVMe tier (parameters)");
   I.current.assign(I.tensors.size(), 0);
   I.written.assign(I.tensors.size(), 0);
 }
 
-ParamStore::~ParamStore() {
-  auto& I = *impl_;
-  for (auto& c : I.chunks) {
-    for (int g = 0; g < 2; ++g) {
-      c.file[g].reset();
-      if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
-    }
-  }
-  detail::remove_swap_dirs(I.created_dirs);  // each only if now empty
-}
+ParamStore::~ParamStore() = default;
 
 void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
   auto& I = *impl_;
@@ -176,10 +141,10 @@ void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
       inflight.pop_front();
       const io::Status s = p.op.wait();
       free_buffers.push_back(p.buffer);
-      const Impl::Chunk& c = I.chunks[p.chunk];
+      const Chunk& c = I.chunks[p.chunk];
       STRATA_IO_CHECK(s, I.where(c, gen));
-      fn(c.offset, I.buffers[p.buffer].data(), c.bytes);
-      I.stats.bytes_read += c.bytes;
+      fn(c.offset, I.buffers[p.buffer].data(), c.length);
+      I.stats.bytes_read += c.length;
     }
   } catch (...) {
     for (auto& p : inflight) (void)p.op.wait();  // no transfer may outlive the error into a reused buffer
@@ -210,12 +175,12 @@ void ParamStore::write(std::size_t tensor, const void* src) {
       if (free_buffers.empty()) finish();
       const std::size_t b = free_buffers.back();
       free_buffers.pop_back();
-      const Impl::Chunk& c = I.chunks[ci];
+      const Chunk& c = I.chunks[ci];
       auto& buf = I.buffers[b];
-      std::memcpy(buf.data(), static_cast<const char*>(src) + c.offset, c.bytes);
-      std::memset(buf.data() + c.bytes, 0, buf.bytes() - c.bytes);
+      std::memcpy(buf.data(), static_cast<const char*>(src) + c.offset, c.length);
+      std::memset(buf.data() + c.length, 0, buf.bytes() - c.length);
       inflight.push_back({ci, b, c.file[gen]->swap_out(buf.data(), buf.bytes())});
-      I.stats.bytes_written += c.bytes;
+      I.stats.bytes_written += c.length;
     }
     while (!inflight.empty()) finish();
   } catch (...) {
@@ -243,16 +208,16 @@ void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src
     while (n > 0) {
       STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument,
                    "parameter store: write_from: ", I.tensors[tensor].name, " is smaller than its source");
-      const Impl::Chunk& c = I.chunks[ci];
-      const std::uint64_t take = std::min(n, c.bytes - filled);
+      const Chunk& c = I.chunks[ci];
+      const std::uint64_t take = std::min(n, c.length - filled);
       std::memcpy(buf.data() + filled, p, take);
       filled += take;
       p += take;
       n -= take;
-      if (filled == c.bytes) {
-        std::memset(buf.data() + c.bytes, 0, buf.bytes() - c.bytes);
+      if (filled == c.length) {
+        std::memset(buf.data() + c.length, 0, buf.bytes() - c.length);
         STRATA_IO_CHECK(c.file[gen]->swap_out(buf.data(), buf.bytes()).wait(), I.where(c, gen));
-        I.stats.bytes_written += c.bytes;
+        I.stats.bytes_written += c.length;
         ++ci;
         filled = 0;
       }
@@ -290,7 +255,7 @@ void ParamStore::abort() {
 
 std::uint64_t ParamStore::buffer_bytes() const noexcept { return impl_->chunk_bytes; }
 int ParamStore::buffer_count() const noexcept { return static_cast<int>(impl_->buffers.size()); }
-std::uint64_t ParamStore::file_bytes() const noexcept { return impl_->file_bytes; }
+std::uint64_t ParamStore::file_bytes() const noexcept { return impl_->files.file_bytes; }
 std::size_t ParamStore::chunks() const noexcept { return impl_->chunks.size(); }
 
 ParamStoreStats ParamStore::stats() const {
@@ -303,7 +268,7 @@ std::string ParamStore::file_of(std::size_t tensor, std::uint64_t offset) const 
   std::lock_guard<std::mutex> lock(I.mutex);
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const auto& c = I.chunks[ci];
-    if (offset >= c.offset && offset < c.offset + c.bytes) return c.path[I.current[tensor]];
+    if (offset >= c.offset && offset < c.offset + c.length) return c.path[I.current[tensor]];
   }
   return {};
 }

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "offload/swap_footprint.h"
+
 namespace strata::offload {
 
 struct ParamStoreOptions {
@@ -74,13 +76,7 @@ class ParamStore {
   // What a store for these tensors takes, computed without creating it: the buffers the
   // constructor allocates and both generations of the swap files on disk, headers included.
   // Refuses, as the constructor does, a buffer count below 1 or a budget below one buffer.
-  struct Footprint {
-    std::uint64_t buffer_bytes = 0;
-    int buffer_count = 0;
-    std::uint64_t file_bytes = 0;
-    std::uint64_t file_count = 0;  // swap files (two per chunk), each open for the store's lifetime
-    std::uint64_t host_bytes = 0;  // host memory the open swap files keep: tables, bookkeeping (not in the ledger)
-  };
+  using Footprint = SwapFootprint;
   static Footprint footprint(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
 
  private:

@@ -68,34 +68,83 @@ io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes,
   return spec;
 }
 
-}  // namespace
-
-SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes) {
-  auto layout = io::swap_layout(pair_spec(element_bytes, payload_bytes, block_bytes));
-  STRATA_IO_CHECK(layout.status(), "swap file layout");
-  return {2 * layout->file_bytes, 2 * io::SwapFile::host_bytes(*layout)};
-}
-
-std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
-                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
-                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
-                               const std::function<std::string(int gen)>& where, const char* tier) {
-  const io::SwapSpec spec = pair_spec(element_bytes, payload_bytes, block_bytes);
+// Both generations of one chunk's swap file, `base` + ".a.swap" and ".b.swap", with their
+// blocks reserved. Each path goes into `created` before its file is made, so that a failure
+// can remove it. Returns the bytes of both files.
+std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, const io::SwapSpec& spec,
+                               SwapChunk& c, std::vector<std::string>& created, const SwapChunks::Where& where,
+                               const char* tier) {
   std::uint64_t total = 0;
   for (int g = 0; g < 2; ++g) {
-    path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
-    created.push_back(path[g]);
-    auto f = io::SwapFile::create(engine, path[g], spec);
-    STRATA_IO_CHECK(f.status(), where(g));
-    reserve_blocks(path[g], f->layout().file_bytes, tier);
+    c.path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
+    created.push_back(c.path[g]);
+    auto f = io::SwapFile::create(engine, c.path[g], spec);
+    STRATA_IO_CHECK(f.status(), where(c, g));
+    reserve_blocks(c.path[g], f->layout().file_bytes, tier);
     total += f->layout().file_bytes;
-    file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+    c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
   }
   return total;
 }
 
-void remove_swap_files(const std::vector<std::string>& paths) noexcept {
-  for (const auto& p : paths) ::unlink(p.c_str());
+// Calls fn(index, offset, length) for each chunk of a tensor of `size` units.
+template <class Fn>
+void for_each_chunk(std::uint64_t size, std::uint64_t chunk_units, Fn&& fn) {
+  for (std::uint64_t off = 0, k = 0; off < size; off += chunk_units, ++k) fn(k, off, std::min(chunk_units, size - off));
+}
+
+}  // namespace
+
+void count_swap_files(SwapFootprint& f, const std::vector<std::uint64_t>& sizes, const SwapLayout& layout) {
+  for (const std::uint64_t size : sizes) {
+    for_each_chunk(size, layout.chunk_units, [&](std::uint64_t, std::uint64_t, std::uint64_t length) {
+      auto l = io::swap_layout(pair_spec(layout.element_bytes, length * layout.unit_bytes, layout.block_bytes));
+      STRATA_IO_CHECK(l.status(), "swap file layout");
+      f.file_bytes += 2 * l->file_bytes;
+      f.file_count += 2;
+      f.host_bytes += 2 * io::SwapFile::host_bytes(*l);
+    });
+  }
+}
+
+void SwapChunks::create(io::Engine& engine, const std::string& dir, const char* dir_key,
+                        const std::vector<std::string>& names, const std::vector<std::uint64_t>& sizes,
+                        const SwapLayout& layout, const char* infix, const Where& where, const char* tier) {
+  created_dirs_ = create_swap_dir(dir, dir_key);
+  std::vector<std::string> created;
+  try {
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      first.push_back(chunks.size());
+      const std::string stem = str_cat(dir, "/", file_stem(names[t]), infix);
+      for_each_chunk(sizes[t], layout.chunk_units, [&](std::uint64_t k, std::uint64_t off, std::uint64_t length) {
+        SwapChunk c;
+        c.tensor = t;
+        c.index = k;
+        c.offset = off;
+        c.length = length;
+        const auto spec = pair_spec(layout.element_bytes, length * layout.unit_bytes, layout.block_bytes);
+        file_bytes += create_swap_pair(engine, str_cat(stem, k), spec, c, created, where, tier);
+        chunks.push_back(std::move(c));
+      });
+    }
+  } catch (...) {
+    chunks.clear();
+    for (const auto& p : created) ::unlink(p.c_str());
+    remove_swap_dirs(created_dirs_);
+    created_dirs_.clear();
+    throw;
+  }
+  first.push_back(chunks.size());
+}
+
+SwapChunks::~SwapChunks() {
+  for (auto& c : chunks) {
+    for (int g = 0; g < 2; ++g) {
+      c.file[g].reset();
+      if (!c.path[g].empty()) ::unlink(c.path[g].c_str());
+    }
+  }
+  remove_swap_dirs(created_dirs_);  // each only if now empty
 }
 
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept {

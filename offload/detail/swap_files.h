@@ -1,6 +1,7 @@
 // Helpers shared by offload/'s two NVMe stores (the optimizer swapper and the parameter
 // store): file names from tensor names, block reservation so a full device fails at
-// creation rather than mid-step, and creating the per-rank swap directory.
+// creation rather than mid-step, the per-rank swap directory, the chunks' swap files and
+// the io_uring engine with its pinned buffers.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "io/buffer_pool.h"
 #include "io/engine.h"
 #include "io/swap_file.h"
+#include "offload/swap_footprint.h"
 
 namespace strata::offload::detail {
 
@@ -24,24 +26,50 @@ void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* ti
 // for remove_swap_dirs. Throws naming `key` (the config key that chose the directory) when
 // it cannot be created.
 std::vector<std::string> create_swap_dir(const std::string& dir, const char* key);
-// Creates both generations of one chunk's swap file, `base` + ".a.swap" and ".b.swap", for
-// `payload_bytes` of `element_bytes`-sized elements in checksum blocks of at most
-// `block_bytes`, with their blocks reserved. Each path goes into `created` before its file
-// is made, so the caller can remove_swap_files() on failure. `where(gen)` names the chunk
-// in errors, `tier` the tier. Returns the bytes of both files.
-std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, std::uint32_t element_bytes,
-                               std::uint64_t payload_bytes, std::uint32_t block_bytes, std::string path[2],
-                               std::unique_ptr<io::SwapFile> file[2], std::vector<std::string>& created,
-                               const std::function<std::string(int gen)>& where, const char* tier);
-// What create_swap_pair() makes for these arguments, without creating anything: the bytes
-// it puts on disk (both files, headers, checksum tables and padded blocks included) and the
-// host memory the pair keeps while open (io::SwapFile::host_bytes of each file).
-struct SwapPairSize {
-  std::uint64_t file_bytes = 0, host_bytes = 0;
+// One chunk of a store's tensor on NVMe: `length` units from `offset` of the tensor (the
+// store's units: elements or bytes), in two generation files.
+struct SwapChunk {
+  std::size_t tensor = 0, index = 0;  // index: the chunk's place within its tensor
+  std::uint64_t offset = 0, length = 0;
+  std::string path[2];
+  std::unique_ptr<io::SwapFile> file[2];
 };
-SwapPairSize swap_pair_size(std::uint32_t element_bytes, std::uint64_t payload_bytes, std::uint32_t block_bytes);
-// Unlinks the files (missing ones are fine).
-void remove_swap_files(const std::vector<std::string>& paths) noexcept;
+// How a store cuts its tensors into swap files.
+struct SwapLayout {
+  std::uint64_t chunk_units = 1;     // units per chunk at most (a tensor's last chunk may be shorter)
+  std::uint64_t unit_bytes = 1;      // payload bytes per unit
+  std::uint32_t element_bytes = 1;   // the files' element size
+  std::uint32_t block_bytes = 1u << 20;  // checksum block size at most (aio.block_size)
+};
+// Adds to `f` what the files of tensors of these sizes take (file_bytes, file_count,
+// host_bytes), without creating anything; the buffer fields are the caller's.
+void count_swap_files(SwapFootprint& f, const std::vector<std::uint64_t>& sizes, const SwapLayout& layout);
+
+// A store's swap files. create() cuts tensor t (`sizes[t]` units, named `names[t]`) into
+// chunks per the layout and makes each chunk's two generations, `dir`/<file_stem(name)>
+// <infix><chunk index>.a.swap and .b.swap, with their blocks reserved so that a full device
+// fails here rather than mid-step. It is all or nothing: on a failure every file and
+// directory it made is removed before the error propagates; `where(chunk, gen)` names the
+// chunk in errors, `tier` the tier. The destructor closes and unlinks every file and removes
+// the directories create() made, each only if then empty.
+class SwapChunks {
+ public:
+  using Where = std::function<std::string(const SwapChunk&, int gen)>;
+  SwapChunks() = default;
+  SwapChunks(const SwapChunks&) = delete;
+  SwapChunks& operator=(const SwapChunks&) = delete;
+  ~SwapChunks();
+  void create(io::Engine& engine, const std::string& dir, const char* dir_key, const std::vector<std::string>& names,
+              const std::vector<std::uint64_t>& sizes, const SwapLayout& layout, const char* infix, const Where& where,
+              const char* tier);
+
+  std::vector<SwapChunk> chunks;
+  std::vector<std::size_t> first;  // tensor t's chunks are [first[t], first[t + 1])
+  std::uint64_t file_bytes = 0;    // both generations of every chunk, headers included
+
+ private:
+  std::vector<std::string> created_dirs_;
+};
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
 void remove_swap_dirs(const std::vector<std::string>& created) noexcept;
 
