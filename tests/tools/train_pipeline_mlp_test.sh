@@ -7,7 +7,8 @@
 # with a dynamic loss scaler that skips the first steps (the same steps and scales), and
 # 2 stages x 2 replicas as processes against the plain 2-rank run, with clipping on. A run
 # with another seed differs (the comparison can fail); a layer count the stages cannot split
-# is refused by name.
+# is refused by name, and so are pipeline flags that cannot act (--schedule or --chunks
+# without --pipeline-stages, --measure-steps without zb-auto, 0 stages).
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline-mlp
@@ -121,3 +122,14 @@ expect_refusal "3 layers over 2 stages" "cannot split the MLP's 3 layers evenly:
   "$strata" train --model mlp --layers 3 --hidden 8 --steps 1 --config "$dir/z1.json" --pipeline-stages 2
 expect_refusal "a model without pipeline layers" "has no pipeline layers" \
   "$strata" train --model rnn --steps 1 --config "$dir/z1.json" --pipeline-stages 2
+# The pipeline's own flags are refused, not ignored, where they cannot act.
+expect_refusal "--schedule without --pipeline-stages" "--schedule requires --pipeline-stages" \
+  "$strata" train "${shape[@]}" --config "$dir/z1.json" --schedule zb-h1
+expect_refusal "--chunks without --pipeline-stages" "--chunks requires --pipeline-stages" \
+  "$strata" train "${shape[@]}" --config "$dir/z1.json" --chunks 2
+expect_refusal "--pipeline-stages 0" "--pipeline-stages: Value 0 not in range 1" \
+  "$strata" train "${shape[@]}" --config "$dir/z1.json" --pipeline-stages 0
+expect_refusal "--measure-steps with 1f1b" "--measure-steps 2 applies only to --schedule zb-auto" \
+  "$strata" train "${shape[@]}" --config "$dir/z1.json" --pipeline-stages 2 --schedule 1f1b --measure-steps 2
+expect_refusal "--chunks with 1f1b" "chunks=2 applies only to the interleaved schedule" \
+  "$strata" train "${shape[@]}" --config "$dir/z1.json" --pipeline-stages 2 --schedule 1f1b --chunks 2

@@ -304,16 +304,22 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);
-  cmd.add_option(
-         "--pipeline-stages", o->pipe.stages,
-         "Split the layers (GPT or MLP) over P pipeline stages, each on a ZeRO engine (threads, or strata launch -n "
-         "P*D for D data-parallel replicas)")
-      ->check(CLI::Range(0, 1024));
-  cmd.add_option("--schedule", o->pipe.schedule, "With --pipeline-stages: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto");
-  cmd.add_option("--chunks", o->pipe.chunks, "With --schedule interleaved: chunks per stage")->check(CLI::Range(1, 64));
+  CLI::Option* stages =
+      cmd.add_option("--pipeline-stages", o->pipe.stages,
+                     "Split the layers (GPT or MLP) over P pipeline stages, each on a ZeRO engine (threads, or strata "
+                     "launch -n P*D for D data-parallel replicas)")
+          ->check(CLI::Range(1, 1024));
+  // The pipeline's own flags mean nothing without it: refused rather than ignored.
+  cmd.add_option("--schedule", o->pipe.schedule, "With --pipeline-stages: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto")
+      ->needs(stages);
+  cmd.add_option("--chunks", o->pipe.chunks, "With --schedule interleaved: chunks per stage")
+      ->check(CLI::Range(1, 64))
+      ->needs(stages);
   cmd.add_option("--measure-steps", o->pipe.measure_steps,
-                 "With --schedule zb-auto: steps run as ZB-H1 whose per-stage F/B/W times zb-auto schedules from")
-      ->check(CLI::Range(1, 1000));
+                 "With --schedule zb-auto: steps run as ZB-H1 whose per-stage F/B/W times zb-auto schedules from "
+                 "(default 1)")
+      ->check(CLI::Range(1, 1000))
+      ->needs(stages);
   return [o] { return run(*o); };
 }
 

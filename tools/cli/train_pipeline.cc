@@ -247,7 +247,7 @@ struct Run {
     auto g = model.replica(d);
     StageRunner runner(first, g.model, eso, stage, group, pipe, transport, tracer);
     if (printer)
-      std::printf("strata train: %s, %d pipeline stages (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
+      std::printf("strata train: %s, %d pipeline stage(s) (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
                   model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
     if (printer && !ckpt.init_from.empty())
       std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
@@ -303,18 +303,25 @@ struct Run {
   }
 };
 
-void check_flags(const PipelineTrainOptions& o) {
+// Refuses what a pipelined run cannot take, and returns the flags with the defaults that
+// depend on others filled in (--measure-steps: 1 under zb-auto).
+PipelineTrainOptions check_flags(PipelineTrainOptions o) {
   STRATA_CHECK(o.stages >= 1, Errc::invalid_argument, "--pipeline-stages ", o.stages, " must be at least 1");
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
+  STRATA_CHECK(o.measure_steps == 0 || o.schedule == "zb-auto", Errc::invalid_argument, "--measure-steps ",
+               o.measure_steps, " applies only to --schedule zb-auto (this run's schedule is ", o.schedule,
+               "): drop it, or choose zb-auto");
+  if (o.measure_steps == 0) o.measure_steps = 1;
   STRATA_CHECK(o.schedule != "zb-auto" || (o.measure_steps >= 1 && o.measure_steps < o.steps), Errc::invalid_argument,
                "--measure-steps ", o.measure_steps, " must be at least 1 and below --steps ", o.steps,
                " (zb-auto runs that many ZB-H1 steps first)");
+  return o;
 }
 
 }  // namespace
 
-int train_pipelined(const PipelineTrainOptions& o) {
-  check_flags(o);
+int train_pipelined(const PipelineTrainOptions& given) {
+  const PipelineTrainOptions o = check_flags(given);
   const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
   const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
   const int world = as_ranks ? rdzv.world_size : o.stages;

@@ -46,7 +46,7 @@ struct PipelineTrainOptions {
   int stages = 0;
   std::string schedule = "1f1b";
   int chunks = 1;  // interleaved
-  int measure_steps = 1;
+  int measure_steps = 0;  // zb-auto only; 0: not given (1)
 };
 
 // Throws Errc::invalid_argument naming the flag or key that a pipelined run cannot take.
