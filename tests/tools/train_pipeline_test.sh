@@ -195,7 +195,7 @@ grep -q "note: the checkpoint holds no FP8 amax history (trained without fp8): s
   fail "no note resuming an fp16 checkpoint with fp8: $out"
 expect_refusal "fp8 for the pipelined MLP" "FP8 matrix products are implemented for the GPT" \
   "$strata" train --model mlp --steps 1 --config "$dir/f2.json" --pipeline-stages 2
-expect_refusal "--unit-scaled for the pipelined MLP" "unit-scaled is implemented for the GPT" \
+expect_refusal "--unit-scaled for the pipelined MLP" "--unit-scaled applies to --model gpt only" \
   "$strata" train --model mlp --steps 1 --unit-scaled --config "$dir/f2-base.json" --pipeline-stages 2
 
 config "$dir/z3.json" 3 nvme

@@ -157,7 +157,10 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--device-budget", o->device_budget,
                  "Device memory budget when the config has no memory_budget.device (default 1GiB)");
   cmd.add_flag("--json", o->json, "Print one JSON object");
-  return [o] { return run(*o); };
+  return [o, &cmd] {
+    check_model_flags(cmd, o->m.model);
+    return run(*o);
+  };
 }
 
 const Registration reg("", "estimate", "Predict the peak memory per tier of a strata train run, allocating nothing",

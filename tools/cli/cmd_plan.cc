@@ -19,6 +19,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/output_check.h"
 #include "tools/cli/plan_search.h"
+#include "tools/cli/train_model.h"
 
 namespace strata::cli {
 namespace {
@@ -219,7 +220,10 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--iters", o->iters, "Profiled passes per micro-batch (median; default 5)")->check(CLI::Range(1, 100));
   cmd.add_option("--emit-config", o->emit, "Write the chosen candidate's config (runnable with strata train --config)");
   cmd.add_flag("--json", o->json, "Print one JSON object");
-  return [o] { return run(*o); };
+  return [o, &cmd] {
+    check_model_flags(cmd, o->m.model);
+    return run(*o);
+  };
 }
 
 const Registration reg("", "plan", "Search stage, placement, micro-batch and remat for the fastest run within budgets",

@@ -320,7 +320,10 @@ Action setup(CLI::App& cmd) {
                  "(default 1)")
       ->check(CLI::Range(1, 1000))
       ->needs(stages);
-  return [o] { return run(*o); };
+  return [o, &cmd] {
+    check_model_flags(cmd, o->m.model);
+    return run(*o);
+  };
 }
 
 const Registration reg("", "train", "Train the demo MLP or the GPT through the ZeRO engine", setup);

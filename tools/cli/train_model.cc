@@ -47,6 +47,23 @@ void add_model_options(CLI::App& cmd, ModelOptions& m) {
   add_gpt_shape_options(cmd, m);
 }
 
+void check_model_flags(const CLI::App& cmd, const std::string& model) {
+  static const char* const kGptOnly[] = {"--preset",       "--heads",     "--d-model",    "--seq-len",
+                                         "--positions",    "--vocab",     "--remat",      "--unit-scaled",
+                                         "--data",         "--data-format", "--val-fraction", "--eval-every",
+                                         "--eval-batches", "--sample"};
+  static const char* const kMlpOnly[] = {"--hidden", "--layer-ms"};
+  const auto refuse = [&](const auto& flags, const char* owner) {
+    for (const char* flag : flags) {
+      const CLI::Option* opt = cmd.get_option_no_throw(flag);
+      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag, " applies to --model ", owner,
+                   " only, and this run's model is ", model, ": drop ", flag, ", or give --model ", owner);
+    }
+  };
+  if (model == "mlp") refuse(kGptOnly, "gpt");
+  if (model == "gpt") refuse(kMlpOnly, "mlp");
+}
+
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
   cmd.add_option("--preset", m.preset, "GPT size: tiny|124M|350M|774M|1.5B");
   cmd.add_option("--heads", m.heads, "GPT attention heads")->check(CLI::Range(1, 4096));
@@ -124,12 +141,10 @@ void record_unit_scaling(nlohmann::json& state, bool unit_scaled) {
   if (unit_scaled) state["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
 }
 
-void check_mlp_precision(const ModelOptions& o, const engine::EngineConfig& config) {
+void check_mlp_precision(const engine::EngineConfig& config) {
   STRATA_CHECK(!config.fp8.enabled, Errc::unsupported,
                "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the MLP: set "
                "fp8.enabled to false or use --model gpt");
-  STRATA_CHECK(!o.unit_scaled, Errc::unsupported,
-               "--unit-scaled is implemented for the GPT (--model gpt), not the MLP");
 }
 
 void record_fp8_history(nlohmann::json& state, const std::vector<std::vector<float>>& histories) {
@@ -264,7 +279,7 @@ class GptModel : public TrainModel {
 std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer) {
   if (o.model == "mlp") {
-    check_mlp_precision(o, engine.config());
+    check_mlp_precision(engine.config());
     return std::make_unique<MlpModel>(o, engine, comm, tracer);
   }
   if (o.model == "gpt") {

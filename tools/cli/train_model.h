@@ -64,6 +64,11 @@ class TrainModel {
 
 // Adds the model's flags: --model, --layers, --hidden and the GPT's shape.
 void add_model_options(CLI::App& cmd, ModelOptions& m);
+// Refuses a flag given on `cmd` that only the other model reads (--heads, --data or
+// --sample with --model mlp; --hidden or --layer-ms with --model gpt), naming it and the
+// model that takes it: left unread, it would train or size another model than the one asked
+// for. Flags `cmd` does not have are skipped; other model names are the caller's to refuse.
+void check_model_flags(const CLI::App& cmd, const std::string& model);
 // Adds the GPT's shape flags (--preset --heads --d-model --seq-len --positions --vocab
 // --remat --unit-scaled; --layers is the caller's, shared with the MLP).
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m);
@@ -99,8 +104,9 @@ bool config_remat(const engine::EngineConfig& config);
 void record_unit_scaling(nlohmann::json& state, bool unit_scaled);
 void check_unit_scaling(const nlohmann::json& state, bool unit_scaled);
 
-// The MLP has neither FP8 products nor unit scaling: Errc::unsupported naming the key or flag.
-void check_mlp_precision(const ModelOptions& o, const engine::EngineConfig& config);
+// The MLP has no FP8 products: Errc::unsupported naming the key (--unit-scaled, a flag, is
+// check_model_flags()'s).
+void check_mlp_precision(const engine::EngineConfig& config);
 
 // The GPT's FP8 amax histories in a trainer's checkpoint state, and back: the histories the
 // state holds, or none for a checkpoint trained without fp8 (then, when `say`, a note that

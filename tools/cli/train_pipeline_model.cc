@@ -55,7 +55,7 @@ PipelinedModel gpt_model(const ModelOptions& o, const engine::EngineConfig& cfg,
 }
 
 PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg, int B, int m, int D) {
-  check_mlp_precision(o, cfg);
+  check_mlp_precision(cfg);
   const model::MlpConfig mlp = mlp_config(o);
   PipelinedModel out;
   auto data = std::make_shared<const model::MlpData>(mlp.hidden, mlp.seed);  // one teacher for the process
