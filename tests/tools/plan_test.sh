@@ -6,7 +6,7 @@
 # config plan emits, runs within 15% of its predicted step time (scripts/plan_check.py:
 # medians of 3 alternated plans and runs; a second try when the first is off); a budget
 # nothing fits is refused naming the smallest budget that would; a damaged calibration file
-# is refused naming the file and the key.
+# is refused naming the file and the key, and a malformed --budget naming the tier or item.
 # Exits 77 (skipped) where io_uring is unavailable (calibrate measures NVMe).
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" plan
@@ -68,4 +68,14 @@ err=$("$strata" plan --model gpt --layers 2 --budget device=64MiB,host=64MiB --c
 set -e
 grep -q "bad.json" <<<"$err" && grep -q "nvme_read_gbps" <<<"$err" && grep -q "bench calibrate" <<<"$err" \
   || fail "a calibration without nvme_read_gbps is not refused by name: $err"
+# A malformed --budget names the tier or item at fault.
+for case in "device=1GiB,device=2GiB|tier 'device' is given twice" "gpu=1GiB,host=1GiB|tier 'gpu' is not device, host or nvme" \
+  "device=1GiB|must give the device and the host" "device=1GiB,host=-1|--budget host = '-1' is not a non-negative number" \
+  "device=1GiB,host=1GiB,|'' is not TIER=BYTES"; do
+  set +e
+  err=$("$strata" plan --model gpt --layers 2 --budget "${case%%|*}" --calibration "$dir/cal.json" 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] && grep -qF -- "${case#*|}" <<<"$err" || fail "--budget ${case%%|*} not refused as '${case#*|}': $err"
+done
 echo "PASS"

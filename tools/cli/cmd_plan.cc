@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
@@ -33,6 +34,7 @@ struct Options {
 
 void parse_budget(const std::string& text, PlanRequest& r) {
   bool device = false, host = false;
+  std::set<std::string> seen;
   std::size_t pos = 0;
   while (pos <= text.size()) {
     const std::size_t end = std::min(text.find(',', pos), text.size());
@@ -41,6 +43,8 @@ void parse_budget(const std::string& text, PlanRequest& r) {
     STRATA_CHECK(eq != std::string::npos, Errc::invalid_argument, "--budget '", text, "': '", item,
                  "' is not TIER=BYTES (for example device=24MiB,host=40MiB,nvme=1GiB)");
     const std::string tier = item.substr(0, eq), bytes = item.substr(eq + 1);
+    STRATA_CHECK(seen.insert(tier).second, Errc::invalid_argument, "--budget '", text, "': tier '", tier,
+                 "' is given twice: give each tier once");
     const std::string what = "--budget " + tier;
     if (tier == "device") {
       r.device_budget = parse_bytes(bytes, what);
