@@ -2,6 +2,7 @@
 #include "models/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,6 +85,10 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors,
                                      const std::map<std::string, std::string>& metadata)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)), buffer_(kBufferBytes) {
+  // Refused before any byte is written: the rename at the end could not replace a directory.
+  struct stat st {};
+  STRATA_CHECK(::stat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), Errc::invalid_argument, "'", path_,
+               "' is a directory: give the safetensors file's path (for example ", path_, "/model.safetensors)");
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;

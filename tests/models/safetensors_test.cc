@@ -1,7 +1,8 @@
 // The safetensors reader against damaged headers (found by fuzz/safetensors_fuzz.cc): a
 // header or __metadata__ that is not an object, dimensions that are negative, fractional or
 // whose product wraps, and offsets that wrap past the file's end are refused with a
-// strata::Error naming the file, never a crash or a huge allocation.
+// strata::Error naming the file, never a crash or a huge allocation; and the writer refuses
+// a path that is a directory before it writes anything.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -42,6 +43,15 @@ TEST_CASE("safetensors files round-trip", "[models][safetensors]") {
   CHECK(back[0].shape == std::vector<std::int64_t>{2, 3});
   CHECK(back[0].data[5] == 6.0f);
   CHECK(back[1].data == std::vector<float>{7});
+}
+
+TEST_CASE("a safetensors output that is a directory is refused before anything is written",
+          "[models][safetensors][negative]") {
+  strata::test::TempDir dir("strata-safetensors-test");
+  const std::string path = dir.path();
+  CHECK_THAT(strata::test::error_of([&] { write_safetensors(path, {{"w", {1}, {1}}}, {}); }),
+             Catch::Contains("is a directory: give the safetensors file's path"));
+  CHECK_FALSE(std::ifstream(path + ".tmp").good());
 }
 
 TEST_CASE("safetensors headers that are damaged are refused naming the file", "[models][safetensors][negative]") {

@@ -5,7 +5,7 @@
 # (the largest tensor plus fixed buffers) on a model several times that bound. Then
 # --init-from: a run started from the exported file with lr 0 keeps exactly those weights
 # (fp32 and from the bf16 file), and a file missing a tensor, with an extra one or a
-# mis-shaped one is refused naming it.
+# mis-shaped one is refused naming it; so is an --out that is a directory or in a missing one.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export
 py=/usr/bin/python3  # Debian's, with numpy
@@ -109,3 +109,9 @@ for c in "missing:has no tensor 'layers.3.bias', which this model registers" \
   grep -q "${c#*:}" <<<"$out" || fail "unclear: $out"
 done
 echo "--init-from refusals: a missing, an extra and a mis-shaped tensor, each named"
+# An --out that cannot be written is refused naming it, before the checkpoint is read.
+for c in "$dir/ck:is a directory: give a file name inside it" "$dir/none/e.st:the directory '$dir/none' does not exist"; do
+  out=$("$strata" export --checkpoint "$dir/ck" --out "${c%%:*}" 2>&1) && fail "export to ${c%%:*} was accepted"
+  grep -qF -- "--out '${c%%:*}'" <<<"$out" && grep -qF -- "${c#*:}" <<<"$out" || fail "unclear: $out"
+done
+echo "export refusals: an --out that is a directory or in a missing one, each named"

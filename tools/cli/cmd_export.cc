@@ -16,6 +16,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/output_check.h"
 
 namespace strata::cli {
 namespace {
@@ -28,6 +29,7 @@ int run(const Options& o) {
   STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ", o.dtype,
                " is not offered: use fp32, bf16 or fp16");
   const DType dt = o.dtype == "fp32" ? DType::fp32 : o.dtype == "bf16" ? DType::bf16 : DType::fp16;
+  check_output_file("--out", o.out);
   const auto t0 = std::chrono::steady_clock::now();
   const auto opened = checkpoint::open_checkpoint(o.checkpoint);
   const auto& m = opened.manifest;
