@@ -57,13 +57,13 @@ struct OptimizerSwapper::Impl {
   SwapperOptions options;
   std::vector<SwapTensor> tensors;
   std::uint64_t buffer_elems = 0, buffer_bytes = 0;
-  detail::SwapIo sio;         // engine and buffers: declared before the files, so destroyed after them
+  detail::SwapIo sio;        // engine and buffers: declared before the files, so destroyed after them
   detail::SwapChunks files;  // the sub-groups' swap files
   std::vector<io::PoolBuffer>& buffers = sio.buffers;
   std::vector<Chunk>& chunks = files.chunks;
   std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
-  int current = 0;                       // the generation holding the last good state
-  bool pending = false;                  // a deferred step's generation waits for commit or discard
+  int current = 0;                                      // the generation holding the last good state
+  bool pending = false;                                 // a deferred step's generation waits for commit or discard
   SwapperStats stats;
 
   std::string where(const Chunk& c) const {
@@ -128,9 +128,9 @@ OptimizerSwapper::OptimizerSwapper(const SwapperOptions& options, std::vector<Sw
 
   std::vector<std::string> names;
   for (const auto& t : I.tensors) names.push_back(t.name);
-  I.files.create(*I.sio.engine, options.dir, "offload_optimizer.nvme_path", names, sizes_of(I.tensors),
-                 layout_for(options, I.buffer_elems), ".sg", [&I](const Chunk& c, int) { return I.where(c); },
-                 "NVMe tier");
+  I.files.create(
+      *I.sio.engine, options.dir, "offload_optimizer.nvme_path", names, sizes_of(I.tensors),
+      layout_for(options, I.buffer_elems), ".sg", [&I](const Chunk& c, int) { return I.where(c); }, "NVMe tier");
 }
 
 OptimizerSwapper::~OptimizerSwapper() = default;

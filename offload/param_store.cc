@@ -48,13 +48,13 @@ struct ParamStore::Impl {
   ParamStoreOptions options;
   std::vector<ParamTensor> tensors;
   std::uint64_t chunk_bytes = 0;
-  detail::SwapIo sio;         // engine and buffers: declared before the files, so destroyed after them
+  detail::SwapIo sio;        // engine and buffers: declared before the files, so destroyed after them
   detail::SwapChunks files;  // the chunks' swap files
   std::vector<io::PoolBuffer>& buffers = sio.buffers;
   std::vector<Chunk>& chunks = files.chunks;
   std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
-  std::vector<int> current;              // per tensor: the generation holding the last commit
-  std::vector<char> written;             // per tensor: the other generation holds a newer write
+  std::vector<int> current;                             // per tensor: the generation holding the last commit
+  std::vector<char> written;                            // per tensor: the other generation holds a newer write
   mutable std::mutex mutex;
   ParamStoreStats stats;
 
@@ -110,9 +110,10 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
 
   std::vector<std::string> names;
   for (const auto& t : I.tensors) names.push_back(t.name);
-  I.files.create(*I.sio.engine, options.dir, "offload_param.nvme_path", names, sizes_of(I.tensors),
-                 layout_for(options, I.chunk_bytes), ".params.c",
-                 [&I](const Chunk& c, int gen) { return I.where(c, gen); }, "NVMe tier (parameters)");
+  I.files.create(
+      *I.sio.engine, options.dir, "offload_param.nvme_path", names, sizes_of(I.tensors),
+      layout_for(options, I.chunk_bytes), ".params.c", [&I](const Chunk& c, int gen) { return I.where(c, gen); },
+      "NVMe tier (parameters)");
   I.current.assign(I.tensors.size(), 0);
   I.written.assign(I.tensors.size(), 0);
 }

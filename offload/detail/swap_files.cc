@@ -71,9 +71,8 @@ io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes,
 // Both generations of one chunk's swap file, `base` + ".a.swap" and ".b.swap", with their
 // blocks reserved. Each path goes into `created` before its file is made, so that a failure
 // can remove it. Returns the bytes of both files.
-std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, const io::SwapSpec& spec,
-                               SwapChunk& c, std::vector<std::string>& created, const SwapChunks::Where& where,
-                               const char* tier) {
+std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, const io::SwapSpec& spec, SwapChunk& c,
+                               std::vector<std::string>& created, const SwapChunks::Where& where, const char* tier) {
   std::uint64_t total = 0;
   for (int g = 0; g < 2; ++g) {
     c.path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
@@ -88,8 +87,7 @@ std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, cons
 }
 
 // Calls fn(index, offset, length) for each chunk of a tensor of `size` units.
-template <class Fn>
-void for_each_chunk(std::uint64_t size, std::uint64_t chunk_units, Fn&& fn) {
+template <class Fn> void for_each_chunk(std::uint64_t size, std::uint64_t chunk_units, Fn&& fn) {
   for (std::uint64_t off = 0, k = 0; off < size; off += chunk_units, ++k) fn(k, off, std::min(chunk_units, size - off));
 }
 

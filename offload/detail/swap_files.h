@@ -36,9 +36,9 @@ struct SwapChunk {
 };
 // How a store cuts its tensors into swap files.
 struct SwapLayout {
-  std::uint64_t chunk_units = 1;     // units per chunk at most (a tensor's last chunk may be shorter)
-  std::uint64_t unit_bytes = 1;      // payload bytes per unit
-  std::uint32_t element_bytes = 1;   // the files' element size
+  std::uint64_t chunk_units = 1;         // units per chunk at most (a tensor's last chunk may be shorter)
+  std::uint64_t unit_bytes = 1;          // payload bytes per unit
+  std::uint32_t element_bytes = 1;       // the files' element size
   std::uint32_t block_bytes = 1u << 20;  // checksum block size at most (aio.block_size)
 };
 // Adds to `f` what the files of tensors of these sizes take (file_bytes, file_count,

@@ -49,7 +49,9 @@ TEST_CASE("a safetensors output that is a directory is refused before anything i
           "[models][safetensors][negative]") {
   strata::test::TempDir dir("strata-safetensors-test");
   const std::string path = dir.path();
-  CHECK_THAT(strata::test::error_of([&] { write_safetensors(path, {{"w", {1}, {1}}}, {}); }),
+  CHECK_THAT(strata::test::error_of([&] {
+               write_safetensors(path, {{"w", {1}, {1}}}, {});
+             }),
              Catch::Contains("is a directory: give the safetensors file's path"));
   CHECK_FALSE(std::ifstream(path + ".tmp").good());
 }

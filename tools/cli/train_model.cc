@@ -48,10 +48,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& m) {
 }
 
 void check_model_flags(const CLI::App& cmd, const std::string& model) {
-  static const char* const kGptOnly[] = {"--preset",       "--heads",     "--d-model",    "--seq-len",
-                                         "--positions",    "--vocab",     "--remat",      "--unit-scaled",
-                                         "--data",         "--data-format", "--val-fraction", "--eval-every",
-                                         "--eval-batches", "--sample"};
+  static const char* const kGptOnly[] = {
+      "--preset",      "--heads", "--d-model",     "--seq-len",      "--positions",  "--vocab",        "--remat",
+      "--unit-scaled", "--data",  "--data-format", "--val-fraction", "--eval-every", "--eval-batches", "--sample"};
   static const char* const kMlpOnly[] = {"--hidden", "--layer-ms"};
   const auto refuse = [&](const auto& flags, const char* owner) {
     for (const char* flag : flags) {

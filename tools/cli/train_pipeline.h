@@ -45,7 +45,7 @@ struct PipelineTrainOptions {
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
   std::string schedule = "1f1b";
-  int chunks = 1;  // interleaved
+  int chunks = 1;         // interleaved
   int measure_steps = 0;  // zb-auto only; 0: not given (1)
 };
 
