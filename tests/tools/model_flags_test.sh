@@ -4,6 +4,8 @@
 # estimate` and `strata plan`, naming the flag and the model that takes it, before anything
 # runs: ignored, they would train or size another model than the one asked for. The same
 # flags with their own model are accepted (one step each, so the check can fail both ways).
+# The --help of the three names example configs that exist in the source tree and are read
+# by `strata estimate` without an error.
 set -euo pipefail
 strata=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -42,4 +44,16 @@ out=$("$strata" train "${mlp[@]}" --layer-ms 0 2>&1) || fail "the MLP refused it
 out=$("$strata" train "${gpt[@]}" --vocab 256 --remat always --eval-every 1 --eval-batches 1 --sample 4 2>&1) ||
   fail "the GPT refused its own flags: $out"
 grep -q "^sample (4 bytes):" <<<"$out" || fail "no sample: $out"
+
+root="$(dirname "$0")/../.."
+for command in train estimate plan; do
+  help=$("$strata" "$command" --help 2>&1)
+  grep -q "scripts/configs/" <<<"$help" || fail "strata $command --help names no example config"
+  for name in $(grep -o '[a-z0-9-]*\.json:' <<<"$help" | tr -d :); do
+    [ -f "$root/scripts/configs/$name" ] || fail "strata $command --help names scripts/configs/$name, which is missing"
+    out=$("$strata" estimate --model mlp --layers 2 --hidden 64 --config "$root/scripts/configs/$name" 2>&1) ||
+      fail "the example config $name does not estimate: $out"
+  done
+done
+echo "ok: the help of train, estimate and plan names example configs that are read"
 echo "PASS"

@@ -149,6 +149,7 @@ int run(const Options& o) {
 Action setup(CLI::App& cmd) {
   auto o = std::make_shared<Options>();
   auto& m = o->m;
+  cmd.footer(kConfigHelpFooter);
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config (as for strata train)")->required();
   add_model_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text as for strata train (its tokens count in the process RSS)");

@@ -217,6 +217,7 @@ Action setup(CLI::App& cmd) {
                  "Sequences per rank per step (default: the config's micro-batch x "
                  "accumulation, else 8)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd.footer(kConfigHelpFooter);
   cmd.add_option("--config", o->config,
                  "Base config (optimizer, precision, schedule): its placement keys are searched");
   cmd.add_option("--calibration", o->calibration, "File from strata bench calibrate (default strata-calibration.json)");

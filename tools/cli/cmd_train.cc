@@ -278,6 +278,7 @@ int run(const Options& o) {
 Action setup(CLI::App& cmd) {
   auto o = std::make_shared<Options>();
   auto& m = o->m;
+  cmd.footer(kConfigHelpFooter);
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
   add_model_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");

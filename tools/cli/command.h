@@ -28,6 +28,14 @@ struct Registration {
   }
 };
 
+// The --help footer of a command that reads a training config: where to find one to start
+// from and what its keys mean.
+inline constexpr const char* kConfigHelpFooter =
+    "--config is a DeepSpeed-style JSON file; runnable examples are in the source tree's scripts/configs/ "
+    "(gpt-demo.json: the GPT with ZeRO-3, bf16 and budget-driven NVMe placement; zero3-bf16.json: ZeRO-3 in bf16 with "
+    "the optimizer state in host memory), "
+    "and docs/design.md (\"Configuration\") says which keys Strata reads.";
+
 // Prints JSON (already serialised) to stdout with a trailing newline.
 void print_json(const std::string& text);
 
