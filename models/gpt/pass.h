@@ -25,7 +25,6 @@
 
 namespace strata::device {
 class Device;
-class DeviceBuffer;
 }  // namespace strata::device
 
 namespace strata::model {

@@ -21,29 +21,25 @@ std::unique_ptr<Device> Device::create(const DeviceOptions& options) {
   return options.backend == Backend::host ? create_host_device(options) : create_cuda_device(options);
 }
 
-void DeviceBuffer::reset() noexcept {
+template <MemoryKind K> void Allocation<K>::reset() noexcept {
   if (ptr_ != nullptr) {
     try {
-      dev_->free(ptr_);
+      if constexpr (K == MemoryKind::device) {
+        dev_->free(ptr_);
+      } else {
+        dev_->free_pinned(ptr_);
+      }
     } catch (const std::exception& e) {
-      STRATA_LOG(error, "DeviceBuffer release failed: ", e.what());
+      STRATA_LOG(error, K == MemoryKind::device ? "device" : "pinned host", " memory release failed (", bytes_,
+                 " bytes): ", e.what());
     }
   }
   ptr_ = nullptr;
   bytes_ = 0;
 }
 
-void PinnedBuffer::reset() noexcept {
-  if (ptr_ != nullptr) {
-    try {
-      dev_->free_pinned(ptr_);
-    } catch (const std::exception& e) {
-      STRATA_LOG(error, "PinnedBuffer release failed: ", e.what());
-    }
-  }
-  ptr_ = nullptr;
-  bytes_ = 0;
-}
+template class Allocation<MemoryKind::device>;
+template class Allocation<MemoryKind::pinned>;
 
 }  // namespace strata::device
 

@@ -169,26 +169,33 @@ inline bool cpu_reaches(const Device& dev) noexcept {
   return dev.backend() == Backend::host && !dev.options().guard_memory;
 }
 
-// RAII owner of one device allocation.
-class DeviceBuffer {
+// Which of a Device's memories an Allocation holds: device memory (allocate/free) or
+// pinned host memory (allocate_pinned/free_pinned).
+enum class MemoryKind { device, pinned };
+
+// RAII owner of one allocation of a Device's memory of kind K; movable, not copyable. reset()
+// frees it now; a free that fails there is logged, not thrown (it runs in destructors).
+template <MemoryKind K> class Allocation {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Device& dev, std::size_t bytes, std::string_view what = {})
-      : dev_(&dev), ptr_(dev.allocate(bytes, what)), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  Allocation() = default;
+  Allocation(Device& dev, std::size_t bytes, std::string_view what = {})
+      : dev_(&dev),
+        ptr_(K == MemoryKind::device ? dev.allocate(bytes, what) : dev.allocate_pinned(bytes, what)),
+        bytes_(bytes) {}
+  Allocation(Allocation&& o) noexcept { swap(o); }
+  Allocation& operator=(Allocation&& o) noexcept {
     reset();
     swap(o);
     return *this;
   }
-  ~DeviceBuffer() { reset(); }
+  ~Allocation() { reset(); }
   void reset() noexcept;
   void* get() const noexcept { return ptr_; }
   std::size_t bytes() const noexcept { return bytes_; }
   template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
 
  private:
-  void swap(DeviceBuffer& o) noexcept {
+  void swap(Allocation& o) noexcept {
     std::swap(dev_, o.dev_);
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
@@ -197,35 +204,10 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
 };
-
-// RAII owner of one pinned host allocation.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(Device& dev, std::size_t bytes, std::string_view what = {})
-      : dev_(&dev), ptr_(dev.allocate_pinned(bytes, what)), bytes_(bytes) {}
-  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    reset();
-    swap(o);
-    return *this;
-  }
-  ~PinnedBuffer() { reset(); }
-  void reset() noexcept;
-  void* get() const noexcept { return ptr_; }
-  std::size_t bytes() const noexcept { return bytes_; }
-  template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
-
- private:
-  void swap(PinnedBuffer& o) noexcept {
-    std::swap(dev_, o.dev_);
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-  }
-  Device* dev_ = nullptr;
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+extern template class Allocation<MemoryKind::device>;
+extern template class Allocation<MemoryKind::pinned>;
+using DeviceBuffer = Allocation<MemoryKind::device>;
+using PinnedBuffer = Allocation<MemoryKind::pinned>;
 
 // What this machine's CUDA runtime offers. count is 0 with `why` filled when there is no
 // usable GPU or Strata was built without CUDA.
