@@ -24,8 +24,6 @@
 namespace strata::offload {
 namespace {
 
-using detail::file_stem;
-
 using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kBytesPerElem = 12;  // fp32 master + exp_avg + exp_avg_sq
 

@@ -33,7 +33,6 @@ struct Options {
 };
 
 void parse_budget(const std::string& text, PlanRequest& r) {
-  bool device = false, host = false;
   std::set<std::string> seen;
   std::size_t pos = 0;
   while (pos <= text.size()) {
@@ -48,10 +47,8 @@ void parse_budget(const std::string& text, PlanRequest& r) {
     const std::string what = "--budget " + tier;
     if (tier == "device") {
       r.device_budget = parse_bytes(bytes, what);
-      device = true;
     } else if (tier == "host") {
       r.host_budget = parse_bytes(bytes, what);
-      host = true;
     } else if (tier == "nvme") {
       r.nvme_budget = parse_bytes(bytes, what);
     } else {
@@ -59,7 +56,7 @@ void parse_budget(const std::string& text, PlanRequest& r) {
     }
     pos = end + 1;
   }
-  STRATA_CHECK(device && host, Errc::invalid_argument, "--budget '", text,
+  STRATA_CHECK(seen.count("device") && seen.count("host"), Errc::invalid_argument, "--budget '", text,
                "' must give the device and the host (for example device=24MiB,host=40MiB)");
   STRATA_CHECK(r.nvme_budget == 0 || !r.nvme_path.empty(), Errc::invalid_argument,
                "--budget nvme needs --nvme-path DIR: the directory on the NVMe device for swap files");
