@@ -65,6 +65,42 @@ FileEntry ShardWriter::finish(const std::string& name, int rank) {
   return {name, rank, written_, sums_};
 }
 
+namespace {
+
+// Copies `bytes` bytes from `in` to `out` (both at offset 0), inside the kernel where it can
+// (copy_file_range), else through a user buffer: copy_file_range refuses files on two
+// filesystems (EXDEV), the usual layout of NVMe scratch and checkpoint volumes, and some
+// filesystems or kernels have none (EINVAL, ENOSYS, EOPNOTSUPP). Returns 0 or an errno;
+// `done` says how far it got.
+
+int copy_bytes(int in, int out, std::uint64_t bytes, std::uint64_t& done) {
+  done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(bytes - done), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) break;
+    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    done += static_cast<std::uint64_t>(n);
+  }
+  std::vector<char> buf(std::min<std::uint64_t>(bytes - done, std::uint64_t{4} << 20));
+  while (done < bytes) {
+    const ssize_t r =
+        ::pread(in, buf.data(), std::min<std::uint64_t>(buf.size(), bytes - done), static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r < 0 ? errno : EIO;  // the source ended early
+    for (ssize_t w = 0; w < r;) {
+      const ssize_t n = ::pwrite(out, buf.data() + w, static_cast<std::size_t>(r - w), static_cast<off_t>(done) + w);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n < 0 ? errno : ENOSPC;
+      w += n;
+    }
+    done += static_cast<std::uint64_t>(r);
+  }
+  return 0;
+}
+
+}  // namespace
+
 FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const std::string& name, int rank,
                           bool* linked) {
   const std::string to = dir + "/" + name;
@@ -82,21 +118,15 @@ FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const
       STRATA_THROW(Errc::io, "checkpoint: cannot create '", to, "': ", errno_text(err));
     }
     const off_t end = ::lseek(in, 0, SEEK_END);
-    off_t done = 0;
-    int err = 0;
-    while (done < end) {
-      const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(end - done), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        err = n < 0 ? errno : ENOSPC;
-        break;
-      }
-      done += n;
-    }
+    std::uint64_t done = 0;
+    const int err = copy_bytes(in, out, static_cast<std::uint64_t>(std::max<off_t>(end, 0)), done);
     ::close(in);
     ::close(out);
-    STRATA_CHECK(err == 0, Errc::io, "checkpoint: copying swap file '", from, "' to '", to, "' failed at byte ", done,
-                 ": ", errno_text(err), " (a full disk? free space; the previous checkpoint is kept)");
+    STRATA_CHECK(
+        err == 0, Errc::io, "checkpoint: copying swap file '", from, "' to '", to, "' failed at byte ", done, ": ",
+        errno_text(err),
+        err == ENOSPC || err == EDQUOT || err == EFBIG ? " (the checkpoint's filesystem is full: free space)" : "",
+        "; the previous checkpoint is kept");
   }
   const int fd = ::open(to.c_str(), O_RDONLY | O_CLOEXEC);
   STRATA_CHECK(fd >= 0, Errc::io, "checkpoint: cannot open '", to, "': ", errno_text(errno));

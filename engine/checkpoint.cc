@@ -6,6 +6,9 @@
 // size or stage reads back the ranges it owns from whichever files hold them. The
 // compute-dtype parameters are not saved: they are the masters converted, as step() makes
 // them, and are rebuilt from them on load.
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -17,6 +20,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
 #include "checkpoint/shard_file.h"
+#include "engine/detail/checkpoint_ranges.h"
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
 #include "runtime/comm/communicator.h"
@@ -25,23 +29,7 @@
 #include "runtime/core/units.h"
 
 namespace strata::engine {
-namespace {
-
 using checkpoint::State;
-
-// Calls fn(param index, first element in the param, array index, count) for each part of
-// the piece `pc` (Engine::Impl::Piece) that holds a parameter (padding between and after
-// parameters is skipped).
-template <class Piece, class Fn>
-void for_each_param_range(const Layout& lay, const LayerLayout& L, const Piece& pc, Fn&& fn) {
-  for (int pi : L.params) {
-    const auto& p = lay.params()[pi];
-    const std::size_t lo = std::max(pc.pos, p.offset), hi = std::min(pc.pos + pc.len, p.offset + p.numel);
-    if (lo < hi) fn(pi, lo - p.offset, pc.index + (lo - pc.pos), hi - lo);
-  }
-}
-
-}  // namespace
 
 std::vector<Engine::Impl::Piece> Engine::Impl::pieces(int li, bool whole) const {
   const auto& L = layout->layers()[li];
@@ -58,37 +46,6 @@ std::vector<Engine::Impl::Piece> Engine::Impl::pieces(int li, bool whole) const 
   return out;
 }
 
-std::string Engine::Impl::engine_state_json() const {
-  const auto c = stepper->counters();
-  const auto& s = c.scaler;
-  return nlohmann::json{{"steps_taken", c.steps_taken},
-                        {"step_calls", c.step_calls},
-                        {"loss_scaler",
-                         {{"scale", s.scale},
-                          {"iteration", s.iteration},
-                          {"last_overflow_iteration", s.last_overflow_iteration},
-                          {"hysteresis_left", s.hysteresis_left}}}}
-      .dump();
-}
-
-void Engine::Impl::restore_engine_state(const std::string& text, const std::string& where) {
-  try {
-    const auto j = nlohmann::json::parse(text);
-    const auto& ls = j.at("loss_scaler");
-    OptimizerStep::Counters c;
-    auto& s = c.scaler;
-    s.scale = ls.at("scale").get<double>();
-    s.iteration = ls.at("iteration").get<std::int64_t>();
-    s.last_overflow_iteration = ls.at("last_overflow_iteration").get<std::int64_t>();
-    s.hysteresis_left = ls.at("hysteresis_left").get<int>();
-    c.steps_taken = j.at("steps_taken").get<std::int64_t>();
-    c.step_calls = j.at("step_calls").get<std::int64_t>();
-    stepper->restore(c);
-  } catch (const nlohmann::json::exception& e) {
-    STRATA_THROW(Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is incomplete (", e.what(), ")");
-  }
-}
-
 int Engine::Impl::first_failure(bool ok) {
   if (comm == nullptr || world == 1) return ok ? -1 : rank;
   const float mine = ok ? 0.0f : 1.0f;
@@ -97,6 +54,54 @@ int Engine::Impl::first_failure(bool ok) {
   for (int r = 0; r < world; ++r)
     if (all[static_cast<std::size_t>(r)] != 0.0f) return r;
   return -1;
+}
+
+// A save that hard-links NVMe swap files shares their blocks with the run: each is written
+// again (under a new inode, OptimizerSwapper) within two steps, and the checkpoint keeps
+// the old blocks, so the filesystem of nvme_path needs room for a second copy of every file
+// this save links that nothing linked before, less what this save's retention frees (the
+// swap files of the checkpoints `keep` removes that nothing else links). Refused here,
+// naming the bytes, rather than as ENOSPC in a later step; a checkpoint on another
+// filesystem is copied there and needs none.
+void Engine::Impl::check_link_space(const std::string& root, std::int64_t step, int keep) const {
+  auto* swapper = nvme ? nvme->swapper() : nullptr;
+  if (swapper == nullptr) return;
+  const std::string staging = checkpoint::staging_dir(root, step);
+  struct stat dir_st {};
+  if (::stat(staging.c_str(), &dir_st) != 0) return;
+  auto blocks = [&](const std::string& path) -> std::uint64_t {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || st.st_dev != dir_st.st_dev || st.st_nlink != 1) return 0;
+    return static_cast<std::uint64_t>(st.st_blocks) * 512;
+  };
+  std::uint64_t shared = 0, freed = 0;
+  for (std::size_t t = 0; t < swapper->tensors(); ++t)
+    for (const auto& f : swapper->sealed_files(t)) shared += blocks(f.path);
+  if (shared == 0) return;
+  if (keep > 0) {
+    auto steps = checkpoint::list_checkpoints(root);
+    std::erase(steps, step);
+    const std::string mine = checkpoint::shard_file_name(rank).substr(0, 10);  // "rank00003."
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size() + 1; ++i) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(root + "/" + checkpoint::step_dir_name(steps[i]), ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.rfind(mine, 0) == 0 && e.path().extension() == ".swap") freed += blocks(e.path().string());
+      }
+    }
+  }
+  struct statvfs vfs {};
+  if (::statvfs(swapper->dir().c_str(), &vfs) != 0) return;
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  STRATA_CHECK(free_bytes + freed >= shared, Errc::out_of_budget, "rank ", rank, ": the checkpoint in '", root,
+               "' would hard-link ", format_bytes(shared),
+               " of NVMe optimizer state that training rewrites within two ", "steps, which then needs ",
+               format_bytes(shared), " more on the filesystem of '", swapper->dir(), "', and only ",
+               format_bytes(free_bytes), " is free",
+               freed > 0 ? str_cat(" (", format_bytes(freed), " more once --keep ", keep, " removes older checkpoints)")
+                         : std::string(),
+               ": free space there, keep fewer checkpoints (--keep), or save checkpoints on another "
+               "filesystem (the state is copied there)");
 }
 
 // This rank's part of a save of `step`, described by a partial manifest whose file 0 is
@@ -135,7 +140,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       }
       for (int s = 0; s < checkpoint::kStates; ++s) {
         for (const auto& pc : pieces(l, false)) {
-          for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+          detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
             for (std::size_t c = 0; c < sealed.size(); ++c) {
               const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
               const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
@@ -152,7 +157,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
     opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
     for (int s = 0; s < checkpoint::kStates; ++s) {
       for (const auto& pc : pieces(l, false)) {
-        for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+        detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
           const auto off = append(st[s].data() + index, count * 4);
           part.tensors[pi].states[s].push_back({0, off, elem, count});
         });
@@ -168,8 +173,8 @@ std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   for (std::size_t li = 0; li < layer_count(); ++li) {
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
-      for_each_param_range(lay, lay.layers()[li], pc,
-                           [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });
+      detail::for_each_param_range(lay, lay.layers()[li], pc,
+                                   [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });
     }
   }
   return elems * 4 * checkpoint::kStates;
@@ -220,6 +225,15 @@ void Engine::Impl::sum_counts_over_ranks(SaveResult& r) {
   }
 }
 
+void Engine::Impl::lock_save_root(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);  // a failure is named by SaveLock
+  const std::string key = std::filesystem::weakly_canonical(root, ec).string();
+  for (const auto& l : save_locks)
+    if (l->root() == key) return;
+  save_locks.push_back(std::make_unique<checkpoint::SaveLock>(key));
+}
+
 SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
   auto& I = *impl_;
   I.require_complete_setup("save_checkpoint");
@@ -246,9 +260,16 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
       if (I.rank == 0) checkpoint::abandon_save(root, step);
     });
   };
+  // The lock first, and outside `phase`: a refused lock must not abandon the holder's save.
+  I.all_or_nothing(
+      [&] {
+        if (I.rank == 0) I.lock_save_root(root);
+      },
+      what);
   phase([&] {
     if (I.rank == 0) checkpoint::prepare_save(root, step);
   });
+  if (opts.link_nvme) phase([&] { I.check_link_space(root, step, opts.keep); });
   SaveResult out;
   out.step = step;
   if (opts.async && I.start_async_save(root, step, trainer_state, opts, out)) return out;
@@ -260,41 +281,6 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   I.sum_counts_over_ranks(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
-}
-
-// Rebuilds every layer from `read(param, state, first element, count, out)`: the master
-// weights and, with `moments`, exp_avg and exp_avg_sq (else zeros) of the ranges this rank
-// owns (the whole layer at stage 0), and the compute-dtype parameters from the masters.
-void Engine::Impl::load_layers(const StateReader& read, bool moments) {
-  const Layout& lay = *layout;
-  // Gathered copies of the old parameters go; persistent ones are rewritten below.
-  if (gather_path) gather_path->evict_all();
-  auto read_pieces = [&](int li, int state, bool whole, float* out) {
-    for (const auto& pc : pieces(li, whole)) {
-      for_each_param_range(lay, lay.layers()[li], pc,
-                           [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-                             read(pi, state, elem, count, out + index);
-                           });
-    }
-  };
-  const bool stage0 = cfg.zero.stage == 0;
-  std::vector<float> st[checkpoint::kStates], full;
-  for (std::size_t li = 0; li < layer_count(); ++li) {
-    const int l = static_cast<int>(li);
-    for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
-      st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
-      read_pieces(l, s, stage0, st[s].data());
-    }
-    opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
-    const float* whole = st[0].data();
-    if (!stage0 && homes->full(static_cast<int>(li)) != nullptr) {
-      full.assign(lay.layers()[li].padded, 0.0f);
-      read_pieces(l, 0, true, full.data());
-      whole = full.data();
-    }
-    homes->write(l, whole, st[0].data());
-  }
-  if (auto* store = param_store()) store->commit();
 }
 
 void Engine::Impl::all_or_nothing(const std::function<void()>& fn, const std::string& what,
@@ -310,63 +296,6 @@ void Engine::Impl::all_or_nothing(const std::function<void()>& fn, const std::st
   if (on_failure) on_failure();
   if (err) std::rethrow_exception(err);
   STRATA_THROW(Errc::comm, "rank ", rank, ": ", what, " failed on rank ", bad, " (its error says why)");
-}
-
-std::string Engine::load_checkpoint(const std::string& path) {
-  auto& I = *impl_;
-  I.require_complete_setup("load_checkpoint");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
-               "load_checkpoint() inside a step or an evaluation: call it between steps");
-  synchronize();
-  I.poll_save(true);
-  std::string trainer;
-  I.all_or_nothing(
-      [&] {
-        const auto opened = checkpoint::open_checkpoint(path);
-        const auto& m = opened.manifest;
-        const Layout& lay = *I.layout;
-        std::vector<const checkpoint::TensorEntry*> entry;
-        for (const auto& p : lay.params()) {
-          const auto* t = m.find(p.name);
-          STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
-                       "': it was saved from another model (check the model flags)");
-          STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "checkpoint '", opened.dir, "': tensor '", p.name,
-                       "' has shape ", format_shape(t->shape), " there but ", format_shape(p.shape),
-                       " in this model (check the model flags)");
-          entry.push_back(t);
-        }
-        std::unordered_set<std::string> registered;
-        for (const auto& p : lay.params()) registered.insert(p.name);
-        for (const auto& t : m.tensors) {
-          STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "checkpoint '", opened.dir,
-                       "' has tensor '", t.name,
-                       "', which this model does not register: it was saved from another model");
-        }
-        checkpoint::ShardReader reader(opened.dir, m);
-        I.load_layers([&](int pi, int state, std::uint64_t elem, std::uint64_t count,
-                          float* out) { reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out); },
-                      true);
-        I.restore_engine_state(m.engine_state, opened.dir);
-        trainer = m.trainer_state;
-      },
-      str_cat("loading checkpoint '", path, "'"));
-  return trainer;
-}
-
-void Engine::init_weights(const WeightReader& read) {
-  auto& I = *impl_;
-  I.require_complete_setup("init_weights");
-  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
-               "init_weights() after training began: call it right after setup()");
-  synchronize();
-  I.all_or_nothing(
-      [&] {
-        const auto& params = I.layout->params();
-        I.load_layers([&](int pi, int, std::uint64_t elem, std::uint64_t count,
-                          float* out) { read(params[pi].name, elem, count, out); },
-                      false);
-      },
-      "init_weights");
 }
 
 }  // namespace strata::engine

@@ -69,6 +69,9 @@ void Engine::begin_step() {
   I.require_complete_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
+  STRATA_CHECK(!I.state_mixed, Errc::invalid_argument,
+               "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
+               "state is partly loaded; load a checkpoint again before training");
   if (I.grads_stale) {
     I.stepper->finish_tail();
     I.grads->zero();

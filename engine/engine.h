@@ -223,9 +223,13 @@ class Engine {
   // save_checkpoint writes every rank's shards of the fp32 master weights and optimizer
   // moments, unpadded, with the step counters and loss-scaler state, under root/step-N
   // (N = step() calls so far), commits it atomically, points root/latest at it and keeps
-  // the newest options.keep. Optimizer state on NVMe is linked, not copied (SaveOptions).
-  // trainer_state is a JSON object stored as is (the data position, seeds). A failure on
-  // any rank fails it on every rank and leaves the previous checkpoint latest.
+  // the newest options.keep. Optimizer state on NVMe is linked, not copied (SaveOptions),
+  // when the filesystem of nvme_path has room for the copy training later writes (else the
+  // save is refused naming the bytes). The first save to a root locks it for this engine's
+  // life: another run's save there is refused naming the holder. trainer_state is a JSON
+  // object stored as is (the data position, seeds); the optimizer type and loss scaling
+  // are recorded. A failure on any rank fails it on every rank and leaves the previous
+  // checkpoint latest. Nothing the engine does later changes a committed checkpoint.
   SaveResult save_checkpoint(const std::string& root, const std::string& trainer_state = "{}",
                              const SaveOptions& options = {});
   // Asynchronous saves that finished since the last call (committed, or failed with the
@@ -238,13 +242,19 @@ class Engine {
   // saved at any world size, stage or placement: each rank takes its shards of every
   // tensor's master weights and moments, its compute-dtype parameters are rebuilt from the
   // masters, and the step counters and loss scaler continue where the save left them.
-  // Every registered tensor must be in it with the same shape and nothing else may be.
-  // Returns the trainer_state saved with it. After a failure the engine's state is
-  // undefined: create a new engine.
+  // Every registered tensor must be in it with the same shape and nothing else may be, and
+  // its optimizer must keep the same state (Adam and AdamW do; Lion's is refused for AdamW);
+  // a loss scaler of another kind (an fp16 run from a bf16 checkpoint) starts from this
+  // run's config. Returns the trainer_state saved with it. All-or-nothing: every byte is
+  // read and verified on every rank before any state changes, so a damaged, truncated or
+  // mismatched checkpoint leaves the engine as it was (engine/checkpoint_load.cc). Only an
+  // I/O error while writing the state leaves it partly loaded, and begin_step() then
+  // refuses until a load succeeds.
   std::string load_checkpoint(const std::string& path);
   // Starts training from given weights (a pretrained or exported model): right after
   // setup(), read(name, first element, count, out) is asked for the fp32 values of every
-  // registered tensor in ranges of this rank's choosing; moments start at zero. Collective.
+  // registered tensor in ranges of this rank's choosing (twice: a read-only pass first, so
+  // an error leaves the initial weights); moments start at zero. Collective.
   using WeightReader =
       std::function<void(const std::string& name, std::uint64_t elem, std::uint64_t count, float* out)>;
   void init_weights(const WeightReader& read);

@@ -83,4 +83,12 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
   c_.dev_stream.synchronize();
 }
 
+void OptimizerState::commit_writes() {
+  if (auto* sw = c_.nvme.swapper()) sw->commit_written();
+}
+
+void OptimizerState::discard_writes() noexcept {
+  if (auto* sw = c_.nvme.swapper()) sw->discard_written();
+}
+
 }  // namespace strata::engine

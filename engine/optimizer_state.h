@@ -7,7 +7,9 @@
 // Protocol. setup() calls add_layer(li, tier) in layer order with the tier placement chose;
 // the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
 // move a layer's whole state to or from host memory wherever it lives (a null pointer is
-// skipped on read, zeros on write); both are synchronous. The optimizer step updates resident
+// skipped on read, zeros on write); both are synchronous. Writes of layers on NVMe go to the
+// swapper's other generation: commit_writes(), after every layer was written, makes them
+// current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
 // layers in place through resident(li) and layers on NVMe through the swapper's sub-groups.
 // The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
 // through the ledger, which refuses what the host budget cannot hold) a second set of arrays
@@ -62,6 +64,8 @@ class OptimizerState {
   void swap_spare(int li);
   void read(int li, float* master, float* m, float* v);
   void write(int li, const float* master, const float* m, const float* v);
+  void commit_writes();
+  void discard_writes() noexcept;
 
  private:
   struct LayerOpt {

@@ -166,6 +166,7 @@ void Engine::setup() {
 
   Impl::InitScratch buf;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
+  I.opt_state->commit_writes();
   if (auto* store = I.param_store()) store->commit();
   if (stage == 3) I.make_gather_path();
   I.make_stepper();

@@ -31,23 +31,34 @@ std::string holder_of(const std::string& path) {
   return holder;
 }
 
-// Removes the swap files (*.swap) a dead run left under `dir` and the directories they
-// leave empty; other files are the user's and stay. Returns the bytes removed.
+// Whether `name` is one of a run's swap-file generations ("layer_3.sg0.a.swap"): a
+// checkpoint's copies carry a rank prefix ("rank00000.layer_3.sg0.a.swap") and live in
+// step directories, which are never looked into.
+bool is_run_swap_file(const std::string& name) {
+  auto ends_with = [&](const char* tail) {
+    const std::size_t n = std::char_traits<char>::length(tail);
+    return name.size() > n && name.compare(name.size() - n, n, tail) == 0;
+  };
+  return (ends_with(".a.swap") || ends_with(".b.swap")) && name.rfind("rank", 0) != 0;
+}
+
+// Removes the swap files a dead run left in the places a run keeps them: `dir` itself and
+// the parameter stores' subdirectories (`params`, `params.1`), by their names; then those
+// subdirectories if empty. Nothing else is touched: a checkpoint or any other directory
+// under `dir` keeps its files, whatever they are called. Returns the bytes removed.
 std::uint64_t remove_leftovers(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::error_code ec;
   std::uint64_t bytes = 0;
-  std::vector<fs::path> dirs;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_directory(ec)) {
-      dirs.push_back(it->path());
-    } else if (it->path().extension() == ".swap" && it->is_regular_file(ec)) {
-      const auto size = it->file_size(ec);
-      if (::unlink(it->path().c_str()) == 0) bytes += ec ? 0 : size;
+  for (const std::string& place : {dir, dir + "/params", dir + "/params.1"}) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(place, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code fe;
+      if (!it->is_regular_file(fe) || !is_run_swap_file(it->path().filename().string())) continue;
+      const auto size = it->file_size(fe);
+      if (::unlink(it->path().c_str()) == 0) bytes += fe ? 0 : size;
     }
+    if (place != dir) ::rmdir(place.c_str());  // only if empty
   }
-  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) ::rmdir(d->c_str());  // only if empty
   return bytes;
 }
 

@@ -3,7 +3,10 @@
 // run on the same path is refused naming the holder's pid and host instead of the two
 // corrupting each other's swap files. A directory whose lock is free but which still holds
 // swap files belongs to a run that died without cleaning up (kill -9, power loss): those
-// files are removed when the lock is taken, with one notice line saying how much. Released
+// files are removed when the lock is taken, with one notice line saying how much. Only the
+// run's own files go, told apart by place (the directory itself and its parameter-store
+// subdirectories) and name (a generation "<stem>.a.swap" / ".b.swap" without a checkpoint's
+// rank prefix): a checkpoint saved under the directory keeps every file. Released
 // (lock file and the directories the lock created removed) on destruction, after the
 // stores that lived in the directory are gone.
 #pragma once

@@ -62,6 +62,7 @@ struct OptimizerSwapper::Impl {
   std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
   int current = 0;                                      // the generation holding the last good state
   bool pending = false;                                 // a deferred step's generation waits for commit or discard
+  std::vector<char> written;                            // per tensor: write_state() since the last commit_written()
   SwapperStats stats;
 
   std::string where(const Chunk& c) const {
@@ -77,10 +78,20 @@ struct OptimizerSwapper::Impl {
     c.file[gen].reset();
     STRATA_CHECK(::unlink(c.path[gen].c_str()) == 0, Errc::io, "optimizer swapper: cannot replace '", c.path[gen],
                  "' (linked by a checkpoint): ", errno_text(errno));
-    auto f = io::SwapFile::create(*sio.engine, c.path[gen], spec);
-    STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
-    detail::reserve_blocks(c.path[gen], f->layout().file_bytes, "NVMe tier");
-    c.file[gen] = std::make_unique<io::SwapFile>(std::move(*f));
+    try {
+      auto f = io::SwapFile::create(*sio.engine, c.path[gen], spec);
+      STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
+      detail::reserve_blocks(c.path[gen], f->layout().file_bytes, "NVMe tier");
+      c.file[gen] = std::make_unique<io::SwapFile>(std::move(*f));
+    } catch (const Error& e) {
+      // The checkpoint keeps the old blocks, so the rewrite needs new ones on this filesystem.
+      throw Error(e.code(),
+                  str_cat(e.what(),
+                          " (a checkpoint hard-linked this file, so rewriting it needs new space on the "
+                          "filesystem of offload_optimizer.nvme_path: free space there, keep fewer "
+                          "checkpoints (--keep), or save checkpoints on another filesystem)"),
+                  e.where(), e.sys_errno());
+    }
   }
   SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
     float* base = b.as<float>();
@@ -139,9 +150,16 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
   STRATA_CHECK(!I.pending, Errc::internal,
                "optimizer swapper: write_state() while a deferred step waits for its commit");
+  // Into the other generation, never the current one: the current files may be the ones a
+  // checkpoint hard-linked (its bytes must not change), and until commit_written() the
+  // current generation stays the last good state if a write fails.
+  const int wr = 1 - I.current;
   const io::PoolBuffer& b = I.buffers[0];
+  I.written.resize(I.tensors.size(), 0);
+  I.written[tensor] = 0;  // a failed write leaves the tensor unwritten
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
+    I.unshare(c, wr);
     const SubGroup g = I.view(c, b);
     std::memcpy(g.master, master + c.offset, c.length * 4);
     for (auto [dst, src] : {std::pair{g.exp_avg, exp_avg}, std::pair{g.exp_avg_sq, exp_avg_sq}}) {
@@ -151,8 +169,28 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
         std::memset(dst, 0, c.length * 4);
     }
     std::memset(b.data() + payload(c), 0, b.bytes() - payload(c));
-    STRATA_IO_CHECK(c.file[I.current]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
+    STRATA_IO_CHECK(c.file[wr]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
   }
+  I.written[tensor] = 1;
+}
+
+void OptimizerSwapper::commit_written() {
+  auto& I = *impl_;
+  I.written.resize(I.tensors.size(), 0);
+  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+    STRATA_CHECK(I.written[t] != 0, Errc::internal, "optimizer swapper: commit_written() before ", I.tensors[t].name,
+                 "'s state was written (write_state() every tensor first)");
+  }
+  I.current = 1 - I.current;
+  I.written.assign(I.tensors.size(), 0);
+}
+
+void OptimizerSwapper::discard_written() noexcept { impl_->written.assign(impl_->tensors.size(), 0); }
+
+bool OptimizerSwapper::has_written() const noexcept {
+  for (char w : impl_->written)
+    if (w != 0) return true;
+  return false;
 }
 
 void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
@@ -202,6 +240,8 @@ void OptimizerSwapper::discard_pending() noexcept { impl_->pending = false; }
 void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, const StepOrder& order) {
   auto& I = *impl_;
   STRATA_CHECK(!I.pending, Errc::internal, "optimizer swapper: step() while a deferred step waits for its commit");
+  STRATA_CHECK(!has_written(), Errc::internal,
+               "optimizer swapper: step() after write_state() without commit_written() or discard_written()");
   const int rd = I.current, wr = 1 - I.current;
   for (auto& c : I.chunks) I.unshare(c, wr);
   // The chunks in visiting order: each listed tensor's sub-groups in offset order.

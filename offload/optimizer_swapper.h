@@ -23,22 +23,22 @@ namespace strata::offload {
 // directory and, per sub-group, two swap files (generations A and B) with their blocks
 // reserved (fallocate), so a full device fails here rather than mid-training. Then
 // write_state(t, master) once per tensor writes its master weights (exp_avg and exp_avg_sq
-// start at zero, or a checkpoint's moments). Each step(fn) reads every sub-group from the current generation, calls
-// fn on it (on the calling thread, in tensor then offset order) and writes the updated
-// state to the other generation; only when every write has completed does the other
-// generation become current. A step that fails (I/O error, checksum mismatch, fn threw)
-// drains its in-flight I/O, throws strata::Error and leaves the current generation, the
-// last good state, untouched and readable. read_state() reads a range of the state.
-// A step with a StepOrder visits the tensors in the order given, calls ready(t) before the
-// first sub-group of tensor t is handed to fn (it may block until t's gradient is in; the
-// reads of t run ahead meanwhile) and, with defer_commit, leaves the new generation pending:
-// commit_pending() makes it current, discard_pending() drops it (the old one stays current,
-// as after a failed step). done(t) follows the last fn call of tensor t; ascending_rest
-// reorders the tensors not yet begun, lowest first, once it is set. While one is pending, reads and write_state() see
-// the old generation and step() is refused. A tensor is split into sub-groups of at most sub_group_elems elements, each
-// one swap file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one whole-file
-// transfer that fits one buffer, and any tensor size works. Not thread-safe: one caller at a time. Files are removed
-// when the swapper is destroyed.
+// start at zero, or a checkpoint's moments) into the other generation, and commit_written()
+// makes that generation current once every tensor was written (discard_written() drops the
+// writes: the current generation, which a checkpoint may have hard-linked, is never written
+// in place, and a load that fails halfway changes nothing). Each step(fn) reads every sub-group from the current
+// generation, calls fn on it (on the calling thread, in tensor then offset order) and writes the updated state to the
+// other generation; only when every write has completed does the other generation become current. A step that fails
+// (I/O error, checksum mismatch, fn threw) drains its in-flight I/O, throws strata::Error and leaves the current
+// generation, the last good state, untouched and readable. read_state() reads a range of the state. A step with a
+// StepOrder visits the tensors in the order given, calls ready(t) before the first sub-group of tensor t is handed to
+// fn (it may block until t's gradient is in; the reads of t run ahead meanwhile) and, with defer_commit, leaves the new
+// generation pending: commit_pending() makes it current, discard_pending() drops it (the old one stays current, as
+// after a failed step). done(t) follows the last fn call of tensor t; ascending_rest reorders the tensors not yet
+// begun, lowest first, once it is set. While one is pending, reads and write_state() see the old generation and step()
+// is refused. A tensor is split into sub-groups of at most sub_group_elems elements, each one swap file holding [master
+// | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one whole-file transfer that fits one buffer, and
+// any tensor size works. Not thread-safe: one caller at a time. Files are removed when the swapper is destroyed.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
@@ -82,10 +82,13 @@ class OptimizerSwapper {
   OptimizerSwapper(const OptimizerSwapper&) = delete;
   OptimizerSwapper& operator=(const OptimizerSwapper&) = delete;
 
-  // Writes tensor t's whole state into the current generation (exp_avg, exp_avg_sq: null
-  // for zeros).
+  // Writes tensor t's whole state into the other generation (exp_avg, exp_avg_sq: null
+  // for zeros); commit_written() makes it current once every tensor was written.
   void write_state(std::size_t tensor, const float* master, const float* exp_avg = nullptr,
                    const float* exp_avg_sq = nullptr);
+  void commit_written();
+  void discard_written() noexcept;
+  bool has_written() const noexcept;  // a write_state() waits for commit_written()
   struct StepOrder {
     std::vector<std::size_t> tensors;               // every tensor once; empty: tensor order
     std::function<void(std::size_t tensor)> ready;  // optional gate before a tensor's first sub-group

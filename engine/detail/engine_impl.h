@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/format.h"
+#include "checkpoint/save_lock.h"
 #include "engine/engine.h"
 #include "engine/gather_path.h"
 #include "engine/grad_reducer.h"
@@ -134,7 +135,9 @@ struct Engine::Impl {
   // `whole`, the whole padded layer as a full array holds it.
   std::vector<Piece> pieces(int li, bool whole) const;
   std::string engine_state_json() const;
-  void restore_engine_state(const std::string& json, const std::string& where);
+  // checkpoint_load.cc: the counters a checkpoint's engine state restores, checked against
+  // this run (optimizer type, loss scaling); throws naming the mismatch.
+  OptimizerStep::Counters loaded_counters(const checkpoint::Manifest& m, const std::string& where) const;
   // Collective: every rank's outcome of its part of an operation; the lowest failing rank,
   // or -1 when every rank succeeded.
   int first_failure(bool ok);
@@ -146,6 +149,8 @@ struct Engine::Impl {
   checkpoint::Manifest build_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
                                   bool link_nvme, SaveResult& counts, const Appender& append);
   std::uint64_t shard_file_bytes(bool link_nvme) const;  // what build_part appends
+  // Room for the NVMe files a save of `step` under `root` links (checkpoint.cc).
+  void check_link_space(const std::string& root, std::int64_t step, int keep) const;
   std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
                          bool link_nvme, SaveResult& counts);
   void commit_parts(const std::string& root, const std::string& part_text, int keep);
@@ -165,6 +170,10 @@ struct Engine::Impl {
     std::chrono::steady_clock::time_point t0;
   };
   std::unique_ptr<PendingSave> pending_save;
+  // The save roots this run has saved to, each locked against other runs until the engine
+  // goes (checkpoint/save_lock.h); rank 0 only, which prepares and commits.
+  std::vector<std::unique_ptr<checkpoint::SaveLock>> save_locks;
+  void lock_save_root(const std::string& root);
   std::uint64_t host_transient = 0;  // host bytes the steps need above their steady use
   bool staged_before = false;        // once staging was charged, the host peak includes it
   std::vector<SaveResult> finished_saves;
@@ -177,7 +186,16 @@ struct Engine::Impl {
   void poll_save(bool wait);
   void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
-  void load_layers(const StateReader& read, bool moments);
+  void load_layers(const StateReader& read, bool moments, bool apply);
+  // Collective: load_layers read-only, then applied (on_success after it, on every rank)
+  // and committed; a failure in either phase changes nothing but NVMe writes discarded.
+  void load_all_or_nothing(const StateReader& read, bool moments, const std::string& what,
+                           const std::function<void()>& on_success = {});
+  void commit_loaded();            // the staged NVMe writes of a load become current
+  void discard_loaded() noexcept;  // they are dropped; the state is marked mixed
+  // A load failed while writing: memory may hold part of it. begin_step() refuses until a
+  // load succeeds.
+  bool state_mixed = false;
 };
 
 }  // namespace strata::engine

@@ -42,23 +42,33 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
         CHECK(st.tier(0) == t);
         CHECK((st.resident(0).master != nullptr) == (t != Tier::nvme));
         CHECK(st.resident(1).master == nullptr);
+        // Every layer written before the commit: NVMe writes go to the other generation and
+        // become current together.
+        std::vector<float> master[2], m[2], v[2];
         for (int li = 0; li < 2; ++li) {
           const std::size_t n = st.elems(li);
           CHECK(n == (stage == 0 ? lay.layers()[li].padded : lay.layer_shard(li)));
-          std::vector<float> master(n), m(n), v(n);
+          master[li].resize(n), m[li].resize(n), v[li].resize(n);
           for (std::size_t i = 0; i < n; ++i) {
-            master[i] = 0.1f * static_cast<float>(i) - 1.7f;
-            m[i] = 1e-3f * static_cast<float>(i);
-            v[i] = 3e-7f * static_cast<float>(i * i);
+            master[li][i] = 0.1f * static_cast<float>(i) - 1.7f;
+            m[li][i] = 1e-3f * static_cast<float>(i);
+            v[li][i] = 3e-7f * static_cast<float>(i * i);
           }
-          st.write(li, master.data(), m.data(), v.data());
+          st.write(li, master[li].data(), m[li].data(), v[li].data());
+        }
+        st.commit_writes();
+        for (int li = 0; li < 2; ++li) {
+          const std::size_t n = st.elems(li);
           std::vector<float> rm(n, -1), rmm(n, -1), rv(n, -1);
           st.read(li, rm.data(), rmm.data(), rv.data());
-          CHECK(std::memcmp(rm.data(), master.data(), n * 4) == 0);
-          CHECK(std::memcmp(rmm.data(), m.data(), n * 4) == 0);
-          CHECK(std::memcmp(rv.data(), v.data(), n * 4) == 0);
-          st.write(li, master.data(), nullptr, nullptr);  // fresh moments
-          std::fill(rmm.begin(), rmm.end(), -1.0f);
+          CHECK(std::memcmp(rm.data(), master[li].data(), n * 4) == 0);
+          CHECK(std::memcmp(rmm.data(), m[li].data(), n * 4) == 0);
+          CHECK(std::memcmp(rv.data(), v[li].data(), n * 4) == 0);
+        }
+        for (int li = 0; li < 2; ++li) st.write(li, master[li].data(), nullptr, nullptr);  // fresh moments
+        st.commit_writes();
+        for (int li = 0; li < 2; ++li) {
+          std::vector<float> rmm(st.elems(li), -1.0f);
           st.read(li, nullptr, rmm.data(), nullptr);
           CHECK(std::all_of(rmm.begin(), rmm.end(), [](float x) { return x == 0.0f; }));
         }

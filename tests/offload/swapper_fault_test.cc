@@ -39,6 +39,7 @@ TEST_CASE("a flipped byte in a swap file fails the step naming the tensor, the f
   offload::OptimizerSwapper sw(options_in(dir.file("rank0")), {{"layer 7", 5000}});
   std::vector<float> init(5000, 0.5f);
   sw.write_state(0, init.data());
+  sw.commit_written();
   // Element 3000 is in sub-group 1 (elements [2048, 4096)): its file holds 3 x 2048 floats
   // in 4 KiB blocks after a 4 KiB header and a 4 KiB checksum table; corrupt block 2.
   const std::string file = sw.file_of(0, 3000);
@@ -72,6 +73,7 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   std::vector<float> a(5000, 1.0f), b(300, 10.0f);
   sw.write_state(0, a.data());
   sw.write_state(1, b.data());
+  sw.commit_written();
   sw.step(add_one);  // last good state: 2 and 11
   std::string m;
   {

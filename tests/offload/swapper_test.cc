@@ -45,6 +45,7 @@ TEST_CASE("the swapper steps every element once per step, chunking tensors large
   CHECK(sw.buffer_count() == buffers);
   CHECK(sw.sub_groups() == 10u + 1u + 3u);
   for (std::size_t t = 0; t < tensors.size(); ++t) sw.write_state(t, ramp(tensors[t].elems, 1000.0f * t).data());
+  sw.commit_written();
 
   for (int step = 1; step <= 3; ++step) {
     std::vector<std::vector<int>> seen(tensors.size());
@@ -173,6 +174,7 @@ TEST_CASE("an ordered step gates each tensor, and a deferred generation commits 
   const std::vector<offload::SwapTensor> tensors = {{"layer 0", 3000}, {"layer 1", 500}, {"layer 2", 2100}};
   offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 1024, 4), tensors);
   for (std::size_t t = 0; t < tensors.size(); ++t) sw.write_state(t, ramp(tensors[t].elems, 1000.0f * t).data());
+  sw.commit_written();
   auto add_one = [](const offload::SubGroup& g) {
     for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
   };

@@ -80,6 +80,7 @@ Action setup(CLI::App& cmd) {
       grad[i] = dist(rng);
     }
     sw.write_state(0, master.data());
+    sw.commit_written();
     std::vector<float>().swap(master);
     const optim::AdamConfig adam{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, true, true};
     std::int64_t step = 0;

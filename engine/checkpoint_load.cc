@@ -1,0 +1,269 @@
+// Engine::load_checkpoint and Engine::init_weights (the protocol in engine.h), and the
+// engine's own state in a checkpoint (step counters, loss scaler, what the optimizer state
+// means).
+//
+// A load is all-or-nothing. It runs in two collective phases: the first opens the
+// checkpoint, checks its tensors against the model and its recorded optimizer and
+// precision against this run, and reads every range this rank will load (each chunk
+// verified against its checksum) without changing anything; only when every rank passed
+// does the second read them again and write them. Corrupt, truncated, mismatched or
+// missing input so fails before any state changes, and training goes on from the state
+// it had. Writes of optimizer state on NVMe go to the swapper's other generation and
+// parameter shards on NVMe to the store's (both switched only when every layer was
+// written): the files a checkpoint hard-linked are never written. The one failure left
+// in the second phase, an I/O error writing NVMe state, discards those writes; the state in
+// device and host memory may then be part loaded, and the engine refuses to train until a
+// load succeeds.
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/format.h"
+#include "checkpoint/shard_file.h"
+#include "engine/detail/checkpoint_ranges.h"
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+namespace {
+
+using checkpoint::State;
+
+const char* optimizer_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::adam:
+      return "Adam";
+    case OptimizerType::adamw:
+      return "AdamW";
+    case OptimizerType::lion:
+      return "Lion";
+    case OptimizerType::adagrad:
+      return "Adagrad";
+    case OptimizerType::lamb:
+      return "Lamb";
+  }
+  return "?";
+}
+
+// Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.
+std::string state_family(const std::string& optimizer) { return optimizer == "Adam" ? "AdamW" : optimizer; }
+
+const char* scaling_name(const optim::LossScalerConfig& c, bool fp16) {
+  if (!fp16) return "none";
+  return c.dynamic ? "dynamic" : "static";
+}
+
+// Runs fn; a strata::Error it throws gains `suffix`, which says what became of the state.
+std::function<void()> telling(const std::function<void()>& fn, const char* suffix) {
+  return [fn, suffix] {
+    try {
+      fn();
+    } catch (const Error& e) {
+      throw Error(e.code(), str_cat(e.what(), suffix), e.where(), e.sys_errno());
+    }
+  };
+}
+
+constexpr const char* kUnchanged = " (nothing was changed: the engine's state is as before the load)";
+constexpr const char* kMixed =
+    " (the state is partly loaded: training is refused until a load succeeds, so load a checkpoint again)";
+
+}  // namespace
+
+std::string Engine::Impl::engine_state_json() const {
+  const auto c = stepper->counters();
+  const auto& s = c.scaler;
+  return nlohmann::json{{"steps_taken", c.steps_taken},
+                        {"step_calls", c.step_calls},
+                        {"optimizer", optimizer_name(cfg.optimizer.type)},
+                        {"loss_scaling", scaling_name(scaler_config, cfg.fp16.enabled)},
+                        {"loss_scaler",
+                         {{"scale", s.scale},
+                          {"iteration", s.iteration},
+                          {"last_overflow_iteration", s.last_overflow_iteration},
+                          {"hysteresis_left", s.hysteresis_left}}}}
+      .dump();
+}
+
+OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
+  OptimizerStep::Counters c;
+  std::string saved_optimizer, saved_scaling;
+  try {
+    const auto j = nlohmann::json::parse(m.engine_state);
+    const auto& ls = j.at("loss_scaler");
+    auto& s = c.scaler;
+    s.scale = ls.at("scale").get<double>();
+    s.iteration = ls.at("iteration").get<std::int64_t>();
+    s.last_overflow_iteration = ls.at("last_overflow_iteration").get<std::int64_t>();
+    s.hysteresis_left = ls.at("hysteresis_left").get<int>();
+    c.steps_taken = j.at("steps_taken").get<std::int64_t>();
+    c.step_calls = j.at("step_calls").get<std::int64_t>();
+    if (j.contains("optimizer")) saved_optimizer = j.at("optimizer").get<std::string>();
+    if (j.contains("loss_scaling")) saved_scaling = j.at("loss_scaling").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is incomplete (", e.what(), ")");
+  }
+  STRATA_CHECK(
+      c.steps_taken >= 0 && c.step_calls >= c.steps_taken && c.scaler.scale > 0 && c.scaler.hysteresis_left >= 0,
+      Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is out of range (steps_taken ",
+      c.steps_taken, ", step_calls ", c.step_calls, ", loss scale ", c.scaler.scale, ")");
+  const std::string mine = optimizer_name(cfg.optimizer.type);
+  if (saved_optimizer.empty()) {
+    STRATA_LOG(warn, "checkpoint '", where,
+               "' does not record its optimizer (an earlier Strata saved it): it is read as ", mine,
+               "'s state; resume with the optimizer it was trained with");
+  } else {
+    STRATA_CHECK(state_family(saved_optimizer) == state_family(mine), Errc::invalid_argument, "checkpoint '", where,
+                 "' holds ", saved_optimizer, " optimizer state, and this run's optimizer.type is ", mine,
+                 ": its moments mean something else (", mine, " would start from ", saved_optimizer,
+                 "'s state). Set optimizer.type to ", saved_optimizer, ", or start ", mine,
+                 " from the weights alone (strata export, then --init-from)");
+    if (saved_optimizer != mine)
+      STRATA_LOG(info, "checkpoint '", where, "': ", saved_optimizer, " state continues as ", mine, " (same moments)");
+  }
+  // The loss scaler's state carries over only between runs that scale alike; otherwise this
+  // run's scaler starts from its config (an fp16 run resumed from an fp32 or bf16 checkpoint
+  // starts at fp16.initial_scale_power, not at the scale 1 that run had).
+  const std::string scaling = scaling_name(scaler_config, cfg.fp16.enabled);
+  if (!saved_scaling.empty() && saved_scaling != scaling) {
+    c.scaler = stepper->counters().scaler;
+    STRATA_LOG(warn, "checkpoint '", where, "' was saved with loss scaling '", saved_scaling, "' and this run's is '",
+               scaling, "': the loss scaler starts from this run's config (scale ", c.scaler.scale,
+               "), not from the checkpoint's (", m.compute_dtype, ")");
+  } else if (scaling != "dynamic") {
+    c.scaler = stepper->counters().scaler;  // a static or absent scaler has no state but its config
+  }
+  if (m.compute_dtype != dtype_name(cdt)) {
+    STRATA_LOG(info, "checkpoint '", where, "' was trained in ", m.compute_dtype, "; this run computes in ",
+               dtype_name(cdt), " (the fp32 masters carry over exactly)");
+  }
+  return c;
+}
+
+// Reads every layer from `read(param, state, first element, count, out)`: the master
+// weights and, with `moments`, exp_avg and exp_avg_sq (else zeros) of the ranges this rank
+// owns (the whole layer at stage 0). With `apply`, writes them with the compute-dtype
+// parameters rebuilt from the masters (NVMe writes staged: commit_loaded() switches them);
+// without, only reads (every chunk verified), so a bad input fails before anything changes.
+void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply) {
+  const Layout& lay = *layout;
+  // Gathered copies of the old parameters go; persistent ones are rewritten below.
+  if (apply && gather_path) gather_path->evict_all();
+  auto read_pieces = [&](int li, int state, bool whole, float* out) {
+    for (const auto& pc : pieces(li, whole)) {
+      detail::for_each_param_range(lay, lay.layers()[li], pc,
+                                   [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+                                     read(pi, state, elem, count, out + index);
+                                   });
+    }
+  };
+  const bool stage0 = cfg.zero.stage == 0;
+  std::vector<float> st[checkpoint::kStates], full;
+  for (std::size_t li = 0; li < layer_count(); ++li) {
+    const int l = static_cast<int>(li);
+    for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
+      st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
+      read_pieces(l, s, stage0, st[s].data());
+    }
+    const float* whole = st[0].data();
+    if (!stage0 && homes->full(static_cast<int>(li)) != nullptr) {
+      full.assign(lay.layers()[li].padded, 0.0f);
+      read_pieces(l, 0, true, full.data());
+      whole = full.data();
+    }
+    if (!apply) continue;
+    opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
+    homes->write(l, whole, st[0].data());
+  }
+}
+
+void Engine::Impl::commit_loaded() {
+  opt_state->commit_writes();
+  if (auto* store = param_store()) store->commit();
+  state_mixed = false;
+}
+
+void Engine::Impl::discard_loaded() noexcept {
+  opt_state->discard_writes();
+  if (auto* store = param_store()) {
+    try {
+      store->abort();
+    } catch (const std::exception& e) {
+      STRATA_LOG(error, "dropping a failed load's parameter writes: ", e.what());
+    }
+  }
+  state_mixed = true;
+}
+
+void Engine::Impl::load_all_or_nothing(const StateReader& read, bool moments, const std::string& what,
+                                       const std::function<void()>& on_success) {
+  all_or_nothing(telling([&] { load_layers(read, moments, false); }, kUnchanged), what);
+  all_or_nothing(telling(
+                     [&] {
+                       load_layers(read, moments, true);
+                       if (on_success) on_success();
+                     },
+                     kMixed),
+                 what, [&] { discard_loaded(); });
+  commit_loaded();
+}
+
+std::string Engine::load_checkpoint(const std::string& path) {
+  auto& I = *impl_;
+  I.require_complete_setup("load_checkpoint");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "load_checkpoint() inside a step or an evaluation: call it between steps");
+  synchronize();
+  I.poll_save(true);
+  const std::string what = str_cat("loading checkpoint '", path, "'");
+  checkpoint::Opened opened;
+  std::vector<const checkpoint::TensorEntry*> entry;
+  OptimizerStep::Counters counters;
+  // Everything but the bytes is checked first; then load_all_or_nothing reads them.
+  auto check = [&] {
+    opened = checkpoint::open_checkpoint(path);
+    const auto& m = opened.manifest;
+    const Layout& lay = *I.layout;
+    for (const auto& p : lay.params()) {
+      const auto* t = m.find(p.name);
+      STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
+                   "': it was saved from another model (check the model flags)");
+      STRATA_CHECK(t->shape == p.shape, Errc::invalid_argument, "checkpoint '", opened.dir, "': tensor '", p.name,
+                   "' has shape ", format_shape(t->shape), " there but ", format_shape(p.shape),
+                   " in this model (check the model flags)");
+      entry.push_back(t);
+    }
+    std::unordered_set<std::string> registered;
+    for (const auto& p : lay.params()) registered.insert(p.name);
+    for (const auto& t : m.tensors) {
+      STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '",
+                   t.name, "', which this model does not register: it was saved from another model");
+    }
+    counters = I.loaded_counters(m, opened.dir);
+  };
+  I.all_or_nothing(telling(check, kUnchanged), what);
+  checkpoint::ShardReader reader(opened.dir, opened.manifest);
+  I.load_all_or_nothing(
+      [&](int pi, int state, std::uint64_t elem, std::uint64_t count, float* out) {
+        reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
+      },
+      true, what, [&] { I.stepper->restore(counters); });
+  return opened.manifest.trainer_state;
+}
+
+void Engine::init_weights(const WeightReader& read) {
+  auto& I = *impl_;
+  I.require_complete_setup("init_weights");
+  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
+               "init_weights() after training began: call it right after setup()");
+  synchronize();
+  const auto& params = I.layout->params();
+  I.load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
+                            float* out) { read(params[pi].name, elem, count, out); },
+                        false, "init_weights (the initial weights were kept)");
+}
+
+}  // namespace strata::engine
