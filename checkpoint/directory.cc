@@ -145,8 +145,12 @@ Opened open_latest(const std::string& root, std::string& named) {
   std::string name = read_control_file(p, kMaxLatestBytes);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   STRATA_CHECK(!name.empty(), Errc::corrupt, "checkpoint '", p, "' is empty: it names no step directory");
-  STRATA_CHECK(step_of_dir_name(name) >= 0, Errc::corrupt, "checkpoint '", p, "' names '", name.substr(0, 200),
-               "', which is not a step directory");
+  if (step_of_dir_name(name) < 0) {
+    std::string shown = name.substr(0, 200);  // one line, however damaged the file is
+    std::replace_if(
+        shown.begin(), shown.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }, '?');
+    STRATA_THROW(Errc::corrupt, "checkpoint '", p, "' names '", shown, "', which is not a step directory");
+  }
   named = name;
   const std::string dir = root + "/" + name;
   STRATA_CHECK(entry_exists(dir + "/" + kManifestName), Errc::corrupt, "checkpoint '", p, "' names ", name,

@@ -150,6 +150,8 @@ TEST_CASE("a root whose latest cannot be used loads its newest complete checkpoi
        3, "latest' is a directory"},
       {"no step", [](const std::string& r) { write(r + "/latest", "../elsewhere\n"); }, 3,
        "names '../elsewhere', which is not a step directory"},
+      {"binary", [](const std::string& r) { write(r + "/latest", std::string("step-1\n\0\x7f\x01x", 11)); }, 3,
+       "names 'step-1??\x7f?x', which is not a step directory"},
       {"no manifest", [](const std::string& r) { fs::remove(r + "/step-00000003/manifest.json"); }, 2,
        "names step-00000003, which has no manifest.json"},
       {"a bad manifest", damage_manifest, 2, "step-00000003/manifest.json fails its XXH3 checksum"},
