@@ -142,7 +142,7 @@ TEST_CASE("a root whose latest cannot be used loads its newest complete checkpoi
          REQUIRE(::mkfifo((r + "/latest").c_str(), 0644) == 0);
        },
        3, "latest' is a FIFO"},
-      {"unreadable",
+      {"a directory",
        [](const std::string& r) {
          fs::remove(r + "/latest");
          fs::create_directory(r + "/latest");
