@@ -3,14 +3,15 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <system_error>
+#include <utility>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -58,12 +59,61 @@ void write_atomically(const std::string& dir, const std::string& name, const std
   fsync_path(dir, true);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  STRATA_CHECK(in.good(), Errc::io, "checkpoint: cannot read '", path, "': ", errno_text(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// Bounds on the control files: `latest` holds one directory name; a manifest is about 100
+// bytes per segment, so 256 MiB is millions of segments, far past any model's.
+constexpr std::uint64_t kMaxLatestBytes = 4096;
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{256} << 20;
+
+const char* file_type_name(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFSOCK:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// Reads a control file (`latest`, a manifest) whole. Opened non-blocking and checked to be
+// a regular file of at most `max_bytes` before a byte is read, so a FIFO cannot hang the
+// open and /dev/zero cannot grow the read without bound; exactly st_size bytes are read.
+std::string read_control_file(const std::string& path, std::uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, Errc::io, "checkpoint: cannot open '", path, "': ", errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  STRATA_SYS_CHECK(::fstat(fd, &st), "checkpoint: cannot stat '", path, "'");
+  STRATA_CHECK(S_ISREG(st.st_mode), Errc::corrupt, "checkpoint: '", path, "' is ", file_type_name(st.st_mode),
+               ", not a regular file: a save only ever writes a plain file there; load another checkpoint");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  STRATA_CHECK(size <= max_bytes, Errc::corrupt, "checkpoint: '", path, "' holds ", size, " bytes, more than the ",
+               max_bytes, " a save ever writes there: it is not a checkpoint's file; load another checkpoint");
+  std::string text(size, '\0');
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, text.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK(n > 0, Errc::io, "checkpoint: reading '", path, "' stopped at byte ", done, " of ", size, ": ",
+                 n < 0 ? errno_text(errno) : std::string("the file shrank while it was read"));
+    done += static_cast<std::size_t>(n);
+  }
+  return text;
+}
+
+// Whether `p` names anything, a dangling symbolic link included.
+bool entry_exists(const std::string& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
 }
 
 bool is_dir(const std::string& p) {
@@ -77,13 +127,54 @@ void remove_tree(const std::string& p) noexcept {
   if (ec) STRATA_LOG(warn, "checkpoint: could not remove '", p, "': ", ec.message());
 }
 
-std::string latest_name(const std::string& root) {
+// A step directory's checkpoint: its manifest read bounded, checksum, fields and tiling checked.
+Opened open_step_dir(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestName;
+  Opened o;
+  o.dir = dir;
+  o.manifest = parse_manifest_file(read_control_file(path, kMaxManifestBytes), path);
+  return o;
+}
+
+// The checkpoint `latest` names under root; throws saying why it cannot be used. `named`
+// receives the step directory's name once `latest` has given one.
+Opened open_latest(const std::string& root, std::string& named) {
   const std::string p = root + "/" + kLatestName;
-  std::error_code ec;
-  if (!fs::exists(p, ec)) return {};
-  std::string name = read_file(p);
+  STRATA_CHECK(entry_exists(p), Errc::invalid_argument, "no checkpoint in '", root, "': it has no '", kLatestName,
+               "' file (no save has completed there)");
+  std::string name = read_control_file(p, kMaxLatestBytes);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name;
+  STRATA_CHECK(!name.empty(), Errc::corrupt, "checkpoint '", p, "' is empty: it names no step directory");
+  if (step_of_dir_name(name) < 0) {
+    std::string shown = name.substr(0, 200);  // one line, however damaged the file is
+    std::replace_if(
+        shown.begin(), shown.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }, '?');
+    STRATA_THROW(Errc::corrupt, "checkpoint '", p, "' names '", shown, "', which is not a step directory");
+  }
+  named = name;
+  const std::string dir = root + "/" + name;
+  STRATA_CHECK(entry_exists(dir + "/" + kManifestName), Errc::corrupt, "checkpoint '", p, "' names ", name,
+               ", which has no ", kManifestName);
+  return open_step_dir(dir);
+}
+
+// The newest step directory under root (but `skip`) whose manifest reads and validates.
+std::optional<Opened> newest_complete(const std::string& root, const std::string& skip) {
+  std::vector<std::pair<std::int64_t, std::string>> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (step_of_dir_name(n) >= 0 && n != skip && is_dir(e.path().string())) steps.emplace_back(step_of_dir_name(n), n);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (const auto& s : steps) {
+    try {
+      return open_step_dir(root + "/" + s.second);
+    } catch (const Error& e) {
+      STRATA_LOG(debug, "checkpoint: ", s.second, " is not complete: ", e.what());
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -125,7 +216,7 @@ std::string commit_save(const std::string& root, const Manifest& manifest, int k
   const std::string tmp = staging_dir(root, manifest.step), name = step_dir_name(manifest.step);
   const std::string final_dir = root + "/" + name;
   for (const auto& f : manifest.files) fsync_path(tmp + "/" + f.name, false);
-  write_atomically(tmp, kManifestName, to_json(manifest));
+  write_atomically(tmp, kManifestName, manifest_file_text(manifest));
   if (is_dir(final_dir)) {
     // A checkpoint of this step exists (a run resumed from an earlier one): swap them in
     // one step, so the name always holds a complete checkpoint, then drop the old one.
@@ -155,26 +246,26 @@ std::string commit_save(const std::string& root, const Manifest& manifest, int k
 Opened open_checkpoint(const std::string& path) {
   STRATA_CHECK(is_dir(path), Errc::invalid_argument, "checkpoint '", path,
                "' is not a directory: give a save directory (it follows 'latest') or one of its step-N directories");
-  std::string dir = path;
-  std::error_code ec;
-  if (!fs::exists(dir + "/" + kManifestName, ec)) {
-    const std::string name = latest_name(path);
-    if (name.empty()) {
-      STRATA_CHECK(step_of_dir_name(fs::path(path).filename().string()) < 0, Errc::corrupt, "checkpoint '", path,
-                   "' has no ", kManifestName, ": the save that wrote it did not complete; load another checkpoint");
-      STRATA_THROW(Errc::invalid_argument, "no checkpoint in '", path, "': it has no '", kLatestName,
-                   "' file (no save has completed there)");
-    }
-    STRATA_CHECK(step_of_dir_name(name) >= 0, Errc::corrupt, "checkpoint '", path, "/", kLatestName, "' names '", name,
-                 "', which is not a step directory");
-    dir = path + "/" + name;
-    STRATA_CHECK(fs::exists(dir + "/" + kManifestName, ec), Errc::corrupt, "checkpoint '", path, "/", kLatestName,
-                 "' names ", name, ", which has no ", kManifestName);
+  // A step directory (it has a manifest, or a step name and no `latest`) is the checkpoint
+  // the caller chose: it is read as it is and never replaced by another.
+  const bool has_manifest = entry_exists(path + "/" + kManifestName);
+  if (has_manifest ||
+      (step_of_dir_name(fs::path(path).filename().string()) >= 0 && !entry_exists(path + "/" + kLatestName))) {
+    STRATA_CHECK(has_manifest, Errc::corrupt, "checkpoint '", path, "' has no ", kManifestName,
+                 ": the save that wrote it did not complete; load another checkpoint");
+    return open_step_dir(path);
   }
-  Opened o;
-  o.dir = dir;
-  o.manifest = parse_manifest(read_file(dir + "/" + kManifestName), dir + "/" + kManifestName);
-  return o;
+  std::string named;
+  try {
+    return open_latest(path, named);
+  } catch (const Error& e) {
+    auto found = newest_complete(path, named);
+    if (!found) throw;
+    STRATA_LOG(warn, "checkpoint: not using '", kLatestName, "' under '", path, "' (", e.what(), "); loading ",
+               fs::path(found->dir).filename().string(), " (step ", found->manifest.step,
+               "), the newest complete checkpoint there");
+    return std::move(*found);
+  }
 }
 
 }  // namespace strata::checkpoint

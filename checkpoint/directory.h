@@ -3,18 +3,31 @@
 // Protocol. Under a root directory, one process (rank 0) calls prepare_save(root, step),
 // which removes what crashed saves left (`.step-*.tmp`, `.step-*.old`) and creates an empty
 // staging directory `.step-N.tmp`; every rank writes its shard file there (shard_file.h);
-// then that process calls commit_save(), which writes `manifest.json` under a temporary name,
-// fsyncs it, renames it into place and fsyncs the directory, renames the staging directory
-// to `step-N` (atomically exchanging it with an existing `step-N`, which is then removed)
-// and fsyncs the root, then points `latest` at it the same way (temporary file, fsync,
-// rename, fsync), and finally removes all but the newest `keep` checkpoints (never the one
-// `latest` names; each is first renamed away, so no half-removed checkpoint keeps its
-// name). A process killed at any moment leaves `latest` naming a complete checkpoint (or
-// no `latest` at all before the first commit): a checkpoint without its manifest does not
-// exist. A failed save is abandoned (abandon_save) and the previous checkpoint stays latest.
+// then that process calls commit_save(), which writes `manifest.json` (checksummed,
+// format.h) under a temporary name, fsyncs it, renames it into place and fsyncs the
+// directory, renames the staging directory to `step-N` (atomically exchanging it with an
+// existing `step-N`, which is then removed) and fsyncs the root, then points `latest` at it
+// the same way (temporary file, fsync, rename, fsync), and finally removes all but the
+// newest `keep` checkpoints (never the one `latest` names; each is first renamed away, so
+// no half-removed checkpoint keeps its name). A process killed at any moment leaves
+// `latest` naming a complete checkpoint (or no `latest` at all before the first commit): a
+// checkpoint without its manifest does not exist. A failed save is abandoned (abandon_save)
+// and the previous checkpoint stays latest.
 //
 // open_checkpoint(path) takes a root (follows `latest`) or a step directory, reads and
-// validates the manifest, and names what is missing when it cannot.
+// validates the manifest (its checksum first, format.h), and names what is missing when it
+// cannot. `latest` and `manifest.json` are control files anyone can replace: they are
+// opened non-blocking, refused unless they are regular files, and read whole only up to a
+// bound (4 KiB, 256 MiB), so a FIFO or /dev/zero in their place is an error naming the
+// path, never a hang or an unbounded read.
+//
+// Fallback. `latest` is one file; a checkpoint is whole once its manifest is in place, so
+// a `latest` that is missing, empty, unreadable, not a regular file, names no step
+// directory or one whose manifest is missing or fails validation does not mean no
+// checkpoint exists: open_checkpoint then loads the newest step-N directory under the root
+// whose manifest reads and validates, and logs one warning saying why `latest` was not
+// used and which step is loaded. Only when there is none does it throw `latest`'s error.
+// A step directory given explicitly is what the caller chose: it never falls back.
 #pragma once
 
 #include <cstdint>

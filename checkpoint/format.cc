@@ -1,19 +1,34 @@
 // The manifest's JSON form, its validation and the merge of every rank's part (format.h).
 #include "checkpoint/format.h"
 
+#include <xxhash.h>
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 #include <type_traits>
 
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 
 namespace strata::checkpoint {
 namespace {
 
 using nlohmann::json;
+
+// The manifest file's first line: `{\n "xxh3": "` 16 hex digits `",` (see format.h).
+constexpr std::string_view kChecksumOpen = "{\n \"xxh3\": \"";
+constexpr std::string_view kChecksumClose = "\",";
+
+std::string hex64(std::uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, v);
+  return hex;
+}
 
 // Nesting a manifest may have: its own is four levels, the engine's and trainer's states a
 // few more. Deeper is damage (and every step that walks the JSON recursively stays bounded).
@@ -72,8 +87,51 @@ std::vector<Segment> parse_segments(const json& a, const std::string& where, con
   return out;
 }
 
+// A file name the reader may join to the checkpoint directory: one plain component, not a
+// control file of the directory, no NUL (which would cut the path short).
+bool plain_file_name(const std::string& n) {
+  return !n.empty() && n[0] != '.' && n.find('/') == std::string::npos && n.find('\0') == std::string::npos &&
+         n != kManifestName && n != "latest";
+}
+
+bool known_dtype_name(const std::string& n) {
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2})
+    if (n == dtype_name(t)) return true;
+  return false;
+}
+
+// The top-level fields, each refused by its key with the range it must lie in.
+void validate_fields(const Manifest& m, const std::string& where) {
+  const auto bad = [&](const char* key, const auto& value, const char* range) {
+    STRATA_THROW(Errc::corrupt, "checkpoint manifest ", where, ": '", key, "' is ", value, " but must be ", range,
+                 ": the file is damaged; load another checkpoint");
+  };
+  if (m.step < 0) bad("step", m.step, ">= 0");
+  if (m.world_size < 1) bad("world_size", m.world_size, ">= 1");
+  if (m.zero_stage < 0 || m.zero_stage > 3) bad("zero_stage", m.zero_stage, "0, 1, 2 or 3");
+  if (!known_dtype_name(m.compute_dtype))
+    bad("compute_dtype", "'" + m.compute_dtype + "'", "fp32, bf16, fp16, fp8_e4m3 or fp8_e5m2");
+  if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes) bad("chunk_bytes", m.chunk_bytes, "in 1 to 2^30");
+  std::set<std::string> names;
+  for (const auto& f : m.files) {
+    STRATA_CHECK(plain_file_name(f.name), Errc::corrupt, "checkpoint manifest ", where, ": file name ",
+                 json(f.name).dump(), " is not a plain file name (one component inside the checkpoint directory)");
+    STRATA_CHECK(names.insert(f.name).second, Errc::corrupt, "checkpoint manifest ", where, ": file ", f.name,
+                 " is listed twice");
+    STRATA_CHECK(f.rank >= 0 && f.rank < m.world_size, Errc::corrupt, "checkpoint manifest ", where, ": file ", f.name,
+                 " has 'rank' ", f.rank, " outside the world of ", m.world_size);
+  }
+  names.clear();
+  for (const auto& t : m.tensors) {
+    STRATA_CHECK(!t.name.empty(), Errc::corrupt, "checkpoint manifest ", where, ": a tensor has an empty 'name'");
+    STRATA_CHECK(names.insert(t.name).second, Errc::corrupt, "checkpoint manifest ", where, ": tensor '", t.name,
+                 "' is listed twice");
+  }
+}
+
 // Segments inside their files, and (whole manifests) tiling each tensor exactly.
 void validate(const Manifest& m, const std::string& where, bool partial) {
+  validate_fields(m, where);
   for (const auto& t : m.tensors) {
     std::uint64_t numel = 1;
     for (auto d : t.shape) {
@@ -192,18 +250,25 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
                " is not a Strata checkpoint (format '", j["format"].get<std::string>(), "')");
   Manifest m;
   m.version = need<int>(j, "version", where, top);
-  STRATA_CHECK(m.version == kFormatVersion, Errc::corrupt, "checkpoint manifest ", where, " has format version ",
-               m.version, "; this Strata reads version ", kFormatVersion);
+  STRATA_CHECK(m.version >= kOldestFormatVersion && m.version <= kFormatVersion, Errc::corrupt, "checkpoint manifest ",
+               where, " has format version ", m.version, "; this Strata reads versions ", kOldestFormatVersion, " to ",
+               kFormatVersion, " (a newer Strata wrote it, or the file is damaged)");
   m.step = need<std::int64_t>(j, "step", where, top);
   m.world_size = need<int>(j, "world_size", where, top);
   m.zero_stage = need<int>(j, "zero_stage", where, top);
   m.compute_dtype = need<std::string>(j, "compute_dtype", where, top);
   m.chunk_bytes = need<std::uint64_t>(j, "chunk_bytes", where, top);
-  STRATA_CHECK(m.chunk_bytes > 0 && m.world_size > 0, Errc::corrupt, "checkpoint manifest ", where,
-               ": chunk_bytes and world_size must be positive");
-  m.engine_state = need<json>(j, "engine", where, top).dump();
-  m.trainer_state = need<json>(j, "trainer", where, top).dump();
-  for (const auto& f : need<json>(j, "files", where, top)) {
+  for (const char* key : {"engine", "trainer"}) {
+    STRATA_CHECK(need<json>(j, key, where, top).is_object(), Errc::corrupt, "checkpoint manifest ", where, ": '", key,
+                 "' is not a JSON object (", j[key].type_name(), ")");
+  }
+  m.engine_state = j["engine"].dump();
+  m.trainer_state = j["trainer"].dump();
+  for (const char* key : {"files", "tensors"}) {
+    STRATA_CHECK(need<json>(j, key, where, top).is_array(), Errc::corrupt, "checkpoint manifest ", where, ": '", key,
+                 "' is not an array (", j[key].type_name(), ")");
+  }
+  for (const auto& f : j["files"]) {
     FileEntry e;
     e.name = need<std::string>(f, "name", where, "a file");
     const std::string ctx = "file " + e.name;
@@ -218,11 +283,9 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
     } else {
       e.xxh3 = need<std::vector<std::uint64_t>>(f, "xxh3", where, ctx);
     }
-    STRATA_CHECK(e.name.find('/') == std::string::npos && !e.name.empty() && e.name[0] != '.', Errc::corrupt,
-                 "checkpoint manifest ", where, ": file name '", e.name, "' is not a plain file name");
     m.files.push_back(std::move(e));
   }
-  for (const auto& t : need<json>(j, "tensors", where, top)) {
+  for (const auto& t : j["tensors"]) {
     TensorEntry e;
     e.name = need<std::string>(t, "name", where, "a tensor");
     const std::string ctx = "tensor '" + e.name + "'";
@@ -236,6 +299,49 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
     m.tensors.push_back(std::move(e));
   }
   validate(m, where, partial);
+  return m;
+}
+
+std::string manifest_file_text(const Manifest& m) {
+  Manifest v = m;
+  v.version = kFormatVersion;
+  const std::string body = to_json(v);  // "{\n \"chunk_bytes\": ..."
+  std::string text = str_cat(kChecksumOpen, std::string(16, '0'), kChecksumClose, body.substr(1));
+  text.replace(kChecksumOpen.size(), 16, hex64(XXH3_64bits(text.data(), text.size())));
+  return text;
+}
+
+Manifest parse_manifest_file(const std::string& text, const std::string& path) {
+  const std::size_t at = kChecksumOpen.size();
+  const bool has_sum = text.compare(0, at, kChecksumOpen) == 0;
+  if (has_sum) {
+    STRATA_CHECK(text.size() >= at + 16 + kChecksumClose.size() &&
+                     text.compare(at + 16, kChecksumClose.size(), kChecksumClose) == 0,
+                 Errc::corrupt, "checkpoint manifest ", path,
+                 " has a damaged 'xxh3' line: the file was changed or damaged; load another checkpoint");
+    std::uint64_t stated = 0;
+    for (std::size_t i = at; i < at + 16; ++i) {
+      const char c = text[i];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      STRATA_CHECK(d >= 0, Errc::corrupt, "checkpoint manifest ", path, ": its 'xxh3' is not 16 hex digits",
+                   ": the file was changed or damaged; load another checkpoint");
+      stated = stated << 4 | static_cast<std::uint64_t>(d);
+    }
+    std::string zeroed = text;
+    zeroed.replace(at, 16, 16, '0');
+    const std::uint64_t actual = XXH3_64bits(zeroed.data(), zeroed.size());
+    STRATA_CHECK(actual == stated, Errc::corrupt, "checkpoint manifest ", path, " fails its XXH3 checksum (it says ",
+                 text.substr(at, 16), ", its bytes hash to ", hex64(actual),
+                 "): the file was changed or damaged after it was written; load another checkpoint");
+  }
+  Manifest m = parse_manifest(text, path);
+  if (!has_sum) {
+    STRATA_CHECK(m.version < 2, Errc::corrupt, "checkpoint manifest ", path, " is format version ", m.version,
+                 " but does not open with its 'xxh3' checksum: the file was changed (rewritten by another tool?) "
+                 "or damaged; load another checkpoint");
+    STRATA_LOG(warn, "checkpoint manifest ", path, " is format version ", m.version,
+               " (written by an earlier Strata) and carries no checksum: a change to it cannot be detected");
+  }
   return m;
 }
 

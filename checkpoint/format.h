@@ -15,8 +15,20 @@
 //     table; its size is its payload's, and segment offsets are payload offsets;
 //   - per tensor: its name, global shape and, per state (master, exp_avg, exp_avg_sq), the
 //     segments (file, byte offset, first element, element count) that tile it exactly.
-// A manifest is only accepted when its segments lie inside their files and tile every
-// tensor with no gap or overlap, so a reader never returns an element nobody saved.
+// A manifest is only accepted when every field is in range (each refusal names its key),
+// its segments lie inside their files and tile every tensor with no gap or overlap, so a
+// reader never returns an element nobody saved.
+//
+// Manifest file. The shard files' chunk sums protect the data but nothing protected the
+// manifest itself: one changed digit in a segment offset, the step or the loss scale read
+// as a valid, different checkpoint. So the file `manifest.json` (version 2) opens with
+// `{\n "xxh3": "<16 hex digits>",` and those digits are the XXH3-64 of the file's exact
+// bytes with the 16 digits written as zeros; the reader zeroes them back, hashes and
+// compares before it parses anything. The checksum belongs to the file, not to the JSON:
+// to_json/parse_manifest (also used for the rank parts sent to rank 0 before the merge)
+// neither write nor check it, manifest_file_text/parse_manifest_file do. A version-1 file
+// (earlier Strata, no checksum) is still read, with a warning that it carries none; a
+// version-2 file without one is refused, since the line can only have gone by an edit.
 #pragma once
 
 #include <array>
@@ -26,10 +38,13 @@
 
 namespace strata::checkpoint {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;        // 2: manifest.json carries its XXH3
+inline constexpr int kOldestFormatVersion = 1;  // read, with a warning (no checksum)
 inline constexpr const char* kFormatName = "strata-checkpoint";
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr std::uint64_t kDefaultChunkBytes = std::uint64_t{1} << 20;
+// A chunk is read whole to check its sum: a larger one in a manifest is damage.
+inline constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{1} << 30;
 
 enum class State { master = 0, exp_avg = 1, exp_avg_sq = 2 };
 inline constexpr int kStates = 3;
@@ -81,6 +96,12 @@ std::string to_json(const Manifest& m);
 // Parses and validates (see the protocol above); throws Errc::corrupt naming `where` and the
 // key, file or tensor that is wrong. `partial`: one rank's part, not checked for tiling.
 Manifest parse_manifest(const std::string& text, const std::string& where, bool partial = false);
+// The bytes of a manifest file: to_json's text (at kFormatVersion) with the checksum line
+// first (see the protocol above).
+std::string manifest_file_text(const Manifest& m);
+// Checks a manifest file's checksum (or warns that a version-1 file has none), then
+// parses it whole; throws Errc::corrupt naming `path` when the bytes changed.
+Manifest parse_manifest_file(const std::string& text, const std::string& path);
 // One manifest from every rank's part (in rank order): files concatenated, segments
 // re-pointed at them. Every part must list the same tensors in the same order.
 Manifest merge_parts(const std::vector<Manifest>& parts);

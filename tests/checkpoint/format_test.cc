@@ -74,9 +74,9 @@ TEST_CASE("a damaged, foreign or newer manifest is refused naming the file", "[c
   CHECK_THAT(error_of([&] { parse_manifest(good.substr(0, good.size() / 2), "d/manifest.json"); }),
              Catch::Contains("checkpoint manifest d/manifest.json is not valid JSON"));
   std::string newer = good;
-  newer.replace(newer.find("\"version\": 1"), 12, "\"version\": 9");
+  newer.replace(newer.find("\"version\": 2"), 12, "\"version\": 9");
   CHECK_THAT(error_of([&] { parse_manifest(newer, "d/manifest.json"); }),
-             Catch::Contains("has format version 9; this Strata reads version 1"));
+             Catch::Contains("has format version 9; this Strata reads versions 1 to 2"));
   CHECK_THAT(error_of([&] { parse_manifest(R"({"format": "pytorch"})", "x"); }),
              Catch::Contains("is not a Strata checkpoint"));
   std::string no_step = good;
@@ -95,7 +95,7 @@ TEST_CASE("a manifest with numbers out of range, wrapping segments or deep nesti
     REQUIRE(at != std::string::npos);
     return text.replace(at, from.size(), to);
   };
-  CHECK_THAT(error_of([&] { parse_manifest(with("\"version\": 1", "\"version\": 1e300"), "x"); }),
+  CHECK_THAT(error_of([&] { parse_manifest(with("\"version\": 2", "\"version\": 2e300"), "x"); }),
              Catch::Contains("the manifest 'version' has the wrong type or is out of range (number)"));
   CHECK_THAT(error_of([&] { parse_manifest(with("\"world_size\": 2", "\"world_size\": 4294967298"), "x"); }),
              Catch::Contains("'world_size' has the wrong type or is out of range"));
