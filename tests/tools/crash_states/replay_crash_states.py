@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""Replays every crash state of a recorded checkpoint save (fs_model.py states the model) and
+checks each with the built strata:
+
+  * `strata checkpoint verify ROOT` either verifies a checkpoint whose step directory holds
+    exactly the bytes some commit of that step put there (a rename of a staging directory
+    to step-N, or the tree before the run) or refuses cleanly: a non-zero exit below 126,
+    no signal, and a "strata: error:" line. Never a torn checkpoint, never a crash.
+  * Once `latest` and the step it names are durable, every later crash state verifies at
+    that step or a newer one: a durable commit is never lost.
+  * Every step-N directory with a manifest verifies with committed bytes or is refused.
+  * For a sample of states (one per outcome, up to --resumes), `strata train --resume
+    latest` into the crashed root loads what verify accepted (or refuses as verify did),
+    trains a step, saves it over the leftovers, and the root then verifies at that step.
+
+Before all that, the model replayed to the end must equal the directory the run left, byte
+for byte (the recording missed nothing). Prints the figures; exit 1 on any failure.
+Usage: replay_crash_states.py --strata BIN --log LOG --root ROOT [--initial DIR] --work DIR
+       --train "ARGS" [--resumes N]
+"""
+import argparse
+import concurrent.futures
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fs_model  # noqa: E402
+
+CAP = 4096  # data variants of one metadata state
+
+
+def disk_signature(path, prefix=""):
+    out = []
+    for name in sorted(os.listdir(path)):
+        p = os.path.join(path, name)
+        if os.path.isdir(p):
+            out.append((prefix + name, None))
+            out.extend(disk_signature(p, prefix + name + "/"))
+        else:
+            with open(p, "rb") as f:
+                out.append((prefix + name, f.read()))
+    return tuple(out)
+
+
+def materialize(signature, root):
+    os.makedirs(root)
+    for path, data in signature:
+        if data is None:
+            os.mkdir(os.path.join(root, path))
+        else:
+            with open(os.path.join(root, path), "wb") as f:
+                f.write(data)
+
+
+def describe(signature):
+    return "\n".join(f"    {p}/" if d is None else f"    {p} ({len(d)} bytes)" for p, d in signature) or "    (empty)"
+
+
+def subtree(signature, name):
+    return tuple((p[len(name) + 1:], d) for p, d in signature if p.startswith(name + "/"))
+
+
+def run(cmd, timeout=120):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        return "timeout", ""
+
+
+def clean_refusal(rc, out):
+    return isinstance(rc, int) and 0 < rc < 126 and "strata: error:" in out and "bad_alloc" not in out
+
+
+class Checker:
+    def __init__(self, args, model):
+        self.a, self.m = args, model
+        self.failures, self.outcomes, self.verifies, self.resumes = [], {}, 0, 0
+
+    def fail(self, what, state):
+        self.failures.append(f"FAIL: {what}\n  crash point {state['point']} ({state['model']} state), after:\n"
+                             + "\n".join("    " + op for op in state["ops"])
+                             + f"\n  the state (under the save root):\n{describe(state['sig'])}")
+
+    def committed(self, name, sig):
+        return sig in self.m.committed.get(name, [])
+
+    def verify(self, path):
+        self.verifies += 1
+        return run([self.a.strata, "checkpoint", "verify", path])
+
+    def check(self, n, state):
+        """Checks one state; returns (outcome, its root) for the resume sample."""
+        root = os.path.join(self.a.work, f"s{n}", "root")
+        materialize(state["sig"], root)
+        rc, out = self.verify(root)
+        names = {p for p, d in state["sig"] if d is None and fs_model.STEP_DIR.match(p)}
+        if rc == 0:
+            m = re.match(r"(.*): step (\d+),", out)
+            name = os.path.basename(m.group(1)) if m else ""
+            if name not in names or not self.committed(name, subtree(state["sig"], name)):
+                self.fail(f"verify accepted a checkpoint that was never committed ({name}): {out.strip()}", state)
+            elif state["floor"] is not None and int(m.group(2)) < state["floor"]:
+                self.fail(f"verify went back to step {m.group(2)} after step {state['floor']} was durable", state)
+            outcome = f"verifies at step {int(m.group(2))}" if m else "verifies"
+        elif not clean_refusal(rc, out):
+            self.fail(f"verify did not refuse cleanly (exit {rc}): {out.strip()[-600:]}", state)
+            outcome = "unclean"
+        else:
+            if state["floor"] is not None:
+                self.fail(f"step {state['floor']} was durably committed, but verify refuses: {out.strip()}", state)
+            outcome = "refused: " + re.sub(r"'[^']*'|\d+", "_", out.strip().splitlines()[-1])[:100]
+        for name in sorted(names):
+            sub = subtree(state["sig"], name)
+            if not any(p == "manifest.json" for p, _ in sub) or self.committed(name, sub):
+                continue
+            rc2, out2 = self.verify(os.path.join(root, name))
+            if rc2 == 0:
+                self.fail(f"{name} verifies but holds bytes no commit wrote: {out2.strip()}", state)
+            elif not clean_refusal(rc2, out2):
+                self.fail(f"verify of {name} did not refuse cleanly (exit {rc2}): {out2.strip()[-600:]}", state)
+        return outcome, root
+
+    def resume(self, outcome, root, state):
+        self.resumes += 1
+        m = re.match(r"verifies at step (\d+)", outcome)
+        steps = int(m.group(1)) + 1 if m else 1
+        cmd = [self.a.strata, "train", *shlex.split(self.a.train), "--steps", str(steps), "--resume", "latest",
+               "--save-dir", root, "--save-every", "1", "--keep", "2"]
+        rc, out = run(cmd)
+        if not m:
+            if not clean_refusal(rc, out):
+                self.fail(f"verify refused, but train --resume latest did not refuse cleanly (exit {rc}): "
+                          f"{out.strip()[-600:]}", state)
+            return
+        if rc != 0 or f"continuing at step {steps}" not in out:
+            self.fail(f"verify accepted step {steps - 1}, but train --resume latest failed (exit {rc}): "
+                      f"{out.strip()[-600:]}", state)
+            return
+        rc, out = self.verify(root)
+        if rc != 0 or f": step {steps}," not in out:
+            self.fail(f"after resuming and saving step {steps} over the crash state, verify says: {out.strip()}",
+                      state)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for flag in ("--strata", "--log", "--root", "--work", "--train"):
+        ap.add_argument(flag, required=True)
+    ap.add_argument("--initial", default="")
+    ap.add_argument("--resumes", type=int, default=6)
+    ap.add_argument("--name", default="save")
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    model = fs_model.Model(a.root, a.initial)
+    states, points, recent, total, kinds, ops, floor = {}, 0, [], 0, {"journal": 0, "posix": 0}, 0, None
+    for point, op, m in fs_model.crash_points(model, a.log):
+        points += 1
+        if op:
+            ops += 1
+            recent = (recent + [op])[-4:]
+        # A durable commit is never lost: from the first crash point where `latest` naming a
+        # step is durable, every state must verify at that step or a newer one.
+        now = m.durable_floor()
+        floor = now if floor is None or (now is not None and now > floor) else floor
+        for kind, sig in m.crash_states(CAP):
+            total += 1
+            key = fs_model.digest(sig)
+            if key not in states:
+                kinds[kind] += 1
+                states[key] = {"point": point, "ops": list(recent), "model": kind, "sig": sig, "floor": floor}
+            elif floor is not None and (states[key]["floor"] or -1) < floor:
+                states[key].update(point=point, ops=list(recent), floor=floor)
+    final = model.signature(model.entries, 0, None)
+    if final != disk_signature(a.root):
+        print(f"FAIL: the recording replayed to its end is not the tree the run left in {a.root}:\n"
+              f"  replayed:\n{describe(final)}\n  on disk:\n{describe(disk_signature(a.root))}")
+        return 1
+    print(f"{a.name}: {ops} recorded operations, {points} crash points, {total} crash states, "
+          f"{len(states)} distinct ({kinds['journal']} in journal order, {kinds['posix']} more in posix order); "
+          f"committed: {', '.join(f'{k} x{len(v)}' for k, v in sorted(model.committed.items()))}")
+    shutil.rmtree(a.work, ignore_errors=True)
+    checker = Checker(a, model)
+    ordered = list(states.values())
+    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(lambda ns: checker.check(*ns), enumerate(ordered)))
+    sample = {}
+    for (outcome, root), state in zip(results, ordered):
+        checker.outcomes[outcome] = checker.outcomes.get(outcome, 0) + 1
+        if outcome != "unclean" and outcome not in sample and len(sample) < a.resumes:
+            sample[outcome] = (root, state)
+    for outcome, (root, state) in sample.items():
+        checker.resume(outcome, root, state)
+    for outcome, count in sorted(checker.outcomes.items()):
+        print(f"  {count:5d} states: {outcome}")
+    for f in checker.failures:
+        print(f)
+    print(f"{a.name}: replayed {len(states)} crash states at {points} crash points ({checker.verifies} verify runs, "
+          f"{checker.resumes} resumed trainings) in {time.monotonic() - t0:.1f} s: "
+          f"{len(checker.failures)} failures")
+    if not checker.failures:
+        shutil.rmtree(a.work, ignore_errors=True)
+    return 1 if checker.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
