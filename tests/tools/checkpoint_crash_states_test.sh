@@ -44,6 +44,15 @@ ck="$dir/ck"
 record three "$ck" --config "$dir/cpu.json" --steps 3 --save-dir "$ck" --save-every 1 --keep 2
 [ "$(ls -d "$ck"/step-* | wc -l)" = 2 ] || fail "three saves with --keep 2 left $(ls "$ck")"
 replay three "$ck" "$dir/cpu.json"
+# The replay has teeth: the same recording without the fsyncs of `latest.tmp` (a save that
+# renames an unsynced file into place) must fail it.
+awk -F'\t' '$1 == "open" { tmp[$2] = ($3 ~ /\/latest\.tmp$/) } !($1 == "fsync" && tmp[$2])' "$dir/three.log" \
+  > "$dir/unsynced.log"
+cp "$dir/three.log.data" "$dir/unsynced.log.data"
+[ "$(wc -l < "$dir/unsynced.log")" -lt "$(wc -l < "$dir/three.log")" ] || fail "no fsync of latest.tmp was recorded"
+out=$(replay unsynced "$ck" "$dir/cpu.json" 2>&1) && fail "a save renaming an unsynced latest.tmp passed: $out"
+grep -q "FAIL: step 1 must survive.*but verify refuses" <<<"$out" || fail "unsynced latest.tmp: unclear: $out"
+echo "a recording without the fsyncs of latest.tmp fails the replay (step 1 is lost)"
 
 # Step 3 saved again by a run resumed from step 2: the new step-3 is exchanged with the old.
 cp -a "$ck" "$dir/before-resave"

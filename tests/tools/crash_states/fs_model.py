@@ -238,13 +238,14 @@ class Model:
             for pick in itertools.product(*choices):
                 yield kind, self.signature(entries, 0, dict(zip(files, pick)))
 
-    def durable_floor(self):
-        """The step `latest` names in every crash state from now on (what must survive), or None."""
-        entries = self._tree([i for i, m in enumerate(self.meta) if not m[2]])
+    def latest_step(self, durable):
+        """The step `latest` names now (durable: in the state where only what is durable
+        persists), or None."""
+        entries = self._tree([i for i, m in enumerate(self.meta) if not m[2]]) if durable else self.entries
         ino = entries[0].get("latest")
         if ino is None or self.kind[ino] != "f":
             return None
-        m = re.match(rb"step-(\d+)\n?$", self.content(ino, self.synced[ino]))
+        m = re.match(rb"step-(\d+)\n?$", self.content(ino, self.synced[ino] if durable else len(self.events[ino])))
         return int(m.group(1)) if m else None
 
 

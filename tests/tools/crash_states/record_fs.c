@@ -26,7 +26,8 @@
 // The log is written in completion order under one lock: exact for the single thread that
 // saves a checkpoint; concurrent savers would be recorded in an order, not the order.
 // Calls glibc makes internally (remove() calling unlink, fopen, closedir) are not
-// interposable, which is why remove() itself is wrapped here.
+// interposable, which is why remove() itself is wrapped. This file holds the state, the
+// log, path resolution and the fd operations; record_fs_dirs.c the directory operations.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -43,25 +44,21 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "record_fs.h"
+
 #define MAX_FDS 65536
 
-static char g_root[PATH_MAX];
-static size_t g_root_len;
-static int g_log = -1, g_data = -1;
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+char g_root[PATH_MAX];
+size_t g_root_len;
+int g_log = -1;
+static int g_data = -1;
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   dev_t dev;
   ino_t ino;
   unsigned char tracked;
 } g_fds[MAX_FDS];
-static __thread int t_busy;  // set while this library itself calls wrapped functions
-
-#define REAL(ret, name, ...)                                           \
-  static ret (*real_##name)(__VA_ARGS__);                              \
-  static ret (*get_##name(void))(__VA_ARGS__) {                        \
-    if (!real_##name) *(void**)&real_##name = dlsym(RTLD_NEXT, #name); \
-    return real_##name;                                                \
-  }
+__thread int t_busy;
 
 REAL(int, open, const char*, int, ...)
 REAL(int, open64, const char*, int, ...)
@@ -77,21 +74,9 @@ REAL(ssize_t, pwrite64, int, const void*, size_t, off64_t)
 REAL(ssize_t, writev, int, const struct iovec*, int)
 REAL(int, ftruncate, int, off_t)
 REAL(int, ftruncate64, int, off64_t)
-REAL(int, truncate, const char*, off_t)
 REAL(int, fsync, int)
 REAL(int, fdatasync, int)
 REAL(int, close, int)
-REAL(int, rename, const char*, const char*)
-REAL(int, renameat, int, const char*, int, const char*)
-REAL(int, renameat2, int, const char*, int, const char*, unsigned)
-REAL(int, link, const char*, const char*)
-REAL(int, linkat, int, const char*, int, const char*, int)
-REAL(int, unlink, const char*)
-REAL(int, unlinkat, int, const char*, int)
-REAL(int, rmdir, const char*)
-REAL(int, remove, const char*)
-REAL(int, mkdir, const char*, mode_t)
-REAL(int, mkdirat, int, const char*, mode_t)
 REAL(ssize_t, copy_file_range, int, loff_t*, int, loff_t*, size_t, unsigned)
 
 __attribute__((constructor)) static void record_init(void) {
@@ -120,7 +105,7 @@ static void put_all(int fd, const void* p, size_t n) {
 }
 
 // Appends a log line (the caller holds g_lock).
-static void log_line(const char* fmt, ...) {
+void log_line(const char* fmt, ...) {
   char line[3 * PATH_MAX + 128];
   va_list ap;
   va_start(ap, fmt);
@@ -132,14 +117,14 @@ static void log_line(const char* fmt, ...) {
 }
 
 // Appends bytes to the .data file; returns where they start (the caller holds g_lock).
-static long long put_data(const void* p, size_t n) {
+long long put_data(const void* p, size_t n) {
   const long long at = (long long)syscall(SYS_lseek, g_data, 0, SEEK_END);
   put_all(g_data, p, n);
   return at;
 }
 
 // The absolute, lexically normalised form of `path` relative to `dirfd`; 0 on failure.
-static int resolve(int dirfd, const char* path, char out[PATH_MAX]) {
+int resolve(int dirfd, const char* path, char out[PATH_MAX]) {
   char raw[2 * PATH_MAX + 2];
   if (path[0] == '/') {
     snprintf(raw, sizeof raw, "%s", path);
@@ -175,12 +160,12 @@ static int resolve(int dirfd, const char* path, char out[PATH_MAX]) {
   return 1;
 }
 
-static int under_root(const char* abs) {
+int under_root(const char* abs) {
   return g_log >= 0 && strncmp(abs, g_root, g_root_len) == 0 && (abs[g_root_len] == '\0' || abs[g_root_len] == '/');
 }
 
 // Resolves `path` into `abs` and says whether the call is to be recorded.
-static int watched(int dirfd, const char* path, char abs[PATH_MAX]) {
+int watched(int dirfd, const char* path, char abs[PATH_MAX]) {
   return g_log >= 0 && !t_busy && path && resolve(dirfd, path, abs) && under_root(abs);
 }
 
@@ -362,144 +347,6 @@ int close(int fd) {
     errno = saved;
   }
   return rc;
-}
-
-// Logs a path operation that succeeded.
-static int path_op(const char* op, const char* abs, int rc) {
-  if (rc != 0) return rc;
-  const int saved = errno;
-  pthread_mutex_lock(&g_lock);
-  log_line("%s\t%s", op, abs);
-  pthread_mutex_unlock(&g_lock);
-  errno = saved;
-  return rc;
-}
-
-int truncate(const char* path, off_t len) {
-  char abs[PATH_MAX];
-  if (!watched(AT_FDCWD, path, abs)) return get_truncate()(path, len);
-  const int rc = get_truncate()(path, len);
-  if (rc == 0) {
-    pthread_mutex_lock(&g_lock);
-    log_line("truncpath\t%s\t%lld", abs, (long long)len);
-    pthread_mutex_unlock(&g_lock);
-  }
-  return rc;
-}
-
-int mkdirat(int dirfd, const char* path, mode_t mode) {
-  char abs[PATH_MAX];
-  if (!watched(dirfd, path, abs)) return get_mkdirat()(dirfd, path, mode);
-  return path_op("mkdir", abs, get_mkdirat()(dirfd, path, mode));
-}
-int mkdir(const char* path, mode_t mode) {
-  char abs[PATH_MAX];
-  if (!watched(AT_FDCWD, path, abs)) return get_mkdir()(path, mode);
-  return path_op("mkdir", abs, get_mkdir()(path, mode));
-}
-int unlinkat(int dirfd, const char* path, int flags) {
-  char abs[PATH_MAX];
-  if (!watched(dirfd, path, abs)) return get_unlinkat()(dirfd, path, flags);
-  return path_op((flags & AT_REMOVEDIR) ? "rmdir" : "unlink", abs, get_unlinkat()(dirfd, path, flags));
-}
-int unlink(const char* path) {
-  char abs[PATH_MAX];
-  if (!watched(AT_FDCWD, path, abs)) return get_unlink()(path);
-  return path_op("unlink", abs, get_unlink()(path));
-}
-int rmdir(const char* path) {
-  char abs[PATH_MAX];
-  if (!watched(AT_FDCWD, path, abs)) return get_rmdir()(path);
-  return path_op("rmdir", abs, get_rmdir()(path));
-}
-// glibc's remove() calls unlink or rmdir internally, out of this library's sight.
-int remove(const char* path) {
-  char abs[PATH_MAX];
-  if (!watched(AT_FDCWD, path, abs)) return get_remove()(path);
-  struct stat st;
-  const int dir = lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
-  return path_op(dir ? "rmdir" : "unlink", abs, get_remove()(path));
-}
-
-static int two_paths(const char* op, int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
-                     char a[PATH_MAX], char b[PATH_MAX]) {
-  if (g_log < 0 || t_busy || !oldpath || !newpath) return 0;
-  if (!resolve(olddirfd, oldpath, a) || !resolve(newdirfd, newpath, b)) return 0;
-  const int ia = under_root(a), ib = under_root(b);
-  if (ia != ib && strcmp(op, "link") != 0) {
-    pthread_mutex_lock(&g_lock);
-    log_line("outside\t%s\t%s", op, ia ? b : a);
-    pthread_mutex_unlock(&g_lock);
-    return 0;
-  }
-  return ib;
-}
-
-static int renamed(int rc, const char* a, const char* b, unsigned flags) {
-  if (rc != 0) return rc;
-  const int saved = errno;
-  pthread_mutex_lock(&g_lock);
-  log_line("rename\t%s\t%s\t%u", a, b, flags);
-  pthread_mutex_unlock(&g_lock);
-  errno = saved;
-  return rc;
-}
-
-int renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath, unsigned flags) {
-  char a[PATH_MAX], b[PATH_MAX];
-  if (!two_paths("rename", olddirfd, oldpath, newdirfd, newpath, a, b))
-    return get_renameat2()(olddirfd, oldpath, newdirfd, newpath, flags);
-  return renamed(get_renameat2()(olddirfd, oldpath, newdirfd, newpath, flags), a, b, flags);
-}
-int renameat(int olddirfd, const char* oldpath, int newdirfd, const char* newpath) {
-  char a[PATH_MAX], b[PATH_MAX];
-  if (!two_paths("rename", olddirfd, oldpath, newdirfd, newpath, a, b))
-    return get_renameat()(olddirfd, oldpath, newdirfd, newpath);
-  return renamed(get_renameat()(olddirfd, oldpath, newdirfd, newpath), a, b, 0);
-}
-int rename(const char* oldpath, const char* newpath) {
-  char a[PATH_MAX], b[PATH_MAX];
-  if (!two_paths("rename", AT_FDCWD, oldpath, AT_FDCWD, newpath, a, b)) return get_rename()(oldpath, newpath);
-  return renamed(get_rename()(oldpath, newpath), a, b, 0);
-}
-
-// A link into the root from outside it: the source's bytes are saved as they are now.
-static int linked(int rc, const char* a, const char* b) {
-  if (rc != 0) return rc;
-  const int saved = errno;
-  long long at = -1, len = 0;
-  if (!under_root(a)) {
-    t_busy = 1;
-    const int fd = (int)syscall(SYS_openat, AT_FDCWD, b, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) abort();
-    char* buf = malloc((size_t)st.st_size + 1);
-    if (!buf || pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) abort();
-    syscall(SYS_close, fd);
-    t_busy = 0;
-    pthread_mutex_lock(&g_lock);
-    at = put_data(buf, (size_t)st.st_size);
-    len = st.st_size;
-    pthread_mutex_unlock(&g_lock);
-    free(buf);
-  }
-  pthread_mutex_lock(&g_lock);
-  log_line("link\t%s\t%s\t%lld\t%lld", a, b, at, len);
-  pthread_mutex_unlock(&g_lock);
-  errno = saved;
-  return rc;
-}
-
-int linkat(int olddirfd, const char* oldpath, int newdirfd, const char* newpath, int flags) {
-  char a[PATH_MAX], b[PATH_MAX];
-  if (!two_paths("link", olddirfd, oldpath, newdirfd, newpath, a, b))
-    return get_linkat()(olddirfd, oldpath, newdirfd, newpath, flags);
-  return linked(get_linkat()(olddirfd, oldpath, newdirfd, newpath, flags), a, b);
-}
-int link(const char* oldpath, const char* newpath) {
-  char a[PATH_MAX], b[PATH_MAX];
-  if (!two_paths("link", AT_FDCWD, oldpath, AT_FDCWD, newpath, a, b)) return get_link()(oldpath, newpath);
-  return linked(get_link()(oldpath, newpath), a, b);
 }
 
 // A duplicated fd names the same open file: "dup OLD NEW" (the replayer copies the mapping).

@@ -32,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fs_model  # noqa: E402
 
 CAP = 4096  # data variants of one metadata state
+MAX_STATES = 5000  # distinct states checked (about 0.1 s each)
+MAX_FAILURES = 8  # reported before the replay stops
 
 
 def disk_signature(path, prefix=""):
@@ -81,6 +83,7 @@ class Checker:
     def __init__(self, args, model):
         self.a, self.m = args, model
         self.failures, self.outcomes, self.verifies, self.resumes = [], {}, 0, 0
+        self.step_dirs = {}  # (name, digest of its tree) -> verify's (exit, output)
 
     def fail(self, what, state):
         self.failures.append(f"FAIL: {what}\n  crash point {state['point']} ({state['model']} state), after:\n"
@@ -106,20 +109,24 @@ class Checker:
             if name not in names or not self.committed(name, subtree(state["sig"], name)):
                 self.fail(f"verify accepted a checkpoint that was never committed ({name}): {out.strip()}", state)
             elif state["floor"] is not None and int(m.group(2)) < state["floor"]:
-                self.fail(f"verify went back to step {m.group(2)} after step {state['floor']} was durable", state)
+                self.fail(f"verify went back to step {m.group(2)} after step {state['floor']} was committed", state)
             outcome = f"verifies at step {int(m.group(2))}" if m else "verifies"
         elif not clean_refusal(rc, out):
             self.fail(f"verify did not refuse cleanly (exit {rc}): {out.strip()[-600:]}", state)
             outcome = "unclean"
         else:
             if state["floor"] is not None:
-                self.fail(f"step {state['floor']} was durably committed, but verify refuses: {out.strip()}", state)
+                self.fail(f"step {state['floor']} must survive (its `latest` was durable, or its save had returned), "
+                          f"but verify refuses: {out.strip()}", state)
             outcome = "refused: " + re.sub(r"'[^']*'|\d+", "_", out.strip().splitlines()[-1])[:100]
         for name in sorted(names):
             sub = subtree(state["sig"], name)
             if not any(p == "manifest.json" for p, _ in sub) or self.committed(name, sub):
                 continue
-            rc2, out2 = self.verify(os.path.join(root, name))
+            key = (name, fs_model.digest(sub))
+            if key not in self.step_dirs:
+                self.step_dirs[key] = self.verify(os.path.join(root, name))
+            rc2, out2 = self.step_dirs[key]
             if rc2 == 0:
                 self.fail(f"{name} verifies but holds bytes no commit wrote: {out2.strip()}", state)
             elif not clean_refusal(rc2, out2):
@@ -148,6 +155,40 @@ class Checker:
                       state)
 
 
+def crash_states(model, log):
+    """Every distinct crash state of the recording, with the figures. A state's floor is the
+    step it must verify at or after: the newest whose `latest` was durable, or the one a
+    save had committed when it returned (when the next save begins, or the run ended)."""
+    states, recent, fig, floor = {}, [], {"points": 0, "ops": 0, "total": 0, "journal": 0, "posix": 0}, None
+
+    def add(point, kind, sig):
+        fig["total"] += 1
+        key = fs_model.digest(sig)
+        if key not in states:
+            fig[kind] += 1
+            states[key] = {"point": point, "ops": list(recent), "model": kind, "sig": sig, "floor": floor}
+        elif floor is not None and (states[key]["floor"] or -1) < floor:
+            states[key].update(point=point, ops=list(recent), floor=floor)
+
+    def at_least(step):
+        return floor if step is None or (floor is not None and floor >= step) else step
+
+    for point, op, m in fs_model.crash_points(model, log):
+        fig["points"] += 1
+        if op:
+            fig["ops"] += 1
+            recent = (recent + [op])[-4:]
+            if re.match(r"\d+: mkdir\tROOT/\.step-\d+\.tmp$", op):
+                floor = at_least(m.latest_step(durable=False))
+        floor = at_least(m.latest_step(durable=True))
+        for kind, sig in m.crash_states(CAP):
+            add(point, kind, sig)
+    floor = at_least(model.latest_step(durable=False))  # the run has ended: its last save returned
+    for kind, sig in model.crash_states(CAP):
+        add(fig["points"] - 1, kind, sig)
+    return list(states.values()), fig
+
+
 def main():
     ap = argparse.ArgumentParser()
     for flag in ("--strata", "--log", "--root", "--work", "--train"):
@@ -158,50 +199,41 @@ def main():
     a = ap.parse_args()
     t0 = time.monotonic()
     model = fs_model.Model(a.root, a.initial)
-    states, points, recent, total, kinds, ops, floor = {}, 0, [], 0, {"journal": 0, "posix": 0}, 0, None
-    for point, op, m in fs_model.crash_points(model, a.log):
-        points += 1
-        if op:
-            ops += 1
-            recent = (recent + [op])[-4:]
-        # A durable commit is never lost: from the first crash point where `latest` naming a
-        # step is durable, every state must verify at that step or a newer one.
-        now = m.durable_floor()
-        floor = now if floor is None or (now is not None and now > floor) else floor
-        for kind, sig in m.crash_states(CAP):
-            total += 1
-            key = fs_model.digest(sig)
-            if key not in states:
-                kinds[kind] += 1
-                states[key] = {"point": point, "ops": list(recent), "model": kind, "sig": sig, "floor": floor}
-            elif floor is not None and (states[key]["floor"] or -1) < floor:
-                states[key].update(point=point, ops=list(recent), floor=floor)
+    states, fig = crash_states(model, a.log)
     final = model.signature(model.entries, 0, None)
     if final != disk_signature(a.root):
         print(f"FAIL: the recording replayed to its end is not the tree the run left in {a.root}:\n"
               f"  replayed:\n{describe(final)}\n  on disk:\n{describe(disk_signature(a.root))}")
         return 1
-    print(f"{a.name}: {ops} recorded operations, {points} crash points, {total} crash states, "
-          f"{len(states)} distinct ({kinds['journal']} in journal order, {kinds['posix']} more in posix order); "
+    print(f"{a.name}: {fig['ops']} recorded operations, {fig['points']} crash points, {fig['total']} crash states, "
+          f"{len(states)} distinct ({fig['journal']} in journal order, {fig['posix']} more in posix order); "
           f"committed: {', '.join(f'{k} x{len(v)}' for k, v in sorted(model.committed.items()))}")
+    if len(states) > MAX_STATES:
+        print(f"FAIL: {len(states)} distinct crash states (at most {MAX_STATES} are checked): a save that fsyncs "
+              "less leaves more; look for a missing fsync in the recording")
+        return 1
     shutil.rmtree(a.work, ignore_errors=True)
     checker = Checker(a, model)
-    ordered = list(states.values())
-    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
-        results = list(pool.map(lambda ns: checker.check(*ns), enumerate(ordered)))
-    sample = {}
-    for (outcome, root), state in zip(results, ordered):
-        checker.outcomes[outcome] = checker.outcomes.get(outcome, 0) + 1
-        if outcome != "unclean" and outcome not in sample and len(sample) < a.resumes:
-            sample[outcome] = (root, state)
+    sample, batch = {}, 2 * max(2, os.cpu_count() or 2)
+    with concurrent.futures.ThreadPoolExecutor(batch // 2) as pool:
+        for first in range(0, len(states), batch):
+            if len(checker.failures) >= MAX_FAILURES:
+                print(f"stopped after {len(checker.failures)} failures: {len(states) - first} states not checked")
+                break
+            chunk = states[first:first + batch]
+            for (outcome, root), state in zip(pool.map(lambda ns: checker.check(*ns), enumerate(chunk, first)), chunk):
+                checker.outcomes[outcome] = checker.outcomes.get(outcome, 0) + 1
+                if outcome != "unclean" and outcome not in sample and len(sample) < a.resumes:
+                    sample[outcome] = (root, state)
     for outcome, (root, state) in sample.items():
-        checker.resume(outcome, root, state)
+        if len(checker.failures) < MAX_FAILURES:
+            checker.resume(outcome, root, state)
     for outcome, count in sorted(checker.outcomes.items()):
         print(f"  {count:5d} states: {outcome}")
     for f in checker.failures:
         print(f)
-    print(f"{a.name}: replayed {len(states)} crash states at {points} crash points ({checker.verifies} verify runs, "
-          f"{checker.resumes} resumed trainings) in {time.monotonic() - t0:.1f} s: "
+    print(f"{a.name}: replayed {len(states)} crash states at {fig['points']} crash points ({checker.verifies} verify "
+          f"runs, {checker.resumes} resumed trainings) in {time.monotonic() - t0:.1f} s: "
           f"{len(checker.failures)} failures")
     if not checker.failures:
         shutil.rmtree(a.work, ignore_errors=True)
