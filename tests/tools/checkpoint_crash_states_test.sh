@@ -6,9 +6,10 @@
 # `strata checkpoint verify` and, for a sample, `strata train --resume latest`
 # (crash_states/replay_crash_states.py): a checkpoint that verifies holds the bytes a commit
 # wrote, a durable commit is never lost, and otherwise the refusal is clean.
-# Scenarios: three saves with --keep 2 (first save, second, a retention removal); a resumed
-# run saving step 3 again over the existing one (RENAME_EXCHANGE); and the same three saves
-# with the optimizer state on NVMe, whose swap files are hard-linked into the checkpoint.
+# Scenarios: three saves with --keep 2 (first save, second, a retention removal), written
+# synchronously and with --save-async; a resumed run saving step 3 again over the existing
+# one (RENAME_EXCHANGE); and three saves with the optimizer state on NVMe, whose swap files
+# are hard-linked into the checkpoint.
 # Usage: checkpoint_crash_states_test.sh STRATA RECORD_FS_SO
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-states
@@ -53,6 +54,11 @@ cp "$dir/three.log.data" "$dir/unsynced.log.data"
 out=$(replay unsynced "$ck" "$dir/cpu.json" 2>&1) && fail "a save renaming an unsynced latest.tmp passed: $out"
 grep -q "FAIL: step 1 must survive.*but verify refuses" <<<"$out" || fail "unsynced latest.tmp: unclear: $out"
 echo "a recording without the fsyncs of latest.tmp fails the replay (step 1 is lost)"
+
+# The same with --save-async: a writer thread writes the shard file, the commit comes later.
+record async "$dir/ck-async" --config "$dir/cpu.json" --steps 3 --save-dir "$dir/ck-async" --save-every 1 --keep 2 \
+  --save-async
+replay async "$dir/ck-async" "$dir/cpu.json"
 
 # Step 3 saved again by a run resumed from step 2: the new step-3 is exchanged with the old.
 cp -a "$ck" "$dir/before-resave"

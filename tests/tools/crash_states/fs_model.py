@@ -33,6 +33,10 @@ SUBSET_MAX = 10  # at most 2**SUBSET_MAX posix states per crash point
 STEP_DIR = re.compile(r"step-\d+$")
 
 
+class ModelError(Exception):
+    """The recording cannot be replayed (an operation the model lacks, or a missed one)."""
+
+
 class Model:
     def __init__(self, root, initial):
         self.root = root.rstrip("/")
@@ -47,6 +51,7 @@ class Model:
         self.committed = {}  # step directory name -> [tree signature as committed]
         self.next_ino = 1
         self.data = b""  # the recording's .data file
+        self.external = {}  # "dev:ino" of a file linked in from outside the root -> inode
         self._variants = {}
         if initial:
             self._scan(initial, 0)
@@ -100,6 +105,13 @@ class Model:
 
     def apply(self, index, line):
         """Applies one log line; returns a short description for reports."""
+        try:
+            return self._apply(index, line)
+        except (KeyError, IndexError) as e:
+            raise ModelError(f"log line {index + 1} ({line.strip()}): {e} is not in the replayed tree "
+                             "(the recording missed an operation)") from e
+
+    def _apply(self, index, line):
         op, *a = line.rstrip("\n").split("\t")
         if op == "open":
             fd, path, created, truncated = int(a[0]), a[1], a[2] == "1", a[3] == "1"
@@ -146,15 +158,30 @@ class Model:
                 self._commit(n2, i1)
         elif op == "link":
             d, name = self._lookup(a[1], True)
-            if int(a[2]) >= 0:  # from outside the root: a new inode with the bytes it had
-                ino = self._new("f")
-                self.events[ino].append(("w", 0, self.data[int(a[2]):int(a[2]) + int(a[3])]))
-            else:
-                ino = self._lookup(a[0])
+            ino = self._lookup(a[0]) if int(a[2]) < 0 else self._external(index, a[4], a[1],
+                                                                         self.data[int(a[2]):int(a[2]) + int(a[3])])
             self._meta(index, [(d, name, ino)])
         else:
-            raise ValueError(f"log line {index + 1}: cannot model '{line.strip()}'")
+            raise ModelError(f"log line {index + 1}: cannot model '{line.strip()}'")
         return f"{index}: {line.strip()}".replace(self.root, "ROOT")
+
+    def _external(self, index, key, path, data):
+        """The inode of a file linked in from outside the root, holding `data` (unsynced). An
+        inode linked before is the same one, and must not have changed while a name under
+        the root still holds it (a checkpoint's bytes rewritten in place)."""
+        ino = self.external.get(key)
+        if ino is not None and self._linked(ino):
+            if self.content(ino, len(self.events[ino])) != data:
+                raise ModelError(f"log line {index + 1}: {path.replace(self.root, 'ROOT')} links inode {key} again, "
+                                 "whose bytes changed since it was first linked under the root (a committed "
+                                 "checkpoint's file was rewritten in place)")
+            return ino
+        ino = self.external[key] = self._new("f")
+        self.events[ino].append(("w", 0, data))
+        return ino
+
+    def _linked(self, ino):
+        return any(ino in e.values() for e in self.entries.values())
 
     def content(self, ino, kept, zero=False):
         """A file's bytes with its first `kept` events (and the rest as zeros if zero)."""

@@ -17,8 +17,9 @@
 //   fsync FD | fdatasync FD | close FD | dup FD NEWFD
 //   mkdir PATH | rmdir PATH | unlink PATH
 //   rename OLD NEW FLAGS                 rename, renameat, renameat2 (FLAGS: 2 = exchange)
-//   link OLD NEW DATAOFF LEN             a hard link; OLD may lie outside the root: its bytes
-//                                        when linked are then LEN bytes at DATAOFF (else -1 0)
+//   link OLD NEW DATAOFF LEN DEV:INO     a hard link; OLD may lie outside the root: its bytes
+//                                        when linked are then LEN bytes at DATAOFF and its
+//                                        inode DEV:INO (else -1 0 0:0)
 //   outside OP PATH                      an operation the replayer cannot model (a rename
 //                                        into or out of the root): it fails the replay
 // Each fd opened under the root is remembered with its inode; a write to an fd whose inode
@@ -58,7 +59,6 @@ static struct {
   ino_t ino;
   unsigned char tracked;
 } g_fds[MAX_FDS];
-__thread int t_busy;
 
 REAL(int, open, const char*, int, ...)
 REAL(int, open64, const char*, int, ...)
@@ -166,11 +166,11 @@ int under_root(const char* abs) {
 
 // Resolves `path` into `abs` and says whether the call is to be recorded.
 int watched(int dirfd, const char* path, char abs[PATH_MAX]) {
-  return g_log >= 0 && !t_busy && path && resolve(dirfd, path, abs) && under_root(abs);
+  return g_log >= 0 && path && resolve(dirfd, path, abs) && under_root(abs);
 }
 
 static int fd_tracked(int fd) {
-  if (g_log < 0 || t_busy || fd < 0 || fd >= MAX_FDS || !g_fds[fd].tracked) return 0;
+  if (g_log < 0 || fd < 0 || fd >= MAX_FDS || !g_fds[fd].tracked) return 0;
   struct stat st;
   return fstat(fd, &st) == 0 && st.st_dev == g_fds[fd].dev && st.st_ino == g_fds[fd].ino;
 }

@@ -11,7 +11,6 @@ extern char g_root[PATH_MAX];
 extern size_t g_root_len;
 extern int g_log;               // the log's fd; -1: nothing is recorded
 extern pthread_mutex_t g_lock;  // held while a log line or its data is written
-extern __thread int t_busy;     // set while this library itself calls wrapped functions
 
 // Appends a log line (the caller holds g_lock); aborts on failure, since a recording
 // with holes would replay wrong states.

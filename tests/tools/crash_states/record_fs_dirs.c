@@ -86,7 +86,7 @@ int remove(const char* path) {
 
 static int two_paths(const char* op, int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
                      char a[PATH_MAX], char b[PATH_MAX]) {
-  if (g_log < 0 || t_busy || !oldpath || !newpath) return 0;
+  if (g_log < 0 || !oldpath || !newpath) return 0;
   if (!resolve(olddirfd, oldpath, a) || !resolve(newdirfd, newpath, b)) return 0;
   const int ia = under_root(a), ib = under_root(b);
   if (ia != ib && strcmp(op, "link") != 0) {
@@ -126,20 +126,19 @@ int rename(const char* oldpath, const char* newpath) {
   return renamed(get_rename()(oldpath, newpath), a, b, 0);
 }
 
-// A link into the root from outside it: the source's bytes are saved as they are now.
+// A link into the root from outside it: the source's bytes are saved as they are now, with
+// its inode (the replayer checks that one linked twice did not change in between).
 static int linked(int rc, const char* a, const char* b) {
   if (rc != 0) return rc;
   const int saved = errno;
   long long at = -1, len = 0;
+  struct stat st = {0};
   if (!under_root(a)) {
-    t_busy = 1;
     const int fd = (int)syscall(SYS_openat, AT_FDCWD, b, O_RDONLY | O_CLOEXEC);
-    struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) abort();
     char* buf = malloc((size_t)st.st_size + 1);
     if (!buf || pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) abort();
     syscall(SYS_close, fd);
-    t_busy = 0;
     pthread_mutex_lock(&g_lock);
     at = put_data(buf, (size_t)st.st_size);
     len = st.st_size;
@@ -147,7 +146,8 @@ static int linked(int rc, const char* a, const char* b) {
     free(buf);
   }
   pthread_mutex_lock(&g_lock);
-  log_line("link\t%s\t%s\t%lld\t%lld", a, b, at, len);
+  log_line("link\t%s\t%s\t%lld\t%lld\t%llu:%llu", a, b, at, len, (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino);
   pthread_mutex_unlock(&g_lock);
   errno = saved;
   return rc;

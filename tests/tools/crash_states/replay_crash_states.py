@@ -199,7 +199,11 @@ def main():
     a = ap.parse_args()
     t0 = time.monotonic()
     model = fs_model.Model(a.root, a.initial)
-    states, fig = crash_states(model, a.log)
+    try:
+        states, fig = crash_states(model, a.log)
+    except fs_model.ModelError as e:
+        print(f"FAIL: {a.name}: {e}")
+        return 1
     final = model.signature(model.entries, 0, None)
     if final != disk_signature(a.root):
         print(f"FAIL: the recording replayed to its end is not the tree the run left in {a.root}:\n"
