@@ -15,8 +15,8 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-states
 recorder=$2
 replay=$(dirname "$0")/crash_states/replay_crash_states.py
-# Under AddressSanitizer its runtime must be the first library the loader sees.
-asan=$(ldd "$strata" | awk '/libasan/ { print $3 }')
+# Under AddressSanitizer or ThreadSanitizer their runtime must be the first library loaded.
+asan=$(ldd "$strata" | awk '/lib(asan|tsan)\./ { print $3 }')
 dir=$(realpath "$dir")  # the recorder matches paths without following links
 mlp="--model mlp --layers 2 --hidden 64 --seed 1 --device host"
 

@@ -6,12 +6,14 @@ checks each with the built strata:
     exactly the bytes some commit of that step put there (a rename of a staging directory
     to step-N, or the tree before the run) or refuses cleanly: a non-zero exit below 126,
     no signal, and a "strata: error:" line. Never a torn checkpoint, never a crash.
-  * Once `latest` and the step it names are durable, every later crash state verifies at
-    that step or a newer one: a durable commit is never lost.
+  * A commit is never lost: once `latest` naming step N is durable, or the save that
+    committed step N has returned (the next save begins, or the run ends), every later
+    crash state verifies at step N or a newer one.
   * Every step-N directory with a manifest verifies with committed bytes or is refused.
-  * For a sample of states (one per outcome, up to --resumes), `strata train --resume
-    latest` into the crashed root loads what verify accepted (or refuses as verify did),
-    trains a step, saves it over the leftovers, and the root then verifies at that step.
+  * For a sample of states (per outcome, the one with the most leftovers; up to --resumes),
+    `strata train --resume latest` into the crashed root loads what verify accepted (or
+    refuses as verify did), trains a step, saves it over the leftovers, and the root then
+    verifies at that step.
 
 Before all that, the model replayed to the end must equal the directory the run left, byte
 for byte (the recording missed nothing). Prints the figures; exit 1 on any failure.
@@ -98,9 +100,16 @@ class Checker:
         return run([self.a.strata, "checkpoint", "verify", path])
 
     def check(self, n, state):
-        """Checks one state; returns (outcome, its root) for the resume sample."""
+        """Checks one state; returns its outcome. A failed state's tree is kept under --work."""
         root = os.path.join(self.a.work, f"s{n}", "root")
         materialize(state["sig"], root)
+        failures = len(self.failures)
+        outcome = self._check(root, state)
+        if len(self.failures) == failures:
+            shutil.rmtree(os.path.dirname(root))
+        return outcome
+
+    def _check(self, root, state):
         rc, out = self.verify(root)
         names = {p for p, d in state["sig"] if d is None and fs_model.STEP_DIR.match(p)}
         if rc == 0:
@@ -131,10 +140,12 @@ class Checker:
                 self.fail(f"{name} verifies but holds bytes no commit wrote: {out2.strip()}", state)
             elif not clean_refusal(rc2, out2):
                 self.fail(f"verify of {name} did not refuse cleanly (exit {rc2}): {out2.strip()[-600:]}", state)
-        return outcome, root
+        return outcome
 
-    def resume(self, outcome, root, state):
+    def resume(self, outcome, state):
         self.resumes += 1
+        root = os.path.join(self.a.work, f"resume{self.resumes}", "root")
+        materialize(state["sig"], root)
         m = re.match(r"verifies at step (\d+)", outcome)
         steps = int(m.group(1)) + 1 if m else 1
         cmd = [self.a.strata, "train", *shlex.split(self.a.train), "--steps", str(steps), "--resume", "latest",
@@ -225,13 +236,15 @@ def main():
                 print(f"stopped after {len(checker.failures)} failures: {len(states) - first} states not checked")
                 break
             chunk = states[first:first + batch]
-            for (outcome, root), state in zip(pool.map(lambda ns: checker.check(*ns), enumerate(chunk, first)), chunk):
+            for outcome, state in zip(pool.map(lambda ns: checker.check(*ns), enumerate(chunk, first)), chunk):
                 checker.outcomes[outcome] = checker.outcomes.get(outcome, 0) + 1
-                if outcome != "unclean" and outcome not in sample and len(sample) < a.resumes:
-                    sample[outcome] = (root, state)
-    for outcome, (root, state) in sample.items():
+                # Per outcome, the state with the most entries: the resumed save clears the most.
+                if outcome != "unclean" and (outcome in sample or len(sample) < a.resumes):
+                    if outcome not in sample or len(state["sig"]) > len(sample[outcome]["sig"]):
+                        sample[outcome] = state
+    for outcome, state in sample.items():
         if len(checker.failures) < MAX_FAILURES:
-            checker.resume(outcome, root, state)
+            checker.resume(outcome, state)
     for outcome, count in sorted(checker.outcomes.items()):
         print(f"  {count:5d} states: {outcome}")
     for f in checker.failures:
