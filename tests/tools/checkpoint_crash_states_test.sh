@@ -8,8 +8,9 @@
 # wrote, a durable commit is never lost, and otherwise the refusal is clean.
 # Scenarios: three saves with --keep 2 (first save, second, a retention removal), written
 # synchronously and with --save-async; a resumed run saving step 3 again over the existing
-# one (RENAME_EXCHANGE); and three saves with the optimizer state on NVMe, whose swap files
-# are hard-linked into the checkpoint.
+# one (RENAME_EXCHANGE); two saves into a save directory the first one creates; and three
+# saves with the optimizer state on NVMe, whose swap files are hard-linked into the
+# checkpoint. A commit lost only in posix-order states is printed as a FINDING, not failed.
 # Usage: checkpoint_crash_states_test.sh STRATA RECORD_FS_SO
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-states
@@ -30,10 +31,11 @@ record() {
   [ -s "$dir/$name.log" ] || fail "$name: nothing was recorded under $root (is $recorder preloaded?)"
   sync
 }
-# replay NAME ROOT CONFIG [INITIAL]: every crash state of the recording, checked.
+# replay NAME ROOT CONFIG [INITIAL [SAVE]]: every crash state of the recording, checked
+# (SAVE: the save directory, under ROOT; default ROOT itself).
 replay() {
   /usr/bin/python3 "$replay" --name "$1" --strata "$strata" --log "$dir/$1.log" --root "$2" \
-    --initial "${4:-}" --work "$dir/$1.states" --train "$mlp --config $3" || fail "$1: see above"
+    --initial "${4:-}" --save "${5:-}" --work "$dir/$1.states" --train "$mlp --config $3" || fail "$1: see above"
 }
 
 cat > "$dir/cpu.json" <<JSON
@@ -66,6 +68,12 @@ record resave "$ck" --config "$dir/cpu.json" --steps 3 --resume "$ck/step-000000
   --save-every 1 --keep 2
 grep -q "^rename.*step-00000003	2$" "$dir/resave.log" || fail "resave: no RENAME_EXCHANGE was recorded"
 replay resave "$ck" "$dir/cpu.json" "$dir/before-resave"
+
+# The first save creates the save directory: recorded from its parent, so that losing the
+# directory itself is a crash state too.
+mkdir -p "$dir/fresh"
+record fresh "$dir/fresh" --config "$dir/cpu.json" --steps 2 --save-dir "$dir/fresh/ck" --save-every 1 --keep 2
+replay fresh "$dir/fresh" "$dir/cpu.json" "" ck
 
 cat > "$dir/nvme.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,

@@ -38,8 +38,9 @@ class ModelError(Exception):
 
 
 class Model:
-    def __init__(self, root, initial):
+    def __init__(self, root, initial, save=""):
         self.root = root.rstrip("/")
+        self.save = [p for p in save.split("/") if p]  # the save directory, under root
         self.kind = {0: "d"}  # inode -> "d" or "f"
         self.init_entries = {0: {}}  # directory inode -> {name: inode} before the run
         self.entries = {0: {}}  # the same, now
@@ -51,13 +52,23 @@ class Model:
         self.committed = {}  # step directory name -> [tree signature as committed]
         self.next_ino = 1
         self.data = b""  # the recording's .data file
+        self.described = {}  # log index -> the operation, for reports
         self.external = {}  # "dev:ino" of a file linked in from outside the root -> inode
         self._variants = {}
         if initial:
             self._scan(initial, 0)
-        for name, ino in self.entries[0].items():
+        for name, ino in self.entries.get(self._save_dir(self.entries), {}).items():
             if STEP_DIR.match(name) and self.kind[ino] == "d":
                 self._commit(name, ino)
+
+    def _save_dir(self, entries):
+        """The save directory's inode in a tree, or None where it is absent."""
+        ino = 0
+        for p in self.save:
+            ino = entries[ino].get(p) if self.kind[ino] == "d" else None
+            if ino is None:
+                return None
+        return ino if self.kind[ino] == "d" else None
 
     # The initial tree, durable as a whole (the run before ended with a sync).
     def _scan(self, path, dino):
@@ -106,7 +117,9 @@ class Model:
     def apply(self, index, line):
         """Applies one log line; returns a short description for reports."""
         try:
-            return self._apply(index, line)
+            self._apply(index, line)
+            self.described[index] = f"{index}: {line.strip()}".replace(self.root, "ROOT")
+            return self.described[index]
         except (KeyError, IndexError) as e:
             raise ModelError(f"log line {index + 1} ({line.strip()}): {e} is not in the replayed tree "
                              "(the recording missed an operation)") from e
@@ -154,7 +167,7 @@ class Model:
                 self._meta(index, [(d1, n1, i2), (d2, n2, i1)])
             elif (d1, n1) != (d2, n2):
                 self._meta(index, [(d1, n1, None), (d2, n2, i1)])
-            if d2 == 0 and STEP_DIR.match(n2):
+            if d2 == self._save_dir(self.entries) and STEP_DIR.match(n2):
                 self._commit(n2, i1)
         elif op == "link":
             d, name = self._lookup(a[1], True)
@@ -163,7 +176,6 @@ class Model:
             self._meta(index, [(d, name, ino)])
         else:
             raise ModelError(f"log line {index + 1}: cannot model '{line.strip()}'")
-        return f"{index}: {line.strip()}".replace(self.root, "ROOT")
 
     def _external(self, index, key, path, data):
         """The inode of a file linked in from outside the root, holding `data` (unsynced). An
@@ -265,11 +277,15 @@ class Model:
             for pick in itertools.product(*choices):
                 yield kind, self.signature(entries, 0, dict(zip(files, pick)))
 
+    def loose(self):
+        """The directory operations no fsync has made durable (so far)."""
+        return [self.described[m[0]] for m in self.meta if m[2]]
+
     def latest_step(self, durable):
         """The step `latest` names now (durable: in the state where only what is durable
         persists), or None."""
         entries = self._tree([i for i, m in enumerate(self.meta) if not m[2]]) if durable else self.entries
-        ino = entries[0].get("latest")
+        ino = entries.get(self._save_dir(entries), {}).get("latest")
         if ino is None or self.kind[ino] != "f":
             return None
         m = re.match(rb"step-(\d+)\n?$", self.content(ino, self.synced[ino] if durable else len(self.events[ino])))
