@@ -5,7 +5,8 @@
 # leave on ext4/xfs (the model: crash_states/fs_model.py) is rebuilt and checked with
 # `strata checkpoint verify` and, for a sample, `strata train --resume latest`
 # (crash_states/replay_crash_states.py): a checkpoint that verifies holds the bytes a commit
-# wrote, a durable commit is never lost, and otherwise the refusal is clean.
+# wrote, a commit is never lost once its `latest` is durable or its save has returned, and
+# otherwise the refusal is clean. About 400 distinct states, 45-70 s on two cores.
 # Scenarios: three saves with --keep 2 (first save, second, a retention removal), written
 # synchronously and with --save-async; a resumed run saving step 3 again over the existing
 # one (RENAME_EXCHANGE); two saves into a save directory the first one creates; and three

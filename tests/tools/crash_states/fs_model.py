@@ -22,6 +22,9 @@ The model, conservative where the file systems document no guarantee:
     A directory or file made unreachable (its parent's entry lost) is not in the state.
   * A file's fsync does not make its own directory entry durable (ext4 does; POSIX and the
     model do not), and nothing persists that the recording did not write.
+  * A file hard-linked in from outside the root (an NVMe swap file) holds the bytes it had
+    when linked, unsynced until an fsync through a name under the root; linked again, it is
+    the same inode and must hold the same bytes while a name under the root still has it.
 A state is the tree reachable from the root: directories, and files with their bytes.
 """
 import hashlib
