@@ -247,7 +247,9 @@ def main():
               f"  replayed:\n{describe(final)}\n  on disk:\n{describe(disk_signature(a.root))}")
         return 1
     print(f"{a.name}: {fig['ops']} recorded operations, {fig['points']} crash points, {fig['total']} crash states, "
-          f"{len(states)} distinct ({fig['journal']} in journal order, {fig['posix']} more in posix order); "
+          f"{len(states)} distinct ({fig['journal']} in journal order, {fig['posix']} more in posix order; "
+          f"posix order skipped at {model.posix_skipped} crash points with over {fs_model.SUBSET_MAX} loose "
+          "directory operations); "
           f"committed: {', '.join(f'{k} x{len(v)}' for k, v in sorted(model.committed.items()))}")
     if len(states) > MAX_STATES:
         print(f"FAIL: {len(states)} distinct crash states (at most {MAX_STATES} are checked): a save that fsyncs "
