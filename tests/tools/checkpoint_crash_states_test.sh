@@ -30,7 +30,6 @@ record() {
   LD_PRELOAD="${asan:+$asan }$recorder" STRATA_FSREC_ROOT="$root" STRATA_FSREC_LOG="$dir/$name.log" \
     "$strata" train $mlp "$@" > "$dir/$name.out" 2>&1 || fail "$name: the run failed: $(tail -5 "$dir/$name.out")"
   [ -s "$dir/$name.log" ] || fail "$name: nothing was recorded under $root (is $recorder preloaded?)"
-  sync
 }
 # replay NAME ROOT CONFIG [INITIAL [SAVE]]: every crash state of the recording, checked
 # (SAVE: the save directory, under ROOT; default ROOT itself).

@@ -74,7 +74,7 @@ class Model:
                 return None
         return ino if self.kind[ino] == "d" else None
 
-    # The initial tree, durable as a whole (the run before ended with a sync).
+    # The initial tree, taken as durable as a whole (as after a sync).
     def _scan(self, path, dino):
         for name in sorted(os.listdir(path)):
             p = os.path.join(path, name)
