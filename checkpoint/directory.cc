@@ -189,6 +189,11 @@ std::string prepare_save(const std::string& root, std::int64_t step) {
   STRATA_CHECK(!ec && is_dir(root), Errc::io, "checkpoint: save directory '", root,
                "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
                " (give --save-dir a writable directory)");
+  // The root's own entry must be durable before a commit inside it can be: its parent is
+  // fsynced (ext4 and xfs persist it with the journal's next commit anyway; POSIX does not
+  // promise that, and a power loss could otherwise take the whole directory).
+  const fs::path parent = fs::absolute(fs::path(root)).lexically_normal().parent_path();
+  if (!parent.empty()) fsync_path(parent.string(), true);
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
     if (n.size() > 5 && n[0] == '.' && n.compare(1, 5, "step-") == 0) remove_tree(e.path().string());
