@@ -5,7 +5,8 @@
 # (the largest tensor plus fixed buffers) on a model several times that bound. Then
 # --init-from: a run started from the exported file with lr 0 keeps exactly those weights
 # (fp32 and from the bf16 file), and a file missing a tensor, with an extra one or a
-# mis-shaped one is refused naming it; so is an --out that is a directory or in a missing one.
+# mis-shaped one is refused naming it, and so is one holding a NaN or an infinity (naming the
+# element); so is an --out that is a directory or in a missing one.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export
 py=/usr/bin/python3  # Debian's, with numpy
@@ -115,3 +116,22 @@ for c in "$dir/ck:is a directory: give a file name inside it" "$dir/none/e.st:th
   grep -qF -- "--out '${c%%:*}'" <<<"$out" && grep -qF -- "${c#*:}" <<<"$out" || fail "unclear: $out"
 done
 echo "export refusals: an --out that is a directory or in a missing one, each named"
+
+# [regression] --init-from with a NaN or an infinity: every step was skipped as an overflow
+# and the run ended with exit 0.
+"$py" - "$dir/e.st" "$dir" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for name, tensor, elem, value in (("nan.st", "layers.1.weight", 5, float("nan")),
+                                  ("inf.st", "layers.2.bias", 7, float("-inf"))):
+    c = bytearray(b)
+    at = 8 + n + h[tensor]["data_offsets"][0] + 4 * elem
+    c[at:at + 4] = struct.pack("<f", value)
+    open(sys.argv[2] + "/" + name, "wb").write(c)
+PY
+for c in "nan:tensor 'layers.1.weight' holds nan at element 5" "inf:tensor 'layers.2.bias' holds -inf at element 7"; do
+  expect_refusal "--init-from ${c%%:*}.st" "${c#*:}" \
+    "$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/${c%%:*}.st"
+done
