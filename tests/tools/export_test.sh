@@ -6,7 +6,9 @@
 # --init-from: a run started from the exported file with lr 0 keeps exactly those weights
 # (fp32 and from the bf16 file), and a file missing a tensor, with an extra one or a
 # mis-shaped one is refused naming it, and so is one holding a NaN or an infinity (naming the
-# element); so is an --out that is a directory or in a missing one.
+# element); so is an --out that is a directory or in a missing one. [regression] cases: an
+# --out that is the checkpoint, inside it or one of its files (a link) is refused naming both
+# paths with the checkpoint unchanged.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export
 py=/usr/bin/python3  # Debian's, with numpy
@@ -111,7 +113,7 @@ for c in "missing:has no tensor 'layers.3.bias', which this model registers" \
 done
 echo "--init-from refusals: a missing, an extra and a mis-shaped tensor, each named"
 # An --out that cannot be written is refused naming it, before the checkpoint is read.
-for c in "$dir/ck:is a directory: give a file name inside it" "$dir/none/e.st:the directory '$dir/none' does not exist"; do
+for c in "$dir:is a directory: give a file name inside it" "$dir/none/e.st:the directory '$dir/none' does not exist"; do
   out=$("$strata" export --checkpoint "$dir/ck" --out "${c%%:*}" 2>&1) && fail "export to ${c%%:*} was accepted"
   grep -qF -- "--out '${c%%:*}'" <<<"$out" && grep -qF -- "${c#*:}" <<<"$out" || fail "unclear: $out"
 done
@@ -135,3 +137,31 @@ for c in "nan:tensor 'layers.1.weight' holds nan at element 5" "inf:tensor 'laye
   expect_refusal "--init-from ${c%%:*}.st" "${c#*:}" \
     "$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/${c%%:*}.st"
 done
+
+# [regression] An --out inside the checkpoint being read overwrote its file (the manifest
+# here); each is refused before a byte is written, naming both paths.
+step=$(tr -d '[:space:]' < "$dir/ck/latest")
+ck="$dir/ck/$step"
+ln "$ck/manifest.json" "$dir/hard.json"
+ln -s "$ck" "$dir/steplink"
+ln "$ck/manifest.json" "$dir/t.st.tmp"
+sums() { find "$dir/ck" -type f -print0 | sort -z | xargs -0 md5sum; }
+before=$(sums)
+for c in "$dir/ck|$dir/ck|is the checkpoint directory '$dir/ck'" \
+         "$dir/ck|$ck|lies inside the checkpoint directory '$dir/ck'" \
+         "$dir/ck|$ck/manifest.json|lies inside the checkpoint directory '$dir/ck'" \
+         "$ck|$ck/manifest.json|lies inside the checkpoint directory '$ck'" \
+         "$ck|$dir/steplink/e.st|lies inside the checkpoint directory '$ck'" \
+         "$ck|$dir/ck/latest|is the checkpoint's file '$dir/ck/latest'" \
+         "$dir/ck|$dir/hard.json|is the checkpoint's file '$ck/manifest.json'" \
+         "$dir/ck|$dir/t.st|'$dir/t.st.tmp' is the checkpoint's file '$ck/manifest.json'"; do
+  IFS='|' read -r from out want <<<"$c"
+  msg=$("$strata" export --checkpoint "$from" --out "$out" 2>&1) && fail "export from $from to $out was accepted"
+  grep -qF -- "--out '$out'" <<<"$msg" && grep -qF -- "--checkpoint '$from'" <<<"$msg" ||
+    fail "the refusal does not name both paths: $msg"
+  grep -qF -- "$want" <<<"$msg" || fail "the refusal does not say \"$want\": $msg"
+done
+[ "$before" = "$(sums)" ] || fail "a refused export changed the checkpoint"
+[ ! -e "$dir/steplink/e.st" ] && [ ! -e "$dir/t.st" ] || fail "a refused export wrote its output"
+rm -f "$dir/hard.json" "$dir/steplink" "$dir/t.st.tmp"
+echo "export refusals: an --out that is the checkpoint, inside it or one of its files; the checkpoint unchanged"
