@@ -8,7 +8,8 @@
 # mis-shaped one is refused naming it, and so is one holding a NaN or an infinity (naming the
 # element); so is an --out that is a directory or in a missing one. [regression] cases: an
 # --out that is the checkpoint, inside it or one of its files (a link) is refused naming both
-# paths with the checkpoint unchanged.
+# paths with the checkpoint unchanged; SIGINT and SIGTERM mid-export and a write error (a
+# file size limit) leave no OUT.tmp and exit non-zero.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export
 py=/usr/bin/python3  # Debian's, with numpy
@@ -165,3 +166,41 @@ done
 [ ! -e "$dir/steplink/e.st" ] && [ ! -e "$dir/t.st" ] || fail "a refused export wrote its output"
 rm -f "$dir/hard.json" "$dir/steplink" "$dir/t.st.tmp"
 echo "export refusals: an --out that is the checkpoint, inside it or one of its files; the checkpoint unchanged"
+
+# [regression] SIGINT or SIGTERM mid-export: the export stops at the next piece, removes
+# OUT.tmp and exits 128 + the signal. The export is stopped (SIGSTOP) as soon as OUT.tmp
+# appears, so the signal lands while tensors remain; a run that finished first is retried.
+for sig in INT TERM; do
+  for try in 1 2 3; do
+    rm -f "$dir/sig.st" "$dir/sig.st.tmp"
+    "$strata" export --checkpoint "$dir/ck" --out "$dir/sig.st" > "$dir/sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1000); do [ -e "$dir/sig.st.tmp" ] && break; sleep 0.005; done
+    kill -STOP "$pid" 2>/dev/null || true
+    kill -"$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || break
+    echo "(the export finished before SIG$sig landed; again, try $try)"
+  done
+  want=$([ "$sig" = INT ] && echo 130 || echo 143)
+  [ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$dir/sig.log")"
+  grep -q "export: interrupted by signal .* the partial '$dir/sig.st.tmp' was removed" "$dir/sig.log" ||
+    fail "SIG$sig: unclear: $(cat "$dir/sig.log")"
+  [ ! -e "$dir/sig.st.tmp" ] && [ ! -e "$dir/sig.st" ] || fail "SIG$sig left $(ls "$dir"/sig.st*)"
+done
+echo "export: SIGINT and SIGTERM stop it with no OUT.tmp left (exit 130, 143)"
+
+# [regression] A write error mid-export (a file size limit: 8 MiB of a larger file) unwinds
+# the writer, which removes OUT.tmp; SIGXFSZ killed the process and left it.
+set +e
+out=$( (ulimit -f 8192; "$strata" export --checkpoint "$dir/ck" --out "$dir/lim.st") 2>&1)
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "under ulimit -f: exit $rc, not 1: $out"
+grep -q "EFBIG" <<<"$out" && grep -qF "$dir/lim.st.tmp" <<<"$out" || fail "unclear: $out"
+[ ! -e "$dir/lim.st.tmp" ] && [ ! -e "$dir/lim.st" ] || fail "a failed export left $(ls "$dir"/lim.st*)"
+echo "export: a write error mid-export leaves no OUT.tmp"

@@ -7,11 +7,16 @@
 //
 // What is read is never written: an --out that is the checkpoint (its root or step
 // directory), lies inside it, or is one of its files under another name (a hard or symbolic
-// link, as is OUT.tmp) is refused before any byte is written, naming both paths.
+// link, as is OUT.tmp) is refused before any byte is written, naming both paths. Partial
+// output never outlives the command: the writer's OUT.tmp is removed when an error unwinds
+// it, Ctrl-C, SIGTERM or SIGHUP stop the export at the next piece (interrupt.h) and remove it
+// the same way, and a file size limit (ulimit -f) ends in EFBIG and that cleanup, not in
+// SIGXFSZ.
 #include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -24,6 +29,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
 #include "tools/cli/output_check.h"
 
 namespace strata::cli {
@@ -85,6 +91,24 @@ void refuse_out_aliasing(const std::string& out, const std::string& checkpoint, 
   }
 }
 
+// While it lives, a write past a file size limit fails with EFBIG (and the writer's
+// cleanup) instead of killing the process with SIGXFSZ.
+class IgnoreFileSizeSignal {
+ public:
+  IgnoreFileSizeSignal() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGXFSZ, &ignore, &old_);
+  }
+  ~IgnoreFileSizeSignal() { sigaction(SIGXFSZ, &old_, nullptr); }
+  IgnoreFileSizeSignal(const IgnoreFileSizeSignal&) = delete;
+  IgnoreFileSizeSignal& operator=(const IgnoreFileSizeSignal&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+
 int run(const Options& o) {
   STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ", o.dtype,
                " is not offered: use fp32, bf16 or fp16");
@@ -96,6 +120,10 @@ int run(const Options& o) {
   refuse_out_inside(o.out, o.checkpoint, {opened.dir});
   refuse_out_aliasing(o.out, o.checkpoint, opened.dir);
   const auto& m = opened.manifest;
+  // Before the writer creates OUT.tmp: a signal from here on stops the loop, whose throw
+  // unwinds the writer (removing OUT.tmp) while the handlers are still this scope's.
+  InterruptScope interrupts;
+  IgnoreFileSizeSignal file_size_limit;
   std::vector<model::TensorInfo> info;
   for (const auto& t : m.tensors) info.push_back({t.name, dt, t.shape});
   model::SafetensorsWriter w(
@@ -107,6 +135,10 @@ int run(const Options& o) {
   std::uint64_t elems = 0;
   for (const auto& t : m.tensors) {
     for (std::uint64_t e = 0; e < t.numel; e += kPiece) {
+      if (interrupt_pending()) {
+        STRATA_THROW(Errc::invalid_argument, "export: interrupted by signal ", interrupt_signal(), " at tensor '",
+                     t.name, "'; the partial '", o.out, ".tmp' was removed and '", o.out, "' left as it was");
+      }
       const std::uint64_t n = std::min(kPiece, t.numel - e);
       piece.resize(n);
       reader.read_tensor(t, checkpoint::State::master, e, n, piece.data());
