@@ -159,9 +159,13 @@ std::size_t append_directory(const std::string& root, const std::string& format,
     files += out.size() > before ? 1 : 0;
   }
   if (!quiet && not_regular + not_text > 0) {
-    STRATA_LOG(warn, "--data '", root, "': skipped ", not_regular + not_text, " of its ", names.size(), " entries (",
-               not_regular, " not regular files: directories, FIFOs, devices, sockets or broken links; ", not_text,
-               " holding NUL bytes: not text), the first '", first_skipped, "'");
+    const std::string irregular =
+        not_regular ? str_cat(not_regular, " not regular files (directories, FIFOs, devices, sockets, broken links)")
+                    : std::string();
+    const std::string binary = not_text ? str_cat(not_text, " holding NUL bytes (not text)") : std::string();
+    STRATA_LOG(warn, "--data '", root, "': skipped ", not_regular + not_text, " of its ", names.size(),
+               " entries: ", irregular, not_regular && not_text ? " and " : "", binary, "; the first is '",
+               first_skipped, "'");
   }
   return files;
 }

@@ -32,6 +32,6 @@ ln -s "$dir/in/gone" "$dir/in/broken"
 out=$(timeout 120 "$strata" train "${gpt[@]}" --data "$dir/in" 2>&1) || fail "a directory with FIFOs did not train: $out"
 grep -q "from 1 file" <<<"$out" || fail "the text file was not read alone: $out"
 [ "$(grep -c "skipped" <<<"$out")" = 1 ] || fail "not one warning line for the skipped entries: $out"
-grep -qF -- "--data '$dir/in': skipped 8 of its 9 entries (8 not regular files" <<<"$out" ||
+grep -qF -- "--data '$dir/in': skipped 8 of its 9 entries: 8 not regular files (directories" <<<"$out" ||
   fail "the warning does not count the skipped entries: $out"
 echo "ok: a directory's 8 entries that are not regular files skipped with one warning"
