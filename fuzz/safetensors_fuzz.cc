@@ -1,5 +1,6 @@
 // libFuzzer harness for the safetensors reader (models/safetensors.h): the input becomes a
-// file in memory (memfd, named through /proc/self/fd) and is read whole as fp32.
+// file in memory (memfd, named through /proc/self/fd) and is read whole as fp32. A refusal
+// is one line naming the file first (names from the header are shown escaped).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,8 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (auto d : t.shape) numel *= static_cast<std::uint64_t>(d);
       strata::fuzz::expect(numel == t.data.size(), "a tensor's values disagree with its shape");
     }
-  } catch (const strata::Error&) {
+  } catch (const strata::Error& e) {
     // refused: the only way out besides the tensors
+    strata::fuzz::expect_one_line(e.what(), "'" + path + "'");
   }
   close(fd);
   return 0;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "runtime/core/error.h"
 
@@ -18,6 +19,9 @@ namespace strata::model {
 namespace {
 
 constexpr std::size_t kBufferBytes = std::size_t{1} << 20;
+// Hugging Face safetensors' MAX_HEADER_SIZE: a longer header is refused before it is read,
+// so a damaged length cannot ask for gigabytes.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 const char* st_dtype(DType t, const std::string& path, const std::string& name) {
   switch (t) {
@@ -39,15 +43,84 @@ std::uint64_t numel_of(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+// A name or key from a file, fit for a one-line message: control bytes become \xNN and a
+// long name is cut, so a damaged header cannot break or flood the error.
+std::string printable(const std::string& s) {
+  constexpr std::size_t kShown = 200;
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (s.size() > kShown) out += str_cat("... (", s.size(), " bytes)");
+  return out;
+}
+
+// The header's JSON, refusing a key that appears twice in one object (nlohmann::json would
+// keep the last silently, so two tensors of one name or two "data_offsets" would read as
+// one). The parser callback sees each object open and close and each key in between.
+nlohmann::ordered_json parse_header(const std::string& path, const std::string& text) {
+  std::vector<std::set<std::string>> open;  // keys seen so far, per object being parsed
+  std::string tensor;                       // the top-level key being parsed
+  std::string dup_tensor, dup_key;
+  bool dup = false;
+  const auto cb = [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+    using E = nlohmann::ordered_json::parse_event_t;
+    if (event == E::object_start) open.emplace_back();
+    if (event == E::object_end && !open.empty()) open.pop_back();
+    if (event == E::key && !open.empty() && parsed.is_string()) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (depth == 1) tensor = key;  // a key of the header object itself
+      if (!open.back().insert(key).second && !dup) {
+        dup = true;
+        dup_tensor = depth == 1 ? std::string() : tensor;
+        dup_key = key;
+      }
+    }
+    return true;
+  };
+  nlohmann::ordered_json header;
+  try {
+    header = nlohmann::ordered_json::parse(text, cb);
+  } catch (const std::exception& e) {
+    STRATA_THROW(Errc::corrupt, "'", path, "': header is not JSON: ", e.what());
+  }
+  if (dup && dup_tensor.empty()) {
+    STRATA_THROW(Errc::corrupt, "'", path, "': tensor '", printable(dup_key),
+                 "' appears twice in the header; a safetensors file names each tensor once (the file is damaged)");
+  }
+  if (dup) {
+    const std::string owner =
+        dup_tensor == "__metadata__" ? dup_tensor : str_cat("tensor '", printable(dup_tensor), "'");
+    STRATA_THROW(Errc::corrupt, "'", path, "': ", owner, " has the key '", printable(dup_key),
+                 "' twice (the file is damaged)");
+  }
+  return header;
+}
+
+// safetensors' dtypes (its format section); Strata reads three of them.
+bool known_dtype(const std::string& dt) {
+  static const std::set<std::string> known = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+                                              "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
+  return known.count(dt) != 0;
+}
+
 // One tensor's entry: {"dtype", "shape", "data_offsets": [begin, end]} with whole, non-
 // negative numbers only (a float or a negative one would wrap in a conversion), a shape
-// whose byte size fits in 64 bits, and offsets inside the `data_bytes` after the header.
+// whose byte size fits in 64 bits, and offsets inside the `data_bytes` after the header
+// spanning exactly the shape's bytes.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::ordered_json& v,
                        std::uint64_t data_bytes) {
   TensorInfo t;
   t.name = name;
   const auto bad = [&](const std::string& what) {
-    STRATA_THROW(Errc::corrupt, "'", path, "': tensor '", name, "' ", what);
+    STRATA_THROW(Errc::corrupt, "'", path, "': tensor '", printable(name), "' ", what);
   };
   const auto whole = [](const nlohmann::ordered_json& x) {
     return x.is_number_unsigned() || (x.is_number_integer() && x.get<std::int64_t>() >= 0);
@@ -56,6 +129,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
     bad("has a malformed entry: expected {\"dtype\", \"shape\", \"data_offsets\"}");
   const auto& dtype = v["dtype"];
   const std::string dt = dtype.is_string() ? dtype.get<std::string>() : std::string("a ") + dtype.type_name();
+  if (!known_dtype(dt)) bad(str_cat("has dtype ", printable(dt), ", which is not a safetensors dtype (damaged?)"));
   if (dt != "F32" && dt != "BF16" && dt != "F16") bad(str_cat("has dtype ", dt, "; Strata reads F32, BF16 and F16"));
   t.dtype = dt == "F32" ? DType::fp32 : dt == "BF16" ? DType::bf16 : DType::fp16;
   const auto& shape = v["shape"];
@@ -74,10 +148,41 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
   if (!off.is_array() || off.size() != 2 || !whole(off[0]) || !whole(off[1]))
     bad("has data_offsets that are not [begin, end] in bytes");
   const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-  if (begin > end || end > data_bytes || end - begin != bytes)
-    bad("has data_offsets that do not match its shape or lie past the end of the file (truncated?)");
+  const std::string range = str_cat("[", begin, ", ", end, "]");
+  if (begin > end) bad(str_cat("has data_offsets ", range, " that begin after they end"));
+  if (end > data_bytes)
+    bad(str_cat("has data_offsets ", range, " that lie past the end of the file (its data region holds ", data_bytes,
+                " bytes): the file is truncated or damaged"));
+  if (end - begin != bytes)
+    bad(str_cat("has data_offsets ", range, " spanning ", end - begin, " bytes, but its shape ", shape.dump(), " of ",
+                dt, " needs ", bytes));
   t.offset = begin;
   return t;
+}
+
+// safetensors' layout rule: the tensors' byte ranges, in offset order, tile the data region
+// from 0 to its end with no overlap and no hole.
+void check_tiling(const std::string& path, const std::vector<TensorInfo>& tensors, std::uint64_t data_bytes) {
+  std::vector<const TensorInfo*> order;
+  for (const auto& t : tensors) order.push_back(&t);
+  const auto end_of = [](const TensorInfo* t) { return t->offset + t->numel * dtype_size(t->dtype); };
+  std::sort(order.begin(), order.end(), [&](const TensorInfo* a, const TensorInfo* b) {
+    return a->offset != b->offset ? a->offset < b->offset : end_of(a) < end_of(b);
+  });
+  std::uint64_t at = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo* t : order) {
+    STRATA_CHECK(t->offset >= at, Errc::corrupt, "'", path, "': tensor '", printable(t->name), "' (bytes ", t->offset,
+                 "-", end_of(t), ") overlaps tensor '", prev ? printable(prev->name) : "", "' (bytes ",
+                 prev ? prev->offset : 0, "-", at, "): the file is damaged");
+    STRATA_CHECK(t->offset == at, Errc::corrupt, "'", path, "': bytes ", at, "-", t->offset, " before tensor '",
+                 printable(t->name), "' belong to no tensor; safetensors files have no holes (the file is damaged)");
+    at = end_of(t);
+    prev = t;
+  }
+  STRATA_CHECK(at == data_bytes, Errc::corrupt, "'", path, "': bytes ", at, "-", data_bytes, " of the data region ",
+               prev ? str_cat("after tensor '", printable(prev->name), "' ") : std::string(),
+               "belong to no tensor; safetensors files have no holes (the file is damaged)");
 }
 
 }  // namespace
@@ -93,6 +198,9 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (auto& t : tensors_) {
+    STRATA_CHECK(!header.contains(t.name), Errc::invalid_argument, "'", path_, "': tensor name '", t.name,
+                 t.name == "__metadata__" ? "' is safetensors' metadata key" : "' is given twice",
+                 ": each tensor needs a name of its own");
     t.numel = numel_of(t.shape);
     t.offset = offset;
     const std::uint64_t bytes = t.numel * dtype_size(t.dtype);
@@ -102,12 +210,23 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(h.size() <= kMaxHeaderBytes, Errc::invalid_argument, "'", path_, "': the header would be ", h.size(),
+               " bytes, above safetensors' bound of ", kMaxHeaderBytes, " (", tensors_.size(),
+               " tensors): no reader would accept the file; write fewer tensors per file");
+  // A fresh file, never one left at tmp_: truncating a stale link would write through it.
+  ::unlink(tmp_.c_str());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   STRATA_CHECK(fd_ >= 0, Errc::io, "cannot write '", tmp_, "': ", errno_text(errno));
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(h.size()) >> (8 * i));
-  put(le, 8);
-  put(h.data(), h.size());
+  try {
+    put(le, 8);
+    put(h.data(), h.size());
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    ::unlink(tmp_.c_str());
+    throw;
+  }
   while (current_ < tensors_.size() && tensors_[current_].numel == 0) ++current_;
 }
 
@@ -164,38 +283,57 @@ void SafetensorsWriter::finish() {
 }
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)), buffer_(kBufferBytes) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO or device given as the file must not block the open; fstat refuses it.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   STRATA_CHECK(fd_ >= 0, Errc::io, "cannot open '", path_, "': ", errno_text(errno));
-  const off_t end = ::lseek(fd_, 0, SEEK_END);
-  const std::uint64_t size = end < 0 ? 0 : static_cast<std::uint64_t>(end);
+  try {
+    read_header();
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void SafetensorsReader::read_header() {
+  struct stat st {};
+  STRATA_CHECK(::fstat(fd_, &st) == 0, Errc::io, "cannot stat '", path_, "': ", errno_text(errno));
+  STRATA_CHECK(S_ISREG(st.st_mode), Errc::invalid_argument, "'", path_, "' is not a regular file (",
+               S_ISDIR(st.st_mode)    ? "a directory"
+               : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                      : "a device or socket",
+               "): give a safetensors file");
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
   unsigned char le[8];
   STRATA_CHECK(size >= 8 && ::pread(fd_, le, 8, 0) == 8, Errc::corrupt, "'", path_,
                "' is too short to be a safetensors file");
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(le[i]) << (8 * i);
+  STRATA_CHECK(n <= kMaxHeaderBytes, Errc::corrupt, "'", path_, "': header length ", n,
+               " bytes is above safetensors' bound of ", kMaxHeaderBytes,
+               " bytes: the file is damaged or not a safetensors file");
   STRATA_CHECK(n <= size - 8, Errc::corrupt, "'", path_, "': header length ", n, " exceeds the file (", size, " B)");
   std::string h(n, '\0');
   STRATA_CHECK(::pread(fd_, h.data(), n, 8) == static_cast<ssize_t>(n), Errc::corrupt, "'", path_,
                "': the header cannot be read");
-  nlohmann::ordered_json header;
-  try {
-    header = nlohmann::ordered_json::parse(h);
-  } catch (const std::exception& e) {
-    STRATA_THROW(Errc::corrupt, "'", path_, "': header is not JSON: ", e.what());
-  }
+  const auto header = parse_header(path_, h);
   STRATA_CHECK(header.is_object(), Errc::corrupt, "'", path_, "': the header is a JSON ", header.type_name(),
                ", not an object of tensors");
   data_start_ = 8 + n;
+  const std::uint64_t data_bytes = size - data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       STRATA_CHECK(it.value().is_object(), Errc::corrupt, "'", path_, "': __metadata__ is a JSON ",
                    it.value().type_name(), ", not an object of strings");
-      for (auto m = it.value().begin(); m != it.value().end(); ++m)
-        if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        STRATA_CHECK(m.value().is_string(), Errc::corrupt, "'", path_, "': __metadata__ entry '", printable(m.key()),
+                     "' is a JSON ", m.value().type_name(), ", not a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
       continue;
     }
-    tensors_.push_back(parse_entry(path_, it.key(), it.value(), size - data_start_));
+    tensors_.push_back(parse_entry(path_, it.key(), it.value(), data_bytes));
   }
+  check_tiling(path_, tensors_, data_bytes);
 }
 
 SafetensorsReader::~SafetensorsReader() {

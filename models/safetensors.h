@@ -9,7 +9,12 @@
 // needs no memory in proportion to the model. It writes `path.tmp` and renames it over
 // `path` only when finish() finds every tensor complete (fsynced first); an unfinished
 // writer removes its temporary file. SafetensorsReader reads the header and any element
-// range of any tensor as fp32. Both throw strata::Error naming the path (and the tensor).
+// range of any tensor as fp32. It accepts only what the format allows (as Hugging Face's
+// reader does): a regular file, a header of at most 100,000,000 bytes that is one JSON
+// object without duplicate keys, known dtypes, whole non-negative dimensions, data_offsets
+// spanning exactly each shape's bytes, tensors tiling the data region without overlap or
+// hole, and a __metadata__ of strings. Both throw strata::Error naming the path (and the
+// tensor).
 // write_safetensors/read_safetensors are the whole-file forms.
 #pragma once
 
@@ -73,6 +78,7 @@ class SafetensorsReader {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  void read_header();
   std::string path_;
   int fd_ = -1;
   std::uint64_t data_start_ = 0;

@@ -1,14 +1,19 @@
 // Token files, the split and the batch sampler (formats and order: data.h).
 #include "models/gpt/data.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/random.h"
 
 namespace strata::model {
@@ -18,13 +23,62 @@ namespace fs = std::filesystem;
 constexpr std::int32_t kLlmcMagic = 20240520;
 constexpr std::size_t kLlmcHeader = 256 * 4;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  STRATA_CHECK(in.good(), Errc::io, "--data '", p.string(), "' cannot be opened: ", errno_text(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  STRATA_CHECK(!in.bad(), Errc::io, "--data '", p.string(), "': read failed: ", errno_text(errno));
-  return bytes;
-}
+// One --data file opened without blocking (O_NONBLOCK: a FIFO with no writer would wait
+// forever in open) and identified by fstat on the open descriptor, so the file checked is
+// the file read. Only a regular file is read, and only its size at open: a FIFO, a device
+// such as /dev/zero or a socket could block or never end.
+class DataFile {
+ public:
+  explicit DataFile(const fs::path& p) : path_(p.string()) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd_ < 0) {
+      error_ = errno;
+      // A socket, or a device without a driver, cannot be opened at all: stat says which.
+      if ((error_ == ENXIO || error_ == ENODEV) && ::stat(path_.c_str(), &st_) == 0) error_ = 0;
+      return;
+    }
+    STRATA_CHECK(::fstat(fd_, &st_) == 0, Errc::io, "--data '", path_, "' cannot be examined: ", errno_text(errno));
+  }
+  ~DataFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+
+  int open_error() const noexcept { return error_; }
+  bool is_regular() const noexcept { return fd_ >= 0 && S_ISREG(st_.st_mode); }
+  bool is_directory() const noexcept { return fd_ >= 0 && S_ISDIR(st_.st_mode); }
+  std::pair<dev_t, ino_t> id() const noexcept { return {st_.st_dev, st_.st_ino}; }
+  const char* kind() const noexcept {
+    return S_ISDIR(st_.st_mode)    ? "a directory"
+           : S_ISFIFO(st_.st_mode) ? "a FIFO"
+           : S_ISCHR(st_.st_mode)  ? "a character device"
+           : S_ISBLK(st_.st_mode)  ? "a block device"
+           : S_ISSOCK(st_.st_mode) ? "a socket"
+                                   : "not a regular file";
+  }
+
+  // The st_size bytes the file had when opened (a regular file only).
+  std::string read_all() const {
+    std::string b(static_cast<std::size_t>(st_.st_size), '\0');
+    std::size_t at = 0;
+    while (at < b.size()) {
+      const ssize_t n = ::pread(fd_, b.data() + at, b.size() - at, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      STRATA_CHECK(n >= 0, Errc::io, "--data '", path_, "': read failed at byte ", at, ": ", errno_text(errno));
+      STRATA_CHECK(n > 0, Errc::io, "--data '", path_, "' shrank to ", at, " bytes while being read (it had ", b.size(),
+                   "): keep the data unchanged while a run loads it");
+      at += static_cast<std::size_t>(n);
+    }
+    return b;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int error_ = 0;
+  struct stat st_ {};
+};
 
 bool has_llmc_magic(const std::string& b) {
   std::int32_t m = 0;
@@ -40,15 +94,13 @@ void append_u16(const std::string& b, std::size_t begin, std::vector<std::uint16
   std::memcpy(out.data() + at, b.data() + begin, n * 2);
 }
 
-void append_file(const fs::path& p, const std::string& format, bool in_dir, bool quiet,
+// Appends the tokens of `b` (the bytes of `p`); false when, in a directory (`in_dir`), the
+// file holds NUL bytes in bytes mode and is skipped as not text.
+bool append_file(const fs::path& p, const std::string& b, const std::string& format, bool in_dir,
                  std::vector<std::uint16_t>& out) {
-  const std::string b = read_file(p);
   const std::string f = format == "auto" ? (has_llmc_magic(b) ? "tokens" : "bytes") : format;
   if (f == "bytes") {
-    if (in_dir && std::memchr(b.data(), 0, b.size()) != nullptr) {
-      if (!quiet) std::printf("strata: --data: skipping '%s' (holds NUL bytes: not text)\n", p.string().c_str());
-      return;
-    }
+    if (in_dir && std::memchr(b.data(), 0, b.size()) != nullptr) return false;
     out.insert(out.end(), reinterpret_cast<const unsigned char*>(b.data()),
                reinterpret_cast<const unsigned char*>(b.data()) + b.size());
   } else if (f == "tokens") {
@@ -70,31 +122,70 @@ void append_file(const fs::path& p, const std::string& format, bool in_dir, bool
     STRATA_THROW(Errc::invalid_argument, "--data-format '", format,
                  "' is not a format: use auto, bytes, tokens or u16");
   }
+  return true;
+}
+
+// The entries of directory `root` in name order: regular files are read (each file once,
+// links followed), anything else is skipped and counted, for one summary line.
+std::size_t append_directory(const std::string& root, const std::string& format, bool quiet,
+                             std::vector<std::uint16_t>& out) {
+  std::error_code ec;
+  std::vector<fs::path> names;
+  for (const auto& e : fs::directory_iterator(root, ec)) names.push_back(e.path());
+  STRATA_CHECK(!ec, Errc::io, "--data '", root, "' cannot be listed: ", ec.message());
+  std::sort(names.begin(), names.end());
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::size_t files = 0, not_regular = 0, not_text = 0;
+  std::string first_skipped;
+  const auto skip = [&](const fs::path& n, std::size_t& count) {
+    if (first_skipped.empty()) first_skipped = n.filename().string();
+    ++count;
+  };
+  for (const auto& n : names) {
+    const DataFile f(n);
+    if (f.open_error() == ENOENT || f.open_error() == ELOOP) {  // a broken link
+      skip(n, not_regular);
+      continue;
+    }
+    STRATA_CHECK(f.open_error() == 0, Errc::io, "--data '", n.string(),
+                 "' cannot be opened: ", errno_text(f.open_error()));
+    if (!f.is_regular()) {
+      skip(n, not_regular);
+      continue;
+    }
+    if (!seen.insert(f.id()).second) continue;
+    const auto before = out.size();
+    if (!append_file(n, f.read_all(), format, true, out)) skip(n, not_text);
+    files += out.size() > before ? 1 : 0;
+  }
+  if (!quiet && not_regular + not_text > 0) {
+    const std::string irregular =
+        not_regular ? str_cat(not_regular, " not regular files (directories, FIFOs, devices, sockets, broken links)")
+                    : std::string();
+    const std::string binary = not_text ? str_cat(not_text, " holding NUL bytes (not text)") : std::string();
+    STRATA_LOG(warn, "--data '", root, "': skipped ", not_regular + not_text, " of its ", names.size(),
+               " entries: ", irregular, not_regular && not_text ? " and " : "", binary, "; the first is '",
+               first_skipped, "'");
+  }
+  return files;
 }
 
 }  // namespace
 
 TokenData TokenData::load(const std::string& path, int vocab, const std::string& format, bool quiet) {
   TokenData d;
-  std::error_code ec;
-  const fs::path root(path);
-  STRATA_CHECK(fs::exists(root, ec), Errc::invalid_argument, "--data '", path, "' does not exist");
+  const DataFile root(path);
+  STRATA_CHECK(root.open_error() != ENOENT, Errc::invalid_argument, "--data '", path, "' does not exist");
+  STRATA_CHECK(root.open_error() == 0, Errc::io, "--data '", path,
+               "' cannot be opened: ", errno_text(root.open_error()));
   std::size_t files = 0;
-  if (fs::is_directory(root, ec)) {
-    std::vector<fs::path> names;
-    for (const auto& e : fs::directory_iterator(root, ec)) names.push_back(e.path());
-    STRATA_CHECK(!ec, Errc::io, "--data '", path, "' cannot be listed: ", ec.message());
-    std::sort(names.begin(), names.end());
-    std::set<fs::path> seen;
-    for (const auto& n : names) {
-      if (!fs::is_regular_file(n, ec)) continue;
-      if (!seen.insert(fs::canonical(n, ec)).second) continue;
-      const auto before = d.tokens_.size();
-      append_file(n, format, true, quiet, d.tokens_);
-      files += d.tokens_.size() > before ? 1 : 0;
-    }
+  if (root.is_directory()) {
+    files = append_directory(path, format, quiet, d.tokens_);
   } else {
-    append_file(root, format, false, quiet, d.tokens_);
+    STRATA_CHECK(root.is_regular(), Errc::invalid_argument, "--data '", path, "' is ", root.kind(),
+                 ", not a regular file: give a file or a directory of files (a FIFO or device may block or never "
+                 "end; copy its text to a file)");
+    append_file(path, root.read_all(), format, false, d.tokens_);
     files = 1;
   }
   STRATA_CHECK(!d.tokens_.empty(), Errc::invalid_argument, "--data '", path,

@@ -8,9 +8,13 @@
 //           exactly 1024 + 2n bytes.
 //   u16     a headerless file of little-endian uint16 tokens.
 //   auto    tokens where the file starts with llm.c's magic, else bytes.
-// A directory is read as its regular files (links followed, each file once) in name order,
-// concatenated; in bytes mode files holding a NUL byte (binary indexes, not text) are skipped
-// with a notice. The last `val_fraction` of the tokens is the validation split.
+// Only regular files are read, each only to the size it had when opened (opened with
+// O_NONBLOCK and checked by fstat first): --data naming a FIFO, a device such as /dev/zero
+// or a socket is refused by name rather than blocking or growing without bound. A directory
+// is read as its regular files (links followed, each file once) in name order,
+// concatenated; its other entries (subdirectories, FIFOs, devices, broken links) and, in
+// bytes mode, files holding a NUL byte (binary indexes, not text) are skipped with one
+// warning that counts them. The last `val_fraction` of the tokens is the validation split.
 //
 // Batches: sequence j of micro-batch k of step s on data-parallel rank r of `world` is the
 // global sample i = s * train_batch + (k * world + r) * micro + j, whose first token is at

@@ -1,5 +1,7 @@
 // The GPT's data (models/gpt/data.h): the formats it reads, the errors bad files get, and the
 // batch order (per rank, independent of how the global batch is split).
+#include <sys/stat.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -89,4 +91,33 @@ TEST_CASE("a step's global batch is the same however it is split over ranks and 
   // validation batches come from the held-out tail
   b.val_batch(0, micro, in.data(), t2.data());
   CHECK(b.val_tokens() == 500);
+}
+
+TEST_CASE("--data that is a FIFO or a device is refused by name instead of blocking or growing without bound",
+          "[gpt][data][negative][regression]") {
+  test::TempDir dir("strata-gpt-data");
+  // A FIFO with no writer: the ifstream's open waited forever for one.
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  auto e = error_of([&] { model::TokenData::load(dir.file("fifo"), 256); });
+  CHECK_THAT(e, Catch::Contains("--data '" + dir.file("fifo") + "' is a FIFO, not a regular file"));
+  // A link to /dev/zero: the read grew until memory ran out.
+  REQUIRE(::symlink("/dev/zero", dir.file("zero").c_str()) == 0);
+  e = error_of([&] { model::TokenData::load(dir.file("zero"), 256); });
+  CHECK_THAT(e, Catch::Contains("--data '" + dir.file("zero") + "' is a character device, not a regular file"));
+}
+
+TEST_CASE("a --data directory reads its regular files and skips FIFOs, devices and subdirectories",
+          "[gpt][data][regression]") {
+  test::TempDir dir("strata-gpt-data");
+  write(dir.file("a.txt"), "hello");
+  write(dir.file("c.txt"), " world");
+  REQUIRE(::mkfifo(dir.file("b.fifo").c_str(), 0600) == 0);
+  REQUIRE(::symlink("/dev/zero", dir.file("b.zero").c_str()) == 0);
+  REQUIRE(::symlink(dir.file("gone").c_str(), dir.file("b.broken").c_str()) == 0);
+  REQUIRE(::mkdir(dir.file("b.sub").c_str(), 0700) == 0);
+  REQUIRE(::symlink(dir.file("a.txt").c_str(), dir.file("d.link").c_str()) == 0);  // a.txt again: read once
+  const auto d = model::TokenData::load(dir.path(), 256, "auto", true);
+  const std::string text(d.tokens().begin(), d.tokens().end());
+  CHECK(text == "hello world");
+  CHECK_THAT(d.description(), Catch::Contains("from 2 files"));
 }

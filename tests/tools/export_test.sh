@@ -5,7 +5,11 @@
 # (the largest tensor plus fixed buffers) on a model several times that bound. Then
 # --init-from: a run started from the exported file with lr 0 keeps exactly those weights
 # (fp32 and from the bf16 file), and a file missing a tensor, with an extra one or a
-# mis-shaped one is refused naming it; so is an --out that is a directory or in a missing one.
+# mis-shaped one is refused naming it, and so is one holding a NaN or an infinity (naming the
+# element); so is an --out that is a directory or in a missing one. [regression] cases: an
+# --out that is the checkpoint, inside it or one of its files (a link) is refused naming both
+# paths with the checkpoint unchanged; SIGINT and SIGTERM mid-export and a write error (a
+# file size limit) leave no OUT.tmp and exit non-zero.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export
 py=/usr/bin/python3  # Debian's, with numpy
@@ -110,8 +114,93 @@ for c in "missing:has no tensor 'layers.3.bias', which this model registers" \
 done
 echo "--init-from refusals: a missing, an extra and a mis-shaped tensor, each named"
 # An --out that cannot be written is refused naming it, before the checkpoint is read.
-for c in "$dir/ck:is a directory: give a file name inside it" "$dir/none/e.st:the directory '$dir/none' does not exist"; do
+for c in "$dir:is a directory: give a file name inside it" "$dir/none/e.st:the directory '$dir/none' does not exist"; do
   out=$("$strata" export --checkpoint "$dir/ck" --out "${c%%:*}" 2>&1) && fail "export to ${c%%:*} was accepted"
   grep -qF -- "--out '${c%%:*}'" <<<"$out" && grep -qF -- "${c#*:}" <<<"$out" || fail "unclear: $out"
 done
 echo "export refusals: an --out that is a directory or in a missing one, each named"
+
+# [regression] --init-from with a NaN or an infinity: every step was skipped as an overflow
+# and the run ended with exit 0.
+"$py" - "$dir/e.st" "$dir" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for name, tensor, elem, value in (("nan.st", "layers.1.weight", 5, float("nan")),
+                                  ("inf.st", "layers.2.bias", 7, float("-inf"))):
+    c = bytearray(b)
+    at = 8 + n + h[tensor]["data_offsets"][0] + 4 * elem
+    c[at:at + 4] = struct.pack("<f", value)
+    open(sys.argv[2] + "/" + name, "wb").write(c)
+PY
+for c in "nan:tensor 'layers.1.weight' holds nan at element 5" "inf:tensor 'layers.2.bias' holds -inf at element 7"; do
+  expect_refusal "--init-from ${c%%:*}.st" "${c#*:}" \
+    "$strata" train "${mlp[@]}" --config "$dir/frozen.json" --steps 1 --init-from "$dir/${c%%:*}.st"
+done
+
+# [regression] An --out inside the checkpoint being read overwrote its file (the manifest
+# here); each is refused before a byte is written, naming both paths.
+step=$(tr -d '[:space:]' < "$dir/ck/latest")
+ck="$dir/ck/$step"
+ln "$ck/manifest.json" "$dir/hard.json"
+ln -s "$ck" "$dir/steplink"
+ln "$ck/manifest.json" "$dir/t.st.tmp"
+sums() { find "$dir/ck" -type f -print0 | sort -z | xargs -0 md5sum; }
+before=$(sums)
+for c in "$dir/ck|$dir/ck|is the checkpoint directory '$dir/ck'" \
+         "$dir/ck|$ck|lies inside the checkpoint directory '$dir/ck'" \
+         "$dir/ck|$ck/manifest.json|lies inside the checkpoint directory '$dir/ck'" \
+         "$ck|$ck/manifest.json|lies inside the checkpoint directory '$ck'" \
+         "$ck|$dir/steplink/e.st|lies inside the checkpoint directory '$ck'" \
+         "$ck|$dir/ck/latest|is the checkpoint's file '$dir/ck/latest'" \
+         "$dir/ck|$dir/hard.json|is the checkpoint's file '$ck/manifest.json'" \
+         "$dir/ck|$dir/t.st|'$dir/t.st.tmp' is the checkpoint's file '$ck/manifest.json'"; do
+  IFS='|' read -r from out want <<<"$c"
+  msg=$("$strata" export --checkpoint "$from" --out "$out" 2>&1) && fail "export from $from to $out was accepted"
+  grep -qF -- "--out '$out'" <<<"$msg" && grep -qF -- "--checkpoint '$from'" <<<"$msg" ||
+    fail "the refusal does not name both paths: $msg"
+  grep -qF -- "$want" <<<"$msg" || fail "the refusal does not say \"$want\": $msg"
+done
+[ "$before" = "$(sums)" ] || fail "a refused export changed the checkpoint"
+[ ! -e "$dir/steplink/e.st" ] && [ ! -e "$dir/t.st" ] || fail "a refused export wrote its output"
+rm -f "$dir/hard.json" "$dir/steplink" "$dir/t.st.tmp"
+echo "export refusals: an --out that is the checkpoint, inside it or one of its files; the checkpoint unchanged"
+
+# [regression] SIGINT or SIGTERM mid-export: the export stops at the next piece, removes
+# OUT.tmp and exits 128 + the signal. The export is stopped (SIGSTOP) as soon as OUT.tmp
+# appears, so the signal lands while tensors remain; a run that finished first is retried.
+for sig in INT TERM; do
+  for try in 1 2 3; do
+    rm -f "$dir/sig.st" "$dir/sig.st.tmp"
+    "$strata" export --checkpoint "$dir/ck" --out "$dir/sig.st" > "$dir/sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1000); do [ -e "$dir/sig.st.tmp" ] && break; sleep 0.005; done
+    kill -STOP "$pid" 2>/dev/null || true
+    kill -"$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || break
+    echo "(the export finished before SIG$sig landed; again, try $try)"
+  done
+  want=$([ "$sig" = INT ] && echo 130 || echo 143)
+  [ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$dir/sig.log")"
+  grep -q "export: interrupted by signal .* the partial '$dir/sig.st.tmp' was removed" "$dir/sig.log" ||
+    fail "SIG$sig: unclear: $(cat "$dir/sig.log")"
+  [ ! -e "$dir/sig.st.tmp" ] && [ ! -e "$dir/sig.st" ] || fail "SIG$sig left $(ls "$dir"/sig.st*)"
+done
+echo "export: SIGINT and SIGTERM stop it with no OUT.tmp left (exit 130, 143)"
+
+# [regression] A write error mid-export (a file size limit: 8 MiB of a larger file) unwinds
+# the writer, which removes OUT.tmp; SIGXFSZ killed the process and left it.
+set +e
+out=$( (ulimit -f 8192; "$strata" export --checkpoint "$dir/ck" --out "$dir/lim.st") 2>&1)
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "under ulimit -f: exit $rc, not 1: $out"
+grep -q "EFBIG" <<<"$out" && grep -qF "$dir/lim.st.tmp" <<<"$out" || fail "unclear: $out"
+[ ! -e "$dir/lim.st.tmp" ] && [ ! -e "$dir/lim.st" ] || fail "a failed export left $(ls "$dir"/lim.st*)"
+echo "export: a write error mid-export leaves no OUT.tmp"

@@ -4,10 +4,23 @@
 // names). Streaming: each tensor is read (chunks verified against their checksums) and
 // written in pieces of at most 1M elements, so the memory used is a few fixed buffers, not
 // the model; the peak RSS is printed. The file appears only when complete (rename).
+//
+// What is read is never written: an --out that is the checkpoint (its root or step
+// directory), lies inside it, or is one of its files under another name (a hard or symbolic
+// link, as is OUT.tmp) is refused before any byte is written, naming both paths. Partial
+// output never outlives the command: the writer's OUT.tmp is removed when an error unwinds
+// it, Ctrl-C, SIGTERM or SIGHUP stop the export at the next piece (interrupt.h) and remove it
+// the same way, and a file size limit (ulimit -f) ends in EFBIG and that cleanup, not in
+// SIGXFSZ.
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/directory.h"
@@ -16,6 +29,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/interrupt.h"
 #include "tools/cli/output_check.h"
 
 namespace strata::cli {
@@ -25,14 +39,91 @@ struct Options {
   std::string checkpoint, out, dtype = "fp32";
 };
 
+namespace fs = std::filesystem;
+using FileId = std::pair<dev_t, ino_t>;
+
+// The file `path` names (links followed), if it exists.
+std::optional<FileId> file_id(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+// Refuses an --out that is, or lies inside, one of `dirs` (compared by inode, so links and
+// bind mounts of the directory count too): every ancestor of its resolved path is checked.
+void refuse_out_inside(const std::string& out, const std::string& checkpoint, const std::vector<std::string>& dirs) {
+  if (out.empty()) return;  // check_output_file names it
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(out), ec);
+  if (ec) p = fs::absolute(out);
+  std::vector<std::pair<std::string, FileId>> ids;
+  for (const auto& d : dirs)
+    if (const auto id = file_id(d)) ids.emplace_back(d, *id);
+  for (fs::path a = p;; a = a.parent_path()) {
+    if (const auto id = file_id(a)) {
+      for (const auto& [dir, did] : ids) {
+        STRATA_CHECK(*id != did, Errc::invalid_argument, "--out '", out, "' ", a == p ? "is" : "lies inside",
+                     " the checkpoint directory '", dir, "' that --checkpoint '", checkpoint,
+                     "' reads: write the export outside the checkpoint");
+      }
+    }
+    if (a == a.parent_path() || a.empty()) break;
+  }
+}
+
+// Refuses an --out (or its temporary OUT.tmp) that is one of the checkpoint's files under
+// another name (a hard or symbolic link): every entry of the step directory and the root's
+// `latest`. The rename would only replace the link, but a user who names a checkpoint file
+// as the output has mistaken one path for another, and the export would not be where meant.
+void refuse_out_aliasing(const std::string& out, const std::string& checkpoint, const std::string& step_dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(step_dir, ec)) files.push_back(e.path().string());
+  files.push_back((fs::path(step_dir).parent_path() / checkpoint::kLatestName).string());
+  for (const std::string& o : {out, out + ".tmp"}) {
+    const auto id = file_id(o);
+    if (!id) continue;
+    for (const auto& f : files) {
+      STRATA_CHECK(file_id(f) != id, Errc::invalid_argument, "--out '", out, "': '", o, "' is the checkpoint's file '",
+                   f, "' (a link to it) that --checkpoint '", checkpoint,
+                   "' reads: write the export to a new file outside the checkpoint");
+    }
+  }
+}
+
+// While it lives, a write past a file size limit fails with EFBIG (and the writer's
+// cleanup) instead of killing the process with SIGXFSZ.
+class IgnoreFileSizeSignal {
+ public:
+  IgnoreFileSizeSignal() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGXFSZ, &ignore, &old_);
+  }
+  ~IgnoreFileSizeSignal() { sigaction(SIGXFSZ, &old_, nullptr); }
+  IgnoreFileSizeSignal(const IgnoreFileSizeSignal&) = delete;
+  IgnoreFileSizeSignal& operator=(const IgnoreFileSizeSignal&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+
 int run(const Options& o) {
   STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ", o.dtype,
                " is not offered: use fp32, bf16 or fp16");
   const DType dt = o.dtype == "fp32" ? DType::fp32 : o.dtype == "bf16" ? DType::bf16 : DType::fp16;
+  refuse_out_inside(o.out, o.checkpoint, {o.checkpoint});
   check_output_file("--out", o.out);
   const auto t0 = std::chrono::steady_clock::now();
   const auto opened = checkpoint::open_checkpoint(o.checkpoint);
+  refuse_out_inside(o.out, o.checkpoint, {opened.dir});
+  refuse_out_aliasing(o.out, o.checkpoint, opened.dir);
   const auto& m = opened.manifest;
+  // Before the writer creates OUT.tmp: a signal from here on stops the loop, whose throw
+  // unwinds the writer (removing OUT.tmp) while the handlers are still this scope's.
+  InterruptScope interrupts;
+  IgnoreFileSizeSignal file_size_limit;
   std::vector<model::TensorInfo> info;
   for (const auto& t : m.tensors) info.push_back({t.name, dt, t.shape});
   model::SafetensorsWriter w(
@@ -44,6 +135,10 @@ int run(const Options& o) {
   std::uint64_t elems = 0;
   for (const auto& t : m.tensors) {
     for (std::uint64_t e = 0; e < t.numel; e += kPiece) {
+      if (interrupt_pending()) {
+        STRATA_THROW(Errc::invalid_argument, "export: interrupted by signal ", interrupt_signal(), " at tensor '",
+                     t.name, "'; the partial '", o.out, ".tmp' was removed and '", o.out, "' left as it was");
+      }
       const std::uint64_t n = std::min(kPiece, t.numel - e);
       piece.resize(n);
       reader.read_tensor(t, checkpoint::State::master, e, n, piece.data());

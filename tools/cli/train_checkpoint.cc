@@ -1,6 +1,7 @@
 // strata train's checkpoint flags and when it saves and resumes (train_checkpoint.h).
 #include "tools/cli/train_checkpoint.h"
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -84,6 +85,16 @@ void check_init_file(const model::SafetensorsReader& file, const std::string& pa
   }
 }
 
+void read_init_values(model::SafetensorsReader& file, const std::string& path, const model::TensorInfo& t,
+                      std::uint64_t elem, std::uint64_t count, float* out) {
+  file.read(t, elem, count, out);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    STRATA_CHECK(std::isfinite(out[i]), Errc::invalid_argument, "--init-from '", path, "': tensor '", t.name,
+                 "' holds ", out[i], " at element ", elem + i, " (of ", t.numel,
+                 "): training cannot start from non-finite weights; fix or re-export the file");
+  }
+}
+
 void TrainCheckpoints::init_from(engine::Engine& engine) const {
   model::SafetensorsReader file(init_from_);
   const auto& params = engine.layout().params();
@@ -91,7 +102,7 @@ void TrainCheckpoints::init_from(engine::Engine& engine) const {
   for (const auto& p : params) wanted.emplace_back(p.name, p.shape);
   check_init_file(file, init_from_, wanted);
   engine.init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
-    file.read(*file.find(name), elem, count, out);
+    read_init_values(file, init_from_, *file.find(name), elem, count, out);
   });
   if (engine.rank() == 0) std::printf("initialised %zu tensors from %s\n", params.size(), init_from_.c_str());
 }

@@ -41,6 +41,12 @@ void print_saved(const engine::SaveResult& r);
 // or that the model does not register.
 using WantedTensors = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 void check_init_file(const model::SafetensorsReader& file, const std::string& path, const WantedTensors& wanted);
+// Elements [elem, elem + count) of tensor `t` of the --init-from `file` (at `path`) as fp32,
+// refusing a NaN or an infinity with Errc::invalid_argument naming the tensor and the first
+// such element: from such weights every step overflows, the loss scaler skips them all and
+// the run would end with exit 0 having trained nothing.
+void read_init_values(model::SafetensorsReader& file, const std::string& path, const model::TensorInfo& t,
+                      std::uint64_t elem, std::uint64_t count, float* out);
 
 class TrainCheckpoints {
  public:
