@@ -138,7 +138,8 @@ Opened open_step_dir(const std::string& dir) {
 
 // The checkpoint `latest` names under root; throws saying why it cannot be used. `named`
 // receives the step directory's name once `latest` has given one.
-Opened open_latest(const std::string& root, std::string& named) {
+// The step directory `latest` names; throws when `latest` itself cannot be used.
+std::string latest_dir(const std::string& root, std::string& named) {
   const std::string p = root + "/" + kLatestName;
   STRATA_CHECK(entry_exists(p), Errc::invalid_argument, "no checkpoint in '", root, "': it has no '", kLatestName,
                "' file (no save has completed there)");
@@ -152,10 +153,9 @@ Opened open_latest(const std::string& root, std::string& named) {
     STRATA_THROW(Errc::corrupt, "checkpoint '", p, "' names '", shown, "', which is not a step directory");
   }
   named = name;
-  const std::string dir = root + "/" + name;
-  STRATA_CHECK(entry_exists(dir + "/" + kManifestName), Errc::corrupt, "checkpoint '", p, "' names ", name,
-               ", which has no ", kManifestName);
-  return open_step_dir(dir);
+  STRATA_CHECK(entry_exists(root + "/" + name), Errc::corrupt, "checkpoint '", p, "' names ", name,
+               ", which does not exist");
+  return root + "/" + name;
 }
 
 // The newest step directory under root (but `skip`) whose manifest reads and validates.
@@ -260,10 +260,15 @@ Opened open_checkpoint(const std::string& path) {
                  ": the save that wrote it did not complete; load another checkpoint");
     return open_step_dir(path);
   }
-  std::string named;
+  // Only a `latest` that cannot be used falls back (missing, empty, torn, not a regular
+  // file, naming no step or a step that is gone): a power loss or a hand edit. What it names
+  // is read as it is: a damaged checkpoint is an error, never quietly replaced by an older
+  // one, and neither is a failing read (an I/O error may pass; a fallback would not).
+  std::string named, dir;
   try {
-    return open_latest(path, named);
+    dir = latest_dir(path, named);
   } catch (const Error& e) {
+    if (e.code() == Errc::io) throw;
     auto found = newest_complete(path, named);
     if (!found) throw;
     STRATA_LOG(warn, "checkpoint: not using '", kLatestName, "' under '", path, "' (", e.what(), "); loading ",
@@ -271,6 +276,10 @@ Opened open_checkpoint(const std::string& path) {
                "), the newest complete checkpoint there");
     return std::move(*found);
   }
+  STRATA_CHECK(entry_exists(dir + "/" + kManifestName), Errc::corrupt, "checkpoint '", path, "/", kLatestName,
+               "' names ", named, ", which has no ", kManifestName,
+               ": it was damaged after its save; load another checkpoint by its step directory");
+  return open_step_dir(dir);
 }
 
 }  // namespace strata::checkpoint

@@ -22,12 +22,14 @@
 // path, never a hang or an unbounded read.
 //
 // Fallback. `latest` is one file; a checkpoint is whole once its manifest is in place, so
-// a `latest` that is missing, empty, unreadable, not a regular file, names no step
-// directory or one whose manifest is missing or fails validation does not mean no
-// checkpoint exists: open_checkpoint then loads the newest step-N directory under the root
-// whose manifest reads and validates, and logs one warning saying why `latest` was not
-// used and which step is loaded. Only when there is none does it throw `latest`'s error.
-// A step directory given explicitly is what the caller chose: it never falls back.
+// a `latest` that is missing, empty, torn, not a regular file, or names no step directory or
+// one that is gone does not mean no checkpoint exists: open_checkpoint then loads the newest
+// step-N directory under the root whose manifest reads and validates, and logs one warning
+// saying why `latest` was not used and which step is loaded. Only when there is none does
+// it throw `latest`'s error. What a usable `latest` names is the checkpoint asked for: its
+// damage (no manifest, a manifest failing its checksum) is an error naming it, never hidden
+// behind an older checkpoint, and so is an I/O error reading `latest`. A step directory
+// given explicitly never falls back.
 #pragma once
 
 #include <cstdint>

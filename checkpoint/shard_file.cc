@@ -2,6 +2,7 @@
 #include "checkpoint/shard_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -65,21 +66,16 @@ FileEntry ShardWriter::finish(const std::string& name, int rank) {
   return {name, rank, written_, sums_};
 }
 
-namespace {
-
-// Copies `bytes` bytes from `in` to `out` (both at offset 0), inside the kernel where it can
-// (copy_file_range), else through a user buffer: copy_file_range refuses files on two
-// filesystems (EXDEV), the usual layout of NVMe scratch and checkpoint volumes, and some
-// filesystems or kernels have none (EINVAL, ENOSYS, EOPNOTSUPP). Returns 0 or an errno;
-// `done` says how far it got.
-
-int copy_bytes(int in, int out, std::uint64_t bytes, std::uint64_t& done) {
+int copy_file_contents(int in, int out, std::uint64_t bytes, std::uint64_t& done) {
   done = 0;
   while (done < bytes) {
-    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(bytes - done), 0);
+    // Explicit offsets: the descriptors' own offsets are not where the copy stands.
+    loff_t in_off = static_cast<loff_t>(done), out_off = static_cast<loff_t>(done);
+    const ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, static_cast<std::size_t>(bytes - done), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) break;
-    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    if (n == 0) break;  // nothing copied in the kernel: the buffer copy says why, if anything
+    if (n < 0) return errno;
     done += static_cast<std::uint64_t>(n);
   }
   std::vector<char> buf(std::min<std::uint64_t>(bytes - done, std::uint64_t{4} << 20));
@@ -99,8 +95,6 @@ int copy_bytes(int in, int out, std::uint64_t bytes, std::uint64_t& done) {
   return 0;
 }
 
-}  // namespace
-
 FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const std::string& name, int rank,
                           bool* linked) {
   const std::string to = dir + "/" + name;
@@ -117,9 +111,10 @@ FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const
       ::close(in);
       STRATA_THROW(Errc::io, "checkpoint: cannot create '", to, "': ", errno_text(err));
     }
-    const off_t end = ::lseek(in, 0, SEEK_END);
+    struct stat st {};
+    const std::uint64_t size = ::fstat(in, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
     std::uint64_t done = 0;
-    const int err = copy_bytes(in, out, static_cast<std::uint64_t>(std::max<off_t>(end, 0)), done);
+    const int err = copy_file_contents(in, out, size, done);
     ::close(in);
     ::close(out);
     STRATA_CHECK(

@@ -47,9 +47,16 @@ class ShardWriter {
   std::vector<std::uint64_t> sums_;
 };
 
+// Copies `bytes` bytes from `in` to `out` (both from offset 0, whatever the descriptors'
+// offsets), inside the kernel where it can (copy_file_range), else through a user buffer:
+// copy_file_range refuses files on two filesystems (EXDEV), the usual layout of NVMe
+// scratch and checkpoint volumes, and some filesystems or kernels have none (EINVAL,
+// ENOSYS, EOPNOTSUPP, or nothing copied). Returns 0 or an errno; `done` says how far it got.
+int copy_file_contents(int in, int out, std::uint64_t bytes, std::uint64_t& done);
+
 // A sealed optimizer swap file of the NVMe tier taken into a checkpoint as dir/name:
-// hard-linked when dir is on its filesystem (no byte moves), else copied inside the kernel
-// (copy_file_range: nothing passes through user memory). Returns its manifest entry (the
+// hard-linked when dir is on its filesystem (no byte moves), else copied
+// (copy_file_contents). Returns its manifest entry (the
 // payload size and the XXH3 of its checksum table, read from the file); *linked says which.
 FileEntry adopt_swap_file(const std::string& from, const std::string& dir, const std::string& name, int rank,
                           bool* linked);

@@ -9,12 +9,15 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <unordered_set>
 
 #include "checkpoint/directory.h"
@@ -56,48 +59,82 @@ int Engine::Impl::first_failure(bool ok) {
   return -1;
 }
 
-// A save that hard-links NVMe swap files shares their blocks with the run: each is written
-// again (under a new inode, OptimizerSwapper) within two steps, and the checkpoint keeps
-// the old blocks, so the filesystem of nvme_path needs room for a second copy of every file
-// this save links that nothing linked before, less what this save's retention frees (the
-// swap files of the checkpoints `keep` removes that nothing else links). Refused here,
-// naming the bytes, rather than as ENOSPC in a later step; a checkpoint on another
-// filesystem is copied there and needs none.
+// A save that hard-links NVMe swap files shares their blocks with the run, and the run
+// writes a linked file again only under a new inode (OptimizerSwapper::unshare), the
+// checkpoint keeping the old blocks. So every run file that will still have a link outside
+// the run after this save (the current generation this save links, and files earlier saves
+// linked that retention keeps) needs its size anew on nvme_path's filesystem within two
+// steps, against what is free now plus what this save's retention frees (checkpoint files
+// nothing else links). Refused here, naming the bytes, rather than as ENOSPC in a later
+// step; a checkpoint on another filesystem is copied there and needs none.
 void Engine::Impl::check_link_space(const std::string& root, std::int64_t step, int keep) const {
   auto* swapper = nvme ? nvme->swapper() : nullptr;
   if (swapper == nullptr) return;
-  const std::string staging = checkpoint::staging_dir(root, step);
-  struct stat dir_st {};
-  if (::stat(staging.c_str(), &dir_st) != 0) return;
-  auto blocks = [&](const std::string& path) -> std::uint64_t {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || st.st_dev != dir_st.st_dev || st.st_nlink != 1) return 0;
-    return static_cast<std::uint64_t>(st.st_blocks) * 512;
+  struct stat dir_st {
+  }, swap_st{};
+  if (::stat(checkpoint::staging_dir(root, step).c_str(), &dir_st) != 0 ||
+      ::stat(swapper->dir().c_str(), &swap_st) != 0 || dir_st.st_dev != swap_st.st_dev)
+    return;
+  using Inode = std::pair<dev_t, ino_t>;
+  struct File {
+    std::uint64_t bytes = 0, links = 0, gone = 0;  // on disk, st_nlink, links retention removes
   };
-  std::uint64_t shared = 0, freed = 0;
-  for (std::size_t t = 0; t < swapper->tensors(); ++t)
-    for (const auto& f : swapper->sealed_files(t)) shared += blocks(f.path);
-  if (shared == 0) return;
+  std::map<Inode, File> files;
+  auto look = [&](const std::string& path) -> File* {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || st.st_dev != dir_st.st_dev) return nullptr;
+    File& f = files[{st.st_dev, st.st_ino}];
+    f.bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+    f.links = st.st_nlink;
+    return &f;
+  };
+  // The checkpoints retention removes once this save commits: commit_save's rule, this step latest.
   if (keep > 0) {
     auto steps = checkpoint::list_checkpoints(root);
-    std::erase(steps, step);
+    if (std::find(steps.begin(), steps.end(), step) == steps.end()) steps.push_back(step);
+    std::sort(steps.begin(), steps.end());
     const std::string mine = checkpoint::shard_file_name(rank).substr(0, 10);  // "rank00003."
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size() + 1; ++i) {
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
+      if (steps[i] == step) continue;
       std::error_code ec;
       for (const auto& e : std::filesystem::directory_iterator(root + "/" + checkpoint::step_dir_name(steps[i]), ec)) {
         const std::string n = e.path().filename().string();
-        if (n.rfind(mine, 0) == 0 && e.path().extension() == ".swap") freed += blocks(e.path().string());
+        if (n.rfind(mine, 0) != 0 || e.path().extension() != ".swap") continue;
+        if (File* f = look(e.path().string())) ++f->gone;
       }
     }
   }
+  std::set<Inode> run, linked_now;
+  for (const auto& p : swapper->all_files()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) run.insert({st.st_dev, st.st_ino});
+  }
+  for (std::size_t t = 0; t < swapper->tensors(); ++t) {
+    for (const auto& f : swapper->sealed_files(t)) {
+      struct stat st {};
+      if (::stat(f.path.c_str(), &st) == 0) linked_now.insert({st.st_dev, st.st_ino});
+    }
+  }
+  for (const auto& p : swapper->all_files()) look(p);
+  std::uint64_t needed = 0, freed = 0, linking = 0;
+  for (const auto& [inode, f] : files) {
+    const bool now = linked_now.count(inode) != 0;
+    if (run.count(inode) != 0) {
+      const std::uint64_t outside = f.links - 1 - f.gone + (now ? 1 : 0);  // links beside the run's own
+      if (outside > 0) needed += f.bytes;
+      if (now && f.links == 1) linking += f.bytes;
+    } else if (f.gone == f.links) {
+      freed += f.bytes;  // only checkpoints retention removes hold it
+    }
+  }
+  if (linking == 0) return;  // this save shares nothing new
   struct statvfs vfs {};
   if (::statvfs(swapper->dir().c_str(), &vfs) != 0) return;
   const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  STRATA_CHECK(free_bytes + freed >= shared, Errc::out_of_budget, "rank ", rank, ": the checkpoint in '", root,
-               "' would hard-link ", format_bytes(shared),
-               " of NVMe optimizer state that training rewrites within two ", "steps, which then needs ",
-               format_bytes(shared), " more on the filesystem of '", swapper->dir(), "', and only ",
-               format_bytes(free_bytes), " is free",
+  STRATA_CHECK(free_bytes + freed >= needed, Errc::out_of_budget, "rank ", rank, ": the checkpoint in '", root,
+               "' would hard-link ", format_bytes(linking), " of NVMe optimizer state that training rewrites within ",
+               "two steps; the run's linked swap files then need ", format_bytes(needed),
+               " more on the filesystem of '", swapper->dir(), "', and only ", format_bytes(free_bytes), " is free",
                freed > 0 ? str_cat(" (", format_bytes(freed), " more once --keep ", keep, " removes older checkpoints)")
                          : std::string(),
                ": free space there, keep fewer checkpoints (--keep), or save checkpoints on another "
@@ -248,6 +285,8 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
     STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
                  trainer_state.substr(0, 80), "'");
   }
+  STRATA_CHECK(!I.state_mixed, Errc::invalid_argument, "save_checkpoint() after a checkpoint load failed while ",
+               "writing the state: the state is partly loaded and must not become a checkpoint; load one first");
   synchronize();      // parameter write-backs and reductions have landed
   I.poll_save(true);  // one save at a time
   const auto t0 = std::chrono::steady_clock::now();

@@ -14,6 +14,7 @@
 // in the second phase, an I/O error writing NVMe state, discards those writes; the state in
 // device and host memory may then be part loaded, and the engine refuses to train until a
 // load succeeds.
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
@@ -23,6 +24,7 @@
 #include "engine/detail/checkpoint_ranges.h"
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
@@ -91,11 +93,13 @@ std::string Engine::Impl::engine_state_json() const {
 OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
   OptimizerStep::Counters c;
   std::string saved_optimizer, saved_scaling;
+  double saved_scale = 0;
   try {
     const auto j = nlohmann::json::parse(m.engine_state);
     const auto& ls = j.at("loss_scaler");
     auto& s = c.scaler;
     s.scale = ls.at("scale").get<double>();
+    saved_scale = s.scale;
     s.iteration = ls.at("iteration").get<std::int64_t>();
     s.last_overflow_iteration = ls.at("last_overflow_iteration").get<std::int64_t>();
     s.hysteresis_left = ls.at("hysteresis_left").get<int>();
@@ -127,14 +131,17 @@ OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest
   // The loss scaler's state carries over only between runs that scale alike; otherwise this
   // run's scaler starts from its config (an fp16 run resumed from an fp32 or bf16 checkpoint
   // starts at fp16.initial_scale_power, not at the scale 1 that run had).
+  // A checkpoint of an earlier Strata does not record it: only fp16 runs had a scaler.
+  if (saved_scaling.empty()) saved_scaling = m.compute_dtype == "fp16" ? scaling_name(scaler_config, true) : "none";
   const std::string scaling = scaling_name(scaler_config, cfg.fp16.enabled);
-  if (!saved_scaling.empty() && saved_scaling != scaling) {
-    c.scaler = stepper->counters().scaler;
+  const auto fresh = optim::LossScaler(scaler_config).state();  // this run's config, as at setup
+  if (saved_scaling != scaling) {
+    c.scaler = fresh;
     STRATA_LOG(warn, "checkpoint '", where, "' was saved with loss scaling '", saved_scaling, "' and this run's is '",
-               scaling, "': the loss scaler starts from this run's config (scale ", c.scaler.scale,
-               "), not from the checkpoint's (", m.compute_dtype, ")");
+               scaling, "': the loss scaler starts from this run's config (scale ", fresh.scale,
+               "), not from the checkpoint's scale ", saved_scale);
   } else if (scaling != "dynamic") {
-    c.scaler = stepper->counters().scaler;  // a static or absent scaler has no state but its config
+    c.scaler = fresh;  // a static or absent scaler has no state but its config
   }
   if (m.compute_dtype != dtype_name(cdt)) {
     STRATA_LOG(info, "checkpoint '", where, "' was trained in ", m.compute_dtype, "; this run computes in ",
@@ -211,6 +218,28 @@ void Engine::Impl::load_all_or_nothing(const StateReader& read, bool moments, co
   commit_loaded();
 }
 
+// Rank 0 resolves a root to the step directory its `latest` names (or the one the fallback
+// chooses) and every rank loads that one: resolved on each rank, a `latest` read torn or
+// failing on one rank would load its shards from another step than the others'.
+std::string Engine::Impl::resolve_checkpoint(const std::string& path, const std::string& what) {
+  if (comm == nullptr || world == 1) return path;
+  std::string dir;
+  all_or_nothing(telling(
+                     [&] {
+                       if (rank == 0) dir = checkpoint::open_checkpoint(path).dir;
+                     },
+                     kUnchanged),
+                 what);
+  // Sent as fp32 words (bytes moved, never added): the length, then the padded text.
+  std::uint64_t n = dir.size();
+  comm->broadcast(&n, 2, DType::fp32, 0);
+  std::vector<float> words((n + 3) / 4, 0.0f);
+  if (rank == 0) std::memcpy(words.data(), dir.data(), n);
+  if (!words.empty()) comm->broadcast(words.data(), words.size(), DType::fp32, 0);
+  dir.assign(reinterpret_cast<const char*>(words.data()), n);
+  return dir;
+}
+
 std::string Engine::load_checkpoint(const std::string& path) {
   auto& I = *impl_;
   I.require_complete_setup("load_checkpoint");
@@ -222,9 +251,10 @@ std::string Engine::load_checkpoint(const std::string& path) {
   checkpoint::Opened opened;
   std::vector<const checkpoint::TensorEntry*> entry;
   OptimizerStep::Counters counters;
+  const std::string dir = I.resolve_checkpoint(path, what);
   // Everything but the bytes is checked first; then load_all_or_nothing reads them.
   auto check = [&] {
-    opened = checkpoint::open_checkpoint(path);
+    opened = checkpoint::open_checkpoint(dir);
     const auto& m = opened.manifest;
     const Layout& lay = *I.layout;
     for (const auto& p : lay.params()) {

@@ -89,6 +89,9 @@ void Engine::begin_eval() {
   auto& I = *impl_;
   I.require_complete_setup("begin_eval");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument, "begin_eval() inside a step or another evaluation");
+  STRATA_CHECK(!I.state_mixed, Errc::invalid_argument,
+               "begin_eval() after a checkpoint load failed while writing the state: the state is partly loaded; "
+               "load a checkpoint again first");
   I.in_eval = true;
 }
 

@@ -31,7 +31,8 @@ std::string holder_of(const std::string& path) {
   return holder;
 }
 
-// Whether `name` is one of a run's swap-file generations ("layer_3.sg0.a.swap"): a
+// Whether `name` is one of a run's swap-file generations ("layer_3.sg0.a.swap"), or a
+// replacement being made for one ("layer_3.sg0.a.new.swap"): a
 // checkpoint's copies carry a rank prefix ("rank00000.layer_3.sg0.a.swap") and live in
 // step directories, which are never looked into.
 bool is_run_swap_file(const std::string& name) {
@@ -39,7 +40,7 @@ bool is_run_swap_file(const std::string& name) {
     const std::size_t n = std::char_traits<char>::length(tail);
     return name.size() > n && name.compare(name.size() - n, n, tail) == 0;
   };
-  return (ends_with(".a.swap") || ends_with(".b.swap")) && name.rfind("rank", 0) != 0;
+  return (ends_with(".a.swap") || ends_with(".b.swap") || ends_with(".new.swap")) && name.rfind("rank", 0) != 0;
 }
 
 // Removes the swap files a dead run left in the places a run keeps them: `dir` itself and

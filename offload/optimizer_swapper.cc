@@ -70,20 +70,27 @@ struct OptimizerSwapper::Impl {
                    ", ", c.offset + c.length, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
   }
   // A generation file that a checkpoint has hard-linked gets a new inode under its path
-  // before it is written, so the checkpoint keeps its bytes (its blocks stay reserved).
+  // before it is written, so the checkpoint keeps its bytes (its blocks stay reserved). The
+  // new file is made and reserved under a temporary name and renamed over the path, so a
+  // failure (a full filesystem) leaves the old file in place and the swapper usable.
   void unshare(Chunk& c, int gen) {
     struct stat st {};
     if (::stat(c.path[gen].c_str(), &st) != 0 || st.st_nlink <= 1) return;
     const auto spec = c.file[gen]->layout().spec;
-    c.file[gen].reset();
-    STRATA_CHECK(::unlink(c.path[gen].c_str()) == 0, Errc::io, "optimizer swapper: cannot replace '", c.path[gen],
-                 "' (linked by a checkpoint): ", errno_text(errno));
+    const std::string tmp = c.path[gen].substr(0, c.path[gen].size() - 5) + ".new.swap";  // ".a.swap" -> ".a.new.swap"
     try {
-      auto f = io::SwapFile::create(*sio.engine, c.path[gen], spec);
-      STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
-      detail::reserve_blocks(c.path[gen], f->layout().file_bytes, "NVMe tier");
+      {
+        auto f = io::SwapFile::create(*sio.engine, tmp, spec);
+        STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
+        detail::reserve_blocks(tmp, f->layout().file_bytes, "NVMe tier");
+      }
+      STRATA_CHECK(::rename(tmp.c_str(), c.path[gen].c_str()) == 0, Errc::io, "optimizer swapper: cannot rename '", tmp,
+                   "' over '", c.path[gen], "' (linked by a checkpoint): ", errno_text(errno));
+      auto f = io::SwapFile::open(*sio.engine, c.path[gen]);
+      STRATA_IO_CHECK(f.status(), where(c) + ", reopening a replaced generation");
       c.file[gen] = std::make_unique<io::SwapFile>(std::move(*f));
     } catch (const Error& e) {
+      ::unlink(tmp.c_str());
       // The checkpoint keeps the old blocks, so the rewrite needs new ones on this filesystem.
       throw Error(e.code(),
                   str_cat(e.what(),
@@ -395,6 +402,12 @@ std::vector<OptimizerSwapper::SealedFile> OptimizerSwapper::sealed_files(std::si
     const Chunk& c = I.chunks[ci];
     out.push_back({c.path[I.current], c.offset, c.length});
   }
+  return out;
+}
+
+std::vector<std::string> OptimizerSwapper::all_files() const {
+  std::vector<std::string> out;
+  for (const Chunk& c : impl_->chunks) out.insert(out.end(), {c.path[0], c.path[1]});
   return out;
 }
 

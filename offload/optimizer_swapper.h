@@ -132,6 +132,8 @@ class OptimizerSwapper {
     std::uint64_t offset = 0, elems = 0;  // the tensor's elements it holds
   };
   std::vector<SealedFile> sealed_files(std::size_t tensor) const;
+  // Every sub-group's files, both generations (what a checkpoint may have linked).
+  std::vector<std::string> all_files() const;
   SwapperStats stats() const noexcept;
 
   // The smallest budget that fits one buffer for these tensors and options.

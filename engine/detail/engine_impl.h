@@ -187,6 +187,8 @@ struct Engine::Impl {
   void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
   void load_layers(const StateReader& read, bool moments, bool apply);
+  // Collective: the step directory a load of `path` reads, as rank 0 resolves it.
+  std::string resolve_checkpoint(const std::string& path, const std::string& what);
   // Collective: load_layers read-only, then applied (on_success after it, on every rank)
   // and committed; a failure in either phase changes nothing but NVMe writes discarded.
   void load_all_or_nothing(const StateReader& read, bool moments, const std::string& what,

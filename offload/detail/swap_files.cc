@@ -77,6 +77,13 @@ std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, cons
   for (int g = 0; g < 2; ++g) {
     c.path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
     created.push_back(c.path[g]);
+    // A file of this name is a dead run's that its cleanup could not remove; it may share
+    // its inode with a checkpoint, so it is unlinked, never truncated in place.
+    if (::unlink(c.path[g].c_str()) != 0 && errno != ENOENT) {
+      STRATA_IO_CHECK(
+          io::Status(-errno, str_cat("unlink '", c.path[g], "' (a dead run's file): ", io::errno_text(errno))),
+          where(c, g));
+    }
     auto f = io::SwapFile::create(engine, c.path[g], spec);
     STRATA_IO_CHECK(f.status(), where(c, g));
     reserve_blocks(c.path[g], f->layout().file_bytes, tier);
@@ -185,7 +192,10 @@ void start_swap_io(SwapIo& out, unsigned queue_depth, unsigned submit_batch, std
   eo.queue_depth = std::max(1u, queue_depth);
   eo.submit_batch = std::max(1u, submit_batch);
   eo.block_bytes = block_bytes;
-  eo.max_files = static_cast<unsigned>(std::clamp<std::uint64_t>(files, 1, 1u << 15));  // older kernels cap at 32768
+  // Two slots beyond the files: a generation a checkpoint linked is replaced by making the
+  // new file and reopening it while the old one is still open (OptimizerSwapper::unshare).
+  eo.max_files =
+      static_cast<unsigned>(std::clamp<std::uint64_t>(files + 2, 1, 1u << 15));  // older kernels cap at 32768
   auto engine = io::Engine::create(eo);
   STRATA_IO_CHECK(engine.status(), str_cat(who, ": starting the io_uring engine"));
   out.engine.emplace(std::move(engine).value());

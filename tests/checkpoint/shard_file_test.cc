@@ -1,9 +1,13 @@
 // Shard files: what is written reads back from any range across chunks, a flipped byte or a
 // truncated file is named (file, chunk, the tensor being read), and a full disk fails the
 // write naming the file.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "checkpoint/shard_file.h"
@@ -92,6 +96,35 @@ TEST_CASE("a full disk fails the shard write naming the file", "[checkpoint]") {
   CHECK_THAT(msg,
              Catch::Contains("checkpoint shard '" + dir.file("rank00003.bin") + "': writing 1.00 KiB at byte 4096"));
   CHECK_THAT(msg, Catch::Contains("a full disk?"));
+}
+
+TEST_CASE("file contents are copied whole whatever the descriptors' offsets, in the kernel or through a buffer",
+          "[checkpoint][regression]") {
+  // Before: the copy started at the input's own offset, which sizing the file had left at
+  // its end, so copy_file_range copied nothing and the save failed as "filesystem full".
+  test::TempDir dir("ckpt-copy");
+  std::string data(3 * 1048576 + 12345, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 % 251);
+  std::vector<std::string> sources = {dir.file("src")};
+  const std::string shm = "/dev/shm/strata-ckpt-copy-" + std::to_string(::getpid());
+  if (std::filesystem::is_directory("/dev/shm")) sources.push_back(shm);  // another filesystem: the buffer path
+  for (const auto& src : sources) {
+    INFO(src);
+    { std::ofstream(src, std::ios::binary) << data; }
+    const int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    const int out = ::open(dir.file("dst").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    REQUIRE(in >= 0);
+    REQUIRE(out >= 0);
+    ::lseek(in, 0, SEEK_END);  // as a size probe leaves it
+    std::uint64_t done = 0;
+    CHECK(checkpoint::copy_file_contents(in, out, data.size(), done) == 0);
+    CHECK(done == data.size());
+    ::close(in);
+    ::close(out);
+    std::ifstream back(dir.file("dst"), std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(back), std::istreambuf_iterator<char>()) == data);
+    std::filesystem::remove(src);
+  }
 }
 
 }  // namespace

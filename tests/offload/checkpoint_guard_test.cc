@@ -5,6 +5,7 @@
 // save directory, a half-applied failed load, another optimizer's state), with NVMe state
 // on io_uring like a user's.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -178,10 +179,18 @@ TEST_CASE("a checkpoint saved inside the swap directory survives the next run's 
     r.train(0, 2);
     state = checkpoint_contents(r.engine->save_checkpoint(ck).dir);
   }
-  // A leftover of a run that died: its name is a run's, and it sits where a run keeps them.
-  { std::ofstream(dir.file("nvme/rank0/layer_9.sg0.a.swap")) << "left by a killed run"; }
+  // Leftovers of a run that died: named as a run's, where a run keeps them, and (as a killed
+  // run's files are after a save) sharing their inodes with the checkpoint's files.
+  std::vector<std::string> leftovers;
+  for (const auto& e : fs::directory_iterator(checkpoint::open_checkpoint(ck).dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.path().extension() != ".swap") continue;
+    leftovers.push_back(dir.file("nvme/rank0/" + n.substr(n.find('.') + 1)));  // "rank00000.layer_0..." -> "layer_0..."
+    fs::create_hard_link(e.path(), leftovers.back());
+  }
+  REQUIRE(!leftovers.empty());
   Rank next(config);
-  CHECK_FALSE(fs::exists(dir.file("nvme/rank0/layer_9.sg0.a.swap")));
+  for (const auto& l : leftovers) CHECK_FALSE((fs::exists(l) && fs::hard_link_count(l) > 1));
   next.engine->load_checkpoint(ck);
   CHECK(checkpoint_contents(ck) == state);
 }
@@ -189,11 +198,13 @@ TEST_CASE("a checkpoint saved inside the swap directory survives the next run's 
 TEST_CASE("NVMe state is copied into a checkpoint on another filesystem", "[offload][uring][checkpoint][regression]") {
   // Before: link() and copy_file_range() both fail with EXDEV across filesystems, and every
   // save failed with a "full disk?" hint. /dev/shm is a tmpfs, the temp directory is not.
-  if (!fs::is_directory("/dev/shm")) {
-    WARN("no /dev/shm: nothing to test");
+  TempDir dir("ckpt-guard");
+  struct stat shm_st {
+  }, dir_st{};
+  if (::stat("/dev/shm", &shm_st) != 0 || ::stat(dir.path().c_str(), &dir_st) != 0 || shm_st.st_dev == dir_st.st_dev) {
+    WARN("no /dev/shm on another filesystem than " << dir.path() << ": nothing to test");
     return;
   }
-  TempDir dir("ckpt-guard");
   const std::string nvme = "/dev/shm/strata-ckpt-guard-" + std::to_string(::getpid());
   struct Cleanup {
     std::string p;

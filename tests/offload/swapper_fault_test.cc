@@ -3,7 +3,9 @@
 // stays readable and the next step works), and swap directories that cannot be created.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "offload/optimizer_swapper.h"
@@ -94,6 +96,47 @@ TEST_CASE("a full device fails the step with a clear error and keeps the last go
   sw.step(add_one);  // the device has room again
   sw.read_state(0, 0, 5000, got0.data());
   CHECK(got0 == std::vector<float>(5000, 3.0f));
+}
+
+TEST_CASE("a linked generation whose replacement cannot be made leaves the swapper usable and the link's bytes",
+          "[offload][uring][negative][regression]") {
+  // Before: the old file was closed and unlinked before its replacement was made, so a full
+  // filesystem left a null file behind and the next step or load crashed.
+  test::TempDir dir("strata-offload");
+  offload::OptimizerSwapper sw(options_in(dir.file("rank0")), {{"layer 0", 5000}});
+  std::vector<float> a(5000, 1.0f);
+  sw.write_state(0, a.data());
+  sw.commit_written();
+  // A checkpoint links the current generation (as a save does), then a step writes the other.
+  std::vector<std::string> linked;
+  for (const auto& f : sw.sealed_files(0)) {
+    linked.push_back(f.path + ".ckpt");
+    std::filesystem::create_hard_link(f.path, linked.back());
+  }
+  auto bytes_of = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  std::vector<std::string> before;
+  for (const auto& l : linked) before.push_back(bytes_of(l));
+  sw.step(add_one);  // 2, into the unlinked generation
+  std::string m;
+  {
+    test::FileSizeLimit limit(8192);  // the linked generation's replacement cannot be reserved
+    m = error_of([&] { sw.step(add_one); });
+  }
+  INFO(m);
+  CHECK(m.find("a checkpoint hard-linked this file") != std::string::npos);
+  for (std::size_t i = 0; i < linked.size(); ++i) CHECK(bytes_of(linked[i]) == before[i]);
+  std::vector<float> got(5000);
+  sw.read_state(0, 0, 5000, got.data());
+  CHECK(got == std::vector<float>(5000, 2.0f));  // the last good state
+  sw.step(add_one);                              // with room again: the replacement is made and the step lands
+  sw.write_state(0, got.data());                 // and a load's write goes to the other generation
+  sw.commit_written();
+  sw.read_state(0, 0, 5000, got.data());
+  CHECK(got == std::vector<float>(5000, 2.0f));
+  for (std::size_t i = 0; i < linked.size(); ++i) CHECK(bytes_of(linked[i]) == before[i]);
 }
 
 TEST_CASE("a swap directory that cannot be created is refused at setup, naming the key", "[offload][uring][negative]") {

@@ -50,13 +50,15 @@ config "$dir/two.json" "$dir/nvme-first"
 "$strata" train "${mlp[@]}" --config "$dir/two.json" --steps 1000000 --save-dir "$dir/shared" --save-every 1 \
   > "$dir/first.log" 2>&1 &
 first=$!
-for _ in $(seq 1 300); do [ -f "$dir/shared/latest" ] && break; sleep 0.1; done
+trap 'kill "$first" 2> /dev/null || true; rm -rf "$dir" "${shm:-}"' EXIT  # never left training on a failure
+for _ in $(seq 1 1200); do [ -f "$dir/shared/latest" ] && break; sleep 0.1; done
 [ -f "$dir/shared/latest" ] || fail "the first run saved nothing: $(tail -3 "$dir/first.log")"
 config "$dir/second.json" "$dir/nvme-second"
 expect_refusal "a second run on the same --save-dir" "is in use by pid $first" \
   "$strata" train "${mlp[@]}" --config "$dir/second.json" --steps 2 --save-dir "$dir/shared" --save-every 1
 kill -INT "$first"
 wait "$first" || true
+trap 'rm -rf "$dir" "${shm:-}"' EXIT
 "$strata" checkpoint verify "$dir/shared" > /dev/null || fail "the first run's checkpoint does not verify"
 echo "ok: the first run's checkpoints verify"
 
@@ -77,6 +79,14 @@ if unshare -m --propagation private true 2> /dev/null; then
     "$dir/small" "$strata" train "${mlp[@]}" --config "$dir/small.json" --steps 8 --save-dir "$dir/small/ck" \
     --save-every 2 --keep 1 2>&1) || fail "a run with room for one rewrite and --keep 1 failed: $out"
   echo "ok: with room for one rewrite and --keep 1, it saves every other step for 8 steps"
+  # [regression] Saves on consecutive steps with every checkpoint kept: the second save also
+  # keeps the first one's files from being reused, so both generations need a rewrite. It is
+  # refused at that save; before, it passed and step 4 died of ENOSPC in the swapper.
+  out=$(unshare -m --propagation private bash -c 'mount -t tmpfs -o size=20m strata-room "$1" && shift && "$@"' _ \
+    "$dir/small" "$strata" train "${mlp[@]}" --config "$dir/small.json" --steps 4 --save-dir "$dir/small/ck" \
+    --save-every 1 2>&1) && fail "two consecutive linked saves without room for both rewrites passed: $out"
+  grep -q "the checkpoint in .* would hard-link .* then need .* more on the filesystem" <<<"$out" || fail "unclear: $out"
+  echo "ok: consecutive saves refused at the second: $(grep -o 'need [0-9.]* MiB more[^,]*, and only [0-9.]* MiB is free' <<<"$out" | head -1)"
 else
   echo "skipped: cannot make a private mount namespace here"
 fi

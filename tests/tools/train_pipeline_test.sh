@@ -295,6 +295,16 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(head)) + head + b[8 + n:])
 PY
 expect_refusal "--init-from without a tensor" "has no tensor 'h.1.mlp.c_proj.bias', which this model registers" \
   "$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --init-from "$dir/partial.st"
+python3 - "$dir/plain.st" "$dir/nan.st" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+lo = json.loads(b[8:8 + n])["h.0.attn.c_attn.weight"]["data_offsets"][0]
+b[8 + n + lo + 12:8 + n + lo + 16] = struct.pack("<f", float("nan"))  # element 3
+open(sys.argv[2], "wb").write(b)
+PY
+expect_refusal "--init-from with a NaN (pipelined)" "tensor 'h.0.attn.c_attn.weight' holds nan at element 3" \
+  "$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --init-from "$dir/nan.st"
 expect_refusal "--init-from with --resume" "pick one" "$strata" train "${run[@]}" --steps 4 --resume "$dir/ck" \
   --init-from "$dir/plain.st"
 

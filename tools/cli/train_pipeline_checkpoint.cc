@@ -34,7 +34,7 @@ engine::StageStore::LayerValues PipelineCheckpoints::initial_values(const Pipeli
       STRATA_CHECK(info != nullptr && info->shape == t.shape && at + info->numel <= count, Errc::invalid_argument,
                    "--init-from '", path, "': tensor '", t.name,
                    "' is gone or changed shape since the run checked it; keep the file unchanged while it starts");
-      file.read(*info, 0, info->numel, out + at);
+      read_init_values(file, path, *info, 0, info->numel, out + at);  // refuses NaN and infinities
       at += info->numel;
     }
     STRATA_CHECK(at == count, Errc::internal, "--init-from: pipeline layer ", layer, " holds ", count,
