@@ -18,6 +18,7 @@ struct strata_engine {
   std::unique_ptr<strata::device::Device> device;
   std::unique_ptr<strata::engine::Engine> engine;
   std::vector<std::string> names;  // keeps the view names alive
+  std::string loaded_state;        // the trainer state of the last strata_load
 };
 
 namespace {
@@ -230,11 +231,24 @@ strata_status strata_load(strata_engine* e, const char* path, char* trainer_stat
   return guarded([&] {
     STRATA_CHECK(path != nullptr, strata::Errc::invalid_argument, "strata_load: path must not be NULL");
     const std::string state = engine_of(e).load_checkpoint(path);
+    e->loaded_state = state;
     if (trainer_state_out == nullptr) return;
     STRATA_CHECK(capacity > state.size(), strata::Errc::invalid_argument, "strata_load: the trainer state (",
                  state.size() + 1, " bytes with its NUL) does not fit in capacity ", capacity,
                  "; the checkpoint itself was loaded");
     std::memcpy(trainer_state_out, state.c_str(), state.size() + 1);
+  });
+}
+
+strata_status strata_loaded_trainer_state(strata_engine* e, char* out, size_t capacity, size_t* size) {
+  return guarded([&] {
+    engine_of(e);  // checks the handle
+    STRATA_CHECK(size != nullptr, strata::Errc::invalid_argument, "strata_loaded_trainer_state: size must not be NULL");
+    *size = e->loaded_state.size() + 1;
+    if (out == nullptr) return;
+    STRATA_CHECK(capacity >= *size, strata::Errc::invalid_argument, "strata_loaded_trainer_state: the trainer state (",
+                 *size, " bytes with its NUL) does not fit in capacity ", capacity);
+    std::memcpy(out, e->loaded_state.c_str(), *size);
   });
 }
 

@@ -208,8 +208,9 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
   if (!config.ignored_keys.empty()) {
     std::string list;
     for (const auto& key : config.ignored_keys) list += (list.empty() ? "" : ", ") + key;
-    STRATA_LOG(info, source, ": accepted but not used by Strata (DeepSpeed settings for logging, monitoring, ",
-               "profiling, checkpoint saving, or set to their defaults): ", list);
+    STRATA_LOG(
+        info, source, ": accepted but not used by Strata (DeepSpeed settings for logging, monitoring, ",
+        "profiling, checkpoint saving, knobs for behaviour Strata always has, or set to their defaults): ", list);
   }
   return config;
 }

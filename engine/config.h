@@ -46,12 +46,8 @@ struct SchedulerConfig {
 
 struct ZeroConfig {
   int stage = 0;
-  bool contiguous_gradients = true;
-  bool reduce_scatter = true;
-  std::uint64_t reduce_bucket_size = 500000000;     // elements
-  std::uint64_t allgather_bucket_size = 500000000;  // elements
-  bool overlap_comm = false;                        // DeepSpeed: true for stage 3 by default
-  bool round_robin_gradients = false;
+  std::uint64_t reduce_bucket_size = 500000000;               // elements
+  bool overlap_comm = false;                                  // DeepSpeed: true for stage 3 by default
   std::uint64_t sub_group_size = 1000000000;                  // elements per optimizer-step tile
   std::uint64_t stage3_prefetch_bucket_size = 50000000;       // elements
   std::uint64_t stage3_param_persistence_threshold = 100000;  // elements
@@ -66,8 +62,6 @@ struct OffloadConfig {
   int buffer_count = 0;           // offload_param: 5, offload_optimizer: 4
   std::uint64_t buffer_size = 0;  // offload_param: 1e8 elements
   std::uint64_t max_in_cpu = 0;   // offload_param: 1e9 elements
-  bool pipeline_read = false, pipeline_write = false, fast_init = false;
-  float ratio = 1.0f;
   // offload_optimizer (Strata's key): the optimizer of layers on NVMe or in host RAM steps
   // each layer as its gradient completes, during backward, and rolls back when the step's
   // global check fails (optimizer_step.h, "Overlapped step").

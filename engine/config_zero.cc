@@ -9,6 +9,18 @@
 namespace strata::engine::detail {
 namespace {
 
+// DeepSpeed keys whose one behaviour Strata always has: the value is checked as DeepSpeed
+// types it (what DeepSpeed refuses, "auto" included, is refused here too), then the key is
+// named once among those accepted without effect.
+void bool_without_effect(ObjectReader& r, std::string_view key) {
+  bool v = false;
+  if (r.read_bool(key, v)) r.context().add_ignored(r.path_of(key));
+}
+void count_without_effect(ObjectReader& r, std::string_view key) {
+  std::uint64_t v = 0;
+  if (r.read_count(key, 1, v)) r.context().add_ignored(r.path_of(key));
+}
+
 // DeepSpeed names the stage-3 knobs "stage3_<name>" and accepts the bare "<name>" too.
 // Returns the spelling that is present (the prefixed one when neither is); both is an error.
 std::string stage3_key(ObjectReader& zero, const std::string& name) {
@@ -58,11 +70,17 @@ void read_offload(ObjectReader& r, bool param, OffloadConfig& out) {
     r.read_count("buffer_size", 1, out.buffer_size);
     r.read_count("max_in_cpu", 0, out.max_in_cpu);
   } else {
-    r.read_bool("pipeline_read", out.pipeline_read);
-    r.read_bool("pipeline_write", out.pipeline_write);
-    r.read_bool("fast_init", out.fast_init);
+    // DeepSpeed's speed knobs for its swapper: Strata's always pipelines reads and writes and
+    // creates its files directly, so any value is accepted without effect (and said so).
+    bool_without_effect(r, "pipeline_read");
+    bool_without_effect(r, "pipeline_write");
+    bool_without_effect(r, "fast_init");
     r.read_bool("overlap_step", out.overlap_step);
-    r.read_float("ratio", 0.0, 1.0, "use a fraction from 0 to 1 (the share of optimizer state offloaded)", out.ratio);
+    // DeepSpeed's partial offload (a share of the optimizer state stepped on the device).
+    r.notice_if("ratio", 1.0,
+                "is partial optimizer offload, which Strata does not support (1.0, all of it offloaded, it does): set "
+                "memory_budget "
+                "instead and leave offload_optimizer.device at \"none\", and placement keeps on the device what fits");
   }
   r.context().defer([r, &out] {
     if (out.device == OffloadDevice::nvme && out.nvme_path.empty()) {
@@ -144,14 +162,18 @@ void read_zero_sections(ObjectReader& top, EngineConfig& config) {
   ZeroConfig& z = config.zero;
   const std::uint64_t hidden = top.context().facts().hidden_size;
   zero.read_int("stage", 0, 3, "use 0, 1, 2 or 3", z.stage);
-  zero.read_bool("contiguous_gradients", z.contiguous_gradients);
-  zero.read_bool("reduce_scatter", z.reduce_scatter);
+  // DeepSpeed's layout and communication knobs with one behaviour in Strata: gradients always
+  // land in contiguous buckets, are always reduce-scattered (the same sum as an all-reduce),
+  // stage-3 gathers go per layer under the prefetch bucket, and bucket order is fixed. Any
+  // value is accepted without effect, and named once as such.
+  bool_without_effect(zero, "contiguous_gradients");
+  bool_without_effect(zero, "reduce_scatter");
   read_count_or_hidden(zero, "reduce_bucket_size", 1, hidden * hidden, "hidden_size * hidden_size",
                        z.reduce_bucket_size);
-  zero.read_count("allgather_bucket_size", 1, z.allgather_bucket_size);
+  count_without_effect(zero, "allgather_bucket_size");
   z.overlap_comm = z.stage == 3;  // DeepSpeed: on by default for stage 3 only
   zero.read_bool("overlap_comm", z.overlap_comm);
-  zero.read_bool("round_robin_gradients", z.round_robin_gradients);
+  bool_without_effect(zero, "round_robin_gradients");
   zero.read_count("sub_group_size", 1, z.sub_group_size);
   read_count_or_hidden(zero, stage3_key(zero, "prefetch_bucket_size"), 0, hidden * hidden * 9 / 10,
                        "floor(0.9 * hidden_size * hidden_size)", z.stage3_prefetch_bucket_size);
@@ -174,10 +196,6 @@ void read_zero_sections(ObjectReader& top, EngineConfig& config) {
     if (config.offload_optimizer.device != OffloadDevice::none && stage == 0) {
       ctx.fail(str_cat(opt_path, ".device = ", device_name(config.offload_optimizer.device),
                        " needs zero_optimization.stage 1, 2 or 3 (stage 0 does not partition the optimizer state)"));
-    }
-    if (config.offload_optimizer.ratio < 1.0f && stage != 3) {
-      ctx.fail(str_cat(opt_path, ".ratio = ", config.offload_optimizer.ratio,
-                       " (partial offload) needs zero_optimization.stage 3; stage is ", stage));
     }
   });
   read_aio(top, config.aio);

@@ -121,6 +121,10 @@ strata_status strata_save(strata_engine* e, const char* root, const char* traine
 typedef int (*strata_weight_reader)(void* user, const char* name, uint64_t elem, uint64_t count, float* out);
 strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user);
 strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity);
+/* The trainer state the last strata_load read ("" before one): *size is its length with
+   the NUL; out (NULL: only the size) gets it when capacity holds it, so a state of any size
+   is read without loading the checkpoint again. */
+strata_status strata_loaded_trainer_state(strata_engine* e, char* out, size_t capacity, size_t* size);
 
 #ifdef __cplusplus
 }

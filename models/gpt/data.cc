@@ -100,7 +100,15 @@ bool append_file(const fs::path& p, const std::string& b, const std::string& for
                  std::vector<std::uint16_t>& out) {
   const std::string f = format == "auto" ? (has_llmc_magic(b) ? "tokens" : "bytes") : format;
   if (f == "bytes") {
-    if (in_dir && std::memchr(b.data(), 0, b.size()) != nullptr) return false;
+    const bool binary = std::memchr(b.data(), 0, b.size()) != nullptr;
+    if (in_dir && binary) return false;
+    // Guessed, not asked for: a binary file without the llm.c magic is most likely a token
+    // file whose header is damaged or of another tool, and training its bytes as text would
+    // run to the end without a word.
+    STRATA_CHECK(!binary || format != "auto", Errc::invalid_argument, "--data '", p.string(),
+                 "' holds NUL bytes but no llm.c token header (magic ", kLlmcMagic,
+                 "): it is neither text nor an llm.c token file. Give --data-format bytes to train on its bytes, "
+                 "or u16 for headerless uint16 tokens");
     out.insert(out.end(), reinterpret_cast<const unsigned char*>(b.data()),
                reinterpret_cast<const unsigned char*>(b.data()) + b.size());
   } else if (f == "tokens") {

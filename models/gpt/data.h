@@ -7,7 +7,8 @@
 //           version 1, token count n), then n little-endian uint16 tokens; the file is
 //           exactly 1024 + 2n bytes.
 //   u16     a headerless file of little-endian uint16 tokens.
-//   auto    tokens where the file starts with llm.c's magic, else bytes.
+//   auto    tokens where the file starts with llm.c's magic, else bytes; a single file holding
+//           NUL bytes without the magic (a damaged token file) is refused, not read as text.
 // Only regular files are read, each only to the size it had when opened (opened with
 // O_NONBLOCK and checked by fstat first): --data naming a FIFO, a device such as /dev/zero
 // or a socket is refused by name rather than blocking or growing without bound. A directory

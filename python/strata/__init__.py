@@ -79,6 +79,7 @@ def _load():
         "strata_full_parameters": [P, ctypes.POINTER(ctypes.c_float), S, ctypes.POINTER(S)],
         "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
+        "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
         "strata_init_weights": [P, _READER, P],
     }
     for name, args in sigs.items():
@@ -239,8 +240,11 @@ class Engine:
         _check(self._lib.strata_save(self._h, str(root).encode(), json.dumps(trainer_state or {}).encode(), int(keep)))
 
     def load(self, path):
-        buf = ctypes.create_string_buffer(1 << 16)
-        _check(self._lib.strata_load(self._h, str(path).encode(), buf, len(buf)))
+        _check(self._lib.strata_load(self._h, str(path).encode(), None, 0))
+        size = ctypes.c_size_t()
+        _check(self._lib.strata_loaded_trainer_state(self._h, None, 0, ctypes.byref(size)))
+        buf = ctypes.create_string_buffer(size.value)  # a trainer state of any size
+        _check(self._lib.strata_loaded_trainer_state(self._h, buf, len(buf), ctypes.byref(size)))
         return json.loads(buf.value.decode())
 
     def init_weights(self, read):

@@ -59,6 +59,13 @@ TEST_CASE("bad data files are refused naming the file and what is wrong", "[gpt]
   e = error_of([&] { model::TokenData::load(dir.file("big.bin"), 256); });
   CHECK_THAT(e,
              Catch::Contains("big.bin") && Catch::Contains("token 1 is 300") && Catch::Contains("vocabulary of 256"));
+  // [regression] A token file whose magic is wrong was trained as bytes without a word.
+  std::string wrong = llmc({1, 2, 3}, 3);
+  wrong[0] ^= 0x01;
+  write(dir.file("wrong-magic.bin"), wrong);
+  e = error_of([&] { model::TokenData::load(dir.file("wrong-magic.bin"), 256); });
+  CHECK_THAT(e, Catch::Contains("wrong-magic.bin") && Catch::Contains("no llm.c token header") &&
+                    Catch::Contains("--data-format bytes"));
   write(dir.file("short.txt"), std::string(100, 'x'));
   const auto d = model::TokenData::load(dir.file("short.txt"), 256);
   e = error_of([&] { model::Batcher(d, dir.file("short.txt"), 128, 0.1, 0); });

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints that `strata train` once lost or could not make, as a user meets them:
+# Checkpoints that `strata train` once lost, could not make or resumed into nothing:
 #  - a --save-dir inside nvme_path/rank0: the next run's cleanup of a dead run's swap files
 #    left the checkpoint's linked optimizer state alone, and it resumes;
 #  - NVMe state on another filesystem than the checkpoints (/dev/shm here): copied, verified,
@@ -29,6 +29,9 @@ ls "$dir"/nvme/rank0/ck/step-*/*.swap > /dev/null || fail "the checkpoint links 
   fail "resuming a checkpoint saved inside nvme_path failed: $(tail -3 "$dir/b.log")"
 "$strata" checkpoint verify "$dir/nvme/rank0/ck" > /dev/null || fail "the checkpoint inside nvme_path does not verify"
 echo "ok: a checkpoint inside nvme_path/rank0 survives the next run's cleanup and resumes"
+# [regression] --steps at or below the resumed step trained nothing and exited 0.
+expect_refusal "--steps at the resumed checkpoint's step" "has trained 2 steps already, so the run would train nothing" \
+  "$strata" train "${mlp[@]}" --config "$dir/inside.json" --steps 2 --resume "$dir/nvme/rank0/ck"
 
 # NVMe state on /dev/shm (tmpfs), checkpoints on this filesystem.
 if [ -d /dev/shm ] && [ "$(stat -f -c %T /dev/shm)" != "$(stat -f -c %T "$dir")" ]; then

@@ -253,6 +253,11 @@ struct Run {
       std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
     if (o.explain) explain(runner, stage, d, all);
     const std::int64_t start = ckpt.load(runner.engine(), stage, all, g.fp8.get());
+    STRATA_CHECK(start < o.steps, Errc::invalid_argument, "--steps ", o.steps, ": the checkpoint this run resumes (",
+                 o.ckpt.resume, ") has trained ", start,
+                 " steps already, so the run would train nothing: --steps is "
+                 "the total to reach, give more than ",
+                 start);
     if (start > 0) {
       runner.start_at(start);
       if (printer)
