@@ -6,8 +6,8 @@
 
 #include "checkpoint/format.h"
 #include "runtime/core/error.h"
-#include "tests/checkpoint/stderr_capture.h"
 #include "tests/support/error_of.h"
+#include "tests/support/stderr_capture.h"
 
 namespace strata::checkpoint {
 namespace {

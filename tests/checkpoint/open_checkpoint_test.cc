@@ -15,8 +15,8 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
 #include "runtime/core/error.h"
-#include "tests/checkpoint/stderr_capture.h"
 #include "tests/support/error_of.h"
+#include "tests/support/stderr_capture.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::checkpoint {

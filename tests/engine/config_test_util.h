@@ -12,6 +12,7 @@
 
 #include "engine/config.h"
 #include "runtime/core/error.h"
+#include "tests/support/stderr_capture.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::engine::test {
@@ -43,36 +44,6 @@ inline std::string error_of(const std::string& text, const ModelFacts& f = facts
   return "no error";
 }
 
-// Redirects stderr (fd 2) into a file while alive; text() returns what was written.
-class StderrCapture {
- public:
-  StderrCapture() : dir_("strata-config-test"), path_(dir_.file("stderr.txt")) {
-    std::fflush(stderr);
-    saved_ = dup(2);
-    std::FILE* f = std::fopen(path_.c_str(), "w");
-    dup2(fileno(f), 2);
-    std::fclose(f);
-  }
-  ~StderrCapture() { restore(); }
-  std::string text() {
-    restore();
-    std::ifstream in(path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    saved_ = -1;
-  }
-  strata::test::TempDir dir_;
-  std::string path_;
-  int saved_ = -1;
-};
+using strata::test::StderrCapture;
 
 }  // namespace strata::engine::test

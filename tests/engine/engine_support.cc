@@ -53,17 +53,20 @@ engine::EngineConfig mlp_config(int stage, int world, DType compute, int micro, 
   return c;
 }
 
-MlpRank::MlpRank(const engine::EngineConfig& c) {
+MlpRank::MlpRank(const engine::EngineConfig& c, int hidden) {
   dev = device::Device::create({});
   engine::EngineOptions eo;
   eo.config = c;
   eo.device = dev.get();
   eo.seed = 7;
   engine = std::make_unique<engine::Engine>(eo);
-  mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, 32, 0.0, 7});
+  mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, hidden, 0.0, 7});
   engine->setup();
 }
 MlpRank::~MlpRank() = default;
+void MlpRank::train(std::int64_t from, std::int64_t to) {
+  for (std::int64_t s = from; s < to; ++s) mlp->train_step(s);
+}
 
 TrainRun train_mlp(const TrainSpec& spec) {
   TrainRun out;

@@ -61,14 +61,15 @@ struct TrainSpec {
 
 TrainRun train_mlp(const TrainSpec& spec);
 
-// One rank of the demo MLP (3 layers of 32, seed 7) on a host device, driven step by step,
-// so a test can reach the engine and the swap files between steps.
+// One rank of the demo MLP (3 layers of `hidden`, seed 7) on a host device, driven step by
+// step, so a test can reach the engine and the swap files between steps.
 struct MlpRank {
   std::unique_ptr<device::Device> dev;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<model::Mlp> mlp;
-  explicit MlpRank(const engine::EngineConfig& c);
+  explicit MlpRank(const engine::EngineConfig& c, int hidden = 32);
   ~MlpRank();
+  void train(std::int64_t from, std::int64_t to);  // steps [from, to)
 };
 
 // A checkpoint's every tensor and state (master, exp_avg, exp_avg_sq), consolidated from all

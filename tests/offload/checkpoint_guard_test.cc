@@ -30,26 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One rank of the demo MLP (3 layers) on a 64 MiB host device.
-struct Rank {
-  std::unique_ptr<device::Device> dev;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<model::Mlp> mlp;
-  explicit Rank(const engine::EngineConfig& c, int hidden = 64) {
-    device::DeviceOptions d;
-    d.budget_bytes = std::uint64_t{64} << 20;
-    dev = device::Device::create(d);
-    engine::EngineOptions eo;
-    eo.config = c;
-    eo.device = dev.get();
-    eo.seed = 7;
-    engine = std::make_unique<engine::Engine>(eo);
-    mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, hidden, 0.0, 7});
-    engine->setup();
-  }
-  void train(int from, int to) {
-    for (int s = from; s < to; ++s) mlp->train_step(s);
-  }
+// One rank of the demo MLP, 64 wide unless said.
+struct Rank : MlpRank {
+  explicit Rank(const engine::EngineConfig& c, int hidden = 64) : MlpRank(c, hidden) {}
 };
 
 // Stage 3 with the optimizer state (and, with `params`, the parameter shards) on NVMe in

@@ -62,23 +62,10 @@ struct Model {
   }
 };
 
-struct Run {
-  std::unique_ptr<device::Device> dev;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<model::Mlp> mlp;
+// The engine under test, and the step its next train_step() takes.
+struct Run : MlpRank {
+  explicit Run(const engine::EngineConfig& c) : MlpRank(c, 48) {}
   std::int64_t next_step = 0;
-  explicit Run(const engine::EngineConfig& c) {
-    device::DeviceOptions d;
-    d.budget_bytes = std::uint64_t{64} << 20;
-    dev = device::Device::create(d);
-    engine::EngineOptions eo;
-    eo.config = c;
-    eo.device = dev.get();
-    eo.seed = 7;
-    engine = std::make_unique<engine::Engine>(eo);
-    mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, 48, 0.0, 7});
-    engine->setup();
-  }
 };
 
 TEST_CASE("no sequence of saves, loads, steps, restarts and reads changes a committed checkpoint",

@@ -1,5 +1,5 @@
-// Captures what STRATA_LOG writes (stderr, fd 2) while alive, for the checkpoint tests that
-// check a warning is given once and says why.
+// Captures what is written to stderr (fd 2, where STRATA_LOG writes) while alive, for tests
+// that check a message is given, once, and what it says.
 #pragma once
 
 #include <unistd.h>
@@ -11,11 +11,11 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace strata::checkpoint::test {
+namespace strata::test {
 
 class StderrCapture {
  public:
-  StderrCapture() : dir_("ckpt-log"), path_(dir_.file("stderr.txt")) {
+  StderrCapture() : dir_("strata-stderr"), path_(dir_.file("stderr.txt")) {
     std::fflush(stderr);
     saved_ = ::dup(2);
     std::FILE* f = std::fopen(path_.c_str(), "w");
@@ -42,7 +42,7 @@ class StderrCapture {
     ::close(saved_);
     saved_ = -1;
   }
-  strata::test::TempDir dir_;
+  TempDir dir_;
   std::string path_;
   int saved_ = -1;
 };
@@ -54,4 +54,4 @@ inline int count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-}  // namespace strata::checkpoint::test
+}  // namespace strata::test
