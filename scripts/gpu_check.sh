@@ -44,7 +44,8 @@ if [ "$dry" = 0 ]; then
     echo "SKIPPED: no nvidia-smi here (no NVIDIA driver): run this on the GPU machine (docs/gpu_check.md), or --dry-run for the plan"
     exit 77
   fi
-  if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  gpus=$(nvidia-smi -L 2>/dev/null) || true  # captured: grep -q in a pipe could cut it short
+  if ! grep -q '^GPU ' <<<"$gpus"; then
     echo "SKIPPED: nvidia-smi lists no GPU here: run this on the GPU machine, or --dry-run for the plan"
     exit 77
   fi
@@ -96,7 +97,8 @@ add train_offload train_offload 110 "$(q "$strata" train --model gpt "${offload[
   --log-json "$work/train_offload.jsonl" --trace "$work/train_offload.trace.json")"
 add bench_gpt_offload_compute bench_gpt 35 "$(q "$strata" bench gpt --device cuda "${offload[@]}" --micro-batch 4 --products bf16 --iters 3 --json)"
 
-if "$strata" bench adam --help 2>/dev/null | grep -q -- '--device'; then
+adam_help=$("$strata" bench adam --help 2>/dev/null) || true
+if grep -q -- '--device' <<<"$adam_help"; then
   add bench_adam_cuda bench_adam 25 "$(q "$strata" bench adam --device cuda --params 256M --iters $iters --json)"
 else
   add bench_adam_cuda bench_adam 0 "" "unavailable=strata bench adam has no --device option in this build (CPU only)"
