@@ -150,10 +150,10 @@ for i in "${!names[@]}"; do
   fi
   b=${budgets[$i]}; [ "$b" -gt "$left" ] && b=$left
   echo "== $name (${b}s): ${cmds[$i]//$'\n'/ }"
-  start=$SECONDS
+  start=$(date +%s.%N)
   (cd "$work" && timeout --kill-after=5 "$b" bash -c "${cmds[$i]}") >"$out/$log" 2>&1
   rc=$?
-  secs=$((SECONDS - start))
+  secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
   tail -n 3 "$out/$log" | sed 's/^/   /'
   echo "   exit $rc after ${secs}s"
   case $rc in 0|77) ;; *) failed=1 ;; esac

@@ -24,14 +24,17 @@ def now():
 
 
 def last_json_object(text):
-    """The JSON object a `--json` bench printed: from the first '{' at a line start to the end."""
-    m = re.search(r"^\{", text, re.M)
-    if not m:
-        return {}
-    try:
-        return json.loads(text[m.start():text.rindex("}") + 1])
-    except ValueError:
-        return {}
+    """The JSON object a `--json` bench printed: the last one that starts at a line start and
+    parses (stderr shares the log, so warnings may stand before or after it)."""
+    found, decoder = {}, json.JSONDecoder()
+    for m in re.finditer(r"^\{", text, re.M):
+        try:
+            obj, _ = decoder.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            found = obj
+    return found
 
 
 def pcie_gbps(gen, width):
@@ -217,7 +220,7 @@ def main(argv):
     note = argv[10] if len(argv) > 10 else ""
     rc = None if rc == "-" else int(rc)
     step = {"name": name, "kind": kind, "command": command, "budget_s": int(budget), "status": status_of(rc),
-            "exit_status": rc, "seconds": int(secs), "log": log or None, "figures": {}}
+            "exit_status": rc, "seconds": round(float(secs), 1), "log": log or None, "figures": {}}
     if note.startswith("unavailable="):
         step["reason"] = note[len("unavailable="):]
     if note.startswith("cases="):

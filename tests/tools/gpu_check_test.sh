@@ -5,7 +5,8 @@
 # build without binaries and a machine without a GPU are refused with their exit codes and
 # messages; the report of the committed sample (tests/tools/gpu_report_sample.json, shaped as
 # gpu_check_collect.py writes it) has every target line and "not measured" for the figure
-# the sample lacks, and a malformed report is refused.
+# the sample lacks, and a malformed report is refused; the collector reads a bench's JSON
+# among warnings and a failing Catch2 summary.
 # Usage: gpu_check_test.sh BUILD_DIR (the directory whose bin/ holds strata and the test suites)
 set -euo pipefail
 build=$1
@@ -68,6 +69,23 @@ refused "a build without test suites" 2 "no test binaries" "$check" --dry-run --
 mkdir -p "$dir/fake" && printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$dir/fake/nvidia-smi" && chmod +x "$dir/fake/nvidia-smi"
 refused "a machine without a GPU" 77 "SKIPPED: nvidia-smi lists no GPU" env PATH="$dir/fake:$PATH" "$check" --build "$build" --out "$dir/out"
 [ ! -e "$dir/out" ] || fail "the skipped run wrote $dir/out"
+
+# The collector: figures from a bench's JSON among warnings, and a Catch2 summary with failures.
+collect=(python3 "$root/scripts/gpu_check_collect.py")
+mkdir -p "$dir/rep/logs" && "${collect[@]}" start "$dir/rep" --build "$build" --budget 480 --quick 0
+printf 'warning: before\n{"h2d_gbps": 50.5, "d2h_gbps": 51.5}\nwarning: after {x}\n' > "$dir/rep/logs/d.log"
+printf 'test cases: 6 | 4 passed | 2 failed\n' > "$dir/rep/logs/t.log"
+"${collect[@]}" step "$dir/rep" bench_device bench_device 20 0 1.5 logs/d.log "strata bench device"
+"${collect[@]}" step "$dir/rep" test_models catch2 22 1 2.0 logs/t.log "strata_models_tests" cases=6
+"${collect[@]}" finish "$dir/rep"
+python3 - "$dir/rep/report.json" <<'PY' || fail "the collector misread the logs: $(cat "$dir/rep/report.json")"
+import json, sys
+s = {x["name"]: x for x in json.load(open(sys.argv[1]))["steps"]}
+assert s["bench_device"]["figures"] == {"h2d_gbps": 50.5, "d2h_gbps": 51.5} and s["bench_device"]["status"] == "passed"
+assert s["test_models"]["figures"] == {"cases": 6, "passed": 4, "failed": 2, "skipped": 0} and s["test_models"]["status"] == "failed"
+PY
+grep -q "D2H 51.5 GB/s" "$dir/rep/report.md" || fail "report.md lacks the measured D2H: $(cat "$dir/rep/report.md")"
+echo "ok: the collector reads a bench's JSON among warnings and a failing Catch2 summary"
 
 # The report: the sample's step names are the plan's, every target has its line, the
 # missing AdamW figure reads "not measured", and --out writes the same text.
