@@ -15,6 +15,7 @@ import socket
 import statistics
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the sources (or in a read-only copy)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_report  # noqa: E402  (the README section, appended to report.md)
 
