@@ -33,6 +33,7 @@ case $out in /*) ;; *) out=$PWD/$out ;; esac  # the steps run in $out/work
 [[ $budget =~ ^[0-9]+$ ]] && [ "$budget" -ge 60 ] && [ "$budget" -le 3600 ] ||
   refuse "--budget-seconds '$budget' is not a whole number of seconds in 60..3600"
 
+[ -d "$build" ] && build=$(cd "$build" && pwd)  # absolute: the steps run in $out/work
 bin=$build/bin strata=$build/bin/strata
 [ -x "$strata" ] || refuse "no strata binary at $strata: build first (scripts/test.sh or cmake --build build) or pass --build DIR"
 suites=()

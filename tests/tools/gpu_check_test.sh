@@ -9,7 +9,7 @@
 # among warnings and a failing Catch2 summary.
 # Usage: gpu_check_test.sh BUILD_DIR (the directory whose bin/ holds strata and the test suites)
 set -euo pipefail
-build=$1
+build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 check=$root/scripts/gpu_check.sh report=$root/scripts/gpu_report.py sample=$here/gpu_report_sample.json
@@ -56,6 +56,8 @@ for args in "" "--quick" "--budget-seconds 120"; do
   grep -q "^total step budget: ${sum}s of ${want}s" <<<"$p" || fail "plan ($args): the total line is not ${sum}s of ${want}s: $p"
 done
 grep -q -- "--preset 774M" <<<"$("$check" --dry-run --build "$build" --quick)" || fail "--quick does not shrink the offloaded model"
+rel=$(cd "$build/.." && "$check" --dry-run --build "${build##*/}" --out rel-out) || fail "dry run with a relative --build: $rel"
+grep -q "^bench_device .* $(cd "$build" && pwd)/bin/strata bench" <<<"$rel" || fail "a relative --build is not made absolute: $rel"
 echo "ok: the step budgets fit --budget-seconds (default, --quick, 120 s)"
 
 refused "an unknown argument" 2 "unknown argument '--bogus'" "$check" --dry-run --build "$build" --bogus
