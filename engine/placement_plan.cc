@@ -188,7 +188,7 @@ void PlacementPlan::place() {
 // first trace is recorded (step() of step 1, before the optimizer runs), plan again with
 // the recorded counts. Only parameter shards depend on them: when the new plan differs in
 // parameter shards alone, they move to their new tiers now; a plan that would also move
-// optimizer state is reported and applies at the next start.
+// optimizer state is only reported (with how to get it: nothing carries it to a next run).
 void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
                            const std::function<Tier(int li)>& tier_now) {
   if (!budget_driven() || c_.cfg.zero.stage != 3 || checked_) return;
@@ -235,7 +235,9 @@ void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, c
                  ": the recorded gather trace differs from the host-trainer contract the placement "
                  "assumed (forward and backward of every micro-batch); with the recorded counts Strata would place:\n",
                  plan.explain(problem),
-                 "This run keeps its placement; the new one applies when training starts again.");
+                 "This run keeps its placement (optimizer state does not move between tiers mid-run), and a "
+                 "new run plans from the contract's counts again, not from this trace: to train with the "
+                 "placement above, set offload_optimizer and offload_param to its tiers.");
     }
   } catch (const Error& e) {
     STRATA_LOG(warn, "rank ", c_.rank, ": re-planning with the recorded gather trace failed: ", e.what());
