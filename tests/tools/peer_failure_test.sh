@@ -47,6 +47,16 @@ by_hand() {
     python3 -c "import sys; sys.exit(0 if $took <= $limit else 1)" || fail "$name: rank $r took $took s (limit $limit)"
     grep -q "strata: error: rank $r/$world: .*The cause: rank 1 (pid ${pids[1]} " "$log" ||
       fail "$name: rank $r's error does not name rank 1 (pid ${pids[1]}): $(grep error "$log")"
+    # [regression] The cause, word for word as docs/design.md promises it: before, only the
+    # rank and pid were checked, and a stopped peer reported as anything else passed.
+    local peer="The cause: rank 1 (pid ${pids[1]} on $(uname -n))"
+    case "$sig" in
+      9) grep -qF "$peer died" "$log" || fail "$name: rank $r does not say rank 1 died: $(grep error "$log")" ;;
+      STOP) grep -qF "$peer is stopped (SIGSTOP or a debugger)" "$log" ||
+        fail "$name: rank $r does not say rank 1 is stopped: $(grep error "$log")" ;;
+      TERM) grep -qF -e "$peer died" -e "$peer left (it closed its communicator: its own error or its end)" "$log" ||
+        fail "$name: rank $r does not say rank 1 died or left: $(grep error "$log")" ;;
+    esac
     [ "$(grep -c '^strata: error' "$log")" = 1 ] || fail "$name: rank $r: not one error line: $(grep error "$log")"
   done
   echo "ok: $name: every other rank ended within $limit s naming rank 1: $(grep -o -m1 'The cause: .*' "$dir/$name.0.log")"
