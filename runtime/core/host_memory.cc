@@ -6,22 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/core/cgroup_memory.h"
+
 namespace strata {
-namespace {
-
-bool read_u64(const char* path, std::uint64_t& out) {
-  std::ifstream in(path);
-  std::string text;
-  if (!(in >> text) || text == "max") return false;
-  try {
-    out = std::stoull(text);
-  } catch (...) {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 HostMemory host_memory_available() {
   HostMemory m{~std::uint64_t{0}, "unknown"};
@@ -36,13 +23,12 @@ HostMemory host_memory_available() {
       break;
     }
   }
-  std::uint64_t limit = 0, usage = 0;
-  if (read_u64("/sys/fs/cgroup/memory.max", limit) && read_u64("/sys/fs/cgroup/memory.current", usage)) {
-    const std::uint64_t room = limit > usage ? limit - usage : 0;
-    if (room < m.available) {
-      m.available = room;
-      m.source = "the memory cgroup's memory.max less memory.current";
-    }
+  std::ifstream self("/proc/self/cgroup");
+  std::stringstream text;
+  text << self.rdbuf();
+  if (const auto c = cgroup_memory_room(text.str(), "/sys/fs/cgroup"); c && c->room < m.available) {
+    m.available = c->room;
+    m.source = "the memory cgroup's limit (" + c->where + ") less its usage";
   }
   return m;
 }

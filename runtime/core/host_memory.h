@@ -13,7 +13,7 @@ namespace strata {
 
 struct HostMemory {
   std::uint64_t available = 0;  // bytes; ~0 when nothing could be read
-  std::string source;           // "MemAvailable" or "cgroup memory.max"
+  std::string source;           // MemAvailable, or the cgroup limit file that is tighter
 };
 
 HostMemory host_memory_available();
