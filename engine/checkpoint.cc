@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -80,13 +81,14 @@ void Engine::Impl::check_link_space(const std::string& root, std::int64_t step, 
     std::uint64_t bytes = 0, links = 0, gone = 0;  // on disk, st_nlink, links retention removes
   };
   std::map<Inode, File> files;
-  auto look = [&](const std::string& path) -> File* {
+  // Records the file at `path` (on the checkpoint's filesystem) and returns its inode.
+  auto look = [&](const std::string& path) -> std::optional<Inode> {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || st.st_dev != dir_st.st_dev) return nullptr;
+    if (::stat(path.c_str(), &st) != 0 || st.st_dev != dir_st.st_dev) return std::nullopt;
     File& f = files[{st.st_dev, st.st_ino}];
     f.bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
     f.links = st.st_nlink;
-    return &f;
+    return Inode{st.st_dev, st.st_ino};
   };
   // The checkpoints retention removes once this save commits: commit_save's rule, this step latest.
   if (keep > 0) {
@@ -100,22 +102,16 @@ void Engine::Impl::check_link_space(const std::string& root, std::int64_t step, 
       for (const auto& e : std::filesystem::directory_iterator(root + "/" + checkpoint::step_dir_name(steps[i]), ec)) {
         const std::string n = e.path().filename().string();
         if (n.rfind(mine, 0) != 0 || e.path().extension() != ".swap") continue;
-        if (File* f = look(e.path().string())) ++f->gone;
+        if (const auto inode = look(e.path().string())) ++files[*inode].gone;
       }
     }
   }
   std::set<Inode> run, linked_now;
-  for (const auto& p : swapper->all_files()) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) == 0) run.insert({st.st_dev, st.st_ino});
-  }
-  for (std::size_t t = 0; t < swapper->tensors(); ++t) {
-    for (const auto& f : swapper->sealed_files(t)) {
-      struct stat st {};
-      if (::stat(f.path.c_str(), &st) == 0) linked_now.insert({st.st_dev, st.st_ino});
-    }
-  }
-  for (const auto& p : swapper->all_files()) look(p);
+  for (const auto& p : swapper->all_files())
+    if (const auto inode = look(p)) run.insert(*inode);
+  for (std::size_t t = 0; t < swapper->tensors(); ++t)
+    for (const auto& f : swapper->sealed_files(t))
+      if (const auto inode = look(f.path)) linked_now.insert(*inode);
   std::uint64_t needed = 0, freed = 0, linking = 0;
   for (const auto& [inode, f] : files) {
     const bool now = linked_now.count(inode) != 0;

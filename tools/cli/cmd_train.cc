@@ -244,11 +244,7 @@ int run(const Options& o) {
   const TrainCheckpoints checkpoints(o.ckpt, cfg.checkpoint, o.m.seed, *model);
   engine.setup();
   const std::int64_t first = checkpoints.resume(engine);
-  STRATA_CHECK(first < o.steps, Errc::invalid_argument, "--steps ", o.steps, ": the checkpoint this run resumes (",
-               o.ckpt.resume, ") has trained ", first,
-               " steps already, so the run would train nothing: --steps is "
-               "the total to reach, give more than ",
-               first);
+  require_steps_after_resume(first, o.steps, o.ckpt.resume);
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());
 
   if (rank == 0) {

@@ -107,6 +107,14 @@ void TrainCheckpoints::init_from(engine::Engine& engine) const {
   if (engine.rank() == 0) std::printf("initialised %zu tensors from %s\n", params.size(), init_from_.c_str());
 }
 
+void require_steps_after_resume(std::int64_t first, std::int64_t steps, const std::string& resume) {
+  STRATA_CHECK(first < steps, Errc::invalid_argument, "--steps ", steps, ": the checkpoint this run resumes (", resume,
+               ") has trained ", first,
+               " steps already, so the run would train nothing: --steps is the total to "
+               "reach, give more than ",
+               first);
+}
+
 std::int64_t TrainCheckpoints::resume(engine::Engine& engine) const {
   if (!init_from_.empty()) init_from(engine);
   if (resume_.empty()) return 0;

@@ -48,6 +48,10 @@ void check_init_file(const model::SafetensorsReader& file, const std::string& pa
 void read_init_values(model::SafetensorsReader& file, const std::string& path, const model::TensorInfo& t,
                       std::uint64_t elem, std::uint64_t count, float* out);
 
+// Refuses a run resumed at step `first` whose --steps leaves nothing to train (it would end
+// at once with exit 0): --steps is the total to reach. Plain and pipelined runs alike.
+void require_steps_after_resume(std::int64_t first, std::int64_t steps, const std::string& resume);
+
 class TrainCheckpoints {
  public:
   TrainCheckpoints(const CheckpointFlags& flags, const engine::CheckpointConfig& config, std::uint64_t seed,

@@ -29,6 +29,7 @@
 #include "runtime/device/arena.h"
 #include "tools/cli/output_check.h"
 #include "tools/cli/stage_runner.h"
+#include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_pipeline_checkpoint.h"
 #include "tools/cli/train_pipeline_model.h"
 #include "tools/cli/train_pipeline_sample.h"
@@ -253,11 +254,7 @@ struct Run {
       std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
     if (o.explain) explain(runner, stage, d, all);
     const std::int64_t start = ckpt.load(runner.engine(), stage, all, g.fp8.get());
-    STRATA_CHECK(start < o.steps, Errc::invalid_argument, "--steps ", o.steps, ": the checkpoint this run resumes (",
-                 o.ckpt.resume, ") has trained ", start,
-                 " steps already, so the run would train nothing: --steps is "
-                 "the total to reach, give more than ",
-                 start);
+    require_steps_after_resume(start, o.steps, o.ckpt.resume);
     if (start > 0) {
       runner.start_at(start);
       if (printer)
