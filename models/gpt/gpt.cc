@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/gpt/engine_access.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/pass.h"
 #include "runtime/comm/communicator.h"
@@ -28,108 +29,14 @@ std::vector<std::vector<std::size_t>> layer_numels(const GptShape& s) {
   return out;
 }
 
-std::size_t sum(const std::vector<std::size_t>& v) {
-  std::size_t n = 0;
-  for (auto x : v) n += x;
-  return n;
-}
-
-std::size_t largest_block(const std::vector<std::vector<std::size_t>>& n) {
-  std::size_t m = 0;
-  for (std::size_t l = 1; l < n.size(); ++l) m = std::max(m, sum(n[l]));
-  return m;
-}
-
 // fp32 conversion buffers: layer 0's and the largest other layer's weights (when the compute
 // dtype is not fp32), and the same two for gradients.
-std::uint64_t access_bytes(const GptShape& s, DType compute) {
-  const auto n = layer_numels(s);
-  const std::uint64_t two = (sum(n[0]) + largest_block(n)) * sizeof(float);
-  return compute == DType::fp32 ? two : 2 * two;
-}
+std::uint64_t access_bytes(const GptShape& s, DType compute) { return EngineAccess::bytes(layer_numels(s), compute); }
 
 }  // namespace
 
-// Conversions and zeroing go through the pass's kernels; their work is waited for before a
-// layer goes back to the engine (release, reduce_grads), which may reuse its memory.
-class Gpt::Access : public LayerAccess {
- public:
-  Access(engine::Engine& engine, const GptShape& shape, GptKernels& kernels)
-      : engine_(engine), k_(kernels), numels_(layer_numels(shape)), open_(numels_.size(), false) {
-    auto& dev = engine.device();
-    const std::size_t n0 = sum(numels_[0]), nl = largest_block(numels_);
-    convert_ = engine.compute_dtype() != DType::fp32;
-    if (convert_) {
-      w0_ = device::DeviceBuffer(dev, n0 * 4, "gpt fp32 weights (embeddings)");
-      wl_ = device::DeviceBuffer(dev, nl * 4, "gpt fp32 weights");
-    }
-    g0_ = device::DeviceBuffer(dev, n0 * 4, "gpt fp32 gradients (embeddings)");
-    gl_ = device::DeviceBuffer(dev, nl * 4, "gpt fp32 gradients");
-  }
-
-  std::vector<const float*> acquire(int layer) override {
-    const auto views = engine_.gather(layer);
-    std::vector<const float*> out;
-    float* dst = layer == 0 ? w0_.as<float>() : wl_.as<float>();
-    for (const auto& v : views) {
-      if (!convert_) {
-        out.push_back(v.as<float>());
-        continue;
-      }
-      k_.convert(v.data, v.dtype, dst, DType::fp32, v.numel);
-      out.push_back(dst);
-      dst += v.numel;
-    }
-    return out;
-  }
-
-  void release(int layer) override {
-    k_.sync();
-    engine_.release(layer);
-  }
-
-  std::vector<float*> grads(int layer) override {
-    float* base = layer == 0 ? g0_.as<float>() : gl_.as<float>();
-    const auto& n = numels_[static_cast<std::size_t>(layer)];
-    if (!open_[static_cast<std::size_t>(layer)]) {
-      k_.zero(base, sum(n));
-      open_[static_cast<std::size_t>(layer)] = true;
-    }
-    std::vector<float*> out;
-    for (auto e : n) {
-      out.push_back(base);
-      base += e;
-    }
-    return out;
-  }
-
-  void commit(int layer) override {
-    const float* src = layer == 0 ? g0_.as<float>() : gl_.as<float>();
-    for (const auto& g : engine_.grad_buffers(layer)) {
-      k_.convert(src, DType::fp32, g.data, g.dtype, g.numel);
-      src += g.numel;
-    }
-    k_.sync();
-    engine_.reduce_grads(layer);
-    open_[static_cast<std::size_t>(layer)] = false;
-  }
-
- private:
-  engine::Engine& engine_;
-  GptKernels& k_;
-  std::vector<std::vector<std::size_t>> numels_;
-  std::vector<bool> open_;
-  bool convert_ = false;
-  device::DeviceBuffer w0_, wl_, g0_, gl_;
-};
-
 std::uint64_t Gpt::min_device_bytes(const GptConfig& c, int micro_batch, DType compute, bool cuda) {
-  const auto n = layer_numels(c.shape);
-  const std::uint64_t cb = dtype_size(compute);
-  // Live at once: the head's two layers (ln_f and the embeddings) or one block, plus the
-  // gradient buffer of the layer being reduced.
-  const std::uint64_t live =
-      (std::max(sum(n[0]) + sum(n.back()), largest_block(n)) + std::max(sum(n[0]), largest_block(n))) * cb;
+  const std::uint64_t live = live_window_bytes(layer_numels(c.shape), compute, true);
   return activation_bytes(c, micro_batch, compute, cuda) + live;
 }
 
@@ -163,7 +70,7 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   // has bf16 dot products, else fp32), as PyTorch's autocast runs linear layers.
   pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                     ops::products_for(engine_.compute_dtype()), cfg_.fp8, cfg_.unit_scaled);
-  access_ = std::make_unique<Access>(engine_, cfg_.shape, pass_->kernels());
+  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels());
 }
 
 Gpt::~Gpt() = default;

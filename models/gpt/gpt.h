@@ -68,13 +68,12 @@ class Gpt {
   static std::uint64_t min_device_bytes(const GptConfig& config, int micro_batch, DType compute, bool cuda = false);
 
  private:
-  class Access;
   engine::Engine& engine_;
   GptConfig cfg_;
   const Batcher& batcher_;
   comm::Communicator* comm_;
   Tracer* tracer_;
-  std::unique_ptr<Access> access_;
+  std::unique_ptr<class EngineAccess> access_;
   std::unique_ptr<class GptPass> pass_;
 };
 

@@ -13,35 +13,14 @@
 #include "models/gpt/ops.h"
 #include "models/gpt/ops_reference.h"
 #include "runtime/core/random.h"
+#include "tests/support/fp32_bound.h"
 #include "tests/support/randn.h"
 
 using namespace strata::model;
+using strata::test::max_abs;
 using strata::test::randn;
-
-namespace {
-
-double gamma_k(std::size_t K) {
-  const double u = std::numeric_limits<float>::epsilon() / 2.0;
-  return static_cast<double>(K) * u / (1.0 - static_cast<double>(K) * u);
-}
-
-// max |a - b| <= gamma_K * scale, where scale bounds the sum of |terms| of one output.
-void require_close(const std::vector<float>& a, const std::vector<float>& b, std::size_t K, double scale,
-                   const char* what) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-  INFO(what << ": worst " << worst << " bound " << gamma_k(K) * scale << " (K " << K << ")");
-  CHECK(worst <= gamma_k(K) * scale);
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
-  return m;
-}
-
-}  // namespace
+using strata::test::require_close;
+using strata::test::gamma_k;
 
 TEST_CASE("matmul forward and backward match the reference within the fp32 sum bound", "[gpt][ops]") {
   const int N = 70, IC = 48, OC = 80;

@@ -30,6 +30,7 @@
 #include "tools/cli/interrupt.h"
 #include "tools/cli/output_check.h"
 #include "tools/cli/train_checkpoint.h"
+#include "tools/cli/train_llama.h"
 #include "tools/cli/train_model.h"
 #include "tools/cli/train_pipeline.h"
 
@@ -173,6 +174,9 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
+  STRATA_CHECK(!is_hf_model_dir(o.m.model), Errc::unsupported, "--pipeline-stages with --model ", o.m.model,
+               ": the pipelined trainer splits the GPT and the MLP, not yet a Hugging Face model; train it "
+               "without --pipeline-stages (ZeRO-3 with offload reaches the same memory)");
   STRATA_CHECK(o.device == "auto" || o.device == "host", Errc::invalid_argument, "--device ", o.device,
                " is not built for --pipeline-stages yet (pipeline stages run on the host device): drop it, or train "
                "without a pipeline");
@@ -192,8 +196,8 @@ int run_pipelined(const Options& o) {
 
 int run(const Options& o) {
   if (o.pipe.stages > 0) return run_pipelined(o);
-  STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
-               " is not available: use mlp or gpt");
+  STRATA_CHECK(o.m.model == "mlp" || o.m.model == "gpt" || is_hf_model_dir(o.m.model), Errc::invalid_argument,
+               "--model ", o.m.model, " is not available: ", unknown_model(o.m.model));
   STRATA_CHECK(o.steps >= 1, Errc::invalid_argument, "--steps ", o.steps, " must be >= 1");
   InterruptScope interrupt;  // from the start: a signal during setup also ends with the files removed
   // Buffers of 8 MiB and more (a layer's fp32 weights or gradients) are mapped and unmapped,
@@ -243,6 +247,7 @@ int run(const Options& o) {
   auto model = create_train_model(o.m, engine, comm.get(), &tracer);
   const TrainCheckpoints checkpoints(o.ckpt, cfg.checkpoint, o.m.seed, *model);
   engine.setup();
+  if (o.ckpt.resume.empty() && o.ckpt.init_from.empty()) model->load_weights(engine);
   const std::int64_t first = checkpoints.resume(engine);
   require_steps_after_resume(first, o.steps, o.ckpt.resume);
   if (rank == 0 && o.explain) std::printf("%s", engine.explain_placement().c_str());

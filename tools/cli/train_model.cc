@@ -13,6 +13,7 @@
 #include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
+#include "tools/cli/train_llama.h"
 
 namespace strata::cli {
 namespace {
@@ -40,7 +41,9 @@ class MlpModel : public TrainModel {
 }  // namespace
 
 void add_model_options(CLI::App& cmd, ModelOptions& m) {
-  cmd.add_option("--model", m.model, "Model: mlp (the demo) or gpt");
+  cmd.add_option("--model", m.model,
+                 "Model: mlp (the demo), gpt, or DIR: a Hugging Face model directory (config.json and safetensors) "
+                 "of a Llama, Mistral, Qwen2 or Qwen3 decoder");
   cmd.add_option("--layers", m.layers, "Layers (MLP: default 4; GPT: blocks, default the preset's)")
       ->check(CLI::Range(1, 100000));
   cmd.add_option("--hidden", m.hidden, "MLP hidden size (default 64)")->check(CLI::Range(1, 1 << 20));
@@ -61,6 +64,17 @@ void check_model_flags(const CLI::App& cmd, const std::string& model) {
   };
   if (model == "mlp") refuse(kGptOnly, "gpt");
   if (model == "gpt") refuse(kMlpOnly, "mlp");
+  if (model != "mlp" && model != "gpt") {
+    // A Hugging Face directory: its config.json is the shape.
+    static const char* const kShape[] = {"--preset", "--heads", "--d-model", "--positions",
+                                         "--vocab",  "--layers", "--unit-scaled"};
+    for (const char* flag : kShape) {
+      const CLI::Option* opt = cmd.get_option_no_throw(flag);
+      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag, " sets the GPT's shape, and --model ",
+                   model, "'s shape comes from its config.json: drop ", flag);
+    }
+    refuse(kMlpOnly, "mlp");
+  }
 }
 
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {
@@ -112,6 +126,7 @@ model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& c
 }
 
 std::uint64_t model_hidden_size(const ModelOptions& o) {
+  if (is_hf_model_dir(o.model)) return static_cast<std::uint64_t>(llama_config(o, false).shape.hidden);
   if (o.model == "gpt") return static_cast<std::uint64_t>(gpt_config(o, false).shape.d_model);
   return static_cast<std::uint64_t>(mlp_config(o).hidden);
 }
@@ -138,6 +153,17 @@ model::MlpConfig mlp_config(const ModelOptions& o) {
 
 void record_unit_scaling(nlohmann::json& state, bool unit_scaled) {
   if (unit_scaled) state["unit_scaled"] = {{"score_temperature", model::UnitScales::kScoreTemperature}};
+}
+
+std::string unknown_model(const std::string& model) {
+  return str_cat("use mlp, gpt, or a Hugging Face model directory (one holding config.json",
+                 model.find('/') != std::string::npos ? ": '" + model + "' is not one" : "", ")");
+}
+
+void check_no_fp8(const engine::EngineConfig& config) {
+  STRATA_CHECK(!config.fp8.enabled, Errc::unsupported,
+               "fp8.enabled: FP8 matrix products are implemented for the GPT (--model gpt), not the Llama family: set "
+               "fp8.enabled to false");
 }
 
 void check_mlp_precision(const engine::EngineConfig& config) {
@@ -195,7 +221,11 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, 
     out.describe = str_cat("mlp ", m.layers, " x ", m.hidden);
     return out;  // its activations live in host memory on the host device
   }
-  STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
+  if (is_hf_model_dir(o.model)) {
+    check_no_fp8(config);
+    return llama_model_size(o, config);
+  }
+  STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: ", unknown_model(o.model));
   const model::GptConfig c = gpt_config(o, config);
   for (const auto& p : model::gpt_params(c.shape, c.unit_scaled, c.seq_len)) {
     engine::ParamSpec s;
@@ -286,7 +316,11 @@ std::unique_ptr<TrainModel> create_train_model(const ModelOptions& o, engine::En
                  "--model gpt needs --data PATH: a text file, a directory of them, or a token file");
     return std::make_unique<GptModel>(o, engine, comm, tracer);
   }
-  STRATA_THROW(Errc::invalid_argument, "--model ", o.model, " is not available: use mlp or gpt");
+  if (is_hf_model_dir(o.model)) {
+    check_no_fp8(engine.config());
+    return create_llama_model(o, engine, comm, tracer);
+  }
+  STRATA_THROW(Errc::invalid_argument, "--model ", o.model, " is not available: ", unknown_model(o.model));
 }
 
 }  // namespace strata::cli

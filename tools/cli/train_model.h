@@ -1,4 +1,5 @@
-// The models `strata train` can train, behind one interface: the demo MLP and the GPT.
+// The models `strata train` can train, behind one interface: the demo MLP, the GPT and a
+// Llama-family decoder from a Hugging Face directory (--model DIR, train_llama.h).
 // create_train_model() registers the chosen model's parameters with the engine (call it
 // before engine.setup()); the loop in cmd_train.cc then calls step(s) for each step and
 // the hooks around it.
@@ -59,6 +60,9 @@ class TrainModel {
   // restore_state() gets "" when the checkpoint holds none, and throws naming what does not
   // match.
   virtual std::string state() const { return {}; }
+  // Loads the model's own weights after engine.setup() (a Hugging Face directory's); called
+  // when the run neither resumes nor has --init-from.
+  virtual void load_weights(engine::Engine& /*engine*/) {}
   virtual void restore_state(const std::string& /*json*/) {}
 };
 
@@ -107,6 +111,10 @@ void check_unit_scaling(const nlohmann::json& state, bool unit_scaled);
 // The MLP has no FP8 products: Errc::unsupported naming the key (--unit-scaled, a flag, is
 // check_model_flags()'s).
 void check_mlp_precision(const engine::EngineConfig& config);
+// The same for the Llama family.
+void check_no_fp8(const engine::EngineConfig& config);
+// What --model takes, for a value that is none of them.
+std::string unknown_model(const std::string& model);
 
 // The GPT's FP8 amax histories in a trainer's checkpoint state, and back: the histories the
 // state holds, or none for a checkpoint trained without fp8 (then, when `say`, a note that

@@ -1,0 +1,93 @@
+// EngineAccess (see engine_access.h).
+#include "models/gpt/engine_access.h"
+
+#include <algorithm>
+
+#include "models/gpt/kernels.h"
+
+namespace strata::model {
+
+std::size_t layer_total(const std::vector<std::size_t>& numels) {
+  std::size_t n = 0;
+  for (auto x : numels) n += x;
+  return n;
+}
+
+std::size_t largest_other_layer(const LayerNumels& n) {
+  std::size_t m = 0;
+  for (std::size_t l = 1; l < n.size(); ++l) m = std::max(m, layer_total(n[l]));
+  return m;
+}
+
+std::uint64_t live_window_bytes(const LayerNumels& n, DType compute, bool head_reads_layer0) {
+  const std::size_t n0 = layer_total(n[0]), nl = largest_other_layer(n);
+  const std::size_t head = layer_total(n.back()) + (head_reads_layer0 ? n0 : 0);
+  return (std::max(head, nl) + std::max(n0, nl)) * dtype_size(compute);
+}
+
+std::uint64_t EngineAccess::bytes(const LayerNumels& n, DType compute) {
+  const std::uint64_t two = (layer_total(n[0]) + largest_other_layer(n)) * sizeof(float);
+  return compute == DType::fp32 ? two : 2 * two;
+}
+
+EngineAccess::EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels)
+    : engine_(engine), k_(kernels), numels_(std::move(numels)), open_(numels_.size(), false) {
+  auto& dev = engine.device();
+  const std::size_t n0 = layer_total(numels_[0]), nl = largest_other_layer(numels_);
+  convert_ = engine.compute_dtype() != DType::fp32;
+  if (convert_) {
+    w0_ = device::DeviceBuffer(dev, n0 * 4, "fp32 weights (embeddings)");
+    wl_ = device::DeviceBuffer(dev, nl * 4, "fp32 weights");
+  }
+  g0_ = device::DeviceBuffer(dev, n0 * 4, "fp32 gradients (embeddings)");
+  gl_ = device::DeviceBuffer(dev, nl * 4, "fp32 gradients");
+}
+
+std::vector<const float*> EngineAccess::acquire(int layer) {
+  const auto views = engine_.gather(layer);
+  std::vector<const float*> out;
+  float* dst = layer == 0 ? w0_.as<float>() : wl_.as<float>();
+  for (const auto& v : views) {
+    if (!convert_) {
+      out.push_back(v.as<float>());
+      continue;
+    }
+    k_.convert(v.data, v.dtype, dst, DType::fp32, v.numel);
+    out.push_back(dst);
+    dst += v.numel;
+  }
+  return out;
+}
+
+void EngineAccess::release(int layer) {
+  k_.sync();
+  engine_.release(layer);
+}
+
+std::vector<float*> EngineAccess::grads(int layer) {
+  float* base = layer == 0 ? g0_.as<float>() : gl_.as<float>();
+  const auto& n = numels_[static_cast<std::size_t>(layer)];
+  if (!open_[static_cast<std::size_t>(layer)]) {
+    k_.zero(base, layer_total(n));
+    open_[static_cast<std::size_t>(layer)] = true;
+  }
+  std::vector<float*> out;
+  for (auto e : n) {
+    out.push_back(base);
+    base += e;
+  }
+  return out;
+}
+
+void EngineAccess::commit(int layer) {
+  const float* src = layer == 0 ? g0_.as<float>() : gl_.as<float>();
+  for (const auto& g : engine_.grad_buffers(layer)) {
+    k_.convert(src, DType::fp32, g.data, g.dtype, g.numel);
+    src += g.numel;
+  }
+  k_.sync();
+  engine_.reduce_grads(layer);
+  open_[static_cast<std::size_t>(layer)] = false;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,52 @@
+// The LayerAccess (pass.h) of a model trained through the ZeRO engine: turns the engine's
+// gathered compute-dtype views into fp32 weights and fp32 gradients into its gradient buffers.
+// Used by the GPT and the Llama family alike. It holds two fp32 weight buffers (layer 0's and
+// the largest other layer's: the head uses layer 0 and the last layer at once) when the
+// compute dtype is not fp32, and two fp32 gradient buffers likewise. Conversions and zeroing
+// go through the pass's kernels; their work is waited for before a layer goes back to the
+// engine (release, reduce_grads), which may reuse its memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+#include "models/gpt/pass.h"
+#include "runtime/device/device.h"
+
+namespace strata::model {
+
+class GptKernels;
+
+// Elements of each layer's parameters, in registration order, by layer.
+using LayerNumels = std::vector<std::vector<std::size_t>>;
+std::size_t layer_total(const std::vector<std::size_t>& numels);
+// The largest of layers 1.. (every layer but the embeddings').
+std::size_t largest_other_layer(const LayerNumels& n);
+// Bytes of the parameters live at once in a pass at `compute`: the head's layers (the last and,
+// when head_reads_layer0, the embeddings) or one block, plus the gradient buffer of the layer
+// being reduced.
+std::uint64_t live_window_bytes(const LayerNumels& n, DType compute, bool head_reads_layer0);
+
+class EngineAccess : public LayerAccess {
+ public:
+  EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels);
+  // Device bytes of the conversion buffers for `numels` at `compute`.
+  static std::uint64_t bytes(const LayerNumels& numels, DType compute);
+
+  std::vector<const float*> acquire(int layer) override;
+  void release(int layer) override;
+  std::vector<float*> grads(int layer) override;
+  void commit(int layer) override;
+
+ private:
+  engine::Engine& engine_;
+  GptKernels& k_;
+  LayerNumels numels_;
+  std::vector<bool> open_;
+  bool convert_ = false;
+  device::DeviceBuffer w0_, wl_, g0_, gl_;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,59 @@
+// The host kernels' parallel loops (models/gpt/ops.cc, models/llama/ops.cc): rows split into
+// fixed blocks of kRowBlock, reductions across rows summed per block in row order and then
+// the blocks in block order, so no result depends on how TBB schedules the blocks or on the
+// thread count.
+#pragma once
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace strata::model::ops {
+
+inline constexpr int kRowBlock = 32;
+
+template <class F> inline void for_rows(int N, F&& f) {
+  tbb::parallel_for(
+      tbb::blocked_range<int>(0, N, kRowBlock),
+      [&](const tbb::blocked_range<int>& r) {
+        for (int n = r.begin(); n < r.end(); ++n) f(n);
+      },
+      tbb::simple_partitioner());
+}
+
+// acc[k][c] += sum over rows n of contribution(n) into k outputs of C columns: each block of
+// kRowBlock rows sums into its own partial, then partials are added in block order.
+template <class F> inline void reduce_rows(int N, int C, int outputs, float* const* acc, F&& row_fn) {
+  const int blocks = (N + kRowBlock - 1) / kRowBlock;
+  const std::size_t stride = static_cast<std::size_t>(outputs) * static_cast<std::size_t>(C);
+  std::vector<float> partial(static_cast<std::size_t>(blocks) * stride, 0.0f);
+  tbb::parallel_for(
+      0, blocks,
+      [&](int b) {
+        float* p = partial.data() + static_cast<std::size_t>(b) * stride;
+        for (int n = b * kRowBlock; n < std::min(N, (b + 1) * kRowBlock); ++n) row_fn(n, p);
+      },
+      tbb::simple_partitioner());
+  for (int b = 0; b < blocks; ++b) {
+    const float* p = partial.data() + static_cast<std::size_t>(b) * stride;
+    for (int k = 0; k < outputs; ++k) {
+      if (acc[k] == nullptr) continue;
+      for (int c = 0; c < C; ++c) acc[k][c] += p[static_cast<std::size_t>(k) * C + c];
+    }
+  }
+}
+
+template <class F> inline void for_elems(std::size_t n, F&& f) {
+  constexpr std::size_t kGrain = 1 << 14;
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, n, kGrain),
+      [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace strata::model::ops

@@ -1,0 +1,149 @@
+// The Llama-family block's forward and backward (see block.h) from the ops of ops.h.
+#include "models/llama/block.h"
+
+#include "models/gpt/ops.h"
+#include "models/llama/ops.h"
+
+namespace strata::model {
+namespace {
+struct Sizes {
+  std::size_t n, nc, nq, nkv, ni, att;
+};
+Sizes sizes(const LlamaDims& d) {
+  const LlamaShape& s = *d.shape;
+  const std::size_t n = d.tokens();
+  return {n,
+          n * static_cast<std::size_t>(s.hidden),
+          n * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(s.head_dim),
+          n * static_cast<std::size_t>(s.kv_heads) * static_cast<std::size_t>(s.head_dim),
+          n * static_cast<std::size_t>(s.intermediate),
+          static_cast<std::size_t>(d.B) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(d.T) *
+              static_cast<std::size_t>(d.T)};
+}
+struct Carver {
+  float* p;
+  float* operator()(std::size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  }
+};
+}  // namespace
+
+std::size_t LlamaActs::floats(const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  const std::size_t qk_norm = d.shape->qk_norm ? z.nq + z.nkv + z.n * (d.shape->heads + d.shape->kv_heads) : 0;
+  return 3 * z.nc + 2 * z.n + qk_norm + 2 * z.nq + 2 * z.nkv + z.att + 3 * z.ni;
+}
+
+void LlamaActs::carve(float* base, const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  const bool qkn = d.shape->qk_norm;
+  Carver take{base};
+  h1 = take(z.nc);
+  rstd1 = take(z.n);
+  qpre = qkn ? take(z.nq) : nullptr;
+  kpre = qkn ? take(z.nkv) : nullptr;
+  qrstd = qkn ? take(z.n * static_cast<std::size_t>(d.shape->heads)) : nullptr;
+  krstd = qkn ? take(z.n * static_cast<std::size_t>(d.shape->kv_heads)) : nullptr;
+  q = take(z.nq);
+  k = take(z.nkv);
+  v = take(z.nkv);
+  att = take(z.att);
+  y = take(z.nq);
+  res1 = take(z.nc);
+  h2 = take(z.nc);
+  rstd2 = take(z.n);
+  gate = take(z.ni);
+  up = take(z.ni);
+  act = take(z.ni);
+}
+
+std::size_t LlamaScratch::floats(const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  return z.nc + 3 * z.nq + 3 * z.nkv + 3 * z.ni;
+}
+
+void LlamaScratch::carve(float* base, const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  Carver take{base};
+  dh = take(z.nc);
+  dy = take(z.nq);
+  dq = take(z.nq);
+  dqn = take(z.nq);
+  dk = take(z.nkv);
+  dv = take(z.nkv);
+  dkn = take(z.nkv);
+  dgate = take(z.ni);
+  dup = take(z.ni);
+  dact = take(z.ni);
+}
+
+void llama_block_forward(float* out, const float* x, const LlamaWeights& w, const LlamaActs& a, const LlamaDims& d) {
+  const LlamaShape& s = *d.shape;
+  const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
+  const int Q = s.heads * D, KV = s.kv_heads * D;
+  const float eps = static_cast<float>(s.rms_eps);
+  const auto p = d.products;
+  llama::rmsnorm_forward(a.h1, a.rstd1, x, w[in_norm], N, C, eps);
+  float* q = s.qk_norm ? a.qpre : a.q;
+  float* k = s.qk_norm ? a.kpre : a.k;
+  llama::linear_forward(q, a.h1, w[q_w], w[q_b], N, C, Q, p);
+  llama::linear_forward(k, a.h1, w[k_w], w[k_b], N, C, KV, p);
+  llama::linear_forward(a.v, a.h1, w[v_w], w[v_b], N, C, KV, p);
+  if (s.qk_norm) {
+    llama::rmsnorm_forward(a.q, a.qrstd, a.qpre, w[q_norm], N * s.heads, D, eps);
+    llama::rmsnorm_forward(a.k, a.krstd, a.kpre, w[k_norm], N * s.kv_heads, D, eps);
+  }
+  llama::rope_forward(a.q, d.cos, d.sin, d.B, d.T, s.heads, D);
+  llama::rope_forward(a.k, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
+  llama::attention_forward(a.y, a.att, a.q, a.k, a.v, d.B, d.T, s.heads, s.kv_heads, D);
+  llama::linear_forward(a.res1, a.y, w[o_w], w[o_b], N, Q, C, p);
+  ops::accumulate(a.res1, x, static_cast<std::size_t>(N) * C);
+  llama::rmsnorm_forward(a.h2, a.rstd2, a.res1, w[post_norm], N, C, eps);
+  llama::linear_forward(a.gate, a.h2, w[gate_w], nullptr, N, C, I, p);
+  llama::linear_forward(a.up, a.h2, w[up_w], nullptr, N, C, I, p);
+  llama::swiglu_forward(a.act, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  llama::linear_forward(out, a.act, w[down_w], nullptr, N, I, C, p);
+  ops::accumulate(out, a.res1, static_cast<std::size_t>(N) * C);
+}
+
+void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, const LlamaGrads& g, const LlamaActs& a,
+                          const LlamaScratch& sc, const LlamaDims& d) {
+  const LlamaShape& s = *d.shape;
+  const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
+  const int Q = s.heads * D, KV = s.kv_heads * D;
+  const auto p = d.products;
+  // MLP branch: dres is dL/d(out), which is also the residual's share of dL/d(res1).
+  llama::linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
+  llama::linear_backward_weight(g[down_w], nullptr, dres, a.act, N, I, C, p);
+  llama::swiglu_backward(sc.dgate, sc.dup, sc.dact, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  llama::linear_backward_input(sc.dh, sc.dgate, w[gate_w], N, C, I, false, p);
+  llama::linear_backward_input(sc.dh, sc.dup, w[up_w], N, C, I, true, p);
+  llama::linear_backward_weight(g[gate_w], nullptr, sc.dgate, a.h2, N, C, I, p);
+  llama::linear_backward_weight(g[up_w], nullptr, sc.dup, a.h2, N, C, I, p);
+  llama::rmsnorm_backward(dres, g[post_norm], sc.dh, a.res1, w[post_norm], a.rstd2, N, C, true);
+  // Attention branch: dres is now dL/d(res1).
+  llama::linear_backward_input(sc.dy, dres, w[o_w], N, Q, C, false, p);
+  llama::linear_backward_weight(g[o_w], g[o_b], dres, a.y, N, Q, C, p);
+  llama::attention_backward(sc.dq, sc.dk, sc.dv, sc.dy, a.q, a.k, a.v, a.att, d.B, d.T, s.heads, s.kv_heads, D);
+  llama::rope_backward(sc.dq, d.cos, d.sin, d.B, d.T, s.heads, D);
+  llama::rope_backward(sc.dk, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
+  const float* dq = sc.dq;
+  const float* dk = sc.dk;
+  if (s.qk_norm) {
+    llama::rmsnorm_backward(sc.dqn, g[q_norm], sc.dq, a.qpre, w[q_norm], a.qrstd, N * s.heads, D, false);
+    llama::rmsnorm_backward(sc.dkn, g[k_norm], sc.dk, a.kpre, w[k_norm], a.krstd, N * s.kv_heads, D, false);
+    dq = sc.dqn;
+    dk = sc.dkn;
+  }
+  llama::linear_backward_input(sc.dh, dq, w[q_w], N, C, Q, false, p);
+  llama::linear_backward_input(sc.dh, dk, w[k_w], N, C, KV, true, p);
+  llama::linear_backward_input(sc.dh, sc.dv, w[v_w], N, C, KV, true, p);
+  llama::linear_backward_weight(g[q_w], g[q_b], dq, a.h1, N, C, Q, p);
+  llama::linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
+  llama::linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
+  llama::rmsnorm_backward(dres, g[in_norm], sc.dh, x, w[in_norm], a.rstd1, N, C, true);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,116 @@
+// A Llama-family decoder on the engine (see llama.h): the step, validation and generation
+// loops over LlamaPass and an EngineAccess.
+#include "models/llama/llama.h"
+
+#include <algorithm>
+
+#include "models/gpt/engine_access.h"
+#include "models/gpt/kernels.h"
+#include "models/llama/pass.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
+#include "runtime/device/device.h"
+
+namespace strata::model {
+namespace {
+
+LayerNumels layer_numels(const LlamaShape& s) {
+  LayerNumels out(static_cast<std::size_t>(s.layers + 2));
+  for (const auto& p : llama_params(s)) {
+    std::size_t n = 1;
+    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
+    out[static_cast<std::size_t>(p.layer)].push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t Llama::activation_bytes(const LlamaConfig& c, int micro_batch, DType compute) noexcept {
+  return LlamaPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) +
+         EngineAccess::bytes(layer_numels(c.shape), compute);
+}
+
+std::uint64_t Llama::min_device_bytes(const LlamaConfig& c, int micro_batch, DType compute) {
+  return activation_bytes(c, micro_batch, compute) + live_window_bytes(layer_numels(c.shape), compute, c.shape.tied);
+}
+
+Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& batcher, comm::Communicator* comm,
+             Tracer* tracer)
+    : engine_(engine), cfg_(config), batcher_(batcher), comm_(comm), tracer_(tracer) {
+  validate_seq_len(cfg_.shape, cfg_.seq_len);
+  auto& dev = engine_.device();
+  const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
+  const auto stats = dev.memory_stats();
+  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype());
+  const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
+  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
+               " is below one block's live window plus the activations: activations and buffers ",
+               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype())), " (micro-batch ", micro,
+               " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
+               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
+               "--device-budget) to at least ",
+               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
+               cfg_.remat == Remat::always ? "" : ", or --remat always");
+  for (const auto& p : llama_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
+  pass_ = std::make_unique<LlamaPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
+                                      ops::products_for(engine_.compute_dtype()));
+  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), host_kernels());
+}
+
+Llama::~Llama() = default;
+
+std::uint64_t Llama::activation_bytes() const noexcept {
+  return activation_bytes(cfg_, static_cast<int>(engine_.config().train_micro_batch_size_per_gpu),
+                          engine_.compute_dtype());
+}
+
+GptStep Llama::train_step(std::int64_t step) {
+  const auto& c = engine_.config();
+  const int accum = static_cast<int>(std::max<std::int64_t>(1, c.gradient_accumulation_steps));
+  const int B = static_cast<int>(c.train_micro_batch_size_per_gpu), T = cfg_.seq_len;
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  double loss_sum = 0.0;
+  engine_.begin_step();
+  for (int k = 0; k < accum; ++k) {
+    batcher_.train_batch(step, c.train_batch_size, k, engine_.world_size(), engine_.rank(), B, in.data(), tg.data());
+    Tracer::Span span(tracer_, "compute", str_cat("F+B mb", k));
+    loss_sum += pass_->train(*access_, in.data(), tg.data(), B, T, engine_.loss_scale());
+  }
+  GptStep out;
+  out.result = engine_.step();
+  out.loss = comm::mean_over_ranks(comm_, loss_sum / (static_cast<double>(accum) * B * T));
+  return out;
+}
+
+double Llama::evaluate(int batches) {
+  const int B = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu), T = cfg_.seq_len;
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  double total = 0.0;
+  engine_.begin_eval();
+  for (int v = 0; v < batches; ++v) {
+    batcher_.val_batch(v, B, in.data(), tg.data());
+    total += pass_->loss(*access_, in.data(), tg.data(), B, T);
+  }
+  engine_.end_eval();
+  return total / (static_cast<double>(batches) * B * T);
+}
+
+std::vector<std::int32_t> Llama::sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
+                                        std::uint64_t seed) {
+  STRATA_CHECK(!prompt.empty(), Errc::invalid_argument, "sample: the prompt needs at least one token");
+  const int V = cfg_.shape.vocab;
+  std::vector<std::int32_t> text = prompt;
+  std::vector<float> logits(static_cast<std::size_t>(V));
+  engine_.begin_eval();
+  for (int i = 0; i < count; ++i) {
+    const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg_.seq_len)));
+    pass_->last_logits(*access_, text.data() + text.size() - static_cast<std::size_t>(T), 1, T, logits.data());
+    text.push_back(sample_token(logits.data(), V, temperature, seed + static_cast<std::uint64_t>(i)));
+  }
+  engine_.end_eval();
+  return {text.begin() + static_cast<std::ptrdiff_t>(prompt.size()), text.end()};
+}
+
+}  // namespace strata::model

@@ -1,0 +1,237 @@
+// A Llama-family decoder's forward and backward over one micro-batch (see pass.h).
+#include "models/llama/pass.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "models/gpt/ops.h"
+#include "models/llama/ops.h"
+#include "runtime/core/error.h"
+#include "runtime/device/device.h"
+
+namespace strata::model {
+namespace {
+
+int act_sets(Remat r, int layers) {
+  switch (r) {
+    case Remat::never:
+      return layers;
+    case Remat::always:
+      return 1;
+    case Remat::except_last:
+      return std::min(layers, 2);
+  }
+  return layers;
+}
+
+struct Sizes {
+  std::size_t xs, acts_each, sets, scratch, nc, n, logits, rope;
+  std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + rope; }
+};
+
+Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {
+  Sizes z{};
+  z.n = d.tokens();
+  z.nc = z.n * static_cast<std::size_t>(s.hidden);
+  z.xs = static_cast<std::size_t>(s.layers + 1) * z.nc;
+  z.acts_each = LlamaActs::floats(d);
+  z.sets = static_cast<std::size_t>(act_sets(r, s.layers));
+  z.scratch = LlamaScratch::floats(d);
+  z.logits = z.n * static_cast<std::size_t>(s.vocab);
+  z.rope = static_cast<std::size_t>(d.T) * static_cast<std::size_t>(s.head_dim);  // cos and sin
+  return z;
+}
+
+LlamaWeights by_slot(const LlamaShape& s, const std::vector<const float*>& v) {
+  LlamaWeights w{};
+  const auto slots = llama_block_slots(s);
+  for (std::size_t i = 0; i < slots.size(); ++i) w[slots[i]] = v.at(i);
+  return w;
+}
+
+LlamaGrads by_slot(const LlamaShape& s, const std::vector<float*>& v) {
+  LlamaGrads g{};
+  const auto slots = llama_block_slots(s);
+  for (std::size_t i = 0; i < slots.size(); ++i) g[slots[i]] = v.at(i);
+  return g;
+}
+
+}  // namespace
+
+struct LlamaPass::Buffers {
+  device::DeviceBuffer mem;
+  float* xs = nullptr;  // the residual stream: block l's input at l * NC
+  std::vector<LlamaActs> acts;
+  LlamaScratch scratch{};
+  float *dres = nullptr, *normed = nullptr, *rstd = nullptr, *logits = nullptr, *losses = nullptr, *cos = nullptr,
+        *sin = nullptr, *dnormed = nullptr;
+};
+
+std::uint64_t LlamaPass::device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat) {
+  const LlamaDims d{max_batch, max_seq, &shape};
+  return sizes(shape, d, remat).total() * sizeof(float);
+}
+
+LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
+                     ops::Products products)
+    : shape_(shape),
+      remat_(remat),
+      products_(products),
+      max_B_(max_batch),
+      max_T_(max_seq),
+      dev_(dev),
+      buf_(std::make_unique<Buffers>()) {
+  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
+               "the Llama-family model runs on the host device only (its CUDA kernels are not written yet): "
+               "use --device host");
+  const LlamaDims d{max_B_, max_T_, &shape_};
+  const Sizes z = sizes(shape_, d, remat_);
+  auto& b = *buf_;
+  b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "llama activations");
+  float* p = b.mem.as<float>();
+  auto take = [&p](std::size_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  b.xs = take(z.xs);
+  b.acts.resize(z.sets);
+  for (auto& a : b.acts) a.carve(take(z.acts_each), d);
+  b.scratch.carve(take(z.scratch), d);
+  b.dres = take(z.nc);
+  b.normed = take(z.nc);
+  b.dnormed = take(z.nc);
+  b.rstd = take(z.n);
+  b.losses = take(z.n);
+  b.logits = take(z.logits);
+  b.cos = take(z.rope / 2);
+  b.sin = take(z.rope / 2);
+  device::CpuAccessScope cpu(dev_);
+  llama::rope_tables(b.cos, b.sin, rope_inv_freq(shape_), max_T_);
+}
+
+LlamaPass::~LlamaPass() = default;
+
+int LlamaPass::act_set(int block) const noexcept {
+  switch (remat_) {
+    case Remat::never:
+      return block;
+    case Remat::always:
+      return 0;
+    case Remat::except_last:
+      return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
+  }
+  return 0;
+}
+
+bool LlamaPass::recompute(int block) const noexcept {
+  return remat_ == Remat::always || (remat_ == Remat::except_last && block != shape_.layers - 1);
+}
+
+LlamaDims LlamaPass::dims(int B, int T) const {
+  STRATA_CHECK(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, Errc::invalid_argument, "llama: batch ", B, " x ", T,
+               " is larger than the pass was sized for (", max_B_, " x ", max_T_, ")");
+  return {B, T, &shape_, buf_->cos, buf_->sin, products_};
+}
+
+void LlamaPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, const LlamaDims& d, bool keep) {
+  auto& b = *buf_;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(shape_.hidden);
+  {
+    const auto w = access.acquire(0);
+    llama::embedding_forward(b.xs, tokens, w[0], static_cast<int>(d.tokens()), shape_.hidden);
+    access.release(0);
+  }
+  for (int l = 0; l < shape_.layers; ++l) {
+    const auto w = access.acquire(l + 1);
+    llama_block_forward(b.xs + static_cast<std::size_t>(l + 1) * NC, b.xs + static_cast<std::size_t>(l) * NC,
+                        by_slot(shape_, w), b.acts[static_cast<std::size_t>(keep ? act_set(l) : 0)], d);
+    access.release(l + 1);
+  }
+}
+
+double LlamaPass::head(LayerAccess& access, const float* x, int rows, const std::int32_t* targets, float grad_scale,
+                       bool backward, float* logits_out) {
+  auto& b = *buf_;
+  const int L = shape_.layers, C = shape_.hidden, V = shape_.vocab;
+  const auto wf = access.acquire(L + 1);
+  std::vector<const float*> we;
+  if (shape_.tied) we = access.acquire(0);
+  const float* W = shape_.tied ? we[0] : wf[1];
+  llama::rmsnorm_forward(b.normed, b.rstd, x, wf[0], rows, C, static_cast<float>(shape_.rms_eps));
+  ops::lm_head_forward(b.logits, b.normed, W, rows, C, V, products_);
+  double loss = 0.0;
+  if (logits_out != nullptr) {
+    std::memcpy(logits_out, b.logits, static_cast<std::size_t>(rows) * V * sizeof(float));
+  } else {
+    loss = ops::cross_entropy(b.logits, b.losses, targets, rows, V, grad_scale);
+  }
+  if (backward) {
+    if (shape_.tied) {
+      ops::lm_head_backward(b.dnormed, access.grads(0)[0], b.logits, b.normed, W, rows, C, V, products_);
+      access.release(0);
+    }
+    const auto gf = access.grads(L + 1);
+    if (!shape_.tied) ops::lm_head_backward(b.dnormed, gf[1], b.logits, b.normed, W, rows, C, V, products_);
+    llama::rmsnorm_backward(b.dres, gf[0], b.dnormed, x, wf[0], b.rstd, rows, C, false);
+    access.commit(L + 1);
+  } else if (shape_.tied) {
+    access.release(0);
+  }
+  access.release(L + 1);
+  return loss;
+}
+
+double LlamaPass::train(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
+                        float loss_scale) {
+  const LlamaDims d = dims(B, T);
+  device::CpuAccessScope cpu(dev_);
+  auto& b = *buf_;
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(shape_.hidden);
+  const int L = shape_.layers;
+  forward_blocks(access, tokens, d, true);
+  const double loss = head(access, b.xs + static_cast<std::size_t>(L) * NC, static_cast<int>(d.tokens()), targets,
+                           loss_scale / static_cast<float>(d.tokens()), true, nullptr);
+  for (int l = L - 1; l >= 0; --l) {
+    const auto w = by_slot(shape_, access.acquire(l + 1));
+    const LlamaActs& a = b.acts[static_cast<std::size_t>(act_set(l))];
+    float* x = b.xs + static_cast<std::size_t>(l) * NC;
+    if (recompute(l)) llama_block_forward(x + NC, x, w, a, d);
+    llama_block_backward(b.dres, x, w, by_slot(shape_, access.grads(l + 1)), a, b.scratch, d);
+    access.commit(l + 1);
+    access.release(l + 1);
+  }
+  access.acquire(0);
+  const auto g0 = access.grads(0);
+  llama::embedding_backward(g0[0], b.dres, tokens, static_cast<int>(d.tokens()), shape_.hidden);
+  access.commit(0);
+  access.release(0);
+  return loss;
+}
+
+double LlamaPass::loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
+  const LlamaDims d = dims(B, T);
+  device::CpuAccessScope cpu(dev_);
+  forward_blocks(access, tokens, d, false);
+  const std::size_t NC = d.tokens() * static_cast<std::size_t>(shape_.hidden);
+  return head(access, buf_->xs + static_cast<std::size_t>(shape_.layers) * NC, static_cast<int>(d.tokens()), targets,
+              0.0f, false, nullptr);
+}
+
+void LlamaPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out) {
+  const LlamaDims d = dims(B, T);
+  device::CpuAccessScope cpu(dev_);
+  auto& b = *buf_;
+  forward_blocks(access, tokens, d, false);
+  const int C = shape_.hidden;
+  const float* x = b.xs + static_cast<std::size_t>(shape_.layers) * d.tokens() * static_cast<std::size_t>(C);
+  float* rows = b.dnormed;
+  for (int s = 0; s < B; ++s)
+    std::memcpy(rows + static_cast<std::size_t>(s) * C, x + (static_cast<std::size_t>(s) * T + (T - 1)) * C,
+                static_cast<std::size_t>(C) * sizeof(float));
+  // The head reads rows from a buffer it does not write before reading it.
+  std::vector<float> copy(rows, rows + static_cast<std::size_t>(B) * C);
+  head(access, copy.data(), B, nullptr, 0.0f, false, out);
+}
+
+}  // namespace strata::model
