@@ -104,19 +104,29 @@ nlohmann::ordered_json parse_header(const std::string& path, const std::string& 
   return header;
 }
 
-// safetensors' dtypes (its format section); Strata reads three of them.
-bool known_dtype(const std::string& dt) {
-  static const std::set<std::string> known = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
-                                              "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
-  return known.count(dt) != 0;
+// safetensors' dtypes (its format section) and their bytes per element, 0 for a name that
+// is none of them; Strata reads three of them.
+std::uint64_t dtype_bytes(const std::string& dt) {
+  static const std::map<std::string, std::uint64_t> known = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+  const auto it = known.find(dt);
+  return it == known.end() ? 0 : it->second;
 }
+
+// One tensor's bytes in the data region, whatever its dtype (for the tiling check).
+struct ByteRange {
+  std::string name;
+  std::uint64_t begin = 0, end = 0;
+};
 
 // One tensor's entry: {"dtype", "shape", "data_offsets": [begin, end]} with whole, non-
 // negative numbers only (a float or a negative one would wrap in a conversion), a shape
 // whose byte size fits in 64 bits, and offsets inside the `data_bytes` after the header
-// spanning exactly the shape's bytes.
+// spanning exactly the shape's bytes. A dtype other than F32, BF16 and F16 is refused, or
+// with `other` given, described there (t.dtype is then meaningless). `bytes_out` gets its range.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::ordered_json& v,
-                       std::uint64_t data_bytes) {
+                       std::uint64_t data_bytes, OtherTensor* other, ByteRange& bytes_out) {
   TensorInfo t;
   t.name = name;
   const auto bad = [&](const std::string& what) {
@@ -129,8 +139,10 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
     bad("has a malformed entry: expected {\"dtype\", \"shape\", \"data_offsets\"}");
   const auto& dtype = v["dtype"];
   const std::string dt = dtype.is_string() ? dtype.get<std::string>() : std::string("a ") + dtype.type_name();
-  if (!known_dtype(dt)) bad(str_cat("has dtype ", printable(dt), ", which is not a safetensors dtype (damaged?)"));
-  if (dt != "F32" && dt != "BF16" && dt != "F16") bad(str_cat("has dtype ", dt, "; Strata reads F32, BF16 and F16"));
+  const std::uint64_t esize = dtype_bytes(dt);
+  if (esize == 0) bad(str_cat("has dtype ", printable(dt), ", which is not a safetensors dtype (damaged?)"));
+  const bool readable = dt == "F32" || dt == "BF16" || dt == "F16";
+  if (!readable && other == nullptr) bad(str_cat("has dtype ", dt, "; Strata reads F32, BF16 and F16"));
   t.dtype = dt == "F32" ? DType::fp32 : dt == "BF16" ? DType::bf16 : DType::fp16;
   const auto& shape = v["shape"];
   if (!shape.is_array()) bad("has a shape that is not an array");
@@ -143,7 +155,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
     if (__builtin_mul_overflow(t.numel, d.get<std::uint64_t>(), &t.numel)) bad("has a shape too large for 64 bits");
   }
   std::uint64_t bytes = 0;
-  if (__builtin_mul_overflow(t.numel, dtype_size(t.dtype), &bytes)) bad("has a shape too large for 64 bits");
+  if (__builtin_mul_overflow(t.numel, esize, &bytes)) bad("has a shape too large for 64 bits");
   const auto& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !whole(off[0]) || !whole(off[1]))
     bad("has data_offsets that are not [begin, end] in bytes");
@@ -157,28 +169,27 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const n
     bad(str_cat("has data_offsets ", range, " spanning ", end - begin, " bytes, but its shape ", shape.dump(), " of ",
                 dt, " needs ", bytes));
   t.offset = begin;
+  bytes_out = {name, begin, end};
+  if (!readable) *other = {name, dt, t.shape, bytes};
   return t;
 }
 
 // safetensors' layout rule: the tensors' byte ranges, in offset order, tile the data region
 // from 0 to its end with no overlap and no hole.
-void check_tiling(const std::string& path, const std::vector<TensorInfo>& tensors, std::uint64_t data_bytes) {
-  std::vector<const TensorInfo*> order;
-  for (const auto& t : tensors) order.push_back(&t);
-  const auto end_of = [](const TensorInfo* t) { return t->offset + t->numel * dtype_size(t->dtype); };
-  std::sort(order.begin(), order.end(), [&](const TensorInfo* a, const TensorInfo* b) {
-    return a->offset != b->offset ? a->offset < b->offset : end_of(a) < end_of(b);
+void check_tiling(const std::string& path, std::vector<ByteRange> ranges, std::uint64_t data_bytes) {
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   std::uint64_t at = 0;
-  const TensorInfo* prev = nullptr;
-  for (const TensorInfo* t : order) {
-    STRATA_CHECK(t->offset >= at, Errc::corrupt, "'", path, "': tensor '", printable(t->name), "' (bytes ", t->offset,
-                 "-", end_of(t), ") overlaps tensor '", prev ? printable(prev->name) : "", "' (bytes ",
-                 prev ? prev->offset : 0, "-", at, "): the file is damaged");
-    STRATA_CHECK(t->offset == at, Errc::corrupt, "'", path, "': bytes ", at, "-", t->offset, " before tensor '",
-                 printable(t->name), "' belong to no tensor; safetensors files have no holes (the file is damaged)");
-    at = end_of(t);
-    prev = t;
+  const ByteRange* prev = nullptr;
+  for (const ByteRange& t : ranges) {
+    STRATA_CHECK(t.begin >= at, Errc::corrupt, "'", path, "': tensor '", printable(t.name), "' (bytes ", t.begin, "-",
+                 t.end, ") overlaps tensor '", prev ? printable(prev->name) : "", "' (bytes ", prev ? prev->begin : 0,
+                 "-", at, "): the file is damaged");
+    STRATA_CHECK(t.begin == at, Errc::corrupt, "'", path, "': bytes ", at, "-", t.begin, " before tensor '",
+                 printable(t.name), "' belong to no tensor; safetensors files have no holes (the file is damaged)");
+    at = t.end;
+    prev = &t;
   }
   STRATA_CHECK(at == data_bytes, Errc::corrupt, "'", path, "': bytes ", at, "-", data_bytes, " of the data region ",
                prev ? str_cat("after tensor '", printable(prev->name), "' ") : std::string(),
@@ -282,7 +293,8 @@ void SafetensorsWriter::finish() {
   }
 }
 
-SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)), buffer_(kBufferBytes) {
+SafetensorsReader::SafetensorsReader(std::string path, bool list_other_dtypes)
+    : path_(std::move(path)), list_other_dtypes_(list_other_dtypes) {
   // O_NONBLOCK: a FIFO or device given as the file must not block the open; fstat refuses it.
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   STRATA_CHECK(fd_ >= 0, Errc::io, "cannot open '", path_, "': ", errno_text(errno));
@@ -320,6 +332,7 @@ void SafetensorsReader::read_header() {
                ", not an object of tensors");
   data_start_ = 8 + n;
   const std::uint64_t data_bytes = size - data_start_;
+  std::vector<ByteRange> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       STRATA_CHECK(it.value().is_object(), Errc::corrupt, "'", path_, "': __metadata__ is a JSON ",
@@ -331,9 +344,15 @@ void SafetensorsReader::read_header() {
       }
       continue;
     }
-    tensors_.push_back(parse_entry(path_, it.key(), it.value(), data_bytes));
+    OtherTensor other;
+    ranges.emplace_back();
+    auto t = parse_entry(path_, it.key(), it.value(), data_bytes, list_other_dtypes_ ? &other : nullptr, ranges.back());
+    if (other.name.empty())
+      tensors_.push_back(std::move(t));
+    else
+      other_tensors_.push_back(std::move(other));
   }
-  check_tiling(path_, tensors_, data_bytes);
+  check_tiling(path_, std::move(ranges), data_bytes);
 }
 
 SafetensorsReader::~SafetensorsReader() {
@@ -350,6 +369,9 @@ void SafetensorsReader::read(const TensorInfo& t, std::uint64_t elem, std::uint6
   STRATA_CHECK(elem + count <= t.numel, Errc::invalid_argument, "'", path_, "': elements ", elem, "-", elem + count,
                " are outside tensor '", t.name, "' (", t.numel, ")");
   const std::size_t esize = dtype_size(t.dtype);
+  // Allocated at the first read, so a directory of many shards costs no buffer per shard
+  // until it is read from.
+  if (buffer_.empty()) buffer_.resize(kBufferBytes);
   while (count > 0) {
     const std::uint64_t take = std::min<std::uint64_t>(count, buffer_.size() / esize);
     const std::uint64_t at = data_start_ + t.offset + elem * esize;

@@ -14,7 +14,9 @@
 // object without duplicate keys, known dtypes, whole non-negative dimensions, data_offsets
 // spanning exactly each shape's bytes, tensors tiling the data region without overlap or
 // hole, and a __metadata__ of strings. Both throw strata::Error naming the path (and the
-// tensor).
+// tensor). A reader opened with list_other_dtypes also accepts the format's other dtypes
+// (I64, F64, F8_E4M3, ...) and lists those tensors in other_tensors(), never readable: a
+// caller that checks a file against a model can then name them instead of failing at open.
 // write_safetensors/read_safetensors are the whole-file forms.
 #pragma once
 
@@ -39,6 +41,14 @@ struct TensorInfo {
   std::vector<std::int64_t> shape;
   std::uint64_t numel = 0;   // filled by the writer and the reader
   std::uint64_t offset = 0;  // bytes from the start of the data, filled likewise
+};
+
+// A tensor of a dtype Strata does not read, as its file describes it.
+struct OtherTensor {
+  std::string name;
+  std::string dtype;  // safetensors' name: "I64", "F64", "F8_E4M3", ...
+  std::vector<std::int64_t> shape;
+  std::uint64_t bytes = 0;  // its data's
 };
 
 class SafetensorsWriter {
@@ -66,13 +76,15 @@ class SafetensorsWriter {
 
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(std::string path);
+  explicit SafetensorsReader(std::string path, bool list_other_dtypes = false);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
   const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
   const TensorInfo* find(const std::string& name) const noexcept;
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+  // Tensors of other dtypes (empty unless opened with list_other_dtypes).
+  const std::vector<OtherTensor>& other_tensors() const noexcept { return other_tensors_; }
   // Elements [elem, elem + count) of `t` (one of tensors()) as fp32.
   void read(const TensorInfo& t, std::uint64_t elem, std::uint64_t count, float* out);
   const std::string& path() const noexcept { return path_; }
@@ -80,11 +92,13 @@ class SafetensorsReader {
  private:
   void read_header();
   std::string path_;
+  bool list_other_dtypes_ = false;
   int fd_ = -1;
   std::uint64_t data_start_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::vector<OtherTensor> other_tensors_;
   std::map<std::string, std::string> metadata_;
-  std::vector<char> buffer_;
+  std::vector<char> buffer_;  // allocated at the first read
 };
 
 // Writes fp32 tensors atomically (temporary file, then rename).
