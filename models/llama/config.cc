@@ -15,28 +15,61 @@ using nlohmann::json;
 
 // Keys every Hugging Face config may carry that do not change the arithmetic of training.
 const std::set<std::string>& no_effect_keys() {
-  static const std::set<std::string> keys = {
-      "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
-      "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "return_dict", "output_hidden_states",
-      "output_attentions", "torchscript", "is_decoder", "is_encoder_decoder", "tokenizer_class", "auto_map",
-      "max_window_layers", "bos_token", "eos_token", "pad_token", "id2label", "label2id", "problem_type",
-      "finetuning_task", "task_specific_params", "chunk_size_feed_forward", "tie_encoder_decoder",
-      "prefix", "sep_token_id", "decoder_start_token_id", "use_bfloat16", "_attn_implementation_autoset",
-      "initializer_range", "max_position_embeddings"};
+  static const std::set<std::string> keys = {"architectures",
+                                             "model_type",
+                                             "torch_dtype",
+                                             "dtype",
+                                             "transformers_version",
+                                             "_name_or_path",
+                                             "bos_token_id",
+                                             "eos_token_id",
+                                             "pad_token_id",
+                                             "use_cache",
+                                             "return_dict",
+                                             "output_hidden_states",
+                                             "output_attentions",
+                                             "torchscript",
+                                             "is_decoder",
+                                             "is_encoder_decoder",
+                                             "tokenizer_class",
+                                             "auto_map",
+                                             "max_window_layers",
+                                             "bos_token",
+                                             "eos_token",
+                                             "pad_token",
+                                             "id2label",
+                                             "label2id",
+                                             "problem_type",
+                                             "finetuning_task",
+                                             "task_specific_params",
+                                             "chunk_size_feed_forward",
+                                             "tie_encoder_decoder",
+                                             "prefix",
+                                             "sep_token_id",
+                                             "decoder_start_token_id",
+                                             "use_bfloat16",
+                                             "_attn_implementation_autoset",
+                                             "initializer_range",
+                                             "max_position_embeddings"};
   return keys;
 }
 
 // Keys that belong to mixtures of experts or quantized checkpoints: another model.
 const std::set<std::string>& refused_keys() {
-  static const std::set<std::string> keys = {"num_experts",           "num_local_experts",   "num_experts_per_tok",
-                                             "moe_intermediate_size", "shared_expert_intermediate_size",
-                                             "decoder_sparse_step",   "mlp_only_layers",     "quantization_config",
-                                             "router_aux_loss_coef",  "output_router_logits"};
+  static const std::set<std::string> keys = {"num_experts",
+                                             "num_local_experts",
+                                             "num_experts_per_tok",
+                                             "moe_intermediate_size",
+                                             "shared_expert_intermediate_size",
+                                             "decoder_sparse_step",
+                                             "mlp_only_layers",
+                                             "quantization_config",
+                                             "router_aux_loss_coef",
+                                             "output_router_logits"};
   return keys;
 }
 
-template <class T>
-T get(const json& c, const char* key, const std::string& path) {
+template <class T> T get(const json& c, const char* key, const std::string& path) {
   try {
     return c.at(key).get<T>();
   } catch (const json::exception&) {
@@ -47,8 +80,7 @@ T get(const json& c, const char* key, const std::string& path) {
   }
 }
 
-template <class T>
-T get_or(const json& c, const char* key, T fallback, const std::string& path) {
+template <class T> T get_or(const json& c, const char* key, T fallback, const std::string& path) {
   if (!c.contains(key) || c.at(key).is_null()) return fallback;
   return get<T>(c, key, path);
 }
@@ -103,8 +135,10 @@ LlamaShape parse_hf_config(const json& c, const std::string& path) {
   s.intermediate = get<int>(c, "intermediate_size", path);
   s.layers = get<int>(c, "num_hidden_layers", path);
   s.heads = get<int>(c, "num_attention_heads", path);
-  for (auto [v, k] : {std::pair{s.vocab, "vocab_size"}, {s.hidden, "hidden_size"},
-                      {s.intermediate, "intermediate_size"}, {s.layers, "num_hidden_layers"},
+  for (auto [v, k] : {std::pair{s.vocab, "vocab_size"},
+                      {s.hidden, "hidden_size"},
+                      {s.intermediate, "intermediate_size"},
+                      {s.layers, "num_hidden_layers"},
                       {s.heads, "num_attention_heads"}})
     check_positive(v, k, path);
   s.kv_heads = get_or<int>(c, "num_key_value_heads", s.heads, path);
@@ -148,7 +182,8 @@ LlamaShape parse_hf_config(const json& c, const std::string& path) {
     s.sliding_window = get_or<int>(c, "sliding_window", 0, path);
   } else {
     used.insert({"use_sliding_window", "sliding_window"});
-    if (get_or<bool>(c, "use_sliding_window", false, path)) s.sliding_window = get_or<int>(c, "sliding_window", 0, path);
+    if (get_or<bool>(c, "use_sliding_window", false, path))
+      s.sliding_window = get_or<int>(c, "sliding_window", 0, path);
     s.qkv_bias = t == "qwen2";
     if (t == "qwen3") {
       used.insert("attention_bias");
@@ -208,22 +243,53 @@ std::vector<LlamaParam> llama_params(const LlamaShape& s) {
     const int layer = l + 1;
     for (LlamaSlot x : llama_block_slots(s)) {
       switch (x) {
-        case in_norm: out.push_back({p + "input_layernorm.weight", {C}, layer, ones}); break;
-        case q_w: out.push_back({p + "self_attn.q_proj.weight", {Q, C}, layer, w}); break;
-        case q_b: out.push_back({p + "self_attn.q_proj.bias", {Q}, layer, zeros}); break;
-        case k_w: out.push_back({p + "self_attn.k_proj.weight", {KV, C}, layer, w}); break;
-        case k_b: out.push_back({p + "self_attn.k_proj.bias", {KV}, layer, zeros}); break;
-        case v_w: out.push_back({p + "self_attn.v_proj.weight", {KV, C}, layer, w}); break;
-        case v_b: out.push_back({p + "self_attn.v_proj.bias", {KV}, layer, zeros}); break;
-        case o_w: out.push_back({p + "self_attn.o_proj.weight", {C, Q}, layer, w}); break;
-        case o_b: out.push_back({p + "self_attn.o_proj.bias", {C}, layer, zeros}); break;
-        case q_norm: out.push_back({p + "self_attn.q_norm.weight", {D}, layer, ones}); break;
-        case k_norm: out.push_back({p + "self_attn.k_norm.weight", {D}, layer, ones}); break;
-        case post_norm: out.push_back({p + "post_attention_layernorm.weight", {C}, layer, ones}); break;
-        case gate_w: out.push_back({p + "mlp.gate_proj.weight", {I, C}, layer, w}); break;
-        case up_w: out.push_back({p + "mlp.up_proj.weight", {I, C}, layer, w}); break;
-        case down_w: out.push_back({p + "mlp.down_proj.weight", {C, I}, layer, w}); break;
-        case kLlamaSlots: break;
+        case in_norm:
+          out.push_back({p + "input_layernorm.weight", {C}, layer, ones});
+          break;
+        case q_w:
+          out.push_back({p + "self_attn.q_proj.weight", {Q, C}, layer, w});
+          break;
+        case q_b:
+          out.push_back({p + "self_attn.q_proj.bias", {Q}, layer, zeros});
+          break;
+        case k_w:
+          out.push_back({p + "self_attn.k_proj.weight", {KV, C}, layer, w});
+          break;
+        case k_b:
+          out.push_back({p + "self_attn.k_proj.bias", {KV}, layer, zeros});
+          break;
+        case v_w:
+          out.push_back({p + "self_attn.v_proj.weight", {KV, C}, layer, w});
+          break;
+        case v_b:
+          out.push_back({p + "self_attn.v_proj.bias", {KV}, layer, zeros});
+          break;
+        case o_w:
+          out.push_back({p + "self_attn.o_proj.weight", {C, Q}, layer, w});
+          break;
+        case o_b:
+          out.push_back({p + "self_attn.o_proj.bias", {C}, layer, zeros});
+          break;
+        case q_norm:
+          out.push_back({p + "self_attn.q_norm.weight", {D}, layer, ones});
+          break;
+        case k_norm:
+          out.push_back({p + "self_attn.k_norm.weight", {D}, layer, ones});
+          break;
+        case post_norm:
+          out.push_back({p + "post_attention_layernorm.weight", {C}, layer, ones});
+          break;
+        case gate_w:
+          out.push_back({p + "mlp.gate_proj.weight", {I, C}, layer, w});
+          break;
+        case up_w:
+          out.push_back({p + "mlp.up_proj.weight", {I, C}, layer, w});
+          break;
+        case down_w:
+          out.push_back({p + "mlp.down_proj.weight", {C, I}, layer, w});
+          break;
+        case kLlamaSlots:
+          break;
       }
     }
   }

@@ -46,11 +46,11 @@ struct LlamaShape {
   double rope_theta = 10000.0;
   RopeScaling rope;
   double initializer_range = 0.02;
-  bool qkv_bias = false;  // q/k/v projections have biases (Qwen2; Llama/Qwen3 attention_bias)
-  bool o_bias = false;    // o_proj has a bias (Llama/Qwen3 attention_bias)
-  bool qk_norm = false;   // per-head RMSNorm of q and k before the rotation (Qwen3)
-  bool tied = false;      // lm_head is embed_tokens
-  int sliding_window = 0; // > 0: attention sees at most this many positions (refused when it bites)
+  bool qkv_bias = false;                 // q/k/v projections have biases (Qwen2; Llama/Qwen3 attention_bias)
+  bool o_bias = false;                   // o_proj has a bias (Llama/Qwen3 attention_bias)
+  bool qk_norm = false;                  // per-head RMSNorm of q and k before the rotation (Qwen3)
+  bool tied = false;                     // lm_head is embed_tokens
+  int sliding_window = 0;                // > 0: attention sees at most this many positions (refused when it bites)
   std::vector<std::string> unread_keys;  // keys outside these model types (not read)
 };
 

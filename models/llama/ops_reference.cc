@@ -141,8 +141,10 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
           mx = std::max(mx, d * scale);
         }
         double sum = 0.0;
-        for (int j = 0; j <= i; ++j) sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
-        for (int j = 0; j < T; ++j) p[at(i, j, T)] = j <= i ? static_cast<float>(s[static_cast<std::size_t>(j)] / sum) : 0.0f;
+        for (int j = 0; j <= i; ++j)
+          sum += (s[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - mx));
+        for (int j = 0; j < T; ++j)
+          p[at(i, j, T)] = j <= i ? static_cast<float>(s[static_cast<std::size_t>(j)] / sum) : 0.0f;
         for (int e = 0; e < hd; ++e) {
           double y = 0.0;
           for (int j = 0; j <= i; ++j) y += s[static_cast<std::size_t>(j)] / sum * v[at(b * T + j, g * hd + e, lk)];
@@ -156,7 +158,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* v, const float* att, int B, int T, int NH, int NKV, int hd) {
   const int group = NH / NKV, lq = NH * hd, lk = NKV * hd;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<double> gk(static_cast<std::size_t>(B) * T * lk, 0.0), gv(gk.size(), 0.0), dp(static_cast<std::size_t>(T));
+  std::vector<double> gk(static_cast<std::size_t>(B) * T * lk, 0.0), gv(gk.size(), 0.0),
+      dp(static_cast<std::size_t>(T));
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const int g = h / group;

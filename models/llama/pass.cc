@@ -26,7 +26,7 @@ int act_sets(Remat r, int layers) {
 
 struct Sizes {
   std::size_t xs, acts_each, sets, scratch, nc, n, logits, rope;
-  std::size_t total() const { return xs + acts_each * sets + scratch + 2 * nc + 2 * n + logits + rope; }
+  std::size_t total() const { return xs + acts_each * sets + scratch + 3 * nc + 2 * n + logits + rope; }
 };
 
 Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {

@@ -17,10 +17,10 @@
 #include "tests/support/randn.h"
 
 using namespace strata::model;
+using strata::test::gamma_k;
 using strata::test::max_abs;
 using strata::test::randn;
 using strata::test::require_close;
-using strata::test::gamma_k;
 
 TEST_CASE("matmul forward and backward match the reference within the fp32 sum bound", "[gpt][ops]") {
   const int N = 70, IC = 48, OC = 80;

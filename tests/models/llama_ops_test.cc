@@ -57,9 +57,10 @@ TEST_CASE("RMSNorm forward and backward match the reference", "[llama][ops]") {
     llama::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rr.data(), N, C, acc);
     llama::ref::rmsnorm_backward(dxr.data(), dwr.data(), dy.data(), x.data(), w.data(), rr.data(), N, C, acc);
     const double r3 = max_abs(rr) * max_abs(rr) * max_abs(rr);
-    require_close(dx, dxr, C + 4,
-                  max_abs(rr) * max_abs(w) * max_abs(dy) + C * max_abs(x) * max_abs(x) * r3 * max_abs(w) * max_abs(dy) + 0.25,
-                  "dinp");
+    require_close(
+        dx, dxr, C + 4,
+        max_abs(rr) * max_abs(w) * max_abs(dy) + C * max_abs(x) * max_abs(x) * r3 * max_abs(w) * max_abs(dy) + 0.25,
+        "dinp");
     require_close(dw, dwr, N + 4, N * max_abs(dy) * max_abs(x) * max_abs(rr) + 4, "dw");
   }
 }
@@ -149,8 +150,7 @@ TEST_CASE("SwiGLU and the embedding match the reference", "[llama][ops]") {
   require_close(dt, dtr, N + 1, N * max_abs(dy) + 4, "dtable");
 }
 
-TEST_CASE("grouped-query attention matches the reference and is reproducible across thread counts",
-          "[llama][ops]") {
+TEST_CASE("grouped-query attention matches the reference and is reproducible across thread counts", "[llama][ops]") {
   for (auto [H, KV] : {std::pair{4, 2}, {4, 1}, {3, 3}}) {
     const int B = 2, T = 19, D = 8, lq = H * D, lk = KV * D;
     auto q = randn(std::size_t(B) * T * lq, 41), k = randn(std::size_t(B) * T * lk, 42),
@@ -185,9 +185,9 @@ TEST_CASE("grouped-query attention matches the reference and is reproducible acr
 
 namespace {
 nlohmann::json base_config(const char* type) {
-  return {{"model_type", type},   {"vocab_size", 300},     {"hidden_size", 64}, {"intermediate_size", 96},
-          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0}, {"torch_dtype", "bfloat16"}, {"architectures", {"X"}}};
+  return {{"model_type", type},     {"vocab_size", 300},         {"hidden_size", 64},        {"intermediate_size", 96},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 4},  {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},  {"torch_dtype", "bfloat16"}, {"architectures", {"X"}}};
 }
 }  // namespace
 

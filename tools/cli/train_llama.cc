@@ -64,7 +64,7 @@ class LlamaModel : public TrainModel {
                     o_.model.c_str(), cfg_.shape.initializer_range);
       return;
     }
-    hf::WantedTensors wanted;
+    model::hf::WantedTensors wanted;
     for (const auto& p : model::llama_params(cfg_.shape)) wanted.emplace_back(p.name, p.shape);
     std::size_t skipped = 0;
     for (const auto& t : hf_.tensors()) {
@@ -87,8 +87,9 @@ class LlamaModel : public TrainModel {
       std::printf("loaded %zu tensors from %s (%zu shard file%s): rank 0 read %s in %.2f s%s\n",
                   model::llama_params(cfg_.shape).size(), o_.model.c_str(), hf_.shard_files().size(),
                   hf_.shard_files().size() == 1 ? "" : "s", format_bytes(hf_.bytes_read()).c_str(), secs,
-                  skipped > 0 ? str_cat(" (", skipped, " unused tensors skipped: a tied head's copy, rotary tables)").c_str()
-                              : "");
+                  skipped > 0
+                      ? str_cat(" (", skipped, " unused tensors skipped: a tied head's copy, rotary tables)").c_str()
+                      : "");
     }
   }
 

@@ -66,12 +66,12 @@ void check_model_flags(const CLI::App& cmd, const std::string& model) {
   if (model == "gpt") refuse(kMlpOnly, "mlp");
   if (model != "mlp" && model != "gpt") {
     // A Hugging Face directory: its config.json is the shape.
-    static const char* const kShape[] = {"--preset", "--heads", "--d-model", "--positions",
+    static const char* const kShape[] = {"--preset", "--heads",  "--d-model",    "--positions",
                                          "--vocab",  "--layers", "--unit-scaled"};
     for (const char* flag : kShape) {
       const CLI::Option* opt = cmd.get_option_no_throw(flag);
-      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag, " sets the GPT's shape, and --model ",
-                   model, "'s shape comes from its config.json: drop ", flag);
+      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag,
+                   " sets the GPT's shape, and --model ", model, "'s shape comes from its config.json: drop ", flag);
     }
     refuse(kMlpOnly, "mlp");
   }
@@ -225,7 +225,8 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, 
     check_no_fp8(config);
     return llama_model_size(o, config);
   }
-  STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model, " is not available: ", unknown_model(o.model));
+  STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model,
+               " is not available: ", unknown_model(o.model));
   const model::GptConfig c = gpt_config(o, config);
   for (const auto& p : model::gpt_params(c.shape, c.unit_scaled, c.seq_len)) {
     engine::ParamSpec s;
