@@ -78,4 +78,16 @@ for case in "device=1GiB,device=2GiB|tier 'device' is given twice" "gpu=1GiB,hos
   set -e
   [ "$rc" -ne 0 ] && grep -qF -- "${case#*|}" <<<"$err" || fail "--budget ${case%%|*} not refused as '${case#*|}': $err"
 done
+# A Hugging Face directory (config.json alone): planned from its architecture, profiled through
+# `strata bench llama`, and the emitted config trains it.
+mkdir -p "$dir/llama"
+cat > "$dir/llama/config.json" <<'JSON'
+{"model_type": "qwen3", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128}
+JSON
+"$strata" plan --model "$dir/llama" --seq-len 32 --budget device=4MiB,host=64MiB --iters 1 \
+  --calibration "$dir/cal.json" --emit-config "$dir/llama.json" > "$dir/llama_plan.txt"
+grep -q "^chosen: " "$dir/llama_plan.txt" || fail "no choice for the llama: $(cat "$dir/llama_plan.txt")"
+"$strata" train --model "$dir/llama" --seq-len 32 --config "$dir/llama.json" --data "$root/README.md" --steps 2 \
+  >/dev/null || fail "the emitted config does not train the llama"
 echo "PASS"

@@ -65,6 +65,13 @@ assert l[-1] < l[0] - 0.05, l
 print(f"ok: bf16 losses {l[0]:.4f} -> {l[-1]:.4f}")
 PY
 
+# Sizing from config.json alone: estimate and the pass's benchmark.
+est=$("$strata" estimate --model "$cfg" --seq-len 32 --config "$dir/s3.json")
+grep -q "178624 parameters" <<<"$est" || fail "estimate: $est"
+"$strata" bench llama --model "$cfg" --seq-len 32 --micro-batch 2 --iters 1 --json \
+  | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["tokens_per_s"] > 0 and j["parameters"] == 178624, j'
+echo "ok: estimate and bench llama from config.json alone"
+
 # Refusals, naming what is wrong.
 cp -r "$dir/model" "$dir/broken"
 rm "$dir/broken/model-00002-of-00008.safetensors"

@@ -1,4 +1,4 @@
-// `strata plan --model gpt ... --budget device=..,host=..[,nvme=..] [--nvme-path DIR] [--world N]
+// `strata plan --model gpt|DIR ... --budget device=..,host=..[,nvme=..] [--nvme-path DIR] [--world N]
 // [--batch B] [--config BASE] [--calibration FILE] [--top K] [--emit-config OUT] [--json]`:
 // searches ZeRO stage, placement, micro-batch and accumulation and re-materialization for the
 // highest predicted tokens/s whose estimated peaks fit the budgets (plan_search.h), and prints
@@ -20,6 +20,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/output_check.h"
 #include "tools/cli/plan_search.h"
+#include "tools/cli/train_llama.h"
 #include "tools/cli/train_model.h"
 
 namespace strata::cli {
@@ -116,8 +117,10 @@ nlohmann::json candidate_json(const Candidate& c, double tokens) {
 }
 
 int run(const Options& o) {
-  STRATA_CHECK(o.m.model == "gpt", Errc::invalid_argument, "--model ", o.m.model,
-               ": strata plan sizes the GPT (--model gpt); the demo MLP has no pass to profile");
+  const bool hf = is_hf_model_dir(o.m.model);
+  STRATA_CHECK(o.m.model == "gpt" || hf, Errc::invalid_argument, "--model ", o.m.model,
+               ": strata plan sizes the GPT (--model gpt) and Hugging Face directories (--model DIR); the demo MLP "
+               "has no pass to profile");
   PlanRequest r;
   r.model = o.m;
   r.nvme_path = o.nvme_path;
@@ -156,10 +159,11 @@ int run(const Options& o) {
     const auto key = std::make_pair(c.micro, c.remat);
     if (!pass.count(key)) {
       if (!o.json) std::fprintf(stderr, "profiling the pass at micro-batch %d, remat %s\n", c.micro, c.remat.c_str());
-      const auto j = run_self_json(
-          str_cat("bench gpt", model_flags(o.m), " --micro-batch ", c.micro, " --remat ", c.remat, " --products ",
-                  c.compute == DType::bf16 ? "bf16" : "fp32", " --iters ", o.iters, " --json"),
-          "strata plan");
+      const auto j =
+          run_self_json(str_cat(hf ? "bench llama --model " + shell_quote(o.m.model) : std::string("bench gpt"),
+                                model_flags(o.m), " --micro-batch ", c.micro, " --remat ", c.remat, " --products ",
+                                c.compute == DType::bf16 ? "bf16" : "fp32", " --iters ", o.iters, " --json"),
+                        "strata plan");
       pass[key] = j.at("pass_s").get<double>();
     }
     c.time = predict_step(cal, c, r, pass[key]);
@@ -167,7 +171,7 @@ int run(const Options& o) {
   std::stable_sort(fit.begin(), fit.end(),
                    [](const Candidate& a, const Candidate& b) { return a.time.total() < b.time.total(); });
   const Candidate& best = fit.front();
-  const int seq = gpt_config(o.m, false).seq_len;
+  const int seq = hf ? llama_config(o.m, false).seq_len : gpt_config(o.m, false).seq_len;
   const double tokens = static_cast<double>(r.batch) * seq * r.world;
   if (!o.emit.empty()) {
     std::ofstream f(o.emit, std::ios::trunc);
@@ -196,8 +200,9 @@ int run(const Options& o) {
   }
   std::printf("chosen: %s\n%s", best.label().c_str(), best.estimate.placement.c_str());
   if (!o.emit.empty())
-    std::printf("wrote %s: strata train --model gpt%s --remat %s --config %s ...\n", o.emit.c_str(),
-                model_flags(o.m).c_str(), best.remat.c_str(), o.emit.c_str());
+    std::printf("wrote %s: strata train --model %s%s --remat %s --config %s ...\n", o.emit.c_str(),
+                hf ? shell_quote(o.m.model).c_str() : "gpt", model_flags(o.m).c_str(), best.remat.c_str(),
+                o.emit.c_str());
   return 0;
 }
 
