@@ -7,7 +7,9 @@
 # tensor above it alone), fp32 is the checkpoint's masters byte for byte and bf16 their
 # rounding to nearest even. Refused, naming why and leaving no output: a GPT checkpoint
 # (no hf_config: --format safetensors is suggested), an --out that is not empty, one inside
-# the checkpoint, --max-shard-size without --format hf and a size in bits.
+# the checkpoint, --max-shard-size without --format hf and a size in bits. [regression]
+# guards shared with the single-file export: bounded peak RSS, and SIGINT, SIGTERM and a
+# write error mid-export leave neither OUT.tmp nor OUT.
 # Usage: export_hf_test.sh STRATA LIBSTRATA_C PYTHON_DIR
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" export-hf
@@ -125,6 +127,64 @@ expect_refusal "--max-shard-size without --format hf" "it needs --format hf" \
   "$strata" export --checkpoint "$dir/ck" --out "$dir/x.safetensors" --max-shard-size 1GB
 expect_refusal "a shard size in bits" "reads as bits" \
   "$strata" export --checkpoint "$dir/ck" --format hf --out "$dir/bits" --max-shard-size 5Gb
+# A larger checkpoint (32 tensors of 2 MiB): export's peak RSS above the same binary's
+# baseline stays under the largest tensor plus fixed buffers; SIGINT and SIGTERM mid-export
+# and a write error (a file size limit) leave no OUT.tmp and no OUT.
+STRATA_LIBRARY=$lib PYTHONPATH=$pydir "$py" - "$dir" <<'PY'
+import sys
+import strata
+e = strata.Engine({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}})
+for i in range(32):
+    e.register(f"model.layers.{i}.mlp.up_proj.weight", [512, 1024], i, init="normal", scale=0.02)
+e.setup()
+e.save(sys.argv[1] + "/big", {"next_step": 0, "seed": 0, "model": {"hf_config": {"model_type": "llama"}}})
+PY
+"$py" - "$strata" "$dir" <<'PY' || fail "export --format hf's peak RSS is above its bound"
+import os, subprocess, sys
+strata, d = sys.argv[1], sys.argv[2]
+def peak(args):
+    p = subprocess.Popen([strata] + args, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    assert status == 0, args
+    return ru.ru_maxrss * 1024
+base = min(peak(["checkpoint", "show", d + "/big"]) for _ in range(3))
+exp = peak(["export", "--checkpoint", d + "/big", "--format", "hf", "--out", d + "/rss", "--max-shard-size", "10MB"])
+bound, model = 2 * 2**20 + 12 * 2**20, 32 * 2 * 2**20
+print(f"export --format hf peak RSS {exp / 2**20:.1f} MiB, baseline {base / 2**20:.1f} MiB: growth "
+      f"{(exp - base) / 2**20:.1f} MiB against a bound of {bound / 2**20:.1f} MiB for a model of {model / 2**20:.0f} MiB")
+sys.exit(0 if exp - base < bound and model > 4 * bound else 1)
+PY
+for sig in INT TERM; do
+  for try in 1 2 3; do
+    rm -rf "$dir/sig" "$dir/sig.tmp"
+    "$strata" export --checkpoint "$dir/big" --format hf --out "$dir/sig" --max-shard-size 10MB > "$dir/sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1000); do [ -e "$dir/sig.tmp" ] && break; sleep 0.005; done
+    kill -STOP "$pid" 2>/dev/null || true
+    kill -"$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || break
+    echo "(the export finished before SIG$sig landed; again, try $try)"
+  done
+  want=$([ "$sig" = INT ] && echo 130 || echo 143)
+  [ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$dir/sig.log")"
+  grep -q "export: interrupted by signal .* the partial '$dir/sig.tmp' was removed" "$dir/sig.log" ||
+    fail "SIG$sig: unclear: $(cat "$dir/sig.log")"
+  [ ! -e "$dir/sig.tmp" ] && [ ! -e "$dir/sig" ] || fail "SIG$sig left $(ls -d "$dir"/sig*)"
+done
+set +e
+out=$( (ulimit -f 8192; "$strata" export --checkpoint "$dir/big" --format hf --out "$dir/lim") 2>&1)
+rc=$?
+set -e
+[ "$rc" != 0 ] && grep -q "File too large" <<<"$out" || fail "a write past the file size limit: exit $rc: $out"
+[ ! -e "$dir/lim.tmp" ] && [ ! -e "$dir/lim" ] || fail "a failed write left $(ls -d "$dir"/lim*)"
+echo "export --format hf: bounded RSS; SIGINT, SIGTERM and a write error leave nothing behind"
+
 # The default format is today's single file.
 "$strata" export --checkpoint "$dir/ck" --out "$dir/e.safetensors" > /dev/null
 [ -f "$dir/e.safetensors" ] || fail "--format safetensors (default) wrote no file"
