@@ -104,7 +104,7 @@ const HfDirWriter::Tensors kSharded = {{"a", {3, 4}}, {"b", {4}}, {"c", {32}}, {
 
 }  // namespace
 
-TEST_CASE("shards are planned as huggingface_hub plans them", "[models][hf][interface]") {
+TEST_CASE("shards are planned as transformers plans them, in tensor order", "[models][hf][interface]") {
   using hf::plan_shards;
   CHECK(plan_shards({48, 16, 128, 8, 4}, 64) == std::vector<std::size_t>{0, 0, 1, 2, 2});
   CHECK(plan_shards({10, 10, 10}, 1000) == std::vector<std::size_t>{0, 0, 0});
@@ -284,6 +284,14 @@ TEST_CASE("damaged Hugging Face directories are refused naming the file and the 
              Catch::Contains("metadata.total_size is 205 bytes, but the 3 shards' tensors hold 204"));
   CHECK(opened_with([](nlohmann::json& i, const std::string&) { i["metadata"]["total_size"] = 204.0; }).empty());
   CHECK(opened_with([](nlohmann::json& i, const std::string&) { i.erase("metadata"); }).empty());
+  for (const nlohmann::json& bad :
+       {nlohmann::json(-1), nlohmann::json(1e30), nlohmann::json(204.5), nlohmann::json("204")}) {
+    CHECK_THAT(opened_with([&](nlohmann::json& i, const std::string&) { i["metadata"]["total_size"] = bad; }),
+               Catch::Contains("metadata.total_size is " + bad.dump() + ", not a byte count"));
+  }
+  // A name with a control byte is shown escaped, on one line.
+  CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "../x\n.safetensors"; }),
+             Catch::Contains("in '../x\\x0a.safetensors', which is not a file inside"));
   CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "../model.safetensors"; }),
              Catch::Contains("puts tensor 'e' in '../model.safetensors', which is not a file inside the model"));
   CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "/etc/passwd"; }),

@@ -123,6 +123,11 @@ expect_refusal "an --out that is not empty" "'$dir/full' exists and is not empty
 [ "$(cat "$dir/full/notes.txt")" = mine ] && [ ! -e "$dir/full.tmp" ] || fail "the refused --out was touched"
 expect_refusal "an --out inside the checkpoint" "lies inside the checkpoint directory" \
   "$strata" export --checkpoint "$dir/ck" --format hf --out "$dir/ck/step-00000000/hf"
+cp -r "$dir/ck" "$dir/named.tmp"
+expect_refusal "an --out written through the checkpoint (OUT.tmp)" \
+  "--out '$dir/named/', written through '$dir/named.tmp', is the checkpoint directory" \
+  "$strata" export --checkpoint "$dir/named.tmp" --format hf --out "$dir/named/"
+[ ! -e "$dir/named" ] && [ -f "$dir/named.tmp/latest" ] || fail "the refused export touched the checkpoint"
 expect_refusal "--max-shard-size without --format hf" "it needs --format hf" \
   "$strata" export --checkpoint "$dir/ck" --out "$dir/x.safetensors" --max-shard-size 1GB
 expect_refusal "a shard size in bits" "reads as bits" \

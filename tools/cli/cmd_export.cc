@@ -58,7 +58,9 @@ std::optional<FileId> file_id(const fs::path& path) {
 
 // Refuses an --out that is, or lies inside, one of `dirs` (compared by inode, so links and
 // bind mounts of the directory count too): every ancestor of its resolved path is checked.
-void refuse_out_inside(const std::string& out, const std::string& checkpoint, const std::vector<std::string>& dirs) {
+// `label` names the path in the message (default: "--out 'OUT'").
+void refuse_out_inside(const std::string& out, const std::string& checkpoint, const std::vector<std::string>& dirs,
+                       const std::string& label = "") {
   if (out.empty()) return;  // check_output_file names it
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(out), ec);
@@ -69,9 +71,9 @@ void refuse_out_inside(const std::string& out, const std::string& checkpoint, co
   for (fs::path a = p;; a = a.parent_path()) {
     if (const auto id = file_id(a)) {
       for (const auto& [dir, did] : ids) {
-        STRATA_CHECK(*id != did, Errc::invalid_argument, "--out '", out, "' ", a == p ? "is" : "lies inside",
-                     " the checkpoint directory '", dir, "' that --checkpoint '", checkpoint,
-                     "' reads: write the export outside the checkpoint");
+        STRATA_CHECK(*id != did, Errc::invalid_argument, label.empty() ? "--out '" + out + "'" : label, " ",
+                     a == p ? "is" : "lies inside", " the checkpoint directory '", dir, "' that --checkpoint '",
+                     checkpoint, "' reads: write the export outside the checkpoint");
       }
     }
     if (a == a.parent_path() || a.empty()) break;
@@ -116,6 +118,15 @@ class IgnoreFileSizeSignal {
   struct sigaction old_ {};
 };
 
+// Refuses an --out directory whose temporary sibling, through which HfDirWriter writes it
+// ("hf/" -> "hf.tmp"), is or lies inside one of `dirs`.
+void refuse_tmp_inside(const std::string& out, const std::string& checkpoint, const std::vector<std::string>& dirs) {
+  std::string tmp = out;
+  while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
+  tmp += ".tmp";
+  refuse_out_inside(tmp, checkpoint, dirs, "--out '" + out + "', written through '" + tmp + "',");
+}
+
 int run(const Options& o) {
   STRATA_CHECK(o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16", Errc::invalid_argument, "--dtype ", o.dtype,
                " is not offered: use fp32, bf16 or fp16");
@@ -129,14 +140,14 @@ int run(const Options& o) {
   const DType dt = o.dtype == "fp32" ? DType::fp32 : o.dtype == "bf16" ? DType::bf16 : DType::fp16;
   refuse_out_inside(o.out, o.checkpoint, {o.checkpoint});
   if (hf) {
-    refuse_out_inside(o.out + ".tmp", o.checkpoint, {o.checkpoint});
+    refuse_tmp_inside(o.out, o.checkpoint, {o.checkpoint});
   } else {
     check_output_file("--out", o.out);
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto opened = checkpoint::open_checkpoint(o.checkpoint);
   refuse_out_inside(o.out, o.checkpoint, {opened.dir});
-  if (hf) refuse_out_inside(o.out + ".tmp", o.checkpoint, {opened.dir});
+  if (hf) refuse_tmp_inside(o.out, o.checkpoint, {opened.dir});
   refuse_out_aliasing(o.out, o.checkpoint, opened.dir);
   const auto& m = opened.manifest;
   const std::string config = hf ? hf_config_text(m, o.checkpoint) : std::string();
