@@ -118,6 +118,15 @@ HfModelDir::HfModelDir(std::string dir) : dir_(std::move(dir)) {
                " and ", hf::kIndexName, ", so which weights are meant is unclear: remove the one that is stale");
   if (s != Kind::none) open_single();
   if (i != Kind::none) open_index();
+  if (s != Kind::none || i != Kind::none) return;
+  // No safetensors weights. config.json alone is a model to initialise; PyTorch's pickled
+  // weights beside it are weights Strata cannot read, which must not pass for none.
+  for (const char* pickled : {"pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+    STRATA_CHECK(kind_of(dir_ + "/" + pickled) == Kind::none, Errc::unsupported, "'", dir_, "' holds its weights as ",
+                 pickled,
+                 " (PyTorch's pickle format), which Strata does not read: download the model's safetensors "
+                 "files, or convert it with transformers (save_pretrained(dir, safe_serialization=True))");
+  }
 }
 
 HfModelDir::~HfModelDir() = default;

@@ -224,6 +224,12 @@ TEST_CASE("the writer refuses an output that is not new and leaves nothing when 
   CHECK(slurp(out + "/weights.bin") == "mine");
   CHECK_FALSE(exists(out + ".tmp"));
   ::unlink((out + "/weights.bin").c_str());
+  // A link to an empty directory would fail the rename at the end: refused at the start.
+  ::mkdir(tmp.file("empty").c_str(), 0755);
+  ::symlink(tmp.file("empty").c_str(), tmp.file("link").c_str());
+  CHECK_THAT(error_of([&] { write_dir(tmp.file("link"), kSharded, DType::fp32, 64); }),
+             Catch::Contains("exists and is a symbolic link"));
+  CHECK_FALSE(exists(tmp.file("link.tmp")));
   // An empty directory is taken (the rename replaces it).
   CHECK_NOTHROW(write_dir(out, kSharded, DType::fp32, 64));
   CHECK(exists(out + "/model-00003-of-00003.safetensors"));
@@ -321,6 +327,11 @@ TEST_CASE("a directory with config.json alone opens without weights", "[models][
   CHECK(dir.tensors().empty());
   CHECK(dir.config()["hidden_size"] == 8);
   CHECK_THAT(error_of([&] { dir.check({{"a", {2}}}); }), Catch::Contains("1 missing (the model registers them): 'a'"));
+  spit(tmp.file("pytorch_model.bin"), "pickle");
+  CHECK_THAT(error_of([&] { HfModelDir d(tmp.path()); }),
+             Catch::Contains("holds its weights as pytorch_model.bin (PyTorch's pickle format), which Strata does not "
+                             "read"));
+  ::unlink(tmp.file("pytorch_model.bin").c_str());
   spit(tmp.file("config.json"), "{\"broken\": ");
   CHECK_THAT(error_of([&] { HfModelDir d(tmp.path()); }), Catch::Contains("config.json' is not JSON"));
 }
