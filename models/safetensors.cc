@@ -347,7 +347,7 @@ void SafetensorsReader::read_header() {
     OtherTensor other;
     ranges.emplace_back();
     auto t = parse_entry(path_, it.key(), it.value(), data_bytes, list_other_dtypes_ ? &other : nullptr, ranges.back());
-    if (other.name.empty())
+    if (other.dtype.empty())  // a readable dtype (an unreadable one has its name there)
       tensors_.push_back(std::move(t));
     else
       other_tensors_.push_back(std::move(other));

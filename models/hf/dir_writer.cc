@@ -108,9 +108,11 @@ HfDirWriter::HfDirWriter(std::string out_dir, const std::string& config_json_tex
   metadata_["format"] = "pt";
   // OUT: absent or an empty directory (see the output rule in dir_writer.h).
   struct stat st {};
-  if (::stat(out_.c_str(), &st) == 0) {
-    STRATA_CHECK(S_ISDIR(st.st_mode), Errc::invalid_argument, "'", out_,
-                 "' exists and is not a directory: give a new directory's path for the Hugging Face model");
+  if (::lstat(out_.c_str(), &st) == 0) {
+    // A link, even to an empty directory, is refused: the rename would fail on it at the end.
+    STRATA_CHECK(S_ISDIR(st.st_mode), Errc::invalid_argument, "'", out_, "' exists and is ",
+                 S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory",
+                 ": give a new directory's path for the Hugging Face model");
     const auto there = entries_of(out_);
     STRATA_CHECK(there.empty(), Errc::invalid_argument, "'", out_, "' exists and is not empty (it holds '",
                  there.empty() ? "" : there.front(), "'",

@@ -9,9 +9,12 @@
 //     not counted) and each tensor lies whole in one shard;
 //   - other files (tokenizer, generation_config.json, README) that Strata neither reads nor
 //     writes.
-// Shards are planned as huggingface_hub's split_state_dict_into_shards does: tensors in
-// order, a new shard when the next tensor would take the current one past the limit, and a
-// tensor larger than the limit alone in a shard of its own (tensors are never split).
+// Shards are planned as transformers' shard_checkpoint planned them: tensors in order, a new
+// shard when the next tensor would take a non-empty one past the limit, so a tensor larger
+// than the limit sits alone in a shard of its own (tensors are never split). (huggingface_hub's
+// newer splitter sets such a tensor aside while the current shard stays open, so a shard may
+// hold tensors that are not neighbours; keeping the order lets one writer stream the shards
+// in turn. Readers follow weight_map and accept either.)
 #pragma once
 
 #include <cstdint>

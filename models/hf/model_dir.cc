@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "models/hf/format.h"
@@ -65,6 +67,25 @@ nlohmann::json parse_object(const std::string& path, const std::string& text) {
   return j;
 }
 
+// A name from the index, fit for a one-line message: control bytes become \xNN and a long
+// name is cut, so a damaged index cannot break or flood the error.
+std::string shown(const std::string& s) {
+  constexpr std::size_t kShown = 200;
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (s.size() > kShown) out += str_cat("... (", s.size(), " bytes)");
+  return out;
+}
+
 // A shard name from weight_map: a relative path that cannot leave the directory. Links are
 // not followed here on purpose: Hugging Face's cache keeps each snapshot's files as links
 // into its blobs directory.
@@ -76,7 +97,7 @@ void check_shard_name(const std::string& index_path, const std::string& tensor, 
     begin = end + 1;
   }
   STRATA_CHECK(!escapes && name.find('\0') == std::string::npos, Errc::corrupt, "'", index_path,
-               "': weight_map puts tensor '", tensor, "' in '", name,
+               "': weight_map puts tensor '", shown(tensor), "' in '", shown(name),
                "', which is not a file inside the model directory (absolute, empty or with '..'): the index is "
                "damaged or hostile; use the index that came with the weights");
 }
@@ -97,6 +118,15 @@ HfModelDir::HfModelDir(std::string dir) : dir_(std::move(dir)) {
                " and ", hf::kIndexName, ", so which weights are meant is unclear: remove the one that is stale");
   if (s != Kind::none) open_single();
   if (i != Kind::none) open_index();
+  if (s != Kind::none || i != Kind::none) return;
+  // No safetensors weights. config.json alone is a model to initialise; PyTorch's pickled
+  // weights beside it are weights Strata cannot read, which must not pass for none.
+  for (const char* pickled : {"pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+    STRATA_CHECK(kind_of(dir_ + "/" + pickled) == Kind::none, Errc::unsupported, "'", dir_, "' holds its weights as ",
+                 pickled,
+                 " (PyTorch's pickle format), which Strata does not read: download the model's safetensors "
+                 "files, or convert it with transformers (save_pretrained(dir, safe_serialization=True))");
+  }
 }
 
 HfModelDir::~HfModelDir() = default;
@@ -142,8 +172,9 @@ void HfModelDir::open_index() {
   const auto& map = index["weight_map"];
   std::map<std::string, std::vector<std::string>> by_shard;  // shard -> its tensors per the map
   for (auto it = map.begin(); it != map.end(); ++it) {
-    STRATA_CHECK(it.value().is_string(), Errc::corrupt, "'", path, "': weight_map entry '", it.key(), "' is a JSON ",
-                 it.value().type_name(), ", not a shard file name: the index is damaged; download it again");
+    STRATA_CHECK(it.value().is_string(), Errc::corrupt, "'", path, "': weight_map entry '", shown(it.key()),
+                 "' is a JSON ", it.value().type_name(),
+                 ", not a shard file name: the index is damaged; download it again");
     const auto& shard = it.value().get_ref<const std::string&>();
     check_shard_name(path, it.key(), shard);
     by_shard[shard].push_back(it.key());
@@ -151,8 +182,8 @@ void HfModelDir::open_index() {
   for (const auto& [shard, names] : by_shard) {
     const Kind k = kind_of(dir_ + "/" + shard);
     STRATA_CHECK(k == Kind::file, Errc::invalid_argument, "'", dir_, "/", shard, "', the shard that ", hf::kIndexName,
-                 " names for ", names.size(), " tensor", names.size() == 1 ? "" : "s", " (such as '", names.front(),
-                 "'), ", k == Kind::none ? "is missing" : "is not a regular file",
+                 " names for ", names.size(), " tensor", names.size() == 1 ? "" : "s", " (such as '",
+                 shown(names.front()), "'), ", k == Kind::none ? "is missing" : "is not a regular file",
                  ": the download is incomplete; fetch that file again");
     add_shard(shard);
   }
@@ -160,11 +191,12 @@ void HfModelDir::open_index() {
   for (const auto& [shard, names] : by_shard) {
     for (const auto& n : names) {
       const auto it = places_.find(n);
-      STRATA_CHECK(it != places_.end(), Errc::corrupt, "'", path, "': weight_map puts tensor '", n, "' in '", shard,
+      STRATA_CHECK(it != places_.end(), Errc::corrupt, "'", path, "': weight_map puts tensor '", shown(n), "' in '",
+                   shard,
                    "', which does not hold it (nor does any other shard): the index and the weights do not match; "
                    "download them again together");
-      STRATA_CHECK(shard_names_[it->second.shard] == shard, Errc::corrupt, "'", path, "': weight_map puts tensor '", n,
-                   "' in '", shard, "', but it lies in '", shard_names_[it->second.shard],
+      STRATA_CHECK(shard_names_[it->second.shard] == shard, Errc::corrupt, "'", path, "': weight_map puts tensor '",
+                   shown(n), "' in '", shard, "', but it lies in '", shard_names_[it->second.shard],
                    "': the index and the weights do not match; download them again together");
     }
   }
@@ -180,9 +212,9 @@ void HfModelDir::open_index() {
   if (!meta.contains("total_size") || meta["total_size"].is_null()) return;
   const auto& total = meta["total_size"];
   // Some uploads write the size as a float (13476839424.0): a whole value is accepted.
-  const bool whole =
-      total.is_number_unsigned() || (total.is_number_float() && total.get<double>() >= 0 &&
-                                     total.get<double>() == static_cast<double>(total.get<std::uint64_t>()));
+  const double as_double = total.is_number() ? total.get<double>() : -1;
+  const bool whole = total.is_number_unsigned() || (total.is_number_float() && as_double >= 0 && as_double < 1.8e19 &&
+                                                    std::floor(as_double) == as_double);
   STRATA_CHECK(whole, Errc::corrupt, "'", path, "': metadata.total_size is ", total.dump(),
                ", not a byte count: the index is damaged; download it again");
   STRATA_CHECK(total.get<std::uint64_t>() == total_bytes_, Errc::corrupt, "'", path, "': metadata.total_size is ",

@@ -3,7 +3,8 @@
 // Protocol. The constructor reads and checks everything but the tensors' data: config.json
 // (one JSON object), then the weights, `model.safetensors` or the shards that
 // `model.safetensors.index.json` lists. A directory with config.json alone opens too, with
-// has_weights() false. The index is checked against the shards' own headers, so every shard
+// has_weights() false (but not one whose weights are PyTorch's pytorch_model.bin: refused,
+// so unreadable weights never pass for none). The index is checked against the shards' own headers, so every shard
 // header is read at open: each listed shard is a file inside DIR (its name relative, with no
 // `..`; the file itself may be a link, as in Hugging Face's cache), every tensor of a shard
 // is in weight_map pointing at that shard, every weight_map entry is in the shard it names,

@@ -104,7 +104,7 @@ const HfDirWriter::Tensors kSharded = {{"a", {3, 4}}, {"b", {4}}, {"c", {32}}, {
 
 }  // namespace
 
-TEST_CASE("shards are planned as huggingface_hub plans them", "[models][hf][interface]") {
+TEST_CASE("shards are planned as transformers plans them, in tensor order", "[models][hf][interface]") {
   using hf::plan_shards;
   CHECK(plan_shards({48, 16, 128, 8, 4}, 64) == std::vector<std::size_t>{0, 0, 1, 2, 2});
   CHECK(plan_shards({10, 10, 10}, 1000) == std::vector<std::size_t>{0, 0, 0});
@@ -224,6 +224,12 @@ TEST_CASE("the writer refuses an output that is not new and leaves nothing when 
   CHECK(slurp(out + "/weights.bin") == "mine");
   CHECK_FALSE(exists(out + ".tmp"));
   ::unlink((out + "/weights.bin").c_str());
+  // A link to an empty directory would fail the rename at the end: refused at the start.
+  ::mkdir(tmp.file("empty").c_str(), 0755);
+  ::symlink(tmp.file("empty").c_str(), tmp.file("link").c_str());
+  CHECK_THAT(error_of([&] { write_dir(tmp.file("link"), kSharded, DType::fp32, 64); }),
+             Catch::Contains("exists and is a symbolic link"));
+  CHECK_FALSE(exists(tmp.file("link.tmp")));
   // An empty directory is taken (the rename replaces it).
   CHECK_NOTHROW(write_dir(out, kSharded, DType::fp32, 64));
   CHECK(exists(out + "/model-00003-of-00003.safetensors"));
@@ -284,6 +290,14 @@ TEST_CASE("damaged Hugging Face directories are refused naming the file and the 
              Catch::Contains("metadata.total_size is 205 bytes, but the 3 shards' tensors hold 204"));
   CHECK(opened_with([](nlohmann::json& i, const std::string&) { i["metadata"]["total_size"] = 204.0; }).empty());
   CHECK(opened_with([](nlohmann::json& i, const std::string&) { i.erase("metadata"); }).empty());
+  for (const nlohmann::json& bad :
+       {nlohmann::json(-1), nlohmann::json(1e30), nlohmann::json(204.5), nlohmann::json("204")}) {
+    CHECK_THAT(opened_with([&](nlohmann::json& i, const std::string&) { i["metadata"]["total_size"] = bad; }),
+               Catch::Contains("metadata.total_size is " + bad.dump() + ", not a byte count"));
+  }
+  // A name with a control byte is shown escaped, on one line.
+  CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "../x\n.safetensors"; }),
+             Catch::Contains("in '../x\\x0a.safetensors', which is not a file inside"));
   CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "../model.safetensors"; }),
              Catch::Contains("puts tensor 'e' in '../model.safetensors', which is not a file inside the model"));
   CHECK_THAT(opened_with([](nlohmann::json& i, const std::string&) { i["weight_map"]["e"] = "/etc/passwd"; }),
@@ -313,6 +327,11 @@ TEST_CASE("a directory with config.json alone opens without weights", "[models][
   CHECK(dir.tensors().empty());
   CHECK(dir.config()["hidden_size"] == 8);
   CHECK_THAT(error_of([&] { dir.check({{"a", {2}}}); }), Catch::Contains("1 missing (the model registers them): 'a'"));
+  spit(tmp.file("pytorch_model.bin"), "pickle");
+  CHECK_THAT(error_of([&] { HfModelDir d(tmp.path()); }),
+             Catch::Contains("holds its weights as pytorch_model.bin (PyTorch's pickle format), which Strata does not "
+                             "read"));
+  ::unlink(tmp.file("pytorch_model.bin").c_str());
   spit(tmp.file("config.json"), "{\"broken\": ");
   CHECK_THAT(error_of([&] { HfModelDir d(tmp.path()); }), Catch::Contains("config.json' is not JSON"));
 }

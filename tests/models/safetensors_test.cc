@@ -148,3 +148,25 @@ TEST_CASE("the safetensors writer refuses two tensors of one name before writing
   CHECK_FALSE(std::ifstream(path + ".tmp").good());
   CHECK_FALSE(std::ifstream(path).good());
 }
+
+TEST_CASE("a reader listing other dtypes keeps them apart from the tensors it reads",
+          "[models][safetensors][interface]") {
+  strata::test::TempDir dir("strata-safetensors-test");
+  // An I64 tensor named "" (a valid key) and an F32 one; the I64 still takes part in the
+  // tiling check (its 16 bytes come first).
+  const std::string header =
+      R"({"": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}, )" + f32("w", "[1]", "[16, 20]") + "}";
+  const std::string path = file_with(dir, header, 20);
+  CHECK_THAT(strata::test::error_of([&] { SafetensorsReader r(path); }),
+             Catch::Contains("has dtype I64; Strata reads F32"));
+  SafetensorsReader r(path, /*list_other_dtypes=*/true);
+  REQUIRE(r.tensors().size() == 1);
+  CHECK(r.tensors()[0].name == "w");
+  REQUIRE(r.other_tensors().size() == 1);
+  CHECK(r.other_tensors()[0].name.empty());
+  CHECK(r.other_tensors()[0].dtype == "I64");
+  CHECK(r.other_tensors()[0].bytes == 16);
+  // A hole where the I64's bytes should be is still a hole.
+  CHECK_THAT(strata::test::error_of([&] { SafetensorsReader bad(file_with(dir, header, 28), true); }),
+             Catch::Contains("belong to no tensor"));
+}
