@@ -45,6 +45,43 @@ echo "ok: stage 0 and stage 3 with NVMe offload under a 1 MiB host budget give t
 [ "$(losses "$dir/lr.jsonl")" = "$(cut -d' ' -f4- <<<"$l0")" ] || fail "resumed losses differ: $(losses "$dir/lr.jsonl")"
 echo "ok: resumed at step 3, the same losses"
 
+# Export back to Hugging Face's layout, sharded: fp32 loads back bit for bit (one step at lr 0
+# and no decay saves the weights it loaded), bf16 is the fp32 values rounded to nearest even.
+"$strata" export --checkpoint "$dir/ck/step-00000006" --format hf --dtype fp32 --max-shard-size 100KB \
+  --out "$dir/out32" >/dev/null
+"$strata" export --checkpoint "$dir/ck/step-00000006" --format hf --dtype bf16 --out "$dir/out16" >/dev/null
+grep -q '"model_type": "llama"' "$dir/out32/config.json" || fail "exported config.json: $(cat "$dir/out32/config.json")"
+sed 's/"lr": 0.002, "weight_decay": 0.01/"lr": 0.0, "weight_decay": 0.0/' "$dir/s0.json" > "$dir/lr0.json"
+"$strata" train --model "$dir/out32" --data "$data" --seq-len 32 --device host --config "$dir/lr0.json" --steps 1 \
+  --save-params "$dir/back.safetensors" >/dev/null
+python3 - "$dir/out32" "$dir/out16" "$dir/back.safetensors" <<'PY'
+import json, os, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+def hf_dir(d):
+    files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+    out = {}
+    for f in files:
+        out.update(tensors(os.path.join(d, f)))
+    return files, out
+files32, t32 = hf_dir(sys.argv[1])
+files16, t16 = hf_dir(sys.argv[2])
+back = tensors(sys.argv[3])
+assert len(files32) > 1 and os.path.exists(os.path.join(sys.argv[1], "model.safetensors.index.json")), files32
+index = json.load(open(os.path.join(sys.argv[1], "model.safetensors.index.json")))
+assert set(index["weight_map"]) == set(t32) and index["metadata"]["total_size"] == sum(len(v[2]) for v in t32.values())
+assert set(back) == set(t32) and all(back[k][2] == t32[k][2] for k in t32), "fp32 export did not load back bit for bit"
+for k, (dt, shape, raw) in t32.items():
+    words = struct.unpack(f"<{len(raw) // 4}I", raw)
+    want = bytes()
+    rounded = [((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF for w in words]
+    assert t16[k][0] == "BF16" and struct.unpack(f"<{len(rounded)}H", t16[k][2]) == tuple(rounded), k
+print(f"ok: export hf: fp32 in {len(files32)} shards loads back bit for bit; bf16 is the fp32 rounded to nearest even")
+PY
+
 # config.json alone: the values strata init wrote for the same seed, at fp32 (bf16 on disk rounds).
 "$strata" init --model "$cfg" --out "$dir/model32" --dtype fp32 --seed 5 >/dev/null
 "$strata" train --model "$cfg" --data "$data" --seq-len 32 --seed 5 --device host --config "$dir/s0.json" --steps 2 \
