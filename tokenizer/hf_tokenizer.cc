@@ -198,6 +198,13 @@ std::unique_ptr<HfTokenizer> HfTokenizer::open(const std::string& path) {
 }
 
 std::vector<std::uint32_t> HfTokenizer::encode(std::string_view text) const {
+  // Hugging Face takes text as a Rust &str, UTF-8 by construction; Oniguruma does not check.
+  char32_t cp = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t at = i;
+    STRATA_CHECK(next_utf8(text, i, cp), Errc::invalid_argument, "tokenizer '", path_,
+                 "': the text is not UTF-8 at byte ", at, ": convert it first (iconv -t UTF-8)");
+  }
   std::vector<std::uint32_t> out;
   out.reserve(text.size() / 3);
   // Words repeat (" the", " of"): each distinct one is merged once per call.

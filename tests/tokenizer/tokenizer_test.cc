@@ -218,8 +218,10 @@ TEST_CASE("a tiny tokenizer.json encodes, decodes and refuses unknown ids", "[to
   CHECK(ids == std::vector<std::uint32_t>{hel, 'l', 'o', 70000, sw, 'o', 'w'});
   CHECK(he != hel);
   CHECK(tok->decode(ids) == "hello<|end|> wow");
-  const auto e = error_of([&] { tok->decode({1, 69999}); });
+  auto e = error_of([&] { tok->decode({1, 69999}); });
   CHECK_THAT(e, Catch::Contains("id 69999") && Catch::Contains("tokenizer.json"));
+  e = error_of([&] { tok->encode("ok \xff\xfe"); });
+  CHECK_THAT(e, Catch::Contains("not UTF-8 at byte 3"));
 }
 
 TEST_CASE("token files are uint16 version 1 when ids fit, else uint32 version 2, written whole",

@@ -4,6 +4,7 @@
 // id fits, else Strata's uint32 version 2 (models/gpt/data.h), written whole or not at all.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +22,9 @@ struct TokenizeOptions {
 };
 
 std::string read_text(const std::string& path) {
+  std::error_code ec;
+  STRATA_CHECK(std::filesystem::is_regular_file(path, ec), Errc::invalid_argument, "tokenize: input '", path,
+               "' is not a regular file (missing, a directory or a device): give a text file");
   std::ifstream in(path, std::ios::binary);
   STRATA_CHECK(in, Errc::invalid_argument, "tokenize: input '", path, "' cannot be opened: ", errno_text(errno));
   std::stringstream text;
