@@ -263,6 +263,40 @@ def read_token_file(path):
     return version, list(struct.unpack("<%d%s" % (n, "H" if width == 2 else "I"), data[1024:]))
 
 
+def refusals(strata, work):
+    """The command's refusals name the file and the key, exit non-zero and leave no output."""
+    failures = 0
+    good = os.path.join(work, "gpt2-tokenizer.json")
+    with open(good, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["model"]["type"] = "WordPiece"
+    wordpiece = os.path.join(work, "wordpiece.json")
+    with open(wordpiece, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    src, bad_text = os.path.join(work, "refusal.txt"), os.path.join(work, "latin1.txt")
+    with open(src, "w") as f:
+        f.write("some text")
+    with open(bad_text, "wb") as f:
+        f.write("caf\u00e9".encode("latin-1"))
+    cases = [
+        ([wordpiece, src], ["wordpiece.json", "model.type", "WordPiece"]),
+        ([good, src, "--bos"], ["gpt2-tokenizer.json", "has no BOS"]),
+        ([good, bad_text], ["not UTF-8 at byte 3"]),
+        ([os.path.join(work, "missing.json"), src], ["missing.json", "does not exist"]),
+    ]
+    for args, words in cases:
+        out = os.path.join(work, "refused.bin")
+        r = subprocess.run([strata, "tokenize", "--tokenizer", args[0], args[1], out] + args[2:], capture_output=True,
+                           text=True)
+        if r.returncode == 0 or not all(w in r.stderr for w in words) or os.path.exists(out) \
+                or os.path.exists(out + ".tmp"):
+            failures += 1
+            print("FAIL refusal %s: exit %d, stderr %r, output left: %s" % (args, r.returncode, r.stderr,
+                                                                           os.path.exists(out)))
+    print("refusals: %d cases" % len(cases))
+    return failures
+
+
 def main():
     strata, decoder, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
@@ -297,6 +331,7 @@ def main():
                     failures += 1
                     print("FAIL %s text %d: decode(encode(t)) != t: %r" % (style, k, decoded))
         print("%s: %d texts compared" % (style, len(TEXTS) + 1))
+    failures += refusals(strata, work)
     if failures:
         print("%d failures" % failures)
         return 1
