@@ -20,6 +20,8 @@ AddedTokens::AddedTokens(const nlohmann::json& list, const std::string& where) {
       STRATA_CHECK(!t.value(f, false), Errc::invalid_argument, where, ": ", key, ".", f, " is true for \"",
                    t["content"].get<std::string>(), "\": not implemented (Strata matches added tokens verbatim)");
     }
+    STRATA_CHECK(t["id"].get<std::uint64_t>() < kMaxTokenId, Errc::corrupt, where, ": ", key, ".id ",
+                 t["id"].get<std::uint64_t>(), " is not below ", kMaxTokenId, ": not a real vocabulary");
     Entry e{t["content"].get<std::string>(), t["id"].get<std::uint32_t>()};
     STRATA_CHECK(!e.content.empty(), Errc::corrupt, where, ": ", key, ".content is empty");
     max_id_ = std::max(max_id_, e.id);

@@ -19,6 +19,10 @@
 
 namespace strata::tokenizer {
 
+// Ids at or above this are refused when a file is read: decode keeps a table indexed by id,
+// and real vocabularies stay far below it (Llama 3: 128,256; Gemma: 256,000).
+inline constexpr std::uint64_t kMaxTokenId = std::uint64_t{1} << 24;
+
 class AddedTokens {
  public:
   AddedTokens() = default;

@@ -154,7 +154,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::open(const std::string& path) {
     bytes_vocab.reserve(vocab.size());
     std::string bytes;
     for (const auto& [token, id] : vocab.items()) {
-      STRATA_CHECK(id.is_number_unsigned(), Errc::corrupt, where, ": model.vocab[\"", token, "\"] is not an id");
+      STRATA_CHECK(id.is_number_unsigned() && id.get<std::uint64_t>() < kMaxTokenId, Errc::corrupt, where,
+                   ": model.vocab[\"", token, "\"] is not an id below ", kMaxTokenId);
       if (unicode_to_bytes(token, bytes)) {
         bytes_vocab.emplace(bytes, id.get<std::uint32_t>());
         spelled.emplace_back(id.get<std::uint32_t>(), bytes);

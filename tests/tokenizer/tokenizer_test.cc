@@ -200,6 +200,9 @@ TEST_CASE("bad tokenizer files are refused naming the file and the key", "[token
   j = tiny_tokenizer({{"a", "b"}});
   j["added_tokens"] = {{{"id", 300}, {"content", "<s>"}, {"lstrip", true}}};
   CHECK_THAT(refused("lstrip.json", j), Catch::Contains("lstrip.json") && Catch::Contains("added_tokens[0].lstrip"));
+  j = tiny_tokenizer({{"a", "b"}});
+  j["added_tokens"] = {{{"id", 4294967296ull}, {"content", "<s>"}}};  // would wrap to 0 as uint32
+  CHECK_THAT(refused("huge.json", j), Catch::Contains("huge.json") && Catch::Contains("added_tokens[0].id"));
   write(dir.file("garbage.model"), "not a protobuf");
   e = error_of([&] { Tokenizer::open(dir.file("garbage.model")); });
   CHECK_THAT(e, Catch::Contains("garbage.model") && Catch::Contains("not a SentencePiece model"));
