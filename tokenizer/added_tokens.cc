@@ -24,8 +24,7 @@ AddedTokens::AddedTokens(const nlohmann::json& list, const std::string& where) {
                  t["id"].get<std::uint64_t>(), " is not below ", kMaxTokenId, ": not a real vocabulary");
     Entry e{t["content"].get<std::string>(), t["id"].get<std::uint32_t>()};
     STRATA_CHECK(!e.content.empty(), Errc::corrupt, where, ": ", key, ".content is empty");
-    max_id_ = std::max(max_id_, e.id);
-    by_id_[e.id] = e.content;
+    by_content_[e.content] = e.id;
     by_first_[static_cast<unsigned char>(e.content[0])].push_back(std::move(e));
   }
   for (auto& v : by_first_) {
@@ -48,19 +47,6 @@ void AddedTokens::split(std::string_view input, const std::function<void(std::st
     }
   }
   if (start < input.size()) text(input.substr(start));
-}
-
-std::optional<std::uint32_t> AddedTokens::find(const std::string& content) const {
-  if (content.empty()) return std::nullopt;
-  for (const Entry& e : by_first_[static_cast<unsigned char>(content[0])]) {
-    if (e.content == content) return e.id;
-  }
-  return std::nullopt;
-}
-
-const std::string* AddedTokens::content(std::uint32_t id) const {
-  const auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &it->second;
 }
 
 }  // namespace strata::tokenizer

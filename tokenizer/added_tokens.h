@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -19,8 +18,8 @@
 
 namespace strata::tokenizer {
 
-// Ids at or above this are refused when a file is read: decode keeps a table indexed by id,
-// and real vocabularies stay far below it (Llama 3: 128,256; Gemma: 256,000).
+// Ids at or above this are refused when a file is read: real vocabularies stay far below it
+// (Llama 3: 128,256; Gemma: 256,000), and batches carry ids as int32.
 inline constexpr std::uint64_t kMaxTokenId = std::uint64_t{1} << 24;
 
 class AddedTokens {
@@ -32,12 +31,8 @@ class AddedTokens {
   // added token, in order.
   void split(std::string_view input, const std::function<void(std::string_view)>& text,
              const std::function<void(std::uint32_t)>& token) const;
-  // The added token `content` stands for, if any.
-  std::optional<std::uint32_t> find(const std::string& content) const;
-  // The content of added token `id`, or nullptr.
-  const std::string* content(std::uint32_t id) const;
-  std::uint32_t max_id() const noexcept { return max_id_; }
-  bool empty() const noexcept { return by_id_.empty(); }
+  // Every added token: content -> id.
+  const std::unordered_map<std::string, std::uint32_t>& all() const noexcept { return by_content_; }
 
  private:
   struct Entry {
@@ -46,8 +41,7 @@ class AddedTokens {
   };
   // By first byte, longest content first: the first that matches at a position wins.
   std::array<std::vector<Entry>, 256> by_first_;
-  std::unordered_map<std::uint32_t, std::string> by_id_;
-  std::uint32_t max_id_ = 0;
+  std::unordered_map<std::string, std::uint32_t> by_content_;
 };
 
 }  // namespace strata::tokenizer

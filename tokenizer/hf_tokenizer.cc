@@ -1,6 +1,7 @@
 // Reading tokenizer.json and the encode/decode pipeline around the BPE model (hf_tokenizer.h).
 #include "tokenizer/hf_tokenizer.h"
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,13 +15,41 @@ namespace {
 
 using nlohmann::json;
 
+// Deeper nesting than any tokenizer.json has (they reach 6) is refused while parsing, before
+// a hostile file can exhaust the stack.
+constexpr int kMaxJsonDepth = 64;
+
+// A message made one line: names and patterns from the file may hold control characters.
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u == '\n') {
+      out += "\\n";
+    } else if (u == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   STRATA_CHECK(in, Errc::io, "tokenizer '", path, "' cannot be opened: ", errno_text(errno));
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return json::parse(text.str());
+    return json::parse(text.str(), [&](int depth, json::parse_event_t, json&) {
+      STRATA_CHECK(depth <= kMaxJsonDepth, Errc::corrupt, "tokenizer '", path, "' nests deeper than ", kMaxJsonDepth,
+                   " levels: not a tokenizer.json");
+      return true;
+    });
   } catch (const json::exception& e) {
     STRATA_THROW(Errc::corrupt, "tokenizer '", path, "' is not valid JSON (", e.what(),
                  "): give a Hugging Face tokenizer.json or a SentencePiece tokenizer.model");
@@ -123,6 +152,14 @@ void check_decoder(const json& d, const std::string& key, const std::string& whe
 }  // namespace
 
 std::unique_ptr<HfTokenizer> HfTokenizer::open(const std::string& path) {
+  try {
+    return read(path);
+  } catch (const Error& e) {
+    throw Error(e.code(), one_line(e.what()), e.where(), e.sys_errno());
+  }
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::read(const std::string& path) {
   const json j = read_json(path);
   const std::string where = "tokenizer '" + path + "'";
   try {
@@ -175,23 +212,16 @@ std::unique_ptr<HfTokenizer> HfTokenizer::open(const std::string& path) {
     std::unique_ptr<HfTokenizer> t(new HfTokenizer(std::move(model), norm, std::move(pre), std::move(added)));
     t->path_ = path;
     t->bos_ = post_processor_bos(j.value("post_processor", json()), "post_processor", where);
-    std::uint32_t size = 0;
-    for (const auto& [id, b] : spelled) size = std::max(size, id + 1);
-    if (!t->added_.empty()) size = std::max(size, t->added_.max_id() + 1);
-    t->id_to_bytes_.resize(size);
-    t->has_id_.assign(size, false);
     for (auto& [id, b] : spelled) {
-      t->id_to_bytes_[id] = std::move(b);
-      t->has_id_[id] = true;
+      t->vocab_size_ = std::max(t->vocab_size_, id + 1);
+      t->spelling_[id] = std::move(b);
     }
-    for (std::uint32_t id = 0; id < size; ++id) {
-      if (const std::string* c = t->added_.content(id)) {
-        t->id_to_bytes_[id] = *c;
-        t->has_id_[id] = true;
-      }
+    for (const auto& [content, id] : t->added_.all()) {
+      t->vocab_size_ = std::max(t->vocab_size_, id + 1);
+      t->spelling_[id] = content;
     }
-    STRATA_CHECK(!t->bos_ || (*t->bos_ < size && t->has_id_[*t->bos_]), Errc::corrupt, where,
-                 ": post_processor's special token id ", t->bos_.value_or(0), " is not in the vocabulary");
+    STRATA_CHECK(!t->bos_ || t->spelling_.count(*t->bos_), Errc::corrupt, where, ": post_processor's special token id ",
+                 t->bos_.value_or(0), " is not in the vocabulary");
     return t;
   } catch (const json::exception& e) {
     STRATA_THROW(Errc::corrupt, where, ": a key is missing or has the wrong type (", e.what(), ")");
@@ -236,10 +266,10 @@ std::vector<std::uint32_t> HfTokenizer::encode(std::string_view text) const {
 std::string HfTokenizer::decode(const std::vector<std::uint32_t>& ids) const {
   std::string out;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    STRATA_CHECK(ids[i] < id_to_bytes_.size() && has_id_[ids[i]], Errc::invalid_argument, "decode: id ", ids[i],
-                 " (position ", i, ") is not a token of tokenizer '", path_, "' (vocabulary of ", id_to_bytes_.size(),
-                 ")");
-    out += id_to_bytes_[ids[i]];
+    const auto it = spelling_.find(ids[i]);
+    STRATA_CHECK(it != spelling_.end(), Errc::invalid_argument, "decode: id ", ids[i], " (position ", i,
+                 ") is not a token of tokenizer '", path_, "' (vocabulary of ", vocab_size_, ")");
+    out += it->second;
   }
   return out;
 }

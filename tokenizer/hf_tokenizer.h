@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
@@ -25,23 +26,28 @@ namespace strata::tokenizer {
 class HfTokenizer final : public Tokenizer {
  public:
   // `path` is a tokenizer.json; errors name it and the key.
+  // Every error is one line (control characters from the file escaped) starting with
+  // "tokenizer 'PATH'".
   static std::unique_ptr<HfTokenizer> open(const std::string& path);
 
   std::vector<std::uint32_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<std::uint32_t>& ids) const override;
-  std::uint32_t vocab_size() const override { return static_cast<std::uint32_t>(id_to_bytes_.size()); }
+  std::uint32_t vocab_size() const override { return vocab_size_; }
   std::optional<std::uint32_t> bos_id() const override { return bos_; }
   std::string kind() const override { return "byte-level BPE (tokenizer.json)"; }
 
  private:
+  static std::unique_ptr<HfTokenizer> read(const std::string& path);
   HfTokenizer(BytePairModel model, Normalizer norm, PreTokenizer pre, AddedTokens added)
       : model_(std::move(model)), norm_(norm), pre_(std::move(pre)), added_(std::move(added)) {}
   BytePairModel model_;
   Normalizer norm_;
   PreTokenizer pre_;
   AddedTokens added_;
-  std::vector<std::string> id_to_bytes_;
-  std::vector<bool> has_id_;
+  // Each id's bytes (added tokens: their content). A map: ids may have holes (Llama 3's
+  // specials sit at 128000.. after however many entries the model has).
+  std::unordered_map<std::uint32_t, std::string> spelling_;
+  std::uint32_t vocab_size_ = 0;
   std::optional<std::uint32_t> bos_;
   std::string path_;
 };

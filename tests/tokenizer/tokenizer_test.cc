@@ -203,6 +203,15 @@ TEST_CASE("bad tokenizer files are refused naming the file and the key", "[token
   j = tiny_tokenizer({{"a", "b"}});
   j["added_tokens"] = {{{"id", 4294967296ull}, {"content", "<s>"}}};  // would wrap to 0 as uint32
   CHECK_THAT(refused("huge.json", j), Catch::Contains("huge.json") && Catch::Contains("added_tokens[0].id"));
+  // Names from the file are escaped: every refusal is one line.
+  j = tiny_tokenizer({{"a", "b"}});
+  j["model"]["type"] = "Word\nPiece";
+  e = refused("newline.json", j);
+  CHECK_THAT(e, Catch::Contains("model.type \"Word\\nPiece\""));
+  CHECK(e.find('\n') == std::string::npos);
+  write(dir.file("deep.json"), std::string(100, '[') + std::string(100, ']'));
+  e = error_of([&] { Tokenizer::open(dir.file("deep.json")); });
+  CHECK_THAT(e, Catch::Contains("deep.json") && Catch::Contains("nests deeper than"));
   write(dir.file("garbage.model"), "not a protobuf");
   e = error_of([&] { Tokenizer::open(dir.file("garbage.model")); });
   CHECK_THAT(e, Catch::Contains("garbage.model") && Catch::Contains("not a SentencePiece model"));
