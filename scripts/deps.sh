@@ -6,7 +6,8 @@
 set -euo pipefail
 
 STRATA_DEBS=(cmake ninja-build g++ pkg-config ccache libtbb-dev libxsimd-dev liburing-dev catch2
-             libgloo-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdnnl-dev clang-format python3)
+             libgloo-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdnnl-dev clang-format python3
+             libonig-dev libsentencepiece-dev libicu-dev)
 
 strata_missing_debs() {
   local missing=()

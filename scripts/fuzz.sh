@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/: config reader, schedule text, swap-file header,
-# safetensors reader, checkpoint manifest) with clang, ASan and UBSan into build-fuzz, then
-# runs each for SECONDS seconds (default 10) over a scratch copy of its seed corpus
-# (fuzz/corpus/<name>), so what a run discovers never lands in the repository. Fails on any
+# safetensors reader, checkpoint manifest, tokenizer.json) with clang, ASan and UBSan into
+# build-fuzz, then runs each for SECONDS seconds (default 10) over a scratch copy of its seed
+# corpus (fuzz/corpus/<name>), so what a run discovers never lands in the repository. Fails on any
 # crash, sanitizer report, leak, input slower than 1 s or using more than 2 GiB; the input
 # is left in build-fuzz/findings/<name>/ (replay: build-fuzz/bin/fuzz_<name> FILE).
 # Environment: STRATA_JOBS=N build parallelism (default 2).
@@ -13,7 +13,7 @@ strata_install_deps clang libclang-rt-14-dev
 seconds=${1:-10}
 jobs=${STRATA_JOBS:-2}
 dir="$STRATA_ROOT/build-fuzz"
-harnesses=(config schedule swap_header safetensors manifest)
+harnesses=(config schedule swap_header safetensors manifest tokenizer_json)
 start=$(date +%s)
 
 echo "== fuzz: build (clang, libFuzzer, ASan + UBSan) in $dir"

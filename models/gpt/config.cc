@@ -44,7 +44,7 @@ void validate(const GptConfig& c) {
   STRATA_CHECK(s.heads >= 1 && s.d_model >= 1 && s.d_model % s.heads == 0, Errc::invalid_argument, "--d-model ",
                s.d_model, " must be a positive multiple of --heads ", s.heads);
   STRATA_CHECK(s.vocab >= 2 && s.vocab <= 65536, Errc::invalid_argument, "--vocab ", s.vocab,
-               " must be from 2 to 65536 (tokens are uint16)");
+               " must be from 2 to 65536 (this GPT's limit; token files themselves may hold uint32 ids)");
   STRATA_CHECK(s.positions >= 1, Errc::invalid_argument, "the position table (--positions) must have >= 1 row");
   STRATA_CHECK(c.seq_len >= 1, Errc::invalid_argument, "--seq-len ", c.seq_len, " must be >= 1");
   STRATA_CHECK(c.seq_len <= s.positions, Errc::invalid_argument, "--seq-len ", c.seq_len,

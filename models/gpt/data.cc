@@ -87,17 +87,23 @@ bool has_llmc_magic(const std::string& b) {
   return m == kLlmcMagic;
 }
 
-void append_u16(const std::string& b, std::size_t begin, std::vector<std::uint16_t>& out) {
-  const std::size_t n = (b.size() - begin) / 2;
-  const std::size_t at = out.size();
-  out.resize(at + n);
-  std::memcpy(out.data() + at, b.data() + begin, n * 2);
+// The little-endian tokens of `b` from byte `begin` on, `width` bytes each.
+void append_tokens(const std::string& b, std::size_t begin, int width, TokenData& out) {
+  const std::size_t n = (b.size() - begin) / static_cast<std::size_t>(width);
+  if (width == 2) {
+    std::vector<std::uint16_t> t(n);
+    std::memcpy(t.data(), b.data() + begin, n * 2);
+    out.append_u16(t.data(), n);
+  } else {
+    std::vector<std::uint32_t> t(n);
+    std::memcpy(t.data(), b.data() + begin, n * 4);
+    out.append_u32(t.data(), n);
+  }
 }
 
 // Appends the tokens of `b` (the bytes of `p`); false when, in a directory (`in_dir`), the
 // file holds NUL bytes in bytes mode and is skipped as not text.
-bool append_file(const fs::path& p, const std::string& b, const std::string& format, bool in_dir,
-                 std::vector<std::uint16_t>& out) {
+bool append_file(const fs::path& p, const std::string& b, const std::string& format, bool in_dir, TokenData& out) {
   const std::string f = format == "auto" ? (has_llmc_magic(b) ? "tokens" : "bytes") : format;
   if (f == "bytes") {
     const bool binary = std::memchr(b.data(), 0, b.size()) != nullptr;
@@ -108,35 +114,38 @@ bool append_file(const fs::path& p, const std::string& b, const std::string& for
     STRATA_CHECK(!binary || format != "auto", Errc::invalid_argument, "--data '", p.string(),
                  "' holds NUL bytes but no llm.c token header (magic ", kLlmcMagic,
                  "): it is neither text nor an llm.c token file. Give --data-format bytes to train on its bytes, "
-                 "or u16 for headerless uint16 tokens");
-    out.insert(out.end(), reinterpret_cast<const unsigned char*>(b.data()),
-               reinterpret_cast<const unsigned char*>(b.data()) + b.size());
+                 "or u16 / u32 for headerless uint16 / uint32 tokens");
+    std::vector<std::uint16_t> t(reinterpret_cast<const unsigned char*>(b.data()),
+                                 reinterpret_cast<const unsigned char*>(b.data()) + b.size());
+    out.append_u16(t.data(), t.size());
   } else if (f == "tokens") {
     STRATA_CHECK(b.size() >= kLlmcHeader && has_llmc_magic(b), Errc::corrupt, "--data '", p.string(),
-                 "' has no llm.c token header (magic ", kLlmcMagic, "): use --data-format bytes or u16");
+                 "' has no llm.c token header (magic ", kLlmcMagic, "): use --data-format bytes, u16 or u32");
     std::int32_t h[3];
     std::memcpy(h, b.data(), sizeof h);
-    STRATA_CHECK(h[1] == 1, Errc::corrupt, "--data '", p.string(), "': llm.c header version ", h[1],
-                 " is not 1 (uint16 tokens)");
-    STRATA_CHECK(h[2] >= 0 && b.size() == kLlmcHeader + 2 * static_cast<std::size_t>(h[2]), Errc::corrupt, "--data '",
-                 p.string(), "': the header says ", h[2], " tokens (", kLlmcHeader + 2 * static_cast<std::size_t>(h[2]),
-                 " bytes) but the file has ", b.size(), " bytes: truncated or not an llm.c token file");
-    append_u16(b, kLlmcHeader, out);
-  } else if (f == "u16") {
-    STRATA_CHECK(b.size() % 2 == 0, Errc::corrupt, "--data '", p.string(), "' has an odd size (", b.size(),
-                 " bytes): not a file of uint16 tokens");
-    append_u16(b, 0, out);
+    STRATA_CHECK(h[1] == 1 || h[1] == 2, Errc::corrupt, "--data '", p.string(), "': llm.c header version ", h[1],
+                 " is neither 1 (uint16 tokens) nor 2 (uint32 tokens)");
+    const int width = h[1] == 1 ? 2 : 4;
+    const std::size_t want = kLlmcHeader + static_cast<std::size_t>(width) * static_cast<std::size_t>(h[2]);
+    STRATA_CHECK(h[2] >= 0 && b.size() == want, Errc::corrupt, "--data '", p.string(), "': the header (version ", h[1],
+                 ", uint", width * 8, " tokens) says ", h[2], " tokens (", want, " bytes) but the file has ", b.size(),
+                 " bytes: truncated or not an llm.c token file");
+    append_tokens(b, kLlmcHeader, width, out);
+  } else if (f == "u16" || f == "u32") {
+    const int width = f == "u16" ? 2 : 4;
+    STRATA_CHECK(b.size() % static_cast<std::size_t>(width) == 0, Errc::corrupt, "--data '", p.string(), "' has ",
+                 b.size(), " bytes, not a multiple of ", width, ": not a file of uint", width * 8, " tokens");
+    append_tokens(b, 0, width, out);
   } else {
     STRATA_THROW(Errc::invalid_argument, "--data-format '", format,
-                 "' is not a format: use auto, bytes, tokens or u16");
+                 "' is not a format: use auto, bytes, tokens, u16 or u32");
   }
   return true;
 }
 
 // The entries of directory `root` in name order: regular files are read (each file once,
 // links followed), anything else is skipped and counted, for one summary line.
-std::size_t append_directory(const std::string& root, const std::string& format, bool quiet,
-                             std::vector<std::uint16_t>& out) {
+std::size_t append_directory(const std::string& root, const std::string& format, bool quiet, TokenData& out) {
   std::error_code ec;
   std::vector<fs::path> names;
   for (const auto& e : fs::directory_iterator(root, ec)) names.push_back(e.path());
@@ -162,7 +171,7 @@ std::size_t append_directory(const std::string& root, const std::string& format,
       continue;
     }
     if (!seen.insert(f.id()).second) continue;
-    const auto before = out.size();
+    const std::size_t before = out.size();
     if (!append_file(n, f.read_all(), format, true, out)) skip(n, not_text);
     files += out.size() > before ? 1 : 0;
   }
@@ -180,6 +189,31 @@ std::size_t append_directory(const std::string& root, const std::string& format,
 
 }  // namespace
 
+void TokenData::append_u16(const std::uint16_t* p, std::size_t n) {
+  if (wide_) {
+    u32_.insert(u32_.end(), p, p + n);
+  } else {
+    u16_.insert(u16_.end(), p, p + n);
+  }
+}
+
+void TokenData::append_u32(const std::uint32_t* p, std::size_t n) {
+  if (!wide_) {
+    u32_.assign(u16_.begin(), u16_.end());
+    std::vector<std::uint16_t>().swap(u16_);
+    wide_ = true;
+  }
+  u32_.insert(u32_.end(), p, p + n);
+}
+
+void TokenData::copy(std::size_t first, std::size_t n, std::int32_t* out) const noexcept {
+  if (wide_) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(u32_[first + i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out[i] = u16_[first + i];
+  }
+}
+
 TokenData TokenData::load(const std::string& path, int vocab, const std::string& format, bool quiet) {
   TokenData d;
   const DataFile root(path);
@@ -188,28 +222,29 @@ TokenData TokenData::load(const std::string& path, int vocab, const std::string&
                "' cannot be opened: ", errno_text(root.open_error()));
   std::size_t files = 0;
   if (root.is_directory()) {
-    files = append_directory(path, format, quiet, d.tokens_);
+    files = append_directory(path, format, quiet, d);
   } else {
     STRATA_CHECK(root.is_regular(), Errc::invalid_argument, "--data '", path, "' is ", root.kind(),
                  ", not a regular file: give a file or a directory of files (a FIFO or device may block or never "
                  "end; copy its text to a file)");
-    append_file(path, root.read_all(), format, false, d.tokens_);
+    append_file(path, root.read_all(), format, false, d);
     files = 1;
   }
-  STRATA_CHECK(!d.tokens_.empty(), Errc::invalid_argument, "--data '", path,
+  STRATA_CHECK(d.size() > 0, Errc::invalid_argument, "--data '", path,
                "' holds no tokens: give a non-empty text file, a directory of them, or a token file");
-  for (std::size_t i = 0; i < d.tokens_.size(); ++i) {
-    STRATA_CHECK(d.tokens_[i] < vocab, Errc::invalid_argument, "--data '", path, "': token ", i, " is ", d.tokens_[i],
-                 ", not below the model's vocabulary of ", vocab, ": use --vocab > ", d.tokens_[i],
+  const auto limit = static_cast<std::uint32_t>(std::max(vocab, 0));
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    STRATA_CHECK(d[i] < limit, Errc::invalid_argument, "--data '", path, "': token ", i, " is ", d[i],
+                 ", not below the model's vocabulary of ", vocab, ": use --vocab > ", d[i],
                  " or data made for this vocabulary");
   }
-  d.description_ = str_cat(path, " (", d.tokens_.size(), " tokens from ", files, files == 1 ? " file)" : " files)");
+  d.description_ = str_cat(path, " (", d.size(), " tokens from ", files, files == 1 ? " file)" : " files)");
   return d;
 }
 
 Batcher::Batcher(const TokenData& data, const std::string& path, int seq_len, double val_fraction, std::uint64_t seed)
     : data_(data), T_(seq_len), key_(splitmix64(seed ^ 0x6770742d64617461ull)) {
-  const std::size_t n = data.tokens().size();
+  const std::size_t n = data.size();
   STRATA_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, Errc::invalid_argument, "--val-fraction ", val_fraction,
                " must be in [0, 1)");
   const auto val = static_cast<std::size_t>(static_cast<double>(n) * val_fraction);
@@ -224,11 +259,8 @@ Batcher::Batcher(const TokenData& data, const std::string& path, int seq_len, do
 }
 
 void Batcher::copy(std::size_t first, std::int32_t* inputs, std::int32_t* targets) const {
-  const auto& t = data_.tokens();
-  for (int i = 0; i < T_; ++i) {
-    inputs[i] = t[first + static_cast<std::size_t>(i)];
-    targets[i] = t[first + static_cast<std::size_t>(i) + 1];
-  }
+  data_.copy(first, static_cast<std::size_t>(T_), inputs);
+  data_.copy(first + 1, static_cast<std::size_t>(T_), targets);
 }
 
 void Batcher::train_batch(std::int64_t step, std::int64_t train_batch, int k, int world, int rank, int micro,

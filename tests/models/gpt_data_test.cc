@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -28,21 +29,38 @@ std::string llmc(const std::vector<std::uint16_t>& tokens, int count_in_header) 
   return b;
 }
 
+// Strata's version 2: the same header, uint32 tokens.
+std::string llmc32(const std::vector<std::uint32_t>& tokens, int count_in_header) {
+  std::string b(1024, '\0');
+  const std::int32_t h[3] = {20240520, 2, count_in_header};
+  std::memcpy(b.data(), h, sizeof h);
+  b.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+  return b;
+}
+
+std::vector<std::uint32_t> all(const model::TokenData& d) {
+  std::vector<std::uint32_t> t(d.size());
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = d[i];
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("text files, directories and llm.c token files load as tokens", "[gpt][data]") {
   test::TempDir dir("strata-gpt-data");
   write(dir.file("a.txt"), "hello");
   auto d = model::TokenData::load(dir.file("a.txt"), 256);
-  CHECK(d.tokens() == std::vector<std::uint16_t>{'h', 'e', 'l', 'l', 'o'});
+  CHECK(all(d) == std::vector<std::uint32_t>{'h', 'e', 'l', 'l', 'o'});
+  CHECK_FALSE(d.wide());
   write(dir.file("b.txt"), " world");
   write(dir.file("c.dat"), std::string("\x01\x00\x02", 3));  // binary: skipped in a directory
   d = model::TokenData::load(dir.path(), 256, "auto", true);
-  CHECK(d.tokens().size() == 11);
-  CHECK(d.tokens()[5] == ' ');
+  CHECK(d.size() == 11);
+  CHECK(d[5] == ' ');
   write(dir.file("t.bin"), llmc({1, 50000, 3}, 3));
   d = model::TokenData::load(dir.file("t.bin"), 50257);
-  CHECK(d.tokens() == std::vector<std::uint16_t>{1, 50000, 3});
+  CHECK(all(d) == std::vector<std::uint32_t>{1, 50000, 3});
+  CHECK_FALSE(d.wide());  // uint16 files stay 2 bytes a token
 }
 
 TEST_CASE("bad data files are refused naming the file and what is wrong", "[gpt][data][negative]") {
@@ -124,7 +142,59 @@ TEST_CASE("a --data directory reads its regular files and skips FIFOs, devices a
   REQUIRE(::mkdir(dir.file("b.sub").c_str(), 0700) == 0);
   REQUIRE(::symlink(dir.file("a.txt").c_str(), dir.file("d.link").c_str()) == 0);  // a.txt again: read once
   const auto d = model::TokenData::load(dir.path(), 256, "auto", true);
-  const std::string text(d.tokens().begin(), d.tokens().end());
+  const auto t = all(d);
+  const std::string text(t.begin(), t.end());
   CHECK(text == "hello world");
   CHECK_THAT(d.description(), Catch::Contains("from 2 files"));
+}
+
+TEST_CASE("version 2 token files hold uint32 ids above 65535 and batch them unchanged", "[gpt][data][boundary]") {
+  test::TempDir dir("strata-gpt-data");
+  const std::vector<std::uint32_t> ids = {0, 65535, 65536, 128255, 7, 100000, 3, 128000, 1, 2, 99999};
+  write(dir.file("wide.bin"), llmc32(ids, static_cast<int>(ids.size())));
+  const auto d = model::TokenData::load(dir.file("wide.bin"), 128256);
+  CHECK(d.wide());
+  CHECK(all(d) == ids);
+  // Batches carry the wide ids: inputs are the file's tokens from some offset, targets one on.
+  model::Batcher b(d, "wide.bin", 4, 0.0, 11);
+  std::vector<std::int32_t> in(4), tg(4);
+  b.train_batch(0, 1, 0, 1, 0, 1, in.data(), tg.data());
+  const auto at = std::find(ids.begin(), ids.end(), static_cast<std::uint32_t>(in[0]));
+  REQUIRE(at != ids.end());
+  const auto first = static_cast<std::size_t>(at - ids.begin());
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(static_cast<std::uint32_t>(in[i]) == ids[first + i]);
+    CHECK(static_cast<std::uint32_t>(tg[i]) == ids[first + i + 1]);
+  }
+  // Headerless u32, and a directory mixing a uint16 and a uint32 file (widened in order).
+  write(dir.file("raw.u32"), std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+  CHECK(all(model::TokenData::load(dir.file("raw.u32"), 128256, "u32")) == ids);
+  test::TempDir mixed("strata-gpt-data");
+  write(mixed.file("a.bin"), llmc({5, 60000}, 2));
+  write(mixed.file("b.bin"), llmc32({70000, 6}, 2));
+  const auto m = model::TokenData::load(mixed.path(), 128256);
+  CHECK(m.wide());
+  CHECK(all(m) == std::vector<std::uint32_t>{5, 60000, 70000, 6});
+}
+
+TEST_CASE("bad version 2 token files are refused naming the file", "[gpt][data][negative]") {
+  test::TempDir dir("strata-gpt-data");
+  // A v2 header with a v1 payload size (2 bytes a token): the size does not match.
+  std::string wrong = llmc32({1, 2, 3, 4}, 4);
+  wrong.resize(1024 + 8);
+  write(dir.file("v2-short.bin"), wrong);
+  auto e = error_of([&] { model::TokenData::load(dir.file("v2-short.bin"), 1000); });
+  CHECK_THAT(e, Catch::Contains("v2-short.bin") && Catch::Contains("uint32") && Catch::Contains("truncated"));
+  write(dir.file("v2-big.bin"), llmc32({1, 128256, 3}, 3));
+  e = error_of([&] { model::TokenData::load(dir.file("v2-big.bin"), 128256); });
+  CHECK_THAT(e, Catch::Contains("v2-big.bin") && Catch::Contains("token 1 is 128256") &&
+                    Catch::Contains("vocabulary of 128256"));
+  std::string v3 = llmc32({1}, 1);
+  v3[4] = 3;
+  write(dir.file("v3.bin"), v3);
+  e = error_of([&] { model::TokenData::load(dir.file("v3.bin"), 1000); });
+  CHECK_THAT(e, Catch::Contains("v3.bin") && Catch::Contains("version 3"));
+  write(dir.file("odd.u32"), std::string(6, '\1'));
+  e = error_of([&] { model::TokenData::load(dir.file("odd.u32"), 1000, "u32"); });
+  CHECK_THAT(e, Catch::Contains("odd.u32") && Catch::Contains("not a multiple of 4"));
 }

@@ -19,7 +19,7 @@ void add_pipeline_model_options(CLI::App& cmd, PipelineModelFlags& f) {
   cmd.add_option("--positions", m.positions, "GPT: rows of the position table")->check(CLI::Range(0, 1 << 16));
   cmd.add_option("--vocab", m.vocab, "GPT: vocabulary (256 for bytes)")->check(CLI::Range(0, 1 << 24));
   cmd.add_option("--data", m.data, "GPT: training text, a file or directory (as strata train --data)");
-  cmd.add_option("--data-format", m.data_format, "GPT: auto|bytes|tokens|u16");
+  cmd.add_option("--data-format", m.data_format, "GPT: auto|bytes|tokens|u16|u32");
   cmd.add_option("--micro-batch-size", f.micro_batch, "GPT: sequences per micro-batch")->check(CLI::Range(1, 4096));
   cmd.add_option("--seed", m.seed, "GPT: seed of the initial values and the data order (as strata train's)");
 }
