@@ -35,6 +35,7 @@ def main():
                        "optimizer": {"type": "AdamW", "params": {"lr": 2e-5}},
                        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
                                              "sub_group_size": 100000000, "reduce_bucket_size": 50000000,
+                                             "stage3_max_live_parameters": 2000000000,
                                              "offload_optimizer": {"device": "nvme", "nvme_path": tmp},
                                              "offload_param": {"device": "nvme", "nvme_path": tmp,
                                                                "buffer_size": 100000000, "max_in_cpu": 0}},

@@ -288,7 +288,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--config", o->config, "DeepSpeed-style JSON config")->required();
   add_model_options(cmd, m);
   cmd.add_option("--data", m.data, "GPT training text: a file, a directory of files, or an llm.c token file");
-  cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16 (see models/gpt/data.h)");
+  cmd.add_option("--data-format", m.data_format, "auto|bytes|tokens|u16|u32 (see models/gpt/data.h)");
   cmd.add_option("--val-fraction", m.val_fraction, "Share of the data held out for validation (default 0.1)");
   cmd.add_option("--eval-every", m.eval_every, "GPT: validation loss every N steps (and after the last)")
       ->check(CLI::NonNegativeNumber);
@@ -296,6 +296,8 @@ Action setup(CLI::App& cmd) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--sample", m.sample, "GPT: print N generated tokens (bytes) at the end")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--tokenizer", m.tokenizer,
+                 "Decode --sample with this tokenizer (tokenizer.json, tokenizer.model, or a directory holding one)");
   cmd.add_option("--steps", o->steps, "Optimizer steps");
   cmd.add_option("--seed", m.seed, "Seed for initialisation and data");
   cmd.add_option("--log-json", o->log_json, "Write one JSON object per step to this file");

@@ -117,8 +117,9 @@ class LlamaModel : public TrainModel {
   }
   std::string finish() override {
     if (o_.sample <= 0) return {};
-    const std::vector<std::int32_t> prompt{static_cast<std::int32_t>(data_.tokens().front())};
-    return sample_text(llama_.sample(prompt, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull), cfg_.shape.vocab);
+    const std::vector<std::int32_t> prompt{static_cast<std::int32_t>(data_[0])};
+    return sample_text(llama_.sample(prompt, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull), cfg_.shape.vocab,
+                       o_.tokenizer);
   }
 
  private:

@@ -13,6 +13,7 @@
 #include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/cli/train_llama.h"
 
 namespace strata::cli {
@@ -51,9 +52,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& m) {
 }
 
 void check_model_flags(const CLI::App& cmd, const std::string& model) {
-  static const char* const kGptOnly[] = {
-      "--preset",      "--heads", "--d-model",     "--seq-len",      "--positions",  "--vocab",        "--remat",
-      "--unit-scaled", "--data",  "--data-format", "--val-fraction", "--eval-every", "--eval-batches", "--sample"};
+  static const char* const kGptOnly[] = {"--preset",       "--heads",       "--d-model",      "--seq-len",
+                                         "--positions",    "--vocab",       "--remat",        "--unit-scaled",
+                                         "--data",         "--data-format", "--val-fraction", "--eval-every",
+                                         "--eval-batches", "--sample",      "--tokenizer"};
   static const char* const kMlpOnly[] = {"--hidden", "--layer-ms"};
   const auto refuse = [&](const auto& flags, const char* owner) {
     for (const char* flag : flags) {
@@ -131,7 +133,11 @@ std::uint64_t model_hidden_size(const ModelOptions& o) {
   return static_cast<std::uint64_t>(mlp_config(o).hidden);
 }
 
-std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab) {
+std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab, const std::string& tokenizer) {
+  if (!tokenizer.empty()) {
+    const auto t = tokenizer::Tokenizer::open(tokenizer);
+    return t->decode(std::vector<std::uint32_t>(tokens.begin(), tokens.end()));
+  }
   std::string text;
   for (auto t : tokens) {
     if (vocab <= 256)
@@ -292,7 +298,8 @@ class GptModel : public TrainModel {
   }
   std::string finish() override {
     if (o_.sample <= 0) return {};
-    return sample_text(gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull), cfg_.shape.vocab);
+    return sample_text(gpt_.sample({'\n'}, o_.sample, 0.8f, o_.seed ^ 0x73616d706c65ull), cfg_.shape.vocab,
+                       o_.tokenizer);
   }
 
  private:

@@ -34,6 +34,7 @@ struct ModelOptions {
   std::string preset;
   int heads = 0, d_model = 0, seq_len = 0, vocab = 0, positions = 0;
   std::string data, data_format = "auto", remat;
+  std::string tokenizer;  // decodes --sample (tokenizer.json, tokenizer.model or a directory)
   bool unit_scaled = false;
   double val_fraction = 0.1;
   int eval_every = 0, eval_batches = 8, sample = 0;
@@ -86,9 +87,9 @@ model::GptConfig gpt_config(const ModelOptions& o, bool config_remat);
 // The same, with re-materialization and the FP8 recipe from `config`.
 model::GptConfig gpt_config(const ModelOptions& o, const engine::EngineConfig& config);
 
-// Generated tokens as `strata train` prints them: bytes for a vocabulary of at most 256,
-// else token ids separated by spaces.
-std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab);
+// Generated tokens as `strata train` prints them: decoded by --tokenizer when given, else
+// bytes for a vocabulary of at most 256, else token ids separated by spaces.
+std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab, const std::string& tokenizer = "");
 
 // Whether the GPT validates after step s (1-based) of `steps`: every --eval-every steps,
 // after the first step when that is set, and after the last (with a held-out part).

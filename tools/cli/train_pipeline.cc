@@ -298,7 +298,7 @@ struct Run {
     ckpt.finish_all(runner.engine(), stage, D, all, printer);
     if (o.m.sample > 0 && model.at_length) {
       const auto tokens = sample_pipelined(runner, model, P, stage, o.m.sample, o.m.seed, g.fp8.get());
-      const std::string text = sample_text(tokens, model.vocab);
+      const std::string text = sample_text(tokens, model.vocab, o.m.tokenizer);
       if (printer) std::printf("sample (%zu bytes):\n%s\n", text.size(), text.c_str());
     }
     if (!o.save_params.empty()) save(runner, g.model, all, printer);
