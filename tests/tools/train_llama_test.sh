@@ -45,6 +45,19 @@ echo "ok: stage 0 and stage 3 with NVMe offload under a 1 MiB host budget give t
 [ "$(losses "$dir/lr.jsonl")" = "$(cut -d' ' -f4- <<<"$l0")" ] || fail "resumed losses differ: $(losses "$dir/lr.jsonl")"
 echo "ok: resumed at step 3, the same losses"
 
+# Two ranks: stage 0 and stage 3 from NVMe train the same parameters bit for bit, and at stage 3
+# each rank reads only the byte ranges of the shards it owns (about half of what stage 0 reads).
+for st in s0 s3; do
+  "$strata" launch -n 2 -- "$strata" "${run[@]}" --config "$dir/$st.json" --steps 2 \
+    --save-params "$dir/w2-$st.safetensors" > "$dir/w2-$st.log"
+done
+tensors_equal "$dir/w2-s0.safetensors" "$dir/w2-s3.safetensors" 30 || fail "world 2: stage 3 differs from stage 0"
+read_bytes() { grep -o "rank 0 read [0-9.]* [KMG]iB" "$1" | awk '{v=$4; u=$5; m=(u=="KiB")?1024:(u=="MiB")?1048576:1073741824; printf "%d\n", v*m}'; }
+r0=$(read_bytes "$dir/w2-s0.log")
+r3=$(read_bytes "$dir/w2-s3.log")
+[ -n "$r3" ] && [ "$r3" -lt $((r0 * 6 / 10)) ] || fail "stage 3 rank 0 read $r3 bytes, stage 0 $r0: not its shards alone"
+echo "ok: world 2, stage 0 = stage 3 from NVMe; rank 0 read $r3 bytes at stage 3, $r0 at stage 0"
+
 # Export back to Hugging Face's layout, sharded: fp32 loads back bit for bit (one step at lr 0
 # and no decay saves the weights it loaded), bf16 is the fp32 values rounded to nearest even.
 "$strata" export --checkpoint "$dir/ck/step-00000006" --format hf --dtype fp32 --max-shard-size 100KB \

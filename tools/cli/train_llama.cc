@@ -84,11 +84,12 @@ class LlamaModel : public TrainModel {
     });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (engine.rank() == 0) {
-      std::printf("loaded %zu tensors from %s (%zu shard file%s): rank 0 read %s in %.2f s%s\n",
-                  model::llama_params(cfg_.shape).size(), o_.model.c_str(), hf_.shard_files().size(),
-                  hf_.shard_files().size() == 1 ? "" : "s", format_bytes(hf_.bytes_read()).c_str(), secs,
-                  skipped > 0
-                      ? str_cat(" (", skipped, " unused tensors skipped: a tied head's copy, rotary tables)").c_str()
+      std::printf(
+          "loaded %zu tensors from %s (%zu shard file%s): rank 0 read %s in %.2f s (each range twice: checked, "
+          "then loaded)%s\n",
+          model::llama_params(cfg_.shape).size(), o_.model.c_str(), hf_.shard_files().size(),
+          hf_.shard_files().size() == 1 ? "" : "s", format_bytes(hf_.bytes_read()).c_str(), secs,
+          skipped > 0 ? str_cat(" (", skipped, " unused tensors skipped: a tied head's copy, rotary tables)").c_str()
                       : "");
     }
   }
