@@ -55,10 +55,13 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   at(e, Tier::device, Kind::buffers) += GradReducer::device_scratch_bytes(lay, in.device_collectives);
   const std::uint64_t host_budget = host_budget_of(in.config);
   const std::vector<Tier> opt_tiers = plan.opt_tiers(), param_tiers = plan.param_tiers();
-  std::uint64_t host_used = scratch;
+  // As setup opens them: each store sized to what the budget leaves beside everything
+  // allocated after it (PlacementPlan::HostParts).
+  const PlacementPlan::HostParts parts = plan.host_parts();
+  std::uint64_t host_used = scratch + parts.after_stores();
   if (std::count(opt_tiers.begin(), opt_tiers.end(), Tier::nvme) > 0) {
     const auto f = offload::OptimizerSwapper::footprint(
-        NvmeHomes::swapper_options(in.config, host_budget - std::min(host_budget, host_used)),
+        NvmeHomes::swapper_options(in.config, host_budget - std::min(host_budget, host_used + parts.param_min)),
         NvmeHomes::swap_tensors(lay, opt_tiers));
     at(e, Tier::nvme, Kind::optimizer) += f.file_bytes;
     e.swap_file_host_bytes += f.host_bytes;
@@ -207,7 +210,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
                                   in.trainer_device_bytes,
                                   in.layers_at_once};
   PlacementPlan plan(pc, PlacementPlan::persistent_layers(in.config, lay));
-  plan.place();  // refuses what fits nowhere, naming the smallest budget that would
+  plan.place();              // refuses what fits nowhere, naming the smallest budget that would
+  plan.check_host_budget();  // as setup does, before anything is allocated
   MemoryEstimate e;
   e.device_minimum = plan.device_minimum();
   e.trainer_device_bytes = in.trainer_device_bytes;

@@ -97,9 +97,15 @@ std::string NvmeHomes::lock_rank_dir(const std::string& nvme_path, const char* k
   return dir;
 }
 
-void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers) {
+namespace {
+std::uint64_t room_after(std::uint64_t available, std::uint64_t reserve) {
+  return available > reserve ? available - reserve : 0;
+}
+}  // namespace
+
+void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve) {
   const OffloadConfig& oc = c_.cfg.offload_optimizer;
-  offload::SwapperOptions so = swapper_options(c_.cfg, c_.ledger.available(Tier::host));
+  offload::SwapperOptions so = swapper_options(c_.cfg, room_after(c_.ledger.available(Tier::host), host_reserve));
   so.dir = lock_rank_dir(oc.nvme_path, "offload_optimizer.nvme_path");
   so.tracer = c_.tracer;
   warn_aio_knobs();
@@ -118,9 +124,11 @@ void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers) {
   swap_file_bytes_ = swapper_->file_bytes();
 }
 
-NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, const std::string& subdir) {
+NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, const std::string& subdir,
+                                              std::uint64_t host_reserve) {
   const OffloadConfig& pc = c_.cfg.offload_param;
-  offload::ParamStoreOptions po = param_options(c_.cfg, c_.cbytes, c_.ledger.available(Tier::host));
+  offload::ParamStoreOptions po =
+      param_options(c_.cfg, c_.cbytes, room_after(c_.ledger.available(Tier::host), host_reserve));
   po.dir = lock_rank_dir(pc.nvme_path, "offload_param.nvme_path") + "/" + subdir;
   warn_aio_knobs();
   ParamFiles b;
@@ -152,8 +160,8 @@ void NvmeHomes::drop(ParamFiles& b) noexcept {
   b.buffer_bytes = b.file_bytes = 0;
 }
 
-void NvmeHomes::open_params(const std::vector<Tier>& param_tiers) {
-  params_ = build_params(param_tiers, "params");
+void NvmeHomes::open_params(const std::vector<Tier>& param_tiers, std::uint64_t host_reserve) {
+  params_ = build_params(param_tiers, "params", host_reserve);
   io_ = std::make_unique<offload::IoWorker>(c_.dev);
 }
 

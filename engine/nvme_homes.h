@@ -56,11 +56,14 @@ class NvmeHomes {
   NvmeHomes(const NvmeHomes&) = delete;
   NvmeHomes& operator=(const NvmeHomes&) = delete;
 
-  void open_swapper(const std::vector<Tier>& opt_tiers);
-  void open_params(const std::vector<Tier>& param_tiers);
+  // host_reserve: bytes of the host budget the stores leave for what setup allocates after
+  // them (every layer's host state, the staging buffers): their buffer counts shrink to fit
+  // what remains, rather than take room a later allocation needs.
+  void open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve = 0);
+  void open_params(const std::vector<Tier>& param_tiers, std::uint64_t host_reserve = 0);
   // A store for the layers `tiers` puts on NVMe, under nvme_path/rank<R>/<subdir>, charged
   // (both charges released again if either fails).
-  ParamFiles build_params(const std::vector<Tier>& tiers, const std::string& subdir);
+  ParamFiles build_params(const std::vector<Tier>& tiers, const std::string& subdir, std::uint64_t host_reserve = 0);
   void drop(ParamFiles& files) noexcept;
   void adopt(ParamFiles&& files);  // the current store goes; this one is current
 

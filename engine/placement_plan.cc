@@ -1,13 +1,20 @@
 // The placement policy (the protocol in placement_plan.h).
 #include "engine/placement_plan.h"
 
+#include "engine/nvme_homes.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <sstream>
 
 #include "engine/grad_reducer.h"
+#include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_store.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/host_memory.h"
@@ -303,17 +310,47 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
 // will hold, which is host RAM too) against what the machine has left, before any of it is
 // allocated: a run that cannot fit is refused naming the bytes and the keys to change,
 // instead of swapping the machine to a halt or meeting the OOM killer mid-setup.
-void PlacementPlan::check_host_fit() const {
-  std::uint64_t opt = 0, acc = 0, params = 0;
-  bool on_nvme = false;
+PlacementPlan::HostParts PlacementPlan::host_parts() const {
+  HostParts h;
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const auto& S = layers_[li];
     const int i = static_cast<int>(li);
-    on_nvme = on_nvme || S.opt == Tier::nvme || S.params == Tier::nvme;
-    if (S.opt == Tier::host) opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * 12;
-    if (acc_on_host(i)) acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
-    if (c_.cfg.zero.stage == 3 && S.params == Tier::host) params += shard(static_cast<int>(li)) * c_.cbytes;
+    if (S.opt == Tier::host) h.opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * 12;
+    if (acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
+    if (c_.cfg.zero.stage == 3 && S.params == Tier::host) h.params += shard(i) * c_.cbytes;
   }
+  h.reducer = GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, any_acc_on_host());
+  h.fixed = make_problem({}).host_fixed_bytes - GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, true) + h.reducer;
+  const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
+  if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
+    h.swap_min = offload::OptimizerSwapper::min_budget_bytes(NvmeHomes::swapper_options(c_.cfg, 0),
+                                                             NvmeHomes::swap_tensors(c_.layout, opt));
+  if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
+    h.param_min = offload::ParamStore::min_budget_bytes(NvmeHomes::param_options(c_.cfg, c_.cbytes, 0),
+                                                        NvmeHomes::param_tensors(c_.layout, c_.cbytes, par));
+  return h;
+}
+
+void PlacementPlan::check_host_budget() const {
+  const std::uint64_t budget = c_.cfg.memory_budget.host;
+  if (budget == 0) return;
+  const HostParts h = host_parts();
+  STRATA_CHECK(h.total() <= budget, Errc::out_of_budget, "host tier: this placement needs at least ",
+               format_bytes(h.total()), " (", h.total(), " B) there but memory_budget.host is ", format_bytes(budget),
+               ": ", format_bytes(h.opt), " optimizer state, ", format_bytes(h.acc), " gradient accumulators, ",
+               format_bytes(h.params), " parameter shards, ", format_bytes(h.fixed),
+               " of reduction scratch and staging (the largest bucket and layer: zero_optimization.reduce_bucket_size "
+               "bounds the first), ",
+               format_bytes(h.swap_min + h.param_min),
+               " for one NVMe swap buffer per store. Raise memory_budget.host to at least ", h.total(),
+               " B, or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\")");
+}
+
+void PlacementPlan::check_host_fit() const {
+  bool on_nvme = false;
+  for (const auto& S : layers_) on_nvme = on_nvme || S.opt == Tier::nvme || S.params == Tier::nvme;
+  const HostParts h = host_parts();
+  const std::uint64_t opt = h.opt, acc = h.acc, params = h.params;
   const offload::PlacementProblem p = make_problem({});
   const std::uint64_t buffers = p.host_fixed_bytes + (on_nvme ? p.nvme_buffer_bytes : 0);
   const bool emulated = c_.device_in_host_ram;

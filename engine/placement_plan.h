@@ -50,6 +50,20 @@ class PlacementPlan {
 
   void place();
   void check_host_fit() const;
+  // Host bytes by part, as setup allocates them: every layer's host-tier state, the fixed
+  // buffers (the reducer's scratch, gather and update staging) and the NVMe stores' smallest
+  // buffers (one each; they take more, up to their buffer_count, where the budget leaves room).
+  struct HostParts {
+    std::uint64_t opt = 0, acc = 0, params = 0, fixed = 0, reducer = 0, swap_min = 0, param_min = 0;
+    std::uint64_t total() const { return opt + acc + params + fixed + swap_min + param_min; }
+    // What setup allocates after the NVMe stores open: the layers' state and the fixed
+    // buffers but the reducer's scratch (allocated before them).
+    std::uint64_t after_stores() const { return opt + acc + params + fixed - reducer; }
+  };
+  HostParts host_parts() const;
+  // With memory_budget.host, refuses a placement (static or budget-driven) whose host tier
+  // cannot hold its parts before anything is allocated, naming each part and the minimum.
+  void check_host_budget() const;
   using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;
   void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
               const std::function<Tier(int li)>& tier_now);

@@ -41,8 +41,11 @@ void Engine::Impl::allocate_step_buffers() {
   grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
   auto on_nvme = [](const std::vector<Tier>& tiers) { return std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0; };
-  if (on_nvme(opt_tiers)) nvme->open_swapper(opt_tiers);
-  if (on_nvme(param_tiers)) nvme->open_params(param_tiers);
+  // The stores size their buffers to what the host budget leaves once everything allocated
+  // after them is set aside (the parameter store's one buffer too, for the swapper).
+  const PlacementPlan::HostParts host = plan->host_parts();
+  if (on_nvme(opt_tiers)) nvme->open_swapper(opt_tiers, host.after_stores() + host.param_min);
+  if (on_nvme(param_tiers)) nvme->open_params(param_tiers, host.after_stores());
   homes = std::make_unique<ParamHomes>(
       ParamHomes::Context{*layout, cfg.zero.stage, rank, world, cdt, *dev_stream, *ledger, *nvme, comm, dcomm, io});
   const UpdateStaging::Context uc{
@@ -151,6 +154,7 @@ void Engine::setup() {
   I.plan = std::make_unique<PlacementPlan>(pc, PlacementPlan::persistent_layers(I.cfg, lay));
   I.plan->place();
   I.plan->check_host_fit();
+  I.plan->check_host_budget();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < lay.layers().size(); ++li) {
