@@ -7,7 +7,8 @@
 # gradient crosses the stages (the tie) to the same bits; two replicas under strata launch
 # give the plain two-rank losses; a directory with config.json alone starts from the plain
 # trainer's initial values; a run resumed from a pipelined checkpoint ends with the bits of
-# one that never stopped; --sample draws the plain trainer's tokens; what the Llama pipeline
+# one that never stopped, and one of another architecture is refused (the checkpoint records
+# config.json, as the plain trainer's do); --sample draws the plain trainer's tokens; what the Llama pipeline
 # cannot take (the zero-bubble schedules, FP8, layers that do not split) is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
@@ -119,6 +120,10 @@ out=$("$strata" "${run[@]}" --steps 4 --model "$dir/tied-hf" --config "$dir/z1.j
 grep -q "resumed from $dir/ck at step 3" <<<"$out" || fail "no resume line: $out"
 cat "$dir/r1.jsonl" "$dir/r2.jsonl" > "$dir/r.jsonl"
 same "tied, 1f1b, resumed at step 3 (against the run that never stopped)" "$dir/tied-1f1b.jsonl" "$dir/r.jsonl" "$dir/tied-1f1b.st" "$dir/r.st"
+
+expect_refusal "a resume with another architecture" "is not the one --model $dir/llama-hf describes" \
+  "$strata" "${run[@]}" --steps 4 --model "$dir/llama-hf" --config "$dir/z1.json" --pipeline-stages 2 \
+  --schedule 1f1b --resume "$dir/ck"
 
 pipe=("${run[@]}" --steps 4 --model "$dir/llama-hf" --config "$dir/z1.json" --pipeline-stages 2)
 for kind in zb-h1 zb-h2 zb-auto; do

@@ -374,6 +374,8 @@ int train_pipelined(const PipelineTrainOptions& given) {
   run.ckpt.seed = o.m.seed;
   run.ckpt.stages = run.P;
   run.ckpt.unit_scaled = o.m.model == "gpt" && o.m.unit_scaled;
+  run.ckpt.model_state = run.model.state;
+  run.ckpt.check_model_state = run.model.check_state;
   run.ckpt.init_from = o.ckpt.init_from;
   STRATA_CHECK(run.ckpt.resume.empty() || run.ckpt.init_from.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");

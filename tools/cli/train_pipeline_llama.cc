@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "models/gpt/data.h"
 #include "models/hf/model_dir.h"
@@ -123,6 +124,8 @@ PipelinedModel llama_pipelined_model(const ModelOptions& o, const engine::Engine
   out.tensors = named(model::llama_params(s));
   out.layer_tensors = [s](int id) { return named(model::llama_pipeline_params(s, id)); };
   out.weights = hf_weights(o.model, s, quiet);
+  out.state = nlohmann::json{{"hf_config", model::HfModelDir(o.model).config()}}.dump();
+  out.check_state = [s, dir = o.model](const std::string& saved) { check_llama_state(saved, s, dir); };
   return out;
 }
 

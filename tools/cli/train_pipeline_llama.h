@@ -8,7 +8,8 @@
 // HfModelDir per call: stages call it from their own threads at once). With config.json
 // alone the stages start from Hugging Face's initialisation (the engine's initial values of
 // the named tensors, as the plain trainer's). Sampling starts from the data's first token,
-// as the plain trainer's does. The zero-bubble schedules are refused (PipelinedModel::
+// as the plain trainer's does. Checkpoints record config.json as the plain trainer's do, and a
+// resume refuses one of another architecture. The zero-bubble schedules are refused (PipelinedModel::
 // no_zero_bubble): the blocks' backward does not split B from W.
 #pragma once
 

@@ -66,6 +66,12 @@ struct PipelinedModel {
   // The model's own initial values (a Hugging Face directory's tensors), used when the run
   // neither resumes nor has --init-from; empty: each layer's init_params.
   engine::StageStore::LayerValues weights;
+  // The model's own state for checkpoints (JSON text under the trainer state's "model", as
+  // the plain trainer records it: a Hugging Face model's config.json; empty: none), and the
+  // check a resume runs on a checkpoint's (gets "" when it holds none; throws naming what
+  // does not match; null: none).
+  std::string state;
+  std::function<void(const std::string& saved)> check_state;
   // Non-empty: why the zero-bubble schedules (zb-h1, zb-h2, zb-auto) are refused.
   std::string no_zero_bubble;
 };
