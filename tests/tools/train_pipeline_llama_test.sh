@@ -88,6 +88,13 @@ echo "ok: --sample draws the plain trainer's tokens"
   --log-json "$dir/qb-pipe.jsonl" --save-params "$dir/qb-pipe.st" >/dev/null
 same "qwen3, 1f1b, bf16 ZeRO-3 on NVMe" "$dir/qb.jsonl" "$dir/qb-pipe.jsonl" "$dir/qb.st" "$dir/qb-pipe.st"
 
+"$strata" "${run[@]}" --steps 4 --model "$dir/tied-hf" --device host --config "$dir/b3.json" --log-json "$dir/tb.jsonl" \
+  --save-params "$dir/tb.st" >/dev/null
+"$strata" "${run[@]}" --steps 4 --model "$dir/tied-hf" --config "$dir/b3.json" --pipeline-stages 2 \
+  --schedule interleaved --chunks 2 --log-json "$dir/tb-pipe.jsonl" --save-params "$dir/tb-pipe.st" >/dev/null
+same "tied, interleaved, bf16 ZeRO-3 on NVMe" "$dir/tb.jsonl" "$dir/tb-pipe.jsonl" "$dir/tb.st" "$dir/tb-pipe.st"
+[ -z "$(find "$dir/nvme" -mindepth 1 2>/dev/null)" ] || fail "swap files left behind: $(find "$dir/nvme")"
+
 # Two data-parallel replicas as processes: 2 stages x 2 replicas against the plain trainer
 # on 2 ranks (which means the loss over ranks in fp32: within 1e-7).
 "$strata" launch -n 2 -- "$strata" "${run[@]}" --steps 4 --model "$dir/tied-hf" --device host --config "$dir/z1.json" \
