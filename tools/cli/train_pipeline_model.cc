@@ -1,4 +1,5 @@
-// The GPT and the MLP as a pipelined trainer's model (see train_pipeline_model.h).
+// The GPT, the MLP and (train_pipeline_llama.h) a Hugging Face Llama-family directory as a
+// pipelined trainer's model (see train_pipeline_model.h).
 #include "tools/cli/train_pipeline_model.h"
 
 #include "models/gpt/data.h"
