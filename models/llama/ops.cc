@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "models/gpt/ops.h"
 #include "models/gpt/parallel.h"
@@ -134,15 +135,28 @@ void embedding_forward(float* out, const std::int32_t* tokens, const float* tabl
   });
 }
 
-// Parallel over column blocks: each block adds every row in row order.
+// The rows of one token are summed from zero in row order and that sum is added to its
+// dtable row once: dtable's earlier contents (a tied head's part) plus the embedding's part,
+// the order in which a pipeline's tie adds the two halves (pipeline/tie.h), so a tied model
+// trains to the same bits pipelined or not (models/llama/pipeline_layers.h). Rows are
+// grouped by token (stable sort); the columns, not the rows, are split between tasks.
 void embedding_backward(float* dtable, const float* dout, const std::int32_t* tokens, int N, int C) {
+  std::vector<int> order(static_cast<std::size_t>(N));
+  for (int n = 0; n < N; ++n) order[static_cast<std::size_t>(n)] = n;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
   constexpr int kCols = 64;
   tbb::parallel_for(0, (C + kCols - 1) / kCols, [&](int cb) {
     const int c0 = cb * kCols, c1 = std::min(C, c0 + kCols);
-    for (int n = 0; n < N; ++n) {
-      float* dst = dtable + static_cast<std::size_t>(tokens[n]) * C;
-      const float* src = dout + static_cast<std::size_t>(n) * C;
-      for (int c = c0; c < c1; ++c) dst[c] += src[c];
+    float sum[kCols];
+    for (std::size_t i = 0; i < order.size();) {
+      const std::int32_t token = tokens[order[i]];
+      std::fill(sum, sum + kCols, 0.0f);
+      for (; i < order.size() && tokens[order[i]] == token; ++i) {
+        const float* src = dout + static_cast<std::size_t>(order[i]) * C;
+        for (int c = c0; c < c1; ++c) sum[c - c0] += src[c];
+      }
+      float* dst = dtable + static_cast<std::size_t>(token) * C;
+      for (int c = c0; c < c1; ++c) dst[c] += sum[c - c0];
     }
   });
 }

@@ -60,7 +60,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 // out[n] = table[tokens[n]] (rows of C).
 void embedding_forward(float* out, const std::int32_t* tokens, const float* table, int N, int C);
-// dtable[tokens[n]] += dout[n], rows added in row order.
+// dtable[tokens[n]] += dout[n]: each token's rows summed from zero in row order, then added to
+// its row once (a tied head's part first, then this: the order a pipeline's tie adds them).
 void embedding_backward(float* dtable, const float* dout, const std::int32_t* tokens, int N, int C);
 
 }  // namespace strata::model::llama

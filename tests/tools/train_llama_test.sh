@@ -133,7 +133,9 @@ expect_refusal "mis-shaped tensors" "model.layers.0.mlp.gate_proj.weight" "$stra
   --data "$data" --seq-len 32 --device host --config "$dir/s0.json" --steps 1
 expect_refusal "GPT shape flags" "--d-model sets the GPT's shape" "$strata" "${run[@]}" --d-model 32 \
   --config "$dir/s0.json" --steps 1
-expect_refusal "the pipeline" "not yet a Hugging Face model" "$strata" "${run[@]}" --pipeline-stages 2 \
+# The pipeline itself: tests/tools/train_pipeline_llama_test.sh.
+expect_refusal "2 pipeline stages for 3 blocks" "cannot split the model's 5 pipeline layers" "$strata" "${run[@]}" \
+  --pipeline-stages 2 \
   --config "$dir/s0.json" --steps 1
 expect_refusal "a sequence past max_position_embeddings" "max_position_embeddings 256" "$strata" train \
   --model "$dir/model" --data "$data" --seq-len 512 --device host --config "$dir/s0.json" --steps 1

@@ -5,8 +5,8 @@
 // those on host memory); --device auto takes GPU local_rank when there is one. Shows progress
 // (step, loss, tokens/s, step time, memory per tier; the GPT's validation loss), writes one JSON object per step with
 // --log-json, the final fp32 parameters as safetensors with --save-params (rank 0 writes
-// the gathered whole), and a Chrome trace with --trace. --pipeline-stages P splits the GPT
-// or the MLP over P pipeline stages on ZeRO engines instead (train_pipeline.h).
+// the gathered whole), and a Chrome trace with --trace. --pipeline-stages P splits the GPT,
+// a Hugging Face Llama-family model or the MLP over P pipeline stages on ZeRO engines instead (train_pipeline.h).
 #include <malloc.h>
 
 #include <chrono>
@@ -174,9 +174,6 @@ void save_params(engine::Engine& engine, const Options& o, const engine::EngineC
 
 // --pipeline-stages: what the pipelined trainer takes, then it.
 int run_pipelined(const Options& o) {
-  STRATA_CHECK(!is_hf_model_dir(o.m.model), Errc::unsupported, "--pipeline-stages with --model ", o.m.model,
-               ": the pipelined trainer splits the GPT and the MLP, not yet a Hugging Face model; train it "
-               "without --pipeline-stages (ZeRO-3 with offload reaches the same memory)");
   STRATA_CHECK(o.device == "auto" || o.device == "host", Errc::invalid_argument, "--device ", o.device,
                " is not built for --pipeline-stages yet (pipeline stages run on the host device): drop it, or train "
                "without a pipeline");
@@ -313,11 +310,11 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);
-  CLI::Option* stages =
-      cmd.add_option("--pipeline-stages", o->pipe.stages,
-                     "Split the layers (GPT or MLP) over P pipeline stages, each on a ZeRO engine (threads, or strata "
-                     "launch -n P*D for D data-parallel replicas)")
-          ->check(CLI::Range(1, 1024));
+  CLI::Option* stages = cmd.add_option("--pipeline-stages", o->pipe.stages,
+                                       "Split the layers (GPT, MLP or --model DIR) over P pipeline stages, each on a "
+                                       "ZeRO engine (threads, or strata "
+                                       "launch -n P*D for D data-parallel replicas)")
+                            ->check(CLI::Range(1, 1024));
   // The pipeline's own flags mean nothing without it: refused rather than ignored.
   cmd.add_option("--schedule", o->pipe.schedule, "With --pipeline-stages: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto")
       ->needs(stages);

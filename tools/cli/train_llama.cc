@@ -102,20 +102,7 @@ class LlamaModel : public TrainModel {
     return validation_due(o_, s, steps) ? llama_.evaluate(o_.eval_batches) : NAN;
   }
   std::string state() const override { return nlohmann::json{{"hf_config", hf_.config()}}.dump(); }
-  void restore_state(const std::string& text) override {
-    const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
-    STRATA_CHECK(j.contains("hf_config"), Errc::invalid_argument,
-                 "the checkpoint holds no Hugging Face config: it was not trained with --model DIR; resume it with "
-                 "the model it was trained with");
-    const auto saved = model::parse_hf_config(j.at("hf_config"), "the checkpoint's hf_config");
-    const auto a = model::llama_params(saved), b = model::llama_params(cfg_.shape);
-    bool same = a.size() == b.size() && saved.rms_eps == cfg_.shape.rms_eps &&
-                model::rope_inv_freq(saved) == model::rope_inv_freq(cfg_.shape);
-    for (std::size_t i = 0; same && i < a.size(); ++i) same = a[i].name == b[i].name && a[i].shape == b[i].shape;
-    STRATA_CHECK(same, Errc::invalid_argument, "the checkpoint's model (", model::describe(saved),
-                 ") is not the one --model ", o_.model, " describes (", model::describe(cfg_.shape),
-                 "): resume with the model directory it was trained from");
-  }
+  void restore_state(const std::string& text) override { check_llama_state(text, cfg_.shape, o_.model); }
   std::string finish() override {
     if (o_.sample <= 0) return {};
     const std::vector<std::int32_t> prompt{static_cast<std::int32_t>(data_[0])};
@@ -134,6 +121,21 @@ class LlamaModel : public TrainModel {
 };
 
 }  // namespace
+
+void check_llama_state(const std::string& text, const model::LlamaShape& shape, const std::string& dir) {
+  const auto j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+  STRATA_CHECK(j.contains("hf_config"), Errc::invalid_argument,
+               "the checkpoint holds no Hugging Face config: it was not trained with --model DIR; resume it with "
+               "the model it was trained with");
+  const auto saved = model::parse_hf_config(j.at("hf_config"), "the checkpoint's hf_config");
+  const auto a = model::llama_params(saved), b = model::llama_params(shape);
+  bool same = a.size() == b.size() && saved.rms_eps == shape.rms_eps &&
+              model::rope_inv_freq(saved) == model::rope_inv_freq(shape);
+  for (std::size_t i = 0; same && i < a.size(); ++i) same = a[i].name == b[i].name && a[i].shape == b[i].shape;
+  STRATA_CHECK(same, Errc::invalid_argument, "the checkpoint's model (", model::describe(saved),
+               ") is not the one --model ", dir, " describes (", model::describe(shape),
+               "): resume with the model directory it was trained from");
+}
 
 bool is_hf_model_dir(const std::string& path) {
   struct stat st {};

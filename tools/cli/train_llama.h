@@ -22,6 +22,10 @@ bool is_hf_model_dir(const std::string& path);
 // The decoder --model DIR describes, at --seq-len (default min(max_position_embeddings, 2048))
 // and --remat; throws naming the file and key for what is not implemented.
 model::LlamaConfig llama_config(const ModelOptions& o, bool config_remat);
+// Throws Errc::invalid_argument unless the model state `text` of a checkpoint (JSON: its
+// "hf_config") describes the architecture `shape` (read from --model `dir`): the same
+// tensors, norm epsilon and rotary frequencies.
+void check_llama_state(const std::string& text, const model::LlamaShape& shape, const std::string& dir);
 ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config);
 std::unique_ptr<TrainModel> create_llama_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer);

@@ -347,6 +347,10 @@ int train_pipelined(const PipelineTrainOptions& given) {
   g.stages = run.P;
   g.micro_batches = run.m;
   g.chunks = o.chunks;
+  const bool zero_bubble = g.kind == pipeline::ScheduleKind::zb_h1 || g.kind == pipeline::ScheduleKind::zb_h2 ||
+                           g.kind == pipeline::ScheduleKind::zb_auto;
+  STRATA_CHECK(!zero_bubble || run.model.no_zero_bubble.empty(), Errc::unsupported, "--schedule ", o.schedule,
+               " with --model ", o.m.model, ": ", run.model.no_zero_bubble);
   run.zb_auto = g.kind == pipeline::ScheduleKind::zb_auto;
   if (run.zb_auto) g.kind = pipeline::ScheduleKind::zb_h1;
   run.first = pipeline::generate(g);
@@ -370,10 +374,13 @@ int train_pipelined(const PipelineTrainOptions& given) {
   run.ckpt.seed = o.m.seed;
   run.ckpt.stages = run.P;
   run.ckpt.unit_scaled = o.m.model == "gpt" && o.m.unit_scaled;
+  run.ckpt.model_state = run.model.state;
+  run.ckpt.check_model_state = run.model.check_state;
   run.ckpt.init_from = o.ckpt.init_from;
   STRATA_CHECK(run.ckpt.resume.empty() || run.ckpt.init_from.empty(), Errc::invalid_argument,
                "--resume and --init-from both given: a resumed run continues its checkpoint; pick one");
   run.eso.init_values = run.ckpt.initial_values(run.model);
+  if (!run.eso.init_values && run.ckpt.resume.empty()) run.eso.init_values = run.model.weights;
   run.ckpt.async = o.ckpt.async || cfg.checkpoint.async;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run.eso.executor.compute_threads = std::max(1, cores / world);  // the ranks share this host's cores

@@ -1,8 +1,8 @@
-// `strata train --model gpt|mlp --pipeline-stages P --schedule KIND`: the model's pipeline
+// `strata train --model gpt|mlp|DIR --pipeline-stages P --schedule KIND`: the model's pipeline
 // layers (train_pipeline_model.h) split over P pipeline stages, each stage's layers on a
 // ZeRO engine (stage_runner.h) over its data-parallel group; the schedule's micro-batches
 // are the config's gradient_accumulation_steps micro-batches of
-// train_micro_batch_size_per_gpu sequences (GPT) or samples (MLP). Under `strata launch -n
+// train_micro_batch_size_per_gpu sequences (GPT, Llama) or samples (MLP). Under `strata launch -n
 // P*D` rank r is stage r / D of replica r % D; alone, the P stages are threads of this
 // process (one replica). Each stage computes on its share of the machine's cores, as on a
 // device of its own.

@@ -93,6 +93,7 @@ std::int64_t PipelineCheckpoints::load(engine::Engine& engine, int stage, comm::
                " but this run has --seed ", seed, "; its data would differ: pass --seed ", seed_saved);
   try {
     check_unit_scaling(j, unit_scaled);
+    if (check_model_state) check_model_state(j.contains("model") ? j.at("model").dump() : std::string());
     if (fp8 != nullptr) {
       if (auto h = saved_fp8_history(j, stage == 0)) fp8->restore(*h);
     }
@@ -133,6 +134,7 @@ bool PipelineCheckpoints::after_step(engine::Engine& engine, int stage, std::int
   if (!due) return false;
   nlohmann::json state{{"next_step", s + 1}, {"seed", seed}, {"pipeline_stages", stages}};
   record_unit_scaling(state, unit_scaled);
+  if (!model_state.empty()) state["model"] = nlohmann::json::parse(model_state);
   if (fp8 != nullptr) record_fp8_history(state, fp8->histories());
   engine::SaveOptions so;
   so.keep = keep;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/stage_store.h"
@@ -41,6 +42,9 @@ struct PipelineCheckpoints {
   bool async = false;
   std::string init_from;     // --init-from: empty, or a safetensors file of the model's tensors
   bool unit_scaled = false;  // the GPT's parametrization, recorded and checked as the plain trainer does
+  // The model's own state (PipelinedModel::state, saved under "model") and its check on resume.
+  std::string model_state;
+  std::function<void(const std::string& saved)> check_model_state;
 
   // --init-from: checks the file holds exactly `model.tensors` with their shapes (Errc::
   // invalid_argument naming the tensor and what to do), then returns what writes a pipeline

@@ -1,4 +1,5 @@
-// The GPT and the MLP as a pipelined trainer's model (see train_pipeline_model.h).
+// The GPT, the MLP and (train_pipeline_llama.h) a Hugging Face Llama-family directory as a
+// pipelined trainer's model (see train_pipeline_model.h).
 #include "tools/cli/train_pipeline_model.h"
 
 #include "models/gpt/data.h"
@@ -6,6 +7,8 @@
 #include "models/gpt/pipeline_layers.h"
 #include "models/mlp_layers.h"
 #include "runtime/core/error.h"
+#include "tools/cli/train_llama.h"
+#include "tools/cli/train_pipeline_llama.h"
 
 namespace strata::cli {
 namespace {
@@ -83,8 +86,9 @@ PipelinedModel mlp_model(const ModelOptions& o, const engine::EngineConfig& cfg,
 PipelinedModel pipelined_model(const ModelOptions& o, const engine::EngineConfig& cfg, int micro_batch,
                                int micro_batches, int replicas, bool quiet) {
   if (o.model == "gpt") return gpt_model(o, cfg, micro_batch, micro_batches, replicas, quiet);
+  if (is_hf_model_dir(o.model)) return llama_pipelined_model(o, cfg, micro_batch, micro_batches, replicas, quiet);
   STRATA_CHECK(o.model == "mlp", Errc::invalid_argument, "--model ", o.model,
-               " has no pipeline layers: --pipeline-stages trains gpt or mlp");
+               " has no pipeline layers: --pipeline-stages trains gpt, mlp or a Hugging Face model directory");
   return mlp_model(o, cfg, micro_batch, micro_batches, replicas);
 }
 

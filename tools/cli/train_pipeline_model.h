@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/stage_store.h"
 #include "pipeline/executor.h"
 #include "pipeline/model.h"
 #include "tools/cli/train_model.h"
@@ -59,6 +60,20 @@ struct PipelinedModel {
   // products; empty for the MLP. vocab: the GPT's, seq_len its context.
   std::function<pipeline::PipelineModel(int T, const model::Fp8Products* trained)> at_length;
   int vocab = 0, seq_len = 0;
+  // What --sample continues: the GPT's newline, the Llama's first data token (the plain
+  // trainers' prompts).
+  std::vector<std::int32_t> prompt{'\n'};
+  // The model's own initial values (a Hugging Face directory's tensors), used when the run
+  // neither resumes nor has --init-from; empty: each layer's init_params.
+  engine::StageStore::LayerValues weights;
+  // The model's own state for checkpoints (JSON text under the trainer state's "model", as
+  // the plain trainer records it: a Hugging Face model's config.json; empty: none), and the
+  // check a resume runs on a checkpoint's (gets "" when it holds none; throws naming what
+  // does not match; null: none).
+  std::string state;
+  std::function<void(const std::string& saved)> check_state;
+  // Non-empty: why the zero-bubble schedules (zb-h1, zb-h2, zb-auto) are refused.
+  std::string no_zero_bubble;
 };
 
 // The model --model names, for micro-batches of `micro_batch` (the config's

@@ -12,13 +12,13 @@ namespace strata::cli {
 std::vector<std::int32_t> sample_pipelined(StageRunner& runner, const PipelinedModel& model, int stages, int stage,
                                            int count, std::uint64_t seed, const model::Fp8Products* fp8) {
   STRATA_CHECK(model.at_length != nullptr, Errc::invalid_argument,
-               "--sample: this model does not generate text (the GPT does): drop --sample");
+               "--sample: this model does not generate text (the GPT and the Llama family do): drop --sample");
   STRATA_CHECK(count >= 0 && static_cast<std::uint64_t>(count) <= 0x7fffffffu - pipeline::kForwardTagEnd,
                Errc::invalid_argument, "--sample ", count, " must be between 0 and ",
                0x7fffffffu - pipeline::kForwardTagEnd);
   const int last = stages - 1, V = model.vocab;
   const std::uint64_t key = seed ^ 0x73616d706c65ull;  // the plain trainer's
-  std::vector<std::int32_t> text{'\n'};
+  std::vector<std::int32_t> text = model.prompt;
   for (int i = 0; i < count; ++i) {
     const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(model.seq_len)));
     const pipeline::PipelineModel at = model.at_length(T, fp8);
@@ -41,7 +41,7 @@ std::vector<std::int32_t> sample_pipelined(StageRunner& runner, const PipelinedM
     text.push_back(pick);
   }
   runner.transport().flush();
-  return {text.begin() + 1, text.end()};
+  return {text.begin() + static_cast<std::ptrdiff_t>(model.prompt.size()), text.end()};
 }
 
 }  // namespace strata::cli
