@@ -28,6 +28,8 @@ import sys
 
 import torch
 
+from gpt_oracle_test import read_safetensors  # the same reader (F32 tensors by name)
+
 T, B, STEPS, SEED, V = 16, 4, 20, 11, 300
 
 MODELS = {
@@ -104,20 +106,6 @@ def write_safetensors(path, tensors):
         f.write(text)
         for b in blobs:
             f.write(b)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32).reshape(info["shape"])
-    return out
 
 
 def inv_freq(c):
