@@ -43,25 +43,6 @@ std::uint64_t numel_of(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-// A name or key from a file, fit for a one-line message: control bytes become \xNN and a
-// long name is cut, so a damaged header cannot break or flood the error.
-std::string printable(const std::string& s) {
-  constexpr std::size_t kShown = 200;
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  if (s.size() > kShown) out += str_cat("... (", s.size(), " bytes)");
-  return out;
-}
-
 // The header's JSON, refusing a key that appears twice in one object (nlohmann::json would
 // keep the last silently, so two tensors of one name or two "data_offsets" would read as
 // one). The parser callback sees each object open and close and each key in between.

@@ -19,26 +19,6 @@ using nlohmann::json;
 // a hostile file can exhaust the stack.
 constexpr int kMaxJsonDepth = 64;
 
-// A message made one line: names and patterns from the file may hold control characters.
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u == '\n') {
-      out += "\\n";
-    } else if (u == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      out += hex;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   STRATA_CHECK(in, Errc::io, "tokenizer '", path, "' cannot be opened: ", errno_text(errno));
@@ -155,7 +135,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::open(const std::string& path) {
   try {
     return read(path);
   } catch (const Error& e) {
-    throw Error(e.code(), one_line(e.what()), e.where(), e.sys_errno());
+    throw Error(e.code(), printable(e.what()), e.where(), e.sys_errno());
   }
 }
 

@@ -67,25 +67,6 @@ nlohmann::json parse_object(const std::string& path, const std::string& text) {
   return j;
 }
 
-// A name from the index, fit for a one-line message: control bytes become \xNN and a long
-// name is cut, so a damaged index cannot break or flood the error.
-std::string shown(const std::string& s) {
-  constexpr std::size_t kShown = 200;
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  if (s.size() > kShown) out += str_cat("... (", s.size(), " bytes)");
-  return out;
-}
-
 // A shard name from weight_map: a relative path that cannot leave the directory. Links are
 // not followed here on purpose: Hugging Face's cache keeps each snapshot's files as links
 // into its blobs directory.
@@ -97,7 +78,7 @@ void check_shard_name(const std::string& index_path, const std::string& tensor, 
     begin = end + 1;
   }
   STRATA_CHECK(!escapes && name.find('\0') == std::string::npos, Errc::corrupt, "'", index_path,
-               "': weight_map puts tensor '", shown(tensor), "' in '", shown(name),
+               "': weight_map puts tensor '", printable(tensor), "' in '", printable(name),
                "', which is not a file inside the model directory (absolute, empty or with '..'): the index is "
                "damaged or hostile; use the index that came with the weights");
 }
@@ -172,7 +153,7 @@ void HfModelDir::open_index() {
   const auto& map = index["weight_map"];
   std::map<std::string, std::vector<std::string>> by_shard;  // shard -> its tensors per the map
   for (auto it = map.begin(); it != map.end(); ++it) {
-    STRATA_CHECK(it.value().is_string(), Errc::corrupt, "'", path, "': weight_map entry '", shown(it.key()),
+    STRATA_CHECK(it.value().is_string(), Errc::corrupt, "'", path, "': weight_map entry '", printable(it.key()),
                  "' is a JSON ", it.value().type_name(),
                  ", not a shard file name: the index is damaged; download it again");
     const auto& shard = it.value().get_ref<const std::string&>();
@@ -183,7 +164,7 @@ void HfModelDir::open_index() {
     const Kind k = kind_of(dir_ + "/" + shard);
     STRATA_CHECK(k == Kind::file, Errc::invalid_argument, "'", dir_, "/", shard, "', the shard that ", hf::kIndexName,
                  " names for ", names.size(), " tensor", names.size() == 1 ? "" : "s", " (such as '",
-                 shown(names.front()), "'), ", k == Kind::none ? "is missing" : "is not a regular file",
+                 printable(names.front()), "'), ", k == Kind::none ? "is missing" : "is not a regular file",
                  ": the download is incomplete; fetch that file again");
     add_shard(shard);
   }
@@ -191,12 +172,12 @@ void HfModelDir::open_index() {
   for (const auto& [shard, names] : by_shard) {
     for (const auto& n : names) {
       const auto it = places_.find(n);
-      STRATA_CHECK(it != places_.end(), Errc::corrupt, "'", path, "': weight_map puts tensor '", shown(n), "' in '",
+      STRATA_CHECK(it != places_.end(), Errc::corrupt, "'", path, "': weight_map puts tensor '", printable(n), "' in '",
                    shard,
                    "', which does not hold it (nor does any other shard): the index and the weights do not match; "
                    "download them again together");
       STRATA_CHECK(shard_names_[it->second.shard] == shard, Errc::corrupt, "'", path, "': weight_map puts tensor '",
-                   shown(n), "' in '", shard, "', but it lies in '", shard_names_[it->second.shard],
+                   printable(n), "' in '", shard, "', but it lies in '", shard_names_[it->second.shard],
                    "': the index and the weights do not match; download them again together");
     }
   }

@@ -1,6 +1,8 @@
 // Error formatting: errno names and the throw funnel.
 #include "runtime/core/error.h"
 
+#include <cstdio>
+
 #include <cstring>
 
 namespace strata {
@@ -27,6 +29,22 @@ const char* errc_name(Errc code) noexcept {
       return "internal error";
   }
   return "error";
+}
+
+std::string printable(std::string_view text, std::size_t max_shown) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max_shown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > max_shown) out += str_cat("... (", text.size(), " bytes)");
+  return out;
 }
 
 std::string errno_text(int err) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace strata {
@@ -50,6 +51,11 @@ template <class... Args> std::string str_cat(Args&&... args) {
 
 // "ENOSPC (No space left on device)" for errno values; "errno N" for unknown ones.
 std::string errno_text(int err);
+
+// Text from a file (a name, a key, a pattern), fit for a one-line message: control bytes
+// become \xNN, and text longer than max_shown bytes is cut with its length said,
+// so damaged input can neither break nor flood an error.
+std::string printable(std::string_view text, std::size_t max_shown = 200);
 
 namespace detail {
 [[noreturn]] void throw_error(Errc code, std::string message, const char* file, int line, int sys_errno = 0);

@@ -207,7 +207,7 @@ TEST_CASE("bad tokenizer files are refused naming the file and the key", "[token
   j = tiny_tokenizer({{"a", "b"}});
   j["model"]["type"] = "Word\nPiece";
   e = refused("newline.json", j);
-  CHECK_THAT(e, Catch::Contains("model.type \"Word\\nPiece\""));
+  CHECK_THAT(e, Catch::Contains("model.type \"Word\\x0aPiece\""));
   CHECK(e.find('\n') == std::string::npos);
   write(dir.file("deep.json"), std::string(100, '[') + std::string(100, ']'));
   e = error_of([&] { Tokenizer::open(dir.file("deep.json")); });
