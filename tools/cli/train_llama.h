@@ -22,7 +22,7 @@ bool is_hf_model_dir(const std::string& path);
 // The decoder --model DIR describes, at --seq-len (default min(max_position_embeddings, 2048))
 // and --remat; throws naming the file and key for what is not implemented.
 model::LlamaConfig llama_config(const ModelOptions& o, bool config_remat);
-ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config);
+ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda = false);
 std::unique_ptr<TrainModel> create_llama_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer);
 
