@@ -105,6 +105,7 @@ else
   add bench_adam_cuda bench_adam 0 "" "unavailable=strata bench adam has no --device option in this build (CPU only)"
 fi
 [ "$quick" = 0 ] && add cli_train_gpt_cuda script 60 "$(q bash "$root/tests/tools/train_gpt_cuda_test.sh" "$strata")"
+[ "$quick" = 0 ] && add cli_train_llama_cuda script 45 "$(q bash "$root/tests/tools/train_llama_cuda_test.sh" "$strata")"
 
 # Each step gets its share of --budget-seconds: nominal budgets, scaled down when they sum
 # to more (a tight budget starves the steps rather than overrunning the lease).

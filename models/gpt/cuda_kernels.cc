@@ -160,22 +160,9 @@ class CudaKernels final : public GptKernels {
     const int N = B * T;
     check_tokens(N);
     const auto n = static_cast<std::size_t>(N);
-    std::vector<std::int32_t> order(n), start, token;
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
-    for (int i = 0; i < N; ++i) {
-      const std::int32_t t = tokens[order[static_cast<std::size_t>(i)]];
-      if (token.empty() || token.back() != t) {
-        start.push_back(i);
-        token.push_back(t);
-      }
-    }
-    start.push_back(N);
-    const int segments = static_cast<int>(token.size());
-    // [order | starts | tokens], uploaded at once.
-    host_groups_ = std::move(order);
-    host_groups_.insert(host_groups_.end(), start.begin(), start.end());
-    host_groups_.insert(host_groups_.end(), token.begin(), token.end());
+    TokenGroups g = group_rows_by_token(tokens, N);
+    const int segments = g.segments;
+    host_groups_ = std::move(g.packed);
     stream_->copy_async(groups_, host_groups_.data(), host_groups_.size() * 4, device::CopyKind::host_to_device);
     const std::int32_t* d_start = groups_ + n;
     detail::cuda_embedding_backward(st(), dwte, dwpe, dout, groups_, d_start, d_start + segments + 1, segments, B, T,
@@ -236,6 +223,27 @@ class CudaKernels final : public GptKernels {
 };
 
 }  // namespace
+
+TokenGroups group_rows_by_token(const std::int32_t* tokens, int N) {
+  const auto n = static_cast<std::size_t>(N);
+  std::vector<std::int32_t> order(n), start, token;
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
+  for (int i = 0; i < N; ++i) {
+    const std::int32_t t = tokens[order[static_cast<std::size_t>(i)]];
+    if (token.empty() || token.back() != t) {
+      start.push_back(i);
+      token.push_back(t);
+    }
+  }
+  start.push_back(N);
+  TokenGroups g;
+  g.segments = static_cast<int>(token.size());
+  g.packed = std::move(order);
+  g.packed.insert(g.packed.end(), start.begin(), start.end());
+  g.packed.insert(g.packed.end(), token.begin(), token.end());
+  return g;
+}
 
 std::uint64_t cuda_scratch_bytes(int max_tokens, std::size_t max_att) noexcept {
   return (int_slots(max_tokens) + max_att) * 4;

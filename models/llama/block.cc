@@ -1,8 +1,8 @@
-// The Llama-family block's forward and backward (see block.h) from the ops of ops.h.
+// The Llama-family block's forward and backward (see block.h) from the ops of ops.h, through
+// the dims' kernels.
 #include "models/llama/block.h"
 
-#include "models/gpt/ops.h"
-#include "models/llama/ops.h"
+#include "models/llama/kernels.h"
 
 namespace strata::model {
 namespace {
@@ -20,6 +20,7 @@ Sizes sizes(const LlamaDims& d) {
           static_cast<std::size_t>(d.B) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(d.T) *
               static_cast<std::size_t>(d.T)};
 }
+LlamaKernels& kernels_of(const LlamaDims& d) { return d.kernels != nullptr ? *d.kernels : host_llama_kernels(); }
 struct Carver {
   float* p;
   float* operator()(std::size_t n) {
@@ -85,27 +86,28 @@ void llama_block_forward(float* out, const float* x, const LlamaWeights& w, cons
   const int Q = s.heads * D, KV = s.kv_heads * D;
   const float eps = static_cast<float>(s.rms_eps);
   const auto p = d.products;
-  llama::rmsnorm_forward(a.h1, a.rstd1, x, w[in_norm], N, C, eps);
+  LlamaKernels& ker = kernels_of(d);
+  ker.rmsnorm_forward(a.h1, a.rstd1, x, w[in_norm], N, C, eps);
   float* q = s.qk_norm ? a.qpre : a.q;
   float* k = s.qk_norm ? a.kpre : a.k;
-  llama::linear_forward(q, a.h1, w[q_w], w[q_b], N, C, Q, p);
-  llama::linear_forward(k, a.h1, w[k_w], w[k_b], N, C, KV, p);
-  llama::linear_forward(a.v, a.h1, w[v_w], w[v_b], N, C, KV, p);
+  ker.linear_forward(q, a.h1, w[q_w], w[q_b], N, C, Q, p);
+  ker.linear_forward(k, a.h1, w[k_w], w[k_b], N, C, KV, p);
+  ker.linear_forward(a.v, a.h1, w[v_w], w[v_b], N, C, KV, p);
   if (s.qk_norm) {
-    llama::rmsnorm_forward(a.q, a.qrstd, a.qpre, w[q_norm], N * s.heads, D, eps);
-    llama::rmsnorm_forward(a.k, a.krstd, a.kpre, w[k_norm], N * s.kv_heads, D, eps);
+    ker.rmsnorm_forward(a.q, a.qrstd, a.qpre, w[q_norm], N * s.heads, D, eps);
+    ker.rmsnorm_forward(a.k, a.krstd, a.kpre, w[k_norm], N * s.kv_heads, D, eps);
   }
-  llama::rope_forward(a.q, d.cos, d.sin, d.B, d.T, s.heads, D);
-  llama::rope_forward(a.k, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
-  llama::attention_forward(a.y, a.att, a.q, a.k, a.v, d.B, d.T, s.heads, s.kv_heads, D);
-  llama::linear_forward(a.res1, a.y, w[o_w], w[o_b], N, Q, C, p);
-  ops::accumulate(a.res1, x, static_cast<std::size_t>(N) * C);
-  llama::rmsnorm_forward(a.h2, a.rstd2, a.res1, w[post_norm], N, C, eps);
-  llama::linear_forward(a.gate, a.h2, w[gate_w], nullptr, N, C, I, p);
-  llama::linear_forward(a.up, a.h2, w[up_w], nullptr, N, C, I, p);
-  llama::swiglu_forward(a.act, a.gate, a.up, static_cast<std::size_t>(N) * I);
-  llama::linear_forward(out, a.act, w[down_w], nullptr, N, I, C, p);
-  ops::accumulate(out, a.res1, static_cast<std::size_t>(N) * C);
+  ker.rope_forward(a.q, d.cos, d.sin, d.B, d.T, s.heads, D);
+  ker.rope_forward(a.k, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
+  ker.attention_forward(a.y, a.att, a.q, a.k, a.v, d.B, d.T, s.heads, s.kv_heads, D);
+  ker.linear_forward(a.res1, a.y, w[o_w], w[o_b], N, Q, C, p);
+  ker.gpt().accumulate(a.res1, x, static_cast<std::size_t>(N) * C);
+  ker.rmsnorm_forward(a.h2, a.rstd2, a.res1, w[post_norm], N, C, eps);
+  ker.linear_forward(a.gate, a.h2, w[gate_w], nullptr, N, C, I, p);
+  ker.linear_forward(a.up, a.h2, w[up_w], nullptr, N, C, I, p);
+  ker.swiglu_forward(a.act, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  ker.linear_forward(out, a.act, w[down_w], nullptr, N, I, C, p);
+  ker.gpt().accumulate(out, a.res1, static_cast<std::size_t>(N) * C);
 }
 
 void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, const LlamaGrads& g, const LlamaActs& a,
@@ -114,36 +116,37 @@ void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, co
   const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
   const int Q = s.heads * D, KV = s.kv_heads * D;
   const auto p = d.products;
+  LlamaKernels& ker = kernels_of(d);
   // MLP branch: dres is dL/d(out), which is also the residual's share of dL/d(res1).
-  llama::linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
-  llama::linear_backward_weight(g[down_w], nullptr, dres, a.act, N, I, C, p);
-  llama::swiglu_backward(sc.dgate, sc.dup, sc.dact, a.gate, a.up, static_cast<std::size_t>(N) * I);
-  llama::linear_backward_input(sc.dh, sc.dgate, w[gate_w], N, C, I, false, p);
-  llama::linear_backward_input(sc.dh, sc.dup, w[up_w], N, C, I, true, p);
-  llama::linear_backward_weight(g[gate_w], nullptr, sc.dgate, a.h2, N, C, I, p);
-  llama::linear_backward_weight(g[up_w], nullptr, sc.dup, a.h2, N, C, I, p);
-  llama::rmsnorm_backward(dres, g[post_norm], sc.dh, a.res1, w[post_norm], a.rstd2, N, C, true);
+  ker.linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
+  ker.linear_backward_weight(g[down_w], nullptr, dres, a.act, N, I, C, p);
+  ker.swiglu_backward(sc.dgate, sc.dup, sc.dact, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  ker.linear_backward_input(sc.dh, sc.dgate, w[gate_w], N, C, I, false, p);
+  ker.linear_backward_input(sc.dh, sc.dup, w[up_w], N, C, I, true, p);
+  ker.linear_backward_weight(g[gate_w], nullptr, sc.dgate, a.h2, N, C, I, p);
+  ker.linear_backward_weight(g[up_w], nullptr, sc.dup, a.h2, N, C, I, p);
+  ker.rmsnorm_backward(dres, g[post_norm], sc.dh, a.res1, w[post_norm], a.rstd2, N, C, true);
   // Attention branch: dres is now dL/d(res1).
-  llama::linear_backward_input(sc.dy, dres, w[o_w], N, Q, C, false, p);
-  llama::linear_backward_weight(g[o_w], g[o_b], dres, a.y, N, Q, C, p);
-  llama::attention_backward(sc.dq, sc.dk, sc.dv, sc.dy, a.q, a.k, a.v, a.att, d.B, d.T, s.heads, s.kv_heads, D);
-  llama::rope_backward(sc.dq, d.cos, d.sin, d.B, d.T, s.heads, D);
-  llama::rope_backward(sc.dk, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
+  ker.linear_backward_input(sc.dy, dres, w[o_w], N, Q, C, false, p);
+  ker.linear_backward_weight(g[o_w], g[o_b], dres, a.y, N, Q, C, p);
+  ker.attention_backward(sc.dq, sc.dk, sc.dv, sc.dy, a.q, a.k, a.v, a.att, d.B, d.T, s.heads, s.kv_heads, D);
+  ker.rope_backward(sc.dq, d.cos, d.sin, d.B, d.T, s.heads, D);
+  ker.rope_backward(sc.dk, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
   const float* dq = sc.dq;
   const float* dk = sc.dk;
   if (s.qk_norm) {
-    llama::rmsnorm_backward(sc.dqn, g[q_norm], sc.dq, a.qpre, w[q_norm], a.qrstd, N * s.heads, D, false);
-    llama::rmsnorm_backward(sc.dkn, g[k_norm], sc.dk, a.kpre, w[k_norm], a.krstd, N * s.kv_heads, D, false);
+    ker.rmsnorm_backward(sc.dqn, g[q_norm], sc.dq, a.qpre, w[q_norm], a.qrstd, N * s.heads, D, false);
+    ker.rmsnorm_backward(sc.dkn, g[k_norm], sc.dk, a.kpre, w[k_norm], a.krstd, N * s.kv_heads, D, false);
     dq = sc.dqn;
     dk = sc.dkn;
   }
-  llama::linear_backward_input(sc.dh, dq, w[q_w], N, C, Q, false, p);
-  llama::linear_backward_input(sc.dh, dk, w[k_w], N, C, KV, true, p);
-  llama::linear_backward_input(sc.dh, sc.dv, w[v_w], N, C, KV, true, p);
-  llama::linear_backward_weight(g[q_w], g[q_b], dq, a.h1, N, C, Q, p);
-  llama::linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
-  llama::linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
-  llama::rmsnorm_backward(dres, g[in_norm], sc.dh, x, w[in_norm], a.rstd1, N, C, true);
+  ker.linear_backward_input(sc.dh, dq, w[q_w], N, C, Q, false, p);
+  ker.linear_backward_input(sc.dh, dk, w[k_w], N, C, KV, true, p);
+  ker.linear_backward_input(sc.dh, sc.dv, w[v_w], N, C, KV, true, p);
+  ker.linear_backward_weight(g[q_w], g[q_b], dq, a.h1, N, C, Q, p);
+  ker.linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
+  ker.linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
+  ker.rmsnorm_backward(dres, g[in_norm], sc.dh, x, w[in_norm], a.rstd1, N, C, true);
 }
 
 }  // namespace strata::model

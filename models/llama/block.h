@@ -3,7 +3,8 @@
 // with the activations its backward needs (LlamaActs) and the gradients it produces. Weights
 // and gradients come as fp32 pointers by slot (config.h: LlamaSlot; slots the shape lacks are
 // null); weight gradients are accumulated (+=). Buffers are sized for at most B x T tokens and
-// used for any smaller batch. Host device only.
+// used for any smaller batch. The operations run through LlamaDims::kernels (kernels.h): every
+// pointer is memory of their device.
 #pragma once
 
 #include <array>
@@ -14,12 +15,15 @@
 
 namespace strata::model {
 
+class LlamaKernels;
+
 struct LlamaDims {
   int B = 1, T = 1;
   const LlamaShape* shape = nullptr;
   const float* cos = nullptr;  // rotary tables [T, head_dim / 2] (ops.h)
   const float* sin = nullptr;
   ops::Products products = ops::Products::fp32;
+  LlamaKernels* kernels = nullptr;  // where the operations run (kernels.h); null: the host
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "models/gpt/engine_access.h"
-#include "models/gpt/kernels.h"
+#include "models/llama/kernels.h"
 #include "models/llama/pass.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
@@ -27,13 +27,14 @@ LayerNumels layer_numels(const LlamaShape& s) {
 
 }  // namespace
 
-std::uint64_t Llama::activation_bytes(const LlamaConfig& c, int micro_batch, DType compute) noexcept {
-  return LlamaPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat) +
+std::uint64_t Llama::activation_bytes(const LlamaConfig& c, int micro_batch, DType compute, bool cuda) noexcept {
+  return LlamaPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat, cuda) +
          EngineAccess::bytes(layer_numels(c.shape), compute);
 }
 
-std::uint64_t Llama::min_device_bytes(const LlamaConfig& c, int micro_batch, DType compute) {
-  return activation_bytes(c, micro_batch, compute) + live_window_bytes(layer_numels(c.shape), compute, c.shape.tied);
+std::uint64_t Llama::min_device_bytes(const LlamaConfig& c, int micro_batch, DType compute, bool cuda) {
+  return activation_bytes(c, micro_batch, compute, cuda) +
+         live_window_bytes(layer_numels(c.shape), compute, c.shape.tied);
 }
 
 Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& batcher, comm::Communicator* comm,
@@ -41,13 +42,14 @@ Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& b
     : engine_(engine), cfg_(config), batcher_(batcher), comm_(comm), tracer_(tracer) {
   validate_seq_len(cfg_.shape, cfg_.seq_len);
   auto& dev = engine_.device();
+  const bool cuda = dev.backend() == device::Backend::cuda;
   const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
   const auto stats = dev.memory_stats();
-  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype());
+  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda);
   const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
   STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
                " is below one block's live window plus the activations: activations and buffers ",
-               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype())), " (micro-batch ", micro,
+               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda)), " (micro-batch ", micro,
                " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
                ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
                "--device-budget) to at least ",
@@ -56,14 +58,14 @@ Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& b
   for (const auto& p : llama_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   pass_ = std::make_unique<LlamaPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                       ops::products_for(engine_.compute_dtype()));
-  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), host_kernels());
+  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels().gpt());
 }
 
 Llama::~Llama() = default;
 
 std::uint64_t Llama::activation_bytes() const noexcept {
   return activation_bytes(cfg_, static_cast<int>(engine_.config().train_micro_batch_size_per_gpu),
-                          engine_.compute_dtype());
+                          engine_.compute_dtype(), engine_.device().backend() == device::Backend::cuda);
 }
 
 GptStep Llama::train_step(std::int64_t step) {

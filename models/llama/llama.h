@@ -7,7 +7,7 @@
 // Protocol: construct (registers parameters and allocates activations: before
 // engine.setup()), engine.setup(), load weights (engine.init_weights, or the registered
 // initial values), then train_step(s) for s = 0, 1, ...; evaluate() and sample() between
-// steps. Host device only.
+// steps. On the host device or a CUDA one (the pass's kernels: kernels.h).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +42,11 @@ class Llama {
   std::vector<std::int32_t> sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
                                    std::uint64_t seed);
   std::uint64_t activation_bytes() const noexcept;
-  static std::uint64_t activation_bytes(const LlamaConfig& config, int micro_batch, DType compute) noexcept;
+  // cuda: on a CUDA device (the kernels' scratch counted).
+  static std::uint64_t activation_bytes(const LlamaConfig& config, int micro_batch, DType compute,
+                                        bool cuda = false) noexcept;
   // Smallest device budget one block's live window plus the activations need (stage 3).
-  static std::uint64_t min_device_bytes(const LlamaConfig& config, int micro_batch, DType compute);
+  static std::uint64_t min_device_bytes(const LlamaConfig& config, int micro_batch, DType compute, bool cuda = false);
 
  private:
   engine::Engine& engine_;

@@ -2,9 +2,9 @@
 #include "models/llama/pass.h"
 
 #include <algorithm>
-#include <cstring>
+#include <vector>
 
-#include "models/gpt/ops.h"
+#include "models/llama/kernels.h"
 #include "models/llama/ops.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
@@ -42,6 +42,10 @@ Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {
   return z;
 }
 
+std::size_t att_floats(const LlamaShape& s, const LlamaDims& d) {
+  return d.tokens() * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(d.T);
+}
+
 LlamaWeights by_slot(const LlamaShape& s, const std::vector<const float*>& v) {
   LlamaWeights w{};
   const auto slots = llama_block_slots(s);
@@ -67,9 +71,10 @@ struct LlamaPass::Buffers {
         *sin = nullptr, *dnormed = nullptr;
 };
 
-std::uint64_t LlamaPass::device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat) {
+std::uint64_t LlamaPass::device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, bool cuda) {
   const LlamaDims d{max_batch, max_seq, &shape};
-  return sizes(shape, d, remat).total() * sizeof(float);
+  const std::uint64_t scratch = cuda ? llama_cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(shape, d)) : 0;
+  return sizes(shape, d, remat).total() * sizeof(float) + scratch;
 }
 
 LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -81,10 +86,8 @@ LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat 
       max_T_(max_seq),
       dev_(dev),
       buf_(std::make_unique<Buffers>()) {
-  STRATA_CHECK(dev.backend() == device::Backend::host, Errc::unsupported,
-               "the Llama-family model runs on the host device only (its CUDA kernels are not written yet): "
-               "use --device host");
   const LlamaDims d{max_B_, max_T_, &shape_};
+  k_ = make_llama_kernels(dev, static_cast<int>(d.tokens()), att_floats(shape_, d));
   const Sizes z = sizes(shape_, d, remat_);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "llama activations");
@@ -106,11 +109,16 @@ LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat 
   b.logits = take(z.logits);
   b.cos = take(z.rope / 2);
   b.sin = take(z.rope / 2);
+  // Made on the host, uploaded once (on a CUDA device, before any pass reads them).
+  std::vector<float> tables(z.rope);
+  llama::rope_tables(tables.data(), tables.data() + z.rope / 2, rope_inv_freq(shape_), max_T_);
   device::CpuAccessScope cpu(dev_);
-  llama::rope_tables(b.cos, b.sin, rope_inv_freq(shape_), max_T_);
+  k_->upload(b.cos, tables.data(), z.rope);
 }
 
 LlamaPass::~LlamaPass() = default;
+
+LlamaKernels& LlamaPass::kernels() noexcept { return *k_; }
 
 int LlamaPass::act_set(int block) const noexcept {
   switch (remat_) {
@@ -131,7 +139,7 @@ bool LlamaPass::recompute(int block) const noexcept {
 LlamaDims LlamaPass::dims(int B, int T) const {
   STRATA_CHECK(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, Errc::invalid_argument, "llama: batch ", B, " x ", T,
                " is larger than the pass was sized for (", max_B_, " x ", max_T_, ")");
-  return {B, T, &shape_, buf_->cos, buf_->sin, products_};
+  return {B, T, &shape_, buf_->cos, buf_->sin, products_, k_.get()};
 }
 
 void LlamaPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, const LlamaDims& d, bool keep) {
@@ -139,7 +147,7 @@ void LlamaPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, 
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(shape_.hidden);
   {
     const auto w = access.acquire(0);
-    llama::embedding_forward(b.xs, tokens, w[0], static_cast<int>(d.tokens()), shape_.hidden);
+    k_->embedding_forward(b.xs, tokens, w[0], static_cast<int>(d.tokens()), shape_.hidden);
     access.release(0);
   }
   for (int l = 0; l < shape_.layers; ++l) {
@@ -158,22 +166,23 @@ double LlamaPass::head(LayerAccess& access, const float* x, int rows, const std:
   std::vector<const float*> we;
   if (shape_.tied) we = access.acquire(0);
   const float* W = shape_.tied ? we[0] : wf[1];
-  llama::rmsnorm_forward(b.normed, b.rstd, x, wf[0], rows, C, static_cast<float>(shape_.rms_eps));
-  ops::lm_head_forward(b.logits, b.normed, W, rows, C, V, products_);
+  GptKernels& g = k_->gpt();
+  k_->rmsnorm_forward(b.normed, b.rstd, x, wf[0], rows, C, static_cast<float>(shape_.rms_eps));
+  g.lm_head_forward(b.logits, b.normed, W, rows, C, V, products_, {});
   double loss = 0.0;
   if (logits_out != nullptr) {
-    std::memcpy(logits_out, b.logits, static_cast<std::size_t>(rows) * V * sizeof(float));
+    g.to_host(logits_out, b.logits, static_cast<std::size_t>(rows) * V);
   } else {
-    loss = ops::cross_entropy(b.logits, b.losses, targets, rows, V, grad_scale);
+    loss = g.cross_entropy(b.logits, b.losses, targets, rows, V, grad_scale);
   }
   if (backward) {
     if (shape_.tied) {
-      ops::lm_head_backward(b.dnormed, access.grads(0)[0], b.logits, b.normed, W, rows, C, V, products_);
+      g.lm_head_backward(b.dnormed, access.grads(0)[0], b.logits, b.normed, W, rows, C, V, products_, {});
       access.release(0);
     }
     const auto gf = access.grads(L + 1);
-    if (!shape_.tied) ops::lm_head_backward(b.dnormed, gf[1], b.logits, b.normed, W, rows, C, V, products_);
-    llama::rmsnorm_backward(b.dres, gf[0], b.dnormed, x, wf[0], b.rstd, rows, C, false);
+    if (!shape_.tied) g.lm_head_backward(b.dnormed, gf[1], b.logits, b.normed, W, rows, C, V, products_, {});
+    k_->rmsnorm_backward(b.dres, gf[0], b.dnormed, x, wf[0], b.rstd, rows, C, false);
     access.commit(L + 1);
   } else if (shape_.tied) {
     access.release(0);
@@ -203,7 +212,7 @@ double LlamaPass::train(LayerAccess& access, const std::int32_t* tokens, const s
   }
   access.acquire(0);
   const auto g0 = access.grads(0);
-  llama::embedding_backward(g0[0], b.dres, tokens, static_cast<int>(d.tokens()), shape_.hidden);
+  k_->embedding_backward(g0[0], b.dres, tokens, static_cast<int>(d.tokens()), shape_.hidden);
   access.commit(0);
   access.release(0);
   return loss;
@@ -225,13 +234,13 @@ void LlamaPass::last_logits(LayerAccess& access, const std::int32_t* tokens, int
   forward_blocks(access, tokens, d, false);
   const int C = shape_.hidden;
   const float* x = b.xs + static_cast<std::size_t>(shape_.layers) * d.tokens() * static_cast<std::size_t>(C);
+  // Only each sequence's last position, gathered into dnormed, which a forward-only head
+  // does not write.
   float* rows = b.dnormed;
   for (int s = 0; s < B; ++s)
-    std::memcpy(rows + static_cast<std::size_t>(s) * C, x + (static_cast<std::size_t>(s) * T + (T - 1)) * C,
-                static_cast<std::size_t>(C) * sizeof(float));
-  // The head reads rows from a buffer it does not write before reading it.
-  std::vector<float> copy(rows, rows + static_cast<std::size_t>(B) * C);
-  head(access, copy.data(), B, nullptr, 0.0f, false, out);
+    k_->gpt().copy(rows + static_cast<std::size_t>(s) * C, x + (static_cast<std::size_t>(s) * T + (T - 1)) * C,
+                   static_cast<std::size_t>(C));
+  head(access, rows, B, nullptr, 0.0f, false, out);
 }
 
 }  // namespace strata::model

@@ -1,7 +1,8 @@
-// One forward (and backward) pass of a Llama-family decoder over a micro-batch on the host
-// device: the embedding, the blocks, the final RMSNorm, the LM head (tied or not) and the loss.
-// The pass owns the activations (one allocation on the device, inside its budget, sized for
-// the largest micro-batch and sequence) and the rotary tables, never parameters: it asks a
+// One forward (and backward) pass of a Llama-family decoder over a micro-batch, on the pass's
+// device through its kernels (kernels.h: the host's or CUDA's): the embedding, the blocks, the
+// final RMSNorm, the LM head (tied or not) and the loss. The pass owns the activations (one
+// allocation on the device, inside its budget, sized for the largest micro-batch and sequence),
+// the rotary tables and its kernels, never parameters: it asks a
 // LayerAccess (models/gpt/pass.h) for each layer's weights and gradient accumulators, in the
 // host-trainer contract's order: acquires 0, 1..L (forward), L+1 and, tied, 0 (the head),
 // then L..1 and 0 (backward); a tied head's gradient stays open in layer 0's accumulators
@@ -22,6 +23,8 @@ class Device;
 
 namespace strata::model {
 
+class LlamaKernels;
+
 class LlamaPass {
  public:
   LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -30,7 +33,10 @@ class LlamaPass {
   LlamaPass(const LlamaPass&) = delete;
   LlamaPass& operator=(const LlamaPass&) = delete;
 
-  static std::uint64_t device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat);
+  // Device bytes the pass allocates (activations and temporaries); cuda: with the CUDA
+  // kernels' scratch.
+  static std::uint64_t device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat,
+                                    bool cuda = false);
 
   // Forward and backward: the sum of the B x T token losses; gradients are those of the mean
   // loss times loss_scale.
@@ -40,6 +46,9 @@ class LlamaPass {
   double loss(LayerAccess& access, const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
   // Forward only: the logits of each sequence's last position, out[B, vocab].
   void last_logits(LayerAccess& access, const std::int32_t* tokens, int B, int T, float* out);
+  // Where the pass's operations run; LayerAccess implementations convert and wait through
+  // kernels().gpt().
+  LlamaKernels& kernels() noexcept;
 
  private:
   struct Buffers;
@@ -58,6 +67,7 @@ class LlamaPass {
   int max_B_, max_T_;
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<LlamaKernels> k_;  // destroyed first: it waits for work on buf_
 };
 
 }  // namespace strata::model

@@ -43,7 +43,8 @@ echo "ok: the plan runs the $suites suites with [cuda] tests"
 for step in "bench_device .*bench device --device cuda" "bench_gpt_124m_bf16 .*--preset 124M --seq-len 1024 .*--products bf16" \
   "train_gpt_124m_bf16 .*train --model gpt --preset 124M" "torch_gpt_124m_bf16 .*bench_gpt_torch.py 12 12 768 1024 50257" \
   "train_offload .*--preset 1.5B .*--device cuda .*gpt-offload-gpu.json .*--trace" "bench_gpt_offload_compute .*--preset 1.5B" \
-  "bench_adam_cuda " "cli_train_gpt_cuda .*train_gpt_cuda_test.sh" "gpu_info .*nvidia-smi"; do
+  "bench_adam_cuda " "cli_train_gpt_cuda .*train_gpt_cuda_test.sh" "cli_train_llama_cuda .*train_llama_cuda_test.sh" \
+  "gpu_info .*nvidia-smi"; do
   grep -Eq "^$step" <<<"$plan" || fail "the plan lacks '$step': $plan"
 done
 echo "ok: the plan has the GPU info, link, GPT 124M (Strata and PyTorch), offloaded, AdamW and CLI steps"

@@ -151,7 +151,7 @@ model::LlamaConfig llama_config(const ModelOptions& o, bool config_remat) {
   return c;
 }
 
-ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config) {
+ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda) {
   const model::LlamaConfig c = llama_config(o, config_remat(config));
   ModelSize out;
   for (const auto& p : model::llama_params(c.shape)) {
@@ -163,8 +163,8 @@ ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& co
     out.params.push_back(std::move(s));
   }
   const int micro = static_cast<int>(config.train_micro_batch_size_per_gpu);
-  out.device_bytes = model::Llama::activation_bytes(c, micro, engine::compute_dtype_of(config));
-  out.min_device_bytes = model::Llama::min_device_bytes(c, micro, engine::compute_dtype_of(config));
+  out.device_bytes = model::Llama::activation_bytes(c, micro, engine::compute_dtype_of(config), cuda);
+  out.min_device_bytes = model::Llama::min_device_bytes(c, micro, engine::compute_dtype_of(config), cuda);
   out.describe = str_cat(model::describe(c.shape), ", seq ", c.seq_len, ", remat ", model::remat_name(c.remat));
   return out;
 }

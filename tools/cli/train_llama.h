@@ -26,7 +26,7 @@ model::LlamaConfig llama_config(const ModelOptions& o, bool config_remat);
 // "hf_config") describes the architecture `shape` (read from --model `dir`): the same
 // tensors, norm epsilon and rotary frequencies.
 void check_llama_state(const std::string& text, const model::LlamaShape& shape, const std::string& dir);
-ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config);
+ModelSize llama_model_size(const ModelOptions& o, const engine::EngineConfig& config, bool cuda = false);
 std::unique_ptr<TrainModel> create_llama_model(const ModelOptions& o, engine::Engine& engine, comm::Communicator* comm,
                                                Tracer* tracer);
 

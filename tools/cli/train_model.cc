@@ -229,7 +229,7 @@ ModelSize model_size(const ModelOptions& o, const engine::EngineConfig& config, 
   }
   if (is_hf_model_dir(o.model)) {
     check_no_fp8(config);
-    return llama_model_size(o, config);
+    return llama_model_size(o, config, cuda);
   }
   STRATA_CHECK(o.model == "gpt", Errc::invalid_argument, "--model ", o.model,
                " is not available: ", unknown_model(o.model));
