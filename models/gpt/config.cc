@@ -1,6 +1,7 @@
 // GPT presets, validation and the parameter list (see config.h).
 #include "models/gpt/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -24,6 +25,34 @@ Remat parse_remat(const std::string& s) {
   if (s == "always") return Remat::always;
   STRATA_THROW(Errc::invalid_argument, "--remat '", s,
                "' is not a re-materialization mode: use never, except_last or always");
+}
+
+int remat_act_sets(Remat r, int layers) noexcept {
+  switch (r) {
+    case Remat::never:
+      return layers;
+    case Remat::always:
+      return 1;
+    case Remat::except_last:
+      return std::min(layers, 2);
+  }
+  return layers;
+}
+
+int remat_act_set(Remat r, int block, int layers) noexcept {
+  switch (r) {
+    case Remat::never:
+      return block;
+    case Remat::always:
+      return 0;
+    case Remat::except_last:
+      return block == layers - 1 ? remat_act_sets(r, layers) - 1 : 0;
+  }
+  return 0;
+}
+
+bool remat_recomputes(Remat r, int block, int layers) noexcept {
+  return r == Remat::always || (r == Remat::except_last && block != layers - 1);
 }
 
 const char* remat_name(Remat r) noexcept {

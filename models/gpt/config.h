@@ -44,6 +44,11 @@ struct GptConfig {
 // positions, vocabulary 50257). Throws Errc::invalid_argument naming the preset.
 GptShape gpt_preset(const std::string& name);
 Remat parse_remat(const std::string& s);
+// How a pass keeps activations under `r` for `layers` blocks: how many sets of one block's
+// activations it allocates, which set block `block` uses, and whether backward recomputes it.
+int remat_act_sets(Remat r, int layers) noexcept;
+int remat_act_set(Remat r, int block, int layers) noexcept;
+bool remat_recomputes(Remat r, int block, int layers) noexcept;
 const char* remat_name(Remat r) noexcept;
 // Throws Errc::invalid_argument naming the flag for a shape or length that cannot work.
 void validate(const GptConfig& c);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/gpt/decoder_loops.h"
 #include "models/gpt/engine_access.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/pass.h"
@@ -133,16 +134,8 @@ GptStep Gpt::train_step(std::int64_t step) {
 }
 
 double Gpt::evaluate(int batches) {
-  const int B = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu), T = cfg_.seq_len;
-  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
-  double total = 0.0;
-  engine_.begin_eval();
-  for (int v = 0; v < batches; ++v) {
-    batcher_.val_batch(v, B, in.data(), tg.data());
-    total += pass_->loss(*access_, in.data(), tg.data(), B, T);
-  }
-  engine_.end_eval();
-  return total / (static_cast<double>(batches) * B * T);
+  return evaluate_batches(engine_, *pass_, *access_, batcher_, batches,
+                          static_cast<int>(engine_.config().train_micro_batch_size_per_gpu), cfg_.seq_len);
 }
 
 int sample_token(const float* logits, int vocab, float temperature, std::uint64_t key) {
@@ -160,18 +153,7 @@ int sample_token(const float* logits, int vocab, float temperature, std::uint64_
 
 std::vector<std::int32_t> Gpt::sample(const std::vector<std::int32_t>& prompt, int count, float temperature,
                                       std::uint64_t seed) {
-  STRATA_CHECK(!prompt.empty(), Errc::invalid_argument, "sample: the prompt needs at least one token");
-  const int V = cfg_.shape.vocab;
-  std::vector<std::int32_t> text = prompt;
-  std::vector<float> logits(static_cast<std::size_t>(V));
-  engine_.begin_eval();
-  for (int i = 0; i < count; ++i) {
-    const int T = static_cast<int>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg_.seq_len)));
-    pass_->last_logits(*access_, text.data() + text.size() - static_cast<std::size_t>(T), 1, T, logits.data());
-    text.push_back(sample_token(logits.data(), V, temperature, seed + static_cast<std::uint64_t>(i)));
-  }
-  engine_.end_eval();
-  return {text.begin() + static_cast<std::ptrdiff_t>(prompt.size()), text.end()};
+  return sample_tokens(engine_, *pass_, *access_, prompt, count, temperature, seed, cfg_.shape.vocab, cfg_.seq_len);
 }
 
 }  // namespace strata::model

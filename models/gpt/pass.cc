@@ -12,18 +12,6 @@
 namespace strata::model {
 namespace {
 
-int act_sets(Remat r, int layers) {
-  switch (r) {
-    case Remat::never:
-      return layers;
-    case Remat::always:
-      return 1;
-    case Remat::except_last:
-      return std::min(layers, 2);
-  }
-  return layers;
-}
-
 struct Sizes {
   std::size_t xs, acts_each, sets, scratch, nc, n, logits;
   Fp8Products::ScratchFloats fp8;
@@ -41,7 +29,7 @@ Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8) {
   z.n = d.tokens();
   z.xs = static_cast<std::size_t>(s.layers + 1) * z.nc;
   z.acts_each = BlockActs::floats(d);
-  z.sets = static_cast<std::size_t>(act_sets(r, s.layers));
+  z.sets = static_cast<std::size_t>(remat_act_sets(r, s.layers));
   z.scratch = BlockScratch::floats(d);
   z.logits = z.n * static_cast<std::size_t>(s.vocab);
   if (fp8) z.fp8 = Fp8Products::scratch_floats(s, z.n);
@@ -114,21 +102,9 @@ GptPass::~GptPass() = default;
 
 GptKernels& GptPass::kernels() noexcept { return *k_; }
 
-int GptPass::act_set(int block) const noexcept {
-  switch (remat_) {
-    case Remat::never:
-      return block;
-    case Remat::always:
-      return 0;
-    case Remat::except_last:
-      return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
-  }
-  return 0;
-}
+int GptPass::act_set(int block) const noexcept { return remat_act_set(remat_, block, shape_.layers); }
 
-bool GptPass::recompute(int block) const noexcept {
-  return remat_ == Remat::always || (remat_ == Remat::except_last && block != shape_.layers - 1);
-}
+bool GptPass::recompute(int block) const noexcept { return remat_recomputes(remat_, block, shape_.layers); }
 
 namespace {
 BlockWeights block_weights(const std::vector<const float*>& v) {

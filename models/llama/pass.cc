@@ -12,18 +12,6 @@
 namespace strata::model {
 namespace {
 
-int act_sets(Remat r, int layers) {
-  switch (r) {
-    case Remat::never:
-      return layers;
-    case Remat::always:
-      return 1;
-    case Remat::except_last:
-      return std::min(layers, 2);
-  }
-  return layers;
-}
-
 struct Sizes {
   std::size_t xs, acts_each, sets, scratch, nc, n, logits, rope;
   std::size_t total() const { return xs + acts_each * sets + scratch + 3 * nc + 2 * n + logits + rope; }
@@ -35,7 +23,7 @@ Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {
   z.nc = z.n * static_cast<std::size_t>(s.hidden);
   z.xs = static_cast<std::size_t>(s.layers + 1) * z.nc;
   z.acts_each = LlamaActs::floats(d);
-  z.sets = static_cast<std::size_t>(act_sets(r, s.layers));
+  z.sets = static_cast<std::size_t>(remat_act_sets(r, s.layers));
   z.scratch = LlamaScratch::floats(d);
   z.logits = z.n * static_cast<std::size_t>(s.vocab);
   z.rope = static_cast<std::size_t>(d.T) * static_cast<std::size_t>(s.head_dim);  // cos and sin
@@ -120,21 +108,9 @@ LlamaPass::~LlamaPass() = default;
 
 LlamaKernels& LlamaPass::kernels() noexcept { return *k_; }
 
-int LlamaPass::act_set(int block) const noexcept {
-  switch (remat_) {
-    case Remat::never:
-      return block;
-    case Remat::always:
-      return 0;
-    case Remat::except_last:
-      return block == shape_.layers - 1 ? static_cast<int>(buf_->acts.size()) - 1 : 0;
-  }
-  return 0;
-}
+int LlamaPass::act_set(int block) const noexcept { return remat_act_set(remat_, block, shape_.layers); }
 
-bool LlamaPass::recompute(int block) const noexcept {
-  return remat_ == Remat::always || (remat_ == Remat::except_last && block != shape_.layers - 1);
-}
+bool LlamaPass::recompute(int block) const noexcept { return remat_recomputes(remat_, block, shape_.layers); }
 
 LlamaDims LlamaPass::dims(int B, int T) const {
   STRATA_CHECK(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, Errc::invalid_argument, "llama: batch ", B, " x ", T,
