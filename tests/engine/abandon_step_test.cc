@@ -2,7 +2,8 @@
 // and the run goes on with the bits of a run in which the dropped step never began, at every
 // stage, with gradient accumulation, overlapped reductions, stage-3 prefetch (the first
 // trace's step dropped too) and the overlapped optimizer step (host and NVMe lanes that
-// already updated a layer with the dropped step's gradients).
+// already updated a layer with the dropped step's gradients: an evaluation right after the
+// abandon must not see that update).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -97,10 +98,13 @@ void failing_step(engine::Engine& e, Failure how) {
 struct Run {
   std::vector<float> params;
   std::uint64_t live_after_abandon = 0;
+  std::vector<float> probed;  // what an evaluation gathered before step `probe_at`
 };
 
-// `steps` good steps; with `fail_before` >= 0 a failing step (then abandoned) comes first.
-Run run(const engine::EngineConfig& c, int steps, int fail_before, Failure how) {
+// `steps` good steps; with `fail_before` >= 0 a failing step (then abandoned) comes first;
+// before step `probe_at` an evaluation reads every layer's compute copy (an overlapped
+// optimizer's update of the dropped step must not show there).
+Run run(const engine::EngineConfig& c, int steps, int fail_before, Failure how, int probe_at) {
   auto dev = test::host_device(64 << 20);
   engine::EngineOptions o;
   o.config = c;
@@ -117,6 +121,15 @@ Run run(const engine::EngineConfig& c, int steps, int fail_before, Failure how) 
       failing_step(e, how);
       r.live_after_abandon = e.memory().live_gathered_elems;
       e.abandon_step();  // twice: the second finds no step
+    }
+    if (s == probe_at) {
+      e.begin_eval();
+      for (int l = 0; l < kLayers; ++l) {
+        const auto v = e.gather(l);
+        r.probed.insert(r.probed.end(), v[0].as<float>(), v[0].as<float>() + kElems);
+        e.release(l);
+      }
+      e.end_eval();
     }
     good_step(e);
   }
@@ -152,15 +165,16 @@ TEST_CASE("an abandoned step leaves the engine as if it had never begun", "[engi
   cases.push_back({"overlap_step, NVMe optimizer (the tail)", nvme_lane});
 
   for (const auto& k : cases) {
-    const Run reference = run(k.config, 3, -1, Failure::forward);
     for (int fail_before : {0, 1}) {  // 0: the stage-3 trace's first step is the dropped one
+      const Run reference = run(k.config, 3, -1, Failure::forward, fail_before);
       for (Failure how : {Failure::forward, Failure::backward, Failure::eval}) {
         INFO(k.name << ", failure before step " << fail_before << ", in "
                     << (how == Failure::forward    ? "forward"
                         : how == Failure::backward ? "backward"
                                                    : "evaluation"));
-        const Run r = run(k.config, 3, fail_before, how);
+        const Run r = run(k.config, 3, fail_before, how, fail_before);
         CHECK(r.live_after_abandon == 0);
+        CHECK(r.probed == reference.probed);
         REQUIRE(r.params.size() == reference.params.size());
         CHECK(std::memcmp(r.params.data(), reference.params.data(), r.params.size() * 4) == 0);
       }
