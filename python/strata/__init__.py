@@ -122,7 +122,7 @@ class View:
     StrataError naming what released it, and the array is made read-only, so a write through
     it raises ValueError; an alias taken before (a slice) only ever reaches Python's own
     memory, which the engine no longer reads. The cost: one host copy of the layer per gather
-    (the host device's gather already copies it once) and per gradient buffer, and that
+    and per gradient buffer (small beside the forward and backward it serves), and that
     memory beside the engine's budget while Python holds it."""
 
     def __init__(self, t):
