@@ -164,6 +164,10 @@ strata_status strata_step(strata_engine* e, strata_step_result* out) {
   });
 }
 
+strata_status strata_abandon_step(strata_engine* e) {
+  return guarded([&] { engine_of(e).abandon_step(); });
+}
+
 strata_status strata_begin_eval(strata_engine* e) {
   return guarded([&] { engine_of(e).begin_eval(); });
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 
 #include "engine/detail/engine_impl.h"
 #include "runtime/comm/communicator.h"
@@ -180,6 +181,29 @@ StepResult Engine::step() {
   I.last_io = I.io;
   I.poll_save(false);  // an asynchronous checkpoint commits once every rank's writes landed
   return result;
+}
+
+void Engine::abandon_step() {
+  auto& I = *impl_;
+  if (!I.setup_complete || (!I.in_step && !I.in_eval)) return;
+  const bool step = I.in_step;
+  I.in_step = I.in_eval = false;  // whatever fails below, the next begin_step() is allowed
+  std::exception_ptr failed;
+  const auto attempt = [&failed](const auto& f) {
+    try {
+      f();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  };
+  if (step) {
+    I.stepper->cancel_overlap();         // the lane's updates undone; a last step's tail finished
+    attempt([&I] { I.grads->sync(); });  // queued reductions still read their buffers
+    I.grads->drop_buffers();
+    I.grads_stale = true;  // begin_step() zeroes the accumulators
+  }
+  if (I.gather_path) attempt([&I] { I.gather_path->abandon(); });
+  if (failed) std::rethrow_exception(failed);
 }
 
 void Engine::reduce_grads(int layer) {

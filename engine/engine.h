@@ -192,6 +192,15 @@ class Engine {
   std::vector<TensorView> grad_buffers(int layer);
   void reduce_grads(int layer);
   StepResult step();
+  // Drops the step (or the evaluation) in progress, for a trainer whose forward or backward
+  // failed midway: every gather not yet released is released, gradient buffers handed out
+  // are dropped unreduced, the gradients reduced so far in the step are discarded (zeroed
+  // before the next step, every micro-batch's), an overlapped optimizer's work for the step is
+  // undone; nothing is updated and the step counters do not move, so the next begin_step()
+  // runs as if the dropped step had never begun. The views of the dropped step are invalid.
+  // Outside a step or an evaluation it does nothing. With several ranks every rank drops the
+  // same step: the reductions already issued are collectives the others take part in.
+  void abandon_step();
 
   // The factor the trainer multiplies the loss gradient by (fp16 dynamic scaling; else 1).
   float loss_scale() const noexcept;

@@ -317,6 +317,11 @@ void GatherPath::evict_all() {
   }
 }
 
+void GatherPath::abandon() {
+  for (auto& G : layers_) G.in_use = 0;
+  evict_all();
+}
+
 void GatherPath::prefetch_after(std::size_t position) {
   const std::uint64_t window = c_.zero.stage3_prefetch_bucket_size;
   if (window == 0) return;

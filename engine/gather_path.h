@@ -80,6 +80,9 @@ class GatherPath {
   // Collective when a trace is recorded (the ranks compare it). True when it adopted one.
   bool end_step(std::int64_t step);
   void evict_all();  // every gathered (not persistent) layer
+  // An abandoned step or evaluation (Engine::abandon_step): every layer counts as released
+  // and every gathered layer is evicted; the step's partial gather order is never adopted.
+  void abandon();
 
   int in_use(int li) const { return layers_[li].in_use; }
   bool gathered(int li) const { return layers_[li].full != nullptr; }  // in use, retained or prefetched

@@ -293,6 +293,13 @@ std::unique_ptr<device::Event> GradReducer::completion() {
   return ev;
 }
 
+void GradReducer::drop_buffers() {
+  for (auto& g : layers_) {
+    c_.ledger.free(g.buf);
+    g.buf = nullptr;
+  }
+}
+
 void GradReducer::zero_layer(int li) {
   auto& g = layers_[static_cast<std::size_t>(li)];
   STRATA_CHECK(g.tier != Tier::device, Errc::internal, "zero_layer(", li, "): the accumulator is on the device");

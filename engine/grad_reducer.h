@@ -112,6 +112,8 @@ class GradReducer {
   DType acc_dtype(int li) const { return layers_[li].dtype; }
   // Every accumulator, for the next step, but those whose skip[li] is set (skip may be empty).
   void zero(const std::vector<char>& skip = {});
+  // An abandoned step: the gradient buffers handed out and not reduced are freed unread.
+  void drop_buffers();
   void zero_layer(int li);  // one accumulator in host RAM (the overlapped step's tail, on its thread)
 
  private:

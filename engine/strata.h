@@ -90,6 +90,13 @@ strata_status strata_release(strata_engine* e, int layer);
 strata_status strata_grad_buffers(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);
 strata_status strata_reduce_grads(strata_engine* e, int layer);
 strata_status strata_step(strata_engine* e, strata_step_result* out);
+/* Drops the step (or evaluation) in progress, for a trainer whose forward or backward failed
+   midway: every gather not released is released, gradient buffers handed out are dropped,
+   the step's reduced gradients are discarded, nothing is updated and the step counters do
+   not move; the next strata_begin_step runs as if the dropped step had never begun. Views of
+   the dropped step are invalid. Outside a step or evaluation it does nothing. With several
+   ranks every rank drops the same step. */
+strata_status strata_abandon_step(strata_engine* e);
 /* Forward-only passes between steps (validation, generation): strata_gather and
    strata_release in any order, no gradients, the recorded gather order untouched. */
 strata_status strata_begin_eval(strata_engine* e);

@@ -4,7 +4,8 @@ ctypes rather than pybind11: the C API already is Strata's stable boundary for o
 languages, ctypes ships with Python, and nothing needs compiling against a particular
 Python or torch; the library is found in STRATA_LIBRARY, else in the build tree beside this
 package (build/lib/libstrata_c.so). Every call that fails raises StrataError with Strata's
-message. `strata.torch.initialize` puts a torch model under the engine.
+message. `strata.torch.initialize` puts a torch model under the engine. Views are copies that
+the release of their layer invalidates (View says why); abandon_step() drops a failed step.
 """
 import ctypes
 import json
@@ -74,7 +75,7 @@ def _load():
         "strata_gather": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
         "strata_grad_buffers": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
         "strata_release": [P, I], "strata_reduce_grads": [P, I],
-        "strata_step": [P, ctypes.POINTER(_StepResult)],
+        "strata_step": [P, ctypes.POINTER(_StepResult)], "strata_abandon_step": [P],
         "strata_memory": [P, ctypes.POINTER(_Memory)], "strata_io_stats": [P, ctypes.POINTER(_Io)],
         "strata_full_parameters": [P, ctypes.POINTER(ctypes.c_float), S, ctypes.POINTER(S)],
         "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
@@ -107,15 +108,47 @@ _INITS = {"normal": 0, "uniform": 1, "zeros": 2, "ones": 3, "constant": 4}
 
 
 class View:
-    """A parameter or gradient buffer in the engine's device memory (host RAM on the host
-    device): `array` is a zero-copy numpy view, valid until the matching release or
-    reduce_grads."""
+    """A parameter or gradient buffer of one layer: `array` is a numpy array that the View owns,
+    filled from the engine's buffer at gather() / grad_buffers(); a gradient view's array is
+    written back into the engine's buffer at reduce_grads().
+
+    A copy, not a zero-copy view of the engine's memory, because nothing else is sound: the
+    engine hands a released buffer's address to its next allocation at once (the next layer's
+    gather, a gradient buffer) and unmaps all of its memory when it closes, and a numpy array
+    or torch tensor over that memory cannot be revoked once handed out (a slice, np.asarray or
+    torch.from_numpy keeps the raw pointer), so no check could stop a stale write from
+    corrupting another layer or killing the interpreter. Checks guard the View itself: once
+    its layer is released (release, reduce_grads, abandon_step, close) `array` raises
+    StrataError naming what released it, and the array is made read-only, so a write through
+    it raises ValueError; an alias taken before (a slice) only ever reaches Python's own
+    memory, which the engine no longer reads. The cost: one host copy of the layer per gather
+    and per gradient buffer (small beside the forward and backward it serves), and that
+    memory beside the engine's budget while Python holds it."""
 
     def __init__(self, t):
         self.name = t.name.decode()
         self.dtype = DTYPE_NAMES[t.dtype]
-        buf = (ctypes.c_char * (t.numel * np.dtype(_NP_DTYPES[t.dtype]).itemsize)).from_address(t.data)
-        self.array = np.frombuffer(buf, dtype=_NP_DTYPES[t.dtype])
+        self._array = np.empty(t.numel, dtype=_NP_DTYPES[t.dtype])
+        if t.numel:
+            ctypes.memmove(self._array.ctypes.data, t.data, self._array.nbytes)
+        self._address = t.data  # the engine's buffer, valid until the layer is released
+        self._released = None
+
+    @property
+    def array(self):
+        if self._released is not None:
+            raise StrataError(f"the view of '{self.name}' is no longer valid: {self._released}; gather the "
+                              f"layer again for a current one")
+        return self._array
+
+    def _write_back(self):
+        if self._array.size:
+            ctypes.memmove(self._address, self._array.ctypes.data, self._array.nbytes)
+
+    def _invalidate(self, why):
+        self._released = why
+        self._address = None
+        self._array.flags.writeable = False
 
 
 class Engine:
@@ -140,10 +173,33 @@ class Engine:
                 os.unlink(self._tmp)
                 self._tmp = None
         self._lib = lib
+        self._device = device
         self._counts = {}  # layer -> parameters registered (the views a gather returns)
+        self._gathered = {}  # layer -> [gathers not released, their views]
+        self._grad_views = {}  # layer -> the gradient views handed out and not reduced
+
+    @property
+    def _handle(self):
+        h = getattr(self, "_h", None)
+        if h is None or not h.value:
+            raise StrataError("the engine was closed (close()): make a new Engine")
+        return h
+
+    def _invalidate_all(self, why):
+        """Every view handed out (parameters and gradients of every layer) becomes invalid."""
+        for _, views in self._gathered.values():
+            for v in views:
+                v._invalidate(why)
+        for views in self._grad_views.values():
+            for v in views:
+                v._invalidate(why)
+        self._gathered, self._grad_views = {}, {}
 
     def close(self):
+        """Frees the engine now (its memory, swap files and lock on nvme_path); every view it
+        handed out becomes invalid. Later calls raise StrataError."""
         if getattr(self, "_h", None) and self._h.value:
+            self._invalidate_all("the engine was closed (close())")
             self._lib.strata_engine_destroy(self._h)
             self._h = ctypes.c_void_p()
 
@@ -152,99 +208,136 @@ class Engine:
 
     def register(self, name, shape, layer, init="zeros", scale=0.0):
         dims = (ctypes.c_int64 * len(shape))(*shape)
-        _check(self._lib.strata_register_param(self._h, name.encode(), dims, len(shape), int(layer), _INITS[init],
+        _check(self._lib.strata_register_param(self._handle, name.encode(), dims, len(shape), int(layer), _INITS[init],
                                                float(scale)))
         self._counts[int(layer)] = self._counts.get(int(layer), 0) + 1
 
     def setup(self):
-        _check(self._lib.strata_setup(self._h))
+        _check(self._lib.strata_setup(self._handle))
 
     def begin_step(self):
-        _check(self._lib.strata_begin_step(self._h))
+        _check(self._lib.strata_begin_step(self._handle))
 
     def _views(self, fn, layer):
+        if self._device != "host":
+            raise StrataError(f"views are read by the CPU: gather() and grad_buffers() need device='host' (this "
+                              f"engine is on '{self._device}', whose views are device memory: use the C API)")
         capacity = self._counts.get(int(layer), 1)
         out = (_Tensor * capacity)()
         n = ctypes.c_size_t()
-        _check(fn(self._h, int(layer), out, capacity, ctypes.byref(n)))
+        _check(fn(self._handle, int(layer), out, capacity, ctypes.byref(n)))
         return [View(out[i]) for i in range(n.value)]
 
     def begin_eval(self):
-        _check(self._lib.strata_begin_eval(self._h))
+        _check(self._lib.strata_begin_eval(self._handle))
 
     def end_eval(self):
-        _check(self._lib.strata_end_eval(self._h))
+        _check(self._lib.strata_end_eval(self._handle))
 
     def gather(self, layer):
-        return self._views(self._lib.strata_gather, layer)
+        """The layer's parameters as Views (copies: see View), valid until the layer's last
+        gather is released."""
+        views = self._views(self._lib.strata_gather, layer)
+        entry = self._gathered.setdefault(int(layer), [0, []])
+        entry[0] += 1
+        entry[1].extend(views)
+        return views
 
     def grad_buffers(self, layer):
-        return self._views(self._lib.strata_grad_buffers, layer)
+        """The layer's gradient buffers as Views, zeroed; what is written into their arrays goes to
+        the engine at reduce_grads(layer). Asked again before that, the same Views."""
+        if int(layer) in self._grad_views:
+            return list(self._grad_views[int(layer)])
+        views = self._views(self._lib.strata_grad_buffers, layer)
+        self._grad_views[int(layer)] = views
+        return list(views)
 
     def release(self, layer):
-        _check(self._lib.strata_release(self._h, int(layer)))
+        _check(self._lib.strata_release(self._handle, int(layer)))
+        entry = self._gathered.get(int(layer))
+        if entry is not None:
+            entry[0] -= 1
+            if entry[0] <= 0:
+                self._gathered.pop(int(layer))
+                for v in entry[1]:
+                    v._invalidate(f"layer {int(layer)} was released (release({int(layer)}))")
 
     def reduce_grads(self, layer):
-        _check(self._lib.strata_reduce_grads(self._h, int(layer)))
+        for v in self._grad_views.get(int(layer), ()):
+            v._write_back()
+        _check(self._lib.strata_reduce_grads(self._handle, int(layer)))
+        for v in self._grad_views.pop(int(layer), ()):
+            v._invalidate(f"layer {int(layer)}'s gradients were reduced (reduce_grads({int(layer)}))")
+
+    def abandon_step(self):
+        """Drops the step (or evaluation) in progress, for a trainer whose forward or backward
+        failed: every gather is released, gradient buffers are dropped, the step's gradients
+        are discarded, nothing is updated; the next begin_step() starts afresh. Every view of
+        the step becomes invalid. Outside a step or evaluation it does nothing."""
+        try:
+            _check(self._lib.strata_abandon_step(self._handle))
+        finally:
+            self._invalidate_all("the step was abandoned (abandon_step())")
 
     def step(self):
         r = _StepResult()
-        _check(self._lib.strata_step(self._h, ctypes.byref(r)))
+        _check(self._lib.strata_step(self._handle, ctypes.byref(r)))
         return {"step": r.step, "skipped": bool(r.skipped), "grad_norm": r.grad_norm, "loss_scale": r.loss_scale,
                 "lr": r.lr}
 
     def loss_scale(self):
-        return float(self._lib.strata_loss_scale(self._h))
+        return float(self._lib.strata_loss_scale(self._handle))
 
     @property
     def accumulation_steps(self):
         """Micro-batches per optimizer step, as the config resolved it."""
-        return int(self._lib.strata_accumulation_steps(self._h))
+        return int(self._lib.strata_accumulation_steps(self._handle))
 
     @property
     def compute_dtype(self):
         """"fp32", "bf16" or "fp16", as the config resolved it."""
-        return DTYPE_NAMES[self._lib.strata_compute_dtype(self._h)]
+        return DTYPE_NAMES[self._lib.strata_compute_dtype(self._handle)]
 
     @property
     def rank(self):
-        return self._lib.strata_rank(self._h)
+        return self._lib.strata_rank(self._handle)
 
     @property
     def world_size(self):
-        return self._lib.strata_world_size(self._h)
+        return self._lib.strata_world_size(self._handle)
 
     def memory(self):
         m = _Memory()
-        _check(self._lib.strata_memory(self._h, ctypes.byref(m)))
+        _check(self._lib.strata_memory(self._handle, ctypes.byref(m)))
         return {tier: {k: getattr(getattr(m, tier), k) for k in ("used_bytes", "peak_bytes", "budget_bytes")}
                 for tier in ("device", "host", "nvme")}
 
     def io_stats(self):
         s = _Io()
-        _check(self._lib.strata_io_stats(self._h, ctypes.byref(s)))
+        _check(self._lib.strata_io_stats(self._handle, ctypes.byref(s)))
         return {k: getattr(s, k) for k, _ in _Io._fields_}
 
     def synchronize(self):
-        _check(self._lib.strata_synchronize(self._h))
+        _check(self._lib.strata_synchronize(self._handle))
 
     def full_parameters(self):
         n = ctypes.c_size_t()
-        self._lib.strata_full_parameters(self._h, None, 0, ctypes.byref(n))  # asks for the size
+        self._lib.strata_full_parameters(self._handle, None, 0, ctypes.byref(n))  # asks for the size
         out = np.empty(n.value, dtype=np.float32)
-        _check(self._lib.strata_full_parameters(self._h, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        _check(self._lib.strata_full_parameters(self._handle, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
                                                 out.size, ctypes.byref(n)))
         return out
 
     def save(self, root, trainer_state=None, keep=0):
-        _check(self._lib.strata_save(self._h, str(root).encode(), json.dumps(trainer_state or {}).encode(), int(keep)))
+        _check(self._lib.strata_save(self._handle, str(root).encode(), json.dumps(trainer_state or {}).encode(),
+                                     int(keep)))
 
     def load(self, path):
-        _check(self._lib.strata_load(self._h, str(path).encode(), None, 0))
+        _check(self._lib.strata_load(self._handle, str(path).encode(), None, 0))
         size = ctypes.c_size_t()
-        _check(self._lib.strata_loaded_trainer_state(self._h, None, 0, ctypes.byref(size)))
+        _check(self._lib.strata_loaded_trainer_state(self._handle, None, 0, ctypes.byref(size)))
         buf = ctypes.create_string_buffer(size.value)  # a trainer state of any size
-        _check(self._lib.strata_loaded_trainer_state(self._h, buf, len(buf), ctypes.byref(size)))
+        _check(self._lib.strata_loaded_trainer_state(self._handle, buf, len(buf), ctypes.byref(size)))
         return json.loads(buf.value.decode())
 
     def init_weights(self, read):
@@ -263,7 +356,7 @@ class Engine:
                 return 1
 
         callback = _READER(reader)
-        status = self._lib.strata_init_weights(self._h, callback, None)
+        status = self._lib.strata_init_weights(self._handle, callback, None)
         if status != 0:
             message = _load().strata_last_error().decode()
             raise StrataError(message + (f": {failure[0]!r}" if failure else ""))

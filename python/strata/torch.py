@@ -9,11 +9,11 @@ Each block (the elements of the model's ModuleLists and Sequentials, and its oth
 children with parameters; or the `blocks` given) is one engine layer. Its parameters are
 registered under their names in the model and start from the model's own values; from
 then on they live in the engine: before a block's forward its layer is gathered and the
-parameters' `.data` point at the engine's buffers (zero-copy), after it they are released
-(an empty tensor stands in). Tensors autograd saves that are views of a gathered parameter
-are saved as (layer, parameter, offset, sizes, strides) and rebuilt from the buffer the
-layer is gathered into again in backward (saved-tensor hooks), so nothing reads a released
-buffer. In backward, a hook on the block's output (or the first rebuilt tensor) gathers the
+parameters' `.data` point at the gathered values (a copy Python owns: strata.View says
+why), after it they are released (an empty tensor stands in). Tensors autograd saves that
+are views of a gathered parameter are saved as (layer, parameter, offset, sizes, strides)
+and rebuilt from the buffer the layer is gathered into again in backward (saved-tensor
+hooks), so nothing holds a released layer. In backward, a hook on the block's output (or the first rebuilt tensor) gathers the
 layer again, each parameter's gradient hook writes its gradient (times the loss scale) into
 the engine's gradient buffer, and when the block's last gradient is in, the layer's
 gradients are reduced; the layer is released (and the gradients torch accumulated dropped)
@@ -23,6 +23,10 @@ reuses the token embedding) belongs to the first; the other block gathers that l
 while it runs, and the parameter's gradient, summed over both uses, is handed over once.
 A forward with gradients off (torch.no_grad(), outside a step: validation, generation) runs
 between steps as the engine's evaluation: the same gathers, no gradients, nothing recorded.
+Misuse is survived: an exception in forward or backward (a user error in a module) drops
+the step in progress (gathered layers released, its gradients discarded, nothing updated:
+abandon_step()) before it propagates, so the next forward starts a new step; a failed
+initialize removes its hooks, gives the parameters back their tensors and closes its engine.
 Works on the host device, where the engine's memory is host RAM.
 """
 import numpy as np
@@ -63,6 +67,31 @@ def _as_tensor(view, shape):
 class ModelEngine:
     def __init__(self, model, config, blocks, device, device_budget, seed):
         self.module = model
+        self.engine = None
+        self._hooks = []
+        originals = {id(p): p.data for p in model.parameters()}
+        try:
+            self._build(model, config, blocks, device, device_budget, seed)
+        except BaseException:
+            # A failed initialize undoes itself: no hook stays on the model, every parameter holds
+            # its own tensor again, and the engine goes now (its memory, its lock on nvme_path),
+            # not when a traceback that references this half-made object is dropped.
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            for p in model.parameters():
+                if id(p) in originals:
+                    p.data = originals[id(p)]
+            if self.engine is not None:
+                self.engine.close()
+            raise
+
+    def _build(self, model, config, blocks, device, device_budget, seed):
+        frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+        if frozen:
+            raise StrataError(f"parameters {frozen} do not require gradients: strata.torch trains every parameter of "
+                              f"the model (each block's parameters all get a gradient in each micro-batch), so "
+                              f"frozen ones are not supported")
         self.engine = Engine(config, device=device, device_budget=device_budget, seed=seed)
         names = {id(p): n for n, p in model.named_parameters()}
         self._blocks = list(blocks)
@@ -94,11 +123,11 @@ class ModelEngine:
         self._in_step = False
         self._eval = False
         self._micro = 0
+        self._generation = 0  # steps begun; what a step recorded for backward names its own
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
         self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
         self.accumulation = self.engine.accumulation_steps
         self.compute_dtype = _TORCH_DTYPES[self.engine.compute_dtype]
-        self._hooks = []
         for layer, block in enumerate(self._blocks):
             self._hooks.append(block.register_forward_pre_hook(self._pre_forward(layer)))
             self._hooks.append(block.register_forward_hook(self._post_forward(layer)))
@@ -122,12 +151,19 @@ class ModelEngine:
         where = self._storage.get(t.storage().data_ptr()) if t.numel() else None
         if where is None:
             return t
-        return ("strata", where[0], where[1], t.storage_offset(), tuple(t.size()), tuple(t.stride()))
+        return ("strata", self._generation, where[0], where[1], t.storage_offset(), tuple(t.size()),
+                tuple(t.stride()))
+
+    def _check_generation(self, generation):
+        if generation != self._generation or not self._in_step:
+            raise StrataError("backward of a forward from an abandoned step (an exception in forward or backward, or "
+                              "abandon_step(), dropped it): run the micro-batch's forward again")
 
     def _unpack(self, packed):
         if not isinstance(packed, tuple):
             return packed
-        _, layer, index, offset, size, stride = packed
+        _, generation, layer, index, offset, size, stride = packed
+        self._check_generation(generation)
         self._backward_gather(layer)
         base = self._params[layer][index][1].data
         return torch.as_strided(base, size, stride, offset)
@@ -137,6 +173,7 @@ class ModelEngine:
             if not self._in_step and not self._eval:
                 self.engine.begin_step()
                 self._in_step = True
+                self._generation += 1
             if self._params[layer]:  # a block whose parameters are all shared is no layer of its own
                 self._point(layer, self.engine.gather(layer))
             for other in self._borrowed[layer]:
@@ -149,7 +186,7 @@ class ModelEngine:
                 outs = output if isinstance(output, (tuple, list)) else (output,)
                 for o in outs:
                     if isinstance(o, torch.Tensor) and o.requires_grad:
-                        o.register_hook(self._pre_backward(layer))
+                        o.register_hook(self._pre_backward(layer, self._generation))
                         break
             if self._params[layer]:
                 self.engine.release(layer)
@@ -177,8 +214,9 @@ class ModelEngine:
                               for i, (_, p) in enumerate(self._params[layer])}
         self._waiting[layer] = {id(p) for _, p in self._params[layer]}
 
-    def _pre_backward(self, layer):
+    def _pre_backward(self, layer, generation):
         def hook(grad):
+            self._check_generation(generation)
             self._backward_gather(layer)
             return grad
         return hook
@@ -199,7 +237,10 @@ class ModelEngine:
         return hook
 
     def __call__(self, *args, **kwargs):
-        """The model's forward; floating-point tensor arguments are cast to the compute dtype."""
+        """The model's forward; floating-point tensor arguments are cast to the compute dtype.
+        An exception inside it (a user error in a module) drops the step in progress
+        (abandon_step()) before it propagates, so the next forward starts a new step; an
+        evaluation's drops only the evaluation."""
         cast = lambda a: a.to(self.compute_dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a  # noqa
         args = tuple(cast(a) for a in args)
         kwargs = {k: cast(v) for k, v in kwargs.items()}
@@ -207,21 +248,33 @@ class ModelEngine:
             self.engine.begin_eval()
             self._eval = True
             try:
+                out = self.module(*args, **kwargs)
+            except BaseException:
+                self._abandon()
+                raise
+            self._eval = False
+            self.engine.end_eval()
+            return out
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 return self.module(*args, **kwargs)
-            finally:
-                self._eval = False
-                self.engine.end_eval()
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-            return self.module(*args, **kwargs)
+        except BaseException:
+            self._abandon()
+            raise
 
     def backward(self, loss):
-        """loss.backward() with the engine's loss scale; every block's gradients reduced."""
-        scale = self.engine.loss_scale()
-        (loss * scale if scale != 1.0 else loss).backward()
-        self._release_reduced()
-        if self._waiting:
-            raise StrataError(f"backward left layers {sorted(self._waiting)} without all their gradients: every "
-                              f"parameter of a block must get a gradient in each micro-batch")
+        """loss.backward() with the engine's loss scale; every block's gradients reduced. An
+        exception inside it drops the step in progress before it propagates."""
+        try:
+            scale = self.engine.loss_scale()
+            (loss * scale if scale != 1.0 else loss).backward()
+            self._release_reduced()
+            if self._waiting:
+                raise StrataError(f"backward left layers {sorted(self._waiting)} without all their gradients: every "
+                                  f"parameter of a block must get a gradient in each micro-batch")
+        except BaseException:
+            self._abandon()
+            raise
         self._micro += 1
 
     def step(self):
@@ -233,7 +286,30 @@ class ModelEngine:
             return None
         self._micro = 0
         self._in_step = False
-        return self.engine.step()
+        try:
+            return self.engine.step()
+        except BaseException:
+            self._abandon()  # a step() refused by its checks would leave the engine inside the step
+            raise
+
+    def abandon_step(self):
+        """Drops the step in progress: gathered layers released, gradients handed over so far
+        (every micro-batch's) discarded, nothing updated; the next forward starts a new step.
+        forward(), backward() and step() call it on an exception; call it when the training
+        loop itself fails between forward and backward. A backward of the dropped step's
+        forward raises StrataError. Outside a step it does nothing."""
+        self._abandon()
+
+    def _abandon(self):
+        self._waiting, self._grads, self._reduced, self._storage = {}, {}, [], {}
+        for layer in range(len(self._blocks)):
+            self._point(layer, None)
+            for _, p in self._params[layer]:
+                p.grad = None
+        self._in_step = self._eval = False
+        self._micro = 0
+        self._generation += 1  # what the dropped step saved for backward is refused
+        self.engine.abandon_step()
 
     def close(self):
         """Frees the engine now: its memory, its swap files and its lock on nvme_path (a second engine on the same

@@ -91,6 +91,22 @@ int main(int argc, char** argv) {
   float out2[8];
   EXPECT(strata_full_parameters(e2, out2, 8, &n) == STRATA_OK && memcmp(out, out2, sizeof out) == 0,
          "loaded parameters are the saved ones");
+  /* A step that fails midway (a layer gathered, a gradient written and not reduced) is dropped:
+     without strata_abandon_step the next begin_step is refused; after it, e2's next step has
+     e's bits, as if the dropped step had never begun. */
+  EXPECT(strata_abandon_step(e2) == STRATA_OK, "abandon outside a step does nothing");
+  EXPECT(strata_begin_step(e2) == STRATA_OK, "begin_step (dropped)");
+  EXPECT(strata_gather(e2, 0, view, 2, &n) == STRATA_OK, "gather (dropped)");
+  EXPECT(strata_grad_buffers(e2, 0, grad, 2, &n) == STRATA_OK, "grad_buffers (dropped)");
+  for (size_t i = 0; i < 8; ++i) ((float*)grad[0].data)[i] = 1000.0f;
+  EXPECT(strata_reduce_grads(e2, 0) == STRATA_OK, "reduce_grads (dropped)");
+  EXPECT(strata_grad_buffers(e2, 0, grad, 2, &n) == STRATA_OK, "grad_buffers again (dropped)");
+  for (size_t i = 0; i < 8; ++i) ((float*)grad[0].data)[i] = -1000.0f;
+  EXPECT(strata_begin_step(e2) == STRATA_ERR_INVALID && strstr(strata_last_error(), "twice") != NULL,
+         "a step left midway blocks the next begin_step");
+  EXPECT(strata_abandon_step(e2) == STRATA_OK, "abandon the step");
+  EXPECT(strata_full_parameters(e2, out2, 8, &n) == STRATA_OK && memcmp(out, out2, sizeof out) == 0,
+         "the dropped step changed no parameter");
   strata_engine* both[2] = {e, e2};
   for (int k = 0; k < 2; ++k) {
     strata_engine* x = both[k];
