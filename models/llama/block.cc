@@ -80,6 +80,27 @@ void LlamaScratch::carve(float* base, const LlamaDims& d) {
   dact = take(z.ni);
 }
 
+std::size_t LlamaSplit::floats(const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  return 2 * z.ni + 3 * z.nc + (d.shape->qk_norm ? z.nq + z.nkv : 0) + z.nq + 2 * z.nkv;
+}
+
+void LlamaSplit::carve(float* base, const LlamaDims& d) {
+  const Sizes z = sizes(d);
+  const bool qkn = d.shape->qk_norm;
+  Carver take{base};
+  dgate = take(z.ni);
+  dup = take(z.ni);
+  dh2 = take(z.nc);
+  dres1 = take(z.nc);
+  dqn = qkn ? take(z.nq) : nullptr;
+  dkn = qkn ? take(z.nkv) : nullptr;
+  dq = take(z.nq);
+  dk = take(z.nkv);
+  dv = take(z.nkv);
+  dh1 = take(z.nc);
+}
+
 void llama_block_forward(float* out, const float* x, const LlamaWeights& w, const LlamaActs& a, const LlamaDims& d) {
   const LlamaShape& s = *d.shape;
   const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
@@ -147,6 +168,59 @@ void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, co
   ker.linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
   ker.linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
   ker.rmsnorm_backward(dres, g[in_norm], sc.dh, x, w[in_norm], a.rstd1, N, C, true);
+}
+
+// llama_block_backward's operations in its order, each product's and each RMSNorm's two
+// halves apart: the input pass keeps what the weight pass reads (LlamaSplit).
+void llama_block_backward_input(float* dres, const float* x, const LlamaWeights& w, const LlamaActs& a,
+                                const LlamaSplit& k, const LlamaScratch& sc, const LlamaDims& d) {
+  const LlamaShape& s = *d.shape;
+  const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
+  const int Q = s.heads * D, KV = s.kv_heads * D;
+  const auto p = d.products;
+  LlamaKernels& ker = kernels_of(d);
+  ker.linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
+  ker.swiglu_backward(k.dgate, k.dup, sc.dact, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  ker.linear_backward_input(k.dh2, k.dgate, w[gate_w], N, C, I, false, p);
+  ker.linear_backward_input(k.dh2, k.dup, w[up_w], N, C, I, true, p);
+  ker.rmsnorm_backward_input(dres, k.dh2, a.res1, w[post_norm], a.rstd2, N, C, true);
+  ker.gpt().copy(k.dres1, dres, static_cast<std::size_t>(N) * C);
+  ker.linear_backward_input(sc.dy, k.dres1, w[o_w], N, Q, C, false, p);
+  float* dq = s.qk_norm ? k.dqn : k.dq;
+  float* dk = s.qk_norm ? k.dkn : k.dk;
+  ker.attention_backward(dq, dk, k.dv, sc.dy, a.q, a.k, a.v, a.att, d.B, d.T, s.heads, s.kv_heads, D);
+  ker.rope_backward(dq, d.cos, d.sin, d.B, d.T, s.heads, D);
+  ker.rope_backward(dk, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
+  if (s.qk_norm) {
+    ker.rmsnorm_backward_input(k.dq, k.dqn, a.qpre, w[q_norm], a.qrstd, N * s.heads, D, false);
+    ker.rmsnorm_backward_input(k.dk, k.dkn, a.kpre, w[k_norm], a.krstd, N * s.kv_heads, D, false);
+  }
+  ker.linear_backward_input(k.dh1, k.dq, w[q_w], N, C, Q, false, p);
+  ker.linear_backward_input(k.dh1, k.dk, w[k_w], N, C, KV, true, p);
+  ker.linear_backward_input(k.dh1, k.dv, w[v_w], N, C, KV, true, p);
+  ker.rmsnorm_backward_input(dres, k.dh1, x, w[in_norm], a.rstd1, N, C, true);
+}
+
+void llama_block_backward_weight(const LlamaGrads& g, const float* dout, const float* x, const LlamaActs& a,
+                                 const LlamaSplit& k, const LlamaDims& d) {
+  const LlamaShape& s = *d.shape;
+  const int N = static_cast<int>(d.tokens()), C = s.hidden, D = s.head_dim, I = s.intermediate;
+  const int Q = s.heads * D, KV = s.kv_heads * D;
+  const auto p = d.products;
+  LlamaKernels& ker = kernels_of(d);
+  ker.linear_backward_weight(g[down_w], nullptr, dout, a.act, N, I, C, p);
+  ker.linear_backward_weight(g[gate_w], nullptr, k.dgate, a.h2, N, C, I, p);
+  ker.linear_backward_weight(g[up_w], nullptr, k.dup, a.h2, N, C, I, p);
+  ker.rmsnorm_backward_weight(g[post_norm], k.dh2, a.res1, a.rstd2, N, C);
+  ker.linear_backward_weight(g[o_w], g[o_b], k.dres1, a.y, N, Q, C, p);
+  if (s.qk_norm) {
+    ker.rmsnorm_backward_weight(g[q_norm], k.dqn, a.qpre, a.qrstd, N * s.heads, D);
+    ker.rmsnorm_backward_weight(g[k_norm], k.dkn, a.kpre, a.krstd, N * s.kv_heads, D);
+  }
+  ker.linear_backward_weight(g[q_w], g[q_b], k.dq, a.h1, N, C, Q, p);
+  ker.linear_backward_weight(g[k_w], g[k_b], k.dk, a.h1, N, C, KV, p);
+  ker.linear_backward_weight(g[v_w], g[v_b], k.dv, a.h1, N, C, KV, p);
+  ker.rmsnorm_backward_weight(g[in_norm], k.dh1, x, a.rstd1, N, C);
 }
 
 }  // namespace strata::model

@@ -44,10 +44,31 @@ struct LlamaScratch {
   void carve(float* base, const LlamaDims& d);
 };
 
+// What llama_block_backward_input keeps for llama_block_backward_weight: the gradients at
+// the products' outputs (dgate and dup; dres1, at the o projection's output; dq, dk and dv as
+// the q, k and v projections see them) and at the RMSNorms' outputs (dh2: post-attention;
+// dh1: input; with q/k norm, dqn and dkn: the q and k norms', after the rotary's backward,
+// which their weights read; null without q/k norm).
+struct LlamaSplit {
+  float *dgate, *dup, *dh2, *dres1, *dqn, *dkn, *dq, *dk, *dv, *dh1;
+  static std::size_t floats(const LlamaDims& d);  // for the largest B x T
+  void carve(float* base, const LlamaDims& d);
+};
+
 // out = block(x); out must not alias x.
 void llama_block_forward(float* out, const float* x, const LlamaWeights& w, const LlamaActs& a, const LlamaDims& d);
 // dres holds dL/d(out) on entry and dL/dx on return; weight gradients are added into g.
 void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, const LlamaGrads& g, const LlamaActs& a,
                           const LlamaScratch& s, const LlamaDims& d);
+
+// llama_block_backward in two passes (the Zero Bubble split): the input pass turns dres from
+// dL/d(out) into dL/dx and fills `k`, with scratch s (its dact and dy only); the weight pass,
+// given dL/d(out) again and the same activations and `k`, adds the weight gradients into g.
+// Each gradient gets the bits llama_block_backward gives it (the same calls on the same
+// operands, each RMSNorm's backward as its two halves: kernels.h).
+void llama_block_backward_input(float* dres, const float* x, const LlamaWeights& w, const LlamaActs& a,
+                                const LlamaSplit& k, const LlamaScratch& s, const LlamaDims& d);
+void llama_block_backward_weight(const LlamaGrads& g, const float* dout, const float* x, const LlamaActs& a,
+                                 const LlamaSplit& k, const LlamaDims& d);
 
 }  // namespace strata::model

@@ -83,6 +83,14 @@ class CudaLlamaKernels final : public LlamaKernels {
     detail::cuda_rmsnorm_backward_input(st(), dinp, dout, inp, w, rstd, N, C, accumulate);
     detail::cuda_rmsnorm_backward_weight(st(), dw, dout, inp, rstd, N, C);
   }
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd,
+                              int N, int C, bool accumulate) override {
+    detail::cuda_rmsnorm_backward_input(st(), dinp, dout, inp, w, rstd, N, C, accumulate);
+  }
+  void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd, int N,
+                               int C) override {
+    detail::cuda_rmsnorm_backward_weight(st(), dw, dout, inp, rstd, N, C);
+  }
   void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int hd) override {
     detail::cuda_rope(st(), x, cos, sin, B, T, heads, hd, 1.0f);
   }

@@ -32,6 +32,14 @@ class HostLlamaKernels final : public LlamaKernels {
                         int N, int C, bool accumulate) override {
     llama::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, accumulate);
   }
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd,
+                              int N, int C, bool accumulate) override {
+    llama::rmsnorm_backward_input(dinp, dout, inp, w, rstd, N, C, accumulate);
+  }
+  void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd, int N,
+                               int C) override {
+    llama::rmsnorm_backward_weight(dw, dout, inp, rstd, N, C);
+  }
   void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int hd) override {
     llama::rope_forward(x, cos, sin, B, T, heads, hd);
   }

@@ -43,6 +43,12 @@ class LlamaKernels {
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps) = 0;
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                 const float* rstd, int N, int C, bool accumulate) = 0;
+  // rmsnorm_backward's halves apart (the Zero Bubble split: block.h), each with the bits it
+  // gives in the fused call.
+  virtual void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
+                                      const float* rstd, int N, int C, bool accumulate) = 0;
+  virtual void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd, int N,
+                                       int C) = 0;
   virtual void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int hd) = 0;
   virtual void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int heads, int hd) = 0;
   virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) = 0;

@@ -51,6 +51,12 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 // dx = r (w dy) - x r^3 / C sum_k (w dy x)_k; dw += dy x r.
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int N, int C, bool accumulate) {
+  rmsnorm_backward_input(dinp, dout, inp, w, rstd, N, C, accumulate);
+  rmsnorm_backward_weight(dw, dout, inp, rstd, N, C);
+}
+
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd, int N,
+                            int C, bool accumulate) {
   for_rows(N, [&](int n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
     const float* d = dout + static_cast<std::size_t>(n) * C;
@@ -64,6 +70,9 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
       dx[c] = accumulate ? dx[c] + g : g;
     }
   });
+}
+
+void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd, int N, int C) {
   float* acc[1] = {dw};
   reduce_rows(N, C, 1, acc, [&](int n, float* p) {
     const float* x = inp + static_cast<std::size_t>(n) * C;

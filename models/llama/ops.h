@@ -37,6 +37,11 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 // dinp[N,C] = (or += with accumulate) the input's gradient; dw[C] += the weight's.
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int N, int C, bool accumulate);
+// rmsnorm_backward's two halves apart (it is these two calls: the same bits): the input's
+// gradient, and the weight's.
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd, int N,
+                            int C, bool accumulate);
+void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd, int N, int C);
 
 // cos and sin [T, head_dim/2] of position t times each inverse frequency (config.h).
 void rope_tables(float* cos, float* sin, const std::vector<double>& inv_freq, int T);

@@ -114,33 +114,35 @@ class Block final : public LlamaLayer {
   std::string name() const override { return "llama.block" + std::to_string(id_ - 1); }
   std::size_t in_features() const override { return hidden(); }
   std::size_t out_features() const override { return hidden(); }
-  std::size_t saved_floats(std::size_t rows) const override { return LlamaActs::floats(dims(rows)); }
+  // The activations, then what the input pass keeps for the weight pass (LlamaSplit).
+  std::size_t saved_floats(std::size_t rows) const override {
+    const LlamaDims d = dims(rows);
+    return LlamaActs::floats(d) + LlamaSplit::floats(d);
+  }
+  // The input pass's temporaries (LlamaScratch: dact and dy).
   std::size_t work_floats(std::size_t rows) const override { return LlamaScratch::floats(dims(rows)); }
-  // llama_block_backward is one call: B and W together, in B.
-  bool splits_backward() const override { return false; }
   void forward(const float* p, const float* x, float* y, float* saved, float*, std::size_t rows) const override {
     const LlamaDims d = dims(rows);
     llama_block_forward(y, x, weights(p), acts(saved, d), d);
   }
-  void backward_input(const float*, const float*, float*, const float*, float*, float*, std::size_t) const override {
-    STRATA_THROW(Errc::internal, "the Llama's blocks do not split their backward");
-  }
-  void backward_weight(const float*, const float*, const float*, const float*, float*, float*,
-                       std::size_t) const override {
-    STRATA_THROW(Errc::internal, "the Llama's blocks do not split their backward");
-  }
-  // dx starts as dy (the block's dres), the gradients from zero: the plain pass's per
-  // micro-batch accumulators start at zero too.
-  void backward(const float* p, const float* x, float* saved, const float* dy, float* dx, float* dp, float* work,
-                std::size_t rows) const override {
+  // dx starts as dy (the block's dres).
+  void backward_input(const float* p, const float* x, float* saved, const float* dy, float* dx, float* work,
+                      std::size_t rows) const override {
     const LlamaDims d = dims(rows);
     std::copy(dy, dy + rows * hidden(), dx);
+    LlamaScratch sc{};
+    sc.carve(work, d);
+    llama_block_backward_input(dx, x, weights(p), acts(saved, d), split(saved, d), sc, d);
+  }
+  // The gradients from zero: the plain pass's per micro-batch accumulators start at zero too.
+  void backward_weight(const float*, const float* x, const float* saved, const float* dy, float* dp, float*,
+                       std::size_t rows) const override {
+    const LlamaDims d = dims(rows);
     std::fill(dp, dp + count_, 0.0f);
     LlamaGrads g{};
     for (std::size_t k = 0; k < kLlamaSlots; ++k) g[k] = present_[k] ? dp + offset_[k] : nullptr;
-    LlamaScratch sc{};
-    sc.carve(work, d);
-    llama_block_backward(dx, x, weights(p), g, acts(saved, d), sc, d);
+    auto* s = const_cast<float*>(saved);  // read only: carve() hands out mutable views
+    llama_block_backward_weight(g, dy, x, acts(s, d), split(s, d), d);
   }
 
  private:
@@ -156,6 +158,11 @@ class Block final : public LlamaLayer {
     LlamaActs a{};
     a.carve(saved, d);
     return a;
+  }
+  static LlamaSplit split(float* saved, const LlamaDims& d) {
+    LlamaSplit k{};
+    k.carve(saved + LlamaActs::floats(d), d);
+    return k;
   }
   std::array<std::size_t, kLlamaSlots> offset_{};
   std::array<bool, kLlamaSlots> present_{};

@@ -7,19 +7,21 @@
 // through PipelineModel::tie as the GPT's head reads its wte). Activations are fp32
 // [B*T, hidden] for a micro-batch of B sequences of T tokens; the embedding's input is one
 // float per token, its id (exact below 2^24), the head's output the logits [B*T, vocab].
-// Compute is the Llama's own block (block.h: llama_block_forward / llama_block_backward) and
-// ops (ops.h), on the host device only (PipelineModel::bind is null), weight products in the
-// precision the caller names. A block's saved activations are its LlamaActs; its backward's
-// temporaries (LlamaScratch) are the caller's work buffer (Layer::work_floats), which the
-// stage counts in its device budget. The block's backward is one call (it does not split B
-// from W: block.cc has no split), so the blocks and the head run their whole backward in B;
+// Compute is the Llama's own block (block.h: llama_block_forward and the split backward,
+// llama_block_backward_input / _weight) and ops (ops.h), on the host device only
+// (PipelineModel::bind is null), weight products in the precision the caller names. A block's
+// saved buffer is its LlamaActs, then the LlamaSplit its B keeps for its W; B's temporaries
+// (LlamaScratch) are the caller's work buffer (Layer::work_floats), which the stage counts in
+// its device budget. The blocks split B from W, so every schedule runs, the Zero Bubble ones
+// too; the head does not split (a tied head's gradient must leave in B: Tie), and
 // the embedding splits (its B writes zeros: token ids have no gradient). Initial values are
 // the engine's for the Llama's named tensors (engine::init_values, Hugging Face's
 // initialisation), so a pipelined Llama with config.json alone starts where `strata train
 // --model DIR` does for the same seed.
 //
 // Bits. The pipelined gradients are the plain trainer's bit for bit: the same calls on the
-// same operands, micro-batches summed in order, and for a tied model the embedding's
+// same operands (the blocks' split backward gives the fused one's bits: block.h),
+// micro-batches summed in order, and for a tied model the embedding's
 // gradient as the plain pass forms it (llama::embedding_backward adds each token's summed
 // rows onto the head's part: head + rows, the order in which the tie adds them).
 #pragma once

@@ -1,7 +1,8 @@
 // The Llama family on a CUDA device against the host ([cuda]: skipped with the reason where
 // no GPU is present). Each kernel (models/llama/kernels.h) gets the host kernel's inputs and
 // gives its values: bit for bit where the arithmetic is the same sequence of fp32 operations
-// (the embedding and its gradient, which keeps the host's order of additions), otherwise
+// (the embedding and its gradient, which keeps the host's order of additions; RMSNorm's
+// backward halves against its fused call), otherwise
 // within twice the fp32 sum bound of the op's longest sum (tests/support/fp32_bound.h: each
 // side is within one bound of the exact value), within the GPT's bf16 bound for bf16
 // products. A whole pass (LlamaPass: every block, the head, the loss) gives the host pass's
@@ -144,6 +145,13 @@ TEST_CASE("each Llama kernel on the GPU gives the host kernel's values", "[llama
                  acc ? "dinp (+=)" : "dinp");
         close_to(g.down(*gpu, gdw, dw.size()), dw, static_cast<std::size_t>(rows) + 4,
                  rows * max_abs(dy) * max_abs(x) * r1 + 4, "dw");
+        // The halves apart (the block's B/W split) give the fused call's bits.
+        std::vector<float> dx2(NC, 0.25f), dw2 = randn(static_cast<std::size_t>(width), 14);
+        float *gdx2 = g.up(dx2), *gdw2 = g.up(dw2);
+        gpu->rmsnorm_backward_input(gdx2, gdy, gx, gw, gr2, rows, width, acc);
+        gpu->rmsnorm_backward_weight(gdw2, gdy, gx, gr2, rows, width);
+        check_bits(g.down(*gpu, gdx2, NC), g.down(*gpu, gdx, NC), "dinp, the input half");
+        check_bits(g.down(*gpu, gdw2, dw2.size()), g.down(*gpu, gdw, dw.size()), "dw, the weight half");
       }
     }
   }

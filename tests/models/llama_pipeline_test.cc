@@ -2,8 +2,8 @@
 // loss and gradients of the Llama's own pass (LlamaPass, the code `strata train --model DIR`
 // runs) bit for bit, a tied head's embedding included, for a Llama, a tied Llama and a Qwen3
 // (q/k norms, q/k/v biases); the cut names the Hugging Face tensors in the engine's order;
-// every schedule the Llama pipeline runs ends, stages as threads, with the sequential loop's
-// parameters bit for bit.
+// every schedule the Llama pipeline runs (the zero-bubble ones too: the blocks split B from W)
+// ends, stages as threads, with the sequential loop's parameters bit for bit.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -162,12 +162,13 @@ TEST_CASE("the Llama's pipeline cut holds the Hugging Face tensors in the engine
 
 TEST_CASE("a pipelined Llama trains to the sequential loop's parameters bit for bit", "[llama][pipeline]") {
   using namespace strata::pipeline;
-  const Schedule sched = GENERATE(gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2), gpipe(1, 3));
-  const bool tied = GENERATE(false, true);
+  const Schedule sched =
+      GENERATE(gpipe(2, 4), one_f_one_b(2, 4), interleaved_1f1b(2, 4, 2), gpipe(1, 3), zb_h1(2, 4), zb_h2(2, 4));
+  const std::string kind = GENERATE("llama", "tied", "qwen3");
   const pipeline::Remat remat = GENERATE(pipeline::Remat::never, pipeline::Remat::always);
-  INFO(sched.kind << " p=" << sched.stages << " v=" << sched.chunks << (tied ? " tied" : "") << " remat "
+  INFO(sched.kind << " p=" << sched.stages << " v=" << sched.chunks << " " << kind << " remat "
                   << pipeline::remat_name(remat));
-  const LlamaShape s = small_llama(tied ? "tied" : "llama");
+  const LlamaShape s = small_llama(kind);
   Text text(16);
   auto g = llama_pipeline_model(s, 16, 2, sched.micro_batches, text.batcher);
   constexpr int kSteps = 2;

@@ -2,14 +2,15 @@
 # `strata train --model DIR --pipeline-stages P`: Hugging Face Llama-family directories
 # (written by `strata init`: a Llama, the same Llama with a tied head, a Qwen3 with q/k norms)
 # split over 2 pipeline stages as threads give the plain trainer's losses, gradient norms and
-# final parameters bit for bit under gpipe, 1f1b and interleaved, in fp32 at ZeRO-1 and in
+# final parameters bit for bit under every schedule (gpipe, 1f1b, interleaved, and the
+# zero-bubble zb-h1, zb-h2 and zb-auto: the blocks split B from W), in fp32 at ZeRO-1 and in
 # bf16 at ZeRO-3 with parameters and optimizer state on NVMe; the tied head's embedding
 # gradient crosses the stages (the tie) to the same bits; two replicas under strata launch
 # give the plain two-rank losses; a directory with config.json alone starts from the plain
 # trainer's initial values; a run resumed from a pipelined checkpoint ends with the bits of
 # one that never stopped, and one of another architecture is refused (the checkpoint records
 # config.json, as the plain trainer's do); --sample draws the plain trainer's tokens; what the Llama pipeline
-# cannot take (the zero-bubble schedules, FP8, layers that do not split) is refused by name.
+# cannot take (FP8, layers that do not split) is refused by name.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline-llama
@@ -64,14 +65,19 @@ run=(train --data "$data" --seq-len 32 --seed 5)
 for m in llama tied qwen3; do
   "$strata" "${run[@]}" --steps 4 --model "$dir/$m-hf" --device host --config "$dir/z1.json" --log-json "$dir/$m.jsonl" \
     --save-params "$dir/$m.st" --sample 12 > "$dir/$m.txt"
-  for kind in gpipe 1f1b interleaved; do
+  for kind in gpipe 1f1b interleaved zb-h1 zb-h2 zb-auto; do
     chunks=()
     [ "$kind" = interleaved ] && chunks=(--chunks 2)
+    [ "$kind" = zb-auto ] && chunks=(--measure-steps 1)  # ZB-H1 for step 1, then its measured schedule
     [ "$kind" = interleaved ] && [ "$m" = qwen3 ] && continue  # 6 layers do not split into 4 virtual stages
     out=$("$strata" "${run[@]}" --steps 4 --model "$dir/$m-hf" --config "$dir/z1.json" --pipeline-stages 2 --schedule "$kind" \
       "${chunks[@]}" --log-json "$dir/$m-$kind.jsonl" --save-params "$dir/$m-$kind.st" --sample 12 2>&1) ||
       fail "$m $kind: $out"
     grep -Eq "step +4/4 +loss [0-9.]+ .*stage 1: device" <<<"$out" || fail "$m $kind: no progress lines: $out"
+    if [ "$kind" = zb-auto ]; then
+      grep -Eq "zb-auto (from step 1's measured times|: no schedule fits)" <<<"$out" ||
+        fail "$m zb-auto: no word of the measured schedule: $out"
+    fi
     grep -q "reading .* tensors from $dir/$m-hf (1 shard file)" <<<"$out" || fail "$m $kind: no load line: $out"
     same "$m, $kind, 2 stages, fp32 ZeRO-1" "$dir/$m.jsonl" "$dir/$m-$kind.jsonl" "$dir/$m.st" "$dir/$m-$kind.st"
     grep -Eq "^sample \([0-9]+ bytes\)" "$dir/$m.txt" || fail "$m: the plain trainer sampled nothing: $(cat "$dir/$m.txt")"
@@ -87,6 +93,9 @@ echo "ok: --sample draws the plain trainer's tokens"
 "$strata" "${run[@]}" --steps 4 --model "$dir/qwen3-hf" --config "$dir/b3.json" --pipeline-stages 2 --schedule 1f1b \
   --log-json "$dir/qb-pipe.jsonl" --save-params "$dir/qb-pipe.st" >/dev/null
 same "qwen3, 1f1b, bf16 ZeRO-3 on NVMe" "$dir/qb.jsonl" "$dir/qb-pipe.jsonl" "$dir/qb.st" "$dir/qb-pipe.st"
+"$strata" "${run[@]}" --steps 4 --model "$dir/qwen3-hf" --config "$dir/b3.json" --pipeline-stages 2 --schedule zb-h2 \
+  --log-json "$dir/qb-zb.jsonl" --save-params "$dir/qb-zb.st" >/dev/null
+same "qwen3, zb-h2, bf16 ZeRO-3 on NVMe" "$dir/qb.jsonl" "$dir/qb-zb.jsonl" "$dir/qb.st" "$dir/qb-zb.st"
 
 "$strata" "${run[@]}" --steps 4 --model "$dir/tied-hf" --device host --config "$dir/b3.json" --log-json "$dir/tb.jsonl" \
   --save-params "$dir/tb.st" >/dev/null
@@ -132,10 +141,6 @@ expect_refusal "a resume with another architecture" "is not the one --model $dir
   "$strata" "${run[@]}" --steps 4 --model "$dir/llama-hf" --config "$dir/z1.json" --pipeline-stages 2 \
   --schedule 1f1b --resume "$dir/ck"
 
-pipe=("${run[@]}" --steps 4 --model "$dir/llama-hf" --config "$dir/z1.json" --pipeline-stages 2)
-for kind in zb-h1 zb-h2 zb-auto; do
-  expect_refusal "$kind for a Llama" "no B/W split" "$strata" "${pipe[@]}" --schedule "$kind"
-done
 python3 -c 'import json, sys
 c = json.load(open(sys.argv[1])); c["fp8"] = {"enabled": True}; print(json.dumps(c))' "$dir/z1.json" > "$dir/fp8.json"
 expect_refusal "an fp8 config" "FP8 matrix products are implemented for the GPT" \

@@ -347,10 +347,6 @@ int train_pipelined(const PipelineTrainOptions& given) {
   g.stages = run.P;
   g.micro_batches = run.m;
   g.chunks = o.chunks;
-  const bool zero_bubble = g.kind == pipeline::ScheduleKind::zb_h1 || g.kind == pipeline::ScheduleKind::zb_h2 ||
-                           g.kind == pipeline::ScheduleKind::zb_auto;
-  STRATA_CHECK(!zero_bubble || run.model.no_zero_bubble.empty(), Errc::unsupported, "--schedule ", o.schedule,
-               " with --model ", o.m.model, ": ", run.model.no_zero_bubble);
   run.zb_auto = g.kind == pipeline::ScheduleKind::zb_auto;
   if (run.zb_auto) g.kind = pipeline::ScheduleKind::zb_h1;
   run.first = pipeline::generate(g);

@@ -118,9 +118,6 @@ PipelinedModel llama_pipelined_model(const ModelOptions& o, const engine::Engine
     return str_cat("the model's ", n, " pipeline layers (the embedding, ", blocks, " blocks, the head) into ", vstages,
                    " evenly: choose --pipeline-stages (and --chunks) whose product divides ", n);
   };
-  out.no_zero_bubble =
-      "the Llama family's blocks run their backward as one call (models/llama/block.h has no B/W split), so a "
-      "zero-bubble schedule would fill no bubble: use --schedule 1f1b, gpipe or interleaved";
   out.tensors = named(model::llama_params(s));
   out.layer_tensors = [s](int id) { return named(model::llama_pipeline_params(s, id)); };
   out.weights = hf_weights(o.model, s, quiet);

@@ -9,8 +9,8 @@
 // alone the stages start from Hugging Face's initialisation (the engine's initial values of
 // the named tensors, as the plain trainer's). Sampling starts from the data's first token,
 // as the plain trainer's does. Checkpoints record config.json as the plain trainer's do, and a
-// resume refuses one of another architecture. The zero-bubble schedules are refused (PipelinedModel::
-// no_zero_bubble): the blocks' backward does not split B from W.
+// resume refuses one of another architecture. Every schedule runs, the zero-bubble ones
+// too: the blocks split their backward into B and W (models/llama/block.h).
 #pragma once
 
 #include "engine/config.h"

@@ -72,8 +72,6 @@ struct PipelinedModel {
   // does not match; null: none).
   std::string state;
   std::function<void(const std::string& saved)> check_state;
-  // Non-empty: why the zero-bubble schedules (zb-h1, zb-h2, zb-auto) are refused.
-  std::string no_zero_bubble;
 };
 
 // The model --model names, for micro-batches of `micro_batch` (the config's
