@@ -58,6 +58,32 @@ r3=$(read_bytes "$dir/w2-s3.log")
 [ -n "$r3" ] && [ "$r3" -lt $((r0 * 6 / 10)) ] || fail "stage 3 rank 0 read $r3 bytes, stage 0 $r0: not its shards alone"
 echo "ok: world 2, stage 0 = stage 3 from NVMe; rank 0 read $r3 bytes at stage 3, $r0 at stage 0"
 
+# A checkpoint several times the host budget loads inside it: each rank's ranges go straight
+# to their partitions (parameters on NVMe here), never through a copy of the model in RAM.
+mkdir -p "$dir/deep"
+cat > "$dir/deep/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 32,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+JSON
+"$strata" init --model "$dir/deep" --out "$dir/deep-model" --dtype fp32 --max-shard-size 4MB >/dev/null
+cat > "$dir/deep.json" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "sub_group_size": 65536,
+   "reduce_bucket_size": 65536,
+   "offload_param": {"nvme_path": "$dir/nvme", "buffer_count": 2, "buffer_size": 65536}},
+ "memory_budget": {"host": "6MiB"}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+"$strata" train --model "$dir/deep-model" --data "$data" --seq-len 32 --device host --config "$dir/deep.json" \
+  --steps 1 --log-json "$dir/deep.jsonl" >/dev/null
+python3 - "$dir/deep-model" "$dir/deep.jsonl" <<'PY'
+import json, os, sys
+weights = sum(os.path.getsize(os.path.join(sys.argv[1], f)) for f in os.listdir(sys.argv[1]) if f.endswith(".safetensors"))
+host = json.loads(open(sys.argv[2]).readline())["tiers"]["host"]
+assert weights > 4 * host["budget_bytes"] and host["peak_bytes"] <= host["budget_bytes"], (weights, host)
+print(f"ok: a {weights / 2**20:.1f} MiB checkpoint loaded and trained within a {host['budget_bytes'] / 2**20:.0f} MiB "
+      f"host budget (peak {host['peak_bytes'] / 2**20:.2f} MiB)")
+PY
+
 # Export back to Hugging Face's layout, sharded: fp32 loads back bit for bit (one step at lr 0
 # and no decay saves the weights it loaded), bf16 is the fp32 values rounded to nearest even.
 "$strata" export --checkpoint "$dir/ck/step-00000006" --format hf --dtype fp32 --max-shard-size 100KB \
