@@ -83,6 +83,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
                         float score_scale);
 float score_scale(int head_size);
+// In place over scores p [T, T] (one task's, single-threaded): each row i's softmax over
+// columns 0..i in fp32 (max subtracted first), zero above the diagonal.
+void causal_softmax(float* p, int T);
+// In place over ds [T, T]: dP (the probabilities' gradient) on entry, the scores' gradient
+// P * (dP - rowsum(P * dP)) on return, zero above the diagonal.
+void causal_softmax_backward(float* ds, const float* p, int T);
 
 // Softmax cross-entropy over logits [N,V] against targets [N], fused with its gradient:
 // writes each row's loss into losses[N] and replaces logits with
