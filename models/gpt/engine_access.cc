@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "models/gpt/kernels.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 namespace strata::model {
 
@@ -23,6 +25,19 @@ std::uint64_t live_window_bytes(const LayerNumels& n, DType compute, bool head_r
   const std::size_t n0 = layer_total(n[0]), nl = largest_other_layer(n);
   const std::size_t head = layer_total(n.back()) + (head_reads_layer0 ? n0 : 0);
   return (std::max(head, nl) + std::max(n0, nl)) * dtype_size(compute);
+}
+
+void require_device_room(engine::Engine& engine, std::uint64_t need, std::uint64_t activations, const char* window,
+                         int micro_batch, int seq_len, Remat remat) {
+  const auto stats = engine.device().memory_stats();
+  const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
+  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes), " is below ",
+               window, ": activations and buffers ", format_bytes(activations), " (micro-batch ", micro_batch,
+               " x seq-len ", seq_len, ", remat ", remat_name(remat),
+               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
+               "--device-budget) to at least ",
+               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
+               remat == Remat::always ? "" : ", or --remat always");
 }
 
 std::uint64_t EngineAccess::bytes(const LayerNumels& n, DType compute) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "models/gpt/config.h"
 #include "models/gpt/pass.h"
 #include "runtime/device/device.h"
 
@@ -28,6 +29,13 @@ std::size_t largest_other_layer(const LayerNumels& n);
 // when head_reads_layer0, the embeddings) or one block, plus the gradient buffer of the layer
 // being reduced.
 std::uint64_t live_window_bytes(const LayerNumels& n, DType compute, bool head_reads_layer0);
+
+// Throws Errc::out_of_budget unless the engine's device has room for `need` bytes (a
+// decoder's min_device_bytes: its activations plus the live window), naming the budget to
+// raise and the knobs that shrink it. `window`: what the need is ("one GPT block's live
+// window plus its activations"); `activations`: the activations' and buffers' part.
+void require_device_room(engine::Engine& engine, std::uint64_t need, std::uint64_t activations, const char* window,
+                         int micro_batch, int seq_len, Remat remat);
 
 class EngineAccess : public LayerAccess {
  public:

@@ -48,17 +48,9 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   auto& dev = engine_.device();
   const bool cuda = dev.backend() == device::Backend::cuda;
   const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
-  const auto stats = dev.memory_stats();
-  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda);
-  const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
-  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
-               " is below one GPT block's live window plus its activations: activations and buffers ",
-               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda)), " (micro-batch ", micro,
-               " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
-               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
-               "--device-budget) to at least ",
-               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
-               cfg_.remat == Remat::always ? "" : ", or --remat always");
+  require_device_room(engine_, min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda),
+                      activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda),
+                      "one GPT block's live window plus its activations", micro, cfg_.seq_len, cfg_.remat);
   if (cfg_.unit_scaled) {
     const auto& ec = engine_.config();
     STRATA_CHECK(!(ec.fp16.enabled && ec.fp16.loss_scale == 0.0f), Errc::invalid_argument,

@@ -45,17 +45,9 @@ Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& b
   auto& dev = engine_.device();
   const bool cuda = dev.backend() == device::Backend::cuda;
   const int micro = static_cast<int>(engine_.config().train_micro_batch_size_per_gpu);
-  const auto stats = dev.memory_stats();
-  const std::uint64_t need = min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda);
-  const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
-  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
-               " is below one block's live window plus the activations: activations and buffers ",
-               format_bytes(activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda)), " (micro-batch ", micro,
-               " x seq-len ", cfg_.seq_len, ", remat ", remat_name(cfg_.remat),
-               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
-               "--device-budget) to at least ",
-               format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
-               cfg_.remat == Remat::always ? "" : ", or --remat always");
+  require_device_room(engine_, min_device_bytes(cfg_, micro, engine_.compute_dtype(), cuda),
+                      activation_bytes(cfg_, micro, engine_.compute_dtype(), cuda),
+                      "one block's live window plus the activations", micro, cfg_.seq_len, cfg_.remat);
   for (const auto& p : llama_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   pass_ = std::make_unique<LlamaPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                       ops::products_for(engine_.compute_dtype()));
