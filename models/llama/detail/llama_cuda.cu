@@ -131,17 +131,18 @@ __global__ void embedding_forward_kernel(float* out, const std::int32_t* tokens,
 }
 
 // blockIdx.y walks the segments, the x dimension the channels; each element of a token's row
-// takes that token's dout rows one at a time, as the host adds them.
+// sums that token's dout rows one at a time from zero, then adds the sum to the table's
+// gradient: the host's order (llama/ops.cc), so the bits agree.
 __global__ void embedding_backward_kernel(float* dtable, const float* dout, const std::int32_t* order,
                                           const std::int32_t* start, const std::int32_t* token, int segments, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int s = blockIdx.y; s < segments; s += gridDim.y) {
-    float* e = dtable + static_cast<std::size_t>(token[s]) * C + c;
-    float acc = *e;
+    float sum = 0.0f;
     for (int i = start[s]; i < start[s + 1]; ++i)
-      acc = __fadd_rn(acc, dout[static_cast<std::size_t>(order[i]) * C + c]);
-    *e = acc;
+      sum = __fadd_rn(sum, dout[static_cast<std::size_t>(order[i]) * C + c]);
+    float* e = dtable + static_cast<std::size_t>(token[s]) * C + c;
+    *e = __fadd_rn(*e, sum);
   }
 }
 
