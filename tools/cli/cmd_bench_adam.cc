@@ -30,6 +30,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/stats.h"
 #include "runtime/core/units.h"
+#include "tools/cli/bench_adam_device.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {
@@ -43,6 +44,7 @@ struct Options {
   std::string grad_dtype = "fp32";
   std::string state_dtype = "fp32";
   std::string copy_out = "none";
+  std::string device;
   int threads = 0;
   int iters = 7;
   bool json = false;
@@ -70,26 +72,6 @@ struct HostArray {
   std::size_t bytes_;
 };
 
-// Deterministic pseudo-random values in [lo, hi) (splitmix64 of the index), written in
-// parallel so every page is first touched by the workers that will stream it.
-void fill(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 16), [&](const auto& r) {
-    constexpr std::size_t kChunk = 4096;
-    float tmp[kChunk];
-    for (std::size_t i = r.begin(); i < r.end(); i += kChunk) {
-      const std::size_t len = std::min(kChunk, r.end() - i);
-      for (std::size_t k = 0; k < len; ++k) {
-        std::uint64_t z = (i + k) * 0x9E3779B97F4A7C15ull + seed;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        tmp[k] = lo + (hi - lo) * static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-      }
-      convert(tmp, DType::fp32, static_cast<unsigned char*>(dst) + i * dtype_size(t), t, len);
-    }
-  });
-}
-
 double seconds_of(const std::function<void()>& fn) {
   const auto t0 = Clock::now();
   fn();
@@ -101,6 +83,30 @@ optim::UpdateRule parse_rule(const std::string& name) {
   if (name == "lion") return optim::UpdateRule::lion;
   if (name == "adagrad") return optim::UpdateRule::adagrad;
   STRATA_THROW(Errc::invalid_argument, "--optimizer '", name, "': use adamw, adam, lion or adagrad");
+}
+
+// --device: the step through optim::adam_step_async on that backend's stream.
+int run_on_device(const Options& o, optim::UpdateRule rule, optim::StepArgs a, bool copy) {
+  STRATA_CHECK(rule == optim::UpdateRule::adam, Errc::unsupported, "bench adam --device ", o.device, ": --optimizer ",
+               o.optimizer, " has no device kernel (device steps exist for adam and adamw); drop --device");
+  STRATA_CHECK(!o.out_of_place, Errc::unsupported, "bench adam --device ", o.device,
+               ": --out-of-place times the CPU kernel only; drop one of them");
+  optim::AdamConfig adam;
+  adam.adamw_mode = o.optimizer != "adam";
+  const nlohmann::json j = bench_adam_device(o.device, adam, a, copy, o.iters);
+  if (o.json) {
+    print_json(j.dump(2));
+    return 0;
+  }
+  std::printf("%s step on %s, %zu params, grad %s, state %s, copy-out %s\n", o.optimizer.c_str(),
+              j["device"].get<std::string>().c_str(), a.n, dtype_name(a.grad_dtype), dtype_name(a.state_dtype),
+              j["copy_out"].get<std::string>().c_str());
+  std::printf("step:               %8.3f ms  %7.2f GB/s   (median of %d)\n", j["step_ms"].get<double>(),
+              j["gbps"].get<double>(), o.iters);
+  std::printf("roofline:           %8.3f ms  %7.2f GB/s   (%s)\n", j["roofline_ms"].get<double>(),
+              j["roofline_gbps"].get<double>(), j["roofline"].get<std::string>().c_str());
+  std::printf("fraction of roofline: %.3f (median of paired ratios)\n", j["fraction_of_roofline"].get<double>());
+  return 0;
 }
 
 Action setup(CLI::App& cmd) {
@@ -115,6 +121,9 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--out-of-place", o->out_of_place,
                "Also time the step reading its state from other buffers (the overlapped step's) against copying it "
                "over first");
+  cmd.add_option("--device", o->device,
+                 "Run the Adam/AdamW step on a device stream (host|cuda) against that device's copy roofline "
+                 "(default: the CPU kernel on host memory)");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
     const std::size_t n = parse_count(o->params, "--params");
@@ -130,6 +139,7 @@ Action setup(CLI::App& cmd) {
     a.state_dtype = parse_dtype(o->state_dtype);
     const bool copy = o->copy_out != "none";
     if (copy) a.copy_dtype = parse_dtype(o->copy_out);
+    if (!o->device.empty()) return run_on_device(*o, rule, a, copy);
     const optim::StateUse use = optim::state_use(rule);
     HostArray master(n * 4), grad(n * dtype_size(a.grad_dtype));
     std::unique_ptr<HostArray> m, v, out;
@@ -141,11 +151,11 @@ Action setup(CLI::App& cmd) {
     a.m = m ? m->get() : nullptr;
     a.v = v ? v->get() : nullptr;
     a.copy = out ? out->get() : nullptr;
-    fill(a.master, DType::fp32, n, 1, -0.05f, 0.05f);
-    fill(grad.get(), a.grad_dtype, n, 2, -1e-3f, 1e-3f);
-    if (m) fill(m->get(), a.state_dtype, n, 3, -1e-4f, 1e-4f);
-    if (v) fill(v->get(), a.state_dtype, n, 4, 0.0f, 1e-6f);
-    if (out) fill(out->get(), a.copy_dtype, n, 5, 0.0f, 1.0f);
+    fill_uniform(a.master, DType::fp32, n, 1, -0.05f, 0.05f);
+    fill_uniform(grad.get(), a.grad_dtype, n, 2, -1e-3f, 1e-3f);
+    if (m) fill_uniform(m->get(), a.state_dtype, n, 3, -1e-4f, 1e-4f);
+    if (v) fill_uniform(v->get(), a.state_dtype, n, 4, 0.0f, 1e-6f);
+    if (out) fill_uniform(out->get(), a.copy_dtype, n, 5, 0.0f, 1.0f);
     a.grad_scale = 0.5f;  // as if clipping: exercises the fused multiply
     a.step = 100;
 
@@ -204,9 +214,9 @@ Action setup(CLI::App& cmd) {
       std::unique_ptr<HostArray> from_m, from_v;
       if (use.m) from_m = std::make_unique<HostArray>(n * sb);
       if (use.v) from_v = std::make_unique<HostArray>(n * sb);
-      fill(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
-      if (from_m) fill(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
-      if (from_v) fill(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
+      fill_uniform(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
+      if (from_m) fill_uniform(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
+      if (from_v) fill_uniform(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
       const auto copy_over = [&] {
         std::memcpy(a.master, from_master.get(), n * 4);
         if (from_m) std::memcpy(a.m, from_m->get(), n * sb);
