@@ -158,6 +158,18 @@ void GatherPath::submit(int li) {
       char* region = full + bucket_pos(b, L) * cbytes_;
       c_.dcomm->all_gather(region + own_begin(b) * cbytes_, region, b.shard, c_.cdt, st);
     }
+  } else if (c_.world == 1 && from.tier == Tier::host &&
+             (c_.ledger.pins_host() || c_.dev.backend() == device::Backend::host)) {
+    // One rank, host shards a stream copy reads in stream order: each shard is its whole
+    // bucket, copied straight into the device buffer (no pass through the staging on one core).
+    st.launch_host([copied] { *copied = Tracer::Clock::now(); });
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      st.copy_async(full + bucket_pos(b, L) * cbytes_,
+                    static_cast<const char*>(from.data) + L.shard_offsets[k] * cbytes_, b.shard * cbytes_,
+                    device::CopyKind::host_to_device);
+    }
+    c_.io.h2d_bytes += need * cbytes_;
   } else {
     stage_in(li, from, staging);
     for (int bi : L.buckets) {

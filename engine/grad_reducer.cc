@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "engine/tier_copy.h"
 
@@ -33,20 +34,20 @@ std::uint64_t GradReducer::device_scratch_bytes(const Layout& layout, bool devic
 
 std::uint64_t GradReducer::host_scratch_bytes(const Layout& layout, std::size_t cbytes, bool any_acc_on_host) {
   const auto [max_bucket, max_shard] = largest_bucket_and_shard(layout);
-  return (max_bucket + max_shard) * 4 + (any_acc_on_host ? max_bucket * cbytes : 0);
+  // One rank adds a copied-back gradient straight into its accumulator: no fp32 scratch.
+  return (layout.world_size() > 1 ? (max_bucket + max_shard) * 4 : 0) + (any_acc_on_host ? max_bucket * cbytes : 0);
 }
 
 GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
     : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
   const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
-  // Narrow host accumulators sum in the shard scratch (reduce_on_host): one rank's shards are whole buckets.
-  STRATA_CHECK(host_acc_dtype(c_.cdt, c_.world, c_.accumulation) == DType::fp32 || max_shard >= max_bucket,
-               Errc::internal, "GradReducer: world 1 with a shard of ", max_shard, " elements below its bucket's ",
-               max_bucket);
   auto& ledger = c_.ledger;
   try {
-    scratch_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
-    scratch_shard_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+    if (c_.world > 1) {  // widened gradients for the host collectives (reduce_on_host)
+      scratch_ = static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_bucket * 4, "reduction scratch"));
+      scratch_shard_ =
+          static_cast<float*>(ledger.allocate(Tier::host, Kind::buffers, max_shard * 4, "reduction shard"));
+    }
     if (device_collectives()) {
       dscratch_ =
           static_cast<float*>(ledger.allocate(Tier::device, Kind::buffers, max_bucket * 4, "device reduction scratch"));
@@ -209,8 +210,9 @@ void GradReducer::reduce_on_device(int li, const void* grads, device::Stream* st
   if (st == nullptr) c_.dev_stream.synchronize();
 }
 
-// Per bucket: (D2H into the pinned staging when the accumulator is in host RAM), widen into
-// the host scratch, all-reduce or reduce-scatter over ranks, add to the accumulator.
+// Per bucket: (D2H into the pinned staging when the accumulator is in host RAM), then on one
+// rank added straight into the accumulator; on several widened into the host scratch,
+// all-reduced or reduce-scattered over ranks and added to the accumulator.
 void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, IoStats& io,
                                  Tracer::Clock::time_point t0) {
   const auto& L = c_.layout.layers()[li];
@@ -223,10 +225,22 @@ void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, 
     else
       f();
   };
+  // Traced on a stream: each bucket's copy and host work as the stream runs them ("reduce
+  // work" lane; the "reduce" lane's spans start when a reduction is queued).
+  Tracer* tracer = st != nullptr && c_.tracer != nullptr && c_.tracer->enabled() ? c_.tracer : nullptr;
+  using Stamp = std::shared_ptr<Tracer::Clock::time_point>;
+  const auto stamp = [&](const Stamp& at) { st->launch_host([at] { *at = Tracer::Clock::now(); }); };
+  const auto work_span = [&](const Stamp& from, const char* what) {
+    st->launch_host([tracer, from, name = str_cat(what, " L", L.id)] {
+      tracer->record("reduce work", name, *from, Tracer::Clock::now());
+    });
+  };
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = c_.layout.buckets()[L.buckets[k]];
     const std::size_t pos = b.flat_offset - L.flat_offset;
     const char* src = static_cast<const char*>(grads) + pos * cbytes_;
+    const Stamp began = tracer != nullptr ? std::make_shared<Tracer::Clock::time_point>() : nullptr;
+    if (tracer != nullptr) stamp(began);
     if (to_host) {
       const std::size_t bytes = b.padded * cbytes_;
       io.d2h_bytes += bytes;
@@ -238,9 +252,24 @@ void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, 
         copy_stream_->synchronize();
       }
       src = static_cast<const char*>(stage_);
+      if (tracer != nullptr) {
+        work_span(began, "D2H");
+        stamp(began);
+      }
+    }
+    const std::size_t at = acc_offset(c_.layout, c_.stage, li, k);
+    if (c_.world == 1) {
+      // One rank: widened and added in one parallel pass (a narrow accumulator widened and
+      // narrowed around the addition), the same bits as the scratch buffers' path below (a
+      // copied-back gradient otherwise waits on one core).
+      run([src, acc = static_cast<char*>(g.acc) + at * dtype_size(g.dtype), dt = g.dtype, cdt = c_.cdt, n = b.padded] {
+        device::accumulate_host(acc, dt, src, cdt, n);
+      });
+      if (tracer != nullptr) work_span(began, "add");
+      continue;
     }
     run([this, src, n = b.padded] { convert(src, c_.cdt, scratch_, DType::fp32, n); });
-    if (c_.world > 1) {
+    {
       if (st != nullptr) {
         if (stage01)
           c_.comm->all_reduce(scratch_, b.padded, DType::fp32, comm::ReduceOp::sum, *st);
@@ -253,21 +282,12 @@ void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, 
           c_.comm->reduce_scatter(scratch_, scratch_shard_, b.shard, DType::fp32, comm::ReduceOp::sum);
       }
     }
-    const float* reduced = (stage01 || c_.world == 1) ? scratch_ : scratch_shard_;
-    const std::size_t n = stage01 ? b.padded : b.shard;
-    const std::size_t at = acc_offset(c_.layout, c_.stage, li, k);
-    if (g.dtype == DType::fp32) {
-      run([reduced, acc = static_cast<float*>(g.acc) + at, n] {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += reduced[i];
-      });
-    } else {
-      // One rank (host_acc_dtype): the shard scratch, unused there, holds the widened sum.
-      run([this, reduced, acc = static_cast<char*>(g.acc) + at * dtype_size(g.dtype), dt = g.dtype, n] {
-        convert(acc, dt, scratch_shard_, DType::fp32, n);
-        for (std::size_t i = 0; i < n; ++i) scratch_shard_[i] += reduced[i];
-        convert(scratch_shard_, DType::fp32, acc, dt, n);  // exact: one gradient per step
-      });
-    }
+    // Several ranks: the accumulator is fp32 (host_acc_dtype).
+    const float* reduced = stage01 ? scratch_ : scratch_shard_;
+    run([reduced, acc = static_cast<float*>(g.acc) + at, n = stage01 ? b.padded : b.shard] {
+      device::accumulate_host(acc, reduced, DType::fp32, n);
+    });
+    if (tracer != nullptr) work_span(began, "widen, reduce, add");
   }
   if (c_.tracer != nullptr) {
     run([tracer = c_.tracer, id = L.id, t0] {

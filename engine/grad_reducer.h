@@ -20,10 +20,12 @@
 // buffer() when the device is full, or sync()), never from stream work: device use then
 // changes only at the program's own points, so the gather path's choices that depend on it
 // (prefetch, eviction) and with them the collectives are the same on every rank, however the
-// streams are timed. Gradients whose accumulator
-// lives in host RAM cross the link first. An accumulator on the device is updated there by device ops: directly on one
-// rank, and after a reduce-scatter in device memory (all-gathered back at stages 0-1) with the device communicator;
-// these are the paths a GPU takes, with the same bits. begin_step() resets the per-layer reduction counts; before
+// streams are timed. Gradients whose accumulator lives in host RAM cross the link first; on
+// one rank they are then added straight into it on TBB's workers, on several widened into a
+// host scratch for the host collectives. An accumulator on the device is updated there by
+// device ops: directly on one rank, and after a reduce-scatter in device memory (all-gathered
+// back at stages 0-1) with the device communicator; these are the paths a GPU takes, with the
+// same bits. begin_step() resets the per-layer reduction counts; before
 // reading accumulator(li) the step calls sync(), after the optimizer zero().
 // An accumulator in host RAM that takes exactly one gradient per step (one rank, one
 // micro-batch, 16-bit compute: host_acc_dtype) holds it in the compute dtype: 0 + g is g

@@ -69,6 +69,9 @@ class MemoryLedger {
   std::uint64_t available(Tier tier);
   TierUsage usage(Tier tier) const;
   device::Device& device() noexcept { return dev_; }
+  // Whether every host-tier buffer is page-locked (pin_host): a stream copy from one reads it
+  // when the stream gets there.
+  bool pins_host() const noexcept { return pin_host_; }
 
  private:
   struct Entry {

@@ -19,6 +19,15 @@ void convert_async(Stream& stream, const void* src, DType from, void* dst, DType
 // fp32 addition (round to nearest even) per element: the same bits on every backend.
 void accumulate_async(Stream& stream, float* acc, const void* src, DType src_dtype, std::size_t count);
 
+// The same on the calling thread with TBB's workers, for host memory (stream host work that
+// adds a copied-back gradient into a host accumulator): element-wise, so the same bits for
+// any split. A 16-bit accumulator (acc_dtype bf16/fp16) is widened, added to in fp32 and
+// narrowed back with strata::convert's rounding.
+void accumulate_host(void* acc, DType acc_dtype, const void* src, DType src_dtype, std::size_t count);
+inline void accumulate_host(float* acc, const void* src, DType src_dtype, std::size_t count) {
+  accumulate_host(acc, DType::fp32, src, src_dtype, count);
+}
+
 namespace detail {
 // Implemented in cuda_ops.cu, or by the stub when built without CUDA.
 void cuda_convert_async(void* cuda_stream, const void* src, DType from, void* dst, DType to, std::size_t count,
