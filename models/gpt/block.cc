@@ -129,6 +129,12 @@ void residual_split(float* skip, float* g, const BlockDims& d, int add, std::siz
 
 float score_scale(const BlockDims& d) { return d.unit != nullptr ? d.unit->scores() : ops::score_scale(d.C / d.NH); }
 
+// bf16 matmuls take bf16 attention products too (PyTorch's autocast does); fp16 and FP8 keep
+// fp32 there (unit-scaled scores and probabilities far from 1 are not fp16's range).
+ops::Products attention_products(const BlockDims& d) {
+  return d.products == ops::Products::bf16 ? ops::Products::bf16 : ops::Products::fp32;
+}
+
 // acc = the residual add of skip and the branch output in acc.
 void residual_add(float* acc, const float* skip, const BlockDims& d, int add, std::size_t n) {
   if (d.unit == nullptr) {
@@ -146,7 +152,7 @@ void block_forward(float* out, const float* x, const BlockWeights& w, const Bloc
   const std::size_t NC = d.tokens() * static_cast<std::size_t>(C);
   K(d).layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w[ln1_w], w[ln1_b], N, C);
   mm_forward(d, 0, a.qkv, a.ln1, w[qkv_w], w[qkv_b], N, C, 3 * C);
-  K(d).attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH, score_scale(d));
+  K(d).attention_forward(a.atty, a.att, a.qkv, d.B, d.T, C, d.NH, score_scale(d), attention_products(d));
   if (d.unit != nullptr) K(d).scale(a.atty, d.unit->attention(), NC);
   mm_forward(d, 1, a.res1, a.atty, w[attproj_w], w[attproj_b], N, C, C);
   residual_add(a.res1, x, d, 0, NC);
@@ -173,7 +179,7 @@ void block_backward(float* dres, const float* x, const BlockWeights& w, const Bl
   residual_split(dres, s.dres1, d, 0, NC);
   mm_backward(d, 1, s.datty, g[attproj_w], g[attproj_b], s.dres1, a.atty, w[attproj_w], N, C, C);
   if (d.unit != nullptr) K(d).scale(s.datty, d.unit->attention(), NC);
-  K(d).attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
+  K(d).attention_backward(s.dqkv, s.datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d), attention_products(d));
   mm_backward(d, 0, s.dln, g[qkv_w], g[qkv_b], s.dqkv, a.ln1, w[qkv_w], N, C, 3 * C);
   K(d).layernorm_backward(dres, g[ln1_w], g[ln1_b], s.dln, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -195,7 +201,7 @@ void block_backward_input(float* dres, const float* x, const BlockWeights& w, co
   float* datty = k.dln1;  // consumed by the attention's backward before dln1 is written
   mm_backward_input(d, 1, datty, k.dres1, w[attproj_w], N, C, C);
   if (d.unit != nullptr) K(d).scale(datty, d.unit->attention(), NC);
-  K(d).attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d));
+  K(d).attention_backward(k.dqkv, datty, a.qkv, a.att, d.B, d.T, C, d.NH, score_scale(d), attention_products(d));
   mm_backward_input(d, 0, k.dln1, k.dqkv, w[qkv_w], N, C, 3 * C);
   K(d).layernorm_backward_input(dres, k.dln1, x, w[ln1_w], a.ln1_mean, a.ln1_rstd, N, C);
 }

@@ -101,26 +101,27 @@ class CudaKernels final : public GptKernels {
 
   // Per sequence, the heads are one batched product each way (head h at columns h hs of q,
   // k and v, which sit side by side in qkv's rows).
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                         float score_scale) override {
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale,
+                         ops::Products products) override {
     const int hs = C / NH;
     const long long TT = static_cast<long long>(T) * T;
     for (int b = 0; b < B; ++b) {
       const float* q = qkv + static_cast<std::size_t>(b) * T * 3 * C;
       float* p = att + static_cast<std::size_t>(b) * NH * TT;
-      detail::cuda_gemm_batched(blas_, false, true, T, T, hs, score_scale, q, 3 * C, hs, q + C, 3 * C, hs, 0.0f, p, T,
-                                TT, NH);
+      detail::cuda_gemm_batched(blas_, products, false, true, T, T, hs, score_scale, q, 3 * C, hs, q + C, 3 * C, hs,
+                                0.0f, p, T, TT, NH);
     }
     detail::cuda_causal_softmax(st(), att, B * NH * T, T);
     for (int b = 0; b < B; ++b) {
       const float* v = qkv + static_cast<std::size_t>(b) * T * 3 * C + 2 * C;
       const float* p = att + static_cast<std::size_t>(b) * NH * TT;
       float* y = out + static_cast<std::size_t>(b) * T * C;
-      detail::cuda_gemm_batched(blas_, false, false, T, hs, T, 1.0f, p, T, TT, v, 3 * C, hs, 0.0f, y, C, hs, NH);
+      detail::cuda_gemm_batched(blas_, products, false, false, T, hs, T, 1.0f, p, T, TT, v, 3 * C, hs, 0.0f, y, C, hs,
+                                NH);
     }
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                          int NH, float score_scale) override {
+                          int NH, float score_scale, ops::Products products) override {
     const int hs = C / NH;
     const long long TT = static_cast<long long>(T) * T;
     STRATA_CHECK(static_cast<std::size_t>(B) * NH * TT <= max_att_, Errc::invalid_argument, "gpt cuda attention: ", B,
@@ -131,20 +132,20 @@ class CudaKernels final : public GptKernels {
       const float* dy = dout + static_cast<std::size_t>(b) * T * C;
       float* ds = dscores_ + static_cast<std::size_t>(b) * NH * TT;
       // dP = dY V^T; dV = P^T dY
-      detail::cuda_gemm_batched(blas_, false, true, T, T, hs, 1.0f, dy, C, hs, qkv + base + 2 * C, 3 * C, hs, 0.0f, ds,
-                                T, TT, NH);
-      detail::cuda_gemm_batched(blas_, true, false, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 0.0f, dqkv + base + 2 * C,
-                                3 * C, hs, NH);
+      detail::cuda_gemm_batched(blas_, products, false, true, T, T, hs, 1.0f, dy, C, hs, qkv + base + 2 * C, 3 * C, hs,
+                                0.0f, ds, T, TT, NH);
+      detail::cuda_gemm_batched(blas_, products, true, false, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 0.0f,
+                                dqkv + base + 2 * C, 3 * C, hs, NH);
     }
     detail::cuda_causal_softmax_backward(st(), dscores_, att, B * NH * T, T);
     for (int b = 0; b < B; ++b) {
       const std::size_t base = static_cast<std::size_t>(b) * T * 3 * C;
       const float* ds = dscores_ + static_cast<std::size_t>(b) * NH * TT;
       // dQ = scale dS K; dK = scale dS^T Q
-      detail::cuda_gemm_batched(blas_, false, false, T, hs, T, score_scale, ds, T, TT, qkv + base + C, 3 * C, hs, 0.0f,
-                                dqkv + base, 3 * C, hs, NH);
-      detail::cuda_gemm_batched(blas_, true, false, T, hs, T, score_scale, ds, T, TT, qkv + base, 3 * C, hs, 0.0f,
-                                dqkv + base + C, 3 * C, hs, NH);
+      detail::cuda_gemm_batched(blas_, products, false, false, T, hs, T, score_scale, ds, T, TT, qkv + base + C, 3 * C,
+                                hs, 0.0f, dqkv + base, 3 * C, hs, NH);
+      detail::cuda_gemm_batched(blas_, products, true, false, T, hs, T, score_scale, ds, T, TT, qkv + base, 3 * C, hs,
+                                0.0f, dqkv + base + C, 3 * C, hs, NH);
     }
   }
 

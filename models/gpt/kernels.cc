@@ -48,12 +48,12 @@ class HostKernels final : public GptKernels {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     ops::gelu_backward(dinp, inp, dout, n);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                         float score_scale) override {
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale,
+                         ops::Products) override {
     ops::attention_forward(out, att, qkv, B, T, C, NH, score_scale);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                          int NH, float score_scale) override {
+                          int NH, float score_scale, ops::Products) override {
     ops::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, score_scale);
   }
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,

@@ -63,10 +63,13 @@ class GptKernels {
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+  // products: the score and value products' precision on the CUDA backend (bf16 tensor-core
+  // products with fp32 sums, as PyTorch's autocast runs attention); the host device's attention
+  // multiplies in fp32 whatever it says (its results are unchanged).
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                                 float score_scale) = 0;
+                                 float score_scale, ops::Products products) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                                  int C, int NH, float score_scale) = 0;
+                                  int C, int NH, float score_scale, ops::Products products) = 0;
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B,
                                  int T, int C) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,

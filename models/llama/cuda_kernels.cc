@@ -111,16 +111,16 @@ class CudaLlamaKernels final : public LlamaKernels {
     for (int b = 0; b < B; ++b) {
       for (int j = 0; j < h.G; ++j) {
         // S = scale Q_h K_g^T
-        detail::cuda_gemm_batched(blas_, false, true, T, T, hd, h.scale, q + h.qo(b, j), h.lq, h.sq, k + h.ko(b), h.lk,
-                                  hd, 0.0f, att + h.ao(b, j), T, h.sa, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, false, true, T, T, hd, h.scale, q + h.qo(b, j), h.lq,
+                                  h.sq, k + h.ko(b), h.lk, hd, 0.0f, att + h.ao(b, j), T, h.sa, NKV);
       }
     }
     detail::cuda_causal_softmax(st(), att, B * NH * T, T);
     for (int b = 0; b < B; ++b) {
       for (int j = 0; j < h.G; ++j) {
         // Y_h = P_h V_g
-        detail::cuda_gemm_batched(blas_, false, false, T, hd, T, 1.0f, att + h.ao(b, j), T, h.sa, v + h.ko(b), h.lk, hd,
-                                  0.0f, out + h.qo(b, j), h.lq, h.sq, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, false, false, T, hd, T, 1.0f, att + h.ao(b, j), T, h.sa,
+                                  v + h.ko(b), h.lk, hd, 0.0f, out + h.qo(b, j), h.lq, h.sq, NKV);
       }
     }
   }
@@ -134,10 +134,10 @@ class CudaLlamaKernels final : public LlamaKernels {
       for (int j = 0; j < h.G; ++j) {
         const float beta = j == 0 ? 0.0f : 1.0f;
         // dP_h = dY_h V_g^T; dV_g (+)= P_h^T dY_h
-        detail::cuda_gemm_batched(blas_, false, true, T, T, hd, 1.0f, dout + h.qo(b, j), h.lq, h.sq, v + h.ko(b), h.lk,
-                                  hd, 0.0f, dscores_ + h.ao(b, j), T, h.sa, NKV);
-        detail::cuda_gemm_batched(blas_, true, false, T, hd, T, 1.0f, att + h.ao(b, j), T, h.sa, dout + h.qo(b, j),
-                                  h.lq, h.sq, beta, dv + h.ko(b), h.lk, hd, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, false, true, T, T, hd, 1.0f, dout + h.qo(b, j), h.lq,
+                                  h.sq, v + h.ko(b), h.lk, hd, 0.0f, dscores_ + h.ao(b, j), T, h.sa, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, true, false, T, hd, T, 1.0f, att + h.ao(b, j), T, h.sa,
+                                  dout + h.qo(b, j), h.lq, h.sq, beta, dv + h.ko(b), h.lk, hd, NKV);
       }
     }
     detail::cuda_causal_softmax_backward(st(), dscores_, att, B * NH * T, T);
@@ -145,10 +145,10 @@ class CudaLlamaKernels final : public LlamaKernels {
       for (int j = 0; j < h.G; ++j) {
         const float beta = j == 0 ? 0.0f : 1.0f;
         // dQ_h = scale dS_h K_g; dK_g (+)= scale dS_h^T Q_h
-        detail::cuda_gemm_batched(blas_, false, false, T, hd, T, h.scale, dscores_ + h.ao(b, j), T, h.sa, k + h.ko(b),
-                                  h.lk, hd, 0.0f, dq + h.qo(b, j), h.lq, h.sq, NKV);
-        detail::cuda_gemm_batched(blas_, true, false, T, hd, T, h.scale, dscores_ + h.ao(b, j), T, h.sa, q + h.qo(b, j),
-                                  h.lq, h.sq, beta, dk + h.ko(b), h.lk, hd, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, false, false, T, hd, T, h.scale, dscores_ + h.ao(b, j), T,
+                                  h.sa, k + h.ko(b), h.lk, hd, 0.0f, dq + h.qo(b, j), h.lq, h.sq, NKV);
+        detail::cuda_gemm_batched(blas_, ops::Products::fp32, true, false, T, hd, T, h.scale, dscores_ + h.ao(b, j), T,
+                                  h.sa, q + h.qo(b, j), h.lq, h.sq, beta, dk + h.ko(b), h.lk, hd, NKV);
       }
     }
   }

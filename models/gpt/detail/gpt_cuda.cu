@@ -287,11 +287,12 @@ void cuda_gemm(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, i
              "gemm");
 }
 
-void cuda_gemm_batched(void* blas, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                       int lda, long long sA, const float* B, int ldb, long long sB, float beta, float* C, int ldc,
-                       long long sC, int batch) {
-  blas_check(cublasSgemmStridedBatched(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K, &alpha, B,
-                                       ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch),
+void cuda_gemm_batched(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                       const float* A, int lda, long long sA, const float* B, int ldb, long long sB, float beta,
+                       float* C, int ldc, long long sC, int batch) {
+  blas_check(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K, &alpha, B,
+                                        CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda, sA, &beta, C, CUDA_R_32F, ldc, sC,
+                                        batch, compute_type(p), CUBLAS_GEMM_DEFAULT),
              "batched gemm");
 }
 

@@ -16,10 +16,10 @@ namespace strata::model::detail {
 // bf16 / fp16 with fp32 sums (cuBLAS's FAST_16BF / FAST_16F compute types).
 void cuda_gemm(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
-// `batch` fp32 products, the i-th on A + i sA, B + i sB, C + i sC.
-void cuda_gemm_batched(void* blas, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                       int lda, long long sA, const float* B, int ldb, long long sB, float beta, float* C, int ldc,
-                       long long sC, int batch);
+// `batch` products in `p` precision (as cuda_gemm), the i-th on A + i sA, B + i sB, C + i sC.
+void cuda_gemm_batched(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                       const float* A, int lda, long long sA, const float* B, int ldb, long long sB, float beta,
+                       float* C, int ldc, long long sC, int batch);
 
 // out[n, :] = b for every row n < N.
 void cuda_fill_rows(void* stream, float* out, const float* b, int N, int C);
