@@ -44,7 +44,7 @@ pack() {
   for b in "${bins[@]}"; do strip -o "$stage/bin/${b##*/}" "$b" || refuse "strip $b failed"; done
   ldd "${bins[@]}" | awk '/=> \//{print $3}' | sort -u | grep -Ev "$crt_libs" | grep -Ev "/$cuda_libs" |
     while read -r l; do cp -L "$l" "$stage/lib/"; done
-  tar -C "$stage" -cJf "$out/strata-gpu.tar.xz" bin lib || refuse "tar failed"
+  XZ_OPT="-T0 -3" tar -C "$stage" -cJf "$out/strata-gpu.tar.xz" bin lib || refuse "tar failed"
   echo "gpu_carry: $out/strata-gpu.tar.xz ($(du -h "$out/strata-gpu.tar.xz" | cut -f1)):" \
     "${#bins[@]} binaries, $(ls "$stage/lib" | wc -l) libraries; on the GPU machine:" \
     "scripts/gpu_carry.sh run --carry $out --out DIR"

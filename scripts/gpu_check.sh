@@ -62,7 +62,7 @@ work=$out/work
 
 add gpu_info info 10 "nvidia-smi -L; echo \"gpu: \$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits | head -1)\"; $(q "$strata" info --json)"
 iters=10; [ "$quick" = 1 ] && iters=5
-add bench_device bench_device 20 "$(q "$strata" bench device --device cuda --size 256MiB --iters $iters --json)"
+add bench_device bench_device 15 "$(q "$strata" bench device --device cuda --size 256MiB --iters $iters --json)"
 
 # The [cuda] entries of ctest (tests/CMakeLists.txt, strata_add_test_suite): the tests tagged
 # [cuda] and no other hardware tag. Listed as [CUDA]: Catch2's tags ignore case, and the
@@ -81,22 +81,22 @@ done
 # eager with bf16 autocast on the same shapes (scripts/bench_gpt_torch.py).
 gpt124=(--preset 124M --seq-len 1024)
 steps=10; [ "$quick" = 1 ] && steps=6
-add bench_gpt_124m_bf16 bench_gpt 35 "$(q "$strata" bench gpt --device cuda "${gpt124[@]}" --micro-batch 8 --products bf16 --iters $((iters / 2)) --json)"
-add train_gpt_124m_bf16 train 45 "$(q "$strata" train --model gpt "${gpt124[@]}" --config "$work/gpt124m-bf16.json" \
+add bench_gpt_124m_bf16 bench_gpt 25 "$(q "$strata" bench gpt --device cuda "${gpt124[@]}" --micro-batch 8 --products bf16 --iters $((iters / 2)) --json)"
+add train_gpt_124m_bf16 train 30 "$(q "$strata" train --model gpt "${gpt124[@]}" --config "$work/gpt124m-bf16.json" \
   --data "$root/README.md" --steps "$steps" --device cuda --device-budget 64GiB --val-fraction 0 \
   --log-json "$work/train_gpt_124m_bf16.jsonl")"
 py=${PYTHON:-python3}
-add torch_gpt_124m_bf16 torch 45 "if ! $(q "$py") -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then echo 'SKIPPED: $py has no torch with CUDA (set PYTHON to an interpreter that has it)'; exit 77; fi; $(q "$py" "$root/scripts/bench_gpt_torch.py" 12 12 768 1024 50257 8 "$steps" 8 cuda bf16)"
+add torch_gpt_124m_bf16 torch 70 "if ! $(q "$py") -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then echo 'SKIPPED: $py has no torch with CUDA (set PYTHON to an interpreter that has it)'; exit 77; fi; $(q "$py" "$root/scripts/bench_gpt_torch.py" 12 12 768 1024 50257 8 "$steps" 8 cuda bf16)"
 
 # Larger than its device budget: ZeRO-3, optimizer state and parameters in pinned host RAM,
 # 8 GiB of device memory (scripts/configs/gpt-offload-gpu.json; README "The GPT on a GPU"),
 # traced; then the same pass with everything on the GPU, the compute floor it is held to.
 big=1.5B; [ "$quick" = 1 ] && big=774M
 offload=(--preset "$big" --seq-len 1024 --remat always)
-add train_offload train_offload 110 "$(q "$strata" train --model gpt "${offload[@]}" --device cuda \
+add train_offload train_offload 150 "$(q "$strata" train --model gpt "${offload[@]}" --device cuda \
   --config "$root/scripts/configs/gpt-offload-gpu.json" --data "$root/README.md" --steps $((steps / 2)) --val-fraction 0 \
   --log-json "$work/train_offload.jsonl" --trace "$work/train_offload.trace.json")"
-add bench_gpt_offload_compute bench_gpt 35 "$(q "$strata" bench gpt --device cuda "${offload[@]}" --micro-batch 4 --products bf16 --iters 3 --json)"
+add bench_gpt_offload_compute bench_gpt 60 "$(q "$strata" bench gpt --device cuda "${offload[@]}" --micro-batch 4 --products bf16 --iters 3 --json)"
 
 adam_help=$("$strata" bench adam --help 2>/dev/null) || true
 if grep -q -- '--device' <<<"$adam_help"; then
@@ -104,8 +104,8 @@ if grep -q -- '--device' <<<"$adam_help"; then
 else
   add bench_adam_cuda bench_adam 0 "" "unavailable=strata bench adam has no --device option in this build (CPU only)"
 fi
-[ "$quick" = 0 ] && add cli_train_gpt_cuda script 60 "$(q bash "$root/tests/tools/train_gpt_cuda_test.sh" "$strata")"
-[ "$quick" = 0 ] && add cli_train_llama_cuda script 45 "$(q bash "$root/tests/tools/train_llama_cuda_test.sh" "$strata")"
+[ "$quick" = 0 ] && add cli_train_gpt_cuda script 35 "$(q bash "$root/tests/tools/train_gpt_cuda_test.sh" "$strata")"
+[ "$quick" = 0 ] && add cli_train_llama_cuda script 35 "$(q bash "$root/tests/tools/train_llama_cuda_test.sh" "$strata")"
 
 # Each step gets its share of --budget-seconds: nominal budgets, scaled down when they sum
 # to more (a tight budget starves the steps rather than overrunning the lease).

@@ -6,7 +6,11 @@
 # messages; the report of the committed sample (tests/tools/gpu_report_sample.json, shaped as
 # gpu_check_collect.py writes it) has every target line and "not measured" for the figure
 # the sample lacks, and a malformed report is refused; the collector reads a bench's JSON
-# among warnings and a failing Catch2 summary.
+# among warnings and a failing Catch2 summary. scripts/gpu_carry.sh packs the stripped
+# binaries with the libraries a bare machine lacks and never the C runtime or CUDA's (the GPU
+# machine's own), and refuses a run without a pack or an output folder;
+# `strata bench adam --device host` gives its figures (the GPU check's AdamW step runs it on
+# cuda).
 # Usage: gpu_check_test.sh BUILD_DIR (the directory whose bin/ holds strata and the test suites)
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -118,4 +122,35 @@ refused "a malformed report.json" 2 "is not valid JSON" python3 "$report" "$dir/
 echo '{"steps": [{"name": 3}]}' > "$dir/odd.json"
 refused "a report whose step has no name" 2 "steps\[0\] is not a step" python3 "$report" "$dir/odd.json"
 refused "a missing report" 2 "cannot read $dir/none.json" python3 "$report" "$dir/none.json"
-echo "ok: gpu_check.sh and gpu_report.py"
+carry=$root/scripts/gpu_carry.sh
+"$carry" pack --build "$build" --out "$dir/carry" > "$dir/pack.log" 2>&1 || fail "gpu_carry.sh pack: $(cat "$dir/pack.log")"
+listing=$(tar -tJf "$dir/carry/strata-gpu.tar.xz")
+for want in bin/strata lib/libtbb.so.12 lib/libgloo.so; do
+  grep -q "^$want" <<<"$listing" || fail "the pack lacks $want: $listing"
+done
+for t in "$build"/bin/strata_*_tests; do  # exactly the suites with [cuda] cases
+  tags=$("$t" --list-tags "*" 2>/dev/null) || true
+  if grep -q "\[cuda\]" <<<"$tags"; then want=1; else want=0; fi
+  got=$(grep -c "^bin/${t##*/}\$" <<<"$listing" || true)
+  [ "$got" = "$want" ] || fail "the pack has ${t##*/} $got times, not $want: $listing"
+done
+if grep -Eq "lib/lib(c|m|stdc\+\+|gcc_s|cudart|cublas|cublasLt|nccl)\.so" <<<"$listing"; then
+  fail "the pack carries the C runtime or CUDA's libraries: $listing"
+fi
+tar -xJf "$dir/carry/strata-gpu.tar.xz" -C "$dir/carry" bin/strata
+if nm "$dir/carry/bin/strata" 2>/dev/null | grep -q .; then fail "the packed strata is not stripped"; fi
+echo "ok: gpu_carry.sh pack: the [cuda] suites and strata, stripped, with their non-CUDA libraries"
+refused "gpu_carry.sh run without --out" 2 "run needs --out" "$carry" run --carry "$dir/carry"
+refused "gpu_carry.sh run without a pack" 2 "no $dir/none/strata-gpu.tar.xz" "$carry" run --carry "$dir/none" --out "$dir/o"
+refused "gpu_carry.sh with an unknown verb" 2 "unknown verb" "$carry" fly
+
+adam=$("$build/bin/strata" bench adam --device host --params 1M --iters 2 --json) || fail "bench adam --device host: $adam"
+python3 - "$adam" <<'PY' || fail "bench adam --device host: $adam"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["backend"] == "host" and j["params"] == 1000000 and j["bytes_per_param"] == 28, j
+assert j["step_ms"] > 0 and j["gbps"] > 0 and j["roofline_gbps"] > 0 and j["fraction_of_roofline"] > 0, j
+PY
+refused "bench adam --device with lion" 1 "has no device kernel" "$build/bin/strata" bench adam --device host --optimizer lion --params 1M
+echo "ok: bench adam --device host"
+echo "ok: gpu_check.sh, gpu_carry.sh and gpu_report.py"
