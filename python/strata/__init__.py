@@ -195,6 +195,12 @@ class Engine:
                 v._invalidate(why)
         self._gathered, self._grad_views = {}, {}
 
+    @property
+    def closed(self):
+        """Whether close() has run (every other call then raises StrataError)."""
+        h = getattr(self, "_h", None)
+        return h is None or not h.value
+
     def close(self):
         """Frees the engine now (its memory, swap files and lock on nvme_path); every view it
         handed out becomes invalid. Later calls raise StrataError."""

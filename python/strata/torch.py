@@ -27,7 +27,9 @@ Misuse is survived: an exception in forward or backward (a user error in a modul
 the step in progress (gathered layers released, its gradients discarded, nothing updated:
 abandon_step()) before it propagates, so the next forward starts a new step; a failed
 initialize removes its hooks, gives the parameters back their tensors and closes its engine.
-Works on the host device, where the engine's memory is host RAM.
+Between steps, module_state_dict() and gathered_parameters() give the module's parameters in
+full (read-only); close() leaves the trained values in the module. Works on the host device,
+where the engine's memory is host RAM.
 """
 import numpy as np
 import torch
@@ -97,6 +99,7 @@ class ModelEngine:
         self._blocks = list(blocks)
         self._params = []  # per layer: [(name, parameter)]
         self._shapes = {id(p): tuple(p.shape) for p in model.parameters()}
+        self._dtypes = {n: p.dtype for n, p in model.named_parameters()}
         self._borrowed = []  # per layer: the layers holding parameters it shares with them
         owner = {}
         for layer, block in enumerate(self._blocks):
@@ -122,6 +125,7 @@ class ModelEngine:
         self._waiting = {}   # layer -> parameters whose gradient has not arrived
         self._in_step = False
         self._eval = False
+        self._lent = False  # inside gathered_parameters()
         self._micro = 0
         self._generation = 0  # steps begun; what a step recorded for backward names its own
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
@@ -170,6 +174,8 @@ class ModelEngine:
 
     def _pre_forward(self, layer):
         def hook(_block, _inputs):
+            if self._lent:  # gathered_parameters(): the module runs as plain torch
+                return
             if not self._in_step and not self._eval:
                 self.engine.begin_step()
                 self._in_step = True
@@ -182,6 +188,8 @@ class ModelEngine:
 
     def _post_forward(self, layer):
         def hook(_block, _inputs, output):
+            if self._lent:
+                return
             if torch.is_grad_enabled() and self._params[layer]:
                 outs = output if isinstance(output, (tuple, list)) else (output,)
                 for o in outs:
@@ -223,6 +231,8 @@ class ModelEngine:
 
     def _on_grad(self, layer, p):
         def hook(grad):
+            if self._lent:
+                return grad
             waiting = self._waiting.get(layer)
             if waiting is None or id(p) not in waiting:
                 raise StrataError(f"a gradient of layer {layer} arrived outside its backward (a parameter used "
@@ -314,11 +324,48 @@ class ModelEngine:
     def close(self):
         """Frees the engine now: its memory, its swap files and its lock on nvme_path (a second engine on the same
         nvme_path is refused while this one lives). The hooks hold the engine in a reference cycle, so without this
-        it goes only when the garbage collector runs. The model must not be used with this engine afterwards."""
+        it goes only when the garbage collector runs. The model keeps the trained values: each parameter holds its
+        fp32 master in the parameter's own dtype (outside a step; a step in progress is dropped first), so
+        model.state_dict(), torch.save and evaluating the module without the engine work afterwards."""
+        if self.engine.closed:
+            return
+        if self._in_step or self._eval:
+            self._abandon()
+        trained = self._full_values()
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for ps in self._params:
+            for name, p in ps:
+                p.data = trained[name]
         self.engine.close()
+
+    def _full_values(self):
+        """{name: full tensor} of the engine's parameters: fp32 masters in each parameter's dtype."""
+        return {name: torch.from_numpy(a.copy()).to(self._dtypes[name]) for name, a in self.parameters_numpy().items()}
+
+    def module_state_dict(self):
+        """The module's state_dict with full parameters (the fp32 masters in each parameter's dtype) where the
+        engine holds placeholders; buffers as the module has them; tied parameters under each of their names.
+        Between steps."""
+        if self._in_step:
+            raise StrataError("module_state_dict() inside a step: call it after step() (between steps)")
+        full = self._full_values()
+        by_id = {id(p): name for ps in self._params for name, p in ps}
+        state = self.module.state_dict(keep_vars=True)
+        out = type(state)()
+        params = {id(p): p for p in self.module.parameters()}
+        for key, t in state.items():
+            owner = by_id.get(id(t)) if id(t) in params else None
+            out[key] = full[owner] if owner is not None else t.detach().clone()
+        return out
+
+    def gathered_parameters(self):
+        """A context manager (DeepSpeed's GatheredParameters, read-only): inside it every parameter of the module
+        holds its full value (the fp32 master in the parameter's dtype), so the module can be read, evaluated or
+        saved as plain torch; on exit the engine's placeholders come back. Writing to them is refused on exit
+        (StrataError naming the parameter): the engine's masters would not see it. Between steps."""
+        return _Gathered(self)
 
     def memory(self):
         return self.engine.memory()
@@ -343,3 +390,33 @@ class ModelEngine:
                 out[name] = flat[at:at + n].reshape(shape)
                 at += n
         return out
+
+
+class _Gathered:
+    def __init__(self, model_engine):
+        self.me = model_engine
+        self.values = None
+
+    def __enter__(self):
+        me = self.me
+        if me.engine.closed:
+            raise StrataError("gathered_parameters() after close(): the module already holds the trained values")
+        if me._in_step or me._eval:
+            raise StrataError("gathered_parameters() inside a step or an evaluation: use it between steps")
+        self.values = me._full_values()
+        for ps in me._params:
+            for name, p in ps:
+                p.data = self.values[name].clone()
+        me._lent = True
+        return me.module
+
+    def __exit__(self, *exc):
+        me = self.me
+        me._lent = False
+        changed = [name for ps in me._params for name, p in ps if not torch.equal(p.data, self.values[name])]
+        for layer in range(len(me._params)):
+            me._point(layer, None)
+        if changed and exc[0] is None:
+            raise StrataError(f"parameters {changed} were written inside gathered_parameters(): writes do not reach "
+                              f"the engine's masters (read-only for now); nothing was changed")
+        return False
