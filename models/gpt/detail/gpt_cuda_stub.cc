@@ -11,8 +11,8 @@ void cuda_gemm(void*, ops::Products, bool, bool, int, int, int, float, const flo
                float*, int) {
   no_cuda();
 }
-void cuda_gemm_batched(void*, bool, bool, int, int, int, float, const float*, int, long long, const float*, int,
-                       long long, float, float*, int, long long, int) {
+void cuda_gemm_batched(void*, ops::Products, bool, bool, int, int, int, float, const float*, int, long long,
+                       const float*, int, long long, float, float*, int, long long, int) {
   no_cuda();
 }
 void cuda_fill_rows(void*, float*, const float*, int, int) { no_cuda(); }
