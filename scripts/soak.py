@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""The soak: a small GPT with its parameters and optimizer state on NVMe trains, saving every
+step (synchronous and --save-async saves alternate), and is killed with SIGKILL at a random
+moment (0.3-2.5 s in: setup, saves and steps), then resumed from `latest`, --kills times; the
+last checkpoint taken 5 steps further must have the parameter bytes of one uninterrupted run
+to that step. Throughout, the figures
+that would show a leak: each run's peak RSS, the swap files' bytes on the NVMe path while a
+run trains (a killed run's leftovers are removed by the next one, so they must not pile up),
+the committed checkpoints' bytes (--keep 2) and the staging directories a kill inside a save
+leaves (at most one: the next run removes it); the uninterrupted run's RSS step by step.
+Writes DIR/soak.json and, with matplotlib, DIR/soak.png; exits 1 when the bytes differ or a
+figure grows (peak RSS over the first runs' by more than --rss-slack, swap bytes or
+checkpoint bytes above their first value by more than 5%).
+Usage: soak.py --strata BIN --dir DIR [--kills N] [--seed N] [--rss-slack F]"""
+import argparse
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+
+
+def tree_bytes(root, suffix=""):
+    """Bytes of the files under root ending in suffix; hidden directories (a save's staging,
+    left by a kill until the next run removes it) are not counted."""
+    total = 0
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        for f in files:
+            if f.endswith(suffix):
+                try:
+                    total += os.path.getsize(os.path.join(d, f))
+                except OSError:
+                    pass  # removed while walking
+    return total
+
+
+def peak_rss(log):
+    peak = 0
+    try:
+        for line in open(log):
+            j = json.loads(line)
+            if "rss" in j:
+                peak = max(peak, j["rss"]["peak_bytes"])
+    except (OSError, ValueError):
+        pass
+    return peak
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--strata", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--kills", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rss-slack", type=float, default=0.15)
+    a = ap.parse_args()
+    if a.kills < 1:
+        sys.exit("soak: --kills must be >= 1")
+    os.makedirs(a.dir, exist_ok=True)
+    nvme, ck = os.path.join(a.dir, "nvme"), os.path.join(a.dir, "ck")
+    cfg = os.path.join(a.dir, "config.json")
+    json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+               "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+               "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                     "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
+                                     "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4,
+                                                       "buffer_size": 65536}}}, open(cfg, "w"))
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+    model = ["--model", "gpt", "--layers", "4", "--heads", "4", "--d-model", "64", "--seq-len", "32",
+             "--vocab", "256", "--seed", "3", "--device", "host", "--data", data, "--val-fraction", "0",
+             "--config", cfg]
+
+    def train(*extra, log=None):
+        args = [a.strata, "train", *model, *extra] + (["--log-json", log] if log else [])
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    rng = random.Random(a.seed)
+    runs, started = [], time.time()
+    for i in range(a.kills):
+        log = os.path.join(a.dir, f"run{i % 2}.jsonl")
+        if os.path.exists(log):
+            os.unlink(log)
+        resume = ["--resume", "latest"] if os.path.exists(os.path.join(ck, "latest")) else []
+        extra = ["--save-async"] if i % 2 else []
+        p = train("--steps", "1000000", "--save-dir", ck, "--save-every", "1", "--keep", "2", *resume, *extra,
+                  log=log)
+        wait = rng.uniform(0.3, 2.5)
+        swap = 0
+        deadline = time.time() + wait
+        while time.time() < deadline and p.poll() is None:  # the swap files' bytes while it trains
+            swap = max(swap, tree_bytes(nvme, ".swap"))
+            time.sleep(0.05)
+        if p.poll() is not None:
+            sys.exit(f"soak: run {i + 1} ended before its kill: {p.stderr.read()[-2000:]}")
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
+        staging = len([x for x in os.listdir(ck) if x.startswith(".") and os.path.isdir(os.path.join(ck, x))]) \
+            if os.path.isdir(ck) else 0
+        if staging > 1:
+            sys.exit(f"soak: kill {i + 1}: {staging} staging directories under {ck}: the runs do not remove them")
+        runs.append({"run": i, "killed_after_s": round(wait, 3), "latest": latest, "staging_left": staging,
+                     "peak_rss": peak_rss(log), "swap_bytes": swap, "checkpoint_bytes": tree_bytes(ck)})
+        print(f"kill {i + 1}/{a.kills}: after {wait:.2f} s, latest {latest or '-'}, peak RSS "
+              f"{runs[-1]['peak_rss'] / 2**20:.1f} MiB, swap {swap / 2**20:.2f} MiB, checkpoints "
+              f"{runs[-1]['checkpoint_bytes'] / 2**20:.2f} MiB", flush=True)
+    if not runs[-1]["latest"]:
+        sys.exit("soak: no checkpoint was ever committed: give the runs longer (a larger model or fewer kills)")
+    # The chain taken 5 steps further, and one uninterrupted run to that step (its RSS step by step).
+    end = int(runs[-1]["latest"].split("-")[1]) + 5
+    p = train("--steps", str(end), "--save-dir", ck, "--save-every", "1", "--keep", "2", "--resume", "latest",
+              "--save-params", os.path.join(a.dir, "chain.st"))
+    _, err = p.communicate()
+    if p.returncode != 0:
+        sys.exit(f"soak: the final resumed run failed: {err[-2000:]}")
+    ref_log = os.path.join(a.dir, "straight.jsonl")
+    p = train("--steps", str(end), "--save-params", os.path.join(a.dir, "straight.st"), log=ref_log)
+    _, err = p.communicate()
+    if p.returncode != 0:
+        sys.exit(f"soak: the uninterrupted run failed: {err[-2000:]}")
+    straight_rss = [json.loads(line)["rss"]["bytes"] for line in open(ref_log) if '"rss"' in line]
+    same = tensors(os.path.join(a.dir, "chain.st")) == tensors(os.path.join(a.dir, "straight.st"))
+
+    rss = [r["peak_rss"] for r in runs if r["peak_rss"] > 0]
+    swaps = [r["swap_bytes"] for r in runs if r["swap_bytes"] > 0]
+    cks = [r["checkpoint_bytes"] for r in runs if r["checkpoint_bytes"] > 0]
+    base_rss = sorted(rss[:10])[len(rss[:10]) // 2] if rss else 0
+    problems = []
+    if not same:
+        problems.append("the chain of killed and resumed runs ended with other parameter bytes than one run")
+    if rss and max(rss) > base_rss * (1 + a.rss_slack):
+        problems.append(f"peak RSS grew to {max(rss) / 2**20:.1f} MiB from {base_rss / 2**20:.1f} MiB")
+    if swaps and max(swaps) > swaps[0] * 1.05:
+        problems.append(f"swap files grew to {max(swaps)} bytes from {swaps[0]}")
+    if len(cks) > 3 and max(cks[3:]) > cks[3] * 1.05:
+        problems.append(f"checkpoints grew to {max(cks)} bytes from {cks[3]} under --keep 2")
+    if straight_rss and max(straight_rss[len(straight_rss) // 10:]) > straight_rss[len(straight_rss) // 10] * 1.1:
+        problems.append("the uninterrupted run's RSS grew over its steps")
+    report = {"kills": len(runs), "steps": end, "seconds": round(time.time() - started, 1), "same_bytes": same,
+              "peak_rss_bytes": {"min": min(rss, default=0), "max": max(rss, default=0), "first_runs_median": base_rss},
+              "swap_bytes": {"min": min(swaps, default=0), "max": max(swaps, default=0)},
+              "checkpoint_bytes": {"min": min(cks, default=0), "max": max(cks, default=0)},
+              "straight_rss_bytes": {"first": straight_rss[0] if straight_rss else 0,
+                                     "last": straight_rss[-1] if straight_rss else 0},
+              "problems": problems, "runs": runs}
+    json.dump(report, open(os.path.join(a.dir, "soak.json"), "w"), indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+        ax[0].plot([r["run"] + 1 for r in runs], [r["peak_rss"] / 2**20 for r in runs], ".", label="peak RSS")
+        ax[0].plot([r["run"] + 1 for r in runs], [r["swap_bytes"] / 2**20 for r in runs], ".", label="swap files")
+        ax[0].plot([r["run"] + 1 for r in runs], [r["checkpoint_bytes"] / 2**20 for r in runs], ".",
+                   label="checkpoints (keep 2)")
+        ax[0].set_xlabel("run (each killed with SIGKILL, then resumed)")
+        ax[0].set_ylabel("MiB")
+        ax[0].set_ylim(bottom=0)
+        ax[0].legend(loc="center right", fontsize=8)
+        ax[0].set_title(f"{len(runs)} kills: {'same bytes as one run' if same else 'BYTES DIFFER'}")
+        ax[1].plot(range(1, len(straight_rss) + 1), [x / 2**20 for x in straight_rss])
+        ax[1].set_xlabel("step of the uninterrupted run")
+        ax[1].set_ylabel("RSS (MiB)")
+        ax[1].set_ylim(bottom=0)
+        ax[1].set_title("uninterrupted run")
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.dir, "soak.png"), dpi=110)
+    except ImportError:
+        print("soak: no matplotlib (apt-get install python3-matplotlib): no soak.png")
+    print(f"soak: {len(runs)} kills in {report['seconds']} s, step {end}; final bytes "
+          f"{'equal to one uninterrupted run' if same else 'DIFFER'}; peak RSS {min(rss, default=0) / 2**20:.1f}-"
+          f"{max(rss, default=0) / 2**20:.1f} MiB; swap files {min(swaps, default=0) / 2**20:.2f}-"
+          f"{max(swaps, default=0) / 2**20:.2f} MiB; checkpoints {min(cks, default=0) / 2**20:.2f}-"
+          f"{max(cks, default=0) / 2**20:.2f} MiB")
+    for pr in problems:
+        print("soak: FAIL:", pr)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
