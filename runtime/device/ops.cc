@@ -50,8 +50,10 @@ void accumulate_host(void* acc, DType acc_dtype, const void* src, DType src_dtyp
       if (acc_dtype != DType::fp32) convert(sum, DType::fp32, at, acc_dtype, n);
     }
   };
+  // Split over TBB's workers from 2^20 elements, as strata::convert is (smaller buffers are
+  // not worth waking them).
   const std::size_t nblocks = (count + kBlock - 1) / kBlock;
-  if (nblocks <= 16) {
+  if (count < (std::size_t{1} << 20)) {
     blocks(0, nblocks);
     return;
   }
