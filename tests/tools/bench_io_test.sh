@@ -46,4 +46,12 @@ rc=$?
 set -e
 [ "$rc" -eq 130 ] || fail "expected death by SIGINT (130), got $rc"
 [ -z "$(ls -A "$dir")" ] || fail "bench file left behind after Ctrl-C: $(ls "$dir")"
+# A missing --dir is created (as strata train creates nvme_path), and a file in its place is refused.
+"$strata" bench io --dir "$dir/new/deeper" --size 4MiB --block 1MiB --qd 2 --iters 1 > /dev/null ||
+  fail "bench io did not create a missing --dir"
+[ -d "$dir/new/deeper" ] || fail "no $dir/new/deeper after bench io"
+touch "$dir/afile"
+err=$("$strata" bench io --dir "$dir/afile" --size 4MiB --iters 1 2>&1) && fail "a file as --dir was accepted"
+grep -q -- "--dir '$dir/afile' cannot be created as a directory" <<<"$err" || fail "unclear: $err"
+echo "ok: a missing --dir is created, a file in its place refused"
 echo "all bench io checks passed"

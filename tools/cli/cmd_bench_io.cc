@@ -22,6 +22,7 @@
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/io_boundary.h"
+#include "tools/cli/output_check.h"
 
 namespace strata::cli {
 namespace {
@@ -138,6 +139,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
     forward_io_warnings();
+    check_output_dir("--dir", o->dir);  // created when missing, as bench calibrate creates --nvme
     const std::uint64_t size = parse_bytes(o->size, "--size");
     const std::uint64_t block = parse_bytes(o->block, "--block");
     STRATA_CHECK(block > 0 && block % 4096 == 0 && block <= (1u << 30), Errc::invalid_argument, "--block ", o->block,

@@ -25,6 +25,7 @@
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
+#include "tools/cli/output_check.h"
 
 namespace strata::cli {
 namespace {
@@ -114,6 +115,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
     InterruptScope interrupt;  // Ctrl-C ends at the next step, so the swap files are removed
+    check_output_dir("--dir", o->dir);  // created when missing, as strata train creates nvme_path
     const auto bw = run_self_json(
         str_cat("bench io --json --iters 1 --dir ", shell_quote(o->dir), " --size ", shell_quote(o->io_size)),
         "bench overlap");
