@@ -56,7 +56,10 @@ def main():
         # state; the first plan's choice is trained each time and its prediction read anew.
         for k in range(a.repeat):
             extra = ["--emit-config", cfg] if k == 0 else []
-            out = json.loads(subprocess.run(plan + extra, check=True, capture_output=True, text=True).stdout)
+            done = subprocess.run(plan + extra, capture_output=True, text=True)
+            if done.returncode != 0:  # Strata's own message (what to change), not a traceback
+                raise SystemExit(f"plan_check: strata plan failed:\n{done.stderr.strip() or done.stdout.strip()}")
+            out = json.loads(done.stdout)
             if best is None:
                 best = out["best"][0]
             predicted.append(next(c["step_ms"] for c in out["best"] if c["label"] == best["label"]))

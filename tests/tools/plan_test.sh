@@ -48,6 +48,18 @@ assert roomy["choice"] != tight["choice"], (roomy["choice"], tight["choice"])
 assert roomy["peaks"]["nvme"] == 0 and tight["peaks"]["nvme"] > 0, (roomy["peaks"], tight["peaks"])
 PY
 
+# plan_check passes strata plan's refusal on as Strata's message, not a Python traceback.
+set +e
+err=$(python3 "$root/scripts/plan_check.py" "$strata" --calibration "$dir/cal.json" --budget device=1MiB,host=1MiB \
+  --repeat 1 -- --layers 4 --d-model 128 --heads 4 --seq-len 64 2>&1)
+rc=$?
+set -e
+[ "$rc" -ne 0 ] || fail "plan_check accepted a budget nothing fits"
+grep -q "^plan_check: strata plan failed:" <<<"$err" && grep -q "^strata: error: " <<<"$err" ||
+  fail "plan_check does not show Strata's message: $err"
+if grep -q Traceback <<<"$err"; then fail "plan_check printed a traceback: $err"; fi
+echo "ok: plan_check shows strata plan's refusal"
+
 # Nothing fits: refused, naming the smallest budget of a tier that would.
 set +e
 err=$("$strata" plan --model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --budget device=1MiB,host=64MiB \
