@@ -212,6 +212,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   PlacementPlan plan(pc, PlacementPlan::persistent_layers(in.config, lay));
   plan.place();              // refuses what fits nowhere, naming the smallest budget that would
   plan.check_host_budget();  // as setup does, before anything is allocated
+  plan.check_nvme_budget();
   MemoryEstimate e;
   e.device_minimum = plan.device_minimum();
   e.trainer_device_bytes = in.trainer_device_bytes;

@@ -1,10 +1,6 @@
 // The placement policy (the protocol in placement_plan.h).
 #include "engine/placement_plan.h"
 
-#include "engine/nvme_homes.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_store.h"
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -344,6 +340,29 @@ void PlacementPlan::check_host_budget() const {
                format_bytes(h.swap_min + h.param_min),
                " for one NVMe swap buffer per store. Raise memory_budget.host to at least ", h.total(),
                " B, or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\")");
+}
+
+void PlacementPlan::check_nvme_budget() const {
+  const std::uint64_t budget = c_.cfg.memory_budget.nvme;
+  if (budget == 0) return;
+  constexpr std::uint64_t kRoom = ~std::uint64_t{0} / 4;  // the files' sizes do not depend on the buffers
+  const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
+  std::uint64_t opt_files = 0, param_files = 0;
+  if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
+    opt_files = offload::OptimizerSwapper::footprint(NvmeHomes::swapper_options(c_.cfg, kRoom),
+                                                     NvmeHomes::swap_tensors(c_.layout, opt))
+                    .file_bytes;
+  if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
+    param_files = offload::ParamStore::footprint(NvmeHomes::param_options(c_.cfg, c_.cbytes, kRoom),
+                                                 NvmeHomes::param_tensors(c_.layout, c_.cbytes, par))
+                      .file_bytes;
+  const std::uint64_t need = opt_files + param_files;
+  STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
+               " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", format_bytes(opt_files),
+               " of optimizer state files and ", format_bytes(param_files),
+               " of parameter files (each in two generations, so a step's writes never overwrite what a crash would "
+               "resume from). Raise memory_budget.nvme to at least ",
+               need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")");
 }
 
 void PlacementPlan::check_host_fit() const {

@@ -155,6 +155,7 @@ void Engine::setup() {
   I.plan->place();
   I.plan->check_host_fit();
   I.plan->check_host_budget();
+  I.plan->check_nvme_budget();
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < lay.layers().size(); ++li) {

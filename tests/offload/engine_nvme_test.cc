@@ -131,6 +131,30 @@ TEST_CASE("a host budget below one swap buffer is refused before setup allocates
   CHECK(train_error(spec).find("host tier: this placement needs at least") != std::string::npos);
 }
 
+TEST_CASE("an NVMe budget below the swap files is refused before any is created, naming the minimum, which trains",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-offload");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(2, 1, DType::bf16);
+  spec.config.offload_optimizer.device = engine::OffloadDevice::nvme;
+  spec.config.offload_optimizer.nvme_path = dir.path();
+  spec.config.memory_budget.nvme = 4096;
+  const std::string m = train_error(spec);
+  INFO(m);
+  CHECK(m.find("NVMe tier: this placement's swap files need ") != std::string::npos);
+  CHECK(m.find("but memory_budget.nvme is 4.00 KiB") != std::string::npos);
+  std::error_code ec;
+  CHECK(std::filesystem::is_empty(dir.path(), ec));  // refused before any file was made
+  const std::string key = "Raise memory_budget.nvme to at least ";
+  const auto at = m.find(key);
+  REQUIRE(at != std::string::npos);
+  spec.config.memory_budget.nvme = std::stoull(m.substr(at + key.size()));
+  CHECK(train_error(spec).empty());
+  spec.config.memory_budget.nvme -= 1;
+  CHECK(train_error(spec).find("NVMe tier: this placement's swap files need") != std::string::npos);
+}
+
 TEST_CASE("a device too full for the swap files fails at setup, naming the layer and the file",
           "[offload][uring][negative]") {
   test::TempDir dir("strata-offload");
