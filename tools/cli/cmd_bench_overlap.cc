@@ -114,7 +114,7 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--io-size", o->io_size, "File size for the NVMe bandwidth measurement");
   cmd.add_flag("--json", o->json, "Print JSON");
   return [o] {
-    InterruptScope interrupt;  // Ctrl-C ends at the next step, so the swap files are removed
+    InterruptScope interrupt;           // Ctrl-C ends at the next step, so the swap files are removed
     check_output_dir("--dir", o->dir);  // created when missing, as strata train creates nvme_path
     const auto bw = run_self_json(
         str_cat("bench io --json --iters 1 --dir ", shell_quote(o->dir), " --size ", shell_quote(o->io_size)),
