@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The soak: a small GPT with its parameters and optimizer state on NVMe trains, saving every
 step (synchronous and --save-async saves alternate), and is killed with SIGKILL at a random
-moment (0.3-2.5 s in: setup, saves and steps), then resumed from `latest`, --kills times; the
+moment (0.3-2.5 s in: setup, saves and steps), then resumed from `latest` (which must verify
+against its checksums after every kill), --kills times; the
 last checkpoint taken 5 steps further must have the parameter bytes of one uninterrupted run
 to that step. Throughout, the figures
 that would show a leak: each run's peak RSS, the swap files' bytes on the NVMe path while a
@@ -60,6 +61,41 @@ def peak_rss(log):
     return peak
 
 
+def plot(report, straight_rss, path):
+    """Peak RSS per run, swap files and checkpoints per run, and the uninterrupted run's RSS."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("soak: no matplotlib (apt-get install python3-matplotlib): no soak.png")
+        return
+    runs = report["runs"]
+    x = [r["run"] + 1 for r in runs]
+    mib = 2.0**20
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    rss = [r["peak_rss"] / mib for r in runs]
+    ax[0].plot(x, rss, ".", markersize=3)
+    ax[0].set_ylim(0, max(rss + [1]) * 1.2)
+    ax[0].set_ylabel("peak RSS of the run (MiB)")
+    ax[0].set_title(f"{report['kills']} SIGKILLs: {'same bytes as one run' if report['same_bytes'] else 'BYTES DIFFER'}")
+    ax[1].plot(x, [r["checkpoint_bytes"] / mib for r in runs], "o", markersize=3, label="committed checkpoints (keep 2)")
+    ax[1].plot(x, [r["swap_bytes"] / mib for r in runs], "x", markersize=3, label="swap files while training")
+    ax[1].set_ylim(0, max([r["checkpoint_bytes"] / mib for r in runs] + [1]) * 1.4)
+    ax[1].set_ylabel("MiB")
+    ax[1].legend(loc="lower right", fontsize=8)
+    ax[1].set_title("bytes on disk")
+    for a in ax[:2]:
+        a.set_xlabel("run (killed at a random moment, then resumed)")
+    ax[2].plot(range(1, len(straight_rss) + 1), [v / mib for v in straight_rss])
+    ax[2].set_ylim(0, max([v / mib for v in straight_rss] + [1]) * 1.2)
+    ax[2].set_xlabel("step")
+    ax[2].set_ylabel("RSS (MiB)")
+    ax[2].set_title(f"the uninterrupted run, {report['steps']} steps")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strata", required=True)
@@ -91,9 +127,7 @@ def main():
     rng = random.Random(a.seed)
     runs, started = [], time.time()
     for i in range(a.kills):
-        log = os.path.join(a.dir, f"run{i % 2}.jsonl")
-        if os.path.exists(log):
-            os.unlink(log)
+        log = os.path.join(a.dir, f"run{i}.jsonl")
         resume = ["--resume", "latest"] if os.path.exists(os.path.join(ck, "latest")) else []
         extra = ["--save-async"] if i % 2 else []
         p = train("--steps", "1000000", "--save-dir", ck, "--save-every", "1", "--keep", "2", *resume, *extra,
@@ -109,6 +143,10 @@ def main():
         p.send_signal(signal.SIGKILL)
         p.wait()
         latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
+        if latest:  # every chunk of what the next run resumes from against its checksum
+            v = subprocess.run([a.strata, "checkpoint", "verify", ck], capture_output=True, text=True)
+            if v.returncode != 0:
+                sys.exit(f"soak: kill {i + 1}: {latest} does not verify: {v.stderr.strip() or v.stdout.strip()}")
         staging = len([x for x in os.listdir(ck) if x.startswith(".") and os.path.isdir(os.path.join(ck, x))]) \
             if os.path.isdir(ck) else 0
         if staging > 1:
@@ -134,6 +172,22 @@ def main():
         sys.exit(f"soak: the uninterrupted run failed: {err[-2000:]}")
     straight_rss = [json.loads(line)["rss"]["bytes"] for line in open(ref_log) if '"rss"' in line]
     same = tensors(os.path.join(a.dir, "chain.st")) == tensors(os.path.join(a.dir, "straight.st"))
+    # Where the chain left the uninterrupted run: the first step whose loss or gradient norm
+    # differs, and the run (and the checkpoint it resumed from) that took it.
+    ref = {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, open(ref_log)) if "step" in j}
+    first_off = None
+    for r in runs:
+        try:
+            lines = [json.loads(line) for line in open(os.path.join(a.dir, f"run{r['run']}.jsonl"))]
+        except (OSError, ValueError):
+            continue
+        for j in lines:
+            if "step" in j and ref.get(j["step"]) != (j["loss"], j["grad_norm"]):
+                if first_off is None or j["step"] < first_off["step"]:
+                    first_off = {"step": j["step"], "run": r["run"], "loss": j["loss"], "want": ref.get(j["step"]),
+                                 "resumed_from": runs[r["run"] - 1]["latest"] if r["run"] > 0 else "",
+                                 "async_saves": r["run"] % 2 == 1}
+                break
 
     rss = [r["peak_rss"] for r in runs if r["peak_rss"] > 0]
     swaps = [r["swap_bytes"] for r in runs if r["swap_bytes"] > 0]
@@ -141,7 +195,8 @@ def main():
     base_rss = sorted(rss[:10])[len(rss[:10]) // 2] if rss else 0
     problems = []
     if not same:
-        problems.append("the chain of killed and resumed runs ended with other parameter bytes than one run")
+        problems.append(f"the chain of killed and resumed runs ended with other parameter bytes than one run; first "
+                        f"step off: {first_off}")
     if rss and max(rss) > base_rss * (1 + a.rss_slack):
         problems.append(f"peak RSS grew to {max(rss) / 2**20:.1f} MiB from {base_rss / 2**20:.1f} MiB")
     # Growth, not moments: a swap file being replaced exists twice for a moment (one file of
@@ -163,33 +218,11 @@ def main():
               "peak_rss_bytes": {"min": min(rss, default=0), "max": max(rss, default=0), "first_runs_median": base_rss},
               "swap_bytes": {"min": min(swaps, default=0), "max": max(swaps, default=0)},
               "checkpoint_bytes": {"min": min(cks, default=0), "max": max(cks, default=0)},
-              "straight_rss_bytes": {"first": straight_rss[0] if straight_rss else 0,
+              "straight_rss_bytes": {"first": straight_rss[0] if straight_rss else 0, "all": straight_rss,
                                      "last": straight_rss[-1] if straight_rss else 0},
-              "problems": problems, "runs": runs}
+              "first_divergence": first_off, "problems": problems, "runs": runs}
     json.dump(report, open(os.path.join(a.dir, "soak.json"), "w"), indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
-        ax[0].plot([r["run"] + 1 for r in runs], [r["peak_rss"] / 2**20 for r in runs], ".", label="peak RSS")
-        ax[0].plot([r["run"] + 1 for r in runs], [r["swap_bytes"] / 2**20 for r in runs], ".", label="swap files")
-        ax[0].plot([r["run"] + 1 for r in runs], [r["checkpoint_bytes"] / 2**20 for r in runs], ".",
-                   label="checkpoints (keep 2)")
-        ax[0].set_xlabel("run (each killed with SIGKILL, then resumed)")
-        ax[0].set_ylabel("MiB")
-        ax[0].set_ylim(bottom=0)
-        ax[0].legend(loc="center right", fontsize=8)
-        ax[0].set_title(f"{len(runs)} kills: {'same bytes as one run' if same else 'BYTES DIFFER'}")
-        ax[1].plot(range(1, len(straight_rss) + 1), [x / 2**20 for x in straight_rss])
-        ax[1].set_xlabel("step of the uninterrupted run")
-        ax[1].set_ylabel("RSS (MiB)")
-        ax[1].set_ylim(bottom=0)
-        ax[1].set_title("uninterrupted run")
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.dir, "soak.png"), dpi=110)
-    except ImportError:
-        print("soak: no matplotlib (apt-get install python3-matplotlib): no soak.png")
+    plot(report, straight_rss, os.path.join(a.dir, "soak.png"))
     print(f"soak: {len(runs)} kills in {report['seconds']} s, step {end}; final bytes "
           f"{'equal to one uninterrupted run' if same else 'DIFFER'}; peak RSS {min(rss, default=0) / 2**20:.1f}-"
           f"{max(rss, default=0) / 2**20:.1f} MiB; swap files {min(swaps, default=0) / 2**20:.2f}-"
