@@ -20,6 +20,18 @@ std::string train_error(const test::TrainSpec& spec) {
   return test::error_of([&] { (void)test::train_mlp(spec); });
 }
 
+// The minimum a refusal names (after `key`, in bytes) is enough to train, and one byte less is
+// refused again with `refusal`.
+void named_minimum_trains(test::TrainSpec spec, const std::string& m, const std::string& key,
+                          std::uint64_t engine::MemoryBudget::*budget, const std::string& refusal) {
+  const auto at = m.find(key);
+  REQUIRE(at != std::string::npos);
+  spec.config.memory_budget.*budget = std::stoull(m.substr(at + key.size()));
+  CHECK(train_error(spec).empty());
+  spec.config.memory_budget.*budget -= 1;
+  CHECK(train_error(spec).find(refusal) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("parameters are bitwise identical after 10 steps with optimizer state on device, host or NVMe",
@@ -121,14 +133,9 @@ TEST_CASE("a host budget below one swap buffer is refused before setup allocates
   INFO(m);
   CHECK(m.find("host tier: this placement needs at least ") != std::string::npos);
   CHECK(m.find("12.00 KiB for one NVMe swap buffer per store") != std::string::npos);
-  const std::string key = "Raise memory_budget.host to at least ";
-  const auto at = m.find(key);
-  REQUIRE(at != std::string::npos);
   // The minimum it names is enough: setup sizes the swap buffers to what the budget leaves.
-  spec.config.memory_budget.host = std::stoull(m.substr(at + key.size()));
-  CHECK(train_error(spec).empty());
-  spec.config.memory_budget.host -= 1;
-  CHECK(train_error(spec).find("host tier: this placement needs at least") != std::string::npos);
+  named_minimum_trains(spec, m, "Raise memory_budget.host to at least ", &engine::MemoryBudget::host,
+                       "host tier: this placement needs at least");
 }
 
 TEST_CASE("an NVMe budget below the swap files is refused before any is created, naming the minimum, which trains",
@@ -146,13 +153,8 @@ TEST_CASE("an NVMe budget below the swap files is refused before any is created,
   CHECK(m.find("but memory_budget.nvme is 4.00 KiB") != std::string::npos);
   std::error_code ec;
   CHECK(std::filesystem::is_empty(dir.path(), ec));  // refused before any file was made
-  const std::string key = "Raise memory_budget.nvme to at least ";
-  const auto at = m.find(key);
-  REQUIRE(at != std::string::npos);
-  spec.config.memory_budget.nvme = std::stoull(m.substr(at + key.size()));
-  CHECK(train_error(spec).empty());
-  spec.config.memory_budget.nvme -= 1;
-  CHECK(train_error(spec).find("NVMe tier: this placement's swap files need") != std::string::npos);
+  named_minimum_trains(spec, m, "Raise memory_budget.nvme to at least ", &engine::MemoryBudget::nvme,
+                       "NVMe tier: this placement's swap files need");
 }
 
 TEST_CASE("a device too full for the swap files fails at setup, naming the layer and the file",

@@ -7,27 +7,14 @@ gradients overflow fp16 in torch's own arithmetic, halving the scale each time, 
 Adam is blind to a gradient's scale, so the parameters alone would not show a scale applied
 twice or not at all; the norms and the skipped steps do. Exits 77 without torch."""
 import math
-import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIPPED: torch is not installed (apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, torch  # exits 77 without torch
 
 import numpy as np
 
 import strata.torch as st
 
-torch.set_num_threads(2)
-checks = {"passed": 0, "failed": 0}
 FP16_MAX = 65504.0
-
-
-def check(cond, what):
-    checks["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAILED:", what, file=sys.stderr)
 
 
 class Block(torch.nn.Module):
@@ -164,5 +151,4 @@ for stage in (0, 3):
 
 same = all(np.array_equal(final[0][k], final[3][k]) for k in final[0])
 check(same, "fp16 with a static loss scale: stage 3 ends with other parameters than stage 0")
-print(f"{checks['passed']} checks passed, {checks['failed']} failed")
-sys.exit(1 if checks["failed"] else 0)
+finish()

@@ -9,25 +9,13 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch
-except ImportError:
-    print("SKIPPED: torch is not installed (apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, torch  # exits 77 without torch
 
 import numpy as np
 
 import strata
 import strata.torch as st
 
-torch.set_num_threads(2)
-checks = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    checks["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAILED:", what, file=sys.stderr)
 
 
 def raises(fn, kind, text, what):
@@ -247,5 +235,4 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     del failed, on_meta, small
 print("initialize: a failure removes its hooks, leaves the parameters, closes its engine and frees nvme_path")
 
-print(f"{checks['passed']} passed, {checks['failed']} failed")
-sys.exit(1 if checks["failed"] else 0)
+finish()

@@ -7,27 +7,14 @@ torch, the same loss) and refuses writes that would not reach the engine; close(
 trained values in the module, so model.state_dict() and torch.save work. At stages 0 and 3.
 Exits 77 without torch."""
 import io
-import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIPPED: torch is not installed (apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, torch  # exits 77 without torch
 
 import numpy as np
 
 import strata
 import strata.torch as st
 
-torch.set_num_threads(2)
-checks = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    checks["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAILED:", what, file=sys.stderr)
 
 
 class Block(torch.nn.Module):
@@ -141,5 +128,4 @@ for stage in (0, 3):
           f"({eval_loss:.6f}); gathered_parameters lends the full values and refuses writes; close() leaves the "
           f"trained values in the module")
 
-print(f"{checks['passed']} checks passed, {checks['failed']} failed")
-sys.exit(1 if checks["failed"] else 0)
+finish()

@@ -6,26 +6,13 @@ checkpoint saved and loaded into a fresh model continues with the same bits; mis
 StrataError with Strata's message. Exits 77 (skipped) without torch."""
 import math
 import os
-import sys
 import tempfile
 
-try:
-    import torch
-except ImportError:
-    print("SKIPPED: torch is not installed (apt-get install python3-torch)")
-    sys.exit(77)
+from harness import check, finish, torch  # exits 77 without torch
 
 import strata
 import strata.torch as st
 
-torch.set_num_threads(2)
-checks = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    checks["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAILED:", what, file=sys.stderr)
 
 
 class Mlp(torch.nn.Module):
@@ -261,5 +248,4 @@ raises(lambda: st.initialize(make("mlp"), dict(config(1), optimizer={"type": "La
 print("misuse: a misspelt key, step before backward, an unknown layer, a missing checkpoint, a CUDA device, "
       "LAMB under ZeRO")
 
-print(f"{checks['passed']} passed, {checks['failed']} failed")
-sys.exit(1 if checks["failed"] else 0)
+finish()
