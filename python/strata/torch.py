@@ -329,16 +329,20 @@ class ModelEngine:
         model.state_dict(), torch.save and evaluating the module without the engine work afterwards."""
         if self.engine.closed:
             return
-        if self._in_step or self._eval:
-            self._abandon()
-        trained = self._full_values()
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-        for ps in self._params:
-            for name, p in ps:
-                p.data = trained[name]
-        self.engine.close()
+        trained = None
+        try:
+            if self._in_step or self._eval:
+                self._abandon()
+            trained = self._full_values()
+        finally:  # the engine goes even when its values cannot be read (the error propagates)
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            if trained is not None:
+                for ps in self._params:
+                    for name, p in ps:
+                        p.data = trained[name]
+            self.engine.close()
 
     def _full_values(self):
         """{name: full tensor} of the engine's parameters: fp32 masters in each parameter's dtype."""
