@@ -7,7 +7,7 @@ set -euo pipefail
 
 STRATA_DEBS=(cmake ninja-build g++ pkg-config ccache libtbb-dev libxsimd-dev liburing-dev catch2
              libgloo-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libdnnl-dev clang-format python3
-             libonig-dev libsentencepiece-dev libicu-dev)
+             libonig-dev libsentencepiece-dev libicu-dev xz-utils)
 
 strata_missing_debs() {
   local missing=()
