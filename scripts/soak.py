@@ -1,14 +1,15 @@
 #!/usr/bin/python3
-"""The soak: a small GPT with its parameters and optimizer state on NVMe trains, saving every
-step (synchronous and --save-async saves alternate), and is killed with SIGKILL at a random
-moment (0.3-2.5 s in: setup, saves and steps), then resumed from `latest` (which must verify
-against its checksums after every kill), --kills times; the
-last checkpoint taken 5 steps further must have the parameter bytes of one uninterrupted run
-to that step. Throughout, the figures
-that would show a leak: each run's peak RSS, the swap files' bytes on the NVMe path while a
-run trains (a killed run's leftovers are removed by the next one, so they must not pile up),
-the committed checkpoints' bytes (--keep 2) and the staging directories a kill inside a save
-leaves (at most one: the next run removes it); the uninterrupted run's RSS step by step.
+"""The soak: a small GPT with its parameters and optimizer state on NVMe trains on a copy of
+the README, saving every step (synchronous and --save-async saves alternate), and is killed
+with SIGKILL at a random moment (0.3-2.5 s in: setup, saves and steps), then resumed from
+`latest` (which must verify against its checksums after every kill), --kills times; the last
+checkpoint taken 5 steps further must have the parameter bytes of one uninterrupted run to
+that step, and each run's log that run's losses (the first step off is named). Throughout,
+the figures that would show a leak: each run's peak RSS, the swap files' bytes on the NVMe
+path while a run trains (a killed run's leftovers are removed by the next one, so they must
+not pile up), the committed checkpoints' bytes (--keep 2) and the staging directories a kill
+inside a save leaves (at most one: the next run removes it); the uninterrupted run's RSS step
+by step.
 Writes DIR/soak.json and, with matplotlib, DIR/soak.png; exits 1 when the bytes differ or a
 figure grows (peak RSS over the first runs' by more than --rss-slack, or
 the later runs' median of swap or checkpoint bytes above the first runs' by more than 5%, or
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import struct
@@ -115,7 +117,10 @@ def main():
                                      "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
                                      "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4,
                                                        "buffer_size": 65536}}}, open(cfg, "w"))
-    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+    # The text is copied: the runs span minutes, and a README edited meanwhile would give the
+    # uninterrupted run other batches (it did, twice, before this copy).
+    data = os.path.join(a.dir, "text.txt")
+    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"), data)
     model = ["--model", "gpt", "--layers", "4", "--heads", "4", "--d-model", "64", "--seq-len", "32",
              "--vocab", "256", "--seed", "3", "--device", "host", "--data", data, "--val-fraction", "0",
              "--config", cfg]
