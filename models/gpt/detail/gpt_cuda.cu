@@ -9,6 +9,7 @@
 
 #include <cfloat>
 
+#include "models/detail/cuda_launch.cuh"
 #include "models/gpt/detail/gpt_cuda.h"
 #include "models/gpt/ops.h"
 #include "runtime/core/error.h"
@@ -21,42 +22,11 @@ void blas_check(cublasStatus_t s, const char* what) {
   STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLAS ", what, " failed: ", cublasGetStatusString(s));
 }
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-int blocks_for(std::size_t n, int threads) {
-  const std::size_t b = (n + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);
-  return static_cast<int>(b < 65535 ? (b == 0 ? 1 : b) : 65535);
-}
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-#define STRATA_GRID_STRIDE(i, n)                                                                 \
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
 __global__ void fill_rows_kernel(float* out, const float* b, std::size_t n, int C) {
   STRATA_GRID_STRIDE(i, n) out[i] = b[i % static_cast<std::size_t>(C)];
 }
-
-// Column reductions: a block takes kTileCols columns; thread (x, y) sums rows y, y + kGroups,
-// ... of column x, and the kGroups partials are added in y order: a fixed order for any
-// row count, with every SM busy and each warp reading one row's columns side by side.
-constexpr int kTileCols = 32, kGroups = 32;
 
 __global__ void column_sums_kernel(float* acc, const float* x, int N, int C) {
   __shared__ float part[kGroups][kTileCols + 1];
@@ -259,10 +229,6 @@ __global__ void axpby_kernel(float* acc, float a, const float* x, float b, std::
     acc[i] = x == nullptr ? __fmul_rn(a, acc[i]) : __fadd_rn(__fmul_rn(a, acc[i]), __fmul_rn(b, x[i]));
   }
 }
-
-void launched(const char* what) { STRATA_CUDA_CHECK(cudaGetLastError(), what, " kernel"); }
-
-int row_blocks(int rows) { return (rows + kWarps - 1) / kWarps; }
 
 cublasComputeType_t compute_type(ops::Products p) {
   switch (p) {

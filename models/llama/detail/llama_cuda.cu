@@ -4,36 +4,13 @@
 // warp per row, column sums kTileCols columns a block with kGroups row groups added in order.
 #include <cuda_runtime.h>
 
+#include "models/detail/cuda_launch.cuh"
 #include "models/llama/detail/llama_cuda.h"
 #include "runtime/core/error.h"
 #include "runtime/device/cuda_check.h"
 
 namespace strata::model::detail {
 namespace {
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-int blocks_for(std::size_t n, int threads) {
-  const std::size_t b = (n + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);
-  return static_cast<int>(b < 65535 ? (b == 0 ? 1 : b) : 65535);
-}
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTileCols = 32, kGroups = 32;
-
-int row_blocks(int rows) { return (rows + kWarps - 1) / kWarps; }
-
-void launched(const char* what) { STRATA_CUDA_CHECK(cudaGetLastError(), what, " kernel"); }
-
-__device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-#define STRATA_GRID_STRIDE(i, n)                                                                 \
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
 // One warp per row.
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w, int N, int C,
