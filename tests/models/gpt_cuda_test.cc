@@ -18,6 +18,7 @@
 #include "models/gpt/pass.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
+#include "tests/support/cuda_arrays.h"
 #include "tests/support/randn.h"
 
 using namespace strata;
@@ -26,30 +27,7 @@ using strata::test::randn;
 
 namespace {
 
-std::unique_ptr<device::Device> cuda_device() {
-  device::DeviceOptions o;
-  o.backend = device::Backend::cuda;
-  o.budget_bytes = std::uint64_t{4} << 30;
-  return device::Device::create(o);
-}
-
-// Device copies of host arrays, moved with the kernels' own stream order (to_host waits).
-struct Gpu {
-  std::unique_ptr<device::Device> dev = cuda_device();
-  std::unique_ptr<device::Stream> stream = dev->create_stream();
-  std::vector<device::DeviceBuffer> keep;
-  float* up(const std::vector<float>& h) {
-    keep.emplace_back(*dev, std::max<std::size_t>(h.size(), 1) * 4, "gpt cuda test");
-    stream->copy_async(keep.back().get(), h.data(), h.size() * 4, device::CopyKind::host_to_device);
-    stream->synchronize();
-    return keep.back().as<float>();
-  }
-  std::vector<float> down(GptKernels& k, const float* d, std::size_t n) {
-    std::vector<float> h(n);
-    k.to_host(h.data(), d, n);
-    return h;
-  }
-};
+using Gpu = test::CudaArrays;
 
 // max |got - want| <= tol * max |want|: the normwise bound of a sum order change.
 void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {

@@ -22,6 +22,7 @@
 #include "models/llama/pass.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
+#include "tests/support/cuda_arrays.h"
 #include "tests/support/fp32_bound.h"
 #include "tests/support/randn.h"
 
@@ -32,29 +33,9 @@ using strata::test::randn;
 
 namespace {
 
-std::unique_ptr<device::Device> cuda_device() {
-  device::DeviceOptions o;
-  o.backend = device::Backend::cuda;
-  o.budget_bytes = std::uint64_t{4} << 30;
-  return device::Device::create(o);
-}
-
-// Device copies of host arrays; down() reads back through the kernels' stream (waits).
-struct Gpu {
-  std::unique_ptr<device::Device> dev = cuda_device();
-  std::unique_ptr<device::Stream> stream = dev->create_stream();
-  std::vector<device::DeviceBuffer> keep;
-  float* up(const std::vector<float>& h) {
-    keep.emplace_back(*dev, std::max<std::size_t>(h.size(), 1) * 4, "llama cuda test");
-    stream->copy_async(keep.back().get(), h.data(), h.size() * 4, device::CopyKind::host_to_device);
-    stream->synchronize();
-    return keep.back().as<float>();
-  }
-  std::vector<float> down(LlamaKernels& k, const float* d, std::size_t n) {
-    std::vector<float> h(n);
-    k.gpt().to_host(h.data(), d, n);
-    return h;
-  }
+// Reads back through the Llama kernels' GPT stream.
+struct Gpu : test::CudaArrays {
+  std::vector<float> down(LlamaKernels& k, const float* d, std::size_t n) { return CudaArrays::down(k.gpt(), d, n); }
 };
 
 // Two fp32 evaluations of a length-K sum, each within gamma_K of the exact one: 2 gamma_K
