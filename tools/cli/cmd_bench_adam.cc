@@ -85,6 +85,63 @@ optim::UpdateRule parse_rule(const std::string& name) {
   STRATA_THROW(Errc::invalid_argument, "--optimizer '", name, "': use adamw, adam, lion or adagrad");
 }
 
+// --out-of-place: the state before the step in a second set of buffers, copied over then
+// stepped in place, or stepped from there (StepArgs::from); both write the first set.
+// Alternated; adds the medians to `j`.
+void time_out_of_place(optim::StepArgs& a, optim::StateUse use, int iters, const std::function<void()>& step,
+                       nlohmann::json& j) {
+  const std::size_t n = a.n, sb = dtype_size(a.state_dtype);
+  HostArray from_master(n * 4);
+  std::unique_ptr<HostArray> from_m, from_v;
+  if (use.m) from_m = std::make_unique<HostArray>(n * sb);
+  if (use.v) from_v = std::make_unique<HostArray>(n * sb);
+  fill_uniform(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
+  if (from_m) fill_uniform(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
+  if (from_v) fill_uniform(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
+  const auto copy_over = [&] {
+    std::memcpy(a.master, from_master.get(), n * 4);
+    if (from_m) std::memcpy(a.m, from_m->get(), n * sb);
+    if (from_v) std::memcpy(a.v, from_v->get(), n * sb);
+  };
+  const optim::StepArgs::Source src{from_master.as<float>(), from_m ? from_m->get() : nullptr,
+                                    from_v ? from_v->get() : nullptr};
+  std::vector<double> t_copy, t_oop, gain;
+  for (int i = 0; i < iters; ++i) {
+    t_copy.push_back(seconds_of([&] {
+      copy_over();
+      step();
+    }));
+    a.from = src;
+    t_oop.push_back(seconds_of(step));
+    a.from = {};
+    gain.push_back(t_copy.back() / t_oop.back());
+  }
+  j["copy_then_step_ms"] = median(t_copy) * 1e3;
+  j["out_of_place_ms"] = median(t_oop) * 1e3;
+  j["out_of_place_speedup"] = median(gain);
+}
+
+// The CPU bench's figures as text, from its JSON.
+void print_text(const Options& o, const nlohmann::json& j) {
+  const auto num = [&](const char* key) { return j[key].get<double>(); };
+  std::printf("%s step, %zu params, grad %s, state %s, copy-out %s, %d threads, %s kernels\n", o.optimizer.c_str(),
+              j["params"].get<std::size_t>(), j["grad_dtype"].get<std::string>().c_str(),
+              j["state_dtype"].get<std::string>().c_str(), j["copy_out"].get<std::string>().c_str(),
+              j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
+  std::printf("bytes per param:    %zu (read %zu, written %zu)\n", j["bytes_per_param"].get<std::size_t>(),
+              j["bytes_read_per_param"].get<std::size_t>(), j["bytes_written_per_param"].get<std::size_t>());
+  std::printf("step:               %8.2f ms  %6.3f Gparam/s  %6.2f GB/s   (median of %d)\n", num("step_ms"),
+              num("gparams_per_s"), num("gbps"), o.iters);
+  std::printf("roofline (stream):  %8.2f ms                   %6.2f GB/s\n", num("roofline_ms"), num("roofline_gbps"));
+  std::printf("fraction of roofline: %.3f (median of paired ratios)\n", num("fraction_of_roofline"));
+  std::printf("grad norm pass:     %6.2f GB/s read\n", num("grad_norm_gbps"));
+  if (o.out_of_place)
+    std::printf(
+        "state from other buffers: copy then step %.2f ms, out of place %.2f ms: %.2fx (median of paired "
+        "ratios)\n",
+        num("copy_then_step_ms"), num("out_of_place_ms"), num("out_of_place_speedup"));
+}
+
 // --device: the step through optim::adam_step_async on that backend's stream.
 int run_on_device(const Options& o, optim::UpdateRule rule, optim::StepArgs a, bool copy) {
   STRATA_CHECK(rule == optim::UpdateRule::adam, Errc::unsupported, "bench adam --device ", o.device, ": --optimizer ",
@@ -206,59 +263,12 @@ Action setup(CLI::App& cmd) {
                         {"roofline_gbps", static_cast<double>(n) * bpp / roof_s / 1e9},
                         {"fraction_of_roofline", median(ratio)},
                         {"grad_norm_gbps", static_cast<double>(n * dtype_size(a.grad_dtype)) / median(t_norm) / 1e9}};
-    if (o->out_of_place) {
-      // The state before the step in a second set of buffers: copied over then stepped in
-      // place, or stepped from there (StepArgs::from); both write the first set.
-      const std::size_t sb = dtype_size(a.state_dtype);
-      HostArray from_master(n * 4);
-      std::unique_ptr<HostArray> from_m, from_v;
-      if (use.m) from_m = std::make_unique<HostArray>(n * sb);
-      if (use.v) from_v = std::make_unique<HostArray>(n * sb);
-      fill_uniform(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
-      if (from_m) fill_uniform(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
-      if (from_v) fill_uniform(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
-      const auto copy_over = [&] {
-        std::memcpy(a.master, from_master.get(), n * 4);
-        if (from_m) std::memcpy(a.m, from_m->get(), n * sb);
-        if (from_v) std::memcpy(a.v, from_v->get(), n * sb);
-      };
-      const optim::StepArgs::Source src{from_master.as<float>(), from_m ? from_m->get() : nullptr,
-                                        from_v ? from_v->get() : nullptr};
-      std::vector<double> t_copy, t_oop, gain;
-      for (int i = 0; i < o->iters; ++i) {
-        t_copy.push_back(seconds_of([&] {
-          copy_over();
-          step();
-        }));
-        a.from = src;
-        t_oop.push_back(seconds_of(step));
-        a.from = {};
-        gain.push_back(t_copy.back() / t_oop.back());
-      }
-      j["copy_then_step_ms"] = median(t_copy) * 1e3;
-      j["out_of_place_ms"] = median(t_oop) * 1e3;
-      j["out_of_place_speedup"] = median(gain);
-    }
+    if (o->out_of_place) time_out_of_place(a, use, o->iters, step, j);
     if (o->json) {
       print_json(j.dump(2));
       return 0;
     }
-    std::printf("%s step, %zu params, grad %s, state %s, copy-out %s, %d threads, %s kernels\n", o->optimizer.c_str(),
-                n, dtype_name(a.grad_dtype), dtype_name(a.state_dtype), copy ? dtype_name(a.copy_dtype) : "none",
-                threads, optim::kernel_isa());
-    std::printf("bytes per param:    %zu (read %zu, written %zu)\n", traffic.total(), traffic.read, traffic.written);
-    std::printf("step:               %8.2f ms  %6.3f Gparam/s  %6.2f GB/s   (median of %d)\n", step_s * 1e3,
-                j["gparams_per_s"].get<double>(), j["gbps"].get<double>(), o->iters);
-    std::printf("roofline (stream):  %8.2f ms                   %6.2f GB/s\n", roof_s * 1e3,
-                j["roofline_gbps"].get<double>());
-    std::printf("fraction of roofline: %.3f (median of paired ratios)\n", median(ratio));
-    std::printf("grad norm pass:     %6.2f GB/s read\n", j["grad_norm_gbps"].get<double>());
-    if (o->out_of_place)
-      std::printf(
-          "state from other buffers: copy then step %.2f ms, out of place %.2f ms: %.2fx (median of paired "
-          "ratios)\n",
-          j["copy_then_step_ms"].get<double>(), j["out_of_place_ms"].get<double>(),
-          j["out_of_place_speedup"].get<double>());
+    print_text(*o, j);
     return 0;
   };
 }
