@@ -5,8 +5,10 @@
     engine.backward(loss)           # gradients handed to the engine block by block
     engine.step()                   # at the gradient-accumulation boundary: the optimizer
 
-Each block (the elements of the model's ModuleLists and Sequentials, and its other direct
-children with parameters; or the `blocks` given) is one engine layer. Its parameters are
+Each block (the elements of the model's ModuleLists and Sequentials and its other children
+with parameters, looked for inside children that hold a ModuleList: find_blocks; or the
+`blocks` given) is one engine layer; the parameters of no block (the model's own, a
+container's) are one more layer, gathered while the model's forward runs. Its parameters are
 registered under their names in the model and start from the model's own values; from
 then on they live in the engine: before a block's forward its layer is gathered and the
 parameters' `.data` point at the gathered values (a copy Python owns: strata.View says
@@ -21,6 +23,8 @@ at the next block's backward or the end of backward, once torch has accumulated 
 gradient into the parameter. A parameter shared by two blocks (tied weights: an LM head that
 reuses the token embedding) belongs to the first; the other block gathers that layer too
 while it runs, and the parameter's gradient, summed over both uses, is handed over once.
+Several backward() calls can make one micro-batch (all but the last pass micro_batch_end=False):
+their gradients are summed in fp32 between the calls and reduced once, by the last.
 A forward with gradients off (torch.no_grad(), outside a step: validation, generation) runs
 between steps as the engine's evaluation: the same gathers, no gradients, nothing recorded.
 Misuse is survived: an exception in forward or backward (a user error in a module) drops
@@ -39,16 +43,52 @@ from . import Engine, StrataError
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _has_params(module):
+    return any(True for _ in module.parameters())
+
+
+def _is_container(module):
+    """A ModuleList (never called itself), or a module holding one below it (a Hugging Face
+    causal LM's `model` with its `layers`): its children are looked into instead."""
+    return isinstance(module, torch.nn.ModuleList) or any(
+        isinstance(m, torch.nn.ModuleList) for m in module.modules() if m is not module)
+
+
 def find_blocks(model):
-    """The model's blocks: ModuleList/Sequential children expanded into their elements, other
-    direct children with parameters as they are, in registration order."""
+    """The model's blocks, in registration order: the elements of its ModuleLists and
+    Sequentials, its other children with parameters, and within a child that holds a
+    ModuleList below it (nested layouts) the same, recursively. Parameters of no block (a
+    model's own nn.Parameter, a container's) are the engine's last layer (ModelEngine)."""
     blocks = []
-    for child in model.children():
-        if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
-            blocks.extend(m for m in child if any(True for _ in m.parameters()))
-        elif any(True for _ in child.parameters()):
-            blocks.append(child)
+
+    def expand(module):
+        for child in module.children():
+            if not _has_params(child):
+                continue
+            if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
+                for m in child:
+                    if _has_params(m):
+                        expand(m) if _is_container(m) else blocks.append(m)
+            elif _is_container(child):
+                expand(child)
+            else:
+                blocks.append(child)
+
+    expand(model)
     return blocks
+
+
+def _first_grad_tensor(output):
+    """The first tensor that requires a gradient in a module's output (a tensor, or tuples,
+    lists and dicts of them, as Hugging Face's ModelOutput), else None."""
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for item in items:
+        found = _first_grad_tensor(item)
+        if found is not None:
+            return found
+    return None
 
 
 def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0):
@@ -110,13 +150,30 @@ class ModelEngine:
                     continue
                 owner[id(p)] = layer
                 mine.append((names[id(p)], p))
-                self.engine.register(names[id(p)], list(p.shape), layer)
             self._params.append(mine)
             self._borrowed.append(sorted(borrowed))
-        missing = [n for n, p in model.named_parameters() if id(p) not in owner]
-        if missing:
-            raise StrataError(f"parameters {missing} are in no block: give initialize() blocks that hold every "
-                              f"parameter of the model")
+        # The parameters of no block (the model's own, a container's) are one more layer, gathered
+        # by the model's forward around all of its blocks; one of them that a block owns (tied)
+        # has that block's layer gathered with it.
+        inside = {id(m) for block in self._blocks for m in block.modules()}
+        loose, borrowed = [], set()
+        for module in model.modules():
+            if id(module) in inside:
+                continue
+            for p in module.parameters(recurse=False):
+                if id(p) in owner:
+                    borrowed.add(owner[id(p)])
+                elif all(p is not q for _, q in loose):
+                    loose.append((names[id(p)], p))
+        if loose or borrowed:
+            for _, p in loose:
+                owner[id(p)] = len(self._blocks)
+            self._blocks.append(model)
+            self._params.append(loose)
+            self._borrowed.append(sorted(borrowed))
+        for layer, mine in enumerate(self._params):
+            for name, p in mine:
+                self.engine.register(name, list(p.shape) or [1], layer)  # a 0-d parameter is one element
         self.engine.setup()
         start = {n: p.detach().to(torch.float32).reshape(-1).contiguous() for ps in self._params for n, p in ps}
         self.engine.init_weights(lambda name, elem, count: start[name][elem:elem + count].numpy())
@@ -129,7 +186,11 @@ class ModelEngine:
         self._micro = 0
         self._generation = 0  # steps begun; what a step recorded for backward names its own
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
-        self._reduced = []  # layers whose gradients are reduced, released at the next block's backward
+        self._reduced = []  # layers whose gradients are in, released at the next block's backward
+        self._handed = set()  # layers whose gradients this backward reduced
+        self._summing = False  # this backward adds into _pending instead of reducing (several per micro-batch)
+        self._pending = {}  # layer -> {parameter id: fp32 sum of its gradients} over the micro-batch's backwards
+        self._open = False  # a backward(micro_batch_end=False) ran: the micro-batch's gradients are in _pending
         self.accumulation = self.engine.accumulation_steps
         self.compute_dtype = _TORCH_DTYPES[self.engine.compute_dtype]
         for layer, block in enumerate(self._blocks):
@@ -191,11 +252,9 @@ class ModelEngine:
             if self._lent:
                 return
             if torch.is_grad_enabled() and self._params[layer]:
-                outs = output if isinstance(output, (tuple, list)) else (output,)
-                for o in outs:
-                    if isinstance(o, torch.Tensor) and o.requires_grad:
-                        o.register_hook(self._pre_backward(layer, self._generation))
-                        break
+                first = _first_grad_tensor(output)
+                if first is not None:
+                    first.register_hook(self._pre_backward(layer, self._generation))
             if self._params[layer]:
                 self.engine.release(layer)
                 self._point(layer, None)
@@ -217,9 +276,10 @@ class ModelEngine:
             return
         self._release_reduced()
         self._point(layer, self.engine.gather(layer))
-        buffers = self.engine.grad_buffers(layer)
-        self._grads[layer] = {id(p): _as_tensor(buffers[i], self._shapes[id(p)])
-                              for i, (_, p) in enumerate(self._params[layer])}
+        if not self._summing:
+            buffers = self.engine.grad_buffers(layer)
+            self._grads[layer] = {id(p): _as_tensor(buffers[i], self._shapes[id(p)])
+                                  for i, (_, p) in enumerate(self._params[layer])}
         self._waiting[layer] = {id(p) for _, p in self._params[layer]}
 
     def _pre_backward(self, layer, generation):
@@ -233,7 +293,23 @@ class ModelEngine:
         def hook(grad):
             if self._lent:
                 return grad
+            if self._summing:  # summed over the micro-batch's backward calls in fp32, reduced at its end
+                pending = self._pending.setdefault(layer, {})
+                if id(p) in pending:
+                    pending[id(p)].add_(grad.to(torch.float32))
+                else:
+                    pending[id(p)] = grad.to(torch.float32, copy=True)
+                waiting = self._waiting.get(layer)
+                if waiting is not None:
+                    waiting.discard(id(p))
+                    if not waiting:
+                        del self._waiting[layer]
+                        self._reduced.append(layer)
+                return grad
             waiting = self._waiting.get(layer)
+            if waiting is None and layer not in self._handed:  # no saved tensor or output hook gathered it
+                self._backward_gather(layer)
+                waiting = self._waiting[layer]
             if waiting is None or id(p) not in waiting:
                 raise StrataError(f"a gradient of layer {layer} arrived outside its backward (a parameter used "
                                   f"outside its block, or twice in one micro-batch)")
@@ -242,6 +318,7 @@ class ModelEngine:
             if not waiting:
                 del self._waiting[layer], self._grads[layer]
                 self.engine.reduce_grads(layer)
+                self._handed.add(layer)
                 self._reduced.append(layer)
             return grad
         return hook
@@ -272,24 +349,74 @@ class ModelEngine:
             self._abandon()
             raise
 
-    def backward(self, loss):
+    def backward(self, loss, retain_graph=False, micro_batch_end=True):
         """loss.backward() with the engine's loss scale; every block's gradients reduced. An
-        exception inside it drops the step in progress before it propagates."""
+        exception inside it drops the step in progress before it propagates.
+
+        Several backward() calls make one micro-batch when all but its last pass
+        micro_batch_end=False (two halves of a batch, two losses of one forward with
+        retain_graph=True): their gradients are summed in fp32 (one rounding to the compute
+        dtype at the end, where torch's .grad rounds at each call) and reduced once, by the
+        last call, so every call counts (the gradients of every call but the last were
+        dropped by DeepSpeed's ZeRO-1/2 CPU offload until April 2026). The sums are held in
+        Python between the calls, like torch's .grad: one fp32 copy of the gradients the
+        calls reached."""
         try:
+            self._summing = self._open or not micro_batch_end
+            self._handed = set()  # layers whose gradients this backward reduced
             scale = self.engine.loss_scale()
-            (loss * scale if scale != 1.0 else loss).backward()
+            (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
             self._release_reduced()
-            if self._waiting:
+            if self._summing:
+                self._release_partial()
+                self._open = not micro_batch_end
+                if micro_batch_end:
+                    self._reduce_pending()
+            elif self._waiting:
                 raise StrataError(f"backward left layers {sorted(self._waiting)} without all their gradients: every "
                                   f"parameter of a block must get a gradient in each micro-batch")
         except BaseException:
             self._abandon()
             raise
-        self._micro += 1
+        finally:
+            self._summing = False
+        if micro_batch_end:
+            self._micro += 1
+
+    def _release_partial(self):
+        """Layers a summing backward reached without giving every parameter a gradient (its loss
+        does not depend on them all) are released at its end; the micro-batch's last call checks."""
+        for layer in sorted(self._waiting):
+            self.engine.release(layer)
+            self._point(layer, None)
+        for ps in self._params:
+            for _, p in ps:
+                p.grad = None
+        self._waiting = {}
+
+    def _reduce_pending(self):
+        """The micro-batch's summed gradients into the engine, layer by layer from the last, one
+        reduction each (the engine's gradient buffer is held only while it is filled)."""
+        pending, self._pending = self._pending, {}
+        missing = [name for layer, ps in enumerate(self._params) for name, p in ps
+                   if id(p) not in pending.get(layer, {})]
+        if missing:
+            raise StrataError(f"parameters {missing} got no gradient in any backward() of the micro-batch: every "
+                              f"parameter of a block must get a gradient in each micro-batch")
+        for layer in reversed(range(len(self._params))):
+            if not self._params[layer]:
+                continue
+            buffers = self.engine.grad_buffers(layer)
+            for i, (_, p) in enumerate(self._params[layer]):
+                _as_tensor(buffers[i], self._shapes[id(p)]).copy_(pending[layer][id(p)])
+            self.engine.reduce_grads(layer)
 
     def step(self):
         """The optimizer at the gradient-accumulation boundary (else nothing); returns the
         engine's step result there, None elsewhere."""
+        if self._open:
+            raise StrataError("step() inside a micro-batch whose last backward() is still to come: the last "
+                              "backward() of a micro-batch passes micro_batch_end=True (the default)")
         if self._micro < self.accumulation:
             if self._micro == 0:
                 raise StrataError("step() without backward(): run forward and backward for each micro-batch first")
@@ -312,6 +439,7 @@ class ModelEngine:
 
     def _abandon(self):
         self._waiting, self._grads, self._reduced, self._storage = {}, {}, [], {}
+        self._pending, self._open, self._summing = {}, False, False
         for layer in range(len(self._blocks)):
             self._point(layer, None)
             for _, p in self._params[layer]:

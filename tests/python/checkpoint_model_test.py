@@ -9,29 +9,12 @@ step replaced it), and a load followed by a save gives the loaded parameters bac
 import hashlib
 import os
 import random
-import sys
 import tempfile
 
-try:
-    import torch
-except ImportError:
-    print("SKIPPED: torch is not installed (apt-get install python3-torch)")
-    sys.exit(77)
+from harness import torch  # exits 77 without torch
 
 import strata.torch as st
-
-torch.set_num_threads(2)
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self, width=32, depth=3):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([torch.nn.Linear(width, width) for _ in range(depth)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x
+from torch_models import Mlp
 
 
 def config(nvme):
@@ -70,7 +53,7 @@ def run(seed, tmp):
 
     def start():
         torch.manual_seed(0)
-        return st.initialize(Mlp(), cfg)
+        return st.initialize(Mlp(width=32), cfg)
 
     engine = start()
     step = 0
@@ -147,7 +130,7 @@ def run(seed, tmp):
 # capacity 65536"): the state is now read at its size.
 with tempfile.TemporaryDirectory(prefix="strata-ckpt-state-") as tmp:
     torch.manual_seed(0)
-    e = st.initialize(Mlp(), config(tmp + "/nvme"))
+    e = st.initialize(Mlp(width=32), config(tmp + "/nvme"))
     big = {"next_step": 0, "history": [i * 0.5 for i in range(40000)]}  # about 400 KB of JSON
     e.save(tmp + "/ck", big)
     assert e.load(tmp + "/ck") == big, "a large trainer state did not come back"

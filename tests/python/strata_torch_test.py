@@ -12,53 +12,7 @@ from harness import check, finish, torch  # exits 77 without torch
 
 import strata
 import strata.torch as st
-
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self, width=24, depth=3):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([torch.nn.Linear(width, width) for _ in range(depth)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x
-
-
-class Block(torch.nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
-        self.qkv, self.proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
-        self.fc, self.out = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
-        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class Gpt(torch.nn.Module):
-    """GPT-2's shape, its LM head tied to the token embedding as Hugging Face's GPT-2 ties it."""
-
-    def __init__(self, vocab=64, c=32, heads=2, layers=2, positions=16):
-        super().__init__()
-        self.wte, self.wpe = torch.nn.Embedding(vocab, c), torch.nn.Embedding(positions, c)
-        self.h = torch.nn.ModuleList([Block(c, heads) for _ in range(layers)])
-        self.ln_f, self.head = torch.nn.LayerNorm(c), torch.nn.Linear(c, vocab, bias=False)
-        self.head.weight = self.wte.weight
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.h:
-            x = block(x)
-        return self.head(self.ln_f(x))
+from torch_models import Gpt, Mlp, worst_relative
 
 
 def batches(kind, steps, accum, seed=1):
@@ -130,22 +84,6 @@ def train_torch(kind, steps, accum=2, update=None):
             with torch.no_grad():
                 update(s + 1, model)
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
-
-
-def worst_relative(a, b):
-    """Worst difference relative to each tensor's largest value. The key third of an
-    attention's qkv.bias has an exactly zero gradient (softmax ignores a shift shared by a
-    row's logits), so its gradient is rounding noise near Adam's eps and each element moves
-    up to lr per step in either direction: it is held to that bound instead."""
-    worst = 0.0
-    for n in b:
-        x, y = a[n].copy(), b[n].copy()
-        if n.endswith("qkv.bias"):
-            c = y.size // 3
-            assert abs(x[c:2 * c] - y[c:2 * c]).max() <= 2 * 3e-3 * 8 * 1.01, n
-            x[c:2 * c] = y[c:2 * c] = 0
-        worst = max(worst, float(abs(x - y).max() / max(1e-12, abs(y).max())))
-    return worst
 
 
 for kind, steps in (("mlp", 20), ("gpt", 8)):
