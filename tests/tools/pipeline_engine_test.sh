@@ -25,6 +25,11 @@ JSON
 check() {  # $1: what ran, $2: its output
   grep -q "parameters: bitwise equal to the plain data-parallel run" <<<"$2" || fail "$1: not bitwise equal: $2"
   grep -Eq "engine: .*NVMe read [1-9]" <<<"$2" || fail "$1: no NVMe reads reported: $2"
+  # Each stage's last clipping coefficient is min(1, 0.05 / its grad norm) (gradient_clipping
+  # 0.05): under strata launch the fields were once shifted by one (grad norm 1, clip 8.7e-322).
+  awk '/grad norm .*, clip / { n = $(NF - 2) + 0; c = $NF + 0; want = 0.05 / n < 1 ? 0.05 / n : 1
+         if (c < 0.99 * want || c > 1.01 * want) bad = 1; lines++ } END { exit bad || lines == 0 }' <<<"$2" ||
+    fail "$1: a stage's clip coefficient is not min(1, 0.05 / grad norm): $2"
   [ -z "$(find "$dir/nvme" -mindepth 1 2>/dev/null)" ] || fail "$1: swap files left behind: $(find "$dir/nvme")"
   echo "ok: $1"
 }
@@ -58,6 +63,15 @@ check "interleaved, 2 stages x 2 replicas as threads" "$out"
 out=$("$strata" launch -n 4 -- "$strata" pipeline --kind zb-h2 -p 2 -m 8 --layers 4 --replicas 2 \
   --config "$dir/ds.json" --verify 2>&1) || fail "zb-h2 as processes: $out"
 check "zb-h2, 2 stages x 2 replicas as processes" "$out"
+# --json under strata launch: rank 0's report, unprefixed, is one JSON document whose engines
+# carry their own fields (clip coefficients in (0, 1]).
+out=$("$strata" launch -n 2 -- "$strata" pipeline --kind 1f1b -p 2 -m 8 --layers 4 --config "$dir/ds.json" \
+  --json 2>&1) || fail "--json as processes: $out"
+python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert all(0 < e["clip_coef"] <= 1 and e["activation_peak_bytes"] > 0 for e in j["engines"]), j["engines"]' "$out" ||
+  fail "--json under strata launch is not JSON with each engine's fields: $out"
+echo "ok: --json under strata launch"
 
 # zb-auto scheduled from the per-stage F/B/W times of two ZB-H1 steps on the same engines' config.
 out=$("$strata" pipeline --kind zb-auto -p 2 -m 8 --layers 4 --config "$dir/ds.json" --measure-steps 2 --verify 2>&1) ||

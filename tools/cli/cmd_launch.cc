@@ -1,6 +1,7 @@
 // `strata launch -n N [--rendezvous DIR] [--nnodes M --node-rank K --run-id ID] -- CMD ARGS...`:
 // N local ranks of CMD with the rendezvous environment set; exits non-zero naming the first
 // rank that failed. Several nodes: one launcher per node, a shared --rendezvous directory.
+#include <algorithm>
 #include <cstdio>
 
 #include "runtime/comm/launch.h"
@@ -27,11 +28,15 @@ Action setup(CLI::App& cmd) {
                  "Names the run in the rendezvous directory; the same on every node (e.g. $SLURM_JOB_ID)");
   cmd.add_option("--grace-ms", o->grace_ms, "After a rank fails, time the others get before SIGTERM")
       ->check(CLI::NonNegativeNumber);
-  cmd.add_flag("--no-prefix", o->no_prefix, "Do not prefix output lines with [rank r]");
+  cmd.add_flag("--no-prefix", o->no_prefix,
+               "Do not prefix output lines with [rank r] (a command given --json is never prefixed: its output "
+               "stays JSON)");
   cmd.add_option("command", o->launch.command, "Command and arguments (after --)")->required();
   return [o] {
     o->launch.grace = std::chrono::milliseconds(o->grace_ms);
-    o->launch.prefix_output = !o->no_prefix;
+    // JSON from rank 0 (the commands that take --json print it there only) stays parseable.
+    const auto& c = o->launch.command;
+    o->launch.prefix_output = !o->no_prefix && std::find(c.begin(), c.end(), "--json") == c.end();
     const auto result = comm::launch_local(o->launch);
     if (result.exit_code != 0) {
       std::fprintf(stderr, "strata launch: failed: %s\n", result.summary.c_str());

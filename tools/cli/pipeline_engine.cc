@@ -194,9 +194,12 @@ EngineStagesResult run_ranks(const pipeline::Schedule& s, const std::function<pi
   EngineStagesResult res;
   res.reporter = r == 0;
   if (d == 0) res.reports = p2p ? pipeline::gather_reports(*p2p, mine.report) : std::vector{mine.report};
-  std::vector<double> summary = {mine.summary.device_peak, mine.summary.host_peak,  mine.summary.nvme_used,
-                                 mine.summary.nvme_read,   mine.summary.nvme_write, mine.summary.grad_norm,
-                                 mine.summary.clip_coef};
+  // Every field of StageSummary in its order (activations first: leaving it out shifted each
+  // field by one and sent a word past the end).
+  const std::vector<double> summary = {mine.summary.activations, mine.summary.device_peak, mine.summary.host_peak,
+                                       mine.summary.nvme_used,   mine.summary.nvme_read,   mine.summary.nvme_write,
+                                       mine.summary.grad_norm,   mine.summary.clip_coef};
+  static_assert(sizeof(StageSummary) == kSummaryDoubles * sizeof(double), "a StageSummary field is not sent");
   std::vector<double> all(static_cast<std::size_t>(kSummaryDoubles * P * D));
   world->all_gather(summary.data(), all.data(), 2 * kSummaryDoubles, DType::fp32);  // doubles as fp32 word pairs
   for (int q = 0; q < P * D; q += D) {
