@@ -34,22 +34,6 @@ namespace {
 
 using checkpoint::State;
 
-const char* optimizer_name(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::adam:
-      return "Adam";
-    case OptimizerType::adamw:
-      return "AdamW";
-    case OptimizerType::lion:
-      return "Lion";
-    case OptimizerType::adagrad:
-      return "Adagrad";
-    case OptimizerType::lamb:
-      return "Lamb";
-  }
-  return "?";
-}
-
 // Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.
 std::string state_family(const std::string& optimizer) { return optimizer == "Adam" ? "AdamW" : optimizer; }
 
@@ -80,7 +64,7 @@ std::string Engine::Impl::engine_state_json() const {
   const auto& s = c.scaler;
   return nlohmann::json{{"steps_taken", c.steps_taken},
                         {"step_calls", c.step_calls},
-                        {"optimizer", optimizer_name(cfg.optimizer.type)},
+                        {"optimizer", optimizer_type_name(cfg.optimizer.type)},
                         {"loss_scaling", scaling_name(scaler_config, cfg.fp16.enabled)},
                         {"loss_scaler",
                          {{"scale", s.scale},
@@ -114,7 +98,7 @@ OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest
       c.steps_taken >= 0 && c.step_calls >= c.steps_taken && c.scaler.scale > 0 && c.scaler.hysteresis_left >= 0,
       Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is out of range (steps_taken ",
       c.steps_taken, ", step_calls ", c.step_calls, ", loss scale ", c.scaler.scale, ")");
-  const std::string mine = optimizer_name(cfg.optimizer.type);
+  const std::string mine = optimizer_type_name(cfg.optimizer.type);
   if (saved_optimizer.empty()) {
     STRATA_LOG(warn, "checkpoint '", where,
                "' does not record its optimizer (an earlier Strata saved it): it is read as ", mine,

@@ -116,8 +116,7 @@ void resolve_batch(detail::ParseContext& ctx, const ObjectReader& top, EngineCon
 // profiling and the trainer's own business are accepted with the notice; anything that
 // would change what is trained is accepted only at DeepSpeed's default.
 void read_top_level_extras(ObjectReader& top) {
-  for (const char* key : {"steps_per_print",
-                          "wall_clock_breakdown",
+  for (const char* key : {"wall_clock_breakdown",
                           "memory_breakdown",
                           "dump_state",
                           "tensorboard",
@@ -192,6 +191,8 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
   }
   top.read_float("gradient_clipping", 0, std::numeric_limits<double>::max(), "use a number >= 0 (0 turns clipping off)",
                  config.gradient_clipping);
+  top.read_int("steps_per_print", 1, std::numeric_limits<std::int64_t>::max(), "use a whole number >= 1",
+               config.steps_per_print);
   detail::read_precision(top, config);
   detail::read_zero_sections(top, config);
   detail::read_optimizer(top, config);

@@ -115,7 +115,8 @@ struct EngineConfig {
   std::int64_t train_batch_size = 0;  // resolved: micro * accumulation * world
   std::int64_t train_micro_batch_size_per_gpu = 0;
   std::int64_t gradient_accumulation_steps = 0;
-  float gradient_clipping = 0.0f;  // 0 = off
+  float gradient_clipping = 0.0f;    // 0 = off
+  std::int64_t steps_per_print = 0;  // the trainer's progress line every N steps; 0: not given (every step)
   bool bf16 = false;
   Fp16Config fp16;
   Fp8Config fp8;
@@ -124,6 +125,7 @@ struct EngineConfig {
   OffloadConfig offload_param;
   AioConfig aio;
   OptimizerConfig optimizer;
+  bool optimizer_given = false;  // the config has an optimizer block (else Strata's defaults above)
   SchedulerConfig scheduler;
   MemoryBudget memory_budget;
   CheckpointConfig checkpoint;
@@ -156,6 +158,12 @@ EngineConfig parse_config(const std::string& json_text, const std::string& sourc
 // Reads the file (at most kMaxConfigBytes: /dev/zero or an endless pipe stops there), then
 // parse_config with the path as source.
 EngineConfig load_config(const std::string& path, const ModelFacts& facts);
+
+// "AdamW", "Adam", "Lion", "Adagrad" or "Lamb".
+const char* optimizer_type_name(OptimizerType t);
+// One line: the optimizer and its hyperparameters, the schedule and clipping, and whether the
+// optimizer is Strata's default (no optimizer block): trainers print it once at start.
+std::string describe_training(const EngineConfig& config);
 
 // lr at 1-based step `step` for the configured scheduler (optimizer lr when none).
 // Step `step` uses DeepSpeed's value at last_batch_iteration = step - 1, so step 1 runs at

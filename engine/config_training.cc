@@ -122,6 +122,7 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
   const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}, type);
   ObjectReader p = r.child("params");
   if (!r.present()) return;
+  config.optimizer_given = true;
   if (!typed) {
     // Declare every parameter name, so that only a misspelled "type" is reported before this.
     for (const char* key : {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode", "amsgrad",

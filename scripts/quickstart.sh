@@ -29,8 +29,7 @@ echo "== GPT: a byte-level GPT on Debian's fortunes (the fortune files themselve
 sed "s#build/demo/nvme#$out/nvme#g" "$STRATA_ROOT/scripts/configs/gpt-demo.json" > "$out/gpt-demo.json"
 "$strata" train --model gpt --data /usr/share/games/fortunes --layers 6 --d-model 192 --heads 6 --seq-len 128 \
   --remat always --config "$out/gpt-demo.json" --steps 600 --eval-every 50 --sample 400 --device host \
-  --log-json "$out/gpt.jsonl" --save-dir "$out/gpt-ckpt" --save-every 200 --keep 2 --save-async |
-  grep --line-buffered -v '^           io:' | awk 'NR <= 12 || /val/ || /checkpoint/ || !/^step/ {print; fflush()}'
+  --log-json "$out/gpt.jsonl" --save-dir "$out/gpt-ckpt" --save-every 200 --keep 2 --save-async
 /usr/bin/python3 "$STRATA_ROOT/scripts/plot_loss.py" "$out/gpt.jsonl" "$out/gpt-loss.png" \
   "GPT 6 x 192 on fortunes (byte level), ZeRO-3 bf16, states on device + host + NVMe"
 "$strata" checkpoint verify "$out/gpt-ckpt"

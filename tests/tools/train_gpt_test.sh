@@ -7,7 +7,7 @@
 # (naming the minimum), and data files that cannot train.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-gpt
-data="$(dirname "$0")/../../README.md"
+data="$(dirname "$0")/../../docs/user-guide.md"
 shape=(--model gpt --layers 2 --heads 2 --d-model 32 --steps 3 --seed 5 --device host)
 base=("${shape[@]}" --data "$data")
 model=("${base[@]}" --seq-len 16)
@@ -32,7 +32,8 @@ for world in 1 2; do
     name="w$world-s$1-$2-$3"
     config "$1" "$2" "$3" > "$dir/$name.json"
     if [ "$world" = 1 ]; then
-      "$strata" train "${model[@]}" --config "$dir/$name.json" --save-params "$dir/$name.safetensors" > "$dir/$name.log"
+      "$strata" train "${model[@]}" --config "$dir/$name.json" --save-params "$dir/$name.safetensors" \
+        --log-json "$dir/$name.jsonl" > "$dir/$name.log"
     else
       "$strata" launch -n 2 -- "$strata" train "${model[@]}" --config "$dir/$name.json" \
         --save-params "$dir/$name.safetensors" > "$dir/$name.log"
@@ -45,9 +46,21 @@ for world in 1 2; do
   done
   echo "world $world: ${#cases[@]} stage x placement runs give bitwise-identical GPT parameters"
 done
-# The progress line shows the whole device's peak (the trainer's activations too) beside the ledger's.
-grep -q "; device total peak [0-9.]* [A-Za-z]*)" "$dir/w1-s0-none-none.log" ||
-  fail "no device total peak in the progress line: $(head -3 "$dir/w1-s0-none-none.log")"
+# The progress line: at most 120 characters, the whole device's peak (the trainer's activations
+# too, --log-json's device_memory_peak_bytes) against its budget; --verbose beside the ledger's.
+python3 - "$dir/w1-s0-none-none.log" "$dir/w1-s0-none-none.jsonl" <<'PY' || fail "the progress lines: $(cat "$dir/w1-s0-none-none.log")"
+import json, re, sys
+lines = [l.rstrip("\n") for l in open(sys.argv[1]) if l.startswith("step ")]
+steps = [json.loads(l) for l in open(sys.argv[2])]
+assert lines and all(len(l) <= 120 for l in lines), [l for l in lines if len(l) > 120]
+m = re.search(r"  dev ([0-9.]+)(?: (B|KiB|MiB|GiB))?/([0-9.]+) (B|KiB|MiB|GiB)  host ", lines[-1])
+scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[m.group(2) or m.group(4)]
+peak = steps[-1]["device_memory_peak_bytes"] / scale
+assert abs(float(m.group(1)) - peak) <= 0.051, (lines[-1], peak)
+PY
+out=$("$strata" train "${model[@]}" --config "$dir/w1-s0-none-none.json" --verbose 2>&1) ||
+  fail "--verbose: $out"
+grep -q "; device total peak [0-9.]* [A-Za-z]*)" <<<"$out" || fail "no device total peak with --verbose: $out"
 tensors_equal "$dir/w1-s0-none-none.safetensors" "$dir/w2-s0-none-none.safetensors" 28 &&
   fail "world 1 and world 2 trained identical bits: the ranks cannot have seen different batches"
 
@@ -113,8 +126,10 @@ out=$("$strata" train "${base[@]}" --config "$dir/plain.json" --seq-len 64 --pos
   fail "a sequence longer than the position table was accepted"
 grep -q "seq-len 64 is above the model's position table (wpe.weight has 32 rows)" <<<"$out" || fail "unclear: $out"
 out=$("$strata" train "${model[@]}" --config "$dir/plain.json" --device-budget 64KiB 2>&1) && fail "64 KiB device accepted"
-grep -q "device budget 64.00 KiB is below one GPT block's live window plus its activations.*at least" <<<"$out" ||
+grep -q "device budget 64.00 KiB: raise memory_budget.device (or --device-budget) to at least .*\. It is below one GPT block's live window plus its activations" <<<"$out" ||
   fail "unclear: $out"
+first=$(grep "strata: error: device budget" <<<"$out" | sed 's/^strata: error: //; s/\. It is below .*//')
+[ "${#first}" -lt 200 ] || fail "the fix is not in a first sentence under 200 characters: $first"
 printf 'short' > "$dir/short.txt"
 out=$("$strata" train "${shape[@]}" --seq-len 16 --config "$dir/plain.json" --data "$dir/short.txt" 2>&1) && fail "5 bytes accepted"
 grep -q "short.txt' is too short" <<<"$out" || fail "unclear: $out"

@@ -14,7 +14,7 @@
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline-llama
-data=$(dirname "$0")/../../README.md
+data=$(dirname "$0")/../../docs/user-guide.md
 mkdir -p "$dir/llama" "$dir/tied" "$dir/qwen3" "$dir/cfgonly"
 cat > "$dir/llama/config.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 384, "hidden_size": 64,
@@ -73,7 +73,8 @@ for m in llama tied qwen3; do
     out=$("$strata" "${run[@]}" --steps 4 --model "$dir/$m-hf" --config "$dir/z1.json" --pipeline-stages 2 --schedule "$kind" \
       "${chunks[@]}" --log-json "$dir/$m-$kind.jsonl" --save-params "$dir/$m-$kind.st" --sample 12 2>&1) ||
       fail "$m $kind: $out"
-    grep -Eq "step +4/4 +loss [0-9.]+ .*stage 1: device" <<<"$out" || fail "$m $kind: no progress lines: $out"
+    grep -Eq "step +4/4 +loss [0-9.]+ .* dev [0-9.]+( [KMG]?i?B)?/[0-9.]+ [KMG]iB .*\(stage [01]\)$" <<<"$out" ||
+      fail "$m $kind: no progress lines: $out"
     if [ "$kind" = zb-auto ]; then
       grep -Eq "zb-auto (from step 1's measured times|: no schedule fits)" <<<"$out" ||
         fail "$m zb-auto: no word of the measured schedule: $out"

@@ -16,7 +16,7 @@
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" train-pipeline
-readme="$(dirname "$0")/../../README.md"
+readme="$(dirname "$0")/../../docs/user-guide.md"
 shape=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --layers 2)
 gpt=("${shape[@]}" --steps 4)
 config() {  # $1: file, $2: zero stage, $3: offload device[, $4: bf16, $5: fp16 (true/false)]
@@ -52,7 +52,7 @@ same_params() {  # $1: what, $2, $3: --save-params of the plain and the pipeline
 config "$dir/z1.json" 1 none
 "$strata" train "${gpt[@]}" --config "$dir/z1.json" --log-json "$dir/plain.jsonl" --save-params "$dir/plain.st" \
   >/dev/null
-out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --schedule 1f1b \
+out=$("$strata" train "${gpt[@]}" --config "$dir/z1.json" --pipeline-stages 2 --schedule 1f1b --verbose \
   --log-json "$dir/pipe.jsonl" --save-params "$dir/pipe.st" 2>&1) || fail "1f1b: $out"
 grep -Eq "step +4/4 +loss [0-9.]+ .* tok/s .*stage 1: device" <<<"$out" || fail "no progress lines: $out"
 same_losses "1f1b, 2 stages as threads, ZeRO-1" "$dir/plain.jsonl" "$dir/pipe.jsonl"
@@ -202,8 +202,9 @@ config "$dir/z3.json" 3 nvme
 "$strata" launch -n 2 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --log-json "$dir/plain2.jsonl" \
   --save-params "$dir/plain2.st" >/dev/null
 out=$("$strata" launch -n 4 -- "$strata" train "${gpt[@]}" --config "$dir/z3.json" --pipeline-stages 2 \
-  --schedule zb-h1 --log-json "$dir/pipe2.jsonl" --save-params "$dir/pipe2.st" 2>&1) || fail "zb-h1 as processes: $out"
-grep -q "nvme" <<<"$out" || fail "no NVMe in the memory report: $out"
+  --schedule zb-h1 --verbose --log-json "$dir/pipe2.jsonl" --save-params "$dir/pipe2.st" 2>&1) ||
+  fail "zb-h1 as processes: $out"
+grep -q "nvme" <<<"$out" || fail "no NVMe in the --verbose memory report: $out"
 same_losses "zb-h1, 2 stages x 2 replicas as processes, ZeRO-3 on NVMe" "$dir/plain2.jsonl" "$dir/pipe2.jsonl"
 same_params "zb-h1, 2 stages x 2 replicas as processes" "$dir/plain2.st" "$dir/pipe2.st"
 out=$("$strata" train "${gpt[@]}" --config "$dir/z3.json" --pipeline-stages 2 --schedule zb-auto \

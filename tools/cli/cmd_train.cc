@@ -29,6 +29,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/interrupt.h"
 #include "tools/cli/output_check.h"
+#include "tools/cli/step_report.h"
 #include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_llama.h"
 #include "tools/cli/train_model.h"
@@ -46,6 +47,7 @@ struct Options {
   std::string device_budget = "1GiB";
   double link_gbps = 0;
   bool explain = false;
+  StepPrinting::Level printing = StepPrinting::Level::normal;  // --quiet, --verbose
   CheckpointFlags ckpt;
   PipelineTrainOptions pipe;  // --pipeline-stages P (train_pipeline.h)
 };
@@ -85,15 +87,10 @@ device::DeviceOptions device_options(const Options& o, const engine::EngineConfi
   return dopt;
 }
 
-// Rank 0's line per step (loss, throughput, memory per tier, I/O) and its --log-json object.
-// rss_base: the process's resident bytes before anything was set up (libraries loaded).
-void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
-                 const engine::MemoryReport& mem, const engine::IoStats& io, std::uint64_t rss_base, std::ofstream& log,
-                 const std::string& log_path) {
-  const std::uint64_t rss_peak = process_peak_rss_bytes();
-  // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
-  const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
-  const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
+// --verbose: every detail of the step on two lines.
+void print_verbose_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
+                        const engine::MemoryReport& mem, const engine::IoStats& io, double nvme_gbps,
+                        std::uint64_t rss_peak) {
   const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
   char val_text[32] = "";
   if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
@@ -117,7 +114,41 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
         format_bytes(io.nvme_read_bytes).c_str(), format_bytes(io.nvme_write_bytes).c_str(), nvme_gbps,
         io.io_wait_seconds * 1e3);
   }
-  std::fflush(stdout);
+}
+
+// Rank 0's line per step (step_report.h) and its --log-json object.
+// rss_base: the process's resident bytes before anything was set up (libraries loaded).
+void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
+                 const engine::MemoryReport& mem, const engine::IoStats& io, std::uint64_t rss_base,
+                 const StepPrinting& printing, std::ofstream& log, const std::string& log_path) {
+  const std::uint64_t rss_peak = process_peak_rss_bytes();
+  // NVMe GB/s: the step's NVMe bytes over its wall time (what the step sustained).
+  const double nvme_bytes = static_cast<double>(io.nvme_read_bytes + io.nvme_write_bytes);
+  const double nvme_gbps = io.step_seconds > 0 ? nvme_bytes / io.step_seconds / 1e9 : 0.0;
+  const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
+  if (printing.prints(s, steps, !std::isnan(val), r.result.skipped)) {
+    if (printing.level == StepPrinting::Level::verbose) {
+      print_verbose_step(s, steps, r, ms, val, mem, io, nvme_gbps, rss_peak);
+    } else {
+      const double moved = static_cast<double>(io.h2d_bytes + io.d2h_bytes) + nvme_bytes;
+      StepLine line{.step = s + 1,
+                    .steps = steps,
+                    .loss = r.loss,
+                    .val = val,
+                    .ms = ms,
+                    .tokens_per_s = tokens_per_s,
+                    .device_peak = mem.device_memory_peak,
+                    .device_budget = mem.device.budget_bytes,
+                    .host_peak = mem.host.peak_bytes,
+                    .host_budget = mem.host.budget_bytes,
+                    .io_gbps = io.step_seconds > 0 ? moved / io.step_seconds / 1e9 : 0.0,
+                    .note = r.result.skipped       ? "skipped (overflow)"
+                            : r.result.rolled_back ? "undone (clipped)"
+                                                   : ""};
+      std::printf("%s\n", compact_step_line(line).c_str());
+    }
+    std::fflush(stdout);
+  }
   if (log.is_open()) {
     nlohmann::json j = {
         {"step", s + 1},
@@ -185,6 +216,7 @@ int run_pipelined(const Options& o) {
   p.save_params = o.save_params;
   p.trace = o.trace;
   p.explain = o.explain;
+  p.printing = o.printing;
   p.link_gbps = o.link_gbps;
   p.ckpt = o.ckpt;
   p.device_budget = o.device_budget;
@@ -254,14 +286,17 @@ int run(const Options& o) {
                 model->describe().c_str(), cfg.zero.stage, dtype_name(engine.compute_dtype()), world,
                 static_cast<long long>(cfg.train_micro_batch_size_per_gpu),
                 static_cast<long long>(cfg.gradient_accumulation_steps), dev->name().c_str());
+    std::printf("  optimizer: %s\n", engine::describe_training(cfg).c_str());
   }
+  const StepPrinting printing{.level = o.printing, .every = cfg.steps_per_print};
   for (std::int64_t s = first; s < o.steps; ++s) {
     checkpoints.stop_if_interrupted(engine, comm.get(), s, first);  // a final checkpoint first when saving
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = model->step(s);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double val = model->validate(s + 1, o.steps);
-    if (rank == 0) report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), rss_base, log, o.log_json);
+    if (rank == 0)
+      report_step(s, o.steps, r, ms, val, engine.memory(), engine.io_stats(), rss_base, printing, log, o.log_json);
     checkpoints.after_step(engine, s, o.steps);
   }
   checkpoints.finish(engine);
@@ -308,6 +343,7 @@ Action setup(CLI::App& cmd) {
       ->check(CLI::NonNegativeNumber);
   add_checkpoint_options(cmd, o->ckpt);
   cmd.add_flag("--explain", o->explain, "Print the placement: what lives on which tier and why");
+  add_printing_flags(cmd, o->printing);
   cmd.add_option("--layer-ms", m.layer_ms, "Simulated compute per layer forward (backward: twice)")
       ->check(CLI::NonNegativeNumber);
   CLI::Option* stages = cmd.add_option("--pipeline-stages", o->pipe.stages,

@@ -82,6 +82,7 @@ struct Run {
   bool zb_auto = false;
   std::ofstream log;
   std::uint64_t tokens_per_step = 0;  // every replica's
+  StepPrinting printing;              // --quiet, --verbose, steps_per_print (step_report.h)
   PipelineCheckpoints ckpt;
   // --trace: one per stage (threads, one origin) or this rank's alone (processes).
   std::vector<std::unique_ptr<Tracer>> tracers;
@@ -156,10 +157,33 @@ struct Run {
     if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
     const double tps = static_cast<double>(tokens_per_step) / step;
     // Every stage sees the norm over all of them, so one rank's step outcome is every rank's.
-    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
-                static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
-                at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
-    std::fflush(stdout);
+    if (printing.prints(s, o.steps, !std::isnan(val), at(0, skipped) != 0)) {
+      if (printing.level == StepPrinting::Level::verbose) {
+        std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
+                    static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
+                    at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
+      } else {  // the stage nearest its device budget, and the largest host peak
+        int tight = 0;
+        double host = 0;
+        for (int st = 0; st < P; ++st) {
+          const auto share = [&](int q) { return at(q, dev_total_peak) / std::max(1.0, at(q, dev_budget)); };
+          if (share(st * D) > share(tight * D)) tight = st;
+          host = std::max(host, at(st * D, host_peak));
+        }
+        StepLine line{.step = s + 1,
+                      .steps = o.steps,
+                      .loss = loss,
+                      .val = val,
+                      .ms = step * 1e3,
+                      .tokens_per_s = tps,
+                      .device_peak = static_cast<std::uint64_t>(at(tight * D, dev_total_peak)),
+                      .device_budget = static_cast<std::uint64_t>(at(tight * D, dev_budget)),
+                      .host_peak = static_cast<std::uint64_t>(host),
+                      .note = at(0, skipped) != 0 ? "skipped (overflow)" : ""};
+        std::printf("%s  (stage %d)\n", compact_step_line(line).c_str(), tight);
+      }
+      std::fflush(stdout);
+    }
     if (!log.is_open()) return;
     nlohmann::json stages = nlohmann::json::array();
     for (int st = 0; st < P; ++st) {
@@ -250,6 +274,7 @@ struct Run {
     if (printer)
       std::printf("strata train: %s, %d pipeline stage(s) (%s) x %d replica(s), ZeRO stage %d, micro-batch %d x %d\n",
                   model.describe.c_str(), P, zb_auto ? "zb-auto" : first.kind.c_str(), D, eso.config.zero.stage, B, m);
+    if (printer) std::printf("  optimizer: %s\n", engine::describe_training(eso.config).c_str());
     if (printer && !ckpt.init_from.empty())
       std::printf("initialised %zu tensors from %s\n", model.tensors.size(), ckpt.init_from.c_str());
     if (o.explain) explain(runner, stage, d, all);
@@ -340,6 +365,7 @@ int train_pipelined(const PipelineTrainOptions& given) {
   run.B = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   run.m = static_cast<int>(cfg.gradient_accumulation_steps);
   run.model = pipelined_model(o.m, cfg, run.B, run.m, run.D, as_ranks && rdzv.rank != 0);
+  run.printing = {.level = o.printing, .every = cfg.steps_per_print};
   run.tokens_per_step =
       run.model.units_per_micro * static_cast<std::uint64_t>(run.m) * static_cast<std::uint64_t>(run.D);
   pipeline::GenerateOptions g;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tools/cli/step_report.h"
 #include "tools/cli/train_checkpoint.h"
 #include "tools/cli/train_model.h"
 
@@ -37,10 +38,11 @@ struct PipelineTrainOptions {
   std::string config;
   std::int64_t steps = 10;
   std::string log_json;
-  std::string save_params;    // the final fp32 parameters as the model's named tensors (safetensors)
-  CheckpointFlags ckpt;       // --save-dir, --save-every, --keep, --resume, --init-from, --save-async
-  std::string trace;          // a Chrome trace: one file (threads), or one per rank (.rank<r>)
-  bool explain = false;       // every stage's placement (replica 0's), stage by stage
+  std::string save_params;  // the final fp32 parameters as the model's named tensors (safetensors)
+  CheckpointFlags ckpt;     // --save-dir, --save-every, --keep, --resume, --init-from, --save-async
+  std::string trace;        // a Chrome trace: one file (threads), or one per rank (.rank<r>)
+  bool explain = false;     // every stage's placement (replica 0's), stage by stage
+  StepPrinting::Level printing = StepPrinting::Level::normal;  // --quiet, --verbose (step_report.h)
   double link_gbps = 0;       // each stage's host device: H2D/D2H throttled to this (0: not)
   std::string device_budget;  // each stage's device, when the config has no memory_budget.device
   int stages = 0;
