@@ -331,15 +331,16 @@ void PlacementPlan::check_host_budget() const {
   const std::uint64_t budget = c_.cfg.memory_budget.host;
   if (budget == 0) return;
   const HostParts h = host_parts();
-  STRATA_CHECK(h.total() <= budget, Errc::out_of_budget, "host tier: this placement needs at least ",
-               format_bytes(h.total()), " (", h.total(), " B) there but memory_budget.host is ", format_bytes(budget),
-               ": ", format_bytes(h.opt), " optimizer state, ", format_bytes(h.acc), " gradient accumulators, ",
+  // The fix first (under 200 characters), the parts after.
+  STRATA_CHECK(h.total() <= budget, Errc::out_of_budget, "host tier: raise memory_budget.host to at least ", h.total(),
+               " B (", format_bytes(h.total()), "; it is ", format_bytes(budget),
+               "), or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\"). The "
+               "placement needs ",
+               format_bytes(h.opt), " optimizer state, ", format_bytes(h.acc), " gradient accumulators, ",
                format_bytes(h.params), " parameter shards, ", format_bytes(h.fixed),
                " of reduction scratch and staging (the largest bucket and layer: zero_optimization.reduce_bucket_size "
-               "bounds the first), ",
-               format_bytes(h.swap_min + h.param_min),
-               " for one NVMe swap buffer per store. Raise memory_budget.host to at least ", h.total(),
-               " B, or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\")");
+               "bounds the first) and ",
+               format_bytes(h.swap_min + h.param_min), " for one NVMe swap buffer per store there");
 }
 
 void PlacementPlan::check_nvme_budget() const {

@@ -2,7 +2,10 @@
 // is below what it must hold whatever the placement (its floor), then the smallest budget
 // of each single tier that makes the plan fit with the others as they are, and whether an
 // nvme_path would make it fit. Each number is one the planner accepts and refuses one byte below.
+#include <algorithm>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "offload/detail/placement_model.h"
 #include "runtime/core/error.h"
@@ -84,6 +87,12 @@ Floor floor_of(const PlacementProblem& p, const Model& m, int t) {
   return f;
 }
 
+std::string join(const std::vector<std::string>& parts, const char* between) {
+  std::string out;
+  for (const auto& part : parts) out += (out.empty() ? "" : between) + part;
+  return out;
+}
+
 std::string needs(int t, std::uint64_t bytes) {
   return str_cat("the ", word(t), " needs at least ", format_up(bytes), " (", bytes, " B)");
 }
@@ -91,9 +100,12 @@ std::string needs(int t, std::uint64_t bytes) {
 }  // namespace
 
 std::string refusal_message(const PlacementProblem& p, const Model& m) {
+  // The fixes lead (every floor that must be raised, then the alternatives, one of which
+  // suffices), in a sentence of their own; the reasons follow.
+  std::vector<std::string> required, either;
+  std::vector<std::pair<double, std::string>> raises;  // (needed / budget, the fix)
   std::ostringstream os;
-  os << "no placement of the model state fits the memory budgets at ZeRO stage " << p.stage << " (" << p.layers.size()
-     << " layers).";
+  os << "At ZeRO stage " << p.stage << " (" << p.layers.size() << " layers):";
   Model raised = m;
   bool floored = false;
   for (int t = 0; t < 3; ++t) {
@@ -104,9 +116,17 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
     os << " " << key(t) << " = " << budget_text(m, t) << " is too small for this model at ZeRO stage " << p.stage
        << ": " << needs(t, f.total) << " with everything else " << (t == kDevice ? "offloaded" : "on other tiers")
        << " (" << f.parts << "). Raise " << key(t) << " to at least " << typeable(f.total) << ".";
+    required.push_back(str_cat(key(t), " to at least ", typeable(f.total)));
   }
+  const auto lead = [&] {
+    std::string text = "no placement of the model state fits the memory budgets: ";
+    if (!required.empty()) text += "raise " + join(required, " and ");
+    if (!either.empty()) text += str_cat(required.empty() ? "" : ", then ", join(either, ", or "));
+    if (required.empty() && either.empty()) text += "raise several budgets, or give the model more ranks";
+    return text + ". " + os.str();
+  };
   if (floored) {
-    if (complete(raised, solve(raised, p.search_nodes).state)) return os.str();
+    if (complete(raised, solve(raised, p.search_nodes).state)) return lead();
     os << " Even then nothing fits:";
   }
   int alternatives = 0;
@@ -122,7 +142,12 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
       os << (others++ ? " and " : "") << key(u) << " = " << budget_text(raised, u);
     }
     os << ": " << needs(t, *least) << ". Raise " << key(t) << " to at least " << typeable(*least) << ".";
+    // The smallest raise, relative to the budget it changes, leads.
+    raises.emplace_back(static_cast<double>(*least) / static_cast<double>(std::max<std::uint64_t>(1, raised.cap[t])),
+                        str_cat("raise ", key(t), " to at least ", typeable(*least)));
   }
+  std::stable_sort(raises.begin(), raises.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& r : raises) either.push_back(std::move(r.second));
   if (!p.nvme_available) {
     PlacementProblem q = p;
     q.nvme_available = true;
@@ -142,10 +167,12 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
              : opt         ? "optimizer state"
                            : "parameters")
          << " can move to NVMe (no nvme_path is configured).";
+      either.push_back(str_cat("set ", opt ? "offload_optimizer.nvme_path" : "", opt && params ? " and " : "",
+                               params ? "offload_param.nvme_path" : ""));
     }
   }
   if (alternatives == 0) os << " No single budget is enough: raise several, or give the model more ranks.";
-  return os.str();
+  return lead();
 }
 
 }  // namespace strata::offload::detail

@@ -31,13 +31,13 @@ void require_device_room(engine::Engine& engine, std::uint64_t need, std::uint64
                          int micro_batch, int seq_len, Remat remat) {
   const auto stats = engine.device().memory_stats();
   const std::uint64_t room = stats.budget_bytes - std::min(stats.budget_bytes, stats.used_bytes);
-  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes), " is below ",
-               window, ": activations and buffers ", format_bytes(activations), " (micro-batch ", micro_batch,
-               " x seq-len ", seq_len, ", remat ", remat_name(remat),
-               ") and the largest layers gathered with a gradient buffer: raise memory_budget.device (or "
-               "--device-budget) to at least ",
+  // The fix first (under 200 characters), the reason after.
+  STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
+               ": raise memory_budget.device (or --device-budget) to at least ",
                format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
-               remat == Remat::always ? "" : ", or --remat always");
+               remat == Remat::always ? "" : ", or --remat always", ". It is below ", window,
+               ": activations and buffers ", format_bytes(activations), " (micro-batch ", micro_batch, " x seq-len ",
+               seq_len, ", remat ", remat_name(remat), ") and the largest layers gathered with a gradient buffer");
 }
 
 std::uint64_t EngineAccess::bytes(const LayerNumels& n, DType compute) {

@@ -131,11 +131,12 @@ TEST_CASE("a host budget below one swap buffer is refused before setup allocates
   spec.config.memory_budget.host = 8192;   // the reduction scratch takes part of it
   const std::string m = train_error(spec);
   INFO(m);
-  CHECK(m.find("host tier: this placement needs at least ") != std::string::npos);
+  CHECK(m.find("host tier: raise memory_budget.host to at least ") != std::string::npos);
   CHECK(m.find("12.00 KiB for one NVMe swap buffer per store") != std::string::npos);
+  CHECK(m.find(". The placement needs") < 200);  // the fix first, in under 200 characters
   // The minimum it names is enough: setup sizes the swap buffers to what the budget leaves.
-  named_minimum_trains(spec, m, "Raise memory_budget.host to at least ", &engine::MemoryBudget::host,
-                       "host tier: this placement needs at least");
+  named_minimum_trains(spec, m, "raise memory_budget.host to at least ", &engine::MemoryBudget::host,
+                       "host tier: raise memory_budget.host to at least");
 }
 
 TEST_CASE("an NVMe budget below the swap files is refused before any is created, naming the minimum, which trains",

@@ -97,9 +97,9 @@ TEST_CASE(
   spec.config.memory_budget.host = 6000;           // scratch and gradient staging (3000 B) leave 3000 B
   const std::string m = train_error(spec);
   INFO(m);
-  CHECK(m.find("host tier: this placement needs at least ") != std::string::npos);
+  CHECK(m.find("host tier: raise memory_budget.host to at least ") != std::string::npos);
   CHECK(m.find("4.00 KiB for one NVMe swap buffer per store") != std::string::npos);
-  const std::string key = "Raise memory_budget.host to at least ";
+  const std::string key = "raise memory_budget.host to at least ";
   const auto at = m.find(key);
   REQUIRE(at != std::string::npos);
   spec.config.memory_budget.host = std::stoull(m.substr(at + key.size()));

@@ -237,6 +237,11 @@ TEST_CASE("a short host names the host minimum, the device alternative and the n
   CHECK_THAT(msg, Catch::Contains("memory_budget.host = 1199 B (1.17 KiB) is too small for this model at ZeRO stage 3 "
                                   "with memory_budget.device = 2600 B (2.54 KiB): the host needs at least 1.18 KiB "
                                   "(1200 B). Raise memory_budget.host to at least 1200 B."));
+  // The fix leads, in a sentence under 200 characters.
+  CHECK(msg.rfind("no placement of the model state fits the memory budgets: raise memory_budget.host to at least "
+                  "1200 B",
+                  0) == 0);
+  CHECK(msg.find(". ") < 200);
   // The host then holds optimizer 1 and shard 0 (1000 B of 1099 free): the rest, 1700 B, on the device.
   CHECK_THAT(msg, Catch::Contains("the device needs at least 2.64 KiB (2700 B)"));
   // With an NVMe the cheapest fix moves shard 1 there (300 B more traffic than on the host).
