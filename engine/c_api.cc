@@ -93,9 +93,17 @@ strata_status strata_engine_create(const char* config_path, uint64_t device_budg
 
 strata_status strata_engine_create_on(const char* config_path, const char* device, uint64_t device_budget_bytes,
                                       uint64_t seed, strata_engine** out) {
+  return strata_engine_create_for_model(config_path, device, device_budget_bytes, seed, 0, 0, out);
+}
+
+strata_status strata_engine_create_for_model(const char* config_path, const char* device, uint64_t device_budget_bytes,
+                                             uint64_t seed, uint64_t hidden_size, int64_t total_steps,
+                                             strata_engine** out) {
   return guarded([&] {
     STRATA_CHECK(config_path != nullptr && out != nullptr && device != nullptr, strata::Errc::invalid_argument,
-                 "strata_engine_create_on: config_path, device and out must not be NULL");
+                 "strata_engine_create: config_path, device and out must not be NULL");
+    STRATA_CHECK(total_steps >= 0, strata::Errc::invalid_argument, "strata_engine_create_for_model: total_steps ",
+                 total_steps, " must be >= 0 (0: not known)");
     *out = nullptr;
     auto e = std::make_unique<strata_engine>();
     strata::comm::CommOptions co;
@@ -103,6 +111,8 @@ strata_status strata_engine_create_on(const char* config_path, const char* devic
     if (co.rendezvous.world_size > 1) e->comm = strata::comm::Communicator::create(co);
     strata::engine::ModelFacts facts;
     facts.world_size = co.rendezvous.world_size;
+    facts.hidden_size = hidden_size;
+    facts.total_steps = total_steps;
     const auto cfg = strata::engine::load_config(config_path, facts);
     strata::device::DeviceOptions d;
     d.backend = strata::engine::choose_backend(device, co.rendezvous.world_size);

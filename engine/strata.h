@@ -78,6 +78,13 @@ strata_status strata_engine_create(const char* config_path, uint64_t device_budg
    it calls strata_release or strata_reduce_grads on it. */
 strata_status strata_engine_create_on(const char* config_path, const char* device, uint64_t device_budget_bytes,
                                       uint64_t seed, strata_engine** out);
+/* The same with what a config's "auto" values are derived from, as the Hugging Face trainer
+   fills them: the model's hidden size (zero_optimization's bucket sizes) and the run's
+   optimizer steps (the scheduler's total_num_steps); 0 for either: not known (an "auto" that
+   needs it is refused naming the key). */
+strata_status strata_engine_create_for_model(const char* config_path, const char* device, uint64_t device_budget_bytes,
+                                             uint64_t seed, uint64_t hidden_size, int64_t total_steps,
+                                             strata_engine** out);
 void strata_engine_destroy(strata_engine* engine);
 
 strata_status strata_register_param(strata_engine* e, const char* name, const int64_t* shape, int ndim, int layer,

@@ -68,7 +68,8 @@ def _load():
     lib = ctypes.CDLL(path)
     P, I, U64, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_size_t
     sigs = {
-        "strata_engine_create_on": [ctypes.c_char_p, ctypes.c_char_p, U64, U64, ctypes.POINTER(P)],
+        "strata_engine_create_for_model": [ctypes.c_char_p, ctypes.c_char_p, U64, U64, U64, ctypes.c_int64,
+                                           ctypes.POINTER(P)],
         "strata_register_param": [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), I, I, I, ctypes.c_float],
         "strata_setup": [P], "strata_begin_step": [P], "strata_synchronize": [P],
         "strata_begin_eval": [P], "strata_end_eval": [P],
@@ -153,9 +154,12 @@ class View:
 
 class Engine:
     """One rank's ZeRO engine (the host-trainer contract of docs/design.md). `config` is a
-    DeepSpeed-style JSON file path or a dict. Under `strata launch` it joins the other ranks."""
+    DeepSpeed-style JSON file path or a dict. Under `strata launch` it joins the other ranks.
+    hidden_size and total_steps (0: not known) fill the config's "auto" values that depend on
+    them, as the Hugging Face trainer does (zero_optimization's bucket sizes, the scheduler's
+    total_num_steps)."""
 
-    def __init__(self, config, device="host", device_budget=0, seed=0):
+    def __init__(self, config, device="host", device_budget=0, seed=0, hidden_size=0, total_steps=0):
         lib = _load()
         self._tmp = None
         if isinstance(config, dict):
@@ -166,8 +170,9 @@ class Engine:
             config = self._tmp
         self._h = ctypes.c_void_p()
         try:
-            _check(lib.strata_engine_create_on(str(config).encode(), device.encode(), int(device_budget), int(seed),
-                                               ctypes.byref(self._h)))
+            _check(lib.strata_engine_create_for_model(str(config).encode(), device.encode(), int(device_budget),
+                                                      int(seed), int(hidden_size), int(total_steps),
+                                                      ctypes.byref(self._h)))
         finally:
             if self._tmp:
                 os.unlink(self._tmp)

@@ -91,12 +91,27 @@ def _first_grad_tensor(output):
     return None
 
 
-def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0):
-    """Returns a ModelEngine training `model` with the DeepSpeed-style `config` (dict or path)."""
+def hidden_size_of(model):
+    """The model's hidden size for a config's "auto" values: its Hugging Face config's
+    hidden_size (d_model, n_embd), else the largest dimension of any 2-D parameter, as the
+    CLI derives it."""
+    hf = getattr(model, "config", None)
+    for key in ("hidden_size", "d_model", "n_embd"):
+        if isinstance(getattr(hf, key, None), int):
+            return getattr(hf, key)
+    return max((max(p.shape) for p in model.parameters() if p.dim() == 2), default=0)
+
+
+def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0, total_steps=0):
+    """Returns a ModelEngine training `model` with the DeepSpeed-style `config` (dict or path).
+    A config written for the Hugging Face trainer runs as it does from the CLI: its "auto"
+    values are filled from the model (hidden_size_of) and total_steps (the scheduler's
+    total_num_steps; 0: not known, and an "auto" that needs it is refused naming the key)."""
     if device != "host":
         raise StrataError(f"strata.torch runs on the host device for now (device='{device}' asked): its parameter "
                           f"views are host memory; train on GPUs with the C++ API or strata train --device cuda")
-    return ModelEngine(model, config, blocks if blocks is not None else find_blocks(model), device, device_budget, seed)
+    return ModelEngine(model, config, blocks if blocks is not None else find_blocks(model), device, device_budget, seed,
+                       total_steps)
 
 
 def _as_tensor(view, shape):
@@ -107,13 +122,13 @@ def _as_tensor(view, shape):
 
 
 class ModelEngine:
-    def __init__(self, model, config, blocks, device, device_budget, seed):
+    def __init__(self, model, config, blocks, device, device_budget, seed, total_steps=0):
         self.module = model
         self.engine = None
         self._hooks = []
         originals = {id(p): p.data for p in model.parameters()}
         try:
-            self._build(model, config, blocks, device, device_budget, seed)
+            self._build(model, config, blocks, device, device_budget, seed, total_steps)
         except BaseException:
             # A failed initialize undoes itself: no hook stays on the model, every parameter holds
             # its own tensor again, and the engine goes now (its memory, its lock on nvme_path),
@@ -128,13 +143,14 @@ class ModelEngine:
                 self.engine.close()
             raise
 
-    def _build(self, model, config, blocks, device, device_budget, seed):
+    def _build(self, model, config, blocks, device, device_budget, seed, total_steps):
         frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
         if frozen:
             raise StrataError(f"parameters {frozen} do not require gradients: strata.torch trains every parameter of "
                               f"the model (each block's parameters all get a gradient in each micro-batch), so "
                               f"frozen ones are not supported")
-        self.engine = Engine(config, device=device, device_budget=device_budget, seed=seed)
+        self.engine = Engine(config, device=device, device_budget=device_budget, seed=seed,
+                             hidden_size=hidden_size_of(model), total_steps=total_steps)
         names = {id(p): n for n, p in model.named_parameters()}
         self._blocks = list(blocks)
         self._params = []  # per layer: [(name, parameter)]

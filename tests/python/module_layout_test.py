@@ -5,7 +5,10 @@ and without its head tied to the embedding, and a ModuleList of ModuleLists. The
 found through the nesting, the parameters of no block train as the engine's last layer, and
 each layout trains to torch's own AdamW within fp32 tolerance; in bf16 ZeRO stages 0-3 with
 state on the device, in host RAM and on NVMe give the bits of stage 0. Exits 77 without torch."""
+import json
+import os
 import tempfile
+import types
 
 from harness import check, finish, torch  # exits 77 without torch
 
@@ -137,6 +140,21 @@ for kind in ("lm", "lm_tied", "grid"):
     check(list(state) == list(plain), f"{kind}: module_state_dict has the module's keys in order")
     check(all(torch.equal(state[k], plain[k]) for k in plain), f"{kind}: module_state_dict equals the closed "
           f"module's state_dict (parameters, buffers)")
+
+# A config written for the Hugging Face trainer ("auto" values) runs as it does from the CLI: the
+# bucket sizes come from the model's config.hidden_size, the scheduler's steps from total_steps.
+hf_config = json.load(open(os.path.join(os.path.dirname(__file__), "..", "engine", "ds_configs",
+                                        "hf_transformers_zero3.json")))
+model = make("lm")
+model.config = types.SimpleNamespace(hidden_size=16)
+check(st.hidden_size_of(model) == 16 and st.hidden_size_of(make("grid")) == 12, "the hidden size an \"auto\" reads")
+e = st.initialize(model, hf_config, total_steps=4)
+for x, y in data("lm", 4):
+    e.backward(loss_of("lm", e, x, y))
+    result = e.step()
+check(result["step"] == 4, "a Hugging Face trainer config trains through strata.torch")
+e.close()
+print("a Hugging Face trainer config with \"auto\" values trains through strata.torch, as from the CLI")
 
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     cases = [(0, "none", "none"), (1, "cpu", "none"), (2, "nvme", "none"), (3, "none", "none"), (3, "cpu", "cpu"),
