@@ -12,6 +12,7 @@
 
 #include "io/swap_format.h"
 #include "runtime/core/error.h"
+#include "runtime/core/progress.h"
 #include "runtime/core/units.h"
 
 namespace strata::checkpoint {
@@ -272,9 +273,13 @@ void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem,
 }
 
 void ShardReader::verify_all() {
+  std::uint64_t total = 0;
+  for (const auto& f : m_.files) total += f.bytes;
+  Progress progress("verify", total);
   for (std::size_t f = 0; f < m_.files.size(); ++f) {
     const std::uint64_t chunks = open(static_cast<int>(f)).chunks;
     for (std::uint64_t c = 0; c < chunks; ++c) chunk(static_cast<int>(f), c, "the whole checkpoint (verify)");
+    progress.advance(m_.files[f].bytes);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/progress.h"
 #include "runtime/core/units.h"
 #include "runtime/device/arena.h"
 
@@ -170,7 +171,12 @@ void Engine::setup() {
   I.allocate_step_buffers();
 
   Impl::InitScratch buf;
-  for (std::size_t li = 0; li < lay.layers().size(); ++li) I.init_layer(li, buf);
+  // Reading a checkpoint's weights and writing the first values to NVMe take minutes at scale.
+  Progress progress("setup: first values into the tiers (fp32)", lay.total_padded() * 4, I.rank != 0);
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    I.init_layer(li, buf);
+    progress.advance(lay.layers()[li].padded * 4);
+  }
   I.opt_state->commit_writes();
   if (auto* store = I.param_store()) store->commit();
   if (stage == 3) I.make_gather_path();

@@ -233,10 +233,19 @@ TokenData TokenData::load(const std::string& path, int vocab, const std::string&
   STRATA_CHECK(d.size() > 0, Errc::invalid_argument, "--data '", path,
                "' holds no tokens: give a non-empty text file, a directory of them, or a token file");
   const auto limit = static_cast<std::uint32_t>(std::max(vocab, 0));
+  std::uint32_t top = 0;
   for (std::size_t i = 0; i < d.size(); ++i) {
     STRATA_CHECK(d[i] < limit, Errc::invalid_argument, "--data '", path, "': token ", i, " is ", d[i],
                  ", not below the model's vocabulary of ", vocab, ": use --vocab > ", d[i],
                  " or data made for this vocabulary");
+    top = std::max(top, d[i]);
+  }
+  // Bytes fed to a tokenizer's vocabulary (--preset 124M on a text file) train, but only 256 of
+  // its rows ever see a token: said once, with what to do.
+  if (!quiet && top < 256 && vocab > 256) {
+    STRATA_LOG(warn, "--data '", path, "' was read as bytes (tokens 0-255), but the model's vocabulary is ", vocab,
+               ": only 256 of its embedding rows will train. Tokenize the text for this model first (strata "
+               "tokenize), or train a byte-level model with --vocab 256");
   }
   d.description_ = str_cat(path, " (", d.size(), " tokens from ", files, files == 1 ? " file)" : " files)");
   return d;

@@ -6,6 +6,7 @@
 #include "checkpoint/shard_file.h"
 #include "models/hf/dir_writer.h"
 #include "runtime/core/error.h"
+#include "runtime/core/progress.h"
 #include "tools/cli/interrupt.h"
 
 namespace strata::cli {
@@ -15,6 +16,9 @@ void stream_masters(const std::string& step_dir, const checkpoint::Manifest& m, 
   checkpoint::ShardReader reader(step_dir, m);
   constexpr std::uint64_t kPiece = std::uint64_t{1} << 20;
   std::vector<float> piece;
+  std::uint64_t total = 0;
+  for (const auto& t : m.tensors) total += t.numel * 4;
+  Progress progress("export (fp32 masters read)", total);
   for (const auto& t : m.tensors) {
     for (std::uint64_t e = 0; e < t.numel; e += kPiece) {
       if (interrupt_pending()) {
@@ -25,6 +29,7 @@ void stream_masters(const std::string& step_dir, const checkpoint::Manifest& m, 
       piece.resize(n);
       reader.read_tensor(t, checkpoint::State::master, e, n, piece.data());
       sink(piece.data(), n);
+      progress.advance(n * 4);
     }
   }
 }
