@@ -122,6 +122,29 @@ grep -q "set fp16.loss_scale to 1" <<<"$out" || fail "unclear: $out"
 echo "unit-scaled: stages and placements bitwise identical in fp16 and FP8 at world 1 and 2; a loss scaler refused"
 
 config 0 none none > "$dir/plain.json"
+# What a run says once: bytes fed to a larger vocabulary, and the optimizer (Strata's defaults
+# named when the config has none); --quiet prints the last step alone, steps_per_print thins.
+out=$("$strata" train "${model[@]}" --config "$dir/plain.json" --vocab 512 --quiet 2>&1) || fail "--vocab 512: $out"
+grep -q "was read as bytes (tokens 0-255), but the model's vocabulary is 512: only 256 of its embedding rows" <<<"$out" ||
+  fail "no warning for bytes in a 512-entry vocabulary: $out"
+[ "$(grep -c '^step ' <<<"$out")" = 1 ] && grep -q '^step    3/3 ' <<<"$out" || fail "--quiet printed other steps: $out"
+grep -q "optimizer: AdamW lr 0.003, betas 0.9/0.999" <<<"$out" || fail "the optimizer is not stated: $out"
+grep -q "was read as bytes" <<<"$("$strata" train "${model[@]}" --config "$dir/plain.json" 2>&1)" &&
+  fail "a byte-level model warned about its bytes"
+python3 - "$dir/plain.json" "$dir/bare.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["optimizer"]
+c["steps_per_print"] = 2
+json.dump(c, open(sys.argv[2], "w"))
+PY
+out=$("$strata" train --model gpt --layers 2 --heads 2 --d-model 32 --steps 5 --seed 5 --device host --data "$data" \
+  --seq-len 16 --config "$dir/bare.json" 2>&1) || fail "no optimizer block: $out"
+grep -q "optimizer: AdamW lr 0.001, .* (Strata's defaults: the config has no optimizer block)" <<<"$out" ||
+  fail "Strata's default optimizer is not named: $out"
+[ "$(grep '^step ' <<<"$out" | awk '{print $2}' | tr '\n' ' ')" = "1/5 2/5 4/5 5/5 " ] ||
+  fail "steps_per_print 2 did not print steps 1, 2, 4 and 5: $out"
+echo "ok: the bytes warning, the optimizer line, --quiet and steps_per_print"
 out=$("$strata" train "${base[@]}" --config "$dir/plain.json" --seq-len 64 --positions 32 2>&1) &&
   fail "a sequence longer than the position table was accepted"
 grep -q "seq-len 64 is above the model's position table (wpe.weight has 32 rows)" <<<"$out" || fail "unclear: $out"
