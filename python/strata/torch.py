@@ -40,6 +40,14 @@ import torch
 
 from . import Engine, StrataError
 
+# Saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) arrived in torch 1.10 and their
+# semantics settled in 1.13, the version the tests run with (Debian 12's python3-torch).
+MIN_TORCH = (1, 13)
+_version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+if _version < MIN_TORCH:
+    raise StrataError(f"strata.torch needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (its saved-tensor hooks); this is "
+                      f"torch {torch.__version__}: upgrade it (Debian 12: apt-get install python3-torch)")
+
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -144,6 +152,13 @@ class ModelEngine:
             raise
 
     def _build(self, model, config, blocks, device, device_budget, seed, total_steps):
+        for n, p in model.named_parameters():
+            if p.device.type not in ("cpu", "meta"):
+                raise StrataError(f"parameter '{n}' is on {p.device}: strata.torch runs on the host device and takes "
+                                  f"the model's values from CPU memory; call model.cpu() before initialize")
+            if p.dtype not in _TORCH_DTYPES.values():
+                raise StrataError(f"parameter '{n}' is {p.dtype}: the engine trains fp32, bf16 and fp16 parameters; "
+                                  f"convert the model (model.float()) before initialize")
         frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
         if frozen:
             raise StrataError(f"parameters {frozen} do not require gradients: strata.torch trains every parameter of "

@@ -227,12 +227,15 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
           "a failed initialize left hooks or changed the parameters")
     small = raises(lambda: st.initialize(Net(), cfg, device_budget=1000), strata.StrataError, "too small",
                    "a device budget below the minimum")
+    wide = raises(lambda: st.initialize(Net().double(), cfg), strata.StrataError,
+                  "parameter 'blocks.0.lin.weight' is torch.float64", "a float64 parameter")
+    check(st.MIN_TORCH <= st._version, "the torch version checked at import")
     again = st.initialize(Net(), cfg)  # the same nvme_path, while the failures are still referenced
     x, y = data(1)[0]
     again.backward(loss(again, x, y))
     check(again.step()["step"] == 1, "an initialize after failed ones trains")
     again.close()
-    del failed, on_meta, small
+    del failed, on_meta, small, wide
 print("initialize: a failure removes its hooks, leaves the parameters, closes its engine and frees nvme_path")
 
 finish()
