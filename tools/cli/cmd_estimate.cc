@@ -91,10 +91,11 @@ int run(const Options& o) {
   in.device_in_host_ram = o.device == "host";
   in.device_collectives = o.device == "cuda" && o.world > 1;  // strata train adds NCCL there
   STRATA_CHECK(model.min_device_bytes <= in.device_budget, Errc::out_of_budget, "device budget ",
-               format_bytes(in.device_budget), " is below what ", model.describe,
-               " needs on the device itself: ", format_bytes(model.min_device_bytes), " (", model.min_device_bytes,
-               " B: activations, and one block gathered with its gradient buffer); raise memory_budget.device (or "
-               "--device-budget) to at least that");
+               format_bytes(in.device_budget), ": raise memory_budget.device (or --device-budget) to at least ",
+               model.min_device_bytes, " B (", format_bytes(model.min_device_bytes), "). It is below what ",
+               model.describe,
+               " needs on the device itself: activations, and one block gathered with its gradient "
+               "buffer");
   const engine::MemoryEstimate e = engine::estimate_memory(in);  // refuses a budget nothing fits
 
   const DeepSpeedFigure ds =

@@ -26,7 +26,7 @@ void add_printing_flags(CLI::App& cmd, StepPrinting::Level& level) {
 }
 
 std::string bytes_of(std::uint64_t used, std::uint64_t budget) {
-  if (budget == 0) return format_bytes(used);
+  if (budget == 0 || budget >= (std::uint64_t{1} << 60)) return format_bytes(used);  // no budget set
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   const auto unit_of = [](std::uint64_t b) {
     int u = 0;
