@@ -19,7 +19,7 @@ strata=${STRATA:-$STRATA_ROOT/build/bin/strata}
 [ -d "$dir" ] || { echo "no directory $dir" >&2; exit 1; }
 
 to_bytes() {  # 2GiB, 1MiB, 4096 -> bytes (binary suffixes only, as both tools agree on them)
-  python3 -c '
+  /usr/bin/python3 -c '
 import re, sys
 m = re.fullmatch(r"(\d+)\s*(KiB|MiB|GiB|TiB)?", sys.argv[1])
 if not m: sys.exit("size %r: use a number with KiB, MiB, GiB or TiB" % sys.argv[1])
@@ -54,7 +54,7 @@ for i in $(seq 1 "$runs"); do
   echo "  run $i/$runs done"
 done
 
-python3 - "$work" "$runs" <<'PY'
+/usr/bin/python3 - "$work" "$runs" <<'PY'
 import json, statistics, sys
 work, runs = sys.argv[1], int(sys.argv[2])
 fio = {"write": [], "read": []}

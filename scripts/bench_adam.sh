@@ -14,7 +14,7 @@ for _ in $(seq "$runs"); do
   "$bin" bench adam "$@" --json | tr -d '\n' >>"$out"
   echo >>"$out"
 done
-python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 keys = ["gparams_per_s", "gbps", "roofline_gbps", "fraction_of_roofline", "grad_norm_gbps", "step_ms", "roofline_ms"]

@@ -27,7 +27,7 @@ for r in $(seq "$repeat"); do
     OPENBLAS_NUM_THREADS=$threads BLIS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$bin" "$lib" "$iters" "${shapes[@]}"
   done
 done > "$(dirname "$bin")/runs"
-python3 - "$(dirname "$bin")/runs" "${libs[@]}" <<'PY'
+/usr/bin/python3 - "$(dirname "$bin")/runs" "${libs[@]}" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):

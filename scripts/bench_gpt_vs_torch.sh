@@ -23,12 +23,12 @@ cat > "$dir/cfg.json" <<JSON
 {"train_micro_batch_size_per_gpu": $B, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "bf16": {"enabled": $bf16},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003}}, "zero_optimization": {"stage": 0}}
 JSON
-median() { python3 -c 'import statistics, sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.1f}")' "$@"; }
+median() { /usr/bin/python3 -c 'import statistics, sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.1f}")' "$@"; }
 s_runs=() t_runs=()
 for r in $(seq "$REPEAT"); do
-  "$strata" train --model gpt --data "$root/README.md" --layers "$L" --d-model "$C" --heads "$NH" --seq-len "$T" \
+  "$strata" train --model gpt --data "$root/docs/user-guide.md" --layers "$L" --d-model "$C" --heads "$NH" --seq-len "$T" \
     --config "$dir/cfg.json" --steps $((STEPS + 2)) --device "$device" --device-budget 16GiB --val-fraction 0 --log-json "$dir/s.jsonl" > /dev/null
-  s=$(python3 -c 'import json, statistics, sys
+  s=$(/usr/bin/python3 -c 'import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print("%.1f" % statistics.median(r["tokens_per_s"] for r in rows))' "$dir/s.jsonl")
   t=$("$python" "$root/scripts/bench_gpt_torch.py" "$L" "$NH" "$C" "$T" 256 "$B" "$STEPS" "$threads" "$torch_device" "$precision" |
@@ -38,4 +38,4 @@ print("%.1f" % statistics.median(r["tokens_per_s"] for r in rows))' "$dir/s.json
 done
 sm=$(median "${s_runs[@]}") tm=$(median "${t_runs[@]}")
 echo "GPT $L x $C ($NH heads), micro-batch $B x seq $T, $precision, on $device ($threads threads): strata $sm tokens/s, torch $tm tokens/s," \
-     "ratio $(python3 -c "print(f'{$sm / $tm:.2f}')") (median of $REPEAT)"
+     "ratio $(/usr/bin/python3 -c "print(f'{$sm / $tm:.2f}')") (median of $REPEAT)"

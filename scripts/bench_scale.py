@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Offload at scale: a GPT whose model states are several times the host budget, trained with
 ZeRO-3, optimizer state and parameters on NVMe, against its floor.
 
@@ -22,11 +22,14 @@ scale.json, and draws the last overlapped step's trace as scale-step.svg (script
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import trace_svg  # noqa: E402  (scripts/trace_svg.py: standard library only)
 
 
 def run_json(cmd):
@@ -109,7 +112,7 @@ def main():
     ap.add_argument("strata")
     ap.add_argument("--dir", required=True, help="directory on the NVMe drive (swap files, bench io file)")
     ap.add_argument("--out", required=True, help="where configs, logs, scale.json and scale-step.svg go")
-    ap.add_argument("--data", default=os.path.join(HERE, "..", "README.md"))
+    ap.add_argument("--data", default=os.path.join(HERE, "..", "docs", "user-guide.md"))
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--d-model", type=int, default=1536)
     ap.add_argument("--heads", type=int, default=12)
@@ -130,6 +133,8 @@ def main():
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error(f"--steps {a.steps} leaves nothing to measure after --warmup {a.warmup}: give more steps")
+    if not shutil.which(a.strata):
+        sys.exit(f"bench_scale: {a.strata} is not an executable strata binary (build it: cmake --build build)")
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.dir, exist_ok=True)
     params = None
@@ -187,9 +192,12 @@ def main():
           f"+ 40 MiB)")
     trace = os.path.join(a.out, "overlap-trace.json")
     if os.path.exists(trace):
-        subprocess.run([sys.executable, os.path.join(HERE, "trace_svg.py"), trace,
-                        os.path.join(a.out, "scale-step.svg")], check=True)
-        print(f"trace of the last overlapped step: {os.path.join(a.out, 'scale-step.svg')}")
+        svg = os.path.join(a.out, "scale-step.svg")
+        size = f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.1f}M"
+        trace_svg.render(trace, svg, title=f"GPT {a.layers} x {a.d_model} ({size} parameters), ZeRO-3, "
+                         f"optimizer state and parameters on NVMe, overlap_step: host budget {a.host_budget}, "
+                         f"device {a.device_budget}")
+        print(f"trace of the last overlapped step: {svg}")
 
 
 if __name__ == "__main__":

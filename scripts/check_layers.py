@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Fails on any #include that points up the layer order in scripts/layers.txt, sideways to
 a folder on the same line, or into another folder's detail/. Checks every .h/.cc/.cu file
 under the folders listed (tests/ and scripts/ are outside the layers). Prints each broken

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Checks `strata estimate` against `strata train` over a sweep of configurations: ZeRO stages
 0-3, optimizer state and parameters on the device, in host RAM and on NVMe, budget-driven
 placement, overlap_comm, overlap_step with host state, micro-batch and accumulation, bf16 and fp32, world 1 and 2, the MLP

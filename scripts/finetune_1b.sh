@@ -33,9 +33,9 @@ JSON
 flags=(--model "$dir/model" --config "$dir/ds.json" --seq-len 128)
 "$strata" estimate "${flags[@]}" | tee "$dir/estimate.txt"
 sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-"$strata" train "${flags[@]}" --data "$root/README.md" --steps "$steps" --log-json "$dir/log.jsonl" --explain \
+"$strata" train "${flags[@]}" --data "$root/docs/user-guide.md" --steps "$steps" --log-json "$dir/log.jsonl" --explain \
   | tee "$dir/train.txt"
-python3 - "$dir/log.jsonl" "$dir/estimate.txt" "$dir/train.txt" <<'PY'
+/usr/bin/python3 - "$dir/log.jsonl" "$dir/estimate.txt" "$dir/train.txt" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 est = open(sys.argv[2]).read()

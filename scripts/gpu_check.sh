@@ -50,7 +50,7 @@ if [ "$dry" = 0 ]; then
     echo "SKIPPED: nvidia-smi lists no GPU here: run this on the GPU machine, or --dry-run for the plan"
     exit 77
   fi
-  command -v python3 >/dev/null 2>&1 || refuse "no python3: it writes report.json (Debian: apt-get install python3)"
+  [ -x /usr/bin/python3 ] || refuse "no /usr/bin/python3: it writes report.json (Debian: apt-get install python3)"
 fi
 
 q() { printf '%q ' "$@"; }
@@ -83,9 +83,9 @@ gpt124=(--preset 124M --seq-len 1024)
 steps=10; [ "$quick" = 1 ] && steps=6
 add bench_gpt_124m_bf16 bench_gpt 25 "$(q "$strata" bench gpt --device cuda "${gpt124[@]}" --micro-batch 8 --products bf16 --iters $((iters / 2)) --json)"
 add train_gpt_124m_bf16 train 30 "$(q "$strata" train --model gpt "${gpt124[@]}" --config "$work/gpt124m-bf16.json" \
-  --data "$root/README.md" --steps "$steps" --device cuda --device-budget 64GiB --val-fraction 0 \
+  --data "$root/docs/user-guide.md" --steps "$steps" --device cuda --device-budget 64GiB --val-fraction 0 \
   --log-json "$work/train_gpt_124m_bf16.jsonl")"
-py=${PYTHON:-python3}
+py=${PYTHON:-/usr/bin/python3}
 add torch_gpt_124m_bf16 torch 70 "if ! $(q "$py") -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then echo 'SKIPPED: $py has no torch with CUDA (set PYTHON to an interpreter that has it)'; exit 77; fi; $(q "$py" "$root/scripts/bench_gpt_torch.py" 12 12 768 1024 50257 8 "$steps" 8 cuda bf16)"
 
 # Larger than its device budget: ZeRO-3, optimizer state and parameters in pinned host RAM,
@@ -94,7 +94,7 @@ add torch_gpt_124m_bf16 torch 70 "if ! $(q "$py") -c 'import sys, torch; sys.exi
 big=1.5B; [ "$quick" = 1 ] && big=774M
 offload=(--preset "$big" --seq-len 1024 --remat always)
 add train_offload train_offload 150 "$(q "$strata" train --model gpt "${offload[@]}" --device cuda \
-  --config "$root/scripts/configs/gpt-offload-gpu.json" --data "$root/README.md" --steps $((steps / 2)) --val-fraction 0 \
+  --config "$root/scripts/configs/gpt-offload-gpu.json" --data "$root/docs/user-guide.md" --steps $((steps / 2)) --val-fraction 0 \
   --log-json "$work/train_offload.jsonl" --trace "$work/train_offload.trace.json")"
 add bench_gpt_offload_compute bench_gpt 60 "$(q "$strata" bench gpt --device cuda "${offload[@]}" --micro-batch 4 --products bf16 --iters 3 --json)"
 
@@ -135,7 +135,7 @@ cat > "$work/gpt124m-bf16.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003}}, "zero_optimization": {"stage": 0}}
 JSON
-collect() { python3 "$root/scripts/gpu_check_collect.py" "$@"; }
+collect() { /usr/bin/python3 "$root/scripts/gpu_check_collect.py" "$@"; }
 collect start "$out" --build "$build" --budget "$budget" --quick "$quick" || refuse "scripts/gpu_check_collect.py failed to start $out/report.json"
 t0=$SECONDS failed=0
 for i in "${!names[@]}"; do

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Turns scripts/gpu_check.sh's report.json into the README's GPU section (Markdown): the
 figures measured, the ratios the issue's targets are stated in, and each target beside its
 ratio. A figure the run did not produce reads "not measured" with the step's reason; nothing

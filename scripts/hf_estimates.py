@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """`strata estimate` for published Hugging Face configs (scripts/configs/hf/: Llama 3.2 1B,
 Llama 3.1 8B and 70B, SmolLM2-135M) fine-tuned with ZeRO-3 in bf16, optimizer state and
 parameters on NVMe (DeepSpeed's ZeRO-Infinity keys), re-materialization on, one rank: one

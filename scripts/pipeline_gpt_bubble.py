@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The GPT in a pipeline: per schedule, the measured bubble against the one the simulator
 gives from the same run's measured per-stage F, B and W times (`strata pipeline --model gpt
 --json`, the last of --steps steps). Runs each schedule --runs times and prints the medians,
@@ -6,7 +6,7 @@ their difference in points and whether it is within --limit points; exits 1 if a
 zb-auto is scheduled from the times measured in one ZB-H1 step (--measure-steps 1).
 
   pipeline_gpt_bubble.py STRATA [--stages 2] [--micro 8] [--runs 3] [--limit 5]
-      [--processes] [--config FILE] [-- MODEL FLAGS...]   (default: 6 blocks x 128 on README.md)"""
+      [--processes] [--config FILE] [-- MODEL FLAGS...]   (default: 6 blocks x 128 on docs/user-guide.md)"""
 import argparse
 import json
 import os
@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-DEFAULT_MODEL = ["--model", "gpt", "--data", os.path.join(ROOT, "README.md"), "--layers", "6", "--d-model", "128",
+DEFAULT_MODEL = ["--model", "gpt", "--data", os.path.join(ROOT, "docs", "user-guide.md"), "--layers", "6", "--d-model", "128",
                  "--heads", "4", "--seq-len", "64", "--vocab", "256", "--micro-batch-size", "4"]
 KINDS = [("gpipe", []), ("1f1b", []), ("interleaved", ["-v", "2"]), ("zb-h1", []), ("zb-h2", []),
          ("zb-auto", ["--measure-steps", "1"])]

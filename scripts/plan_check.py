@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Checks `strata plan` against `strata train`: plans a GPT within the given budgets, trains the
 chosen config (the plan's --emit-config) for a few steps on the host device, and compares the
 predicted step time with the measured one (median of the steps after the first two, which

@@ -1,3 +1,4 @@
+#!/usr/bin/python3
 """Trains the main job's GPT (6 x 192 on Debian's fortunes, ZeRO-3, scripts/configs/gpt-demo.json)
 once per precision recipe and compares the validation loss against bf16's:
   bf16           bf16 products (the main job)
@@ -25,9 +26,10 @@ order) every recipe runs once per seed and the figures are medians over the seed
 model is not a measurement (bf16 alone ends between 2.34 and 2.76 across seeds 0 to 7).
 
   precision_compare.py STRATA OUT_DIR [--steps 600] [--eval-every 50] [--recipes bf16,fp8,...] [--seeds 0,1,2,3]
-                       [--device host|cuda] [--from-logs]
+                       [--device host|cuda] [--from-logs] [--no-plot]
   --from-logs plots OUT_DIR/<recipe>[-seed<N>].jsonl from an earlier run instead of training; --device cuda
-  trains on the GPU (FP8 products on cuBLASLt's FP8 kernels; device budget 256 MiB).
+  trains on the GPU (FP8 products on cuBLASLt's FP8 kernels; device budget 256 MiB); --no-plot
+  trains and reports without drawing OUT_DIR/precision.png (where matplotlib is missing).
 
 Every run gets the same 40 MiB device budget (the FP8 operands' scratch does not fit the demo's 24 MiB
 beside the activations), so only the precision differs (the -8k recipes, whose activations are 16x
@@ -38,11 +40,13 @@ off unit-fp16 ends 1.0% higher, at 1000 0.7% higher). Exit status 1 when a recip
 loss is more than --tolerance (2%) above or below bf16's (the controls fp16-no-scaler, fp8-unscaled,
 bf16-no-clip, unit-bf16 and the -8k recipes are reported, not held to it; they are drawn dashed). The
 unit-scaled recipes are also set against unit-bf16 where it ran: the same parametrization in bf16.
-matplotlib from Debian: python3-matplotlib (without it the runs and figures still come, the plot does not)."""
+matplotlib from Debian: python3-matplotlib, checked before the first run (without it the script stops
+there, unless --no-plot)."""
 import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -115,37 +119,44 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def plot(results, seeds, png):
+def plot(results, seeds, png, device):
     """Per recipe the median validation curve over the seeds, and their range as a band."""
-    try:
-        import matplotlib
-    except ImportError:
-        print(f"no matplotlib here: {png} not drawn (run again with --from-logs where python3-matplotlib is)")
-        return
+    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for n, by_seed in results.items():
+    fig, ax = plt.subplots(figsize=(8.5, 4.4), dpi=110)
+    # Recipes that agree draw on top of each other: each later one thinner, so that the earlier
+    # ones still show around it.
+    for k, (n, by_seed) in enumerate(results.items()):
         runs = [by_seed[s][0] for s in seeds]
         steps = [st for st, _ in runs[0]]
         mid = [median([r[i][1] for r in runs]) for i in range(len(steps))]
-        line, = ax.plot(steps, mid, "o--" if n in UNTOLERATED else "o-", ms=3, lw=1.2, label=n)
+        line, = ax.plot(steps, mid, "o--" if n in UNTOLERATED else "o-", ms=max(2.0, 4.5 - 0.5 * k),
+                        lw=max(0.8, 2.4 - 0.3 * k), label=n)
         if len(seeds) > 1:
             ax.fill_between(steps, [min(r[i][1] for r in runs) for i in range(len(steps))],
                             [max(r[i][1] for r in runs) for i in range(len(steps))], color=line.get_color(), alpha=0.12)
     later = [median([by_seed[s][0][i][1] for s in seeds]) for by_seed in results.values()
              for i in range(1, len(by_seed[seeds[0]][0]))]  # the first evaluation would flatten the rest
+    first = [median([by_seed[s][0][0][1] for s in seeds]) for by_seed in results.values()]
+    cut = ""
     if later:
         ax.set_ylim(min(later) * 0.97, max(later) * 1.05)
-    ax.set_xlabel("step")
-    ax.set_ylabel("validation cross-entropy (nats per byte)")
+        if max(first) > max(later) * 1.05:
+            cut = (f"; the first evaluation (step {results[next(iter(results))][seeds[0]][0][0][0]}, "
+                   f"{min(first):.2f}-{max(first):.2f}) is above the plotted range")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation cross-entropy\n(nats per byte)")
     listed = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     seeds_txt = f"median of seeds {listed}, band: their range" if len(seeds) > 1 else f"seed {seeds[0]}"
-    ax.set_title(f"GPT 6 x 192 on fortunes, ZeRO-3: validation loss by precision recipe ({seeds_txt})", fontsize=8)
+    last = max(by_seed[seeds[0]][0][-1][0] for by_seed in results.values())
+    ax.set_title(f"GPT 6 x 192 on fortunes, ZeRO-3 (scripts/configs/gpt-demo.json), --device {device}, {last} steps:\n"
+                 f"validation loss by precision recipe ({seeds_txt}){cut}", fontsize=8)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              title="recipe (dashed: a control)", title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(png)
+    fig.savefig(png, bbox_inches="tight")
 
 
 def main():
@@ -160,7 +171,21 @@ def main():
     ap.add_argument("--from-logs", action="store_true")
     ap.add_argument("--device", choices=sorted(DEVICE_BUDGET), default="host",
                     help="where the model trains: host (the emulated GPU) or cuda (FP8 on cuBLASLt's FP8 kernels)")
+    ap.add_argument("--no-plot", action="store_true", help="do not draw precision.png (no matplotlib needed)")
     a = ap.parse_args()
+    # What the runs need, checked before the first one trains (600 steps a recipe and seed).
+    if not a.no_plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        except ImportError:
+            sys.exit("precision_compare: matplotlib is missing, and it draws precision.png: "
+                     "apt-get install python3-matplotlib (or pass --no-plot)")
+    if not a.from_logs and not shutil.which(a.strata):
+        sys.exit(f"precision_compare: {a.strata} is not an executable strata binary (build it: cmake --build build)")
+    if not a.from_logs and not os.path.exists(MODEL[MODEL.index("--data") + 1]):
+        sys.exit(f"precision_compare: no training text {MODEL[MODEL.index('--data') + 1]}: apt-get install fortunes")
     os.makedirs(a.out, exist_ok=True)
     names = a.recipes.split(",")
     for n in names:
@@ -190,7 +215,8 @@ def main():
                 for st, v in val:
                     w.writerow([n, sd, st, v])
     png = os.path.join(a.out, "precision.png")
-    plot(results, seeds, png)
+    if not a.no_plot:
+        plot(results, seeds, png, a.device)
     final = {n: median([by_seed[sd][0][-1][1] for sd in seeds]) for n, by_seed in results.items()}
     ref = final.get("bf16")
     bad = False
@@ -208,7 +234,7 @@ def main():
               f"  seeds: {per_seed}  {tps:.0f} tokens/s"
               f"  steps skipped {skipped:.1%}" + (f"  OUTSIDE {a.tolerance:.0%} ({'lower' if rel < 0 else 'higher'})"
                                                    if outside else ""))
-    print(f"csv: {os.path.join(a.out, 'precision.csv')}  plot: {png}")
+    print(f"csv: {os.path.join(a.out, 'precision.csv')}" + ("" if a.no_plot else f"  plot: {png}"))
     sys.exit(1 if bad else 0)
 
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Records what a fixed set of training runs produce, so a refactor can show it changed no
 bit: ZeRO stages 0-3 with the optimizer state and parameters on the device, in host RAM and
 on NVMe, at world 1 and 2 (MLP and GPT), the budget-driven demo, and the pipeline

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The soak: a small GPT with its parameters and optimizer state on NVMe trains on a copy of
-the README, saving every step (synchronous and --save-async saves alternate), and is killed
-with SIGKILL at a random moment (0.3-2.5 s in: setup, saves and steps), then resumed from
+docs/user-guide.md, saving every step (synchronous and --save-async saves alternate), and is
+killed with SIGKILL at a random moment (0.3-2.5 s in: setup, saves and steps), then resumed from
 `latest` (which must verify against its checksums after every kill), --kills times; the last
 checkpoint taken 5 steps further must have the parameter bytes of one uninterrupted run to
 that step, and each run's log that run's losses (the first step off is named). Throughout,
@@ -63,39 +63,47 @@ def peak_rss(log):
     return peak
 
 
-def plot(report, straight_rss, path):
-    """Peak RSS per run, swap files and checkpoints per run, and the uninterrupted run's RSS."""
+def have_matplotlib():
     try:
         import matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot  # noqa: F401
+        return True
     except ImportError:
-        print("soak: no matplotlib (apt-get install python3-matplotlib): no soak.png")
-        return
+        return False
+
+
+def plot(report, straight_rss, path):
+    """Peak RSS per run, swap files and checkpoints per run, and the uninterrupted run's RSS."""
+    import matplotlib.pyplot as plt
     runs = report["runs"]
     x = [r["run"] + 1 for r in runs]
     mib = 2.0**20
-    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4))
     rss = [r["peak_rss"] / mib for r in runs]
     ax[0].plot(x, rss, ".", markersize=3)
     ax[0].set_ylim(0, max(rss + [1]) * 1.2)
     ax[0].set_ylabel("peak RSS of the run (MiB)")
     ax[0].set_title(f"{report['kills']} SIGKILLs: {'same bytes as one run' if report['same_bytes'] else 'BYTES DIFFER'}")
-    ax[1].plot(x, [r["checkpoint_bytes"] / mib for r in runs], "o", markersize=3, label="committed checkpoints (keep 2)")
+    # Hollow circles under crosses: both show where the two are about the same size.
+    ax[1].plot(x, [r["checkpoint_bytes"] / mib for r in runs], "o", markersize=5, mfc="none",
+               label="committed checkpoints (keep 2)")
     ax[1].plot(x, [r["swap_bytes"] / mib for r in runs], "x", markersize=3, label="swap files while training")
     ax[1].set_ylim(0, max([r["checkpoint_bytes"] / mib for r in runs] + [1]) * 1.4)
-    ax[1].set_ylabel("MiB")
-    ax[1].legend(loc="lower right", fontsize=8)
-    ax[1].set_title("bytes on disk")
+    ax[1].set_ylabel("bytes on disk (MiB)")
+    ax[1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
+    ax[1].set_title("swap files and checkpoints")
     for a in ax[:2]:
         a.set_xlabel("run (killed at a random moment, then resumed)")
     ax[2].plot(range(1, len(straight_rss) + 1), [v / mib for v in straight_rss])
     ax[2].set_ylim(0, max([v / mib for v in straight_rss] + [1]) * 1.2)
-    ax[2].set_xlabel("step")
-    ax[2].set_ylabel("RSS (MiB)")
+    ax[2].set_xlabel("training step")
+    ax[2].set_ylabel("RSS after the step (MiB)")
     ax[2].set_title(f"the uninterrupted run, {report['steps']} steps")
+    fig.suptitle("soak: GPT 4 x 64 (sequence 32) with parameters and optimizer state on NVMe, saving every step, "
+                 f"{report['kills']} SIGKILLs at random moments, each resumed from latest", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def main():
@@ -108,6 +116,14 @@ def main():
     a = ap.parse_args()
     if a.kills < 1:
         sys.exit("soak: --kills must be >= 1")
+    if not shutil.which(a.strata):
+        sys.exit(f"soak: {a.strata} is not an executable strata binary (build it: cmake --build build)")
+    # Said before the kills start: the verdict (the exit status) does not need the picture, so a
+    # missing matplotlib skips soak.png rather than stopping the soak (the ctest runs this too).
+    draw = have_matplotlib()
+    if not draw:
+        print(f"soak: no matplotlib (apt-get install python3-matplotlib): {os.path.join(a.dir, 'soak.png')} "
+              "will not be drawn", flush=True)
     os.makedirs(a.dir, exist_ok=True)
     nvme, ck = os.path.join(a.dir, "nvme"), os.path.join(a.dir, "ck")
     cfg = os.path.join(a.dir, "config.json")
@@ -117,10 +133,10 @@ def main():
                                      "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
                                      "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4,
                                                        "buffer_size": 65536}}}, open(cfg, "w"))
-    # The text is copied: the runs span minutes, and a README edited meanwhile would give the
-    # uninterrupted run other batches (it did, twice, before this copy).
+    # The text is copied: the runs span minutes, and a file edited meanwhile would give the
+    # uninterrupted run other batches (the README did, twice, before this copy).
     data = os.path.join(a.dir, "text.txt")
-    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"), data)
+    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "user-guide.md"), data)
     model = ["--model", "gpt", "--layers", "4", "--heads", "4", "--d-model", "64", "--seq-len", "32",
              "--vocab", "256", "--seed", "3", "--device", "host", "--data", data, "--val-fraction", "0",
              "--config", cfg]
@@ -227,7 +243,8 @@ def main():
                                      "last": straight_rss[-1] if straight_rss else 0},
               "first_divergence": first_off, "problems": problems, "runs": runs}
     json.dump(report, open(os.path.join(a.dir, "soak.json"), "w"), indent=1)
-    plot(report, straight_rss, os.path.join(a.dir, "soak.png"))
+    if draw:
+        plot(report, straight_rss, os.path.join(a.dir, "soak.png"))
     print(f"soak: {len(runs)} kills in {report['seconds']} s, step {end}; final bytes "
           f"{'equal to one uninterrupted run' if same else 'DIFFER'}; peak RSS {min(rss, default=0) / 2**20:.1f}-"
           f"{max(rss, default=0) / 2**20:.1f} MiB; swap files {min(swaps, default=0) / 2**20:.2f}-"

@@ -13,8 +13,9 @@ set -euo pipefail
 source "$(dirname "$0")/deps.sh"
 # python3-torch: the GPT's PyTorch oracle (tests/models/gpt_oracle_test.py); iproute2 and
 # procps: the two-hosts and peer-failure tests (ip netns, pgrep); python3-regex and
-# python3-sentencepiece: the tokenizer's references (tests/tokenizer/).
-strata_install_deps python3-torch iproute2 procps python3-regex python3-sentencepiece
+# python3-sentencepiece: the tokenizer's references (tests/tokenizer/); fortunes and
+# python3-matplotlib: the README's GPT example (tests/tools/docs_examples_test.py).
+strata_install_deps python3-torch iproute2 procps python3-regex python3-sentencepiece fortunes python3-matplotlib
 jobs=${STRATA_JOBS:-2}
 strict=${STRATA_STRICT:-OFF}
 

@@ -9,7 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" estimate
 root=$(cd "$(dirname "$0")/../.." && pwd)
-python3 "$root/scripts/estimate_sweep.py" "$strata" --nvme "$dir/nvme" --csv "$dir/sweep.csv" \
+/usr/bin/python3 "$root/scripts/estimate_sweep.py" "$strata" --nvme "$dir/nvme" --csv "$dir/sweep.csv" \
   || fail "estimate_sweep.py: a prediction outside its bounds (see above)"
 
 cat > "$dir/ds.json" <<JSON

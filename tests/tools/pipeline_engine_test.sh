@@ -54,7 +54,7 @@ for pid in procs:
                 and re.fullmatch(r"(F|B|W|BW)[0-9]+", e["name"])]  # the executor's actions (the engine's waits too)
     assert sorted(computes) == sorted([f"{k}{m}" for k in "FBW" for m in range(8)]), computes
 PY
-python3 "$(dirname "$0")/../../scripts/trace_svg.py" "$dir/t.json" "$dir/t.svg"
+/usr/bin/python3 "$(dirname "$0")/../../scripts/trace_svg.py" "$dir/t.json" "$dir/t.svg"
 grep -q "stage 1: nvme write" "$dir/t.svg" || fail "the SVG has no per-stage rows"
 echo "ok: trace with every stage's engine rows"
 out=$("$strata" pipeline --kind interleaved -p 2 -v 2 -m 8 --layers 8 --replicas 2 --config "$dir/ds.json" \
