@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs the README's Python example (the ```python block under "## Python") as a user would,
-# with Debian's python3; exit 77 (skipped) where torch is missing.
+# Runs the README's Python example (the ```python block under "## Train from PyTorch") as a
+# user would, with Debian's python3; exit 77 (skipped) where torch is missing.
 set -euo pipefail
 readme=$1 lib=$2 pkg=$3
 source "$(dirname "$0")/common.sh"
 dir=$(mktemp -d "${STRATA_TEST_TMPDIR:-/var/tmp}/strata-readme-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-awk '/^## Python/ {in_section = 1} in_section && /^```python/ {grab = 1; next} grab && /^```/ {exit} grab' \
+awk '/^## Train from PyTorch/ {in_section = 1} in_section && /^```python/ {grab = 1; next} grab && /^```/ {exit} grab' \
   "$readme" > "$dir/example.py"
-[ -s "$dir/example.py" ] || { echo "FAIL: no python block under '## Python' in $readme" >&2; exit 1; }
+[ -s "$dir/example.py" ] || { echo "FAIL: no python block under '## Train from PyTorch' in $readme" >&2; exit 1; }
 cd "$dir"
 out=$(STRATA_LIBRARY=$lib PYTHONPATH=$pkg "$py" example.py)
 echo "$out"

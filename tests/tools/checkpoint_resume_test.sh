@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" ckpt-resume
 py=/usr/bin/python3
-data="$(dirname "$0")/../../README.md"
+data="$(dirname "$0")/../../docs/user-guide.md"
 mlp=(--model mlp --layers 3 --hidden 48 --seed 5 --device host)
 gpt=(--model gpt --layers 2 --heads 2 --d-model 32 --seq-len 16 --data "$data" --seed 5 --device host)
 

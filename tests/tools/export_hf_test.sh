@@ -110,7 +110,7 @@ cat > "$dir/gpt.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}}
 JSON
-head -c 20000 "$(dirname "$0")/../../README.md" > "$dir/data.txt"
+head -c 20000 "$(dirname "$0")/../../docs/user-guide.md" > "$dir/data.txt"
 "$strata" train --model gpt --layers 1 --heads 2 --d-model 16 --seq-len 8 --data "$dir/data.txt" --steps 1 \
   --device host --config "$dir/gpt.json" --save-dir "$dir/gpt" > "$dir/gpt.log"
 expect_refusal "a GPT checkpoint for --format hf" \

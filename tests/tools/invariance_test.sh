@@ -14,12 +14,12 @@
 #   - fp16 overflow skip under offload: a skipped step must leave state, moments and the step
 #     count untouched on every tier;
 #   - pipelined: each stage's engine accumulates its micro-batches as the plain trainer does.
-# The Python rows (several backward() calls per step, PR #7981; fp16 loss scale through
-# strata.torch) are tests/python/strata_torch_test.py and loss_scale_test.py.
+# The Python rows (several backward() calls per micro-batch, PR #7981; fp16 loss scale
+# through strata.torch) are tests/python/backward_calls_test.py and loss_scale_test.py.
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" invariance
-data="$(dirname "$0")/../../README.md"
+data="$(dirname "$0")/../../docs/user-guide.md"
 model=(--model gpt --layers 2 --heads 2 --d-model 32 --seq-len 16 --vocab 256 --steps 4 --seed 11 --device host
   --data "$data" --val-fraction 0)
 

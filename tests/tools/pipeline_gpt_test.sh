@@ -8,7 +8,7 @@
 # Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" pipeline-gpt
-readme="$(dirname "$0")/../../README.md"
+readme="$(dirname "$0")/../../docs/user-guide.md"
 gpt=(--model gpt --data "$readme" --d-model 32 --heads 4 --seq-len 16 --vocab 256 --micro-batch-size 2)
 cat > "$dir/ds.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "gradient_clipping": 0.5,

@@ -100,6 +100,6 @@ JSON
 "$strata" plan --model "$dir/llama" --seq-len 32 --budget device=4MiB,host=64MiB --iters 1 \
   --calibration "$dir/cal.json" --emit-config "$dir/llama.json" > "$dir/llama_plan.txt"
 grep -q "^chosen: " "$dir/llama_plan.txt" || fail "no choice for the llama: $(cat "$dir/llama_plan.txt")"
-"$strata" train --model "$dir/llama" --seq-len 32 --config "$dir/llama.json" --data "$root/README.md" --steps 2 \
+"$strata" train --model "$dir/llama" --seq-len 32 --config "$dir/llama.json" --data "$root/docs/user-guide.md" --steps 2 \
   >/dev/null || fail "the emitted config does not train the llama"
 echo "PASS"

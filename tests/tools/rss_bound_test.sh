@@ -20,7 +20,7 @@ cat > "$dir/ds.json" <<JSON
  "optimizer": {"type": "AdamW", "params": {"lr": 0.0003}}}
 JSON
 "$strata" train --model gpt --layers 6 --d-model 512 --heads 8 --vocab 256 --seq-len 64 --steps 20 \
-  --config "$dir/ds.json" --data "$(dirname "$0")/../../README.md" --log-json "$dir/log.jsonl" > "$dir/out.txt" 2>&1 ||
+  --config "$dir/ds.json" --data "$(dirname "$0")/../../docs/user-guide.md" --log-json "$dir/log.jsonl" > "$dir/out.txt" 2>&1 ||
   fail "training failed: $(tail -5 "$dir/out.txt")"
 python3 - "$dir/log.jsonl" <<'PY'
 import json, sys

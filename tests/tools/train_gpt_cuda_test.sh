@@ -15,7 +15,7 @@ if [ "$gpu" != 1 ]; then
   echo "SKIPPED: no GPU here (see strata info)"
   exit 77
 fi
-readme="$(dirname "$0")/../../README.md"
+readme="$(dirname "$0")/../../docs/user-guide.md"
 gpt=(--model gpt --data "$readme" --layers 2 --heads 4 --d-model 64 --seq-len 32 --steps 6 --seed 3)
 config() {  # $1: file, $2: stage, $3: optimizer device, $4: parameter device, $5: bf16 (true/false)
   cat > "$1" <<JSON

@@ -15,7 +15,7 @@ if [ "$gpu" != 1 ]; then
   exit 77
 fi
 device=cuda
-data=$(dirname "$0")/../../README.md
+data=$(dirname "$0")/../../docs/user-guide.md
 mkdir -p "$dir/llama" "$dir/qwen3"
 cat > "$dir/llama/config.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 384, "hidden_size": 64,

@@ -20,7 +20,7 @@ JSON
 "$strata" init --model "$cfg" --out "$dir/model" --max-shard-size 60KB --seed 3 > "$dir/init.txt"
 grep -q "30 tensors in 8 files" "$dir/init.txt" || fail "not sharded as planned: $(cat "$dir/init.txt")"
 [ -f "$dir/model/model.safetensors.index.json" ] || fail "no index written"
-data=$(dirname "$0")/../../README.md
+data=$(dirname "$0")/../../docs/user-guide.md
 ds() {  # $1: stage, $2: extra zero_optimization keys, $3: dtype block
   cat <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0, $3
