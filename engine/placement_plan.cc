@@ -334,7 +334,7 @@ void PlacementPlan::check_host_budget() const {
   // The fix first (under 200 characters), the parts after.
   STRATA_CHECK(h.total() <= budget, Errc::out_of_budget, "host tier: raise memory_budget.host to at least ", h.total(),
                " B (", format_bytes(h.total()), "; it is ", format_bytes(budget),
-               "), or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\"). The "
+               "), or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\"). Why: the "
                "placement needs ",
                format_bytes(h.opt), " optimizer state, ", format_bytes(h.acc), " gradient accumulators, ",
                format_bytes(h.params), " parameter shards, ", format_bytes(h.fixed),

@@ -123,7 +123,7 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
     if (!required.empty()) text += "raise " + join(required, " and ");
     if (!either.empty()) text += str_cat(required.empty() ? "" : ", then ", join(either, ", or "));
     if (required.empty() && either.empty()) text += "raise several budgets, or give the model more ranks";
-    return text + ". " + os.str();
+    return text + ". Why: " + os.str();
   };
   if (floored) {
     if (complete(raised, solve(raised, p.search_nodes).state)) return lead();

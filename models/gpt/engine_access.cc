@@ -35,7 +35,7 @@ void require_device_room(engine::Engine& engine, std::uint64_t need, std::uint64
   STRATA_CHECK(need <= room, Errc::out_of_budget, "device budget ", format_bytes(stats.budget_bytes),
                ": raise memory_budget.device (or --device-budget) to at least ",
                format_bytes(need + (stats.budget_bytes - room)), ", or use a smaller micro-batch or --seq-len",
-               remat == Remat::always ? "" : ", or --remat always", ". It is below ", window,
+               remat == Remat::always ? "" : ", or --remat always", ". Why: it is below ", window,
                ": activations and buffers ", format_bytes(activations), " (micro-batch ", micro_batch, " x seq-len ",
                seq_len, ", remat ", remat_name(remat), ") and the largest layers gathered with a gradient buffer");
 }

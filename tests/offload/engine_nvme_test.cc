@@ -133,7 +133,7 @@ TEST_CASE("a host budget below one swap buffer is refused before setup allocates
   INFO(m);
   CHECK(m.find("host tier: raise memory_budget.host to at least ") != std::string::npos);
   CHECK(m.find("12.00 KiB for one NVMe swap buffer per store") != std::string::npos);
-  CHECK(m.find(". The placement needs") < 200);  // the fix first, in under 200 characters
+  CHECK(m.find(". Why: the placement needs") < 200);  // the fix first, in under 200 characters
   // The minimum it names is enough: setup sizes the swap buffers to what the budget leaves.
   named_minimum_trains(spec, m, "raise memory_budget.host to at least ", &engine::MemoryBudget::host,
                        "host tier: raise memory_budget.host to at least");

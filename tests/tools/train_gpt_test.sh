@@ -148,11 +148,13 @@ echo "ok: the bytes warning, the optimizer line, --quiet and steps_per_print"
 out=$("$strata" train "${base[@]}" --config "$dir/plain.json" --seq-len 64 --positions 32 2>&1) &&
   fail "a sequence longer than the position table was accepted"
 grep -q "seq-len 64 is above the model's position table (wpe.weight has 32 rows)" <<<"$out" || fail "unclear: $out"
-out=$("$strata" train "${model[@]}" --config "$dir/plain.json" --device-budget 64KiB 2>&1) && fail "64 KiB device accepted"
-grep -q "device budget 64.00 KiB: raise memory_budget.device (or --device-budget) to at least .*\. It is below one GPT block's live window plus its activations" <<<"$out" ||
+out=$("$strata" train "${model[@]}" --config "$dir/plain.json" --device-budget 64KiB --explain 2>&1) &&
+  fail "64 KiB device accepted"
+grep -Eq "device budget 64.00 KiB: raise memory_budget.device \(or --device-budget\) to at least [0-9.]* [KMG]iB, or use a smaller micro-batch or --seq-len(, or --remat always)?\.$" <<<"$out" ||
   fail "unclear: $out"
-first=$(grep "strata: error: device budget" <<<"$out" | sed 's/^strata: error: //; s/\. It is below .*//')
-[ "${#first}" -lt 200 ] || fail "the fix is not in a first sentence under 200 characters: $first"
+grep -q "^  why: it is below one GPT block's live window plus its activations" <<<"$out" || fail "no reason: $out"
+first=$(grep "strata: error: device budget" <<<"$out")
+[ "${#first}" -lt 215 ] || fail "the fix is not a first line under 200 characters: $first"
 printf 'short' > "$dir/short.txt"
 out=$("$strata" train "${shape[@]}" --seq-len 16 --config "$dir/plain.json" --data "$dir/short.txt" 2>&1) && fail "5 bytes accepted"
 grep -q "short.txt' is too short" <<<"$out" || fail "unclear: $out"

@@ -37,7 +37,10 @@ PY
 
 config 4KiB
 if msg=$("$strata" train "${model[@]}" --config "$dir/ds.json" --steps 1 2>&1); then fail "a 4 KiB device was accepted"; fi
-grep -q "Raise memory_budget.device to at least" <<<"$msg" || fail "refusal does not name the budget: $msg"
+grep -q "raise memory_budget.device to at least" <<<"$msg" || fail "refusal does not name the budget: $msg"
+grep -q "^  (--explain says why)$" <<<"$msg" || fail "the reasons are not left to --explain: $msg"
+msg=$("$strata" train "${model[@]}" --config "$dir/ds.json" --steps 1 --explain 2>&1) && fail "accepted with --explain"
+grep -q "^  why: .*Raise memory_budget.device to at least" <<<"$msg" || fail "--explain does not say why: $msg"
 [ ! -e "$dir/nvme" ] || fail "swap files left behind after the refusal"
 
 config 1MiB

@@ -92,7 +92,7 @@ int run(const Options& o) {
   in.device_collectives = o.device == "cuda" && o.world > 1;  // strata train adds NCCL there
   STRATA_CHECK(model.min_device_bytes <= in.device_budget, Errc::out_of_budget, "device budget ",
                format_bytes(in.device_budget), ": raise memory_budget.device (or --device-budget) to at least ",
-               model.min_device_bytes, " B (", format_bytes(model.min_device_bytes), "). It is below what ",
+               model.min_device_bytes, " B (", format_bytes(model.min_device_bytes), "). Why: it is below what ",
                model.describe,
                " needs on the device itself: activations, and one block gathered with its gradient "
                "buffer");

@@ -58,15 +58,30 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  CLI::App* ran = nullptr;  // the command that ran (for --explain in its errors)
   try {
     if (!level.empty()) set_log_level(parse_log_level(level));
     for (auto& [cmd, action] : actions) {
-      if (cmd->parsed()) return action();
+      if (cmd->parsed()) {
+        ran = cmd;
+        return action();
+      }
     }
     std::fprintf(stderr, "strata: no command given; see strata --help\n");
     return 2;
   } catch (const Error& e) {
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    // A message that leads with the fix ("raise X to at least N. Why: ...") prints the fix on its
+    // own line; the reasons follow on an indented line, behind --explain where the command has it.
+    std::string text = e.what();
+    if (const auto why = text.find(" Why: "); why != std::string::npos) {
+      const CLI::Option* explain = ran != nullptr ? ran->get_option_no_throw("--explain") : nullptr;
+      if (explain != nullptr && explain->count() == 0) {
+        text = text.substr(0, why) + "\n  (--explain says why)";
+      } else {
+        text.replace(why, 6, "\n  why: ");
+      }
+    }
+    std::fprintf(stderr, "strata: error: %s\n", text.c_str());
     if (log_level() >= LogLevel::debug)
       std::fprintf(stderr, "strata: (%s at %s)\n", errc_name(e.code()), e.where().c_str());
     return failure_code();
