@@ -12,17 +12,7 @@ from harness import check, finish, torch  # exits 77 without torch
 
 import strata
 import strata.torch as st
-from torch_models import Gpt, Mlp, worst_relative
-
-
-def config(stage=0, opt="none", params="none", bf16=False, accum=2, nvme=None):
-    return {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accum, "gradient_clipping": 0,
-            "bf16": {"enabled": bf16},
-            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01, "eps": 1e-8}},
-            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
-                                  "offload_optimizer": {"device": opt, "nvme_path": nvme},
-                                  "offload_param": {"device": params, "nvme_path": nvme, "buffer_count": 4,
-                                                    "buffer_size": 4096}}}
+from torch_models import Gpt, Mlp, config, worst_relative
 
 
 def make(kind):
@@ -75,35 +65,22 @@ def train_strata(kind, cfg, steps, pattern):
     return params
 
 
-def train_torch(kind, steps, accum, pattern):
+def train_torch(kind, steps, accum, pattern, only_last=False):
+    """torch's own training over the same calls; only_last: each micro-batch keeps only its last
+    call's gradients (the DeepSpeed bug), to show how far off that is."""
     model = make(kind)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, eps=1e-8)
     batches = data(kind, steps * accum)
     for s in range(steps):
         model.zero_grad()
         for k in range(accum):
+            kept = {p: p.grad for p in model.parameters()}  # the earlier micro-batches' sum
             for call in losses(kind, model, *batches[s * accum + k], pattern):
+                if only_last:
+                    for p in model.parameters():
+                        p.grad = kept[p]  # this micro-batch's earlier calls dropped
                 value, retain = call()
                 (value / accum).backward(retain_graph=retain)
-        opt.step()
-    return {n: p.detach().numpy() for n, p in model.named_parameters()}
-
-
-def only_last(kind, steps, accum, pattern):
-    """torch keeping only each micro-batch's last backward (the DeepSpeed bug): how far off it is."""
-    model = make(kind)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, eps=1e-8)
-    batches = data(kind, steps * accum)
-    for s in range(steps):
-        model.zero_grad()
-        for k in range(accum):
-            kept = {}
-            for call in losses(kind, model, *batches[s * accum + k], pattern):
-                for p in model.parameters():
-                    p.grad = kept.get(p)  # the earlier micro-batches' sum, this one's earlier calls dropped
-                value, retain = call()
-                (value / accum).backward(retain_graph=retain)
-            kept = {p: p.grad for p in model.parameters()}
         opt.step()
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
@@ -114,7 +91,7 @@ for kind, steps in (("mlp", 12), ("gpt", 6)):
             mine = train_strata(kind, config(1, "cpu", accum=accum), steps, pattern)
             ref = train_torch(kind, steps, accum, pattern)
             worst = worst_relative(mine, ref)
-            wrong = worst_relative(only_last(kind, steps, accum, pattern), ref)
+            wrong = worst_relative(train_torch(kind, steps, accum, pattern, only_last=True), ref)
             print(f"{kind} {pattern}, {accum} micro-batch(es) per step, stage 1 with CPU offload: {steps} AdamW steps "
                   f"against torch: worst relative difference {worst:.2e} (keeping only the last call: {wrong:.2e})")
             check(worst < 1e-5, f"{kind} {pattern} accum {accum}: against torch {worst}")

@@ -13,7 +13,7 @@ import types
 from harness import check, finish, torch  # exits 77 without torch
 
 import strata.torch as st
-from torch_models import worst_relative
+from torch_models import config, worst_relative
 
 
 class Decoder(torch.nn.Module):
@@ -86,16 +86,6 @@ def loss_of(kind, run, x, y):
         return ((run(x) - y) ** 2).mean()
     logits = run(x)["logits"]
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-
-
-def config(stage=0, opt="none", params="none", bf16=False, nvme=None):
-    return {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 0,
-            "bf16": {"enabled": bf16},
-            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01, "eps": 1e-8}},
-            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
-                                  "offload_optimizer": {"device": opt, "nvme_path": nvme},
-                                  "offload_param": {"device": params, "nvme_path": nvme, "buffer_count": 4,
-                                                    "buffer_size": 4096}}}
 
 
 def train_strata(kind, cfg, steps):

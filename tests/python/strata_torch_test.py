@@ -12,7 +12,7 @@ from harness import check, finish, torch  # exits 77 without torch
 
 import strata
 import strata.torch as st
-from torch_models import Gpt, Mlp, worst_relative
+from torch_models import Gpt, Mlp, config, worst_relative
 
 
 def batches(kind, steps, accum, seed=1):
@@ -32,16 +32,6 @@ def loss_of(kind, model, x, y):
         return ((model(x) - y) ** 2).mean()
     logits = model(x)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-def config(stage=0, opt="none", params="none", bf16=False, accum=2, nvme=None):
-    return {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accum, "gradient_clipping": 0,
-            "bf16": {"enabled": bf16},
-            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01, "eps": 1e-8}},
-            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
-                                  "offload_optimizer": {"device": opt, "nvme_path": nvme},
-                                  "offload_param": {"device": params, "nvme_path": nvme, "buffer_count": 4,
-                                                    "buffer_size": 4096}}}
 
 
 def make(kind):

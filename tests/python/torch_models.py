@@ -1,5 +1,6 @@
 """The torch models the strata.torch tests train (an MLP; a small GPT-2 with its head tied to
-the token embedding) and the tolerance measure they are held to against torch."""
+the token embedding), the config they train with and the tolerance measure they are held to
+against torch."""
 import math
 
 from harness import torch
@@ -65,3 +66,15 @@ def worst_relative(a, b):
             x[c:2 * c] = y[c:2 * c] = 0
         worst = max(worst, float(abs(x - y).max() / max(1e-12, abs(y).max())))
     return worst
+
+
+def config(stage=0, opt="none", params="none", bf16=False, accum=2, nvme=None):
+    """AdamW (lr 3e-3, weight decay 0.01) without clipping, micro-batches of 4, at a ZeRO stage with
+    the optimizer state and parameters on "none" (the device), "cpu" or "nvme"."""
+    return {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": accum, "gradient_clipping": 0,
+            "bf16": {"enabled": bf16},
+            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01, "eps": 1e-8}},
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
+                                  "offload_optimizer": {"device": opt, "nvme_path": nvme},
+                                  "offload_param": {"device": params, "nvme_path": nvme, "buffer_count": 4,
+                                                    "buffer_size": 4096}}}
