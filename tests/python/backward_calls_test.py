@@ -8,9 +8,8 @@ step (DeepSpeed's case) and at two; in bf16 every ZeRO stage and placement gives
 stage 0; and step() inside an unfinished micro-batch is refused. Exits 77 without torch."""
 import tempfile
 
-from harness import check, finish, torch  # exits 77 without torch
+from harness import check, finish, raises, torch  # exits 77 without torch
 
-import strata
 import strata.torch as st
 from torch_models import Gpt, Mlp, config, worst_relative
 
@@ -112,15 +111,6 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
                           f"{kind} bf16 accum {accum}: stage {stage} ({opt}/{params}) differs from stage 0")
             print(f"{kind} (bf16, {accum} micro-batch(es), two backward calls each): {len(cases)} stage x placement "
                   f"runs give bitwise-identical parameters")
-
-
-def raises(fn, text, what):
-    try:
-        fn()
-    except strata.StrataError as e:
-        check(text in str(e), f"{what}: message {e!r} lacks {text!r}")
-        return
-    check(False, f"{what}: no StrataError")
 
 
 e = st.initialize(make("mlp"), config(3, "cpu"))

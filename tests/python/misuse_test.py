@@ -4,7 +4,6 @@ reuses or unmapped (that segfaulted the interpreter); an exception in a module's
 backward, or in an evaluation, drops the step and the next one trains with the bits of a run
 in which it never began; a failed strata.torch.initialize removes its hooks, leaves the model's
 parameters as they were, closes its engine and releases nvme_path. Exits 77 without torch."""
-import os
 import subprocess
 import sys
 import tempfile

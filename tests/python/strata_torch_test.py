@@ -5,12 +5,10 @@ parameters on the device, in host RAM and on NVMe give bitwise-identical paramet
 checkpoint saved and loaded into a fresh model continues with the same bits; misuse raises
 StrataError with Strata's message. Exits 77 (skipped) without torch."""
 import math
-import os
 import tempfile
 
-from harness import check, finish, torch  # exits 77 without torch
+from harness import check, finish, raises, torch  # exits 77 without torch
 
-import strata
 import strata.torch as st
 from torch_models import Gpt, Mlp, config, worst_relative
 
@@ -153,15 +151,6 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     check(b.io_stats()["step_seconds"] > 0, "io report")
     print("checkpoint: saved after step 3, loaded into a fresh model, steps 4-5 with the same bits; "
           "evaluation under no_grad between steps")
-
-
-def raises(fn, text, what):
-    try:
-        fn()
-    except strata.StrataError as e:
-        check(text in str(e), f"{what}: message {e!r} lacks {text!r}")
-        return
-    check(False, f"{what}: no StrataError")
 
 
 raises(lambda: st.initialize(make("mlp"), dict(config(0), zero_optimisation={"stage": 1})), "zero_optimisation",
