@@ -187,18 +187,17 @@ class ModelEngine:
         # by the model's forward around all of its blocks; one of them that a block owns (tied)
         # has that block's layer gathered with it.
         inside = {id(m) for block in self._blocks for m in block.modules()}
-        loose, borrowed = [], set()
+        root, loose, borrowed = len(self._blocks), [], set()
         for module in model.modules():
             if id(module) in inside:
                 continue
             for p in module.parameters(recurse=False):
-                if id(p) in owner:
-                    borrowed.add(owner[id(p)])
-                elif all(p is not q for _, q in loose):
+                if id(p) not in owner:
+                    owner[id(p)] = root
                     loose.append((names[id(p)], p))
+                elif owner[id(p)] != root:  # a block's parameter (tied): its layer is gathered too
+                    borrowed.add(owner[id(p)])
         if loose or borrowed:
-            for _, p in loose:
-                owner[id(p)] = len(self._blocks)
             self._blocks.append(model)
             self._params.append(loose)
             self._borrowed.append(sorted(borrowed))

@@ -88,10 +88,9 @@ device::DeviceOptions device_options(const Options& o, const engine::EngineConfi
 }
 
 // --verbose: every detail of the step on two lines.
-void print_verbose_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double val,
-                        const engine::MemoryReport& mem, const engine::IoStats& io, double nvme_gbps,
+void print_verbose_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, double ms, double tokens_per_s,
+                        double val, const engine::MemoryReport& mem, const engine::IoStats& io, double nvme_gbps,
                         std::uint64_t rss_peak) {
-  const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
   char val_text[32] = "";
   if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
   std::printf(
@@ -128,7 +127,7 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
   const double tokens_per_s = static_cast<double>(r.tokens) / (ms / 1e3);
   if (printing.prints(s, steps, !std::isnan(val), r.result.skipped)) {
     if (printing.level == StepPrinting::Level::verbose) {
-      print_verbose_step(s, steps, r, ms, val, mem, io, nvme_gbps, rss_peak);
+      print_verbose_step(s, steps, r, ms, tokens_per_s, val, mem, io, nvme_gbps, rss_peak);
     } else {
       const double moved = static_cast<double>(io.h2d_bytes + io.d2h_bytes) + nvme_bytes;
       StepLine line{.step = s + 1,

@@ -82,7 +82,6 @@ struct Run {
   bool zb_auto = false;
   std::ofstream log;
   std::uint64_t tokens_per_step = 0;  // every replica's
-  StepPrinting printing;              // --quiet, --verbose, steps_per_print (step_report.h)
   PipelineCheckpoints ckpt;
   // --trace: one per stage (threads, one origin) or this rank's alone (processes).
   std::vector<std::unique_ptr<Tracer>> tracers;
@@ -132,16 +131,14 @@ struct Run {
     if (printer) std::printf("zb-auto: no schedule fits the activations reserved for ZB-H1; staying on ZB-H1\n");
   }
 
-  void report(std::int64_t s, const std::vector<double>& rows) {
-    const auto at = [&](int q, Field f) { return rows[static_cast<std::size_t>(q) * kFields + f]; };
-    // The plain trainer's mean: each replica's mean loss (per token or sample), then their mean.
-    double loss = 0, step = 0;
-    const int ranks = static_cast<int>(rows.size() / kFields);
-    for (int q = 0; q < ranks; ++q) {
-      loss += at(q, loss_sum) / static_cast<double>(tokens_per_step / static_cast<std::uint64_t>(D));
-      step = std::max(step, at(q, step_s));
-    }
-    loss /= D;
+  static double field(const std::vector<double>& rows, int q, Field f) {
+    return rows[static_cast<std::size_t>(q) * kFields + f];
+  }
+
+  // --verbose: every stage's memory (replica 0's) on the step's line.
+  void print_verbose(std::int64_t s, const std::vector<double>& rows, double loss, double val, double step,
+                     double tps) const {
+    const auto at = [&](int q, Field f) { return field(rows, q, f); };
     std::string mem;
     for (int st = 0; st < P; ++st) {
       const int q = st * D;  // replica 0's stage st
@@ -152,35 +149,56 @@ struct Run {
                      format_bytes(static_cast<std::uint64_t>(at(q, host_peak))));
       if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
     }
-    const double val = at((P - 1) * D, val_loss);  // replica 0's last stage (every replica's is the same)
     char val_text[32] = "";
     if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
+    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
+                at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
+  }
+
+  // The default line (step_report.h): the stage nearest its device budget, the largest host peak.
+  void print_compact(std::int64_t s, const std::vector<double>& rows, double loss, double val, double step,
+                     double tps) const {
+    const auto at = [&](int q, Field f) { return field(rows, q, f); };
+    const auto share = [&](int st) { return at(st * D, dev_total_peak) / std::max(1.0, at(st * D, dev_budget)); };
+    int tight = 0;
+    double host = 0;
+    for (int st = 0; st < P; ++st) {
+      if (share(st) > share(tight)) tight = st;
+      host = std::max(host, at(st * D, host_peak));
+    }
+    const StepLine line{.step = s + 1,
+                        .steps = o.steps,
+                        .loss = loss,
+                        .val = val,
+                        .ms = step * 1e3,
+                        .tokens_per_s = tps,
+                        .device_peak = static_cast<std::uint64_t>(at(tight * D, dev_total_peak)),
+                        .device_budget = static_cast<std::uint64_t>(at(tight * D, dev_budget)),
+                        .host_peak = static_cast<std::uint64_t>(host),
+                        .note = at(0, skipped) != 0 ? "skipped (overflow)" : ""};
+    std::printf("%s  (stage %d)\n", compact_step_line(line).c_str(), tight);
+  }
+
+  void report(std::int64_t s, const std::vector<double>& rows) {
+    const auto at = [&](int q, Field f) { return field(rows, q, f); };
+    // The plain trainer's mean: each replica's mean loss (per token or sample), then their mean.
+    double loss = 0, step = 0;
+    const int ranks = static_cast<int>(rows.size() / kFields);
+    for (int q = 0; q < ranks; ++q) {
+      loss += at(q, loss_sum) / static_cast<double>(tokens_per_step / static_cast<std::uint64_t>(D));
+      step = std::max(step, at(q, step_s));
+    }
+    loss /= D;
+    const double val = at((P - 1) * D, val_loss);  // replica 0's last stage (every replica's is the same)
     const double tps = static_cast<double>(tokens_per_step) / step;
     // Every stage sees the norm over all of them, so one rank's step outcome is every rank's.
+    const StepPrinting printing{.level = o.printing, .every = eso.config.steps_per_print};
     if (printing.prints(s, o.steps, !std::isnan(val), at(0, skipped) != 0)) {
       if (printing.level == StepPrinting::Level::verbose) {
-        std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
-                    static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
-                    at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
-      } else {  // the stage nearest its device budget, and the largest host peak
-        int tight = 0;
-        double host = 0;
-        for (int st = 0; st < P; ++st) {
-          const auto share = [&](int q) { return at(q, dev_total_peak) / std::max(1.0, at(q, dev_budget)); };
-          if (share(st * D) > share(tight * D)) tight = st;
-          host = std::max(host, at(st * D, host_peak));
-        }
-        StepLine line{.step = s + 1,
-                      .steps = o.steps,
-                      .loss = loss,
-                      .val = val,
-                      .ms = step * 1e3,
-                      .tokens_per_s = tps,
-                      .device_peak = static_cast<std::uint64_t>(at(tight * D, dev_total_peak)),
-                      .device_budget = static_cast<std::uint64_t>(at(tight * D, dev_budget)),
-                      .host_peak = static_cast<std::uint64_t>(host),
-                      .note = at(0, skipped) != 0 ? "skipped (overflow)" : ""};
-        std::printf("%s  (stage %d)\n", compact_step_line(line).c_str(), tight);
+        print_verbose(s, rows, loss, val, step, tps);
+      } else {
+        print_compact(s, rows, loss, val, step, tps);
       }
       std::fflush(stdout);
     }
@@ -365,7 +383,6 @@ int train_pipelined(const PipelineTrainOptions& given) {
   run.B = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   run.m = static_cast<int>(cfg.gradient_accumulation_steps);
   run.model = pipelined_model(o.m, cfg, run.B, run.m, run.D, as_ranks && rdzv.rank != 0);
-  run.printing = {.level = o.printing, .every = cfg.steps_per_print};
   run.tokens_per_step =
       run.model.units_per_micro * static_cast<std::uint64_t>(run.m) * static_cast<std::uint64_t>(run.D);
   pipeline::GenerateOptions g;
