@@ -12,7 +12,7 @@ inside a save leaves (at most one: the next run removes it); the uninterrupted r
 by step.
 Writes DIR/soak.json and, with matplotlib, DIR/soak.png; exits 1 when the bytes differ or a
 figure grows (peak RSS over the first runs' by more than --rss-slack, or
-the later runs' median of swap or checkpoint bytes above the first runs' by more than 5%, or
+the later runs' smallest swap or checkpoint bytes above the first runs' by more than 5%, or
 a moment above what replacing a file or pruning late can explain).
 Usage: soak.py --strata BIN --dir DIR [--kills N] [--seed N] [--rss-slack F]"""
 import argparse
@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import struct
 import subprocess
 import sys
@@ -222,17 +221,19 @@ def main():
         problems.append(f"peak RSS grew to {max(rss) / 2**20:.1f} MiB from {base_rss / 2**20:.1f} MiB")
     # Growth, not moments: a swap file being replaced exists twice for a moment (one file of
     # several: up to a quarter more), and a kill between committing a checkpoint and pruning
-    # the oldest leaves a third until the next run prunes it (half as much again); leftovers
-    # that piled up would move the later runs' median.
+    # the oldest leaves a third until the next run prunes it (half as much again). A moment
+    # lifts one sample; leftovers that piled up lift every later one, so growth compares the
+    # floors (the smallest sample of the last third against the first third's). A median of
+    # the two samples a six-kill run has per third is their mean, which one moment moves.
     for what, xs, moment in (("swap files", swaps, 1.25), ("checkpoints (--keep 2)", cks, 1.6)):
         if len(xs) < 6:
             continue
         third = len(xs) // 3
-        early, late = statistics.median(xs[:third]), statistics.median(xs[-third:])
+        early, late = min(xs[:third]), min(xs[-third:])
         if late > early * 1.05:
-            problems.append(f"{what}: the last runs' median {late:.0f} bytes against the first runs' {early:.0f}")
+            problems.append(f"{what}: the last runs' smallest {late:.0f} bytes against the first runs' {early:.0f}")
         if max(xs) > early * moment:
-            problems.append(f"{what}: {max(xs)} bytes at one point, over {moment}x the first runs' median {early:.0f}")
+            problems.append(f"{what}: {max(xs)} bytes at one point, over {moment}x the first runs' smallest {early:.0f}")
     if straight_rss and max(straight_rss[len(straight_rss) // 10:]) > straight_rss[len(straight_rss) // 10] * 1.1:
         problems.append("the uninterrupted run's RSS grew over its steps")
     report = {"kills": len(runs), "steps": end, "seconds": round(time.time() - started, 1), "same_bytes": same,
