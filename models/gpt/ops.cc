@@ -115,21 +115,21 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 }
 
+// GELU's tanh form in xsimd batches (libm's scalar tanhf was 40% of a small GPT's step).
 void gelu_forward(float* out, const float* inp, std::size_t n) {
-  for_elems(n, [&](std::size_t i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  for_batches(n, [&](const Lanes& l) {
+    const FloatBatch x = l.load(inp);
+    l.store(out, 0.5f * x * (1.0f + xsimd::tanh(kGeluScale * (x + 0.044715f * x * x * x))));
   });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
-  for_elems(n, [&](std::size_t i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float t = std::tanh(u);
-    const float sech2 = 1.0f - t * t;
-    const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = local * dout[i];
+  for_batches(n, [&](const Lanes& l) {
+    const FloatBatch x = l.load(inp);
+    const FloatBatch t = xsimd::tanh(kGeluScale * (x + 0.044715f * x * x * x));
+    const FloatBatch sech2 = 1.0f - t * t;
+    const FloatBatch local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    l.store(dinp, local * l.load(dout));
   });
 }
 

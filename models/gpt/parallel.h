@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <vector>
+#include <xsimd/xsimd.hpp>
 
 namespace strata::model::ops {
 
@@ -52,6 +54,40 @@ template <class F> inline void for_elems(std::size_t n, F&& f) {
       tbb::blocked_range<std::size_t>(0, n, kGrain),
       [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
+      },
+      tbb::simple_partitioner());
+}
+
+using FloatBatch = xsimd::batch<float>;
+
+// One batch of lanes [i, i + len) of for_batches' elements: load() and store() move a whole
+// batch, or, for the last len < FloatBatch::size lanes, go through a zero-padded copy, so the
+// tail runs the same batch arithmetic as every other element.
+struct Lanes {
+  std::size_t i, len;
+  FloatBatch load(const float* base) const {
+    if (len == FloatBatch::size) return FloatBatch::load_unaligned(base + i);
+    alignas(64) float pad[FloatBatch::size] = {};
+    std::memcpy(pad, base + i, len * sizeof(float));
+    return FloatBatch::load_aligned(pad);
+  }
+  void store(float* base, const FloatBatch& v) const {
+    if (len == FloatBatch::size) return v.store_unaligned(base + i);
+    alignas(64) float pad[FloatBatch::size];
+    v.store_aligned(pad);
+    std::memcpy(base + i, pad, len * sizeof(float));
+  }
+};
+
+// f(Lanes) over n elements in xsimd batches, split over TBB in fixed blocks. For elementwise
+// kernels whose arithmetic is lane by lane (xsimd's tanh and exp are), so an element's
+// result depends on its value alone: the same bits at any thread count and block split.
+template <class F> inline void for_batches(std::size_t n, F&& f) {
+  constexpr std::size_t W = FloatBatch::size, kGrain = (std::size_t{1} << 14) / W;
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, (n + W - 1) / W, kGrain),
+      [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t b = r.begin(); b < r.end(); ++b) f(Lanes{b * W, std::min(W, n - b * W)});
       },
       tbb::simple_partitioner());
 }

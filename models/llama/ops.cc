@@ -11,7 +11,7 @@
 
 namespace strata::model::llama {
 
-using ops::for_elems;
+using ops::for_batches;
 using ops::for_rows;
 using ops::reduce_rows;
 
@@ -122,18 +122,19 @@ void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, 
   rotate(dx, cos, sin, B, T, heads, hd, -1.0f);
 }
 
+// SiLU in xsimd batches (xsimd's exp instead of libm's scalar expf).
 void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) {
-  for_elems(n, [&](std::size_t i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  for_batches(n, [&](const ops::Lanes& l) {
+    const ops::FloatBatch g = l.load(gate);
+    l.store(out, g / (1.0f + xsimd::exp(-g)) * l.load(up));
   });
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n) {
-  for_elems(n, [&](std::size_t i) {
-    const float g = gate[i], s = 1.0f / (1.0f + std::exp(-g)), d = dout[i];
-    dup[i] = d * (g * s);
-    dgate[i] = d * up[i] * (s * (1.0f + g * (1.0f - s)));
+  for_batches(n, [&](const ops::Lanes& l) {
+    const ops::FloatBatch g = l.load(gate), s = 1.0f / (1.0f + xsimd::exp(-g)), d = l.load(dout);
+    l.store(dup, d * (g * s));
+    l.store(dgate, d * l.load(up) * (s * (1.0f + g * (1.0f - s))));
   });
 }
 

@@ -25,43 +25,10 @@ inline constexpr std::size_t kLanes = FB::size;
 // Bytes one batch of 16-bit codes occupies: a non-temporal store of it needs this alignment.
 inline constexpr std::size_t kHalfBatchBytes = kLanes * sizeof(std::uint16_t);
 
-inline UB load_u16(const std::uint16_t* p) noexcept {
-#if XSIMD_WITH_AVX512BW
-  static_assert(kLanes == 16);
-  return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-#elif XSIMD_WITH_AVX2
-  static_assert(kLanes == 8);
-  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-#else
-  alignas(64) std::uint32_t wide[kLanes];
-  for (std::size_t k = 0; k < kLanes; ++k) wide[k] = p[k];
-  return UB::load_aligned(wide);
-#endif
-}
-
-// kNonTemporal: bypass the caches (the data is not read again soon); p must be aligned to
-// kHalfBatchBytes. Portable builds have no 8-byte streaming store and write normally.
-template <bool kNonTemporal> inline void store_u16(std::uint16_t* p, const UB& codes) noexcept {
-#if XSIMD_WITH_AVX512BW
-  const __m256i narrow = _mm512_cvtepi32_epi16(codes);
-  if constexpr (kNonTemporal)
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow);
-  else
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow);
-#elif XSIMD_WITH_AVX2
-  // Codes fit in 16 bits, so unsigned saturation is a plain truncation.
-  const __m256i c = codes;
-  const __m128i narrow = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-  if constexpr (kNonTemporal)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow);
-  else
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow);
-#else
-  alignas(64) std::uint32_t wide[kLanes];
-  codes.store_aligned(wide);
-  for (std::size_t k = 0; k < kLanes; ++k) p[k] = static_cast<std::uint16_t>(wide[k]);
-#endif
-}
+// Widening and narrowing of 16-bit codes (the ISA's zero-extend/truncate) live beside the
+// rounding rules, which the conversions in runtime/core use too.
+using simd::load_u16;
+using simd::store_u16;
 
 // a * b + c with one rounding wherever the ISA has FMA. xsimd 8.1 has no AVX-512 kernel for
 // xsimd::fma and falls back to a * b + c (two roundings, two instructions), so AVX-512 builds

@@ -4,8 +4,13 @@
 // the low bits of a uint32; widening the 8/16-bit storage to lanes is the caller's business.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <xsimd/xsimd.hpp>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "runtime/core/detail/small_float.h"
 #include "runtime/core/dtype.h"
@@ -42,6 +47,46 @@ inline BU encode_batch(const SmallFloat& f, const BU& u, bool saturate) noexcept
   r = xsimd::select(r > BU(f.max_code), BU(saturate ? f.max_code : f.inf_code), r);
   r = xsimd::select(a > BU(0x7f800000u), BU(f.nan_code), r);
   return r | sign;
+}
+
+// 16-bit codes widened to lanes and lanes narrowed to 16-bit codes with the ISA's
+// zero-extend/truncate instructions (AVX-512BW, AVX2) or a small scratch array (portable builds).
+inline BU load_u16(const std::uint16_t* p) noexcept {
+#if XSIMD_WITH_AVX512BW
+  static_assert(BU::size == 16);
+  return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#elif XSIMD_WITH_AVX2
+  static_assert(BU::size == 8);
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  alignas(64) std::uint32_t wide[BU::size];
+  for (std::size_t k = 0; k < BU::size; ++k) wide[k] = p[k];
+  return BU::load_aligned(wide);
+#endif
+}
+
+// kNonTemporal: bypass the caches (the data is not read again soon); p must be aligned to
+// kHalfBatchBytes. Portable builds have no 8-byte streaming store and write normally.
+template <bool kNonTemporal> inline void store_u16(std::uint16_t* p, const BU& codes) noexcept {
+#if XSIMD_WITH_AVX512BW
+  const __m256i narrow = _mm512_cvtepi32_epi16(codes);
+  if constexpr (kNonTemporal)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow);
+#elif XSIMD_WITH_AVX2
+  // Codes fit in 16 bits, so unsigned saturation is a plain truncation.
+  const __m256i c = codes;
+  const __m128i narrow = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  if constexpr (kNonTemporal)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow);
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow);
+#else
+  alignas(64) std::uint32_t wide[BU::size];
+  codes.store_aligned(wide);
+  for (std::size_t k = 0; k < BU::size; ++k) p[k] = static_cast<std::uint16_t>(wide[k]);
+#endif
 }
 
 // encode_batch(kBF16, u, false) in five integer operations and one select, for kernels that
