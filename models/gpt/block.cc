@@ -9,10 +9,17 @@
 
 namespace strata::model {
 
+namespace {
+// What the attention's forward keeps for its backward (kernels.h).
+std::size_t attention_floats(const BlockDims& d) {
+  return d.full_scores ? static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * d.T * d.T
+                       : ops::attention_state_floats(d.B, d.T, d.C, d.NH);
+}
+}  // namespace
+
 std::size_t BlockActs::floats(const BlockDims& d) {
   const std::size_t N = d.tokens(), C = static_cast<std::size_t>(d.C);
-  const std::size_t att = static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * d.T * d.T;
-  return 15 * N * C + 4 * N + att;
+  return 15 * N * C + 4 * N + attention_floats(d);
 }
 
 void BlockActs::carve(float* p, const BlockDims& d) {
@@ -26,7 +33,7 @@ void BlockActs::carve(float* p, const BlockDims& d) {
   ln1_mean = take(N);
   ln1_rstd = take(N);
   qkv = take(3 * N * C);
-  att = take(static_cast<std::size_t>(d.B) * static_cast<std::size_t>(d.NH) * d.T * d.T);
+  att = take(attention_floats(d));
   atty = take(N * C);
   res1 = take(N * C);
   ln2 = take(N * C);

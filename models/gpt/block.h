@@ -24,6 +24,7 @@ struct BlockDims {
   int block = 0;                                 // which block this is (its FP8 sites)
   const UnitScales* unit = nullptr;              // when set, the unit-scaled block (unit_scale.h)
   GptKernels* kernels = nullptr;                 // where the operations run (kernels.h); null: the host
+  bool full_scores = false;                      // the kernels keep [B,NH,T,T] probabilities (CUDA's)
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -99,6 +99,7 @@ class CudaKernels final : public GptKernels {
     detail::cuda_gelu_backward(st(), dinp, inp, dout, n);
   }
 
+  bool keeps_full_scores() const noexcept override { return true; }
   // Per sequence, the heads are one batched product each way (head h at columns h hs of q,
   // k and v, which sit side by side in qkv's rows).
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale,

@@ -75,20 +75,16 @@ void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
 
 // Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (head h at
-// columns h*hs of each); att [B,NH,T,T] keeps the softmax probabilities (zero above the
-// diagonal); out [B,T,C] the heads' outputs side by side. The scores are score_scale q.k
-// (score_scale(hs) = 1/sqrt(hs), GPT-2's, unless the unit-scaled model sets its own).
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, float score_scale);
+// columns h*hs of each); out [B,T,C] the heads' outputs side by side. The scores are
+// score_scale q.k (score_scale(hs) = 1/sqrt(hs), GPT-2's, unless the unit-scaled model sets
+// its own). state (attention_state_floats) keeps what backward needs: each row's log-sum-exp
+// of its scores [B,NH,T], then a copy of out [B,T,C]; linear in T (no T x T probabilities).
+std::size_t attention_state_floats(int B, int T, int C, int NH);
+void attention_forward(float* out, float* state, const float* qkv, int B, int T, int C, int NH, float score_scale);
 // dqkv [B,T,3C] = (written) the gradient of qkv.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH,
-                        float score_scale);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* state, int B, int T, int C,
+                        int NH, float score_scale);
 float score_scale(int head_size);
-// In place over scores p [T, T] (one task's, single-threaded): each row i's softmax over
-// columns 0..i in fp32 (max subtracted first), zero above the diagonal.
-void causal_softmax(float* p, int T);
-// In place over ds [T, T]: dP (the probabilities' gradient) on entry, the scores' gradient
-// P * (dP - rowsum(P * dP)) on return, zero above the diagonal.
-void causal_softmax_backward(float* ds, const float* p, int T);
 
 // Softmax cross-entropy over logits [N,V] against targets [N], fused with its gradient:
 // writes each row's loss into losses[N] and replaces logits with

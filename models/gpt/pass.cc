@@ -49,7 +49,8 @@ struct GptPass::Buffers {
 
 std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int max_seq, Remat remat, bool fp8,
                                     bool cuda) {
-  const BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
+  BlockDims d{max_batch, max_seq, shape.d_model, shape.heads};
+  d.full_scores = cuda;
   const std::uint64_t scratch = cuda ? cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(d)) : 0;
   const std::uint64_t fp8_state = fp8 && cuda ? CudaFp8Products::device_bytes(shape) : 0;
   return sizes(shape, d, remat, fp8).total() * sizeof(float) + scratch + fp8_state;
@@ -65,6 +66,7 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
       buf_(std::make_unique<Buffers>()),
       unit_(unit_scaled ? std::make_unique<UnitScales>(shape, max_seq) : nullptr) {
   k_ = make_kernels(dev, static_cast<int>(max_.tokens()), att_floats(max_));
+  max_.full_scores = k_->keeps_full_scores();
   const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
@@ -183,6 +185,7 @@ BlockDims GptPass::dims(int B, int T) const {
   BlockDims d{B, T, shape_.d_model, shape_.heads, products_, fp8_.get()};
   d.unit = unit_.get();
   d.kernels = k_.get();
+  d.full_scores = k_->keeps_full_scores();
   return d;
 }
 

@@ -193,6 +193,7 @@ class Block final : public GptLayer {
     d.fp8 = fp8_.get();
     d.unit = unit_.get();
     d.kernels = &k_;
+    d.full_scores = k_.keeps_full_scores();
     return d;
   }
   BlockWeights weights(const float* p) const {

@@ -14,6 +14,41 @@
 #include "models/llama/ops.h"
 
 namespace strata::model::llama {
+namespace {
+
+// In place over scores p [T, T] (one task's, single-threaded): each row i's softmax over
+// columns 0..i in fp32 (max subtracted first), zero above the diagonal.
+void causal_softmax(float* p, int T) {
+  for (int i = 0; i < T; ++i) {
+    float* row = p + static_cast<std::size_t>(i) * T;
+    float mx = row[0];
+    for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= i; ++j) row[j] *= inv;
+    std::fill(row + i + 1, row + T, 0.0f);
+  }
+}
+
+// In place over ds [T, T]: dP (the probabilities' gradient) on entry, the scores' gradient
+// P * (dP - rowsum(P * dP)) on return, zero above the diagonal.
+void causal_softmax_backward(float* ds, const float* p, int T) {
+  for (int i = 0; i < T; ++i) {
+    const float* pr = p + static_cast<std::size_t>(i) * T;
+    float* dr = ds + static_cast<std::size_t>(i) * T;
+    float dot = 0.0f;
+    for (int j = 0; j <= i; ++j) dot += pr[j] * dr[j];
+    for (int j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - dot);
+    std::fill(dr + i + 1, dr + T, 0.0f);
+  }
+}
+
+}  // namespace
+
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int B, int T, int NH,
                        int NKV, int hd) {
   const int group = NH / NKV, lq = NH * hd, lk = NKV * hd;
@@ -27,7 +62,7 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     const float* vh = v + row0 * lk + static_cast<std::size_t>(g) * hd;
     float* p = att + static_cast<std::size_t>(bh) * TT;
     ops::gemm_serial(false, true, T, T, hd, scale, qh, lq, kh, lk, 0.0f, p, T);
-    ops::causal_softmax(p, T);
+    causal_softmax(p, T);
     ops::gemm_serial(false, false, T, hd, T, 1.0f, p, T, vh, lk, 0.0f,
                      out + row0 * lq + static_cast<std::size_t>(h) * hd, lq);
   });
@@ -52,7 +87,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       // dP = dY V^T; dV (+)= P^T dY
       ops::gemm_serial(false, true, T, T, hd, 1.0f, dout + qo, lq, v + ko, lk, 0.0f, ds, T);
       ops::gemm_serial(true, false, T, hd, T, 1.0f, p, T, dout + qo, lq, beta, dv + ko, lk);
-      ops::causal_softmax_backward(ds, p, T);
+      causal_softmax_backward(ds, p, T);
       // S = scale Q K^T: dQ = scale dS K; dK (+)= scale dS^T Q
       ops::gemm_serial(false, false, T, hd, T, scale, ds, T, k + ko, lk, 0.0f, dq + qo, lq);
       ops::gemm_serial(true, false, T, hd, T, scale, ds, T, q + qo, lq, beta, dk + ko, lk);

@@ -15,6 +15,7 @@
 
 #include "models/gpt/array_access.h"
 #include "models/gpt/kernels.h"
+#include "models/gpt/ops_reference.h"
 #include "models/gpt/pass.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
@@ -146,17 +147,20 @@ TEST_CASE("each GPT kernel on the GPU gives the host kernel's values", "[gpt][cu
   SECTION("causal attention forward and backward") {
     auto qkv = randn(3 * NC, 41), dy = randn(NC, 42);
     const std::size_t att_n = static_cast<std::size_t>(B) * NH * T * T;
-    std::vector<float> y(NC), att(att_n), dqkv(3 * NC);
+    // The host keeps row statistics (linear in T); CUDA keeps the probabilities, checked
+    // against the double-precision reference's.
+    std::vector<float> y(NC), yr(NC), att(att_n), state(ops::attention_state_floats(B, T, C, NH)), dqkv(3 * NC);
     float *gq = g.up(qkv), *gdy = g.up(dy), *gy = g.up(y), *ga = g.up(att), *gdq = g.up(dqkv);
     const float s = ops::score_scale(C / NH);
-    cpu.attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, s, ops::Products::fp32);
+    ops::ref::attention_forward(yr.data(), att.data(), qkv.data(), B, T, C, NH, s);
+    cpu.attention_forward(y.data(), state.data(), qkv.data(), B, T, C, NH, s, ops::Products::fp32);
     gpu->attention_forward(gy, ga, gq, B, T, C, NH, s, ops::Products::fp32);
     const auto gatt = g.down(*gpu, ga, att_n);
     check_close(gatt, att, kFp32, "attention probabilities");
     for (std::size_t r = 0; r < att_n / T; ++r)  // exact zeros above the diagonal
       for (std::size_t j = r % T + 1; j < static_cast<std::size_t>(T); ++j) REQUIRE(gatt[r * T + j] == 0.0f);
     check_close(g.down(*gpu, gy, NC), y, kFp32, "attention output");
-    cpu.attention_backward(dqkv.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, s, ops::Products::fp32);
+    cpu.attention_backward(dqkv.data(), dy.data(), qkv.data(), state.data(), B, T, C, NH, s, ops::Products::fp32);
     gpu->attention_backward(gdq, gdy, gq, ga, B, T, C, NH, s, ops::Products::fp32);
     check_close(g.down(*gpu, gdq, 3 * NC), dqkv, 1e-4, "attention input gradient");
     // bf16 products (operands rounded to 8 bits, fp32 sums) against the fp32 host: the bf16 bound.

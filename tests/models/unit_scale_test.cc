@@ -114,7 +114,7 @@ TEST_CASE(
       for (std::size_t r = 0; r < N; ++r)
         std::fill_n(qkv.begin() + static_cast<std::ptrdiff_t>(r * 3 * C), 2 * C, 0.0f);
     }
-    std::vector<float> out(N * C), att(static_cast<std::size_t>(B) * NH * T * T);
+    std::vector<float> out(N * C), att(ops::attention_state_floats(B, T, C, NH));
     ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, u.scores());
     ops::scale(out.data(), u.attention(), out.size());
     return second_moment(out);
