@@ -3,6 +3,7 @@
 #include "models/llama/block.h"
 
 #include "models/llama/kernels.h"
+#include "models/llama/ops.h"
 
 namespace strata::model {
 namespace {
@@ -17,8 +18,9 @@ Sizes sizes(const LlamaDims& d) {
           n * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(s.head_dim),
           n * static_cast<std::size_t>(s.kv_heads) * static_cast<std::size_t>(s.head_dim),
           n * static_cast<std::size_t>(s.intermediate),
-          static_cast<std::size_t>(d.B) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(d.T) *
-              static_cast<std::size_t>(d.T)};
+          d.full_scores ? static_cast<std::size_t>(d.B) * static_cast<std::size_t>(s.heads) *
+                              static_cast<std::size_t>(d.T) * static_cast<std::size_t>(d.T)
+                        : llama::attention_state_floats(d.B, d.T, s.heads, s.head_dim)};
 }
 LlamaKernels& kernels_of(const LlamaDims& d) { return d.kernels != nullptr ? *d.kernels : host_llama_kernels(); }
 struct Carver {

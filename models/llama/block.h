@@ -24,6 +24,7 @@ struct LlamaDims {
   const float* sin = nullptr;
   ops::Products products = ops::Products::fp32;
   LlamaKernels* kernels = nullptr;  // where the operations run (kernels.h); null: the host
+  bool full_scores = false;         // the kernels keep [B,heads,T,T] probabilities (CUDA's)
   std::size_t tokens() const noexcept { return static_cast<std::size_t>(B) * static_cast<std::size_t>(T); }
 };
 

@@ -105,6 +105,7 @@ class CudaLlamaKernels final : public LlamaKernels {
     detail::cuda_swiglu_backward(st(), dgate, dup, dout, gate, up, n);
   }
 
+  bool keeps_full_scores() const noexcept override { return true; }
   void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int B, int T, int NH,
                          int NKV, int hd) override {
     const Heads h(T, NH, NKV, hd);

@@ -54,6 +54,10 @@ class LlamaKernels {
   virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) = 0;
   virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                std::size_t n) = 0;
+  // att: what forward keeps for backward: the host's row statistics and output
+  // (llama::attention_state_floats, linear in T), CUDA's [B,heads,T,T] probabilities
+  // (keeps_full_scores(); LlamaDims::full_scores sizes it).
+  virtual bool keeps_full_scores() const noexcept { return false; }
   virtual void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
                                  int heads, int kv_heads, int hd) = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,

@@ -55,13 +55,15 @@ void swiglu_forward(float* out, const float* gate, const float* up, std::size_t 
 // dgate, dup (written) from dout.
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n);
 
-// Causal grouped-query attention with scores q.k / sqrt(hd): out [N, heads x hd]; att
-// [B, heads, T, T] keeps the probabilities (zero above the diagonal).
-void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int B, int T, int heads,
-                       int kv_heads, int hd);
+// Causal grouped-query attention with scores q.k / sqrt(hd): out [N, heads x hd]. state
+// (attention_state_floats) keeps what backward needs: each row's log-sum-exp [B, heads, T],
+// then a copy of out; linear in T (no T x T probabilities).
+std::size_t attention_state_floats(int B, int T, int heads, int hd);
+void attention_forward(float* out, float* state, const float* q, const float* k, const float* v, int B, int T,
+                       int heads, int kv_heads, int hd);
 // dq, dk, dv written.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* att, int B, int T, int heads, int kv_heads, int hd);
+                        const float* v, const float* state, int B, int T, int heads, int kv_heads, int hd);
 
 // out[n] = table[tokens[n]] (rows of C).
 void embedding_forward(float* out, const std::int32_t* tokens, const float* table, int N, int C);

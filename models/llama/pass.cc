@@ -60,7 +60,8 @@ struct LlamaPass::Buffers {
 };
 
 std::uint64_t LlamaPass::device_bytes(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, bool cuda) {
-  const LlamaDims d{max_batch, max_seq, &shape};
+  LlamaDims d{max_batch, max_seq, &shape};
+  d.full_scores = cuda;
   const std::uint64_t scratch = cuda ? llama_cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(shape, d)) : 0;
   return sizes(shape, d, remat).total() * sizeof(float) + scratch;
 }
@@ -74,8 +75,9 @@ LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat 
       max_T_(max_seq),
       dev_(dev),
       buf_(std::make_unique<Buffers>()) {
-  const LlamaDims d{max_B_, max_T_, &shape_};
+  LlamaDims d{max_B_, max_T_, &shape_};
   k_ = make_llama_kernels(dev, static_cast<int>(d.tokens()), att_floats(shape_, d));
+  d.full_scores = k_->keeps_full_scores();
   const Sizes z = sizes(shape_, d, remat_);
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "llama activations");
@@ -115,7 +117,7 @@ bool LlamaPass::recompute(int block) const noexcept { return remat_recomputes(re
 LlamaDims LlamaPass::dims(int B, int T) const {
   STRATA_CHECK(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, Errc::invalid_argument, "llama: batch ", B, " x ", T,
                " is larger than the pass was sized for (", max_B_, " x ", max_T_, ")");
-  return {B, T, &shape_, buf_->cos, buf_->sin, products_, k_.get()};
+  return {B, T, &shape_, buf_->cos, buf_->sin, products_, k_.get(), k_->keeps_full_scores()};
 }
 
 void LlamaPass::forward_blocks(LayerAccess& access, const std::int32_t* tokens, const LlamaDims& d, bool keep) {

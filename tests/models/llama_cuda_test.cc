@@ -19,6 +19,8 @@
 #include "engine/layout.h"
 #include "models/gpt/array_access.h"
 #include "models/llama/kernels.h"
+#include "models/llama/ops.h"
+#include "models/llama/ops_reference.h"
 #include "models/llama/pass.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
@@ -181,20 +183,24 @@ TEST_CASE("each Llama kernel on the GPU gives the host kernel's values", "[llama
       auto q = randn(static_cast<std::size_t>(N) * lq, 41), k = randn(static_cast<std::size_t>(N) * lk, 42),
            v = randn(static_cast<std::size_t>(N) * lk, 43), dy = randn(q.size(), 44);
       const std::size_t att_n = static_cast<std::size_t>(B) * H * T * T;
-      std::vector<float> y(q.size()), att(att_n), dq(q.size()), dk(k.size()), dv(v.size());
+      // The host keeps row statistics (linear in T); CUDA keeps the probabilities, checked
+      // against the double-precision reference's.
+      std::vector<float> y(q.size()), yr(q.size()), att(att_n), state(llama::attention_state_floats(B, T, H, D)),
+          dq(q.size()), dk(k.size()), dv(v.size());
       float *gq = g.up(q), *gk = g.up(k), *gv = g.up(v), *gdy = g.up(dy), *gy = g.up(y), *ga = g.up(att),
             *gdq = g.up(dq), *gdk = g.up(dk), *gdv = g.up(dv);
-      cpu.attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, KV, D);
+      llama::ref::attention_forward(yr.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, KV, D);
+      cpu.attention_forward(y.data(), state.data(), q.data(), k.data(), v.data(), B, T, H, KV, D);
       gpu->attention_forward(gy, ga, gq, gk, gv, B, T, H, KV, D);
       const auto gatt = g.down(*gpu, ga, att_n);
       close_to(gatt, att, D + T + 8, 1.0 + D * max_abs(q) * max_abs(k), "probabilities");
       for (std::size_t r = 0; r < att_n / T; ++r)  // exact zeros above the diagonal
         for (std::size_t j = r % T + 1; j < static_cast<std::size_t>(T); ++j) REQUIRE(gatt[r * T + j] == 0.0f);
       close_to(g.down(*gpu, gy, y.size()), y, T + D + 8, max_abs(v) * (1 + D * max_abs(q) * max_abs(k)), "output");
-      // Both backward passes from the host's probabilities.
+      // The GPU's backward from the reference's probabilities, the host's from its own state.
       float* ga2 = g.up(att);
-      cpu.attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), q.data(), k.data(), v.data(), att.data(), B, T,
-                             H, KV, D);
+      cpu.attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), q.data(), k.data(), v.data(), state.data(), B,
+                             T, H, KV, D);
       gpu->attention_backward(gdq, gdk, gdv, gdy, gq, gk, gv, ga2, B, T, H, KV, D);
       const double dp = D * max_abs(dy) * max_abs(v);
       close_to(g.down(*gpu, gdv, dv.size()), dv, static_cast<std::size_t>(group * T + 4), group * T * max_abs(dy),
@@ -315,6 +321,10 @@ TEST_CASE("a Llama pass sizes its CUDA scratch into its device bytes", "[llama]"
   const std::uint64_t host = LlamaPass::device_bytes(s, B, T, Remat::never);
   const std::uint64_t cuda = LlamaPass::device_bytes(s, B, T, Remat::never, true);
   // At least the attention scores' gradient (B x heads x T x T floats) and the token ids.
-  CHECK(cuda - host >= static_cast<std::uint64_t>(B) * s.heads * T * T * 4 + static_cast<std::uint64_t>(B) * T * 4);
-  CHECK(cuda - host == llama_cuda_scratch_bytes(B * T, static_cast<std::size_t>(B) * s.heads * T * T));
+  const std::uint64_t scores = static_cast<std::uint64_t>(B) * s.heads * T * T;
+  CHECK(cuda - host >= scores * 4 + static_cast<std::uint64_t>(B) * T * 4);
+  // Each block keeps the probabilities on CUDA where the host keeps row statistics.
+  const std::uint64_t kept =
+      static_cast<std::uint64_t>(s.layers) * 4 * (scores - llama::attention_state_floats(B, T, s.heads, s.head_dim));
+  CHECK(cuda - host == llama_cuda_scratch_bytes(B * T, static_cast<std::size_t>(scores)) + kept);
 }
