@@ -121,6 +121,13 @@ std::vector<GptParam> gpt_params(const GptShape& s, bool unit_scaled, int seq_le
   return out;
 }
 
+std::size_t head_chunk_rows(std::size_t tokens, int max_batch, int vocab, bool whole) noexcept {
+  constexpr std::size_t kChunkFloats = std::size_t{1} << 22;
+  if (whole) return tokens;
+  return std::min(tokens,
+                  std::max(kChunkFloats / static_cast<std::size_t>(vocab), static_cast<std::size_t>(max_batch)));
+}
+
 double gpt_train_flops_per_token(const GptShape& s, int seq_len) {
   const double C = s.d_model, L = s.layers;
   const double matmul_weights = L * 12.0 * C * C + static_cast<double>(s.vocab) * C;

@@ -47,6 +47,13 @@ Remat parse_remat(const std::string& s);
 // How a pass keeps activations under `r` for `layers` blocks: how many sets of one block's
 // activations it allocates, which set block `block` uses, and whether backward recomputes it.
 int remat_act_sets(Remat r, int layers) noexcept;
+
+// Rows of logits a pass's head (the GPT's, the Llama's) holds at once: on the host, chunks of
+// about 4 Mi logits, the loss and the head's gradients taken chunk by chunk (a 50,257-entry
+// vocabulary at 1,024 tokens holds 16 MiB of logits instead of 206; 128,256 entries, 16 instead
+// of 525), never fewer than max_batch (a forward-only head writes one row per sequence);
+// whole: all tokens in one product (a CUDA device, FP8's delayed scaling).
+std::size_t head_chunk_rows(std::size_t tokens, int max_batch, int vocab, bool whole) noexcept;
 int remat_act_set(Remat r, int block, int layers) noexcept;
 bool remat_recomputes(Remat r, int block, int layers) noexcept;
 const char* remat_name(Remat r) noexcept;

@@ -23,7 +23,11 @@ std::size_t att_floats(const BlockDims& d) {
          static_cast<std::size_t>(d.T);
 }
 
-Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8) {
+std::size_t head_rows(const GptShape& s, const BlockDims& max, bool fp8, bool cuda) {
+  return head_chunk_rows(max.tokens(), max.B, s.vocab, fp8 || cuda);
+}
+
+Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8, bool cuda) {
   Sizes z{};
   z.nc = d.tokens() * static_cast<std::size_t>(s.d_model);
   z.n = d.tokens();
@@ -31,7 +35,7 @@ Sizes sizes(const GptShape& s, const BlockDims& d, Remat r, bool fp8) {
   z.acts_each = BlockActs::floats(d);
   z.sets = static_cast<std::size_t>(remat_act_sets(r, s.layers));
   z.scratch = BlockScratch::floats(d);
-  z.logits = z.n * static_cast<std::size_t>(s.vocab);
+  z.logits = head_rows(s, d, fp8, cuda) * static_cast<std::size_t>(s.vocab);
   if (fp8) z.fp8 = Fp8Products::scratch_floats(s, z.n);
   return z;
 }
@@ -53,7 +57,7 @@ std::uint64_t GptPass::device_bytes(const GptShape& shape, int max_batch, int ma
   d.full_scores = cuda;
   const std::uint64_t scratch = cuda ? cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(d)) : 0;
   const std::uint64_t fp8_state = fp8 && cuda ? CudaFp8Products::device_bytes(shape) : 0;
-  return sizes(shape, d, remat, fp8).total() * sizeof(float) + scratch + fp8_state;
+  return sizes(shape, d, remat, fp8, cuda).total() * sizeof(float) + scratch + fp8_state;
 }
 
 GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -67,7 +71,9 @@ GptPass::GptPass(const GptShape& shape, int max_batch, int max_seq, Remat remat,
       unit_(unit_scaled ? std::make_unique<UnitScales>(shape, max_seq) : nullptr) {
   k_ = make_kernels(dev, static_cast<int>(max_.tokens()), att_floats(max_));
   max_.full_scores = k_->keeps_full_scores();
-  const Sizes z = sizes(shape_, max_, remat_, fp8.enabled);
+  const bool cuda = dev.backend() == device::Backend::cuda;
+  const Sizes z = sizes(shape_, max_, remat_, fp8.enabled, cuda);
+  head_rows_ = static_cast<int>(head_rows(shape_, max_, fp8.enabled, cuda));
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "gpt activations");
   float* p = b.mem.as<float>();
@@ -154,19 +160,29 @@ double GptPass::head(LayerAccess& access, const std::int32_t* targets, const Blo
   const auto we = access.acquire(0);
   k_->layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, wf[0], wf[1], N, C);
   const ops::ProductScales hs = unit_ ? unit_->head() : ops::ProductScales{};
-  if (fp8_) {
-    fp8_->head_forward(b.logits, b.lnf, we[0], N, C, V, hs);
-  } else {
-    k_->lm_head_forward(b.logits, b.lnf, we[0], N, C, V, d.products, hs);
-  }
-  const double loss = k_->cross_entropy(b.logits, b.losses, targets, N, V, grad_scale);
-  if (backward) {
-    float* dlnf = b.scratch.dln;
+  float* dlnf = b.scratch.dln;
+  float* dwte = backward ? access.grads(0)[0] : nullptr;
+  // The logits, the loss and the head's gradients chunk by chunk of head_rows_ rows (all of
+  // them in one chunk on CUDA, with FP8, or when they fit): dwte sums the chunks in order.
+  double loss = 0.0;
+  for (int r0 = 0; r0 < N; r0 += head_rows_) {
+    const int rows = std::min(head_rows_, N - r0);
+    const float* in = b.lnf + static_cast<std::size_t>(r0) * C;
     if (fp8_) {
-      fp8_->head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, hs);
+      fp8_->head_forward(b.logits, in, we[0], rows, C, V, hs);
     } else {
-      k_->lm_head_backward(dlnf, access.grads(0)[0], b.logits, b.lnf, we[0], N, C, V, d.products, hs);
+      k_->lm_head_forward(b.logits, in, we[0], rows, C, V, d.products, hs);
     }
+    loss += k_->cross_entropy(b.logits, b.losses + r0, targets + r0, rows, V, grad_scale);
+    if (!backward) continue;
+    float* dinp = dlnf + static_cast<std::size_t>(r0) * C;
+    if (fp8_) {
+      fp8_->head_backward(dinp, dwte, b.logits, in, we[0], rows, C, V, hs);
+    } else {
+      k_->lm_head_backward(dinp, dwte, b.logits, in, we[0], rows, C, V, d.products, hs);
+    }
+  }
+  if (backward) {
     access.release(0);
     const auto gf = access.grads(L + 1);
     k_->zero(b.dres, d.tokens() * static_cast<std::size_t>(C));

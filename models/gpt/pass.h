@@ -84,6 +84,7 @@ class GptPass {
   Remat remat_;
   ops::Products products_;
   BlockDims max_;
+  int head_rows_ = 1;  // logits rows the head holds at once (pass.cc)
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<GptKernels> k_;

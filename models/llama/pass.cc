@@ -17,7 +17,7 @@ struct Sizes {
   std::size_t total() const { return xs + acts_each * sets + scratch + 3 * nc + 2 * n + logits + rope; }
 };
 
-Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {
+Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r, bool cuda) {
   Sizes z{};
   z.n = d.tokens();
   z.nc = z.n * static_cast<std::size_t>(s.hidden);
@@ -25,7 +25,7 @@ Sizes sizes(const LlamaShape& s, const LlamaDims& d, Remat r) {
   z.acts_each = LlamaActs::floats(d);
   z.sets = static_cast<std::size_t>(remat_act_sets(r, s.layers));
   z.scratch = LlamaScratch::floats(d);
-  z.logits = z.n * static_cast<std::size_t>(s.vocab);
+  z.logits = head_chunk_rows(z.n, d.B, s.vocab, cuda) * static_cast<std::size_t>(s.vocab);
   z.rope = static_cast<std::size_t>(d.T) * static_cast<std::size_t>(s.head_dim);  // cos and sin
   return z;
 }
@@ -63,7 +63,7 @@ std::uint64_t LlamaPass::device_bytes(const LlamaShape& shape, int max_batch, in
   LlamaDims d{max_batch, max_seq, &shape};
   d.full_scores = cuda;
   const std::uint64_t scratch = cuda ? llama_cuda_scratch_bytes(static_cast<int>(d.tokens()), att_floats(shape, d)) : 0;
-  return sizes(shape, d, remat).total() * sizeof(float) + scratch;
+  return sizes(shape, d, remat, cuda).total() * sizeof(float) + scratch;
 }
 
 LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat remat, device::Device& dev,
@@ -78,7 +78,9 @@ LlamaPass::LlamaPass(const LlamaShape& shape, int max_batch, int max_seq, Remat 
   LlamaDims d{max_B_, max_T_, &shape_};
   k_ = make_llama_kernels(dev, static_cast<int>(d.tokens()), att_floats(shape_, d));
   d.full_scores = k_->keeps_full_scores();
-  const Sizes z = sizes(shape_, d, remat_);
+  const bool cuda = dev.backend() == device::Backend::cuda;
+  const Sizes z = sizes(shape_, d, remat_, cuda);
+  head_rows_ = static_cast<int>(head_chunk_rows(d.tokens(), max_B_, shape_.vocab, cuda));
   auto& b = *buf_;
   b.mem = device::DeviceBuffer(dev, z.total() * sizeof(float), "llama activations");
   float* p = b.mem.as<float>();
@@ -146,20 +148,33 @@ double LlamaPass::head(LayerAccess& access, const float* x, int rows, const std:
   const float* W = shape_.tied ? we[0] : wf[1];
   GptKernels& g = k_->gpt();
   k_->rmsnorm_forward(b.normed, b.rstd, x, wf[0], rows, C, static_cast<float>(shape_.rms_eps));
-  g.lm_head_forward(b.logits, b.normed, W, rows, C, V, products_, {});
+  // The head's weight gradient: the embedding's (tied) or lm_head.weight's.
+  std::vector<float*> gf;
+  float* dW = nullptr;
+  if (backward) {
+    if (!shape_.tied) gf = access.grads(L + 1);
+    dW = shape_.tied ? access.grads(0)[0] : gf[1];
+  }
+  // The logits, the loss and the head's gradients chunk by chunk of head_rows_ rows
+  // (head_chunk_rows): dW sums the chunks in order.
   double loss = 0.0;
-  if (logits_out != nullptr) {
-    g.to_host(logits_out, b.logits, static_cast<std::size_t>(rows) * V);
-  } else {
-    loss = g.cross_entropy(b.logits, b.losses, targets, rows, V, grad_scale);
+  for (int r0 = 0; r0 < rows; r0 += head_rows_) {
+    const int n = std::min(head_rows_, rows - r0);
+    const float* in = b.normed + static_cast<std::size_t>(r0) * C;
+    g.lm_head_forward(b.logits, in, W, n, C, V, products_, {});
+    if (logits_out != nullptr) {
+      g.to_host(logits_out + static_cast<std::size_t>(r0) * V, b.logits, static_cast<std::size_t>(n) * V);
+      continue;
+    }
+    loss += g.cross_entropy(b.logits, b.losses + r0, targets + r0, n, V, grad_scale);
+    if (backward)
+      g.lm_head_backward(b.dnormed + static_cast<std::size_t>(r0) * C, dW, b.logits, in, W, n, C, V, products_, {});
   }
   if (backward) {
     if (shape_.tied) {
-      g.lm_head_backward(b.dnormed, access.grads(0)[0], b.logits, b.normed, W, rows, C, V, products_, {});
       access.release(0);
+      gf = access.grads(L + 1);
     }
-    const auto gf = access.grads(L + 1);
-    if (!shape_.tied) g.lm_head_backward(b.dnormed, gf[1], b.logits, b.normed, W, rows, C, V, products_, {});
     k_->rmsnorm_backward(b.dres, gf[0], b.dnormed, x, wf[0], b.rstd, rows, C, false);
     access.commit(L + 1);
   } else if (shape_.tied) {

@@ -65,6 +65,7 @@ class LlamaPass {
   Remat remat_;
   ops::Products products_;
   int max_B_, max_T_;
+  int head_rows_ = 1;  // logits rows the head holds at once (head_chunk_rows)
   device::Device& dev_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<LlamaKernels> k_;  // destroyed first: it waits for work on buf_

@@ -3,7 +3,8 @@
 // runs) bit for bit, a tied head's embedding included, for a Llama, a tied Llama and a Qwen3
 // (q/k norms, q/k/v biases); the cut names the Hugging Face tensors in the engine's order;
 // every schedule the Llama pipeline runs (the zero-bubble ones too: the blocks split B from W)
-// ends, stages as threads, with the sequential loop's parameters bit for bit.
+// ends, stages as threads, with the sequential loop's parameters bit for bit. And the pass's
+// head taken in row chunks (a large vocabulary) against the same rows in one chunk.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "pipeline/generators.h"
 #include "pipeline/runner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/random.h"
 #include "runtime/device/device.h"
 
 using namespace strata;
@@ -194,5 +196,63 @@ TEST_CASE("a pipelined Llama trains to the sequential loop's parameters bit for 
       CHECK(same_bits(st->params_of(id), reference.params_of(id)));
       CHECK(same_bits(st->grads_of(id), reference.grads_of(id)));
     }
+  }
+}
+
+TEST_CASE("the Llama pass's head in row chunks gives the loss and gradients of one product over all rows",
+          "[llama][memory]") {
+  // A 16,384-entry vocabulary: 256 rows a chunk (head_chunk_rows), so a 4 x 64 micro-batch is
+  // one chunk and 16 x 64 four; the four 4-sequence passes summed are the 16-sequence pass.
+  const std::string kind = GENERATE("llama", "tied");
+  INFO(kind);
+  LlamaShape s = small_llama(kind);
+  s.vocab = 16384;
+  const int B = 16, T = 64, part = 4;
+  REQUIRE(head_chunk_rows(static_cast<std::size_t>(B) * T, B, s.vocab, false) == 256);
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<std::int32_t>(splitmix64(i) % 16384);
+    tg[i] = static_cast<std::int32_t>(splitmix64(i + 99991) % 16384);
+  }
+  device::DeviceOptions o;
+  o.budget_bytes =
+      LlamaPass::device_bytes(s, B, T, Remat::never) + LlamaPass::device_bytes(s, part, T, Remat::never) + (1 << 20);
+  auto dev = device::Device::create(o);
+  auto params = initial_by_layer(s, 5);
+  ArrayAccess all(params);
+  LlamaPass pass(s, B, T, Remat::never, *dev);
+  const double loss = pass.train(all, in.data(), tg.data(), B, T, 1.0f);
+  const auto grads = all.all_grads();
+  // The last position's logits through the chunked forward equal the whole pass's.
+  std::vector<float> last(static_cast<std::size_t>(B) * s.vocab), last_part(static_cast<std::size_t>(part) * s.vocab);
+  pass.last_logits(all, in.data(), B, T, last.data());
+  double parts = 0;
+  std::vector<std::vector<double>> sum(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) sum[i].assign(grads[i].data.size(), 0.0);
+  LlamaPass small(s, part, T, Remat::never, *dev);
+  for (int p = 0; p < B / part; ++p) {
+    ArrayAccess one(params);
+    const std::size_t at = static_cast<std::size_t>(p) * part * T;
+    parts += small.train(one, in.data() + at, tg.data() + at, part, T, static_cast<float>(part) / B);
+    const auto g = one.all_grads();
+    for (std::size_t i = 0; i < g.size(); ++i)
+      for (std::size_t j = 0; j < g[i].data.size(); ++j) sum[i][j] += g[i].data[j];
+    small.last_logits(one, in.data() + at, part, T, last_part.data());
+    double diff = 0, norm = 0;
+    for (std::size_t j = 0; j < last_part.size(); ++j) {
+      diff += std::pow(last_part[j] - last[static_cast<std::size_t>(p) * part * s.vocab + j], 2);
+      norm += std::pow(last_part[j], 2);
+    }
+    CHECK(std::sqrt(diff) <= 1e-5 * std::sqrt(norm));
+  }
+  CHECK(std::abs(loss - parts) <= 1e-5 * std::abs(parts));
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (std::size_t j = 0; j < sum[i].size(); ++j) {
+      diff += std::pow(grads[i].data[j] - sum[i][j], 2);
+      norm += sum[i][j] * sum[i][j];
+    }
+    INFO(grads[i].name << ": normwise difference " << std::sqrt(diff / norm));
+    CHECK(std::sqrt(diff) <= 1e-4 * std::sqrt(norm));
   }
 }
