@@ -11,6 +11,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -176,6 +177,33 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
         }
       },
       tbb::simple_partitioner());
+}
+
+double library_gemm_seconds(Products p, int M, int N, int K, int threads, int reps) {
+  using dt = dnnl::memory::data_type;
+  const bool bf16 = p == Products::bf16 && bf16_products_available();
+  const std::size_t na = static_cast<std::size_t>(M) * K, nb = static_cast<std::size_t>(K) * N;
+  std::vector<float> a(na, 0.01f), b(nb, 0.02f), c(static_cast<std::size_t>(M) * N);
+  std::vector<std::uint16_t> a16(bf16 ? na : 0), b16(bf16 ? nb : 0);
+  to_bf16(a.data(), a16.size(), a16.data());
+  to_bf16(b.data(), b16.size(), b16.data());
+  const auto ad = operand(M, K, K, false, bf16 ? dt::bf16 : dt::f32),
+             bd = operand(K, N, N, false, bf16 ? dt::bf16 : dt::f32), cd = operand(M, N, N, false, dt::f32);
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), cpu_engine()));
+  dnnl::memory am(ad, cpu_engine(), bf16 ? static_cast<void*>(a16.data()) : a.data()),
+      bm(bd, cpu_engine(), bf16 ? static_cast<void*>(b16.data()) : b.data()), cm(cd, cpu_engine(), c.data());
+  dnnl::stream stream(cpu_engine());
+  omp_set_num_threads(threads);
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+    if (r > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  one_thread();
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
 }
 
 void gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,

@@ -29,6 +29,14 @@ void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alp
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc);
 
+// The library at its best on C[M,N] = A[M,K] B[K,N] (row-major, no transposes): one oneDNN
+// call over the whole product on oneDNN's own `threads` OpenMP threads, operands already in
+// p's precision (no conversion timed; fp32 where bf16 products are unavailable). Returns the
+// median seconds of `reps` calls after one warm-up: the yardstick `strata bench gpt` holds
+// gemm() and the training pass to (gemm() splits a product into single-threaded panels so
+// that its bits do not depend on the thread count).
+double library_gemm_seconds(Products p, int M, int N, int K, int threads, int reps);
+
 // The CPU has bf16 dot products (avx512_bf16 or AMX) and oneDNN uses them.
 bool bf16_products_available();
 // The library behind gemm(), for reports.

@@ -173,8 +173,11 @@ assert j["model_flops_per_token"] == 737280, j["model_flops_per_token"]
 assert abs(j["tokens_per_s"] * j["pass_s"] - 2 * 32) < 1e-6 * 64
 assert abs(j["model_flops_per_s"] - j["tokens_per_s"] * 737280) < 1e-6 * j["model_flops_per_s"]
 assert j["gemm_flops_per_s"] > 1e8 and 0 < j["fraction_of_gemm"] < 2, j
+# The library's best on the same products, and the pass's fraction of it, from the same figures.
+assert j["library_gemm_flops_per_s"] > 1e8, j
+assert abs(j["fraction_of_library_gemm"] - j["model_flops_per_s"] / j["library_gemm_flops_per_s"]) < 1e-9, j
 PY
-echo "bench gpt: tokens/s, model FLOP/s and the GEMM fraction agree"
+echo "bench gpt: tokens/s, model FLOP/s and the GEMM fractions agree"
 # FP8 products on the host: the simulation's pass, against the bf16 GEMM where the CPU has it.
 j=$("$strata" bench gpt --layers 2 --d-model 64 --heads 4 --seq-len 32 --micro-batch 2 --iters 2 --products fp8 --json)
 python3 - "$j" <<'PY' || fail "bench gpt --products fp8: $j"

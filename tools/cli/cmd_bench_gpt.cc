@@ -7,7 +7,10 @@
 // their fraction of the GEMM rate.
 // Pass and GEMM alternate and the fraction is the median of the per-iteration ratios: on a
 // shared machine both halves of a pair see the same background load. On CUDA each half ends
-// with a wait for the stream, so the times are the GPU's.
+// with a wait for the stream, so the times are the GPU's. On the host a second yardstick
+// follows: the library at its best on the same products (one oneDNN call each on all the
+// threads, operands already converted: gemm.h's library_gemm_seconds), which the pass's own
+// GEMM path (single-threaded panels, conversions included) is measured against too.
 #include <tbb/global_control.h>
 
 #include <chrono>
@@ -142,6 +145,14 @@ int run(const Options& o) {
   const char* ref = name(reference);
   const char* blas = cuda ? "cuBLAS" : model::ops::blas_name();
   const double sec = median(pass_s), rate = median(gemm_rate), frac = median(fraction);
+  double library_rate = 0;  // host only: cuBLAS is already the library's best
+  if (!cuda) {
+    const int C = s.d_model, shapes[3][2] = {{C, 3 * C}, {C, 4 * C}, {4 * C, C}};  // {in, out}
+    double seconds = 0;
+    for (const auto& sh : shapes)
+      seconds += model::ops::library_gemm_seconds(reference, B * T, sh[1], sh[0], threads, 5);
+    library_rate = gemm.flops() / seconds;
+  }
   nlohmann::json j = {{"layers", s.layers},
                       {"heads", s.heads},
                       {"d_model", s.d_model},
@@ -160,7 +171,9 @@ int run(const Options& o) {
                       {"model_flops_per_token", model::gpt_train_flops_per_token(s, T)},
                       {"model_flops_per_s", model_flops / sec},
                       {"gemm_flops_per_s", rate},
-                      {"fraction_of_gemm", frac}};
+                      {"fraction_of_gemm", frac},
+                      {"library_gemm_flops_per_s", library_rate},
+                      {"fraction_of_library_gemm", library_rate > 0 ? model_flops / sec / library_rate : 0.0}};
   if (o.json) {
     print_json(j.dump(2));
     return 0;
@@ -175,6 +188,12 @@ int run(const Options& o) {
   std::printf("%-8s %s GEMM %5s     %10s            %7.2f GFLOP/s (the block's weight products, %d rows)\n", blas, ref,
               "", "", rate / 1e9, B * T);
   std::printf("fraction of GEMM  %.2f  (median of %d alternated iterations)\n", frac, o.iters);
+  if (library_rate > 0) {
+    std::printf("%-8s %s GEMM, one call on %d threads  %7.2f GFLOP/s (the library's best on the same products)\n", blas,
+                ref, threads, library_rate / 1e9);
+    std::printf("fraction of the library's GEMM  %.2f  (the pass); its own GEMM path %.2f\n",
+                model_flops / sec / library_rate, rate / library_rate);
+  }
   return 0;
 }
 

@@ -3,7 +3,8 @@
 // traffic is counted) on random tokens, and in the same run oneDNN's GEMM on the block's
 // weight products at the pass's row count (q, k, v, o, gate, up, down). Reports tokens/s,
 // model FLOP/s (config.h's accounting) and their fraction of the GEMM rate, alternating pass
-// and GEMM and taking medians, as `strata bench gpt` does. DIR needs config.json only.
+// and GEMM and taking medians, as `strata bench gpt` does, then the library at its best on the
+// same product sizes (gemm.h's library_gemm_seconds). DIR needs config.json only.
 // `strata plan --model DIR` profiles the pass through it.
 #include <tbb/global_control.h>
 
@@ -105,6 +106,11 @@ int run(const Options& o) {
   }
   const char* prec = products == model::ops::Products::bf16 ? "bf16" : "fp32";
   const double sec = median(pass_s), rate = median(gemm_rate), frac = median(fraction);
+  // The library at its best on the same product sizes: one oneDNN call each on all threads.
+  double library_seconds = 0;
+  for (auto [ic, oc] : products_of(s))
+    library_seconds += model::ops::library_gemm_seconds(products, N, oc, ic, threads, 5);
+  const double library_rate = gemm_flops / library_seconds;
   nlohmann::json j = {{"model", model::describe(s)},
                       {"seq_len", T},
                       {"micro_batch", B},
@@ -118,7 +124,9 @@ int run(const Options& o) {
                       {"model_flops_per_token", model::llama_train_flops_per_token(s, T)},
                       {"model_flops_per_s", model_flops / sec},
                       {"gemm_flops_per_s", rate},
-                      {"fraction_of_gemm", frac}};
+                      {"fraction_of_gemm", frac},
+                      {"library_gemm_flops_per_s", library_rate},
+                      {"fraction_of_library_gemm", model_flops / sec / library_rate}};
   if (o.json) {
     print_json(j.dump(2));
     return 0;
@@ -130,6 +138,10 @@ int run(const Options& o) {
   std::printf("%-8s %s GEMM  %7.2f GFLOP/s (the block's weight products, %d rows)\n", model::ops::blas_name(), prec,
               rate / 1e9, N);
   std::printf("fraction of GEMM  %.2f  (median of %d alternated iterations)\n", frac, o.iters);
+  std::printf("%-8s %s GEMM, one call on %d threads  %7.2f GFLOP/s (the library's best on the same products)\n",
+              model::ops::blas_name(), prec, threads, library_rate / 1e9);
+  std::printf("fraction of the library's GEMM  %.2f  (the pass); its own GEMM path %.2f\n",
+              model_flops / sec / library_rate, rate / library_rate);
   return 0;
 }
 
