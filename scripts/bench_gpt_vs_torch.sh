@@ -15,7 +15,7 @@
 # With no shape, three: 4 x 256 at micro-batch 8 x 128, 8 x 512 at 4 x 256 and 12 x 768 at
 # 4 x 256 (10 steps, 3 runs each; about 10 minutes on 2 cores). Needs a build (scripts/test.sh
 # or quickstart.sh) and python3-torch (PYTHON: an interpreter with torch; Debian's
-# /usr/bin/python3 by default).
+# /usr/bin/python3 by default); fp32 on the host also a real BLAS for PyTorch (OpenBLAS).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 threads=$(nproc)
@@ -24,6 +24,15 @@ device=${DEVICE:-host} torch_device=cpu python=${PYTHON:-/usr/bin/python3}
 precision=${PRECISION:-fp32} bf16=false
 [ "$precision" = bf16 ] && bf16=true
 strata=${STRATA:-$root/build/bin/strata}
+# PyTorch's fp32 CPU products go through the system BLAS: the reference BLAS (libblas3) runs
+# them at a few GFLOP/s, which would compare Strata with a crippled PyTorch.
+if [ "$precision" = fp32 ] && [ "$device" = host ] &&
+  [[ "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)" == */blas/libblas.so.3 ]]; then
+  echo "bench_gpt_vs_torch: PyTorch's fp32 products would run on the reference BLAS (libblas3):" \
+    "apt-get install libopenblas0-pthread first (on a VM whose CPU OpenBLAS does not recognize," \
+    "name its core type, e.g. OPENBLAS_CORETYPE=SkylakeX)" >&2
+  exit 1
+fi
 vocab=256
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
