@@ -30,6 +30,8 @@ def main():
         ax.plot([s for s, _ in val], [v for _, v in val], "o-", lw=1.5, label="validation loss")
     ax.set_xlabel("training step")
     ax.set_ylabel("cross-entropy (nats per byte)")
+    ax.set_ylim(bottom=0)  # a cross-entropy's zero is a floor worth seeing
+    ax.set_xlim(left=0)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     # Below the axes: a legend inside would cover the early, high losses or the late curve.
