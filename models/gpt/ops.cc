@@ -47,23 +47,25 @@ void bias_backward(float* db, const float* dout, int N, int OC) {
   float* acc[1] = {db};
   reduce_rows(N, OC, 1, acc, [&](int n, float* part) {
     const float* d = dout + static_cast<std::size_t>(n) * OC;
-    for (int o = 0; o < OC; ++o) part[o] += d[o];
+    for_lanes(OC, [&](const Lanes& l) { l.store(part, l.load(part) + l.load(d)); });
   });
 }
 
+// LayerNorm's row sums and elementwise steps in xsimd batches (sum_lanes, for_lanes).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
                        int C) {
   for_rows(N, [&](int n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
-    float m = 0.0f;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= static_cast<float>(C);
-    float v = 0.0f;
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    v /= static_cast<float>(C);
+    const float m = sum_lanes(C, [&](const Lanes& l) { return l.load(x); }) / static_cast<float>(C);
+    const float v = sum_lanes(C,
+                              [&](const Lanes& l) {
+                                const FloatBatch d = l.load(x) - m;
+                                return d * d;
+                              }) /
+                    static_cast<float>(C);
     const float s = 1.0f / std::sqrt(v + kLayerNormEps);
     float* y = out + static_cast<std::size_t>(n) * C;
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+    for_lanes(C, [&](const Lanes& l) { l.store(y, (l.load(x) - m) * s * l.load(w) + l.load(b)); });
     mean[n] = m;
     rstd[n] = s;
   });
@@ -82,18 +84,15 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
     const float* d = dout + static_cast<std::size_t>(n) * C;
     float* dx = dinp + static_cast<std::size_t>(n) * C;
     const float m = mean[n], s = rstd[n];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = 0; c < C; ++c) {
-      const float dnorm = w[c] * d[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * (x[c] - m) * s;
-    }
-    dnorm_mean /= static_cast<float>(C);
-    dnorm_norm_mean /= static_cast<float>(C);
-    for (int c = 0; c < C; ++c) {
-      const float norm = (x[c] - m) * s;
-      dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
+    const float dnorm_mean =
+        sum_lanes(C, [&](const Lanes& l) { return l.load(w) * l.load(d); }) / static_cast<float>(C);
+    const float dnorm_norm_mean =
+        sum_lanes(C, [&](const Lanes& l) { return l.load(w) * l.load(d) * ((l.load(x) - m) * s); }) /
+        static_cast<float>(C);
+    for_lanes(C, [&](const Lanes& l) {
+      const FloatBatch norm = (l.load(x) - m) * s;
+      l.store(dx, l.load(dx) + (l.load(w) * l.load(d) - dnorm_mean - norm * dnorm_norm_mean) * s);
+    });
   });
 }
 
@@ -104,10 +103,12 @@ void layernorm_backward_weight(float* dw, float* db, const float* dout, const fl
     const float* x = inp + static_cast<std::size_t>(n) * C;
     const float* d = dout + static_cast<std::size_t>(n) * C;
     const float m = mean[n], s = rstd[n];
-    for (int c = 0; c < C; ++c) {
-      p[c] += d[c] * (x[c] - m) * s;
-      p[C + c] += d[c];
-    }
+    float* pdb = p + C;
+    for_lanes(C, [&](const Lanes& l) {
+      const FloatBatch g = l.load(d);
+      l.store(p, l.load(p) + g * ((l.load(x) - m) * s));
+      l.store(pdb, l.load(pdb) + g);
+    });
   });
 }
 

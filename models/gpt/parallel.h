@@ -79,6 +79,28 @@ struct Lanes {
   }
 };
 
+// f(Lanes) over the n elements of one row in order, on the calling thread.
+template <class F> inline void for_lanes(int n, F&& f) {
+  constexpr int W = static_cast<int>(FloatBatch::size);
+  for (int i = 0; i < n; i += W) f(Lanes{static_cast<std::size_t>(i), static_cast<std::size_t>(std::min(W, n - i))});
+}
+
+// The sum over one row's n elements of f(Lanes) (a batch; its padded lanes do not count): lane
+// by lane in row order, then across the lanes, so a row's sum has fixed bits.
+template <class F> inline float sum_lanes(int n, F&& f) {
+  FloatBatch acc(0.0f);
+  for_lanes(n, [&](const Lanes& l) {
+    FloatBatch v = f(l);
+    if (l.len < FloatBatch::size) {
+      alignas(64) float keep[FloatBatch::size] = {};
+      std::fill_n(keep, l.len, 1.0f);
+      v *= FloatBatch::load_aligned(keep);
+    }
+    acc += v;
+  });
+  return xsimd::hadd(acc);
+}
+
 // f(Lanes) over n elements in xsimd batches, split over TBB in fixed blocks. For elementwise
 // kernels whose arithmetic is lane by lane (xsimd's tanh and exp are), so an element's
 // result depends on its value alone: the same bits at any thread count and block split.
