@@ -22,6 +22,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
+#include "tests/support/fp32_bound.h"
 
 using namespace strata;
 using namespace strata::model;
@@ -238,21 +239,13 @@ TEST_CASE("the Llama pass's head in row chunks gives the loss and gradients of o
     for (std::size_t i = 0; i < g.size(); ++i)
       for (std::size_t j = 0; j < g[i].data.size(); ++j) sum[i][j] += g[i].data[j];
     small.last_logits(one, in.data() + at, part, T, last_part.data());
-    double diff = 0, norm = 0;
-    for (std::size_t j = 0; j < last_part.size(); ++j) {
-      diff += std::pow(last_part[j] - last[static_cast<std::size_t>(p) * part * s.vocab + j], 2);
-      norm += std::pow(last_part[j], 2);
-    }
-    CHECK(std::sqrt(diff) <= 1e-5 * std::sqrt(norm));
+    const auto from = last.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(p) * part * s.vocab);
+    CHECK(strata::test::normwise_difference(last_part, std::vector<float>(from, from + last_part.size())) <= 1e-5);
   }
   CHECK(std::abs(loss - parts) <= 1e-5 * std::abs(parts));
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (std::size_t j = 0; j < sum[i].size(); ++j) {
-      diff += std::pow(grads[i].data[j] - sum[i][j], 2);
-      norm += sum[i][j] * sum[i][j];
-    }
-    INFO(grads[i].name << ": normwise difference " << std::sqrt(diff / norm));
-    CHECK(std::sqrt(diff) <= 1e-4 * std::sqrt(norm));
+    const double d = strata::test::normwise_difference(grads[i].data, sum[i]);
+    INFO(grads[i].name << ": normwise difference " << d);
+    CHECK(d <= 1e-4);
   }
 }

@@ -27,6 +27,19 @@ inline void require_close(const std::vector<float>& a, const std::vector<float>&
   CHECK(worst <= gamma_k(K) * scale);
 }
 
+// ||a - b|| / ||b|| (2-norms): how far a result is from its reference as a whole, for sums
+// whose order changed (chunked or split products) where an elementwise bound is too loose.
+template <class T> inline double normwise_difference(const std::vector<float>& a, const std::vector<T>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return std::sqrt(diff / norm);
+}
+
 inline double max_abs(const std::vector<float>& v) {
   double m = 0;
   for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
