@@ -64,10 +64,11 @@ class GptKernels {
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
   // products: the score and value products' precision on the CUDA backend (bf16 tensor-core
-  // products with fp32 sums, as PyTorch's autocast runs attention); the host device's attention
-  // multiplies in fp32 whatever it says (its results are unchanged). att: what forward keeps
-  // for backward: the host's row statistics and output (ops::attention_state_floats, linear in
-  // T), CUDA's [B,NH,T,T] probabilities (keeps_full_scores(); BlockDims::full_scores sizes it).
+  // products with fp32 sums, as PyTorch's autocast runs attention); the host device's tiles
+  // multiply in fp32 whatever it says (oneDNN's bf16 products on 64-row tiles, transposed
+  // ones especially, were slower). att: what forward keeps for backward: the host's row
+  // statistics and output (ops::attention_state_floats, linear in T), CUDA's [B,NH,T,T]
+  // probabilities (keeps_full_scores(); BlockDims::full_scores sizes it).
   virtual bool keeps_full_scores() const noexcept { return false; }
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                                  float score_scale, ops::Products products) = 0;

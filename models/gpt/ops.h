@@ -1,7 +1,8 @@
 // The GPT's operations on the host device: forward and backward of the linear layers
-// (oneDNN SGEMM through gemm.h), LayerNorm, tanh-GELU, causal multi-head attention (per-head SGEMMs in
-// parallel), the embeddings, residual adds and the fused softmax cross-entropy; the rest is
-// TBB-parallel loops. Every tensor is row-major fp32; N = rows (batch x sequence).
+// (oneDNN through gemm.h), LayerNorm, tanh-GELU, causal multi-head attention (tiled per head,
+// flash_attention.h), the embeddings, residual adds and the fused softmax cross-entropy; the
+// rest is TBB-parallel loops, elementwise and row work in xsimd batches (parallel.h).
+// Every tensor is row-major fp32; N = rows (batch x sequence).
 // Backward functions accumulate (+=) into parameter gradients, so one buffer can collect
 // several uses of a weight (the tied embedding), and say for each input gradient whether it
 // is written or accumulated. Every reduction is split into fixed blocks summed in a fixed

@@ -1,7 +1,8 @@
 // The host kernels' parallel loops (models/gpt/ops.cc, models/llama/ops.cc): rows split into
 // fixed blocks of kRowBlock, reductions across rows summed per block in row order and then
 // the blocks in block order, so no result depends on how TBB schedules the blocks or on the
-// thread count.
+// thread count; and their xsimd batches (Lanes, for_lanes, sum_lanes, for_batches), whose
+// last partial batch runs the same arithmetic on padded lanes.
 #pragma once
 
 #include <tbb/blocked_range.h>
