@@ -28,20 +28,13 @@ int valid_keys(int i0, int r, int j0, int bc) { return j0 == i0 ? std::min(bc, r
 
 // p[0..n) = exp(p - shift), zero from n to kTile; returns their sum (lane by lane, then across).
 float exp_row(float* p, int n, float shift) {
-  FloatBatch sum(0.0f);
-  for (int c = 0; c < n; c += static_cast<int>(FloatBatch::size)) {
-    const Lanes l{static_cast<std::size_t>(c), std::min(FloatBatch::size, static_cast<std::size_t>(n - c))};
-    FloatBatch e = xsimd::exp(l.load(p) - shift);
-    if (l.len < FloatBatch::size) {  // the padded lanes must not count
-      alignas(64) float keep[FloatBatch::size] = {};
-      std::fill_n(keep, l.len, 1.0f);
-      e *= FloatBatch::load_aligned(keep);
-    }
+  const float sum = sum_lanes(n, [&](const Lanes& l) {
+    const FloatBatch e = xsimd::exp(l.load(p) - shift);
     l.store(p, e);
-    sum += e;
-  }
+    return e;  // sum_lanes leaves the padded lanes out
+  });
   std::fill(p + n, p + kTile, 0.0f);
-  return xsimd::hadd(sum);
+  return sum;
 }
 
 struct Scratch {

@@ -72,6 +72,13 @@ struct Lanes {
     std::memcpy(pad, base + i, len * sizeof(float));
     return FloatBatch::load_aligned(pad);
   }
+  // v with its padded lanes (from len on) zeroed, for sums over the valid ones.
+  FloatBatch valid_only(const FloatBatch& v) const {
+    if (len == FloatBatch::size) return v;
+    alignas(64) float keep[FloatBatch::size] = {};
+    std::fill_n(keep, len, 1.0f);
+    return v * FloatBatch::load_aligned(keep);
+  }
   void store(float* base, const FloatBatch& v) const {
     if (len == FloatBatch::size) return v.store_unaligned(base + i);
     alignas(64) float pad[FloatBatch::size];
@@ -90,15 +97,7 @@ template <class F> inline void for_lanes(int n, F&& f) {
 // by lane in row order, then across the lanes, so a row's sum has fixed bits.
 template <class F> inline float sum_lanes(int n, F&& f) {
   FloatBatch acc(0.0f);
-  for_lanes(n, [&](const Lanes& l) {
-    FloatBatch v = f(l);
-    if (l.len < FloatBatch::size) {
-      alignas(64) float keep[FloatBatch::size] = {};
-      std::fill_n(keep, l.len, 1.0f);
-      v *= FloatBatch::load_aligned(keep);
-    }
-    acc += v;
-  });
+  for_lanes(n, [&](const Lanes& l) { acc += l.valid_only(f(l)); });
   return xsimd::hadd(acc);
 }
 

@@ -363,6 +363,80 @@ PipelineTrainOptions check_flags(PipelineTrainOptions o) {
   return o;
 }
 
+// One process per (stage, replica) under strata launch: the stage's and the pipe's
+// communicators, its transport, and this rank's trace.
+void run_as_ranks(Run& run, const comm::RendezvousConfig& rdzv, int world) {
+  const PipelineTrainOptions& o = run.o;
+  comm::CommOptions wo;
+  wo.rendezvous = rdzv;
+  auto all = comm::Communicator::create(wo);
+  const int r = all->rank(), stage = r / run.D, d = r % run.D;
+  auto group = sub_comm(rdzv, "stage" + std::to_string(stage), d, run.D);
+  auto pipe = sub_comm(rdzv, "pipe" + std::to_string(d), stage, run.P);
+  auto p2p = sub_comm(rdzv, "p2p" + std::to_string(d), stage, run.P);
+  Tracer tracer(!o.trace.empty(), r, Tracer::Clock::now(), str_cat("stage ", stage, " replica ", d));
+  if (p2p) {
+    pipeline::CommTransport transport(*p2p);
+    run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
+  } else {
+    pipeline::LocalMailboxes boxes;
+    pipeline::LocalTransport transport(boxes, 0);
+    run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
+  }
+  if (!o.trace.empty()) {
+    const std::string path = o.trace + ".rank" + std::to_string(r);
+    tracer.write(path);
+    if (r == 0) std::printf("trace: %s.rank<0..%d> (open in https://ui.perfetto.dev)\n", o.trace.c_str(), world - 1);
+  }
+}
+
+// Stages as threads of this process: one replica, in-process mailboxes, one merged trace.
+void run_as_threads(Run& run) {
+  const PipelineTrainOptions& o = run.o;
+  char dir_template[] = "/tmp/strata-train-pipeline-XXXXXX";
+  STRATA_CHECK(::mkdtemp(dir_template) != nullptr, Errc::io, "cannot make a rendezvous directory under /tmp");
+  comm::RendezvousConfig base;
+  base.path = dir_template;
+  base.run_id = "threads";
+  pipeline::LocalMailboxes boxes;
+  std::exception_ptr first;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  const auto origin = Tracer::Clock::now();
+  for (int st = 0; st < run.P; ++st)
+    run.tracers.push_back(std::make_unique<Tracer>(!o.trace.empty(), st, origin, str_cat("stage ", st)));
+  for (int st = 0; st < run.P; ++st) {
+    threads.emplace_back([&, st] {
+      try {
+        auto pipe = sub_comm(base, "pipe", st, run.P);
+        auto all = sub_comm(base, "all", st, run.P);
+        pipeline::LocalTransport transport(boxes, st);
+        run.rank(st, 0, nullptr, pipe.get(), all.get(), transport, run.tracers[static_cast<std::size_t>(st)].get());
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!first) first = std::current_exception();
+        }
+        boxes.abort(str_cat("stage ", st, " failed: ", e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_template, ec);
+  if (first) std::rethrow_exception(first);
+  if (!o.trace.empty()) {
+    std::vector<const Tracer*> stages;
+    for (const auto& t : run.tracers) stages.push_back(t.get());
+    std::ofstream f(o.trace, std::ios::binary | std::ios::trunc);
+    f << Tracer::merged_json(stages);
+    f.close();
+    STRATA_CHECK(f.good(), Errc::io, "--trace '", o.trace,
+                 "' cannot be written (disk full or removed?): ", errno_text(errno));
+    std::printf("trace: %s (open in https://ui.perfetto.dev)\n", o.trace.c_str());
+  }
+}
+
 }  // namespace
 
 int train_pipelined(const PipelineTrainOptions& given) {
@@ -433,73 +507,10 @@ int train_pipelined(const PipelineTrainOptions& given) {
                  "' cannot be opened for writing: ", errno_text(errno));
   }
 
-  if (as_ranks) {
-    comm::CommOptions wo;
-    wo.rendezvous = rdzv;
-    auto all = comm::Communicator::create(wo);
-    const int r = all->rank(), stage = r / run.D, d = r % run.D;
-    auto group = sub_comm(rdzv, "stage" + std::to_string(stage), d, run.D);
-    auto pipe = sub_comm(rdzv, "pipe" + std::to_string(d), stage, run.P);
-    auto p2p = sub_comm(rdzv, "p2p" + std::to_string(d), stage, run.P);
-    Tracer tracer(!o.trace.empty(), r, Tracer::Clock::now(), str_cat("stage ", stage, " replica ", d));
-    if (p2p) {
-      pipeline::CommTransport transport(*p2p);
-      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
-    } else {
-      pipeline::LocalMailboxes boxes;
-      pipeline::LocalTransport transport(boxes, 0);
-      run.rank(stage, d, group.get(), pipe.get(), all.get(), transport, &tracer);
-    }
-    if (!o.trace.empty()) {
-      const std::string path = o.trace + ".rank" + std::to_string(r);
-      tracer.write(path);
-      if (r == 0) std::printf("trace: %s.rank<0..%d> (open in https://ui.perfetto.dev)\n", o.trace.c_str(), world - 1);
-    }
-    return 0;
-  }
-  // Stages as threads of this process: one replica.
-  char dir_template[] = "/tmp/strata-train-pipeline-XXXXXX";
-  STRATA_CHECK(::mkdtemp(dir_template) != nullptr, Errc::io, "cannot make a rendezvous directory under /tmp");
-  comm::RendezvousConfig base;
-  base.path = dir_template;
-  base.run_id = "threads";
-  pipeline::LocalMailboxes boxes;
-  std::exception_ptr first;
-  std::mutex mutex;
-  std::vector<std::thread> threads;
-  const auto origin = Tracer::Clock::now();
-  for (int st = 0; st < run.P; ++st)
-    run.tracers.push_back(std::make_unique<Tracer>(!o.trace.empty(), st, origin, str_cat("stage ", st)));
-  for (int st = 0; st < run.P; ++st) {
-    threads.emplace_back([&, st] {
-      try {
-        auto pipe = sub_comm(base, "pipe", st, run.P);
-        auto all = sub_comm(base, "all", st, run.P);
-        pipeline::LocalTransport transport(boxes, st);
-        run.rank(st, 0, nullptr, pipe.get(), all.get(), transport, run.tracers[static_cast<std::size_t>(st)].get());
-      } catch (const std::exception& e) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (!first) first = std::current_exception();
-        }
-        boxes.abort(str_cat("stage ", st, " failed: ", e.what()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::error_code ec;
-  std::filesystem::remove_all(dir_template, ec);
-  if (first) std::rethrow_exception(first);
-  if (!o.trace.empty()) {
-    std::vector<const Tracer*> stages;
-    for (const auto& t : run.tracers) stages.push_back(t.get());
-    std::ofstream f(o.trace, std::ios::binary | std::ios::trunc);
-    f << Tracer::merged_json(stages);
-    f.close();
-    STRATA_CHECK(f.good(), Errc::io, "--trace '", o.trace,
-                 "' cannot be written (disk full or removed?): ", errno_text(errno));
-    std::printf("trace: %s (open in https://ui.perfetto.dev)\n", o.trace.c_str());
-  }
+  if (as_ranks)
+    run_as_ranks(run, rdzv, world);
+  else
+    run_as_threads(run);
   return 0;
 }
 
