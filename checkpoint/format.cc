@@ -153,7 +153,7 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
                      Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
                      m.files[g.file].name, " or the tensor");
       }
-      if (partial) continue;
+      if (partial || (s > 0 && !t.has_moments())) continue;  // a frozen tensor has no moments
       std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.elem < b.elem; });
       std::uint64_t next = 0;
       for (const auto& g : segs) {

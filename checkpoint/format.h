@@ -14,7 +14,8 @@
 //     per-block checksums, and the manifest pins them with the XXH3-64 of its checksum
 //     table; its size is its payload's, and segment offsets are payload offsets;
 //   - per tensor: its name, global shape and, per state (master, exp_avg, exp_avg_sq), the
-//     segments (file, byte offset, first element, element count) that tile it exactly.
+//     segments (file, byte offset, first element, element count) that tile it exactly; a
+//     frozen tensor (no optimizer state) has master segments only and both moments empty.
 // A manifest is only accepted when every field is in range (each refusal names its key),
 // its segments lie inside their files and tile every tensor with no gap or overlap, so a
 // reader never returns an element nobody saved.
@@ -62,6 +63,8 @@ struct TensorEntry {
   std::vector<std::int64_t> shape;
   std::uint64_t numel = 0;
   std::array<std::vector<Segment>, kStates> states;
+  // Saved with optimizer moments (a frozen tensor has its values only).
+  bool has_moments() const noexcept { return !states[1].empty() || !states[2].empty(); }
 };
 
 enum class FileKind { raw, swap };

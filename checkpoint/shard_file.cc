@@ -261,6 +261,8 @@ void ShardReader::read(int file, std::uint64_t offset, std::uint64_t bytes, void
 void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem, std::uint64_t count, float* out) {
   const std::uint64_t end = elem + count;
   const std::string what = str_cat("tensor '", t.name, "' (", state_name(s), ")");
+  STRATA_CHECK(s == State::master || t.has_moments(), Errc::invalid_argument, "checkpoint '", dir_, "': tensor '",
+               t.name, "' was saved frozen: it has its values and no ", state_name(s));
   std::uint64_t covered = 0;
   for (const auto& g : t.states[static_cast<int>(s)]) {
     const std::uint64_t lo = std::max(elem, g.elem), hi = std::min(end, g.elem + g.count);

@@ -148,6 +148,10 @@ strata_status strata_register_param(strata_engine* e, const char* name, const in
   });
 }
 
+strata_status strata_freeze_layer(strata_engine* e, int layer) {
+  return guarded([&] { engine_of(e).freeze_layer(layer); });
+}
+
 strata_status strata_setup(strata_engine* e) {
   return guarded([&] { engine_of(e).setup(); });
 }
@@ -202,9 +206,15 @@ strata_status strata_memory(const strata_engine* e, strata_memory_report* out) {
     STRATA_CHECK(e != nullptr && e->engine && out != nullptr, strata::Errc::invalid_argument,
                  "strata_memory: engine and out must not be NULL");
     const auto m = e->engine->memory();
-    out->device = {m.device.used_bytes, m.device.peak_bytes, m.device.budget_bytes};
-    out->host = {m.host.used_bytes, m.host.peak_bytes, m.host.budget_bytes};
-    out->nvme = {m.nvme.used_bytes, m.nvme.peak_bytes, m.nvme.budget_bytes};
+    const auto usage = [](const strata::engine::TierUsage& t) {
+      using strata::engine::Kind;
+      const auto of = [&t](Kind k) { return t.kind_used[static_cast<std::size_t>(k)]; };
+      return strata_tier_usage{t.used_bytes,    t.peak_bytes,        t.budget_bytes,   of(Kind::params),
+                               of(Kind::grads), of(Kind::optimizer), of(Kind::buffers)};
+    };
+    out->device = usage(m.device);
+    out->host = usage(m.host);
+    out->nvme = usage(m.nvme);
   });
 }
 

@@ -187,8 +187,12 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       continue;
     }
     for (auto& v : st) v.resize(opt_state->elems(l));
-    opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
-    for (int s = 0; s < checkpoint::kStates; ++s) {
+    // A frozen layer saves its values (its compute copies, widened) and no moments.
+    if (L.frozen)
+      homes->read_own(l, st[0].data());
+    else
+      opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
+    for (int s = 0; s < (L.frozen ? 1 : checkpoint::kStates); ++s) {
       for (const auto& pc : pieces(l, false)) {
         detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
           const auto off = append(st[s].data() + index, count * 4);
@@ -205,12 +209,13 @@ std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   std::uint64_t elems = 0;
   for (std::size_t li = 0; li < layer_count(); ++li) {
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
+    const std::uint64_t states = lay.layers()[li].frozen ? 1 : checkpoint::kStates;  // values only when frozen
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
       detail::for_each_param_range(lay, lay.layers()[li], pc,
-                                   [&](int, std::size_t, std::size_t, std::size_t count) { elems += count; });
+                                   [&](int, std::size_t, std::size_t, std::size_t count) { elems += count * states; });
     }
   }
-  return elems * 4 * checkpoint::kStates;
+  return elems * 4;
 }
 
 // The synchronous form: the shard file written as build_part produces it.

@@ -14,6 +14,7 @@
 // in the second phase, an I/O error writing NVMe state, discards those writes; the state in
 // device and host memory may then be part loaded, and the engine refuses to train until a
 // load succeeds.
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -155,7 +156,8 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply
   std::vector<float> st[checkpoint::kStates], full;
   for (std::size_t li = 0; li < layer_count(); ++li) {
     const int l = static_cast<int>(li);
-    for (int s = 0; s < (moments ? checkpoint::kStates : 1); ++s) {
+    const bool frozen = lay.layers()[li].frozen;  // values only: no masters or moments to write
+    for (int s = 0; s < (moments && !frozen ? checkpoint::kStates : 1); ++s) {
       st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
       read_pieces(l, s, stage0, st[s].data());
     }
@@ -166,7 +168,7 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply
       whole = full.data();
     }
     if (!apply) continue;
-    opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
+    if (!frozen) opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
     homes->write(l, whole, st[0].data());
   }
 }
@@ -238,6 +240,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
   const std::string dir = I.resolve_checkpoint(path, what);
   // Everything but the bytes is checked first; then load_all_or_nothing reads them.
   auto check = [&] {
+    std::vector<std::string> unfrozen;  // trainable here, saved frozen
     opened = checkpoint::open_checkpoint(dir);
     const auto& m = opened.manifest;
     const Layout& lay = *I.layout;
@@ -249,6 +252,15 @@ std::string Engine::load_checkpoint(const std::string& path) {
                    "' has shape ", format_shape(t->shape), " there but ", format_shape(p.shape),
                    " in this model (check the model flags)");
       entry.push_back(t);
+      if (!t->has_moments() && !lay.layers()[static_cast<std::size_t>(lay.layer_index(p.layer))].frozen)
+        unfrozen.push_back(p.name);
+    }
+    if (!unfrozen.empty() && I.rank == 0) {
+      STRATA_LOG(info, "checkpoint '", opened.dir, "': ", unfrozen.size(),
+                 " tensors were saved frozen, without "
+                 "optimizer moments ('",
+                 unfrozen.front(), "'", unfrozen.size() > 1 ? ", ..." : "",
+                 "); they train here with moments from zero");
     }
     std::unordered_set<std::string> registered;
     for (const auto& p : lay.params()) registered.insert(p.name);
@@ -262,7 +274,10 @@ std::string Engine::load_checkpoint(const std::string& path) {
   checkpoint::ShardReader reader(opened.dir, opened.manifest);
   I.load_all_or_nothing(
       [&](int pi, int state, std::uint64_t elem, std::uint64_t count, float* out) {
-        reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
+        if (state > 0 && !entry[pi]->has_moments())
+          std::fill(out, out + count, 0.0f);  // saved frozen
+        else
+          reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
       },
       true, what, [&] { I.stepper->restore(counters); });
   return opened.manifest.trainer_state;

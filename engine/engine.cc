@@ -65,6 +65,11 @@ int Engine::register_param(const std::string& name, std::vector<std::int64_t> sh
   return static_cast<int>(impl_->pending.size()) - 1;
 }
 
+void Engine::freeze_layer(int layer) {
+  STRATA_CHECK(!impl_->setup_done(), Errc::invalid_argument, "freeze_layer(", layer, ") after setup()");
+  impl_->frozen_ids.push_back(layer);
+}
+
 void Engine::begin_step() {
   auto& I = *impl_;
   I.require_complete_setup("begin_step");
@@ -128,13 +133,16 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
   I.require_setup("grad_buffers");
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
+  STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "grad_buffers(", layer, "): layer ", layer,
+               " is frozen (freeze_layer) and takes no gradient: gather and release it in backward only");
   I.stepper->before_layer(li);  // the last step's tail is done with its accumulator
   return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
 void Engine::Impl::check_step_ready() const {
   const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
   for (std::size_t li = 0; li < layer_count(); ++li) {
-    const int id = layout->layers()[li].id, reductions = grads->reductions(static_cast<int>(li));
+    const int id = layout->layers()[li].id;
+    const auto reductions = frozen(static_cast<int>(li)) ? accum : grads->reductions(static_cast<int>(li));
     STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", id, " reduced its gradients ",
                  reductions, " times this step; gradient_accumulation_steps is ", accum,
                  ": call reduce_grads once per layer per micro-batch");
@@ -210,6 +218,8 @@ void Engine::reduce_grads(int layer) {
   auto& I = *impl_;
   I.require_complete_setup("reduce_grads");
   const int li = I.layout->layer_index(layer);
+  STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "reduce_grads(", layer, "): layer ", layer,
+               " is frozen (freeze_layer) and takes no gradient");
   I.stepper->before_layer(li);
   I.grads->reduce(li, I.io);
   // The layer's last reduction of the step: an overlapped optimizer may take it from here.
@@ -282,15 +292,22 @@ std::vector<float> Engine::full_parameters() {
     const auto& L = lay.layers()[li];
     auto& full = per_layer[li];
     full.resize(L.padded);
+    // A frozen layer's values are its compute copies (it has no masters).
+    const auto read_own = [&](float* out) {
+      if (L.frozen)
+        I.homes->read_own(static_cast<int>(li), out);
+      else
+        I.opt_state->read(static_cast<int>(li), out, nullptr, nullptr);
+    };
     if (I.cfg.zero.stage == 0) {
-      I.opt_state->read(static_cast<int>(li), full.data(), nullptr, nullptr);
+      read_own(full.data());
       continue;
     }
     std::vector<float> copied;
     const float* master = I.opt_state->resident(static_cast<int>(li)).master;
-    if (I.plan->opt_tier(static_cast<int>(li)) != Tier::host) {
+    if (L.frozen || I.plan->opt_tier(static_cast<int>(li)) != Tier::host) {
       copied.resize(L.shard);
-      I.opt_state->read(static_cast<int>(li), copied.data(), nullptr, nullptr);
+      read_own(copied.data());
       master = copied.data();
     }
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {

@@ -173,6 +173,14 @@ class Engine {
   // lr_scale multiplies the learning rate of this parameter's updates (layout.h, ParamSpec).
   int register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init = {},
                      float lr_scale = 1.0f);
+  // Before setup(): layer `layer` is frozen (a pretrained base under LoRA adapters, frozen
+  // embeddings): its parameters are held only in the compute dtype, where the placement puts
+  // parameters (stage 3: sharded, on any tier), gathered and released as every layer's, and
+  // never take a gradient or optimizer state: grad_buffers() and reduce_grads() refuse it,
+  // step() and its gradient norm skip it, and it keeps its values bit for bit. Checkpoints
+  // store its values (widened to fp32) without moments. setup() refuses an id no parameter
+  // was registered under.
+  void freeze_layer(int layer);
   void setup();
   // Before setup(): what the trainer will need on the device during steps beyond what it
   // holds now: `device_bytes` it will allocate later (a trainer that allocates as it goes;

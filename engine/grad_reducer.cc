@@ -328,8 +328,8 @@ void GradReducer::zero_layer(int li) {
 
 void GradReducer::zero(const std::vector<char>& skip) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
-    if (li < skip.size() && skip[li] != 0) continue;
     auto& g = layers_[li];
+    if ((li < skip.size() && skip[li] != 0) || g.acc == nullptr) continue;  // skipped, or a frozen layer's
     fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), g.tier);
   }
   c_.dev_stream.synchronize();

@@ -42,7 +42,11 @@ Layout::Layout(std::vector<ParamSpec> params, int world_size, std::size_t bucket
     LayerLayout L;
     L.id = id;
     L.params = members;
+    L.frozen = params_[members.front()].frozen;
     for (int pi : members) {
+      STRATA_CHECK(params_[pi].frozen == L.frozen, Errc::invalid_argument, "parameter '", params_[pi].name,
+                   "' of layer ", id, " is ", L.frozen ? "trainable" : "frozen", " but '",
+                   params_[members.front()].name, "' is not: a layer is frozen or trainable as a whole");
       params_[pi].offset = L.numel;
       L.numel += params_[pi].numel;
     }
@@ -95,6 +99,7 @@ std::uint64_t Layout::fingerprint() const noexcept {
       __builtin_memcpy(&s, &p.lr_scale, 4);
       h = splitmix64(h ^ s ^ (std::uint64_t{1} << 40));
     }
+    if (p.frozen) h = splitmix64(h ^ (std::uint64_t{1} << 41));  // (left out when trainable, as lr_scale 1)
   }
   return h;
 }

@@ -32,6 +32,8 @@ struct ParamSpec {
   // at a scale other than the one it computes with: models/gpt/unit_scale.h); decoupled
   // weight decay (AdamW, Lion) keeps the base rate, so p *= 1 - lr * weight_decay as before.
   float lr_scale = 1.0f;
+  // Its layer is frozen (Engine::freeze_layer): no gradient, no optimizer state.
+  bool frozen = false;
   std::size_t numel = 0;   // filled by Layout
   std::size_t offset = 0;  // within its layer's flat buffer, filled by Layout
 };
@@ -46,7 +48,10 @@ struct Bucket {
 };
 
 struct LayerLayout {
-  int id = 0;                // the user's layer id
+  int id = 0;  // the user's layer id
+  // Frozen (Engine::freeze_layer): its parameters are held in the compute dtype only and never
+  // take a gradient or optimizer state.
+  bool frozen = false;
   std::vector<int> params;   // indices into Layout::params()
   std::vector<int> buckets;  // indices into Layout::buckets()
   std::size_t numel = 0;
@@ -61,7 +66,8 @@ class Layout {
  public:
   static constexpr std::size_t kShardAlign = 16;
 
-  // Throws Errc::invalid_argument for an empty model, duplicate names, bad shapes.
+  // Throws Errc::invalid_argument for an empty model, duplicate names, bad shapes, a layer
+  // whose parameters disagree on `frozen`.
   Layout(std::vector<ParamSpec> params, int world_size, std::size_t bucket_elems);
 
   const std::vector<ParamSpec>& params() const noexcept { return params_; }
@@ -75,7 +81,7 @@ class Layout {
   std::size_t layer_shard(int li) const { return layers_[li].shard; }
   // Dense index of a user layer id; throws naming the id when it was never registered.
   int layer_index(int layer_id) const;
-  // 64-bit hash of every registration (names, shapes, layers, init, lr_scale) for cross-rank checks.
+  // 64-bit hash of every registration (names, shapes, layers, init, lr_scale, frozen) for cross-rank checks.
   std::uint64_t fingerprint() const noexcept;
 
  private:

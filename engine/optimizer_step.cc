@@ -53,6 +53,7 @@ optim::GradNorm OptimizerStep::bucket_norm(int li, std::size_t k) const {
 
 void OptimizerStep::add_layer_norm(int li, optim::GradNorm& into) const {
   const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  if (L.frozen) return;  // no gradient
   for (std::size_t k = 0; k < L.buckets.size(); ++k) into += bucket_norm(li, k);
 }
 
@@ -63,7 +64,7 @@ optim::GradNorm OptimizerStep::pipeline_norm() const {
   std::vector<double> mine;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const auto& L = c_.layout.layers()[li];
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    for (std::size_t k = 0; k < L.buckets.size() && !L.frozen; ++k) {
       const optim::GradNorm g = bucket_norm(static_cast<int>(li), k);
       mine.insert(mine.end(), {static_cast<double>(L.id), static_cast<double>(k), g.sumsq, g.finite ? 1.0 : 0.0});
     }
@@ -270,6 +271,7 @@ void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
   const std::size_t cbytes = dtype_size(c_.cdt);
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
+    if (c_.layout.layers()[li].frozen) continue;
     for (int pi : c_.layout.layers()[li].params) {
       const auto& p = c_.layout.params()[pi];
       const optim::LambConfig lamb{lr * p.lr_scale, oc.beta1,           oc.beta2,     oc.eps,
@@ -333,6 +335,7 @@ void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = c_.layout.layers()[li];
+    if (L.frozen) continue;
     if (c_.plan.opt_tier(l) == Tier::nvme || (li < host_kept_.size() && host_kept_[li] != 0)) continue;  // the lane's
     Tracer::Span span(c_.plan.opt_tier(l) == Tier::host ? c_.tracer : nullptr, "optimizer",
                       str_cat("adam layer ", L.id, " host"));

@@ -2,6 +2,7 @@
 #include "engine/param_homes.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/tier_copy.h"
 #include "runtime/core/error.h"
@@ -82,6 +83,37 @@ void ParamHomes::write_own(int li, std::size_t first, std::size_t count, const f
   }
 }
 
+void ParamHomes::read_own(int li, float* out) {
+  const auto& L = c_.layout.layers()[li];
+  const auto& h = layers_[li];
+  std::vector<char> bytes;
+  auto take = [&](const void* src, Tier tier, std::size_t n, float* dst) {
+    bytes.resize(n * cbytes_);
+    copy_between(c_.dev_stream, bytes.data(), Tier::host, src, tier, n * cbytes_);
+    c_.dev_stream.synchronize();
+    convert(bytes.data(), c_.cdt, dst, DType::fp32, n);
+  };
+  if (c_.stage == 0) {
+    take(h.full, Tier::device, L.padded, out);
+  } else if (c_.stage == 3 && h.tier == Tier::nvme) {
+    c_.nvme.drain();  // write-backs queued on the I/O worker land first
+    std::vector<char> all(L.shard * cbytes_);
+    c_.nvme.params()->read(
+        static_cast<std::size_t>(c_.nvme.store_index(li)),
+        [&](std::uint64_t off, const void* data, std::uint64_t len) { std::memcpy(all.data() + off, data, len); });
+    c_.io.nvme_read_bytes += all.size();
+    convert(all.data(), c_.cdt, out, DType::fp32, L.shard);
+  } else if (c_.stage == 3) {
+    take(h.shard, h.tier, L.shard, out);
+  } else {
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {  // this rank's part of each bucket, in bucket order
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      const char* src = static_cast<const char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b)) * cbytes_;
+      take(src, Tier::device, b.shard, out + L.shard_offsets[k]);
+    }
+  }
+}
+
 // Stages 1-2: every rank refreshes its replica of bucket k of layer li from the owners.
 void ParamHomes::regather(int li, std::size_t k) {
   if ((c_.stage != 1 && c_.stage != 2) || c_.world == 1) return;
@@ -98,6 +130,7 @@ void ParamHomes::refresh() {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const auto& L = c_.layout.layers()[li];
     auto& h = layers_[li];
+    if (L.frozen) continue;  // the optimizer never changes it
     for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(static_cast<int>(li), k);
     // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
     if (c_.stage != 3 || !h.persistent) continue;

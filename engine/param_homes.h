@@ -56,6 +56,10 @@ class ParamHomes {
   // rank's shard above), where they live on the device or in host RAM; stage-3 shards on NVMe
   // are left to the parameter store. Converts through a bounded buffer of its own.
   void write_own(int li, std::size_t first, std::size_t count, const float* master);
+  // The inverse for a whole layer: this rank's own part of layer li's compute copies (the
+  // optimizer's elements), widened to fp32 into `out`, wherever they live (stage-3 shards on
+  // NVMe read through the parameter store). What a frozen layer has in place of masters.
+  void read_own(int li, float* out);
   void refresh();
   std::vector<int> migrate(const std::vector<Tier>& to);
 

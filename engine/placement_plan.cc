@@ -93,6 +93,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
     pl.shard_elems = OptimizerState::elems(lay, stage, static_cast<int>(li));
     pl.padded_elems = L.padded;
     pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
+    pl.frozen = L.frozen;
     p.layers.push_back(pl);
     if (S.persistent) persistent += L.padded * c_.cbytes;
     largest_shard = std::max<std::uint64_t>(largest_shard, shard(static_cast<int>(li)));
@@ -136,7 +137,7 @@ void PlacementPlan::place() {
     const offload::Placement plan = offload::plan_placement(problem);  // refuses, naming the budget to raise
     for (std::size_t li = 0; li < layers_.size(); ++li) {
       auto& S = layers_[li];
-      S.opt = plan.layers[li].optimizer;
+      S.opt = c_.layout.layers()[li].frozen ? Tier::device : plan.layers[li].optimizer;
       S.params = plan.layers[li].params;
       if (S.persistent && S.params == Tier::nvme) S.params = Tier::host;
     }
@@ -147,7 +148,7 @@ void PlacementPlan::place() {
   std::uint64_t in_cpu = 0;
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& S = layers_[li];
-    S.opt = opt;
+    S.opt = c_.layout.layers()[li].frozen ? Tier::device : opt;
     // Layers under stage3_param_persistence_threshold stay gathered on the device; their
     // shards, refreshed from there after each step, stay in host RAM rather than on NVMe.
     S.params = S.persistent && par == Tier::nvme ? Tier::host : par;
@@ -161,8 +162,13 @@ void PlacementPlan::place() {
   device_minimum_ = minimum;
   std::ostringstream out;
   std::array<int, kTiers> opt_n{}, par_n{};
-  for (const auto& S : layers_) {
-    ++opt_n[static_cast<int>(S.opt)];
+  int frozen = 0;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const auto& S = layers_[li];
+    if (c_.layout.layers()[li].frozen)
+      ++frozen;
+    else
+      ++opt_n[static_cast<int>(S.opt)];
     ++par_n[static_cast<int>(S.params)];
   }
   auto counts = [](const std::array<int, kTiers>& n) {
@@ -174,7 +180,9 @@ void PlacementPlan::place() {
   };
   out << "placement (static, DeepSpeed keys), rank " << c_.rank << ", " << layers_.size() << " layers:\n";
   out << "  optimizer state (fp32 master, exp_avg, exp_avg_sq): " << counts(opt_n)
-      << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)\n";
+      << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)";
+  if (frozen > 0) out << "; " << frozen << " frozen layers hold none";
+  out << "\n";
   out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
   if (stage == 3 && par == Tier::nvme)
     out << " (offload_param.device nvme, max_in_cpu " << c_.cfg.offload_param.max_in_cpu
@@ -265,7 +273,7 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
     if (stage <= 2) persistent += L.padded * c_.cbytes;
     if (stage == 3 && S.params == Tier::device) persistent += shard(static_cast<int>(li)) * c_.cbytes;
     if (S.persistent) persistent += L.padded * c_.cbytes;
-    if (S.opt == Tier::device)
+    if (S.opt == Tier::device && !L.frozen)
       persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
                     OptimizerState::elems(lay, stage, static_cast<int>(li)) * 12;
   }

@@ -76,6 +76,8 @@ class PlacementPlan {
   Tier opt_tier(int li) const { return layers_[li].opt; }
   Tier param_tier(int li) const { return layers_[li].params; }
   bool persistent(int li) const { return layers_[li].persistent; }
+  // A frozen layer (Layout) has no optimizer state or accumulator: its opt_tier() is the
+  // device's by convention and nothing is counted or allocated for it.
   bool acc_on_host(int li) const { return layers_[li].opt != Tier::device; }
   bool any_acc_on_host() const;
   std::vector<Tier> opt_tiers() const;    // per layer

@@ -95,9 +95,12 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   std::vector<float>& init = buf.init;
   std::vector<float>& master_shard = buf.master_shard;
   const auto& L = lay.layers()[li];
-  const std::string name = str_cat("layer ", L.id);
-  opt_state->add_layer(static_cast<int>(li), plan->opt_tier(static_cast<int>(li)));
-  grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
+  // A frozen layer has no master, moments or accumulator: its compute-dtype parameters below
+  // are all it holds.
+  if (!L.frozen) {
+    opt_state->add_layer(static_cast<int>(li), plan->opt_tier(static_cast<int>(li)));
+    grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
+  }
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
   // in host memory and written to their tier with zeroed moments.
@@ -110,7 +113,8 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
       std::memcpy(master_shard.data() + L.shard_offsets[k], init.data() + bucket_pos(b, L) + own_begin(b), b.shard * 4);
     }
   }
-  opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
+  if (!L.frozen)
+    opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
   homes->add_layer(static_cast<int>(li), plan->param_tier(static_cast<int>(li)),
                    plan->persistent(static_cast<int>(li)));
   homes->write(static_cast<int>(li), init.data(), master_shard.data());
@@ -130,6 +134,14 @@ void Engine::setup() {
   auto& I = *impl_;
   STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "setup() called twice");
   const int stage = I.cfg.zero.stage;
+  for (int id : I.frozen_ids) {
+    bool any = false;
+    for (auto& p : I.pending) {
+      if (p.layer != id) continue;
+      p.frozen = any = true;
+    }
+    STRATA_CHECK(any, Errc::invalid_argument, "freeze_layer(", id, "): no parameter is registered under layer ", id);
+  }
   I.layout = std::make_unique<Layout>(std::move(I.pending), I.world, I.cfg.zero.reduce_bucket_size);
   const Layout& lay = *I.layout;
 
@@ -160,9 +172,9 @@ void Engine::setup() {
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-      STRATA_CHECK(I.plan->opt_tier(static_cast<int>(li)) != Tier::device, Errc::unsupported, "optimizer.type ",
-                   oc.type == OptimizerType::lion ? "Lion" : "Adagrad", " has no CUDA kernel yet, and layer ",
-                   lay.layers()[li].id,
+      STRATA_CHECK(lay.layers()[li].frozen || I.plan->opt_tier(static_cast<int>(li)) != Tier::device, Errc::unsupported,
+                   "optimizer.type ", oc.type == OptimizerType::lion ? "Lion" : "Adagrad",
+                   " has no CUDA kernel yet, and layer ", lay.layers()[li].id,
                    "'s optimizer state is placed on the GPU: use Adam/AdamW, or run it on the "
                    "CPU with offload_optimizer.device = \"cpu\"");
     }

@@ -53,6 +53,9 @@ typedef struct {
 
 typedef struct {
   uint64_t used_bytes, peak_bytes, budget_bytes;
+  /* used_bytes by what holds them: compute-dtype parameters, gradient accumulators, optimizer
+     state (fp32 masters and moments; a frozen layer has none), staging and scratch buffers. */
+  uint64_t params_bytes, grads_bytes, optimizer_bytes, buffers_bytes;
 } strata_tier_usage;
 
 typedef struct {
@@ -89,6 +92,9 @@ void strata_engine_destroy(strata_engine* engine);
 
 strata_status strata_register_param(strata_engine* e, const char* name, const int64_t* shape, int ndim, int layer,
                                     strata_init init, float scale);
+/* Before strata_setup: the layer takes no gradient and holds no optimizer state (a frozen
+   base under LoRA adapters); it is gathered and released as any layer (Engine::freeze_layer). */
+strata_status strata_freeze_layer(strata_engine* e, int layer);
 strata_status strata_setup(strata_engine* e);
 strata_status strata_begin_step(strata_engine* e);
 /* Fills up to `capacity` views (one per parameter of the layer); *count gets the number. */

@@ -2,6 +2,7 @@
 // converted from the engine's compute dtype; gradients are written back in it.
 #include "models/mlp.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -68,6 +69,11 @@ Mlp::Mlp(engine::Engine& engine, const MlpConfig& config, comm::Communicator* co
   STRATA_CHECK(cfg_.layers >= 1 && cfg_.hidden >= 1, Errc::invalid_argument, "mlp: --layers ", cfg_.layers,
                " and --hidden ", cfg_.hidden, " must be >= 1");
   for (const auto& p : mlp_param_specs(cfg_)) engine_.register_param(p.name, p.shape, p.layer, p.init);
+  for (int l : cfg_.frozen) {
+    STRATA_CHECK(l >= 0 && l < cfg_.layers, Errc::invalid_argument, "mlp: frozen layer ", l, " is not one of the ",
+                 cfg_.layers);
+    engine_.freeze_layer(l);
+  }
   for (int l = 0; l < cfg_.layers; ++l) layers_.emplace_back(cfg_, l);
   if (engine_.device().backend() == device::Backend::cuda) {
     gpu_ = std::make_unique<Gpu>(engine_.device(), cfg_.layers,
@@ -121,17 +127,20 @@ double Mlp::host_micro_batch(int k, const std::vector<float>& x, const std::vect
   for (int l = L - 1; l >= 0; --l) {
     const MlpLayer& layer = layers_[static_cast<std::size_t>(l)];
     gathered_params(engine_.device(), engine_.gather(ids[l]), params);
-    const auto g = engine_.grad_buffers(ids[l]);
+    const bool trains = !frozen(l);
+    const auto g = trains ? engine_.grad_buffers(ids[l]) : std::vector<engine::TensorView>{};
     {
       Tracer::Span span(tracer_, "compute", "B L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
       layer.backward(params.data(), acts[l].data(), saved[l].data(), grad.data(), din.data(), dparams.data(), nullptr,
                      B);
       device::CpuAccessScope cpu(engine_.device());
-      convert(dparams.data(), DType::fp32, g[0].data, g[0].dtype, H * H);
-      convert(dparams.data() + H * H, DType::fp32, g[1].data, g[1].dtype, H);
+      if (trains) {
+        convert(dparams.data(), DType::fp32, g[0].data, g[0].dtype, H * H);
+        convert(dparams.data() + H * H, DType::fp32, g[1].data, g[1].dtype, H);
+      }
     }
     grad.swap(din);
-    engine_.reduce_grads(ids[l]);
+    if (trains) engine_.reduce_grads(ids[l]);
     engine_.release(ids[l]);
   }
   return loss;
@@ -166,24 +175,29 @@ double Mlp::cuda_micro_batch(int k, const std::vector<float>& x, const std::vect
   st.synchronize();
   for (int l = L - 1; l >= 0; --l) {
     const auto p = engine_.gather(ids[l]);
-    const auto g = engine_.grad_buffers(ids[l]);
+    const bool trains = !frozen(l);
+    const auto g = trains ? engine_.grad_buffers(ids[l]) : std::vector<engine::TensorView>{};
     {
       Tracer::Span span(tracer_, "compute", "B L" + std::to_string(ids[l]) + " mb" + std::to_string(k));
       device::convert_async(st, p[0].data, p[0].dtype, G.w32.get(), DType::fp32, H * H);
       detail::cuda_mlp_backward(G.blas, st.native_handle(), G.w32.as<float>(), G.act(l), G.act(l + 1),
                                 G.grad.as<float>(), G.dw32.as<float>(), G.db32.as<float>(), G.din.as<float>(), B, H,
                                 l + 1 < L);
-      device::convert_async(st, G.dw32.get(), DType::fp32, g[0].data, g[0].dtype, H * H);
-      device::convert_async(st, G.db32.get(), DType::fp32, g[1].data, g[1].dtype, H);
+      if (trains) {
+        device::convert_async(st, G.dw32.get(), DType::fp32, g[0].data, g[0].dtype, H * H);
+        device::convert_async(st, G.db32.get(), DType::fp32, g[1].data, g[1].dtype, H);
+      }
       st.synchronize();
       std::swap(G.grad, G.din);
       simulate(2 * cfg_.layer_ms);
     }
-    engine_.reduce_grads(ids[l]);
+    if (trains) engine_.reduce_grads(ids[l]);
     engine_.release(ids[l]);
   }
   return loss;
 }
+
+bool Mlp::frozen(int l) const { return std::find(cfg_.frozen.begin(), cfg_.frozen.end(), l) != cfg_.frozen.end(); }
 
 MlpStep Mlp::train_step(std::int64_t step) {
   const auto& c = engine_.config();

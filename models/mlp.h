@@ -43,6 +43,7 @@ class Mlp {
   double host_micro_batch(int k, const std::vector<float>& x, const std::vector<float>& target);
   double cuda_micro_batch(int k, const std::vector<float>& x, const std::vector<float>& target);
   double loss_and_grad(const float* y, const float* target, float* grad) const;  // with the loss scale
+  bool frozen(int layer) const;
 
   engine::Engine& engine_;
   MlpConfig cfg_;

@@ -30,6 +30,9 @@ struct MlpConfig {
   int hidden = 64;
   double layer_ms = 0.0;
   std::uint64_t seed = 0;
+  // Layers that take no gradient (Engine::freeze_layer): backward carries the gradient
+  // through them to the layers below and hands the engine none of theirs.
+  std::vector<int> frozen;
 };
 
 // The trainer's tensors, in registration order (layer l: weight, bias; engine layer id l).

@@ -19,6 +19,7 @@ struct PlacementLayer {
   std::uint64_t shard_elems = 0;   // this rank's shard of the layer (stage>=1); = padded at stage 0
   std::uint64_t padded_elems = 0;  // the whole padded layer
   int gathers_per_step = 2;        // stage 3: times the layer is gathered per step (from the recorded trace)
+  bool frozen = false;             // no gradient and no optimizer state: its parameters are all it places
 };
 
 struct PlacementProblem {

@@ -73,6 +73,9 @@ std::string Placement::explain(const PlacementProblem& p) const {
       const int q = static_cast<int>(layers[i].optimizer);
       for (int t = 0; t < 3; ++t) r.bytes[t] += it.bytes[q][t];
       r.why = why(it, q);
+    } else if (L.frozen) {
+      r.optimizer = "-";
+      r.why = "frozen: no gradient or optimizer state";
     } else {
       r.bytes[kDevice] += 16 * L.padded_elems;
       r.why = "optimizer device: ZeRO stage 0";

@@ -42,6 +42,8 @@ struct Engine::Impl {
   DType cdt = DType::fp32;
   std::size_t cbytes = 4;
   std::vector<ParamSpec> pending;
+  std::vector<int> frozen_ids;  // freeze_layer()
+  bool frozen(int li) const { return layout->layers()[static_cast<std::size_t>(li)].frozen; }
   std::uint64_t trainer_reserve = 0;  // reserve_for_trainer()
   int trainer_layers_at_once = 1;
   std::unique_ptr<Layout> layout;

@@ -90,7 +90,9 @@ Model build_model(const PlacementProblem& p) {
     STRATA_CHECK(L.gathers_per_step >= 0, Errc::invalid_argument, "placement: ", L.name,
                  ": gathers_per_step = ", L.gathers_per_step);
     const std::uint64_t E = L.shard_elems, P = L.padded_elems;
-    if (p.stage == 0) {
+    if (L.frozen) {
+      // No optimizer item: a frozen layer has no master, moments, accumulator or gradient flow.
+    } else if (p.stage == 0) {
       m.immovable[kDevice] += 12 * P + 4 * P;
     } else {
       Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);

@@ -39,7 +39,8 @@ class _StepResult(ctypes.Structure):
 
 
 class _Tier(ctypes.Structure):
-    _fields_ = [("used_bytes", ctypes.c_uint64), ("peak_bytes", ctypes.c_uint64), ("budget_bytes", ctypes.c_uint64)]
+    _fields_ = [(k, ctypes.c_uint64) for k in ("used_bytes", "peak_bytes", "budget_bytes", "params_bytes",
+                                               "grads_bytes", "optimizer_bytes", "buffers_bytes")]
 
 
 class _Memory(ctypes.Structure):
@@ -71,6 +72,7 @@ def _load():
         "strata_engine_create_for_model": [ctypes.c_char_p, ctypes.c_char_p, U64, U64, U64, ctypes.c_int64,
                                            ctypes.POINTER(P)],
         "strata_register_param": [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), I, I, I, ctypes.c_float],
+        "strata_freeze_layer": [P, I],
         "strata_setup": [P], "strata_begin_step": [P], "strata_synchronize": [P],
         "strata_begin_eval": [P], "strata_end_eval": [P],
         "strata_gather": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
@@ -223,6 +225,11 @@ class Engine:
                                                float(scale)))
         self._counts[int(layer)] = self._counts.get(int(layer), 0) + 1
 
+    def freeze(self, layer):
+        """Before setup(): the layer takes no gradient and holds no optimizer state (a frozen base
+        under LoRA adapters); it is gathered and released as any other."""
+        _check(self._lib.strata_freeze_layer(self._handle, int(layer)))
+
     def setup(self):
         _check(self._lib.strata_setup(self._handle))
 
@@ -320,7 +327,7 @@ class Engine:
     def memory(self):
         m = _Memory()
         _check(self._lib.strata_memory(self._handle, ctypes.byref(m)))
-        return {tier: {k: getattr(getattr(m, tier), k) for k in ("used_bytes", "peak_bytes", "budget_bytes")}
+        return {tier: {k: getattr(getattr(m, tier), k) for k, _ in _Tier._fields_}
                 for tier in ("device", "host", "nvme")}
 
     def io_stats(self):

@@ -8,7 +8,9 @@
 Each block (the elements of the model's ModuleLists and Sequentials and its other children
 with parameters, looked for inside children that hold a ModuleList: find_blocks; or the
 `blocks` given) is one engine layer; the parameters of no block (the model's own, a
-container's) are one more layer, gathered while the model's forward runs. Its parameters are
+container's) are one more layer, gathered while the model's forward runs. A block's frozen
+parameters (requires_grad=False: a base under LoRA adapters) are a frozen engine layer of
+their own, gathered with it, holding no gradient or optimizer state (torch_layers.py). Its parameters are
 registered under their names in the model and start from the model's own values; from
 then on they live in the engine: before a block's forward its layer is gathered and the
 parameters' `.data` point at the gathered values (a copy Python owns: strata.View says
@@ -32,13 +34,18 @@ the step in progress (gathered layers released, its gradients discarded, nothing
 abandon_step()) before it propagates, so the next forward starts a new step; a failed
 initialize removes its hooks, gives the parameters back their tensors and closes its engine.
 Between steps, module_state_dict() and gathered_parameters() give the module's parameters in
-full (read-only); close() leaves the trained values in the module. Works on the host device,
+full (read-only); close() leaves the trained values in the module (frozen ones as they were
+in the compute dtype: exact in fp32; under bf16 the engine holds them in bf16, as DeepSpeed's
+bf16 mode holds a module's frozen parameters). Works on the host device,
 where the engine's memory is host RAM.
 """
 import numpy as np
 import torch
 
 from . import Engine, StrataError
+from .torch_layers import LayerMap, find_blocks, first_grad_tensor, hidden_size_of
+
+__all__ = ["initialize", "find_blocks", "hidden_size_of", "ModelEngine", "MIN_TORCH"]
 
 # Saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) arrived in torch 1.10 and their
 # semantics settled in 1.13, the version the tests run with (Debian 12's python3-torch).
@@ -49,65 +56,6 @@ if _version < MIN_TORCH:
                       f"torch {torch.__version__}: upgrade it (Debian 12: apt-get install python3-torch)")
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def _has_params(module):
-    return any(True for _ in module.parameters())
-
-
-def _is_container(module):
-    """A ModuleList (never called itself), or a module holding one below it (a Hugging Face
-    causal LM's `model` with its `layers`): its children are looked into instead."""
-    return isinstance(module, torch.nn.ModuleList) or any(
-        isinstance(m, torch.nn.ModuleList) for m in module.modules() if m is not module)
-
-
-def find_blocks(model):
-    """The model's blocks, in registration order: the elements of its ModuleLists and
-    Sequentials, its other children with parameters, and within a child that holds a
-    ModuleList below it (nested layouts) the same, recursively. Parameters of no block (a
-    model's own nn.Parameter, a container's) are the engine's last layer (ModelEngine)."""
-    blocks = []
-
-    def expand(module):
-        for child in module.children():
-            if not _has_params(child):
-                continue
-            if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
-                for m in child:
-                    if _has_params(m):
-                        expand(m) if _is_container(m) else blocks.append(m)
-            elif _is_container(child):
-                expand(child)
-            else:
-                blocks.append(child)
-
-    expand(model)
-    return blocks
-
-
-def _first_grad_tensor(output):
-    """The first tensor that requires a gradient in a module's output (a tensor, or tuples,
-    lists and dicts of them, as Hugging Face's ModelOutput), else None."""
-    if isinstance(output, torch.Tensor):
-        return output if output.requires_grad else None
-    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
-    for item in items:
-        found = _first_grad_tensor(item)
-        if found is not None:
-            return found
-    return None
-
-
-def hidden_size_of(model):
-    """The model's hidden size for a config's "auto" values: its Hugging Face config's
-    hidden_size (d_model, n_embd), else the largest dimension of any 2-D parameter, as the
-    CLI derives it."""
-    hf = getattr(model, "config", None)
-    for key in ("hidden_size", "d_model", "n_embd"):
-        if isinstance(getattr(hf, key, None), int):
-            return getattr(hf, key)
-    return max((max(p.shape) for p in model.parameters() if p.dim() == 2), default=0)
 
 
 def initialize(model, config, blocks=None, device="host", device_budget=0, seed=0, total_steps=0):
@@ -159,51 +107,21 @@ class ModelEngine:
             if p.dtype not in _TORCH_DTYPES.values():
                 raise StrataError(f"parameter '{n}' is {p.dtype}: the engine trains fp32, bf16 and fp16 parameters; "
                                   f"convert the model (model.float()) before initialize")
-        frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-        if frozen:
-            raise StrataError(f"parameters {frozen} do not require gradients: strata.torch trains every parameter of "
-                              f"the model (each block's parameters all get a gradient in each micro-batch), so "
-                              f"frozen ones are not supported")
         self.engine = Engine(config, device=device, device_budget=device_budget, seed=seed,
                              hidden_size=hidden_size_of(model), total_steps=total_steps)
-        names = {id(p): n for n, p in model.named_parameters()}
-        self._blocks = list(blocks)
-        self._params = []  # per layer: [(name, parameter)]
+        layers = LayerMap(model, blocks)
+        self._blocks = layers.units  # the modules whose forward gathers, one per unit
+        self._params = layers.params  # per engine layer: [(name, parameter)]
+        self._frozen = layers.frozen  # frozen engine layers: gathered, never given a gradient
+        self._unit_of = layers.unit_of
+        self._together = layers.together  # per unit: the other layers its forward gathers
         self._shapes = {id(p): tuple(p.shape) for p in model.parameters()}
         self._dtypes = {n: p.dtype for n, p in model.named_parameters()}
-        self._borrowed = []  # per layer: the layers holding parameters it shares with them
-        owner = {}
-        for layer, block in enumerate(self._blocks):
-            mine, borrowed = [], set()
-            for p in block.parameters():
-                if id(p) in owner:
-                    borrowed.add(owner[id(p)])
-                    continue
-                owner[id(p)] = layer
-                mine.append((names[id(p)], p))
-            self._params.append(mine)
-            self._borrowed.append(sorted(borrowed))
-        # The parameters of no block (the model's own, a container's) are one more layer, gathered
-        # by the model's forward around all of its blocks; one of them that a block owns (tied)
-        # has that block's layer gathered with it.
-        inside = {id(m) for block in self._blocks for m in block.modules()}
-        root, loose, borrowed = len(self._blocks), [], set()
-        for module in model.modules():
-            if id(module) in inside:
-                continue
-            for p in module.parameters(recurse=False):
-                if id(p) not in owner:
-                    owner[id(p)] = root
-                    loose.append((names[id(p)], p))
-                elif owner[id(p)] != root:  # a block's parameter (tied): its layer is gathered too
-                    borrowed.add(owner[id(p)])
-        if loose or borrowed:
-            self._blocks.append(model)
-            self._params.append(loose)
-            self._borrowed.append(sorted(borrowed))
         for layer, mine in enumerate(self._params):
             for name, p in mine:
                 self.engine.register(name, list(p.shape) or [1], layer)  # a 0-d parameter is one element
+            if layer in self._frozen:
+                self.engine.freeze(layer)
         self.engine.setup()
         start = {n: p.detach().to(torch.float32).reshape(-1).contiguous() for ps in self._params for n, p in ps}
         self.engine.init_weights(lambda name, elem, count: start[name][elem:elem + count].numpy())
@@ -218,6 +136,7 @@ class ModelEngine:
         self._storage = {}  # storage address of a gathered parameter -> (layer, index)
         self._reduced = []  # layers whose gradients are in, released at the next block's backward
         self._handed = set()  # layers whose gradients this backward reduced
+        self._frozen_live = set()  # frozen layers backward gathered (for saved views), released at another unit's
         self._summing = False  # this backward adds into _pending instead of reducing (several per micro-batch)
         self._pending = {}  # layer -> {parameter id: fp32 sum of its gradients} over the micro-batch's backwards
         self._open = False  # a backward(micro_batch_end=False) ran: the micro-batch's gradients are in _pending
@@ -228,7 +147,7 @@ class ModelEngine:
             self._hooks.append(block.register_forward_hook(self._post_forward(layer)))
             for _, p in self._params[layer]:
                 self._hooks.append(p.register_hook(self._on_grad(layer, p)))
-        for layer in range(len(self._blocks)):
+        for layer in range(len(self._params)):
             self._point(layer, None)
 
     # Parameters point at the engine's buffers while their layer is gathered, else at an empty tensor.
@@ -273,7 +192,7 @@ class ModelEngine:
                 self._generation += 1
             if self._params[layer]:  # a block whose parameters are all shared is no layer of its own
                 self._point(layer, self.engine.gather(layer))
-            for other in self._borrowed[layer]:
+            for other in self._together[layer]:
                 self._point(other, self.engine.gather(other))
         return hook
 
@@ -282,13 +201,13 @@ class ModelEngine:
             if self._lent:
                 return
             if torch.is_grad_enabled() and self._params[layer]:
-                first = _first_grad_tensor(output)
+                first = first_grad_tensor(output)
                 if first is not None:
                     first.register_hook(self._pre_backward(layer, self._generation))
             if self._params[layer]:
                 self.engine.release(layer)
                 self._point(layer, None)
-            for other in self._borrowed[layer]:
+            for other in self._together[layer]:
                 self.engine.release(other)
                 self._point(other, None)
         return hook
@@ -301,11 +220,24 @@ class ModelEngine:
                 p.grad = None  # the engine holds the gradients
         self._reduced = []
 
+    def _release_frozen(self, keep_unit=None):
+        """Frozen layers gathered in backward, but those of keep_unit: their saved views were
+        rebuilt as copies Python owns, so releasing them early costs at most a second gather."""
+        for layer in sorted(self._frozen_live):
+            if self._unit_of[layer] != keep_unit:
+                self._frozen_live.discard(layer)
+                self.engine.release(layer)
+                self._point(layer, None)
+
     def _backward_gather(self, layer):
-        if layer in self._waiting:
+        if layer in self._waiting or layer in self._frozen_live:
             return
         self._release_reduced()
+        self._release_frozen(keep_unit=self._unit_of[layer])
         self._point(layer, self.engine.gather(layer))
+        if layer in self._frozen:  # no gradient to wait for
+            self._frozen_live.add(layer)
+            return
         if not self._summing:
             buffers = self.engine.grad_buffers(layer)
             self._grads[layer] = {id(p): _as_tensor(buffers[i], self._shapes[id(p)])
@@ -397,6 +329,7 @@ class ModelEngine:
             scale = self.engine.loss_scale()
             (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
             self._release_reduced()
+            self._release_frozen()
             if self._summing:
                 self._release_partial()
                 self._open = not micro_batch_end
@@ -429,12 +362,12 @@ class ModelEngine:
         reduction each (the engine's gradient buffer is held only while it is filled)."""
         pending, self._pending = self._pending, {}
         missing = [name for layer, ps in enumerate(self._params) for name, p in ps
-                   if id(p) not in pending.get(layer, {})]
+                   if layer not in self._frozen and id(p) not in pending.get(layer, {})]
         if missing:
             raise StrataError(f"parameters {missing} got no gradient in any backward() of the micro-batch: every "
                               f"parameter of a block must get a gradient in each micro-batch")
         for layer in reversed(range(len(self._params))):
-            if not self._params[layer]:
+            if not self._params[layer] or layer in self._frozen:
                 continue
             buffers = self.engine.grad_buffers(layer)
             for i, (_, p) in enumerate(self._params[layer]):
@@ -469,8 +402,8 @@ class ModelEngine:
 
     def _abandon(self):
         self._waiting, self._grads, self._reduced, self._storage = {}, {}, [], {}
-        self._pending, self._open, self._summing = {}, False, False
-        for layer in range(len(self._blocks)):
+        self._pending, self._open, self._summing, self._frozen_live = {}, False, False, set()
+        for layer in range(len(self._params)):
             self._point(layer, None)
             for _, p in self._params[layer]:
                 p.grad = None

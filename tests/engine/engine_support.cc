@@ -18,7 +18,7 @@ std::map<std::string, std::vector<char>> checkpoint_contents(const std::string& 
   checkpoint::ShardReader r(o.dir, o.manifest);
   std::map<std::string, std::vector<char>> out;
   for (const auto& t : o.manifest.tensors) {
-    for (int s = 0; s < checkpoint::kStates; ++s) {
+    for (int s = 0; s < (t.has_moments() ? checkpoint::kStates : 1); ++s) {  // a frozen tensor: its values
       const auto state = static_cast<checkpoint::State>(s);
       std::vector<float> v(t.numel);
       r.read_tensor(t, state, 0, t.numel, v.data());
@@ -97,16 +97,17 @@ TrainRun train_mlp(const TrainSpec& spec) {
     eo.seed = 7;
     eo.tracer = c.rank() == 0 ? spec.tracer : nullptr;
     engine::Engine engine(eo);
-    model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7}, &c, eo.tracer);
+    model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7, spec.frozen}, &c, eo.tracer);
     engine.setup();
     if (!spec.load_checkpoint.empty()) engine.load_checkpoint(spec.load_checkpoint);
+    auto initial = spec.read_initial ? engine.full_parameters() : std::vector<float>{};
     std::vector<double> losses, ms;
     std::vector<engine::IoStats> io;
     std::vector<std::int64_t> steps;
     std::vector<engine::StepResult> results;
     for (int s = 0; s < spec.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
-      const auto r = mlp.train_step(s);
+      const auto r = mlp.train_step(spec.first_step + s);
       losses.push_back(r.loss);
       steps.push_back(r.result.step);
       results.push_back(r.result);
@@ -127,6 +128,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
     if (c.rank() == 0) {
       std::lock_guard<std::mutex> lock(m);
       out.params = std::move(params);
+      out.initial = std::move(initial);
       out.losses = losses;
       out.step_ms = ms;
       out.memory = engine.memory();

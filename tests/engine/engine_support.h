@@ -26,6 +26,7 @@ std::unique_ptr<device::Device> host_device(std::uint64_t budget_bytes, std::uin
 
 struct TrainRun {
   std::vector<float> params;                // rank 0's full_parameters() after training
+  std::vector<float> initial;               // rank 0's full_parameters() before the first step (read_initial)
   std::vector<double> losses;               // per step
   engine::MemoryReport memory;              // rank 0, after the last step
   std::vector<double> step_ms;              // rank 0
@@ -42,6 +43,9 @@ struct TrainSpec {
   int layers = 3;
   int hidden = 32;
   int steps = 10;
+  int first_step = 0;         // the data of steps [first_step, first_step + steps): a resumed run's
+  std::vector<int> frozen;    // MLP layers frozen (Engine::freeze_layer)
+  bool read_initial = false;  // TrainRun::initial (one more full_parameters() before the steps)
   double layer_ms = 0;
   double link_gbps = 0;
   std::vector<double> rank_link_gbps;  // per rank, in place of link_gbps: ranks of unequal speed
@@ -72,8 +76,8 @@ struct MlpRank {
   void train(std::int64_t from, std::int64_t to);  // steps [from, to)
 };
 
-// A checkpoint's every tensor and state (master, exp_avg, exp_avg_sq), consolidated from all
-// its files and verified, as raw bytes keyed "name/state": equal maps mean equal state.
+// A checkpoint's every tensor and state (master, exp_avg, exp_avg_sq; a frozen tensor's master only), consolidated from
+// all its files and verified, as raw bytes keyed "name/state": equal maps mean equal state.
 std::map<std::string, std::vector<char>> checkpoint_contents(const std::string& path);
 
 }  // namespace strata::test

@@ -100,6 +100,28 @@ TEST_CASE("evaluate_placement costs a given placement as the planner would, budg
   CHECK_THROWS_AS(offload::evaluate_placement(p, {{Tier::host, Tier::host}}), Error);  // one place for two layers
 }
 
+TEST_CASE("a frozen layer places its parameters only: no optimizer state, accumulator or gradient traffic",
+          "[placement][frozen]") {
+  auto p = two_layers();
+  p.layers[0].frozen = true;
+  const auto r = offload::plan_placement(p);
+  CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{600 + 200, 200 + 100, 0});  // layer 1's state; both shards
+  CHECK(r.h2d_bytes == 1200);                                                    // the gathers alone
+  CHECK(r.explain(p).find("frozen: no gradient or optimizer state") != std::string::npos);
+  // Everything on NVMe (by hand, as above without optimizer 0): layer 0 moves its gathers only.
+  const auto nvme = offload::evaluate_placement(p, {{Tier::nvme, Tier::nvme}, {Tier::nvme, Tier::nvme}});
+  CHECK(nvme.h2d_bytes == 100 + 800 + 400);
+  CHECK(nvme.d2h_bytes == 200);
+  CHECK(nvme.nvme_read_bytes == 600 + 400 + 200);
+  CHECK(nvme.nvme_write_bytes == 600 + 200 + 100);
+  CHECK(nvme.tier_bytes == std::array<std::uint64_t, 3>{0, 200, 600 + 200 + 100});
+  // Stage 0 keeps a trainable layer's state on the device; a frozen one's parameters only.
+  p.stage = 0;
+  p.layers = {{"layer 0", 200, 200, 2, true}, {"layer 1", 100, 100, 2}};
+  const auto s0 = offload::plan_placement(p);
+  CHECK(s0.tier_bytes[0] == 2 * 200 + (16 + 2) * 100);
+}
+
 TEST_CASE("a device budget with room for one optimizer keeps the one that saves more traffic", "[placement]") {
   auto p = two_layers();
   p.device_fixed_bytes = 1000;

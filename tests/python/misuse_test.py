@@ -211,13 +211,13 @@ def hooks_of(model):
 
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     cfg = config(3, 1, nvme=tmp + "/nvme")
-    frozen = Net()
-    frozen.blocks[1].lin.bias.requires_grad_(False)
-    values = {n: p.detach().clone() for n, p in frozen.named_parameters()}
-    failed = raises(lambda: st.initialize(frozen, cfg), strata.StrataError, "blocks.1.lin.bias",
-                    "a frozen parameter")  # kept alive: its traceback holds the half-made engine
-    check(hooks_of(frozen) == 0, f"a failed initialize left {hooks_of(frozen)} hooks")
-    check(all(torch.equal(values[n], p.detach()) for n, p in frozen.named_parameters()),
+    bad = Net()
+    bad.blocks[1].lin.bias.data = bad.blocks[1].lin.bias.data.double()
+    values = {n: p.detach().clone() for n, p in bad.named_parameters()}
+    failed = raises(lambda: st.initialize(bad, cfg), strata.StrataError, "blocks.1.lin.bias",
+                    "a float64 parameter")  # kept alive: its traceback holds the half-made engine
+    check(hooks_of(bad) == 0, f"a failed initialize left {hooks_of(bad)} hooks")
+    check(all(torch.equal(values[n], p.detach()) for n, p in bad.named_parameters()),
           "a failed initialize changed the model's parameters")
     # A model built on the meta device fails in init_weights, after setup() took nvme_path.
     meta = torch.nn.Sequential(torch.nn.Linear(8, 8, device="meta"), torch.nn.Linear(8, 8, device="meta"))
