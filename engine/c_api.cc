@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/c_guard.h"
 #include "engine/engine.h"
 #include "engine/rank_devices.h"
 #include "engine/strata.h"
@@ -21,12 +22,15 @@ struct strata_engine {
   std::string loaded_state;        // the trainer state of the last strata_load
 };
 
+namespace strata::capi {
+
 namespace {
-
 thread_local std::string g_last_error;
+}
 
-strata_status status_of(strata::Errc c) {
-  using strata::Errc;
+void set_last_error(const char* message) { g_last_error = message; }
+
+strata_status status_of(Errc c) noexcept {
   switch (c) {
     case Errc::invalid_argument:
       return STRATA_ERR_INVALID;
@@ -46,21 +50,11 @@ strata_status status_of(strata::Errc c) {
   }
 }
 
-template <class F> strata_status guarded(F&& f) noexcept {
-  try {
-    f();
-    return STRATA_OK;
-  } catch (const strata::Error& e) {
-    g_last_error = e.what();
-    return status_of(e.code());
-  } catch (const std::exception& e) {
-    g_last_error = e.what();
-    return STRATA_ERR_INTERNAL;
-  } catch (...) {
-    g_last_error = "unknown error";
-    return STRATA_ERR_INTERNAL;
-  }
-}
+}  // namespace strata::capi
+
+namespace {
+
+using strata::capi::guarded;
 
 strata_dtype c_dtype(strata::DType t) {
   return t == strata::DType::bf16 ? STRATA_BF16 : t == strata::DType::fp16 ? STRATA_FP16 : STRATA_FP32;
@@ -80,11 +74,20 @@ strata::engine::Engine& engine_of(strata_engine* e) {
   return *e->engine;
 }
 
+// A C reader as the engine's WeightReader; a reader that fails names the call and the tensor.
+strata::engine::Engine::WeightReader weight_reader(const char* call, strata_weight_reader read, void* user) {
+  STRATA_CHECK(read != nullptr, strata::Errc::invalid_argument, call, ": read must not be NULL");
+  return [call, read, user](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
+    STRATA_CHECK(read(user, name.c_str(), elem, count, out) == 0, strata::Errc::invalid_argument, call,
+                 ": the reader failed for tensor '", name, "' (elements ", elem, "-", elem + count, ")");
+  };
+}
+
 }  // namespace
 
 extern "C" {
 
-const char* strata_last_error(void) { return g_last_error.c_str(); }
+const char* strata_last_error(void) { return strata::capi::g_last_error.c_str(); }
 
 strata_status strata_engine_create(const char* config_path, uint64_t device_budget_bytes, uint64_t seed,
                                    strata_engine** out) {
@@ -277,14 +280,11 @@ strata_status strata_loaded_trainer_state(strata_engine* e, char* out, size_t ca
 }
 
 strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user) {
-  return guarded([&] {
-    STRATA_CHECK(read != nullptr, strata::Errc::invalid_argument, "strata_init_weights: read must not be NULL");
-    engine_of(e).init_weights([&](const std::string& name, std::uint64_t elem, std::uint64_t count, float* out) {
-      STRATA_CHECK(read(user, name.c_str(), elem, count, out) == 0, strata::Errc::invalid_argument,
-                   "strata_init_weights: the reader failed for tensor '", name, "' (elements ", elem, "-", elem + count,
-                   ")");
-    });
-  });
+  return guarded([&] { engine_of(e).init_weights(weight_reader("strata_init_weights", read, user)); });
+}
+
+strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user) {
+  return guarded([&] { engine_of(e).write_weights(weight_reader("strata_write_weights", read, user)); });
 }
 
 }  // extern "C"

@@ -140,7 +140,7 @@ OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest
 // owns (the whole layer at stage 0). With `apply`, writes them with the compute-dtype
 // parameters rebuilt from the masters (NVMe writes staged: commit_loaded() switches them);
 // without, only reads (every chunk verified), so a bad input fails before anything changes.
-void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply) {
+void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool apply) {
   const Layout& lay = *layout;
   // Gathered copies of the old parameters go; persistent ones are rewritten below.
   if (apply && gather_path) gather_path->evict_all();
@@ -157,7 +157,8 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply
   for (std::size_t li = 0; li < layer_count(); ++li) {
     const int l = static_cast<int>(li);
     const bool frozen = lay.layers()[li].frozen;  // values only: no masters or moments to write
-    for (int s = 0; s < (moments && !frozen ? checkpoint::kStates : 1); ++s) {
+    const bool with_moments = moments != Moments::zero && !frozen;
+    for (int s = 0; s < (moments == Moments::read && !frozen ? checkpoint::kStates : 1); ++s) {
       st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
       read_pieces(l, s, stage0, st[s].data());
     }
@@ -168,7 +169,12 @@ void Engine::Impl::load_layers(const StateReader& read, bool moments, bool apply
       whole = full.data();
     }
     if (!apply) continue;
-    if (!frozen) opt_state->write(l, st[0].data(), moments ? st[1].data() : nullptr, moments ? st[2].data() : nullptr);
+    if (moments == Moments::kept && !frozen) {
+      for (int s = 1; s < checkpoint::kStates; ++s) st[s].resize(opt_state->elems(l));
+      opt_state->read(l, nullptr, st[1].data(), st[2].data());
+    }
+    if (!frozen)
+      opt_state->write(l, st[0].data(), with_moments ? st[1].data() : nullptr, with_moments ? st[2].data() : nullptr);
     homes->write(l, whole, st[0].data());
   }
 }
@@ -191,7 +197,7 @@ void Engine::Impl::discard_loaded() noexcept {
   state_mixed = true;
 }
 
-void Engine::Impl::load_all_or_nothing(const StateReader& read, bool moments, const std::string& what,
+void Engine::Impl::load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
                                        const std::function<void()>& on_success) {
   all_or_nothing(telling([&] { load_layers(read, moments, false); }, kUnchanged), what);
   all_or_nothing(telling(
@@ -279,7 +285,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
         else
           reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
       },
-      true, what, [&] { I.stepper->restore(counters); });
+      Impl::Moments::read, what, [&] { I.stepper->restore(counters); });
   return opened.manifest.trainer_state;
 }
 
@@ -292,7 +298,20 @@ void Engine::init_weights(const WeightReader& read) {
   const auto& params = I.layout->params();
   I.load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
                             float* out) { read(params[pi].name, elem, count, out); },
-                        false, "init_weights (the initial weights were kept)");
+                        Impl::Moments::zero, "init_weights (the initial weights were kept)");
+}
+
+void Engine::write_weights(const WeightReader& read) {
+  auto& I = *impl_;
+  I.require_complete_setup("write_weights");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "write_weights() inside a step or an evaluation: call it between steps");
+  synchronize();
+  I.poll_save(true);  // a pending asynchronous checkpoint holds the values before the write
+  const auto& params = I.layout->params();
+  I.load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
+                            float* out) { read(params[pi].name, elem, count, out); },
+                        Impl::Moments::kept, "write_weights (the weights were kept)");
 }
 
 }  // namespace strata::engine

@@ -275,6 +275,12 @@ class Engine {
   using WeightReader =
       std::function<void(const std::string& name, std::uint64_t elem, std::uint64_t count, float* out)>;
   void init_weights(const WeightReader& read);
+  // Between steps: new values for every registered tensor, asked for as init_weights asks
+  // (masters and compute copies rewritten; a frozen layer's compute copies), with the
+  // optimizer moments and the step counters kept: a trainer that edits the full parameters
+  // (DeepSpeed's GatheredParameters with a modifier rank) writes them back. All-or-nothing
+  // as a load. Collective; on several ranks every rank's reader gives the same values.
+  void write_weights(const WeightReader& read);
 
  private:
   struct Impl;

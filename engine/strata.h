@@ -140,6 +140,9 @@ strata_status strata_save(strata_engine* e, const char* root, const char* traine
    non-zero to fail the call (which then names the tensor). Moments start at zero. */
 typedef int (*strata_weight_reader)(void* user, const char* name, uint64_t elem, uint64_t count, float* out);
 strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user);
+/* Between steps: the same reader's values replace every tensor's, the optimizer moments and
+   step counters kept (Engine::write_weights). */
+strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user);
 strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity);
 /* The trainer state the last strata_load read ("" before one): *size is its length with
    the NUL; out (NULL: only the size) gets it when capacity holds it, so a state of any size

@@ -188,12 +188,15 @@ struct Engine::Impl {
   void poll_save(bool wait);
   void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
   using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
-  void load_layers(const StateReader& read, bool moments, bool apply);
+  // Where a load's moments come from: zeros, the reader (states 1 and 2), or the state as it
+  // is (write_weights: read back first and written again with the new masters).
+  enum class Moments { zero, read, kept };
+  void load_layers(const StateReader& read, Moments moments, bool apply);
   // Collective: the step directory a load of `path` reads, as rank 0 resolves it.
   std::string resolve_checkpoint(const std::string& path, const std::string& what);
   // Collective: load_layers read-only, then applied (on_success after it, on every rank)
   // and committed; a failure in either phase changes nothing but NVMe writes discarded.
-  void load_all_or_nothing(const StateReader& read, bool moments, const std::string& what,
+  void load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
                            const std::function<void()>& on_success = {});
   void commit_loaded();            // the staged NVMe writes of a load become current
   void discard_loaded() noexcept;  // they are dropped; the state is marked mixed

@@ -84,7 +84,10 @@ def _load():
         "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
-        "strata_init_weights": [P, _READER, P],
+        "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P],
+        "strata_write_hf_dir": [ctypes.c_char_p, ctypes.c_char_p, S, ctypes.POINTER(ctypes.c_char_p),
+                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(I), ctypes.c_char_p,
+                                U64, _READER, P],
     }
     for name, args in sigs.items():
         f = getattr(lib, name)
@@ -108,6 +111,45 @@ def _check(status):
 _NP_DTYPES = {0: np.float32, 1: np.int16, 2: np.float16}  # bf16 travels as its 16 bits
 DTYPE_NAMES = {0: "fp32", 1: "bf16", 2: "fp16"}
 _INITS = {"normal": 0, "uniform": 1, "zeros": 2, "ones": 3, "constant": 4}
+
+
+def _with_reader(read, call):
+    """call(callback) with read(name, elem, count) -> float32 values as the C API's weight reader;
+    a failed call raises StrataError with the library's message and the reader's own error."""
+    failure = []
+
+    def reader(_user, name, elem, count, out):
+        try:
+            values = np.ascontiguousarray(read(name.decode(), elem, count), dtype=np.float32)
+            if values.size != count:
+                raise ValueError(f"{values.size} values for {count}")
+            ctypes.memmove(out, values.ctypes.data, count * 4)
+            return 0
+        except Exception as e:  # reported through Strata's error, naming the tensor
+            failure.append(e)
+            return 1
+
+    status = call(_READER(reader))
+    if status != 0:
+        message = _load().strata_last_error().decode()
+        raise StrataError(message + (f": {failure[0]!r}" if failure else ""))
+
+
+def write_hf_dir(out_dir, config_json, tensors, read, dtype="bf16", max_shard_bytes=5 * 10 ** 9):
+    """A Hugging Face model directory at out_dir (config.json from the JSON text config_json;
+    model.safetensors or shards of at most max_shard_bytes with their index), complete or not
+    there at all: `tensors` [(name, shape)] in order, their values from read(name, elem, count)
+    -> float32 numpy array, written as dtype ("fp32", "bf16", "fp16"). Returns out_dir."""
+    lib = _load()
+    names = (ctypes.c_char_p * len(tensors))(*[n.encode() for n, _ in tensors])
+    dims = [(ctypes.c_int64 * max(1, len(shape)))(*shape) for _, shape in tensors]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * len(tensors))(*[ctypes.cast(d, ctypes.POINTER(ctypes.c_int64))
+                                                               for d in dims])
+    ndims = (ctypes.c_int * len(tensors))(*[len(shape) for _, shape in tensors])
+    _with_reader(read, lambda callback: lib.strata_write_hf_dir(
+        str(out_dir).encode(), config_json.encode(), len(tensors), names, shapes, ndims, dtype.encode(),
+        int(max_shard_bytes), callback, None))
+    return str(out_dir)
 
 
 class View:
@@ -359,22 +401,14 @@ class Engine:
         return json.loads(buf.value.decode())
 
     def init_weights(self, read):
-        """read(name, elem, count) -> float32 numpy array of `count` values of tensor `name`."""
-        failure = []
+        """Right after setup(): read(name, elem, count) -> float32 numpy array of `count` values of
+        tensor `name`; the moments start at zero."""
+        self._weights(self._lib.strata_init_weights, read)
 
-        def reader(_user, name, elem, count, out):
-            try:
-                values = np.ascontiguousarray(read(name.decode(), elem, count), dtype=np.float32)
-                if values.size != count:
-                    raise ValueError(f"{values.size} values for {count}")
-                ctypes.memmove(out, values.ctypes.data, count * 4)
-                return 0
-            except Exception as e:  # reported through Strata's error, naming the tensor
-                failure.append(e)
-                return 1
+    def write_weights(self, read):
+        """Between steps: every tensor's new values from read(name, elem, count), as init_weights
+        asks for them; the optimizer moments and step counters are kept."""
+        self._weights(self._lib.strata_write_weights, read)
 
-        callback = _READER(reader)
-        status = self._lib.strata_init_weights(self._handle, callback, None)
-        if status != 0:
-            message = _load().strata_last_error().decode()
-            raise StrataError(message + (f": {failure[0]!r}" if failure else ""))
+    def _weights(self, fn, read):
+        _with_reader(read, lambda callback: fn(self._handle, callback, None))

@@ -39,11 +39,11 @@ in the compute dtype: exact in fp32; under bf16 the engine holds them in bf16, a
 bf16 mode holds a module's frozen parameters). Works on the host device,
 where the engine's memory is host RAM.
 """
-import numpy as np
 import torch
 
 from . import Engine, StrataError
 from .torch_layers import LayerMap, find_blocks, first_grad_tensor, hidden_size_of
+from .torch_state import StateMixin
 
 __all__ = ["initialize", "find_blocks", "hidden_size_of", "ModelEngine", "MIN_TORCH"]
 
@@ -77,7 +77,7 @@ def _as_tensor(view, shape):
     return t.view(shape)
 
 
-class ModelEngine:
+class ModelEngine(StateMixin):
     def __init__(self, model, config, blocks, device, device_budget, seed, total_steps=0):
         self.module = model
         self.engine = None
@@ -435,33 +435,6 @@ class ModelEngine:
                         p.data = trained[name]
             self.engine.close()
 
-    def _full_values(self):
-        """{name: full tensor} of the engine's parameters: fp32 masters in each parameter's dtype."""
-        return {name: torch.from_numpy(a.copy()).to(self._dtypes[name]) for name, a in self.parameters_numpy().items()}
-
-    def module_state_dict(self):
-        """The module's state_dict with full parameters (the fp32 masters in each parameter's dtype) where the
-        engine holds placeholders; buffers as the module has them; tied parameters under each of their names.
-        Between steps."""
-        if self._in_step:
-            raise StrataError("module_state_dict() inside a step: call it after step() (between steps)")
-        full = self._full_values()
-        by_id = {id(p): name for ps in self._params for name, p in ps}
-        state = self.module.state_dict(keep_vars=True)
-        out = type(state)()
-        params = {id(p): p for p in self.module.parameters()}
-        for key, t in state.items():
-            owner = by_id.get(id(t)) if id(t) in params else None
-            out[key] = full[owner] if owner is not None else t.detach().clone()
-        return out
-
-    def gathered_parameters(self):
-        """A context manager (DeepSpeed's GatheredParameters, read-only): inside it every parameter of the module
-        holds its full value (the fp32 master in the parameter's dtype), so the module can be read, evaluated or
-        saved as plain torch; on exit the engine's placeholders come back. Writing to them is refused on exit
-        (StrataError naming the parameter): the engine's masters would not see it. Between steps."""
-        return _Gathered(self)
-
     def memory(self):
         return self.engine.memory()
 
@@ -473,45 +446,3 @@ class ModelEngine:
 
     def load(self, path):
         return self.engine.load(path)
-
-    def parameters_numpy(self):
-        """Every parameter's fp32 master, in registration order, as {name: array}."""
-        flat = self.engine.full_parameters()
-        out, at = {}, 0
-        for ps in self._params:
-            for name, p in ps:
-                shape = self._shapes[id(p)]
-                n = int(np.prod(shape)) if shape else 1
-                out[name] = flat[at:at + n].reshape(shape)
-                at += n
-        return out
-
-
-class _Gathered:
-    def __init__(self, model_engine):
-        self.me = model_engine
-        self.values = None
-
-    def __enter__(self):
-        me = self.me
-        if me.engine.closed:
-            raise StrataError("gathered_parameters() after close(): the module already holds the trained values")
-        if me._in_step or me._eval:
-            raise StrataError("gathered_parameters() inside a step or an evaluation: use it between steps")
-        self.values = me._full_values()
-        for ps in me._params:
-            for name, p in ps:
-                p.data = self.values[name].clone()
-        me._lent = True
-        return me.module
-
-    def __exit__(self, *exc):
-        me = self.me
-        me._lent = False
-        changed = [name for ps in me._params for name, p in ps if not torch.equal(p.data, self.values[name])]
-        for layer in range(len(me._params)):
-            me._point(layer, None)
-        if changed and exc[0] is None:
-            raise StrataError(f"parameters {changed} were written inside gathered_parameters(): writes do not reach "
-                              f"the engine's masters (read-only for now); nothing was changed")
-        return False

@@ -91,7 +91,7 @@ class LlamaModel(torch.nn.Module):
 
 
 class LlamaForCausalLM(torch.nn.Module):
-    def __init__(self, vocab=64, c=32, heads=4, kv_heads=2, hidden=64, layers=2, positions=16):
+    def __init__(self, vocab=256, c=32, heads=4, kv_heads=2, hidden=64, layers=2, positions=16):
         super().__init__()
         self.model = LlamaModel(vocab, c, heads, kv_heads, hidden, layers, positions)
         self.lm_head = torch.nn.Linear(c, vocab, bias=False)

@@ -1,0 +1,161 @@
+"""The trained state in PyTorch's terms, between steps (StateMixin of strata.torch.ModelEngine):
+
+    parameters_numpy()          every parameter's fp32 value (the masters; a frozen parameter's
+                                compute-dtype value), {name: array}
+    module_state_dict()         the module's state_dict with full tensors
+    gathered_parameters(modifier_rank=None)
+                                a context manager (DeepSpeed's GatheredParameters): the module holds
+                                its full parameters inside it; with a modifier rank, what was
+                                written to them goes back to the engine on exit (masters and compute
+                                copies; optimizer moments and step counters kept), else writes are
+                                refused
+    save_pretrained(DIR)        a Hugging Face model directory of the module's parameters under
+                                their names (LoRA adapters merged into their base weights, as PEFT's
+                                merge_and_unload does), which transformers and `strata train --model
+                                DIR` read
+
+Each reads the whole model into host memory once (full_parameters)."""
+import json
+
+import numpy as np
+import torch
+
+from . import StrataError, write_hf_dir
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _lora_parts(module):
+    """(A, B, scaling) of a LoRA-wrapped Linear (PEFT's LoraLayer, its adapters in ModuleDicts
+    under "default", or one with plain lora_A / lora_B Linears), else None."""
+    if not all(hasattr(module, k) for k in ("base_layer", "lora_A", "lora_B", "scaling")):
+        return None
+    a, b, scaling = module.lora_A, module.lora_B, module.scaling
+    if isinstance(a, torch.nn.ModuleDict):
+        if list(a.keys()) != ["default"]:
+            raise StrataError(f"save_pretrained merges one adapter per layer; this one has {list(a.keys())}")
+        a, b, scaling = a["default"], b["default"], scaling["default"]
+    return a, b, float(scaling)
+
+
+class StateMixin:
+    def parameters_numpy(self):
+        """Every parameter's fp32 value, in registration order, as {name: array}: the fp32
+        masters; a frozen parameter's value as the engine holds it (the compute dtype)."""
+        flat = self.engine.full_parameters()
+        out, at = {}, 0
+        for ps in self._params:
+            for name, p in ps:
+                shape = self._shapes[id(p)]
+                n = int(np.prod(shape)) if shape else 1
+                out[name] = flat[at:at + n].reshape(shape)
+                at += n
+        return out
+
+    def _full_values(self):
+        """{name: full tensor} of the engine's parameters: fp32 values in each parameter's dtype."""
+        return {name: torch.from_numpy(a.copy()).to(self._dtypes[name]) for name, a in self.parameters_numpy().items()}
+
+    def _between_steps(self, what):
+        if self.engine.closed:
+            raise StrataError(f"{what} after close(): the module already holds the trained values")
+        if self._in_step or self._eval:
+            raise StrataError(f"{what} inside a step or an evaluation: call it between steps (after step())")
+
+    def module_state_dict(self):
+        """The module's state_dict with full parameters (fp32 values in each parameter's dtype) where the
+        engine holds placeholders; buffers as the module has them; tied parameters under each of their names.
+        Between steps."""
+        self._between_steps("module_state_dict()")
+        full = self._full_values()
+        by_id = {id(p): name for ps in self._params for name, p in ps}
+        state = self.module.state_dict(keep_vars=True)
+        out = type(state)()
+        params = {id(p): p for p in self.module.parameters()}
+        for key, t in state.items():
+            owner = by_id.get(id(t)) if id(t) in params else None
+            out[key] = full[owner] if owner is not None else t.detach().clone()
+        return out
+
+    def gathered_parameters(self, modifier_rank=None):
+        """A context manager (DeepSpeed's GatheredParameters): inside it every parameter of the module holds its
+        full value, so the module can be read, evaluated, saved or edited as plain torch; on exit the engine's
+        placeholders come back. modifier_rank=None: read-only, a write is refused on exit (StrataError naming
+        the parameter, nothing changed). modifier_rank=r: what was written goes to the engine on exit (every
+        parameter's masters and compute copies; moments and step counters kept); this rank's values are the
+        ones written, so on several ranks each must write the same values (r names the one DeepSpeed would
+        broadcast from). Between steps."""
+        if modifier_rank is not None and not 0 <= int(modifier_rank) < self.engine.world_size:
+            raise StrataError(f"gathered_parameters(modifier_rank={modifier_rank}): not a rank of the "
+                              f"{self.engine.world_size}")
+        return _Gathered(self, modifier_rank)
+
+    def save_pretrained(self, out_dir, config=None, dtype=None, max_shard_bytes=5 * 10 ** 9):
+        """Writes a Hugging Face model directory at out_dir (config.json; model.safetensors, or shards of at most
+        max_shard_bytes with model.safetensors.index.json), complete or not there at all; out_dir must not exist
+        or be empty. Tensors carry the module's parameter names (a tied parameter once, under its first name);
+        a LoRA-wrapped Linear (base_layer, lora_A, lora_B, scaling, as PEFT makes them) is saved merged, as
+        base_layer.weight + scaling * lora_B @ lora_A under the Linear's own name. config: the config.json
+        object (dict); default: the module's Hugging Face config (module.config.to_dict()). dtype: "fp32",
+        "bf16" or "fp16" (default: the engine's compute dtype). Returns the directory. Between steps."""
+        self._between_steps("save_pretrained()")
+        if config is None:
+            hf = getattr(self.module, "config", None)
+            if not hasattr(hf, "to_dict"):
+                raise StrataError("save_pretrained() needs the model's config.json: pass config={...} (the module "
+                                  "has no Hugging Face config)")
+            config = hf.to_dict()
+        values = self.parameters_numpy()
+        merged, names = {}, {id(p): n for n, p in self.module.named_parameters()}
+        for prefix, module in self.module.named_modules():
+            parts = _lora_parts(module)
+            if parts is None:
+                continue
+            a, b, scaling = parts
+            base = names[id(module.base_layer.weight)]
+            w = values.pop(base).astype(np.float64)
+            delta = values.pop(names[id(b.weight)]).astype(np.float64) @ values.pop(names[id(a.weight)])
+            merged[base] = (prefix + ".weight", (w + scaling * delta).astype(np.float32))
+            if getattr(module.base_layer, "bias", None) is not None:
+                bias = names[id(module.base_layer.bias)]
+                merged[bias] = (prefix + ".bias", values.pop(bias))
+        for old, (new, v) in merged.items():
+            values[new] = v
+        written = write_hf_dir(out_dir, json.dumps(config), [(n, v.shape) for n, v in values.items()],
+                               lambda name, elem, count: values[name].reshape(-1)[elem:elem + count],
+                               dtype or _DTYPE_NAMES[self.compute_dtype], max_shard_bytes)
+        return written
+
+
+class _Gathered:
+    def __init__(self, model_engine, modifier_rank):
+        self.me = model_engine
+        self.modifier_rank = modifier_rank
+        self.values = None
+
+    def __enter__(self):
+        me = self.me
+        me._between_steps("gathered_parameters()")
+        self.values = me._full_values()
+        for ps in me._params:
+            for name, p in ps:
+                p.data = self.values[name].clone()
+        me._lent = True
+        return me.module
+
+    def __exit__(self, *exc):
+        me = self.me
+        me._lent = False
+        written = {name: p.data for ps in me._params for name, p in ps}
+        changed = [name for name, t in written.items() if not torch.equal(t, self.values[name])]
+        for layer in range(len(me._params)):
+            me._point(layer, None)
+        if not changed or exc[0] is not None:
+            return False
+        if self.modifier_rank is None:
+            raise StrataError(f"parameters {changed} were written inside gathered_parameters(): pass "
+                              f"modifier_rank=0 for the writes to reach the engine (read-only without); nothing "
+                              f"was changed")
+        flat = {n: t.detach().to(torch.float32).reshape(-1).contiguous().numpy() for n, t in written.items()}
+        me.engine.write_weights(lambda name, elem, count: flat[name][elem:elem + count])
+        return False
