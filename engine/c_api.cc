@@ -155,6 +155,20 @@ strata_status strata_freeze_layer(strata_engine* e, int layer) {
   return guarded([&] { engine_of(e).freeze_layer(layer); });
 }
 
+strata_status strata_offload_states(strata_engine* e, uint64_t* bytes) {
+  return guarded([&] {
+    const auto r = engine_of(e).offload_states();
+    if (bytes != nullptr) *bytes = r.bytes;
+  });
+}
+
+strata_status strata_reload_states(strata_engine* e, uint64_t* bytes) {
+  return guarded([&] {
+    const auto r = engine_of(e).reload_states();
+    if (bytes != nullptr) *bytes = r.bytes;
+  });
+}
+
 strata_status strata_setup(strata_engine* e) {
   return guarded([&] { engine_of(e).setup(); });
 }

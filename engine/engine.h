@@ -226,6 +226,22 @@ class Engine {
   // write-back of updated parameter shards that step() leaves running into the next step.
   // Rethrows a failure of that work. Call it before touching swap files or the process ends.
   void synchronize();
+  // Between steps: every byte the engine holds on the device (resident parameters and
+  // device shards, device optimizer state, gradient accumulators and scratch; gathered layers
+  // are dropped) moves to host RAM within the host budget, so the device's memory is free for
+  // other work (generation beside RL training, another model); reload_states() brings it
+  // back bit for bit. All-or-nothing: a host budget that cannot take it all is refused naming
+  // the bytes, and what moved comes back. Until reload_states() every call that would touch
+  // the state refuses. Per rank (no collective). Returns the bytes moved and the seconds taken.
+  struct StateMove {
+    std::uint64_t bytes = 0;
+    std::size_t allocations = 0;
+    double seconds = 0;
+  };
+  StateMove offload_states();
+  StateMove reload_states();
+  bool states_offloaded() const noexcept;
+
   // After setup(): what lives on which tier and why (static DeepSpeed placement or the
   // budget-driven plan), a few lines of text.
   std::string explain_placement() const;

@@ -326,6 +326,18 @@ void GradReducer::zero_layer(int li) {
   std::memset(g.acc, 0, acc_elems(li) * dtype_size(g.dtype));
 }
 
+void GradReducer::device_memory(const DeviceSwap::Fn& fn) {
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    auto& g = layers_[li];
+    if (g.tier != Tier::device || g.acc == nullptr) continue;
+    g.acc = fn(g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), Kind::grads,
+               str_cat("layer ", c_.layout.layers()[li].id, " gradients"));
+  }
+  const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
+  dscratch_ = static_cast<float*>(fn(dscratch_, max_bucket * 4, Kind::buffers, "device reduction scratch"));
+  dscratch_shard_ = static_cast<float*>(fn(dscratch_shard_, max_shard * 4, Kind::buffers, "device reduction shard"));
+}
+
 void GradReducer::zero(const std::vector<char>& skip) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];

@@ -39,6 +39,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "offload/ledger.h"
@@ -117,6 +118,9 @@ class GradReducer {
   // An abandoned step: the gradient buffers handed out and not reduced are freed unread.
   void drop_buffers();
   void zero_layer(int li);  // one accumulator in host RAM (the overlapped step's tail, on its thread)
+  // Between steps: the accumulators on the device and the device scratch, each replaced by
+  // what fn returns (device_swap.h).
+  void device_memory(const DeviceSwap::Fn& fn);
 
  private:
   struct LayerGrads {

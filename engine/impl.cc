@@ -106,6 +106,8 @@ void Engine::Impl::require_complete_setup(const char* op) const {
   require_setup(op);
   STRATA_CHECK(setup_complete, Errc::invalid_argument, op,
                "(): setup() failed on this engine, so it cannot train: fix what it reported and create a new Engine");
+  STRATA_CHECK(!offloaded, Errc::invalid_argument, op,
+               "(): the engine's states are offloaded to host RAM (offload_states()): call reload_states() first");
 }
 
 void Engine::Impl::fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const {

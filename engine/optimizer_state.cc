@@ -83,6 +83,18 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
   c_.dev_stream.synchronize();
 }
 
+void OptimizerState::device_memory(const DeviceSwap::Fn& fn) {
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    auto& o = layers_[li];
+    if (o.tier != Tier::device || o.arrays.master == nullptr) continue;  // elsewhere, or a frozen layer's
+    const std::size_t bytes = elems(static_cast<int>(li)) * 4;
+    const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
+    o.arrays.master = static_cast<float*>(fn(o.arrays.master, bytes, Kind::optimizer, name + " master"));
+    o.arrays.m = static_cast<float*>(fn(o.arrays.m, bytes, Kind::optimizer, name + " exp_avg"));
+    o.arrays.v = static_cast<float*>(fn(o.arrays.v, bytes, Kind::optimizer, name + " exp_avg_sq"));
+  }
+}
+
 void OptimizerState::commit_writes() {
   if (auto* sw = c_.nvme.swapper()) sw->commit_written();
 }

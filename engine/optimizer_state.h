@@ -19,6 +19,7 @@
 
 #include <vector>
 
+#include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
@@ -66,6 +67,9 @@ class OptimizerState {
   void write(int li, const float* master, const float* m, const float* v);
   void commit_writes();
   void discard_writes() noexcept;
+  // The arrays of layers whose state lives on the device, each replaced by what fn returns
+  // (device_swap.h).
+  void device_memory(const DeviceSwap::Fn& fn);
 
  private:
   struct LayerOpt {

@@ -114,6 +114,16 @@ void ParamHomes::read_own(int li, float* out) {
   }
 }
 
+void ParamHomes::device_memory(const DeviceSwap::Fn& fn) {
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    auto& h = layers_[li];
+    const auto& L = c_.layout.layers()[li];
+    const std::string name = str_cat("layer ", L.id);
+    h.full = fn(h.full, L.padded * cbytes_, Kind::params, name + " parameters");
+    if (h.tier == Tier::device) h.shard = fn(h.shard, L.shard * cbytes_, Kind::params, name + " parameter shards");
+  }
+}
+
 // Stages 1-2: every rank refreshes its replica of bucket k of layer li from the owners.
 void ParamHomes::regather(int li, std::size_t k) {
   if ((c_.stage != 1 && c_.stage != 2) || c_.world == 1) return;

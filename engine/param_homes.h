@@ -19,6 +19,7 @@
 
 #include <vector>
 
+#include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
@@ -62,6 +63,9 @@ class ParamHomes {
   void read_own(int li, float* out);
   void refresh();
   std::vector<int> migrate(const std::vector<Tier>& to);
+  // Every device allocation (resident copies, stage-3 shards on the device), each replaced by
+  // what fn returns (device_swap.h).
+  void device_memory(const DeviceSwap::Fn& fn);
 
   void* full(int li) const { return layers_[li].full; }
   void* shard(int li) const { return layers_[li].shard; }

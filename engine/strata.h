@@ -96,6 +96,10 @@ strata_status strata_register_param(strata_engine* e, const char* name, const in
    base under LoRA adapters); it is gathered and released as any layer (Engine::freeze_layer). */
 strata_status strata_freeze_layer(strata_engine* e, int layer);
 strata_status strata_setup(strata_engine* e);
+/* Between steps: every byte the engine holds on the device to host RAM (Engine::offload_states)
+   and back; *bytes (may be NULL) gets the bytes moved. */
+strata_status strata_offload_states(strata_engine* e, uint64_t* bytes);
+strata_status strata_reload_states(strata_engine* e, uint64_t* bytes);
 strata_status strata_begin_step(strata_engine* e);
 /* Fills up to `capacity` views (one per parameter of the layer); *count gets the number. */
 strata_status strata_gather(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);

@@ -17,6 +17,7 @@
 
 #include "checkpoint/format.h"
 #include "checkpoint/save_lock.h"
+#include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/gather_path.h"
 #include "engine/grad_reducer.h"
@@ -107,6 +108,9 @@ struct Engine::Impl {
   Impl(const EngineOptions& o);
   bool setup_done() const noexcept { return layout != nullptr; }
   bool setup_complete = false;  // setup() returned: every part exists
+  // offload_states() moved the device's bytes to host RAM (device_swap.h); reload_states() undoes it.
+  std::unique_ptr<DeviceSwap> offloaded;
+  void walk_device_memory(const DeviceSwap::Fn& fn);  // every part holding device memory between steps
   void require_setup(const char* op) const;
   void require_complete_setup(const char* op) const;  // a step or evaluation may begin
 

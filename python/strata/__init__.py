@@ -73,6 +73,7 @@ def _load():
                                            ctypes.POINTER(P)],
         "strata_register_param": [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), I, I, I, ctypes.c_float],
         "strata_freeze_layer": [P, I],
+        "strata_offload_states": [P, ctypes.POINTER(U64)], "strata_reload_states": [P, ctypes.POINTER(U64)],
         "strata_setup": [P], "strata_begin_step": [P], "strata_synchronize": [P],
         "strata_begin_eval": [P], "strata_end_eval": [P],
         "strata_gather": [P, I, ctypes.POINTER(_Tensor), S, ctypes.POINTER(S)],
@@ -274,6 +275,20 @@ class Engine:
 
     def setup(self):
         _check(self._lib.strata_setup(self._handle))
+
+    def offload_states(self):
+        """Between steps: every byte the engine holds on the device to host RAM (the device's memory
+        free for other work); returns the bytes moved. Views handed out become invalid."""
+        self._invalidate_all("offload_states() moved the engine's states off the device")
+        n = ctypes.c_uint64()
+        _check(self._lib.strata_offload_states(self._handle, ctypes.byref(n)))
+        return n.value
+
+    def reload_states(self):
+        """The states offload_states() moved, back on the device bit for bit; returns the bytes moved."""
+        n = ctypes.c_uint64()
+        _check(self._lib.strata_reload_states(self._handle, ctypes.byref(n)))
+        return n.value
 
     def begin_step(self):
         _check(self._lib.strata_begin_step(self._handle))

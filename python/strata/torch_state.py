@@ -9,6 +9,10 @@
                                 written to them goes back to the engine on exit (masters and compute
                                 copies; optimizer moments and step counters kept), else writes are
                                 refused
+    offload_states(), reload_states()
+                                every byte the engine holds on the device to host RAM and back
+                                bit for bit (DeepSpeed's names: RL trainers free the GPU for
+                                generation between training phases); each returns the bytes moved
     save_pretrained(DIR)        a Hugging Face model directory of the module's parameters under
                                 their names (LoRA adapters merged into their base weights, as PEFT's
                                 merge_and_unload does), which transformers and `strata train --model
@@ -89,6 +93,17 @@ class StateMixin:
             raise StrataError(f"gathered_parameters(modifier_rank={modifier_rank}): not a rank of the "
                               f"{self.engine.world_size}")
         return _Gathered(self, modifier_rank)
+
+    def offload_states(self):
+        """Between steps: every byte the engine holds on the device (parameters, optimizer state, gradient
+        accumulators) moves to host RAM within the host budget, so the device is free for other work until
+        reload_states(); forward, backward, step and the state calls refuse meanwhile. Returns the bytes moved."""
+        self._between_steps("offload_states()")
+        return self.engine.offload_states()
+
+    def reload_states(self):
+        """What offload_states() moved, back on the device bit for bit. Returns the bytes moved."""
+        return self.engine.reload_states()
 
     def save_pretrained(self, out_dir, config=None, dtype=None, max_shard_bytes=5 * 10 ** 9):
         """Writes a Hugging Face model directory at out_dir (config.json; model.safetensors, or shards of at most

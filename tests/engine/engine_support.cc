@@ -113,6 +113,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
       results.push_back(r.result);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       io.push_back(engine.io_stats());
+      if (spec.after_step) spec.after_step(engine, s);
     }
     std::vector<engine::SaveResult> saved;
     if (!spec.save_checkpoint.empty()) {

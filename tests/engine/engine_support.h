@@ -46,6 +46,8 @@ struct TrainSpec {
   int first_step = 0;         // the data of steps [first_step, first_step + steps): a resumed run's
   std::vector<int> frozen;    // MLP layers frozen (Engine::freeze_layer)
   bool read_initial = false;  // TrainRun::initial (one more full_parameters() before the steps)
+  // Called on every rank after each step (its index from 0), with the rank's engine.
+  std::function<void(engine::Engine&, int step)> after_step;
   double layer_ms = 0;
   double link_gbps = 0;
   std::vector<double> rank_link_gbps;  // per rank, in place of link_gbps: ranks of unequal speed

@@ -66,7 +66,7 @@ def train_torch(edited=False):
     return {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
 
 
-def train_strata(cfg, edited=False, save=None):
+def train_strata(cfg, edited=False, save=None, offload=False):
     model = make()
     engine = st.initialize(model, cfg)
     data = batches()
@@ -78,6 +78,15 @@ def train_strata(cfg, edited=False, save=None):
             x, y = data[s * ACCUM + k]
             engine.backward(loss_of(engine, x, y))
         result = engine.step()
+        if offload and s == 2:
+            before = engine.memory()["device"]["used_bytes"]
+            moved = engine.offload_states()
+            between = engine.memory()["device"]["used_bytes"]
+            check(between == 0 and moved > 0, f"offload_states moved {moved} B; the device holds {between} B")
+            check(engine.reload_states() == moved and engine.memory()["device"]["used_bytes"] == before,
+                  "reload_states brings every byte back")
+            print(f"offload_states: {moved} B off the device (it held {before} B), 0 B left there; reload_states "
+                  f"brought them back")
     memory = engine.memory()
     params = engine.parameters_numpy()
     if save is not None:
@@ -147,7 +156,7 @@ check(opt_bytes == 12 * adapter_elems and grad_bytes == 4 * adapter_elems,
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     for opt, par in (("cpu", "nvme"), ("nvme", "nvme"), ("none", "cpu")):
         cfg = config(3, opt, par, accum=ACCUM, nvme=f"{tmp}/{opt}-{par}")
-        _, got, memory, _ = train_strata(cfg)
+        _, got, memory, _ = train_strata(cfg, offload=opt == "none")
         same = all(got[n].tobytes() == mine[n].tobytes() for n in mine)
         check(same, f"ZeRO-3, optimizer on {opt}, parameters on {par}: bitwise equal to stage 0")
         if opt == "cpu":

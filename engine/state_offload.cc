@@ -1,0 +1,74 @@
+// Engine::offload_states / reload_states (the protocol in engine.h): the device's bytes to
+// host RAM and back through DeviceSwap (device_swap.h), over every part that holds device
+// memory between steps.
+#include <chrono>
+
+#include "engine/detail/engine_impl.h"
+#include "engine/engine.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/units.h"
+
+namespace strata::engine {
+
+void Engine::Impl::walk_device_memory(const DeviceSwap::Fn& fn) {
+  homes->device_memory(fn);
+  opt_state->device_memory(fn);
+  grads->device_memory(fn);
+}
+
+Engine::StateMove Engine::offload_states() {
+  auto& I = *impl_;
+  I.require_complete_setup("offload_states");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "offload_states() inside a step or an evaluation: call it between steps");
+  const auto t0 = std::chrono::steady_clock::now();
+  synchronize();
+  I.poll_save(true);                              // an asynchronous save still reads the state
+  if (I.gather_path) I.gather_path->evict_all();  // gathered layers are rebuilt from the shards
+  auto swap = std::make_unique<DeviceSwap>(*I.ledger, *I.dev_stream);
+  try {
+    I.walk_device_memory([&](void* p, std::size_t bytes, Kind kind, const std::string& what) {
+      return swap->out(p, bytes, kind, what);
+    });
+  } catch (...) {
+    // What moved comes back; the error (a host budget too small, naming the bytes) propagates.
+    try {
+      I.walk_device_memory([&](void* p, std::size_t bytes, Kind kind, const std::string& what) {
+        return swap->back(p, bytes, kind, what);
+      });
+    } catch (const std::exception& e) {
+      STRATA_LOG(error, "rank ", I.rank, ": offload_states() failed and could not move its state back: ", e.what());
+      I.offloaded = std::move(swap);  // reload_states() tries again
+    }
+    throw;
+  }
+  StateMove r{swap->bytes_out(), swap->allocations(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  I.offloaded = std::move(swap);
+  STRATA_LOG(debug, "rank ", I.rank, ": offload_states: ", format_bytes(r.bytes), " in ", r.allocations,
+             " allocations to host RAM in ", r.seconds, " s");
+  return r;
+}
+
+Engine::StateMove Engine::reload_states() {
+  auto& I = *impl_;
+  I.require_setup("reload_states");
+  STRATA_CHECK(I.offloaded != nullptr, Errc::invalid_argument,
+               "reload_states() without offload_states(): the engine's states are on their tiers");
+  const auto t0 = std::chrono::steady_clock::now();
+  StateMove r{I.offloaded->bytes_out(), I.offloaded->allocations(), 0.0};
+  // A device too full for it (another user of the device still holds its memory) fails here
+  // naming the allocation; what came back stays, the rest stays in host RAM, and a later
+  // reload_states() goes on from there.
+  I.walk_device_memory([&](void* p, std::size_t bytes, Kind kind, const std::string& what) {
+    return I.offloaded->back(p, bytes, kind, what);
+  });
+  I.offloaded.reset();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+bool Engine::states_offloaded() const noexcept { return impl_->offloaded != nullptr; }
+
+}  // namespace strata::engine
