@@ -40,10 +40,11 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    if (plan.opt_tier(l) != Tier::nvme)
+    if (!L.frozen && plan.opt_tier(l) != Tier::nvme)  // a frozen layer: its parameters only
       at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
-    at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
-        (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
+    if (!L.frozen)
+      at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
+          (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     if (stage <= 2 || plan.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
     if (stage == 3 && plan.param_tier(l) != Tier::nvme)
       at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;
@@ -107,7 +108,9 @@ std::uint64_t prefetch_elems(const EngineConfig& cfg, const Layout& lay, const P
 // still hold (GradReducer::max_in_flight): the largest layers' at most.
 std::uint64_t grad_buffer_bytes(const EstimateInput& in, const Layout& lay, std::uint64_t c) {
   std::vector<std::uint64_t> sizes;
-  for (const auto& L : lay.layers()) sizes.push_back(L.padded);
+  for (const auto& L : lay.layers())
+    if (!L.frozen) sizes.push_back(L.padded);  // a frozen layer takes no gradient buffer
+  if (sizes.empty()) return 0;
   std::sort(sizes.rbegin(), sizes.rend());
   const std::size_t held = in.config.zero.overlap_comm ? 1 + GradReducer::max_in_flight(in.world) : 1;
   std::uint64_t bytes = 0;
@@ -135,6 +138,7 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
     const std::uint64_t copies = OptimizerState::elems(lay, z.stage, l) * c;
     lane = lane || (in.config.offload_optimizer.overlap_step && plan.opt_tier(l) == Tier::nvme);
     if (z.stage == 3 && !plan.persistent(l)) gathered += lay.layers()[li].padded;
+    if (lay.layers()[li].frozen) continue;  // no update: nothing staged or copied for it
     if (z.stage == 3 && plan.opt_tier(l) == Tier::device && plan.param_tier(l) != Tier::device)
       device_copy = std::max(device_copy, copies);
     if (plan.param_tier(l) == Tier::nvme) {
@@ -220,7 +224,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   for (const auto& L : lay.layers()) e.largest_layer_params = std::max<std::uint64_t>(e.largest_layer_params, L.numel);
   e.placement = plan.explain();
   for (std::size_t li = 0; li < lay.layers().size(); ++li)
-    e.optimizer_elems += OptimizerState::elems(lay, in.config.zero.stage, static_cast<int>(li));
+    if (!lay.layers()[li].frozen)
+      e.optimizer_elems += OptimizerState::elems(lay, in.config.zero.stage, static_cast<int>(li));
   const offload::Placement moved = plan.traffic();
   e.h2d_bytes = moved.h2d_bytes;
   e.d2h_bytes = moved.d2h_bytes;

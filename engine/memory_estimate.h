@@ -6,17 +6,15 @@
 // policy (PlacementPlan: the static DeepSpeed form, or the budget-driven planner, which
 // refuses a budget nothing fits and names the smallest that would), then sizes each part
 // from the functions the parts allocate with: the resident model state per tier (parameters
-// and stage-3 shards, fp32 accumulators, fp32 master and moments) is what setup() allocates,
-// byte for byte; the NVMe swap files and their pinned buffers are the stores' footprints;
-// the reduction scratch is the reducer's. Buffers that come and go during a step are bounded
-// by the engine's rules: the gradient buffer the trainer fills (with overlap_comm also those
-// the queued reductions hold: GradReducer::max_in_flight of the largest layers);
-// at stage 3 the gathered window (prefetch and retention fill the device up to
-// stage3_max_live_parameters and the room the rest leaves), the pinned staging of the gathers
-// in flight (the prefetch window), the updated copies staged for the host link or NVMe (one
-// layer; every NVMe layer's shards while their write-backs queue) and the device copies of
-// the device optimizer for off-device shards (one layer, in the optimizer step, when nothing
-// is gathered). With overlap_step and no host budget, each host layer's spare optimizer
+// and stage-3 shards, fp32 accumulators, fp32 master and moments; a frozen layer's parameters
+// alone) is what setup() allocates, byte for byte; the NVMe swap files and their pinned buffers are the stores'
+// footprints; the reduction scratch is the reducer's. Buffers that come and go during a step are bounded by the
+// engine's rules: the gradient buffer the trainer fills (with overlap_comm also those the queued reductions hold:
+// GradReducer::max_in_flight of the largest layers); at stage 3 the gathered window (prefetch and retention fill the
+// device up to stage3_max_live_parameters and the room the rest leaves), the pinned staging of the gathers in flight
+// (the prefetch window), the updated copies staged for the host link or NVMe (one layer; every NVMe layer's shards
+// while their write-backs queue) and the device copies of the device optimizer for off-device shards (one layer, in the
+// optimizer step, when nothing is gathered). With overlap_step and no host budget, each host layer's spare optimizer
 // arrays (OptimizerState::spare: 12 bytes an element). Each tier's step buffers are capped
 // by what its budget leaves. A tier's peak adds the kinds' peaks: an upper bound, reached
 // when the buffers' peaks coincide.

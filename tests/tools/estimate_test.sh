@@ -58,4 +58,33 @@ c["zero_optimization"]["offload_param"] = {"device": "cpu"}  # the static form: 
 json.dump(c, open(sys.argv[2], "w"))
 PY
 refuses "$dir/small-host.json" "memory_budget.host"
+
+# LoRA (--lora-rank): SmolLM2-135M's shape frozen, rank-8 adapters on q_proj [576, 576] and v_proj
+# [192, 576] of its 30 blocks: 8 x (1152 + 768) = 15,360 trainable elements a block (a multiple of
+# 16: no padding), whose fp32 master and moments (12 B) and bf16 host accumulators (2 B: one
+# gradient a step) are all the optimizer state and gradients there are.
+cat > "$dir/lora.json" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.0001}}}
+JSON
+hf="$root/scripts/configs/hf/smollm2-135m"
+out=$("$strata" estimate --model "$hf" --seq-len 64 --config "$dir/lora.json" --device-budget 4GiB --lora-rank 8 --json)
+/usr/bin/python3 - "$out" <<'PY' || fail "estimate --lora-rank: $out"
+import json, sys
+j = json.loads(sys.argv[1])
+adapters = 30 * 8 * (1152 + 768)
+assert j["lora"]["trainable"] == adapters, j["lora"]
+assert j["tiers"]["host"]["optimizer"] == 12 * adapters, j["tiers"]["host"]
+assert j["tiers"]["host"]["grads"] == 2 * adapters, j["tiers"]["host"]
+assert j["tiers"]["device"]["optimizer"] == 0 and j["tiers"]["nvme"]["optimizer"] == 0
+assert j["lora"]["full_host_total"] > 10 * j["tiers"]["host"]["total"] / 2, j["lora"]
+PY
+text=$("$strata" estimate --model "$hf" --seq-len 64 --config "$dir/lora.json" --device-budget 4GiB --lora-rank 8)
+grep -q "frozen layers hold none" <<<"$text" && grep -q "full fine-tuning with the same config would hold" <<<"$text" \
+  || fail "estimate --lora-rank text: $text"
+set +e
+err=$("$strata" estimate --model "$hf" --config "$dir/lora.json" --lora-rank 8 --lora-targets nothing 2>&1)
+set -e
+grep -q "no 2-D weight's name holds any of the targets" <<<"$err" || fail "--lora-targets nothing: $err"
 echo "estimate: OK"

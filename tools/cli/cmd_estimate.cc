@@ -4,7 +4,9 @@
 // (GPT activations), computed without allocating the model (engine/memory_estimate.h), with
 // DeepSpeed's estimator beside it, and the process RSS the rank will peak at (rss_estimate.h;
 // --data names the GPT's training text, whose tokens it holds). A budget nothing fits is refused, naming the smallest
-// that would. --json prints the same as one object.
+// that would. --json prints the same as one object. --lora-rank sizes a LoRA fine-tune of the
+// model (lora_estimate.h): its base frozen, adapters trainable, and prints what full
+// fine-tuning of the same model would hold beside it.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +17,7 @@
 #include "runtime/core/host_memory.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
+#include "tools/cli/lora_estimate.h"
 #include "tools/cli/rss_estimate.h"
 #include "tools/cli/train_model.h"
 
@@ -28,6 +31,8 @@ struct Options {
   std::string device = "host";
   std::string device_budget = "1GiB";
   bool json = false;
+  int lora_rank = 0;  // 0: full fine-tuning
+  std::vector<std::string> lora_targets{"q_proj", "v_proj"};
 };
 
 // DeepSpeed's model-state estimator for the same run (Psi parameters, L in the largest layer,
@@ -84,6 +89,20 @@ int run(const Options& o) {
   in.config = engine::load_config(o.config, facts);
   const ModelSize model = model_size(o.m, in.config, o.device == "cuda");
   in.params = model.params;
+  LoraShape lora;
+  std::array<std::uint64_t, engine::kTiers> full{};  // full fine-tuning's tiers, beside LoRA's
+  if (o.lora_rank > 0) {
+    lora = add_lora(in.params, o.lora_rank, o.lora_targets);
+    auto all = in;
+    all.params = model.params;
+    all.device_budget = all.device_budget ? all.device_budget : parse_bytes(o.device_budget, "--device-budget");
+    try {
+      const auto f = engine::estimate_memory(all);
+      for (int t = 0; t < engine::kTiers; ++t) full[t] = f.tiers[t].total();
+    } catch (const Error&) {
+      // Full fine-tuning does not fit these budgets: nothing to print beside LoRA's.
+    }
+  }
   in.world = o.world;
   in.device_budget =
       in.config.memory_budget.device ? in.config.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
@@ -118,6 +137,11 @@ int run(const Options& o) {
                      {"deepspeed", {{"formula", ds.formula}, {"gpu_bytes", ds.gpu}, {"cpu_bytes", ds.cpu}}}};
     for (int t = 0; t < engine::kTiers; ++t)
       j["tiers"][engine::tier_name(static_cast<engine::Tier>(t))] = tier_json(e.tiers[t]);
+    if (o.lora_rank > 0) {
+      j["lora"] = {{"rank", o.lora_rank},       {"adapted_weights", lora.adapted}, {"trainable", lora.trainable},
+                   {"frozen", lora.frozen},     {"full_device_total", full[0]},    {"full_host_total", full[1]},
+                   {"full_nvme_total", full[2]}};
+    }
     print_json(j.dump());
     return 0;
   }
@@ -143,6 +167,19 @@ int run(const Options& o) {
   std::printf("DeepSpeed's estimator (%s; no NVMe, no activations): GPU %s, CPU %s\n", ds.formula.c_str(),
               format_bytes(static_cast<std::uint64_t>(ds.gpu)).c_str(),
               format_bytes(static_cast<std::uint64_t>(ds.cpu)).c_str());
+  if (o.lora_rank > 0) {
+    std::printf(
+        "LoRA rank %d on %llu weights: %llu trainable parameters (%.3f%% of the model's %llu, frozen in the "
+        "compute dtype with no gradient or optimizer state)\n",
+        o.lora_rank, static_cast<unsigned long long>(lora.adapted), static_cast<unsigned long long>(lora.trainable),
+        100.0 * static_cast<double>(lora.trainable) / static_cast<double>(lora.frozen),
+        static_cast<unsigned long long>(lora.frozen));
+    if (full[0] + full[1] + full[2] > 0)
+      std::printf("  full fine-tuning with the same config would hold: device %s, host %s, nvme %s\n",
+                  format_bytes(full[0]).c_str(), format_bytes(full[1]).c_str(), format_bytes(full[2]).c_str());
+    else
+      std::printf("  full fine-tuning does not fit these budgets\n");
+  }
   std::printf("%s", e.placement.c_str());
   return 0;
 }
@@ -159,6 +196,12 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--device-budget", o->device_budget,
                  "Device memory budget when the config has no memory_budget.device (default 1GiB)");
   cmd.add_flag("--json", o->json, "Print one JSON object");
+  cmd.add_option("--lora-rank", o->lora_rank,
+                 "Size a LoRA fine-tune: the model frozen, adapters of this rank on the --lora-targets weights")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--lora-targets", o->lora_targets,
+                 "Weights given adapters: those whose names hold one of these (default q_proj v_proj)")
+      ->delimiter(',');
   return [o, &cmd] {
     check_model_flags(cmd, o->m.model);
     return run(*o);
