@@ -259,6 +259,17 @@ strata_status strata_full_parameters(strata_engine* e, float* out, size_t capaci
   });
 }
 
+strata_status strata_layer_parameters(strata_engine* e, int layer, float* out, size_t capacity, size_t* count) {
+  return guarded([&] {
+    STRATA_CHECK(count != nullptr, strata::Errc::invalid_argument, "count must not be NULL");
+    const auto values = engine_of(e).layer_parameters(layer);
+    *count = values.size();
+    STRATA_CHECK(capacity >= values.size() && out != nullptr, strata::Errc::invalid_argument, "capacity ", capacity,
+                 " is below layer ", layer, "'s ", values.size(), " parameters");
+    std::copy(values.begin(), values.end(), out);
+  });
+}
+
 strata_status strata_save(strata_engine* e, const char* root, const char* trainer_state, int keep) {
   return guarded([&] {
     STRATA_CHECK(root != nullptr, strata::Errc::invalid_argument, "strata_save: root must not be NULL");

@@ -282,43 +282,47 @@ std::string Engine::explain_placement() const {
   return impl_->plan ? impl_->plan->explain() : std::string();
 }
 
+// The whole padded layer li's fp32 values on every rank: its masters (a frozen layer: its
+// compute copies, widened), this rank's part read where it lives and the rest all-gathered.
+std::vector<float> Engine::Impl::layer_values(std::size_t li) {
+  const Layout& lay = *layout;
+  const auto& L = lay.layers()[li];
+  std::vector<float> full(L.padded);
+  const auto read_own = [&](float* out) {
+    if (L.frozen)
+      homes->read_own(static_cast<int>(li), out);
+    else
+      opt_state->read(static_cast<int>(li), out, nullptr, nullptr);
+  };
+  if (cfg.zero.stage == 0) {
+    read_own(full.data());
+    return full;
+  }
+  std::vector<float> copied;
+  const float* master = opt_state->resident(static_cast<int>(li)).master;
+  if (L.frozen || plan->opt_tier(static_cast<int>(li)) != Tier::host) {
+    copied.resize(L.shard);
+    read_own(copied.data());
+    master = copied.data();
+  }
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = lay.buckets()[L.buckets[k]];
+    float* dst = full.data() + bucket_pos(b, L);
+    if (world > 1)
+      comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
+    else
+      std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
+  }
+  return full;
+}
+
 std::vector<float> Engine::full_parameters() {
   auto& I = *impl_;
   I.require_complete_setup("full_parameters");
   I.finish_tail();
   const Layout& lay = *I.layout;
   std::vector<std::vector<float>> per_layer(lay.layers().size());
-  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    const auto& L = lay.layers()[li];
-    auto& full = per_layer[li];
-    full.resize(L.padded);
-    // A frozen layer's values are its compute copies (it has no masters).
-    const auto read_own = [&](float* out) {
-      if (L.frozen)
-        I.homes->read_own(static_cast<int>(li), out);
-      else
-        I.opt_state->read(static_cast<int>(li), out, nullptr, nullptr);
-    };
-    if (I.cfg.zero.stage == 0) {
-      read_own(full.data());
-      continue;
-    }
-    std::vector<float> copied;
-    const float* master = I.opt_state->resident(static_cast<int>(li)).master;
-    if (L.frozen || I.plan->opt_tier(static_cast<int>(li)) != Tier::host) {
-      copied.resize(L.shard);
-      read_own(copied.data());
-      master = copied.data();
-    }
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      const auto& b = lay.buckets()[L.buckets[k]];
-      float* dst = full.data() + I.bucket_pos(b, L);
-      if (I.world > 1)
-        I.comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
-      else
-        std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
-    }
-  }
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) per_layer[li] = I.layer_values(li);
   std::vector<float> out;
   out.reserve(lay.total_numel());
   for (const auto& p : lay.params()) {
@@ -327,6 +331,17 @@ std::vector<float> Engine::full_parameters() {
     out.insert(out.end(), src, src + p.numel);
   }
   return out;
+}
+
+std::vector<float> Engine::layer_parameters(int layer) {
+  auto& I = *impl_;
+  I.require_complete_setup("layer_parameters");
+  I.finish_tail();
+  const int li = I.layout->layer_index(layer);
+  const auto& L = I.layout->layers()[static_cast<std::size_t>(li)];
+  auto values = I.layer_values(static_cast<std::size_t>(li));
+  values.resize(L.numel);  // its parameters lie first, in registration order; the padding goes
+  return values;
 }
 
 StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids) {

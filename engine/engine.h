@@ -249,6 +249,10 @@ class Engine {
   // The whole model's fp32 master weights in registration order (unpadded), gathered to
   // every rank; for saving and comparing runs. Collective: every rank must call it.
   std::vector<float> full_parameters();
+  // One layer's fp32 values (its parameters in registration order, unpadded; a frozen layer's
+  // compute-dtype values widened) on every rank: full_parameters() a layer at a time, for
+  // readers whose memory is bounded by a layer. Collective.
+  std::vector<float> layer_parameters(int layer);
 
   // Checkpoints (checkpoint/ holds the format and the directory protocol). Both are
   // collective and run between steps (after setup(), outside begin_step()/step() and

@@ -82,6 +82,7 @@ def _load():
         "strata_step": [P, ctypes.POINTER(_StepResult)], "strata_abandon_step": [P],
         "strata_memory": [P, ctypes.POINTER(_Memory)], "strata_io_stats": [P, ctypes.POINTER(_Io)],
         "strata_full_parameters": [P, ctypes.POINTER(ctypes.c_float), S, ctypes.POINTER(S)],
+        "strata_layer_parameters": [P, I, ctypes.POINTER(ctypes.c_float), S, ctypes.POINTER(S)],
         "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
@@ -401,6 +402,15 @@ class Engine:
         out = np.empty(n.value, dtype=np.float32)
         _check(self._lib.strata_full_parameters(self._handle, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
                                                 out.size, ctypes.byref(n)))
+        return out
+
+    def layer_parameters(self, layer, count):
+        """Layer `layer`'s fp32 values (its parameters in registration order; `count` of them),
+        read a layer at a time. Collective."""
+        out = np.empty(count, dtype=np.float32)
+        n = ctypes.c_size_t()
+        _check(self._lib.strata_layer_parameters(self._handle, int(layer), out.ctypes.data_as(
+            ctypes.POINTER(ctypes.c_float)), out.size, ctypes.byref(n)))
         return out
 
     def save(self, root, trainer_state=None, keep=0):

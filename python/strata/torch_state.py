@@ -18,7 +18,9 @@
                                 merge_and_unload does), which transformers and `strata train --model
                                 DIR` read
 
-Each reads the whole model into host memory once (full_parameters)."""
+They read the engine a layer at a time (layer_parameters, collective: every rank calls them
+in the same order): module_state_dict holds its result and one layer's fp32 values beside,
+save_pretrained one unit's layers (a block's trainable and frozen ones) and rank 0 writes."""
 import json
 
 import numpy as np
@@ -43,22 +45,32 @@ def _lora_parts(module):
 
 
 class StateMixin:
+    def _layer_values(self, layer):
+        """{name: fp32 array} of engine layer `layer`'s parameters, read on its own (collective)."""
+        ps = self._params[layer]
+        counts = [int(np.prod(self._shapes[id(p)])) for _, p in ps]
+        flat = self.engine.layer_parameters(layer, sum(counts)) if ps else None
+        out, at = {}, 0
+        for (name, p), n in zip(ps, counts):
+            out[name] = flat[at:at + n].reshape(self._shapes[id(p)])
+            at += n
+        return out
+
     def parameters_numpy(self):
         """Every parameter's fp32 value, in registration order, as {name: array}: the fp32
         masters; a frozen parameter's value as the engine holds it (the compute dtype)."""
-        flat = self.engine.full_parameters()
-        out, at = {}, 0
-        for ps in self._params:
-            for name, p in ps:
-                shape = self._shapes[id(p)]
-                n = int(np.prod(shape)) if shape else 1
-                out[name] = flat[at:at + n].reshape(shape)
-                at += n
+        out = {}
+        for layer in range(len(self._params)):
+            out.update(self._layer_values(layer))
         return out
 
     def _full_values(self):
-        """{name: full tensor} of the engine's parameters: fp32 values in each parameter's dtype."""
-        return {name: torch.from_numpy(a.copy()).to(self._dtypes[name]) for name, a in self.parameters_numpy().items()}
+        """{name: full tensor} of the engine's parameters in each parameter's dtype, read a layer at a time."""
+        out = {}
+        for layer in range(len(self._params)):
+            for name, a in self._layer_values(layer).items():
+                out[name] = torch.from_numpy(a.copy()).to(self._dtypes[name])
+        return out
 
     def _between_steps(self, what):
         if self.engine.closed:
@@ -120,26 +132,62 @@ class StateMixin:
                 raise StrataError("save_pretrained() needs the model's config.json: pass config={...} (the module "
                                   "has no Hugging Face config)")
             config = hf.to_dict()
-        values = self.parameters_numpy()
-        merged, names = {}, {id(p): n for n, p in self.module.named_parameters()}
+        plan = self._pretrained_plan()
+        cache = {}  # engine layer -> its values: the layers of the unit being written
+
+        def values_of(layer):
+            if layer not in cache:
+                unit = self._unit_of[layer]
+                for other in [k for k in cache if self._unit_of[k] != unit]:
+                    del cache[other]
+                cache[layer] = self._layer_values(layer)
+            return cache[layer]
+
+        if self.engine.rank != 0:  # the reads are collective; rank 0 writes
+            for layer in dict.fromkeys(layer for _, _, parts in plan for layer, _ in parts):
+                values_of(layer)
+            return str(out_dir)
+        merged = {}
+
+        def read(name, elem, count):
+            if name not in merged:
+                merged.clear()
+                parts, scaling = next((parts, k) for n, k, parts in plan if n == name)
+                arrays = [values_of(layer)[source] for layer, source in parts]
+                merged[name] = arrays[0] if len(arrays) == 1 else \
+                    (arrays[0].astype(np.float64) + scaling * (arrays[2].astype(np.float64) @ arrays[1])).astype(
+                        np.float32)
+            return merged[name].reshape(-1)[elem:elem + count]
+
+        shapes = {n: self._shapes[id(p)] for ps in self._params for n, p in ps}
+        return write_hf_dir(out_dir, json.dumps(config), [(n, shapes[parts[0][1]]) for n, _, parts in plan], read,
+                            dtype or _DTYPE_NAMES[self.compute_dtype], max_shard_bytes)
+
+    def _pretrained_plan(self):
+        """[(name written, LoRA scaling, [(engine layer, parameter name)])] unit by unit: a parameter as it
+        is, or a LoRA-wrapped Linear's weight as (base, lora_A, lora_B) to merge and its bias renamed."""
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        layer_of = {n: layer for layer, ps in enumerate(self._params) for n, _ in ps}
+        merges, renamed, consumed = {}, {}, set()
         for prefix, module in self.module.named_modules():
             parts = _lora_parts(module)
             if parts is None:
                 continue
             a, b, scaling = parts
-            base = names[id(module.base_layer.weight)]
-            w = values.pop(base).astype(np.float64)
-            delta = values.pop(names[id(b.weight)]).astype(np.float64) @ values.pop(names[id(a.weight)])
-            merged[base] = (prefix + ".weight", (w + scaling * delta).astype(np.float32))
+            base, an, bn = names[id(module.base_layer.weight)], names[id(a.weight)], names[id(b.weight)]
+            merges[base] = (prefix + ".weight", scaling, [(layer_of[n], n) for n in (base, an, bn)])
+            consumed.update((an, bn))
             if getattr(module.base_layer, "bias", None) is not None:
-                bias = names[id(module.base_layer.bias)]
-                merged[bias] = (prefix + ".bias", values.pop(bias))
-        for old, (new, v) in merged.items():
-            values[new] = v
-        written = write_hf_dir(out_dir, json.dumps(config), [(n, v.shape) for n, v in values.items()],
-                               lambda name, elem, count: values[name].reshape(-1)[elem:elem + count],
-                               dtype or _DTYPE_NAMES[self.compute_dtype], max_shard_bytes)
-        return written
+                renamed[names[id(module.base_layer.bias)]] = prefix + ".bias"
+        plan = []
+        for unit in range(len(self._blocks)):
+            for layer in (k for k in range(len(self._params)) if self._unit_of[k] == unit):
+                for n, _ in self._params[layer]:
+                    if n in merges:
+                        plan.append(merges[n])
+                    elif n not in consumed:
+                        plan.append((renamed.get(n, n), 1.0, [(layer, n)]))
+        return plan
 
 
 class _Gathered:

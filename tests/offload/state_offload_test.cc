@@ -2,6 +2,8 @@
 // device moves to host RAM (the device tier's ledger at zero) and comes back bit for bit, at
 // every stage and placement, frozen layers too, with training on afterwards bitwise equal to
 // a run that never moved; a host budget too small is refused with the state where it was.
+// layer_parameters() (what strata.torch reads the state with, a layer at a time) gives
+// full_parameters()'s values.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -46,6 +48,13 @@ TEST_CASE("offload_states leaves the device empty and reload_states gives every 
     std::uint64_t moved = 0, device_between = ~std::uint64_t{0}, device_before = 0;
     spec.after_step = [&](engine::Engine& e, int step) {
       if (step != 1) return;
+      // A layer at a time gives full_parameters()'s values (the MLP registers layer by layer).
+      std::vector<float> joined;
+      for (int id : e.layer_ids()) {
+        const auto v = e.layer_parameters(id);
+        joined.insert(joined.end(), v.begin(), v.end());
+      }
+      CHECK(joined == e.full_parameters());
       const auto before = e.memory().device.used_bytes;
       const auto out = e.offload_states();
       CHECK(e.states_offloaded());
