@@ -228,13 +228,15 @@ class Engine {
   void synchronize();
   // Between steps: every byte the engine holds on the device (resident parameters and
   // device shards, device optimizer state, gradient accumulators and scratch; gathered layers
-  // are dropped) moves to host RAM within the host budget, so the device's memory is free for
-  // other work (generation beside RL training, another model); reload_states() brings it
-  // back bit for bit. All-or-nothing: a host budget that cannot take it all is refused naming
-  // the bytes, and what moved comes back. Until reload_states() every call that would touch
-  // the state refuses. Per rank (no collective). Returns the bytes moved and the seconds taken.
+  // are dropped) moves to host RAM within the host budget, what does not fit there to NVMe
+  // under the nvme_path (device_swap.h), so the device's memory is free for other work
+  // (generation beside RL training, another model); reload_states() brings it back bit for
+  // bit. All-or-nothing: what cannot be held (no nvme_path, a full drive) is refused naming the
+  // bytes, and what moved comes back. Until reload_states() every call that would touch the
+  // state refuses. Per rank (no collective). Returns the bytes moved and the seconds taken.
   struct StateMove {
     std::uint64_t bytes = 0;
+    std::uint64_t nvme_bytes = 0;  // of them, to or from NVMe
     std::size_t allocations = 0;
     double seconds = 0;
   };

@@ -1,6 +1,8 @@
 // The engine's NVMe tier (the protocol in nvme_homes.h).
 #include "engine/nvme_homes.h"
 
+#include <algorithm>
+
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
@@ -171,6 +173,35 @@ void NvmeHomes::adopt(ParamFiles&& files) {
   params_ = std::move(files);
   if (!io_) io_ = std::make_unique<offload::IoWorker>(c_.dev);
 }
+
+offload::ParamStore* NvmeHomes::open_spill(const std::vector<std::uint64_t>& pieces, std::uint64_t host_room) {
+  const bool param_path = !c_.cfg.offload_param.nvme_path.empty();
+  const std::string& path = param_path ? c_.cfg.offload_param.nvme_path : c_.cfg.offload_optimizer.nvme_path;
+  if (path.empty()) return nullptr;
+  offload::ParamStoreOptions po;
+  po.chunk_bytes = *std::max_element(pieces.begin(), pieces.end());
+  po.buffer_count = 2;
+  po.budget_bytes = host_room;
+  apply_aio(c_.cfg, po);
+  po.dir = lock_rank_dir(path, param_path ? "offload_param.nvme_path" : "offload_optimizer.nvme_path") + "/offloaded";
+  std::vector<offload::ParamTensor> tensors;
+  for (std::size_t i = 0; i < pieces.size(); ++i) tensors.push_back({str_cat("offloaded piece ", i), pieces[i]});
+  spill_.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
+  spill_.buffer_bytes = spill_.store->buffer_bytes() * static_cast<std::uint64_t>(spill_.store->buffer_count());
+  c_.ledger.charge(Tier::host, Kind::buffers, spill_.buffer_bytes, "the NVMe buffers of offload_states()");
+  try {
+    c_.ledger.charge(Tier::nvme, Kind::params, spill_.store->file_bytes(),
+                     str_cat("the files of offload_states() in ", po.dir));
+  } catch (...) {
+    c_.ledger.discharge(Tier::host, Kind::buffers, spill_.buffer_bytes);
+    spill_ = {};
+    throw;
+  }
+  spill_.file_bytes = spill_.store->file_bytes();
+  return spill_.store.get();
+}
+
+void NvmeHomes::close_spill() noexcept { drop(spill_); }
 
 void NvmeHomes::drain() {
   if (io_) io_->synchronize();

@@ -74,6 +74,12 @@ class NvmeHomes {
   int store_index(int li) const { return params_.index.empty() ? -1 : params_.index[li]; }
   const std::string& params_subdir() const noexcept { return params_.subdir; }
   offload::IoWorker* io() const noexcept { return io_.get(); }
+  // offload_states()'s spill (device_swap.h): a store of `pieces` (bytes each) under
+  // nvme_path/rank<R>/offloaded (offload_param's nvme_path, else offload_optimizer's), its
+  // buffers within `host_room` and charged like the others; null where neither path is set.
+  // close_spill() removes it and gives the charges back.
+  offload::ParamStore* open_spill(const std::vector<std::uint64_t>& pieces, std::uint64_t host_room);
+  void close_spill() noexcept;
   void drain();  // the I/O worker's synchronize(), if there is one
 
   // The stores' options from the config (no directory: the caller adds the rank's) with
@@ -98,6 +104,7 @@ class NvmeHomes {
   std::vector<int> swap_index_;   // per layer: swapper tensor, or -1
   std::vector<int> swap_layers_;  // per swapper tensor: the layer
   ParamFiles params_;
+  ParamFiles spill_;                       // open_spill()
   std::unique_ptr<offload::IoWorker> io_;  // declared last: drained and gone before the store
 };
 

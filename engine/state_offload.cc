@@ -2,6 +2,7 @@
 // host RAM and back through DeviceSwap (device_swap.h), over every part that holds device
 // memory between steps.
 #include <chrono>
+#include <vector>
 
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
@@ -26,11 +27,18 @@ Engine::StateMove Engine::offload_states() {
   synchronize();
   I.poll_save(true);                              // an asynchronous save still reads the state
   if (I.gather_path) I.gather_path->evict_all();  // gathered layers are rebuilt from the shards
-  auto swap = std::make_unique<DeviceSwap>(*I.ledger, *I.dev_stream);
+  auto swap = std::make_unique<DeviceSwap>(*I.ledger, *I.dev_stream, I.nvme.get());
   try {
+    std::vector<std::size_t> sizes;
+    I.walk_device_memory([&](void* p, std::size_t bytes, Kind, const std::string&) {
+      if (p != nullptr) sizes.push_back(bytes);
+      return p;
+    });
+    swap->plan(sizes);  // host RAM, and what does not fit there to NVMe when an nvme_path is set
     I.walk_device_memory([&](void* p, std::size_t bytes, Kind kind, const std::string& what) {
       return swap->out(p, bytes, kind, what);
     });
+    swap->finish_out();
   } catch (...) {
     // What moved comes back; the error (a host budget too small, naming the bytes) propagates.
     try {
@@ -43,11 +51,11 @@ Engine::StateMove Engine::offload_states() {
     }
     throw;
   }
-  StateMove r{swap->bytes_out(), swap->allocations(),
+  StateMove r{swap->bytes_out(), swap->nvme_bytes(), swap->allocations(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   I.offloaded = std::move(swap);
   STRATA_LOG(debug, "rank ", I.rank, ": offload_states: ", format_bytes(r.bytes), " in ", r.allocations,
-             " allocations to host RAM in ", r.seconds, " s");
+             " allocations (", format_bytes(r.nvme_bytes), " of them to NVMe) in ", r.seconds, " s");
   return r;
 }
 
@@ -57,7 +65,7 @@ Engine::StateMove Engine::reload_states() {
   STRATA_CHECK(I.offloaded != nullptr, Errc::invalid_argument,
                "reload_states() without offload_states(): the engine's states are on their tiers");
   const auto t0 = std::chrono::steady_clock::now();
-  StateMove r{I.offloaded->bytes_out(), I.offloaded->allocations(), 0.0};
+  StateMove r{I.offloaded->bytes_out(), I.offloaded->nvme_bytes(), I.offloaded->allocations(), 0.0};
   // A device too full for it (another user of the device still holds its memory) fails here
   // naming the allocation; what came back stays, the rest stays in host RAM, and a later
   // reload_states() goes on from there.

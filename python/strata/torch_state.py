@@ -108,7 +108,8 @@ class StateMixin:
 
     def offload_states(self):
         """Between steps: every byte the engine holds on the device (parameters, optimizer state, gradient
-        accumulators) moves to host RAM within the host budget, so the device is free for other work until
+        accumulators) moves to host RAM within the host budget (what it cannot take to NVMe under the config's
+        nvme_path), so the device is free for other work until
         reload_states(); forward, backward, step and the state calls refuse meanwhile. Returns the bytes moved."""
         self._between_steps("offload_states()")
         return self.engine.offload_states()

@@ -1,7 +1,8 @@
 // Engine::offload_states / reload_states: between steps every byte the engine holds on the
 // device moves to host RAM (the device tier's ledger at zero) and comes back bit for bit, at
 // every stage and placement, frozen layers too, with training on afterwards bitwise equal to
-// a run that never moved; a host budget too small is refused with the state where it was.
+// a run that never moved; what the host budget cannot take goes to NVMe under the nvme_path;
+// without one, a host budget too small is refused with the state where it was.
 // layer_parameters() (what strata.torch reads the state with, a layer at a time) gives
 // full_parameters()'s values.
 #include <catch2/catch.hpp>
@@ -72,6 +73,34 @@ TEST_CASE("offload_states leaves the device empty and reload_states gives every 
     CHECK(moved_run.losses == straight.losses);
     CHECK(moved_run.params == straight.params);
   }
+}
+
+TEST_CASE("what host RAM cannot take goes to NVMe under the nvme_path and comes back bit for bit", "[offload][uring]") {
+  test::TempDir dir("strata-state-spill");
+  test::TrainSpec spec;
+  spec.steps = 3;
+  spec.config = test::mlp_config(0, 1, DType::fp32, 2, 1);
+  const auto straight = test::train_mlp(spec);
+  spec.config.memory_budget.host = 48 << 10;  // room for setup and part of the 64 KiB on the device
+  spec.config.offload_param.nvme_path = dir.path();
+  std::uint64_t to_nvme = 0, nvme_between = 0, device_between = 1;
+  spec.after_step = [&](engine::Engine& e, int step) {
+    if (step != 0) return;
+    const auto out = e.offload_states();
+    to_nvme = out.nvme_bytes;
+    nvme_between = e.memory().nvme.used_bytes;
+    device_between = e.memory().device.used_bytes;
+    const auto back = e.reload_states();
+    CHECK(back.bytes == out.bytes);
+    CHECK(back.nvme_bytes == out.nvme_bytes);
+    CHECK(e.memory().nvme.used_bytes == 0);  // the spill's files are gone
+  };
+  const auto run = test::train_mlp(spec);
+  CHECK(device_between == 0);
+  CHECK(to_nvme > 0);
+  CHECK(nvme_between > to_nvme);  // both generations of its files are charged
+  CHECK(run.params == straight.params);
+  CHECK(run.losses == straight.losses);
 }
 
 TEST_CASE("offload_states into a host budget too small is refused and leaves the state on the device",

@@ -66,7 +66,7 @@ def train_torch(edited=False):
     return {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
 
 
-def train_strata(cfg, edited=False, save=None, offload=False):
+def train_strata(cfg, edited=False, save=None, offload=False, inside=None):
     model = make()
     engine = st.initialize(model, cfg)
     data = batches()
@@ -88,6 +88,9 @@ def train_strata(cfg, edited=False, save=None, offload=False):
             print(f"offload_states: {moved} B off the device (it held {before} B), 0 B left there; reload_states "
                   f"brought them back")
     memory = engine.memory()
+    if inside is not None:  # the module's own state_dict inside the gather context
+        with engine.gathered_parameters() as module:
+            inside.update({k: v.detach().clone() for k, v in module.state_dict().items()})
     params = engine.parameters_numpy()
     if save is not None:
         engine.save_pretrained(save, config=HF_CONFIG, dtype="fp32")
@@ -122,7 +125,12 @@ trainable = {n for n, p in make().named_parameters() if p.requires_grad}
 frozen = set(initial) - trainable
 check(len(trainable) == 8 and len(frozen) == 21, f"{len(trainable)} adapters and {len(frozen)} frozen tensors")
 ref = train_torch()
-model, mine, memory, result = train_strata(config(0, accum=ACCUM))
+inside = {}
+model, mine, memory, result = train_strata(config(0, accum=ACCUM), inside=inside)
+state_worst = worst_relative({n: inside[n].numpy() for n in trainable}, {n: ref[n] for n in trainable})
+check(set(inside) == set(ref) and state_worst < 1e-5 and
+      all(inside[n].numpy().tobytes() == ref[n].tobytes() for n in frozen),
+      f"model.state_dict() inside gathered_parameters() against torch's: {state_worst}")
 check(result["step"] == STEPS, "every step taken")
 worst = worst_relative({n: mine[n] for n in trainable}, {n: ref[n] for n in trainable})
 print(f"LoRA on a Llama (Hugging Face names, q_proj and v_proj adapted): {STEPS} AdamW steps through strata "
