@@ -141,7 +141,8 @@ void PlacementPlan::place() {
       S.params = plan.layers[li].params;
       if (S.persistent && S.params == Tier::nvme) S.params = Tier::host;
     }
-    text_ = str_cat("placement (budget-driven, memory_budget), rank ", c_.rank, ":\n", plan.explain(problem));
+    text_ = str_cat("placement (budget-driven, memory_budget), rank ", c_.rank, ":\n", plan.explain(problem),
+                    frozen_note());
     device_minimum_ = check_device_fit(opt == Tier::device, false);
     return;
   }
@@ -192,7 +193,27 @@ void PlacementPlan::place() {
     out << " (" << format_bytes(c_.device_budget - device_room()) << " of it held by the trainer)";
   }
   out << "\n";
-  text_ = out.str();
+  text_ = out.str() + frozen_note();
+}
+
+// What frozen layers do not hold: the optimizer state and accumulators they would as trainable ones.
+std::string PlacementPlan::frozen_note() const {
+  const int stage = c_.cfg.zero.stage;
+  std::uint64_t elems = 0, opt = 0, acc = 0;
+  int n = 0;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const auto& L = c_.layout.layers()[li];
+    if (!L.frozen) continue;
+    ++n;
+    elems += L.numel;
+    opt += 12 * OptimizerState::elems(c_.layout, stage, static_cast<int>(li));
+    acc += 4 * GradReducer::acc_elems(c_.layout, stage, static_cast<int>(li));
+  }
+  if (n == 0) return {};
+  return str_cat("  frozen layers: ", n, " (", elems,
+                 " parameters, held in the compute dtype only); not allocated: ", format_bytes(opt),
+                 " of optimizer state (fp32 master, exp_avg, exp_avg_sq) and up to ", format_bytes(acc),
+                 " of gradient accumulators\n");
 }
 
 // Budget-driven placement assumed the host-trainer contract's gathers per layer; once the

@@ -105,6 +105,7 @@ class PlacementPlan {
   std::uint64_t device_scratch_bytes() const;
   std::size_t shard(int li) const { return c_.layout.layer_shard(li); }
   std::uint32_t host_acc_bytes() const;  // per element of a gradient accumulator in host RAM
+  std::string frozen_note() const;       // explain()'s line on frozen layers (empty without)
 
   Context c_;
   std::vector<LayerPlan> layers_;

@@ -131,7 +131,7 @@ strata_status strata_synchronize(strata_engine* e);
 /* The whole model's fp32 parameters in registration order; collective across ranks. */
 strata_status strata_full_parameters(strata_engine* e, float* out, size_t capacity, size_t* count);
 /* One layer's fp32 values, its parameters in registration order (Engine::layer_parameters):
-   *count gets their number; out (capacity at least that) gets them. Collective. */
+ *count gets their number; out (capacity at least that) gets them. Collective. */
 strata_status strata_layer_parameters(strata_engine* e, int layer, float* out, size_t capacity, size_t* count);
 
 /* Checkpoints (collective, between steps). strata_save writes the engine's state (fp32

@@ -130,7 +130,7 @@ struct Engine::Impl {
   void init_layer(std::size_t li, InitScratch& buf);  // allocates and initialises layer li's state
   void make_stepper();
   // engine.cc: step()'s protocol checks, and the placement's check against the first trace.
-  void check_step_ready() const;  // every layer reduced each micro-batch and released
+  void check_step_ready() const;                    // every layer reduced each micro-batch and released
   std::vector<float> layer_values(std::size_t li);  // collective: the padded layer's fp32 values (engine.cc)
   void replan_on_first_trace();
   // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array

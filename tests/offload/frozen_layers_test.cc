@@ -77,6 +77,10 @@ TEST_CASE("frozen layers train bitwise alike at every stage and placement, with 
   CHECK(same_layers(base.params, base.initial, 1, 1));
   CHECK(!same_layers(base.params, base.initial, 0, 0));
   CHECK(base.placement.find("1 frozen layers hold none") != std::string::npos);
+  // What the frozen layer does not hold: 12 B of optimizer state per element of its shard
+  // (1056 elements padded to 1056 at world 2: 528 each), 4 B of accumulator.
+  CHECK(base.placement.find("frozen layers: 1 (1056 parameters, held in the compute dtype only); not allocated: "
+                            "6.19 KiB of optimizer state") != std::string::npos);
   auto trainable = spec;
   trainable.frozen.clear();
   const auto full = test::train_mlp(trainable);

@@ -48,6 +48,26 @@ assert roomy["choice"] != tight["choice"], (roomy["choice"], tight["choice"])
 assert roomy["peaks"]["nvme"] == 0 and tight["peaks"]["nvme"] > 0, (roomy["peaks"], tight["peaks"])
 PY
 
+# The plan counts bytes: per step over the link and to and from NVMe, and NVMe writes a day at
+# the planned speed against the drive's rated endurance (--drive-tbw).
+plan_bytes=$("$strata" plan --model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --iters 1 \
+  --budget device=8MiB,host=10MiB,nvme=512MiB --nvme-path "$dir/nvme" --config "$dir/base.json" \
+  --calibration "$dir/cal.json" --drive-tbw 600 --json)
+python3 - "$plan_bytes" <<'PY' || fail "strata plan --drive-tbw: $plan_bytes"
+import json, sys
+best = json.loads(sys.argv[1])["best"][0]
+assert best["nvme_write_bytes_per_step"] > 0 and best["nvme_read_bytes_per_step"] > 0, best
+per_day = best["nvme_write_bytes_per_step"] * 86400 / (best["step_ms"] / 1e3)
+assert abs(best["nvme_write_bytes_per_day"] - per_day) <= 1e-6 * per_day, (best, per_day)
+assert abs(best["drive_endurance_days"] - 600e12 / per_day) <= 1e-6 * 600e12 / per_day, best
+PY
+"$strata" plan --model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --iters 1 \
+  --budget device=8MiB,host=10MiB,nvme=512MiB --nvme-path "$dir/nvme" --config "$dir/base.json" \
+  --calibration "$dir/cal.json" --drive-tbw 600 > "$dir/plan_bytes.txt"
+grep -q "per step and rank: link H2D" "$dir/plan_bytes.txt" && grep -q "a drive rated 600 TBW lasts" "$dir/plan_bytes.txt" \
+  || fail "plan text lacks the bytes per step or the drive's endurance: $(cat "$dir/plan_bytes.txt")"
+echo "ok: plan counts bytes per step and the drive's endurance"
+
 # plan_check passes strata plan's refusal on as Strata's message, not a Python traceback.
 set +e
 err=$(python3 "$root/scripts/plan_check.py" "$strata" --calibration "$dir/cal.json" --budget device=1MiB,host=1MiB \

@@ -2,7 +2,9 @@
 // [--batch B] [--config BASE] [--calibration FILE] [--top K] [--emit-config OUT] [--json]`:
 // searches ZeRO stage, placement, micro-batch and accumulation and re-materialization for the
 // highest predicted tokens/s whose estimated peaks fit the budgets (plan_search.h), and prints
-// the best few with their predicted step time and peaks. The model's training pass is
+// the best few with their predicted step time and peaks, and the chosen one's bytes per step
+// over the link and to and from NVMe, with its NVMe writes a day at the planned speed against
+// the drive's rated endurance (--drive-tbw TB). The model's training pass is
 // profiled once per micro-batch and re-materialization (`strata bench gpt`, a child process);
 // everything else comes from the calibration file. A budget nothing fits is refused, naming
 // for each tier the smallest budget that would do.
@@ -30,8 +32,25 @@ struct Options {
   ModelOptions m;
   std::string budget, nvme_path, config, calibration = "strata-calibration.json", emit;
   int world = 1, local_ranks = 0, batch = 0, top = 5, iters = 5;
+  double drive_tbw = 0;  // the NVMe drive's rated endurance, terabytes written (0: not given)
   bool json = false;
 };
+
+// What a candidate moves per step (one rank; the estimate's placement traffic) and, at its
+// predicted step time, the NVMe bytes written a day by the ranks on this host (they share
+// its drive), against the drive's rated endurance when given.
+struct Traffic {
+  std::uint64_t h2d = 0, d2h = 0, nvme_read = 0, nvme_write = 0;  // per step, one rank
+  double nvme_write_per_day = 0;                                  // bytes, this host's ranks
+  double endurance_days = 0;                                      // 0: no --drive-tbw or no writes
+};
+
+Traffic traffic_of(const Candidate& c, int local_ranks, double drive_tbw) {
+  Traffic t{c.estimate.h2d_bytes, c.estimate.d2h_bytes, c.estimate.nvme_read_bytes, c.estimate.nvme_write_bytes};
+  t.nvme_write_per_day = static_cast<double>(t.nvme_write) * local_ranks * 86400.0 / c.time.total();
+  if (drive_tbw > 0 && t.nvme_write_per_day > 0) t.endurance_days = drive_tbw * 1e12 / t.nvme_write_per_day;
+  return t;
+}
 
 void parse_budget(const std::string& text, PlanRequest& r) {
   std::set<std::string> seen;
@@ -94,8 +113,14 @@ std::string model_flags(const ModelOptions& m) {
   return f;
 }
 
-nlohmann::json candidate_json(const Candidate& c, double tokens) {
+nlohmann::json candidate_json(const Candidate& c, double tokens, const Traffic& t) {
   return {{"label", c.label()},
+          {"h2d_bytes_per_step", t.h2d},
+          {"d2h_bytes_per_step", t.d2h},
+          {"nvme_read_bytes_per_step", t.nvme_read},
+          {"nvme_write_bytes_per_step", t.nvme_write},
+          {"nvme_write_bytes_per_day", t.nvme_write_per_day},
+          {"drive_endurance_days", t.endurance_days},
           {"stage", c.stage},
           {"optimizer", c.optimizer},
           {"params", c.params},
@@ -182,7 +207,7 @@ int run(const Options& o) {
   if (o.json) {
     nlohmann::json j{{"fitting", fit.size()}, {"candidates", all.size()}, {"batch", r.batch}, {"world", r.world}};
     for (std::size_t k = 0; k < fit.size() && k < static_cast<std::size_t>(o.top); ++k)
-      j["best"].push_back(candidate_json(fit[k], tokens));
+      j["best"].push_back(candidate_json(fit[k], tokens, traffic_of(fit[k], r.local_ranks, o.drive_tbw)));
     print_json(j.dump(2));
     return 0;
   }
@@ -199,6 +224,17 @@ int run(const Options& o) {
                 format_bytes(c.estimate.tiers[2].total()).c_str());
   }
   std::printf("chosen: %s\n%s", best.label().c_str(), best.estimate.placement.c_str());
+  const Traffic t = traffic_of(best, r.local_ranks, o.drive_tbw);
+  std::printf("  per step and rank: link H2D %s, D2H %s; NVMe read %s, written %s\n", format_bytes(t.h2d).c_str(),
+              format_bytes(t.d2h).c_str(), format_bytes(t.nvme_read).c_str(), format_bytes(t.nvme_write).c_str());
+  if (t.nvme_write > 0) {
+    std::printf("  NVMe writes at %.1f ms a step: %.3f TB a day from the %d rank(s) on this host",
+                best.time.total() * 1e3, t.nvme_write_per_day / 1e12, r.local_ranks);
+    if (t.endurance_days > 0)
+      std::printf("; a drive rated %g TBW lasts %.0f days (%.1f years) at that rate", o.drive_tbw, t.endurance_days,
+                  t.endurance_days / 365.0);
+    std::printf("\n");
+  }
   if (!o.emit.empty())
     std::printf("wrote %s: strata train --model %s%s --remat %s --config %s ...\n", o.emit.c_str(),
                 hf ? shell_quote(o.m.model).c_str() : "gpt", model_flags(o.m).c_str(), best.remat.c_str(),
@@ -226,6 +262,9 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--top", o->top, "Candidates to print (default 5)")->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--iters", o->iters, "Profiled passes per micro-batch (median; default 5)")->check(CLI::Range(1, 100));
   cmd.add_option("--emit-config", o->emit, "Write the chosen candidate's config (runnable with strata train --config)");
+  cmd.add_option("--drive-tbw", o->drive_tbw,
+                 "The NVMe drive's rated endurance in terabytes written: how long it lasts at the planned rate")
+      ->check(CLI::PositiveNumber);
   cmd.add_flag("--json", o->json, "Print one JSON object");
   return [o, &cmd] {
     check_model_flags(cmd, o->m.model);
