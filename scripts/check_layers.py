@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Fails on any #include that points up the layer order in scripts/layers.txt, sideways to
-a folder on the same line, or into another folder's detail/. Checks every .h/.cc/.cu file
-under the folders listed (tests/ and scripts/ are outside the layers). Prints each broken
-include as FILE:LINE and the rule it breaks.
+a folder on the same line, or into another folder's detail/, and on any source file (or
+include) in a folder that no line of layers.txt names: every top-level folder is either on a
+line or on its `outside:` line (tests, scripts, docs...: outside the layers; build outputs and
+hidden folders are skipped), so a new folder cannot join the library unchecked. Checks every
+.h/.cc/.cu file. Prints each broken include as FILE:LINE and the rule it breaks.
 Usage: check_layers.py [ROOT] (default: the repository holding this script)"""
 import os
 import re
@@ -12,13 +14,19 @@ INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
 def read_layers(path):
-    levels = []
+    """({folder: level}, {folders outside the layers}); the bottom line is level 0."""
+    levels, outside = [], set()
     for line in open(path):
         line = line.split("#", 1)[0].split()
-        if line:
+        if line and line[0] == "outside:":
+            outside.update(line[1:])
+        elif line:
             levels.append(line)
-    # Bottom line is level 0.
-    return {folder: len(levels) - 1 - i for i, row in enumerate(levels) for folder in row}
+    return {folder: len(levels) - 1 - i for i, row in enumerate(levels) for folder in row}, outside
+
+
+def skipped(top):
+    return top.startswith((".", "build"))
 
 
 def folder_of(path, levels):
@@ -36,9 +44,12 @@ def main():
     if not os.path.exists(layers_file):
         print(f"check_layers: {layers_file} is missing", file=sys.stderr)
         return 2
-    levels = read_layers(layers_file)
+    levels, outside = read_layers(layers_file)
     errors, files = [], 0
-    for top in sorted({f.split("/")[0] for f in levels}):
+    tops = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not skipped(d))
+    for top in tops:
+        if top in outside:
+            continue
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for name in sorted(names):
                 if not name.endswith((".h", ".cc", ".cu")):
@@ -46,6 +57,8 @@ def main():
                 path = os.path.relpath(os.path.join(dirpath, name), root)
                 src = folder_of(path, levels)
                 if src is None:
+                    errors.append(f"{path}: its folder is on no line of scripts/layers.txt: add it to the line of "
+                                  f"its layer (or to the outside: line if it is no part of the library)")
                     continue
                 files += 1
                 with open(os.path.join(root, path), errors="replace") as f:
@@ -55,6 +68,10 @@ def main():
                             continue
                         inc = m.group(1)
                         dst = folder_of(inc, levels)
+                        top_of_inc = inc.split("/")[0]
+                        if dst is None and top_of_inc in tops and top_of_inc not in outside:
+                            errors.append(f"{path}:{n}: includes {inc}: a folder on no line of scripts/layers.txt")
+                            continue
                         if dst is None or dst == src:
                             continue
                         if "/detail/" in "/" + inc[len(dst):]:

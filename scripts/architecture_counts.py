@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""The counts the architecture work is measured by, from the sources as they are (read with
+regular expressions and brace matching: a heuristic a reader can check by eye, not a parser):
+
+  parts      each engine part (a class in engine/*.h with a Context struct): the lines of its
+             header and of the .cc files defining its methods, its private data members, and
+             the other parts its Context names (peers)
+  impl       Engine::Impl: its data members and the .cc files that define its methods
+  nvme       call sites of NvmeHomes' raw accessors (io(), params(), swapper()) outside
+             nvme_homes.*, and the files they are in
+  functions  functions longer than --limit lines (default 120) in engine/, tools/cli/,
+             python/ and models/, longest first
+  sizes      lines of tools/cli/, docs/design.md, and the largest library file
+  layers     the folders scripts/layers.txt names (scripts/check_layers.py checks them)
+
+Usage: architecture_counts.py [--limit N] [--json] [ROOT]"""
+import argparse
+import json
+import os
+import re
+import sys
+
+LIB = ("runtime", "io", "optim", "offload", "pipeline", "checkpoint", "tokenizer", "engine", "models", "tools")
+
+
+def read(root, path):
+    with open(os.path.join(root, path), errors="replace") as f:
+        return f.read()
+
+
+def files_under(root, top, exts=(".h", ".cc", ".cu")):
+    out = []
+    for dirpath, _, names in os.walk(os.path.join(root, top)):
+        out += [os.path.relpath(os.path.join(dirpath, n), root) for n in names if n.endswith(exts)]
+    return sorted(out)
+
+
+def lines(root, path):
+    return read(root, path).count("\n")
+
+
+def body(text, open_at):
+    """The text from the brace at open_at to its match."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[open_at:i + 1]
+    return text[open_at:]
+
+
+MEMBER = re.compile(r"^\s+(?!return|using|static|friend|struct|class|enum|public|private|protected|//)"
+                    r"[\w:<>,\s\*&\[\]]+?[\s\*&]+(\w+)(\s*=[^;]*|\{[^;]*\})?;\s*(//.*)?$")
+
+
+def members(block):
+    """Data members declared at the top level of a class body."""
+    depth, out = 0, []
+    for line in block.split("\n")[1:]:
+        if depth == 0 and "(" not in line.split("//")[0] and MEMBER.match(line):
+            out.append(MEMBER.match(line).group(1))
+        depth += line.count("{") - line.count("}")
+    return out
+
+
+def parts(root):
+    heads = [p for p in files_under(root, "engine", (".h",)) if "/detail/" not in p]
+    blocks = {}  # part -> (header, class body): the classes with a Context struct
+    for h in heads:
+        text = read(root, h)
+        for m in re.finditer(r"^class (\w+) \{", text, re.M):
+            block = body(text, text.index("{", m.start()))
+            if re.search(r"struct Context \{", block):
+                blocks[m.group(1)] = (h, block)
+    sources = {p: read(root, p) for p in files_under(root, "engine", (".cc",))}
+    out = {}
+    for cls, (h, block) in sorted(blocks.items()):
+        ctx = re.search(r"struct Context \{", block)
+        context = body(block, ctx.end() - 1)
+        private = block[block.find("private:"):] if "private:" in block else ""
+        defines = re.compile(r"^\S[^\n;]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
+        own = [h] + [p for p, text in sources.items() if defines.search(text)]
+        out[cls] = {"files": own, "lines": sum(lines(root, p) for p in own),
+                    "private_members": len(members("{\n" + private)),
+                    "peers": sorted(n for n in blocks if n != cls and re.search(r"\b" + n + r"\b", context))}
+    return out
+
+
+def impl(root):
+    text = read(root, "engine/detail/engine_impl.h")
+    m = re.search(r"struct Engine::Impl \{", text)
+    fields = members(body(text, text.index("{", m.start())))
+    defining = [p for p in files_under(root, "engine", (".cc",)) if "Engine::Impl::" in read(root, p)]
+    return {"members": len(fields), "method_files": defining}
+
+
+def nvme_accessors(root):
+    sites, files = 0, set()
+    for p in files_under(root, "engine"):
+        if os.path.basename(p).startswith("nvme_homes"):
+            continue
+        n = len(re.findall(r"(?:nvme|nvme_)\s*(?:->|\.)\s*(?:io|params|swapper)\(\)", read(root, p)))
+        if n:
+            sites += n
+            files.add(p)
+    return {"call_sites": sites, "files": sorted(files)}
+
+
+FUNC = re.compile(r"^(?:[\w:<>,\*&~\s]+?)\b([\w:~]+)\([^;{}]*\)\s*(?:const)?\s*(?:noexcept)?\s*(?:override)?\s*\{",
+                  re.M)
+PYFUNC = re.compile(r"^(\s*)def (\w+)\(", re.M)
+
+
+def long_functions(root, limit):
+    out = []
+    for top in ("engine", "tools", "models"):
+        for p in files_under(root, top, (".cc", ".cu")):
+            text = read(root, p)
+            for m in FUNC.finditer(text):
+                if m.group(1) in ("if", "for", "while", "switch", "catch"):
+                    continue
+                n = body(text, m.end() - 1).count("\n") + 1
+                if n > limit:
+                    out.append((n, f"{p}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}"))
+    for p in files_under(root, "python", (".py",)):
+        text = read(root, p).split("\n")
+        for i, line in enumerate(text):
+            m = PYFUNC.match(line)
+            if not m:
+                continue
+            end = i + 1
+            while end < len(text) and (not text[end].strip() or len(text[end]) - len(text[end].lstrip()) > len(
+                    m.group(1))):
+                end += 1
+            if end - i > limit:
+                out.append((end - i, f"{p}:{i + 1} {m.group(2)}"))
+    return [f"{n} lines: {where}" for n, where in sorted(out, reverse=True)]
+
+
+def sizes(root):
+    lib = [p for top in LIB for p in files_under(root, top)]
+    largest = max(lib, key=lambda p: lines(root, p))
+    return {"tools/cli lines": sum(lines(root, p) for p in files_under(root, "tools/cli")),
+            "docs/design.md lines": lines(root, "docs/design.md"),
+            "largest library file": f"{largest} ({lines(root, largest)} lines)",
+            "library files": len(lib)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap.add_argument("--limit", type=int, default=120)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    root = os.path.abspath(a.root)
+    layers = [line.split("#")[0].strip() for line in open(os.path.join(root, "scripts", "layers.txt"))]
+    layers = [line for line in layers if line and not line.startswith("outside:")]
+    report = {"parts": parts(root), "impl": impl(root), "nvme": nvme_accessors(root),
+              "functions": long_functions(root, a.limit), "sizes": sizes(root),
+              "layers": layers}
+    if a.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print("engine parts (lines of their files, private data members, peers their Context names):")
+    for cls, p in report["parts"].items():
+        print(f"  {cls:<16} {p['lines']:5d} lines in {len(p['files'])} files, {p['private_members']:3d} private "
+              f"members, {len(p['peers'])} peers {p['peers']}")
+    i = report["impl"]
+    print(f"Engine::Impl: {i['members']} data members; methods defined in {len(i['method_files'])} .cc files "
+          f"{i['method_files']}")
+    n = report["nvme"]
+    print(f"NvmeHomes' raw accessors (io(), params(), swapper()): {n['call_sites']} call sites in "
+          f"{len(n['files'])} files {n['files']}")
+    print(f"functions over {a.limit} lines: {len(report['functions'])}")
+    for f in report["functions"]:
+        print(f"  {f}")
+    for k, v in report["sizes"].items():
+        print(f"{k}: {v}")
+    print("layers (top down): " + " | ".join(report["layers"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
