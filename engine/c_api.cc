@@ -169,6 +169,10 @@ strata_status strata_reload_states(strata_engine* e, uint64_t* bytes) {
   });
 }
 
+int strata_states_offloaded(const strata_engine* e) {
+  return e != nullptr && e->engine && e->engine->states_offloaded();
+}
+
 strata_status strata_setup(strata_engine* e) {
   return guarded([&] { engine_of(e).setup(); });
 }
@@ -308,8 +312,8 @@ strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, v
   return guarded([&] { engine_of(e).init_weights(weight_reader("strata_init_weights", read, user)); });
 }
 
-strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user) {
-  return guarded([&] { engine_of(e).write_weights(weight_reader("strata_write_weights", read, user)); });
+strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user, int source_rank) {
+  return guarded([&] { engine_of(e).write_weights(weight_reader("strata_write_weights", read, user), source_rank); });
 }
 
 }  // extern "C"

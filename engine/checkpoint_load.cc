@@ -140,7 +140,8 @@ OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest
 // owns (the whole layer at stage 0). With `apply`, writes them with the compute-dtype
 // parameters rebuilt from the masters (NVMe writes staged: commit_loaded() switches them);
 // without, only reads (every chunk verified), so a bad input fails before anything changes.
-void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool apply) {
+void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool apply,
+                               const std::function<void(std::size_t li)>& before_layer) {
   const Layout& lay = *layout;
   // Gathered copies of the old parameters go; persistent ones are rewritten below.
   if (apply && gather_path) gather_path->evict_all();
@@ -156,6 +157,7 @@ void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool ap
   std::vector<float> st[checkpoint::kStates], full;
   for (std::size_t li = 0; li < layer_count(); ++li) {
     const int l = static_cast<int>(li);
+    if (before_layer) before_layer(li);
     const bool frozen = lay.layers()[li].frozen;  // values only: no masters or moments to write
     const bool with_moments = moments != Moments::zero && !frozen;
     for (int s = 0; s < (moments == Moments::read && !frozen ? checkpoint::kStates : 1); ++s) {
@@ -198,11 +200,12 @@ void Engine::Impl::discard_loaded() noexcept {
 }
 
 void Engine::Impl::load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
-                                       const std::function<void()>& on_success) {
-  all_or_nothing(telling([&] { load_layers(read, moments, false); }, kUnchanged), what);
+                                       const std::function<void()>& on_success,
+                                       const std::function<void(std::size_t li)>& before_layer) {
+  all_or_nothing(telling([&] { load_layers(read, moments, false, before_layer); }, kUnchanged), what);
   all_or_nothing(telling(
                      [&] {
-                       load_layers(read, moments, true);
+                       load_layers(read, moments, true, before_layer);
                        if (on_success) on_success();
                      },
                      kMixed),
@@ -301,17 +304,36 @@ void Engine::init_weights(const WeightReader& read) {
                         Impl::Moments::zero, "init_weights (the initial weights were kept)");
 }
 
-void Engine::write_weights(const WeightReader& read) {
+void Engine::write_weights(const WeightReader& read, int source_rank) {
   auto& I = *impl_;
   I.require_complete_setup("write_weights");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
                "write_weights() inside a step or an evaluation: call it between steps");
+  STRATA_CHECK(source_rank >= -1 && source_rank < I.world, Errc::invalid_argument, "write_weights: source rank ",
+               source_rank, " is not one of the ", I.world, " ranks");
   synchronize();
   I.poll_save(true);  // a pending asynchronous checkpoint holds the values before the write
-  const auto& params = I.layout->params();
-  I.load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
-                            float* out) { read(params[pi].name, elem, count, out); },
-                        Impl::Moments::kept, "write_weights (the weights were kept)");
+  const Layout& lay = *I.layout;
+  const auto& params = lay.params();
+  std::vector<float> layer;  // the source rank's values of the layer being read, broadcast
+  const bool broadcast = source_rank >= 0 && I.world > 1;
+  const auto before_layer = [&](std::size_t li) {
+    const auto& L = lay.layers()[li];
+    layer.assign(L.numel, 0.0f);
+    if (I.rank == source_rank) {
+      for (int pi : L.params) read(params[pi].name, 0, params[pi].numel, layer.data() + params[pi].offset);
+    }
+    I.comm->broadcast(layer.data(), layer.size(), DType::fp32, source_rank);
+  };
+  I.load_all_or_nothing(
+      [&](int pi, int, std::uint64_t elem, std::uint64_t count, float* out) {
+        if (broadcast)
+          std::copy_n(layer.data() + params[pi].offset + elem, count, out);
+        else
+          read(params[pi].name, elem, count, out);
+      },
+      Impl::Moments::kept, "write_weights (the weights were kept)", {},
+      broadcast ? std::function<void(std::size_t)>(before_layer) : std::function<void(std::size_t)>());
 }
 
 }  // namespace strata::engine

@@ -43,6 +43,7 @@ void DeviceSwap::plan(const std::vector<std::size_t>& sizes) {
       continue;
     }
     to_nvme_[i] = true;
+    host += kToken;  // what stands in for it in host RAM
     for (std::size_t at = 0; at < sizes[i]; at += piece_) pieces.push_back(std::min(piece_, sizes[i] - at));
   }
   if (pieces.empty()) return;
@@ -74,7 +75,7 @@ void* DeviceSwap::out(void* p, std::size_t bytes, Kind kind, const std::string& 
     return host;
   }
   // Piece by piece through the bounce buffer into the store; a small host token stands in.
-  void* token = ledger_.allocate(Tier::host, Kind::buffers, 64, what + " (offloaded to NVMe)");
+  void* token = ledger_.allocate(Tier::host, Kind::buffers, kToken, what + " (offloaded to NVMe)");
   const Spilled s{pieces_, bytes};
   try {
     char* buf = static_cast<char*>(bounce());

@@ -12,7 +12,8 @@
 // allocation of the same kind, or piece by piece through one pinned bounce buffer into the
 // store, in whose place the part keeps a small host token; finish_out() commits the store.
 // back() does the reverse for a pointer out() gave and passes any other through, so the same
-// walk undoes a partial offload, and the store goes once nothing is left in it. The bytes are
+// walk undoes a partial offload (after finish_out(), which makes what was written readable),
+// and the store goes once nothing is left in it. The bytes are
 // copied, not recomputed: a reload gives every bit back.
 #pragma once
 
@@ -38,6 +39,7 @@ class DeviceSwap {
  public:
   // Bytes per NVMe piece and of the bounce buffer: a quarter of the host room, 4 KiB to 8 MiB.
   static constexpr std::size_t kMinPiece = std::size_t{4} << 10, kMaxPiece = std::size_t{8} << 20;
+  static constexpr std::size_t kToken = 64;  // host bytes standing in for an allocation on NVMe
   // fn(device or host pointer, bytes, kind, what) -> the pointer the part keeps.
   using Fn = std::function<void*(void* p, std::size_t bytes, offload::Kind kind, const std::string& what)>;
 

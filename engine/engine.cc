@@ -47,6 +47,7 @@ Engine::~Engine() {
   I.updates.reset();      // waits for its copies, frees the staging
   I.opt_state.reset();    // frees the resident optimizer state
   I.homes.reset();        // frees the resident parameters and shards
+  I.offloaded.reset();    // an offload_states() spill store lives in the NVMe tier
   I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
 }
 

@@ -301,8 +301,10 @@ class Engine {
   // (masters and compute copies rewritten; a frozen layer's compute copies), with the
   // optimizer moments and the step counters kept: a trainer that edits the full parameters
   // (DeepSpeed's GatheredParameters with a modifier rank) writes them back. All-or-nothing
-  // as a load. Collective; on several ranks every rank's reader gives the same values.
-  void write_weights(const WeightReader& read);
+  // as a load. Collective. source_rank >= 0: only that rank's reader is asked (for every
+  // element, a layer at a time) and its values are broadcast; -1: each rank's reader gives
+  // the elements it owns (every rank must give the same values).
+  void write_weights(const WeightReader& read, int source_rank = -1);
 
  private:
   struct Impl;

@@ -14,6 +14,7 @@ NvmeHomes::NvmeHomes(const Context& ctx) : c_(ctx) {}
 NvmeHomes::~NvmeHomes() {
   io_.reset();  // finishes what is queued: write-backs still read their staging
   drop(params_);
+  drop(spill_);  // (offload_states' store goes with its DeviceSwap, before this)
   swapper_.reset();
   if (swap_buffer_bytes_) c_.ledger.discharge(Tier::host, Kind::buffers, swap_buffer_bytes_);
   if (swap_file_bytes_) c_.ledger.discharge(Tier::nvme, Kind::optimizer, swap_file_bytes_);

@@ -24,8 +24,7 @@ Engine::StateMove Engine::offload_states() {
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
                "offload_states() inside a step or an evaluation: call it between steps");
   const auto t0 = std::chrono::steady_clock::now();
-  synchronize();
-  I.poll_save(true);                              // an asynchronous save still reads the state
+  synchronize();  // this rank's background work (an asynchronous save's writer has its own copy)
   if (I.gather_path) I.gather_path->evict_all();  // gathered layers are rebuilt from the shards
   auto swap = std::make_unique<DeviceSwap>(*I.ledger, *I.dev_stream, I.nvme.get());
   try {
@@ -42,6 +41,7 @@ Engine::StateMove Engine::offload_states() {
   } catch (...) {
     // What moved comes back; the error (a host budget too small, naming the bytes) propagates.
     try {
+      swap->finish_out();  // pieces written to NVMe become the store's current ones, readable back
       I.walk_device_memory([&](void* p, std::size_t bytes, Kind kind, const std::string& what) {
         return swap->back(p, bytes, kind, what);
       });
@@ -54,6 +54,7 @@ Engine::StateMove Engine::offload_states() {
   StateMove r{swap->bytes_out(), swap->nvme_bytes(), swap->allocations(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   I.offloaded = std::move(swap);
+  I.dev.release_cached();  // the freed memory to other users of the device
   STRATA_LOG(debug, "rank ", I.rank, ": offload_states: ", format_bytes(r.bytes), " in ", r.allocations,
              " allocations (", format_bytes(r.nvme_bytes), " of them to NVMe) in ", r.seconds, " s");
   return r;

@@ -100,6 +100,8 @@ strata_status strata_setup(strata_engine* e);
    and back; *bytes (may be NULL) gets the bytes moved. */
 strata_status strata_offload_states(strata_engine* e, uint64_t* bytes);
 strata_status strata_reload_states(strata_engine* e, uint64_t* bytes);
+/* 1 between strata_offload_states and strata_reload_states, else 0. */
+int strata_states_offloaded(const strata_engine* e);
 strata_status strata_begin_step(strata_engine* e);
 /* Fills up to `capacity` views (one per parameter of the layer); *count gets the number. */
 strata_status strata_gather(strata_engine* e, int layer, strata_tensor* out, size_t capacity, size_t* count);
@@ -147,9 +149,10 @@ strata_status strata_save(strata_engine* e, const char* root, const char* traine
    non-zero to fail the call (which then names the tensor). Moments start at zero. */
 typedef int (*strata_weight_reader)(void* user, const char* name, uint64_t elem, uint64_t count, float* out);
 strata_status strata_init_weights(strata_engine* e, strata_weight_reader read, void* user);
-/* Between steps: the same reader's values replace every tensor's, the optimizer moments and
-   step counters kept (Engine::write_weights). */
-strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user);
+/* Between steps: the reader's values replace every tensor's, the optimizer moments and step
+   counters kept (Engine::write_weights); source_rank >= 0: that rank's values, broadcast (the
+   other ranks' readers are not called), -1: each rank's own. */
+strata_status strata_write_weights(strata_engine* e, strata_weight_reader read, void* user, int source_rank);
 strata_status strata_load(strata_engine* e, const char* path, char* trainer_state_out, size_t capacity);
 /* The trainer state the last strata_load read ("" before one): *size is its length with
    the NUL; out (NULL: only the size) gets it when capacity holds it, so a state of any size

@@ -196,13 +196,17 @@ struct Engine::Impl {
   // Where a load's moments come from: zeros, the reader (states 1 and 2), or the state as it
   // is (write_weights: read back first and written again with the new masters).
   enum class Moments { zero, read, kept };
-  void load_layers(const StateReader& read, Moments moments, bool apply);
+  // before_layer(li), when given, runs on every rank before layer li is read (write_weights'
+  // broadcast of the modifier rank's values).
+  void load_layers(const StateReader& read, Moments moments, bool apply,
+                   const std::function<void(std::size_t li)>& before_layer = {});
   // Collective: the step directory a load of `path` reads, as rank 0 resolves it.
   std::string resolve_checkpoint(const std::string& path, const std::string& what);
   // Collective: load_layers read-only, then applied (on_success after it, on every rank)
   // and committed; a failure in either phase changes nothing but NVMe writes discarded.
   void load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
-                           const std::function<void()>& on_success = {});
+                           const std::function<void()>& on_success = {},
+                           const std::function<void(std::size_t li)>& before_layer = {});
   void commit_loaded();            // the staged NVMe writes of a load become current
   void discard_loaded() noexcept;  // they are dropped; the state is marked mixed
   // A load failed while writing: memory may hold part of it. begin_step() refuses until a

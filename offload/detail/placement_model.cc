@@ -32,18 +32,19 @@ Item make_params(const PlacementProblem& p, std::size_t layer) {
   const auto& L = p.layers[layer];
   const std::uint64_t E = L.shard_elems, P = L.padded_elems, c = p.compute_bytes;
   const std::uint64_t G = static_cast<std::uint64_t>(L.gathers_per_step);
+  const std::uint64_t W = L.frozen ? 0 : c * E;  // the step's write-back of updated shards (none when frozen)
   Item it;
   it.layer = layer;
   for (int t = 0; t < 3; ++t) it.bytes[t][t] = c * E * (t == kNvme ? p.nvme_copies : 1);
   if (p.device_gathers) {  // only the shard crosses the link; the layer is all-gathered on the device
     it.flow[kDevice] = {0, 0, 0, 0};
     it.flow[kHost] = {G * c * E, 0, 0, 0};
-    it.flow[kNvme] = {G * c * E, 0, G * c * E, c * E};
+    it.flow[kNvme] = {G * c * E, 0, G * c * E, W};
     return it;
   }
   it.flow[kDevice] = {G * c * P, G * c * E, 0, 0};
   it.flow[kHost] = {G * c * P, 0, 0, 0};
-  it.flow[kNvme] = {G * c * P, 0, G * c * E, c * E};
+  it.flow[kNvme] = {G * c * P, 0, G * c * E, W};
   return it;
 }
 

@@ -86,7 +86,7 @@ def _load():
         "strata_save": [P, ctypes.c_char_p, ctypes.c_char_p, I],
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
-        "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P],
+        "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P, I],
         "strata_write_hf_dir": [ctypes.c_char_p, ctypes.c_char_p, S, ctypes.POINTER(ctypes.c_char_p),
                                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(I), ctypes.c_char_p,
                                 U64, _READER, P],
@@ -96,7 +96,7 @@ def _load():
         f.argtypes, f.restype = args, I
     lib.strata_last_error.restype = ctypes.c_char_p
     lib.strata_engine_destroy.argtypes, lib.strata_engine_destroy.restype = [P], None
-    for name in ("strata_rank", "strata_world_size"):
+    for name in ("strata_rank", "strata_world_size", "strata_states_offloaded"):
         getattr(lib, name).argtypes, getattr(lib, name).restype = [P], I
     lib.strata_loss_scale.argtypes, lib.strata_loss_scale.restype = [P], ctypes.c_float
     lib.strata_accumulation_steps.argtypes, lib.strata_accumulation_steps.restype = [P], ctypes.c_int64
@@ -277,6 +277,11 @@ class Engine:
     def setup(self):
         _check(self._lib.strata_setup(self._handle))
 
+    @property
+    def states_offloaded(self):
+        """Whether offload_states() moved the states off the device and reload_states() has not run."""
+        return bool(self._lib.strata_states_offloaded(self._handle))
+
     def offload_states(self):
         """Between steps: every byte the engine holds on the device to host RAM (the device's memory
         free for other work); returns the bytes moved. Views handed out become invalid."""
@@ -430,10 +435,12 @@ class Engine:
         tensor `name`; the moments start at zero."""
         self._weights(self._lib.strata_init_weights, read)
 
-    def write_weights(self, read):
+    def write_weights(self, read, source_rank=-1):
         """Between steps: every tensor's new values from read(name, elem, count), as init_weights
-        asks for them; the optimizer moments and step counters are kept."""
-        self._weights(self._lib.strata_write_weights, read)
+        asks for them; the optimizer moments and step counters are kept. Collective. source_rank
+        >= 0: only that rank's read is called, its values broadcast; -1: each rank's own."""
+        _with_reader(read, lambda callback: self._lib.strata_write_weights(self._handle, callback, None,
+                                                                           int(source_rank)))
 
     def _weights(self, fn, read):
         _with_reader(read, lambda callback: fn(self._handle, callback, None))

@@ -424,6 +424,8 @@ class ModelEngine(StateMixin):
         try:
             if self._in_step or self._eval:
                 self._abandon()
+            if self.engine.states_offloaded:  # offload_states() without reload_states(): back first
+                self.engine.reload_states()
             trained = self._full_values()
         finally:  # the engine goes even when its values cannot be read (the error propagates)
             for h in self._hooks:

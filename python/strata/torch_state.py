@@ -97,10 +97,9 @@ class StateMixin:
         """A context manager (DeepSpeed's GatheredParameters): inside it every parameter of the module holds its
         full value, so the module can be read, evaluated, saved or edited as plain torch; on exit the engine's
         placeholders come back. modifier_rank=None: read-only, a write is refused on exit (StrataError naming
-        the parameter, nothing changed). modifier_rank=r: what was written goes to the engine on exit (every
-        parameter's masters and compute copies; moments and step counters kept); this rank's values are the
-        ones written, so on several ranks each must write the same values (r names the one DeepSpeed would
-        broadcast from). Between steps."""
+        the parameter, nothing changed). modifier_rank=r: on exit rank r's values go to the engine, broadcast
+        to every rank as DeepSpeed broadcasts them (every parameter's masters and compute copies; moments and
+        step counters kept); with several ranks every rank leaves the context (a collective). Between steps."""
         if modifier_rank is not None and not 0 <= int(modifier_rank) < self.engine.world_size:
             raise StrataError(f"gathered_parameters(modifier_rank={modifier_rank}): not a rank of the "
                               f"{self.engine.world_size}")
@@ -134,7 +133,8 @@ class StateMixin:
                                   "has no Hugging Face config)")
             config = hf.to_dict()
         plan = self._pretrained_plan()
-        cache = {}  # engine layer -> its values: the layers of the unit being written
+        index = {name: i for i, (name, _, _) in enumerate(plan)}
+        cache, current, done = {}, {}, [-1]  # layers of the unit being read; the tensor read last; its index
 
         def values_of(layer):
             if layer not in cache:
@@ -144,25 +144,30 @@ class StateMixin:
                 cache[layer] = self._layer_values(layer)
             return cache[layer]
 
+        def catch_up(i):  # plan entries up to i, in order: the same collective reads on every rank
+            while done[0] < i:
+                name, scaling, parts = plan[done[0] + 1]
+                arrays = [values_of(layer)[source] for layer, source in parts]
+                current.clear()
+                current[name] = arrays[0] if len(arrays) == 1 else (arrays[0].astype(np.float64) + scaling * (
+                    arrays[2].astype(np.float64) @ arrays[1])).astype(np.float32)
+                done[0] += 1
+
         if self.engine.rank != 0:  # the reads are collective; rank 0 writes
-            for layer in dict.fromkeys(layer for _, _, parts in plan for layer, _ in parts):
-                values_of(layer)
+            catch_up(len(plan) - 1)
             return str(out_dir)
-        merged = {}
 
         def read(name, elem, count):
-            if name not in merged:
-                merged.clear()
-                parts, scaling = next((parts, k) for n, k, parts in plan if n == name)
-                arrays = [values_of(layer)[source] for layer, source in parts]
-                merged[name] = arrays[0] if len(arrays) == 1 else \
-                    (arrays[0].astype(np.float64) + scaling * (arrays[2].astype(np.float64) @ arrays[1])).astype(
-                        np.float32)
-            return merged[name].reshape(-1)[elem:elem + count]
+            catch_up(index[name])
+            return current[name].reshape(-1)[elem:elem + count]
 
         shapes = {n: self._shapes[id(p)] for ps in self._params for n, p in ps}
-        return write_hf_dir(out_dir, json.dumps(config), [(n, shapes[parts[0][1]]) for n, _, parts in plan], read,
-                            dtype or _DTYPE_NAMES[self.compute_dtype], max_shard_bytes)
+        try:
+            return write_hf_dir(out_dir, json.dumps(config), [(n, shapes[parts[0][1]]) for n, _, parts in plan],
+                                read, dtype or _DTYPE_NAMES[self.compute_dtype], max_shard_bytes)
+        except BaseException:
+            catch_up(len(plan) - 1)  # the other ranks' reads still need this rank's part
+            raise
 
     def _pretrained_plan(self):
         """[(name written, LoRA scaling, [(engine layer, parameter name)])] unit by unit: a parameter as it
@@ -214,12 +219,17 @@ class _Gathered:
         changed = [name for name, t in written.items() if not torch.equal(t, self.values[name])]
         for layer in range(len(me._params)):
             me._point(layer, None)
-        if not changed or exc[0] is not None:
+        if exc[0] is not None:
             return False
         if self.modifier_rank is None:
-            raise StrataError(f"parameters {changed} were written inside gathered_parameters(): pass "
-                              f"modifier_rank=0 for the writes to reach the engine (read-only without); nothing "
-                              f"was changed")
+            if changed:
+                raise StrataError(f"parameters {changed} were written inside gathered_parameters(): pass "
+                                  f"modifier_rank=0 for the writes to reach the engine (read-only without); "
+                                  f"nothing was changed")
+            return False
+        if not changed and me.engine.world_size == 1:
+            return False
+        # Collective on several ranks (each takes part whatever it wrote): the modifier rank's values, broadcast.
         flat = {n: t.detach().to(torch.float32).reshape(-1).contiguous().numpy() for n, t in written.items()}
-        me.engine.write_weights(lambda name, elem, count: flat[name][elem:elem + count])
+        me.engine.write_weights(lambda name, elem, count: flat[name][elem:elem + count], int(self.modifier_rank))
         return False

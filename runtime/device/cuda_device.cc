@@ -197,6 +197,10 @@ class CudaDevice final : public Device {
   void free_async(void* ptr, Stream& stream) override {
     if (ptr != nullptr) free_on(ptr, static_cast<cudaStream_t>(stream.native_handle()));
   }
+  void release_cached() override {
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize(), "cuda device synchronize before trimming the memory pool");
+    STRATA_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0), "trimming the memory pool");
+  }
   MemoryStats memory_stats() const override {
     MemoryStats m;
     m.used_bytes = budget_.used_bytes();

@@ -120,6 +120,10 @@ class Device {
   virtual void* allocate_async(std::size_t bytes, Stream& stream, std::string_view what = {}) = 0;
   virtual void free_async(void* ptr, Stream& stream) = 0;
   virtual MemoryStats memory_stats() const = 0;
+  // Gives memory freed to the device's pool back to the device itself, so that other users of
+  // the GPU (another process, another library) can allocate it (Engine::offload_states). The
+  // host backend holds nothing beyond its budget: nothing to do.
+  virtual void release_cached() {}
 
   // Page-locked host memory for fast, asynchronous copies; its own budget.
   virtual void* allocate_pinned(std::size_t bytes, std::string_view what = {}) = 0;

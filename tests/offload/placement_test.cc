@@ -108,12 +108,13 @@ TEST_CASE("a frozen layer places its parameters only: no optimizer state, accumu
   CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{600 + 200, 200 + 100, 0});  // layer 1's state; both shards
   CHECK(r.h2d_bytes == 1200);                                                    // the gathers alone
   CHECK(r.explain(p).find("frozen: no gradient or optimizer state") != std::string::npos);
-  // Everything on NVMe (by hand, as above without optimizer 0): layer 0 moves its gathers only.
+  // Everything on NVMe (by hand, as above without optimizer 0): layer 0 moves its gathers only,
+  // and its shards are never written back.
   const auto nvme = offload::evaluate_placement(p, {{Tier::nvme, Tier::nvme}, {Tier::nvme, Tier::nvme}});
   CHECK(nvme.h2d_bytes == 100 + 800 + 400);
   CHECK(nvme.d2h_bytes == 200);
   CHECK(nvme.nvme_read_bytes == 600 + 400 + 200);
-  CHECK(nvme.nvme_write_bytes == 600 + 200 + 100);
+  CHECK(nvme.nvme_write_bytes == 600 + 100);
   CHECK(nvme.tier_bytes == std::array<std::uint64_t, 3>{0, 200, 600 + 200 + 100});
   // Stage 0 keeps a trainable layer's state on the device; a frozen one's parameters only.
   p.stage = 0;

@@ -89,20 +89,6 @@ int run(const Options& o) {
   in.config = engine::load_config(o.config, facts);
   const ModelSize model = model_size(o.m, in.config, o.device == "cuda");
   in.params = model.params;
-  LoraShape lora;
-  std::array<std::uint64_t, engine::kTiers> full{};  // full fine-tuning's tiers, beside LoRA's
-  if (o.lora_rank > 0) {
-    lora = add_lora(in.params, o.lora_rank, o.lora_targets);
-    auto all = in;
-    all.params = model.params;
-    all.device_budget = all.device_budget ? all.device_budget : parse_bytes(o.device_budget, "--device-budget");
-    try {
-      const auto f = engine::estimate_memory(all);
-      for (int t = 0; t < engine::kTiers; ++t) full[t] = f.tiers[t].total();
-    } catch (const Error&) {
-      // Full fine-tuning does not fit these budgets: nothing to print beside LoRA's.
-    }
-  }
   in.world = o.world;
   in.device_budget =
       in.config.memory_budget.device ? in.config.memory_budget.device : parse_bytes(o.device_budget, "--device-budget");
@@ -115,6 +101,19 @@ int run(const Options& o) {
                model.describe,
                " needs on the device itself: activations, and one block gathered with its gradient "
                "buffer");
+  LoraShape lora;
+  std::array<std::uint64_t, engine::kTiers> full{};  // full fine-tuning's tiers, beside LoRA's
+  if (o.lora_rank > 0) {
+    lora = add_lora(in.params, o.lora_rank, o.lora_targets);
+    auto all = in;
+    all.params = model.params;
+    try {
+      const auto f = engine::estimate_memory(all);
+      for (int t = 0; t < engine::kTiers; ++t) full[t] = f.tiers[t].total();
+    } catch (const Error&) {
+      // Full fine-tuning does not fit these budgets: nothing to print beside LoRA's.
+    }
+  }
   const engine::MemoryEstimate e = engine::estimate_memory(in);  // refuses a budget nothing fits
 
   const DeepSpeedFigure ds =
