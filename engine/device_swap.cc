@@ -56,20 +56,26 @@ void* DeviceSwap::bounce() {
   return bounce_;
 }
 
+// A new allocation on `to` holding p's bytes, and p freed; on a failure p is kept and nothing is left.
+void* DeviceSwap::moved(void* p, Tier from, Tier to, std::size_t bytes, Kind kind, const std::string& what) {
+  void* dst = ledger_.allocate(to, kind, bytes, what);
+  try {
+    copy_between(stream_, dst, to, p, from, bytes);
+    stream_.synchronize();
+  } catch (...) {
+    ledger_.free(dst);
+    throw;
+  }
+  ledger_.free(p);
+  return dst;
+}
+
 void* DeviceSwap::out(void* p, std::size_t bytes, Kind kind, const std::string& what) {
   if (p == nullptr) return p;
   const bool nvme = next_ < to_nvme_.size() && to_nvme_[next_];
   ++next_;
   if (!nvme) {
-    void* host = ledger_.allocate(Tier::host, kind, bytes, what + " (offloaded)");
-    try {
-      copy_between(stream_, host, Tier::host, p, Tier::device, bytes);
-      stream_.synchronize();
-    } catch (...) {
-      ledger_.free(host);
-      throw;
-    }
-    ledger_.free(p);
+    void* host = moved(p, Tier::device, Tier::host, bytes, kind, what + " (offloaded)");
     host_.emplace(host, bytes);
     host_bytes_ += bytes;
     return host;
@@ -104,15 +110,7 @@ void DeviceSwap::finish_out() {
 
 void* DeviceSwap::back(void* p, std::size_t bytes, Kind kind, const std::string& what) {
   if (const auto it = host_.find(p); it != host_.end()) {
-    void* dev = ledger_.allocate(Tier::device, kind, bytes, what);
-    try {
-      copy_between(stream_, dev, Tier::device, p, Tier::host, bytes);
-      stream_.synchronize();
-    } catch (...) {
-      ledger_.free(dev);
-      throw;
-    }
-    ledger_.free(p);
+    void* dev = moved(p, Tier::host, Tier::device, bytes, kind, what);
     host_.erase(it);
     host_bytes_ -= bytes;
     return dev;

@@ -64,6 +64,8 @@ class DeviceSwap {
     std::size_t bytes = 0;
   };
   void* bounce();
+  void* moved(void* p, offload::Tier from, offload::Tier to, std::size_t bytes, offload::Kind kind,
+              const std::string& what);
   void drop_store() noexcept;
 
   offload::MemoryLedger& ledger_;
