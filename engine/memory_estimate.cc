@@ -40,11 +40,12 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    if (!L.frozen && plan.opt_tier(l) != Tier::nvme)  // a frozen layer: its parameters only
-      at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
-    if (!L.frozen)
+    if (!L.frozen) {  // a frozen layer: its parameters only
+      if (plan.opt_tier(l) != Tier::nvme)
+        at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
       at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
           (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
+    }
     if (stage <= 2 || plan.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
     if (stage == 3 && plan.param_tier(l) != Tier::nvme)
       at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;

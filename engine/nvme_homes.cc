@@ -142,18 +142,21 @@ NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, co
     if (tiers[li] == Tier::nvme) b.index[li] = static_cast<int>(n++);
   }
   b.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
-  const std::uint64_t buffers = b.store->buffer_bytes() * static_cast<std::uint64_t>(b.store->buffer_count());
-  c_.ledger.charge(Tier::host, Kind::buffers, buffers, "the NVMe parameter buffers");
+  charge(b, "the NVMe parameter buffers", str_cat("the parameter swap files in ", po.dir, " (two generations)"));
+  return b;
+}
+
+void NvmeHomes::charge(ParamFiles& f, const std::string& buffers, const std::string& files) {
+  const std::uint64_t bytes = f.store->buffer_bytes() * static_cast<std::uint64_t>(f.store->buffer_count());
+  c_.ledger.charge(Tier::host, Kind::buffers, bytes, buffers);
   try {
-    c_.ledger.charge(Tier::nvme, Kind::params, b.store->file_bytes(),
-                     str_cat("the parameter swap files in ", po.dir, " (two generations)"));
+    c_.ledger.charge(Tier::nvme, Kind::params, f.store->file_bytes(), files);
   } catch (...) {
-    c_.ledger.discharge(Tier::host, Kind::buffers, buffers);
+    c_.ledger.discharge(Tier::host, Kind::buffers, bytes);
     throw;
   }
-  b.buffer_bytes = buffers;
-  b.file_bytes = b.store->file_bytes();
-  return b;
+  f.buffer_bytes = bytes;
+  f.file_bytes = f.store->file_bytes();
 }
 
 void NvmeHomes::drop(ParamFiles& b) noexcept {
@@ -188,17 +191,12 @@ offload::ParamStore* NvmeHomes::open_spill(const std::vector<std::uint64_t>& pie
   std::vector<offload::ParamTensor> tensors;
   for (std::size_t i = 0; i < pieces.size(); ++i) tensors.push_back({str_cat("offloaded piece ", i), pieces[i]});
   spill_.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
-  spill_.buffer_bytes = spill_.store->buffer_bytes() * static_cast<std::uint64_t>(spill_.store->buffer_count());
-  c_.ledger.charge(Tier::host, Kind::buffers, spill_.buffer_bytes, "the NVMe buffers of offload_states()");
   try {
-    c_.ledger.charge(Tier::nvme, Kind::params, spill_.store->file_bytes(),
-                     str_cat("the files of offload_states() in ", po.dir));
+    charge(spill_, "the NVMe buffers of offload_states()", str_cat("the files of offload_states() in ", po.dir));
   } catch (...) {
-    c_.ledger.discharge(Tier::host, Kind::buffers, spill_.buffer_bytes);
     spill_ = {};
     throw;
   }
-  spill_.file_bytes = spill_.store->file_bytes();
   return spill_.store.get();
 }
 

@@ -95,6 +95,8 @@ class NvmeHomes {
  private:
   std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the directory
   void warn_aio_knobs() const;
+  // Charges a new store's buffers (host) and files (NVMe) to the ledger, both or neither.
+  void charge(ParamFiles& f, const std::string& buffers, const std::string& files);
 
   Context c_;
   // Declared before the files so that the locks go after them.
