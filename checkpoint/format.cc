@@ -111,6 +111,8 @@ void validate_fields(const Manifest& m, const std::string& where) {
   if (m.zero_stage < 0 || m.zero_stage > 3) bad("zero_stage", m.zero_stage, "0, 1, 2 or 3");
   if (!known_dtype_name(m.compute_dtype))
     bad("compute_dtype", "'" + m.compute_dtype + "'", "fp32, bf16, fp16, fp8_e4m3 or fp8_e5m2");
+  if (m.moment_dtype != "fp32" && m.moment_dtype != "bf16")
+    bad("moment_dtype", "'" + m.moment_dtype + "'", "fp32 or bf16");
   if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes) bad("chunk_bytes", m.chunk_bytes, "in 1 to 2^30");
   std::set<std::string> names;
   for (const auto& f : m.files) {
@@ -147,8 +149,8 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
       for (const auto& g : segs) {
         STRATA_CHECK(g.file >= 0 && g.file < static_cast<int>(m.files.size()), Errc::corrupt, "checkpoint manifest ",
                      where, ": ", ctx, " names file #", g.file, " of ", m.files.size());
-        const std::uint64_t bytes = m.files[g.file].bytes;  // fp32 elements; written so no sum can wrap
-        STRATA_CHECK(g.count <= bytes / 4 && g.file_offset <= bytes - g.count * 4 && g.count <= t.numel &&
+        const std::uint64_t bytes = m.files[g.file].bytes, eb = m.elem_bytes(static_cast<State>(s));
+        STRATA_CHECK(g.count <= bytes / eb && g.file_offset <= bytes - g.count * eb && g.count <= t.numel &&
                          g.elem <= t.numel - g.count,
                      Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
                      m.files[g.file].name, " or the tensor");
@@ -194,6 +196,10 @@ const TensorEntry* Manifest::find(const std::string& tensor) const noexcept {
   return nullptr;
 }
 
+std::uint64_t Manifest::elem_bytes(State s) const noexcept {
+  return s == State::master || moment_dtype == "fp32" ? 4 : 2;
+}
+
 std::uint64_t Manifest::payload_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& f : files) n += f.bytes;
@@ -218,17 +224,18 @@ std::string to_json(const Manifest& m) {
     for (int s = 0; s < kStates; ++s) states[state_name(static_cast<State>(s))] = segments_json(t.states[s]);
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"numel", t.numel}, {"states", states}});
   }
-  const json j = {{"format", kFormatName},
-                  {"version", m.version},
-                  {"step", m.step},
-                  {"world_size", m.world_size},
-                  {"zero_stage", m.zero_stage},
-                  {"compute_dtype", m.compute_dtype},
-                  {"chunk_bytes", m.chunk_bytes},
-                  {"engine", json::parse(m.engine_state)},
-                  {"trainer", json::parse(m.trainer_state)},
-                  {"files", files},
-                  {"tensors", tensors}};
+  json j = {{"format", kFormatName},
+            {"version", m.moment_dtype == "fp32" ? m.version : std::max(m.version, 3)},
+            {"step", m.step},
+            {"world_size", m.world_size},
+            {"zero_stage", m.zero_stage},
+            {"compute_dtype", m.compute_dtype},
+            {"chunk_bytes", m.chunk_bytes},
+            {"engine", json::parse(m.engine_state)},
+            {"trainer", json::parse(m.trainer_state)},
+            {"files", files},
+            {"tensors", tensors}};
+  if (m.moment_dtype != "fp32") j["moment_dtype"] = m.moment_dtype;  // version 3; absent: fp32
   return j.dump(1) + "\n";
 }
 
@@ -258,6 +265,11 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
   m.zero_stage = need<int>(j, "zero_stage", where, top);
   m.compute_dtype = need<std::string>(j, "compute_dtype", where, top);
   m.chunk_bytes = need<std::uint64_t>(j, "chunk_bytes", where, top);
+  if (j.contains("moment_dtype")) {
+    m.moment_dtype = need<std::string>(j, "moment_dtype", where, top);
+    STRATA_CHECK(m.version >= 3, Errc::corrupt, "checkpoint manifest ", where, " is format version ", m.version,
+                 " but has 'moment_dtype' (version 3): the file was changed or damaged; load another checkpoint");
+  }
   for (const char* key : {"engine", "trainer"}) {
     STRATA_CHECK(need<json>(j, key, where, top).is_object(), Errc::corrupt, "checkpoint manifest ", where, ": '", key,
                  "' is not a JSON object (", j[key].type_name(), ")");
@@ -304,7 +316,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
 
 std::string manifest_file_text(const Manifest& m) {
   Manifest v = m;
-  v.version = kFormatVersion;
+  v.version = 2;  // to_json makes it 3 when the moments need it; what earlier Strata reads stays 2
   const std::string body = to_json(v);  // "{\n \"chunk_bytes\": ..."
   std::string text = str_cat(kChecksumOpen, std::string(16, '0'), kChecksumClose, body.substr(1));
   text.replace(kChecksumOpen.size(), 16, hex64(XXH3_64bits(text.data(), text.size())));

@@ -2,8 +2,9 @@
 //
 // A checkpoint is one directory per saved step (`step-00000012`) under a root directory,
 // holding one shard file per rank (`rank00000.bin`) and `manifest.json`. A shard file is
-// raw little-endian fp32 data: the pieces of master weights and optimizer moments that its
-// rank owned, unpadded, one segment per (tensor, state, contiguous range). The manifest says
+// raw little-endian data: the pieces of fp32 master weights and optimizer moments (fp32, or
+// bf16 where the manifest's "moment_dtype" says so, version 3) that its rank owned, unpadded,
+// one segment per (tensor, state, contiguous range). The manifest says
 // everything needed to read them back at any world size and stage:
 //   - format and version, the step, the world size, ZeRO stage and compute dtype it was
 //     saved with, the engine's and the trainer's own state (opaque JSON objects);
@@ -39,7 +40,9 @@
 
 namespace strata::checkpoint {
 
-inline constexpr int kFormatVersion = 2;        // 2: manifest.json carries its XXH3
+// 2: manifest.json carries its XXH3. 3: the moments may be bf16 ("moment_dtype"); a checkpoint
+// with fp32 moments is still written as version 2, which earlier Strata reads.
+inline constexpr int kFormatVersion = 3;
 inline constexpr int kOldestFormatVersion = 1;  // read, with a warning (no checksum)
 inline constexpr const char* kFormatName = "strata-checkpoint";
 inline constexpr const char* kManifestName = "manifest.json";
@@ -79,11 +82,12 @@ struct FileEntry {
 };
 
 struct Manifest {
-  int version = kFormatVersion;
+  int version = 2;  // to_json writes 3 (kFormatVersion) once the moments are not fp32
   std::int64_t step = 0;
   int world_size = 1;
   int zero_stage = 0;
   std::string compute_dtype = "fp32";
+  std::string moment_dtype = "fp32";  // exp_avg and exp_avg_sq: fp32 or bf16 (the master is fp32)
   std::uint64_t chunk_bytes = kDefaultChunkBytes;
   std::string engine_state = "{}";   // a JSON object, the engine's (step counters, loss scaler)
   std::string trainer_state = "{}";  // a JSON object, the trainer's (data position, seed)
@@ -91,7 +95,8 @@ struct Manifest {
   std::vector<TensorEntry> tensors;
 
   const TensorEntry* find(const std::string& tensor) const noexcept;
-  std::uint64_t payload_bytes() const noexcept;  // sum of the files' sizes
+  std::uint64_t elem_bytes(State s) const noexcept;  // 4, or 2 for bf16 moments
+  std::uint64_t payload_bytes() const noexcept;      // sum of the files' sizes
 };
 
 // JSON text of a manifest (also used for one rank's part before they are merged).

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "io/swap_format.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/progress.h"
 #include "runtime/core/units.h"
@@ -207,7 +208,9 @@ std::string ShardReader::holders(int file, std::uint64_t begin, std::uint64_t en
   for (const auto& t : m_.tensors) {
     for (int s = 0; s < kStates; ++s) {
       for (const auto& g : t.states[s]) {
-        if (g.file != file || g.file_offset >= end || g.file_offset + g.count * 4 <= begin) continue;
+        if (g.file != file || g.file_offset >= end ||
+            g.file_offset + g.count * m_.elem_bytes(static_cast<State>(s)) <= begin)
+          continue;
         if (listed++ < 4)
           out += str_cat(out.empty() ? "" : ", ", "'", t.name, "' (", state_name(static_cast<State>(s)), ")");
       }
@@ -264,10 +267,18 @@ void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem,
   STRATA_CHECK(s == State::master || t.has_moments(), Errc::invalid_argument, "checkpoint '", dir_, "': tensor '",
                t.name, "' was saved frozen: it has its values and no ", state_name(s));
   std::uint64_t covered = 0;
+  const std::uint64_t eb = m_.elem_bytes(s);
+  std::vector<std::uint16_t> narrow;
   for (const auto& g : t.states[static_cast<int>(s)]) {
     const std::uint64_t lo = std::max(elem, g.elem), hi = std::min(end, g.elem + g.count);
     if (lo >= hi) continue;
-    read(g.file, g.file_offset + (lo - g.elem) * 4, (hi - lo) * 4, out + (lo - elem), what);
+    if (eb == 4) {
+      read(g.file, g.file_offset + (lo - g.elem) * 4, (hi - lo) * 4, out + (lo - elem), what);
+    } else {  // bf16 moments, widened exactly
+      narrow.resize(hi - lo);
+      read(g.file, g.file_offset + (lo - g.elem) * eb, (hi - lo) * eb, narrow.data(), what);
+      convert(narrow.data(), DType::bf16, out + (lo - elem), DType::fp32, hi - lo);
+    }
     covered += hi - lo;
   }
   STRATA_CHECK(covered == count, Errc::corrupt, "checkpoint '", dir_, "': ", what, " elements ", elem, "-", end,

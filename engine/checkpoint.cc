@@ -28,6 +28,7 @@
 #include "engine/detail/engine_impl.h"
 #include "engine/engine.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
@@ -149,6 +150,7 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
   part.world_size = world;
   part.zero_stage = cfg.zero.stage;
   part.compute_dtype = dtype_name(cdt);
+  part.moment_dtype = dtype_name(opt_state->moment_dtype());
   part.engine_state = engine_state_json();
   part.trainer_state = trainer_state;
   for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
@@ -160,7 +162,8 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
     const auto& L = lay.layers()[li];
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
       // The sealed generation's files join the checkpoint as they are; segments point into
-      // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements).
+      // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements, the
+      // moments in the moment dtype).
       const auto sealed =
           nvme->swapper()->sealed_files(static_cast<std::size_t>(nvme->swap_index(static_cast<int>(li))));
       const int first = static_cast<int>(part.files.size());
@@ -178,7 +181,9 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
               const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
               const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
               if (lo >= hi) continue;
-              const std::uint64_t at = (static_cast<std::uint64_t>(s) * sealed[c].elems + lo - sealed[c].offset) * 4;
+              const std::uint64_t es = part.elem_bytes(static_cast<checkpoint::State>(s));
+              const std::uint64_t before = s == 0 ? 0 : s == 1 ? 4 : 4 + es;  // bytes per element of earlier states
+              const std::uint64_t at = before * sealed[c].elems + (lo - sealed[c].offset) * es;
               part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
             }
           });
@@ -192,10 +197,19 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
       homes->read_own(l, st[0].data());
     else
       opt_state->read(l, st[0].data(), st[1].data(), st[2].data());
+    std::vector<std::uint16_t> narrow;  // bf16 moments are stored as they are held
     for (int s = 0; s < (L.frozen ? 1 : checkpoint::kStates); ++s) {
+      const bool wide = part.elem_bytes(static_cast<checkpoint::State>(s)) == 4;
       for (const auto& pc : pieces(l, false)) {
         detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-          const auto off = append(st[s].data() + index, count * 4);
+          std::uint64_t off = 0;
+          if (wide) {
+            off = append(st[s].data() + index, count * 4);
+          } else {
+            narrow.resize(count);
+            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 values
+            off = append(narrow.data(), count * 2);
+          }
           part.tensors[pi].states[s].push_back({0, off, elem, count});
         });
       }
@@ -206,16 +220,18 @@ checkpoint::Manifest Engine::Impl::build_part(const std::string& staging, std::i
 
 std::uint64_t Engine::Impl::shard_file_bytes(bool link_nvme) const {
   const Layout& lay = *layout;
-  std::uint64_t elems = 0;
+  // Per element: the fp32 master, and the two moments unless frozen (values only).
+  const std::uint64_t moments = 2 * dtype_size(opt_state->moment_dtype());
+  std::uint64_t bytes = 0;
   for (std::size_t li = 0; li < layer_count(); ++li) {
     if (plan->opt_tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
-    const std::uint64_t states = lay.layers()[li].frozen ? 1 : checkpoint::kStates;  // values only when frozen
+    const std::uint64_t per = lay.layers()[li].frozen ? 4 : 4 + moments;
     for (const auto& pc : pieces(static_cast<int>(li), false)) {
       detail::for_each_param_range(lay, lay.layers()[li], pc,
-                                   [&](int, std::size_t, std::size_t, std::size_t count) { elems += count * states; });
+                                   [&](int, std::size_t, std::size_t, std::size_t count) { bytes += count * per; });
     }
   }
-  return elems * 4;
+  return bytes;
 }
 
 // The synchronous form: the shard file written as build_part produces it.

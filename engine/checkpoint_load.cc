@@ -132,6 +132,11 @@ OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest
     STRATA_LOG(info, "checkpoint '", where, "' was trained in ", m.compute_dtype, "; this run computes in ",
                dtype_name(cdt), " (the fp32 masters carry over exactly)");
   }
+  if (m.moment_dtype != dtype_name(opt_state->moment_dtype())) {
+    STRATA_LOG(info, "checkpoint '", where, "' holds ", m.moment_dtype, " optimizer moments; this run keeps ",
+               dtype_name(opt_state->moment_dtype()),
+               opt_state->moment_dtype() == DType::fp32 ? " (widened exactly)" : " (rounded to nearest even)");
+  }
   return c;
 }
 

@@ -30,7 +30,21 @@ struct OptimizerConfig {
   bool bias_correction = true;
   // DeepSpeed's "Adam" with adam_w_mode=true (its default) is AdamW; false is Adam with L2.
   float max_coeff = 10.0f, min_coeff = 0.01f;  // Lamb: the trust ratio's clamp
+  // exp_avg and exp_avg_sq: fp32, or bf16 (bf16.bf16_optimizer_states; rounded to nearest
+  // even each step). The master weights stay fp32 either way.
+  DType moment_dtype = DType::fp32;
 };
+
+// Bytes per element of a shard's optimizer state: the fp32 master and the two moments.
+inline std::uint32_t state_bytes_per_elem(const OptimizerConfig& o) {
+  return 4 + 2 * static_cast<std::uint32_t>(dtype_size(o.moment_dtype));
+}
+// What that state is, for messages: "fp32 master, exp_avg, exp_avg_sq" or with "bf16 moments".
+inline std::string state_description(const OptimizerConfig& o) {
+  return o.moment_dtype == DType::fp32
+             ? "fp32 master, exp_avg, exp_avg_sq"
+             : std::string("fp32 master, ") + dtype_name(o.moment_dtype) + " exp_avg and exp_avg_sq";
+}
 
 // DeepSpeed's scheduler "params" with its defaults (deepspeed/runtime/lr_schedules.py).
 struct SchedulerConfig {

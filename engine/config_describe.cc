@@ -57,6 +57,9 @@ std::string describe_training(const EngineConfig& c) {
     std::snprintf(text, sizeof text, "; clipping at %g", c.gradient_clipping);
     out += text;
   }
+  if (o.moment_dtype != DType::fp32)
+    out +=
+        std::string("; ") + dtype_name(o.moment_dtype) + " moments beside the fp32 master (bf16.bf16_optimizer_states)";
   if (!c.optimizer_given) out += " (Strata's defaults: the config has no optimizer block)";
   return out;
 }

@@ -39,7 +39,8 @@ void read_fp16(ObjectReader& top, Fp16Config& fp16) {
               "Strata keeps fp32 master weights and gradients: remove the key or set it to false");
 }
 
-void read_bf16(ObjectReader& top, bool& enabled) {
+void read_bf16(ObjectReader& top, EngineConfig& config) {
+  bool& enabled = config.bf16;
   // "bfloat16" is DeepSpeed's old name, still read when "bf16" is absent.
   if (top.has("bf16") && top.has("bfloat16")) {
     top.context().fail("bf16 and bfloat16 (its old name) are both given: keep bf16");
@@ -51,8 +52,19 @@ void read_bf16(ObjectReader& top, bool& enabled) {
   r.notice("immediate_grad_update");  // when accumulated gradients are applied, not how
   const char* unsupported = "Strata does not support it: remove the key or set it to false";
   r.notice_if("check_grad_overflow", false, unsupported);
-  r.notice_if("bf16_master_weights_and_grads", false, unsupported);
-  r.notice_if("bf16_optimizer_states", false, unsupported);
+  r.notice_if("bf16_master_weights_and_grads", false,
+              "Strata keeps fp32 master weights (bf16_optimizer_states keeps the moments in bf16): remove the key "
+              "or set it to false");
+  // DeepSpeed's meaning: exp_avg and exp_avg_sq are kept in bf16 (Strata keeps the fp32 master).
+  bool bf16_states = false;
+  if (r.read_bool("bf16_optimizer_states", bf16_states) && bf16_states) {
+    if (!enabled) {
+      r.fail_value("bf16_optimizer_states", true,
+                   "needs bf16.enabled true (DeepSpeed reads the bf16 block only when it is enabled): enable bf16 or "
+                   "remove the key");
+    }
+    config.optimizer.moment_dtype = DType::bf16;
+  }
 }
 
 // betas: two numbers in [0, 1).
@@ -95,11 +107,15 @@ void read_fp8(ObjectReader& top, Fp8Config& fp8) {
 
 void read_precision(ObjectReader& top, EngineConfig& config) {
   read_fp16(top, config.fp16);
-  read_bf16(top, config.bf16);
+  read_bf16(top, config);
   read_fp8(top, config.fp8);
   top.context().defer([&ctx = top.context(), &config] {
     if (config.bf16 && config.fp16.enabled)
       ctx.fail("fp16.enabled and bf16.enabled are both true: choose one precision");
+    if (config.optimizer.moment_dtype != DType::fp32 && config.optimizer.type == OptimizerType::lamb)
+      ctx.fail(
+          "bf16.bf16_optimizer_states with optimizer Lamb: Strata's Lamb keeps fp32 moments; use AdamW, Lion or "
+          "Adagrad, or remove the key");
   });
 }
 

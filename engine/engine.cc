@@ -258,6 +258,7 @@ MemoryReport Engine::memory() const {
   r.host = impl_->ledger->usage(Tier::host);
   r.nvme = impl_->ledger->usage(Tier::nvme);
   r.device_memory_peak = impl_->dev.memory_stats().peak_bytes;
+  r.parameters = impl_->layout->total_numel();
   if (const auto& g = impl_->gather_path) {
     r.live_gathered_elems = g->live_elems();
     r.peak_gathered_elems = g->peak_live_elems();

@@ -88,6 +88,7 @@ struct MemoryReport {
   // The Device's own peak: the engine's ledger and what the trainer holds there (activations),
   // in the device's allocation granules.
   std::uint64_t device_memory_peak = 0;
+  std::uint64_t parameters = 0;  // the model's registered elements (what "bytes per parameter" divides by)
 };
 
 // One step's traffic between tiers (begin_step() to the end of step()), counted where the

@@ -42,7 +42,8 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
     const auto& L = lay.layers()[li];
     if (!L.frozen) {  // a frozen layer: its parameters only
       if (plan.opt_tier(l) != Tier::nvme)
-        at(e, plan.opt_tier(l), Kind::optimizer) += 12 * OptimizerState::elems(lay, stage, l);
+        at(e, plan.opt_tier(l), Kind::optimizer) +=
+            state_bytes_per_elem(in.config.optimizer) * OptimizerState::elems(lay, stage, l);
       at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
           (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     }
@@ -189,7 +190,8 @@ void add_overlap_spares(const EstimateInput& in, const Layout& lay, const Placem
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (plan.opt_tier(l) == Tier::host)
-      at(e, Tier::host, Kind::optimizer) += 12 * OptimizerState::elems(lay, c.zero.stage, l);
+      at(e, Tier::host, Kind::optimizer) +=
+          state_bytes_per_elem(c.optimizer) * OptimizerState::elems(lay, c.zero.stage, l);
   }
 }
 

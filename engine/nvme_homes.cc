@@ -55,6 +55,7 @@ offload::SwapperOptions NvmeHomes::swapper_options(const EngineConfig& cfg, std:
   so.sub_group_elems = cfg.zero.sub_group_size;
   so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
   so.budget_bytes = host_room;
+  so.moment_dtype = cfg.optimizer.moment_dtype;
   apply_aio(cfg, so);
   return so;
 }

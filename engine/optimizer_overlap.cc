@@ -53,7 +53,7 @@ void OptimizerStep::begin_overlap(bool allowed) {
   STRATA_CHECK(tail_failure_.empty(), tail_failure_code_, tail_failure_);
   speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
   optim::StepArgs a;
-  a.state_dtype = DType::fp32;
+  a.state_dtype = c_.state.moment_dtype();
   a.copy_dtype = c_.cdt;
   a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
   a.step = taken_ + 1;
@@ -135,14 +135,15 @@ void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
     const auto& from = c_.state.resident(li);
     const auto& to = c_.state.spare(li);
     // The state this optimizer does not use (Lion's v, Adagrad's m) carries over as it is.
-    const std::size_t bytes = c_.state.elems(li) * sizeof(float);
+    const std::size_t bytes = c_.state.elems(li) * dtype_size(c_.state.moment_dtype());
     if (c_.cfg.optimizer.type == OptimizerType::lion) std::memcpy(to.v, from.v, bytes);
     if (c_.cfg.optimizer.type == OptimizerType::adagrad) std::memcpy(to.m, from.m, bytes);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
       const std::size_t off = OptimizerState::offset(c_.layout, stage, li, k);
-      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, to.m + off, to.v + off,
-                   {from.master + off, from.m + off, from.v + off});
+      const auto& st = c_.state;
+      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, st.moment_at(to.m, off),
+                   st.moment_at(to.v, off), {from.master + off, st.moment_at(from.m, off), st.moment_at(from.v, off)});
     }
   }
 }

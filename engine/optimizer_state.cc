@@ -1,9 +1,13 @@
-// Each layer's fp32 optimizer state (the protocol in optimizer_state.h).
+// Each layer's optimizer state (the protocol in optimizer_state.h).
 #include "engine/optimizer_state.h"
 
+#include <cstddef>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "engine/tier_copy.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 
 namespace strata::engine {
@@ -19,13 +23,13 @@ OptimizerState::~OptimizerState() {
 }
 
 OptimizerState::Arrays OptimizerState::allocate(int li, Tier tier, const char* what) {
-  const std::size_t bytes = elems(li) * 4;
+  const std::size_t bytes = elems(li) * 4, moment_bytes = elems(li) * dtype_size(c_.moment_dtype);
   const std::string name = str_cat("layer ", c_.layout.layers()[li].id, what);
   Arrays a;
   try {
     a.master = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " master"));
-    a.m = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg"));
-    a.v = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " exp_avg_sq"));
+    a.m = c_.ledger.allocate(tier, Kind::optimizer, moment_bytes, name + " exp_avg");
+    a.v = c_.ledger.allocate(tier, Kind::optimizer, moment_bytes, name + " exp_avg_sq");
   } catch (...) {
     c_.ledger.free(a.master);
     c_.ledger.free(a.m);
@@ -61,10 +65,18 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
     c_.nvme.swapper()->read_state(static_cast<std::size_t>(c_.nvme.swap_index(li)), 0, n, master, m, v);
     return;
   }
-  for (auto [dst, src] : {std::pair{master, o.arrays.master}, std::pair{m, o.arrays.m}, std::pair{v, o.arrays.v}}) {
-    if (dst != nullptr) copy_between(c_.dev_stream, dst, Tier::host, src, o.tier, n * 4);
+  if (master != nullptr) copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, o.tier, n * 4);
+  const std::size_t es = dtype_size(c_.moment_dtype);
+  std::vector<std::byte> narrow(c_.moment_dtype == DType::fp32 ? 0 : 2 * n * es);
+  for (auto [dst, src, k] : {std::tuple{m, o.arrays.m, 0}, std::tuple{v, o.arrays.v, 1}}) {
+    if (dst == nullptr) continue;
+    void* into = narrow.empty() ? static_cast<void*>(dst) : narrow.data() + k * n * es;
+    copy_between(c_.dev_stream, into, Tier::host, src, o.tier, n * es);
   }
   c_.dev_stream.synchronize();
+  if (narrow.empty()) return;
+  if (m != nullptr) convert(narrow.data(), c_.moment_dtype, m, DType::fp32, n);
+  if (v != nullptr) convert(narrow.data() + n * es, c_.moment_dtype, v, DType::fp32, n);
 }
 
 void OptimizerState::write(int li, const float* master, const float* m, const float* v) {
@@ -74,11 +86,23 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
     c_.nvme.swapper()->write_state(static_cast<std::size_t>(c_.nvme.swap_index(li)), master, m, v);
     return;
   }
-  for (auto [dst, src] : {std::pair{o.arrays.master, master}, std::pair{o.arrays.m, m}, std::pair{o.arrays.v, v}}) {
-    if (src != nullptr)
-      copy_between(c_.dev_stream, dst, o.tier, src, Tier::host, n * 4);
-    else
-      fill_zero(c_.dev_stream, dst, n * 4, o.tier);
+  if (master != nullptr)
+    copy_between(c_.dev_stream, o.arrays.master, o.tier, master, Tier::host, n * 4);
+  else
+    fill_zero(c_.dev_stream, o.arrays.master, n * 4, o.tier);
+  const std::size_t es = dtype_size(c_.moment_dtype);
+  std::vector<std::byte> narrow(c_.moment_dtype == DType::fp32 ? 0 : 2 * n * es);
+  for (auto [dst, src, k] : {std::tuple{o.arrays.m, m, 0}, std::tuple{o.arrays.v, v, 1}}) {
+    if (src == nullptr) {
+      fill_zero(c_.dev_stream, dst, n * es, o.tier);
+      continue;
+    }
+    const void* from = src;
+    if (!narrow.empty()) {
+      convert(src, DType::fp32, narrow.data() + k * n * es, c_.moment_dtype, n);
+      from = narrow.data() + k * n * es;
+    }
+    copy_between(c_.dev_stream, dst, o.tier, from, Tier::host, n * es);
   }
   c_.dev_stream.synchronize();
 }
@@ -87,11 +111,11 @@ void OptimizerState::device_memory(const DeviceSwap::Fn& fn) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& o = layers_[li];
     if (o.tier != Tier::device || o.arrays.master == nullptr) continue;  // elsewhere, or a frozen layer's
-    const std::size_t bytes = elems(static_cast<int>(li)) * 4;
+    const std::size_t n = elems(static_cast<int>(li)), moment_bytes = n * dtype_size(c_.moment_dtype);
     const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
-    o.arrays.master = static_cast<float*>(fn(o.arrays.master, bytes, Kind::optimizer, name + " master"));
-    o.arrays.m = static_cast<float*>(fn(o.arrays.m, bytes, Kind::optimizer, name + " exp_avg"));
-    o.arrays.v = static_cast<float*>(fn(o.arrays.v, bytes, Kind::optimizer, name + " exp_avg_sq"));
+    o.arrays.master = static_cast<float*>(fn(o.arrays.master, n * 4, Kind::optimizer, name + " master"));
+    o.arrays.m = fn(o.arrays.m, moment_bytes, Kind::optimizer, name + " exp_avg");
+    o.arrays.v = fn(o.arrays.v, moment_bytes, Kind::optimizer, name + " exp_avg_sq");
   }
 }
 

@@ -1,13 +1,15 @@
-// OptimizerState: each layer's fp32 optimizer state (docs/design.md, "The engine's parts"):
-// the master weights, exp_avg and exp_avg_sq, opt_elems(li) elements each (the padded layer
-// at stage 0, this rank's shard of it above). It owns the arrays of the layers whose state
+// OptimizerState: each layer's optimizer state (docs/design.md, "The engine's parts"): the
+// fp32 master weights and exp_avg and exp_avg_sq in the moment dtype (fp32, or bf16 with
+// bf16.bf16_optimizer_states), opt_elems(li) elements each (the padded layer at stage 0, this
+// rank's shard of it above). It owns the arrays of the layers whose state
 // lives on the device or in host RAM; the state of layers on NVMe lives in the NVMe tier's
 // swapper and is reached through it.
 //
 // Protocol. setup() calls add_layer(li, tier) in layer order with the tier placement chose;
 // the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
-// move a layer's whole state to or from host memory wherever it lives (a null pointer is
-// skipped on read, zeros on write); both are synchronous. Writes of layers on NVMe go to the
+// move a layer's whole state to or from fp32 host arrays wherever it lives (a null pointer is
+// skipped on read, zeros on write; bf16 moments are widened on read, exactly, and rounded to
+// nearest even on write); both are synchronous. Writes of layers on NVMe go to the
 // swapper's other generation: commit_writes(), after every layer was written, makes them
 // current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
 // layers in place through resident(li) and layers on NVMe through the swapper's sub-groups.
@@ -17,6 +19,7 @@
 // layer's state (the old arrays become the spare) when the step is kept.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "engine/device_swap.h"
@@ -36,11 +39,12 @@ class OptimizerState {
     device::Stream& dev_stream;  // copies to and from device arrays
     MemoryLedger& ledger;
     NvmeHomes& nvme;
+    DType moment_dtype = DType::fp32;  // exp_avg and exp_avg_sq: fp32 or bf16
   };
   struct Arrays {  // a resident layer's state; null on NVMe
     float* master = nullptr;
-    float* m = nullptr;
-    float* v = nullptr;
+    void* m = nullptr;  // moment_dtype()
+    void* v = nullptr;
   };
 
   explicit OptimizerState(const Context& ctx) : c_(ctx), layers_(ctx.layout.layers().size()) {}
@@ -50,6 +54,14 @@ class OptimizerState {
 
   void add_layer(int li, Tier tier);
   Tier tier(int li) const { return layers_[li].tier; }
+  DType moment_dtype() const { return c_.moment_dtype; }
+  // Element `elem` of a moment array.
+  void* moment_at(void* base, std::size_t elem) const {
+    return static_cast<std::byte*>(base) + elem * dtype_size(c_.moment_dtype);
+  }
+  const void* moment_at(const void* base, std::size_t elem) const {
+    return static_cast<const std::byte*>(base) + elem * dtype_size(c_.moment_dtype);
+  }
   std::size_t elems(int li) const { return elems(c_.layout, c_.stage, li); }
   static std::size_t elems(const Layout& layout, int stage, int li) {
     return stage == 0 ? layout.layers()[li].padded : layout.layer_shard(li);

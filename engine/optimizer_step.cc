@@ -137,7 +137,7 @@ StepResult OptimizerStep::run() {
   if (!plan.skip) {
     result.lr = scheduled_lr(c_.cfg, taken_ + 1);
     optim::StepArgs a;
-    a.state_dtype = DType::fp32;
+    a.state_dtype = c_.state.moment_dtype();
     a.copy_dtype = c_.cdt;
     a.grad_scale = static_cast<float>(plan.grad_scale / avg);
     a.step = taken_ + 1;
@@ -179,7 +179,7 @@ optim::GradNorm OptimizerStep::global_grad_norm() {
 }
 
 void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0,
-                                 std::size_t n, float* master, float* m, float* v, Source from) {
+                                 std::size_t n, float* master, void* m, void* v, Source from) {
   // Cut the range where the parameters' lr_scale changes (their padding steps at scale 1).
   const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
   const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
@@ -210,14 +210,17 @@ void OptimizerStep::update_range(const optim::StepArgs& base, float lr, int li, 
       end = next;
     }
     const std::size_t len = std::min(end, first + n) - (first + done);
-    const Source at = from.master == nullptr ? from : Source{from.master + done, from.m + done, from.v + done};
-    update_piece(base, lr, s, li, k, e0 + done, len, master + done, m + done, v + done, at);
+    const auto& st = c_.state;
+    const Source at = from.master == nullptr
+                          ? from
+                          : Source{from.master + done, st.moment_at(from.m, done), st.moment_at(from.v, done)};
+    update_piece(base, lr, s, li, k, e0 + done, len, master + done, st.moment_at(m, done), st.moment_at(v, done), at);
     done += len;
   }
 }
 
 void OptimizerStep::update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k,
-                                 std::size_t e0, std::size_t n, float* master, float* m, float* v, Source from) {
+                                 std::size_t e0, std::size_t n, float* master, void* m, void* v, Source from) {
   const auto& oc = c_.cfg.optimizer;
   optim::StepArgs a = base;
   a.n = n;
@@ -280,8 +283,8 @@ void OptimizerStep::run_lamb(const optim::StepArgs& base, float lr) {
       a.n = p.numel;
       const auto& st = c_.state.resident(l);
       a.master = st.master + p.offset;
-      a.m = st.m + p.offset;
-      a.v = st.v + p.offset;
+      a.m = static_cast<float*>(st.m) + p.offset;  // Lamb keeps fp32 moments (the config refuses bf16)
+      a.v = static_cast<float*>(st.v) + p.offset;
       a.grad = grad_at(l, p.offset);
       a.grad_dtype = c_.grads.acc_dtype(l);  // lamb_step takes fp32 (device accumulators, stage 0)
       char* copy = static_cast<char*>(c_.homes.full(l)) + p.offset * cbytes;
@@ -307,7 +310,8 @@ void OptimizerStep::update_sub_group(const optim::StepArgs& base, float lr, cons
     const std::size_t lo = std::max<std::size_t>(b0, g.offset), hi = std::min<std::size_t>(b1, g.offset + g.elems);
     if (lo >= hi) continue;
     const std::size_t at = lo - g.offset;
-    update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, g.exp_avg + at, g.exp_avg_sq + at);
+    update_range(base, lr, li, k, lo - b0, hi - lo, g.master + at, c_.state.moment_at(g.exp_avg, at),
+                 c_.state.moment_at(g.exp_avg_sq, at));
   }
 }
 
@@ -343,7 +347,8 @@ void OptimizerStep::run_resident(const optim::StepArgs& base, float lr) {
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
       const std::size_t off = OptimizerState::offset(c_.layout, stage, l, k);
-      update_range(base, lr, l, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, st.m + off, st.v + off);
+      update_range(base, lr, l, k, 0, stage == 0 ? b.padded : b.shard, st.master + off, c_.state.moment_at(st.m, off),
+                   c_.state.moment_at(st.v, off));
     }
     c_.updates.flush_device(l);
   }

@@ -145,14 +145,16 @@ class OptimizerStep {
   // at stage 0, this rank's shard of it above), with master/m/v wherever they live; with
   // `from`, out of place: the state is read from there and the stepped state written to
   // master/m/v (the overlapped step's spare arrays).
+  // The moments are in the state's moment dtype (OptimizerState::moment_at).
   struct Source {
-    const float *master, *m, *v;
+    const float* master;
+    const void *m, *v;
   };
   void update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n,
-                    float* master, float* m, float* v, Source from = {nullptr, nullptr, nullptr});
+                    float* master, void* m, void* v, Source from = {nullptr, nullptr, nullptr});
   // One piece of that range whose parameters share lr_scale.
   void update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k, std::size_t e0,
-                    std::size_t n, float* master, float* m, float* v, Source from);
+                    std::size_t n, float* master, void* m, void* v, Source from);
   // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
   std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
   // Layer li's accumulator from element `elem` on (its dtype is c_.grads.acc_dtype(li)).

@@ -103,6 +103,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations
+  p.state_bytes = state_bytes_per_elem(c_.cfg.optimizer);
   p.device_gathers = c_.device_collectives;
   p.nvme_available = !c_.cfg.offload_optimizer.nvme_path.empty() || !c_.cfg.offload_param.nvme_path.empty();
   // Live window + persistent layers (+ the device reduction scratch with device collectives).
@@ -113,7 +114,8 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   const int opt_buffers = c_.cfg.offload_optimizer.buffer_count > 0 ? c_.cfg.offload_optimizer.buffer_count : 4;
   const std::uint64_t sub_group =
       std::min<std::uint64_t>(c_.cfg.zero.sub_group_size, std::max<std::uint64_t>(1, largest_shard));
-  p.nvme_buffer_bytes = static_cast<std::uint64_t>(opt_buffers) * ((sub_group * 12 + 4095) / 4096 * 4096);
+  p.nvme_buffer_bytes = static_cast<std::uint64_t>(opt_buffers) *
+                        ((sub_group * state_bytes_per_elem(c_.cfg.optimizer) + 4095) / 4096 * 4096);
   if (stage == 3) {
     const int par_buffers = c_.cfg.offload_param.buffer_count > 0 ? c_.cfg.offload_param.buffer_count : 5;
     const std::uint64_t chunk = std::min<std::uint64_t>(c_.cfg.offload_param.buffer_size, largest_shard) * c_.cbytes;
@@ -180,7 +182,7 @@ void PlacementPlan::place() {
     return s;
   };
   out << "placement (static, DeepSpeed keys), rank " << c_.rank << ", " << layers_.size() << " layers:\n";
-  out << "  optimizer state (fp32 master, exp_avg, exp_avg_sq): " << counts(opt_n)
+  out << "  optimizer state (" << state_description(c_.cfg.optimizer) << "): " << counts(opt_n)
       << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)";
   if (frozen > 0) out << "; " << frozen << " frozen layers hold none";
   out << "\n";
@@ -206,13 +208,13 @@ std::string PlacementPlan::frozen_note() const {
     if (!L.frozen) continue;
     ++n;
     elems += L.numel;
-    opt += 12 * OptimizerState::elems(c_.layout, stage, static_cast<int>(li));
+    opt += state_bytes_per_elem(c_.cfg.optimizer) * OptimizerState::elems(c_.layout, stage, static_cast<int>(li));
     acc += 4 * GradReducer::acc_elems(c_.layout, stage, static_cast<int>(li));
   }
   if (n == 0) return {};
   return str_cat("  frozen layers: ", n, " (", elems,
                  " parameters, held in the compute dtype only); not allocated: ", format_bytes(opt),
-                 " of optimizer state (fp32 master, exp_avg, exp_avg_sq) and up to ", format_bytes(acc),
+                 " of optimizer state (", state_description(c_.cfg.optimizer), ") and up to ", format_bytes(acc),
                  " of gradient accumulators\n");
 }
 
@@ -296,7 +298,7 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
     if (S.persistent) persistent += L.padded * c_.cbytes;
     if (S.opt == Tier::device && !L.frozen)
       persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
-                    OptimizerState::elems(lay, stage, static_cast<int>(li)) * 12;
+                    OptimizerState::elems(lay, stage, static_cast<int>(li)) * state_bytes_per_elem(c_.cfg.optimizer);
   }
   if (stage == 3) {
     STRATA_CHECK(c_.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
@@ -340,7 +342,8 @@ PlacementPlan::HostParts PlacementPlan::host_parts() const {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const auto& S = layers_[li];
     const int i = static_cast<int>(li);
-    if (S.opt == Tier::host) h.opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * 12;
+    if (S.opt == Tier::host)
+      h.opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * state_bytes_per_elem(c_.cfg.optimizer);
     if (acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
     if (c_.cfg.zero.stage == 3 && S.params == Tier::host) h.params += shard(i) * c_.cbytes;
   }

@@ -54,8 +54,8 @@ void Engine::Impl::allocate_step_buffers() {
         return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
       }};
   updates = std::make_unique<UpdateStaging>(uc, any_acc_on_host);
-  opt_state =
-      std::make_unique<OptimizerState>(OptimizerState::Context{*layout, cfg.zero.stage, *dev_stream, *ledger, *nvme});
+  opt_state = std::make_unique<OptimizerState>(
+      OptimizerState::Context{*layout, cfg.zero.stage, *dev_stream, *ledger, *nvme, cfg.optimizer.moment_dtype});
 }
 
 void Engine::Impl::make_gather_path() {

@@ -17,6 +17,7 @@
 #include "io/swap_file.h"
 #include "offload/detail/swap_files.h"
 #include "offload/io_error.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/units.h"
@@ -25,7 +26,8 @@ namespace strata::offload {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::uint64_t kBytesPerElem = 12;  // fp32 master + exp_avg + exp_avg_sq
+// Bytes per element of a sub-group's state: the fp32 master, exp_avg and exp_avg_sq.
+std::uint64_t unit_bytes(const SwapperOptions& o) { return 4 + 2 * dtype_size(o.moment_dtype); }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -37,10 +39,8 @@ std::uint64_t buffer_elems_for(const SwapperOptions& o, const std::vector<SwapTe
 
 // A sub-group's swap files; its length counts elements.
 using Chunk = detail::SwapChunk;
-std::uint64_t payload(const Chunk& c) { return c.length * kBytesPerElem; }
-
 detail::SwapLayout layout_for(const SwapperOptions& o, std::uint64_t buffer_elems) {
-  return {.chunk_units = buffer_elems, .unit_bytes = kBytesPerElem, .element_bytes = 4, .block_bytes = o.block_bytes};
+  return {.chunk_units = buffer_elems, .unit_bytes = unit_bytes(o), .element_bytes = 4, .block_bytes = o.block_bytes};
 }
 
 std::vector<std::uint64_t> sizes_of(const std::vector<SwapTensor>& tensors) {
@@ -100,14 +100,18 @@ struct OptimizerSwapper::Impl {
                   e.where(), e.sys_errno());
     }
   }
+  std::uint64_t payload(const Chunk& c) const { return c.length * unit_bytes(options); }
+  // [master | exp_avg | exp_avg_sq] of the sub-group's elements, the moments in moment_dtype.
   SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
-    float* base = b.as<float>();
-    return {c.tensor, c.offset, c.length, base, base + c.length, base + 2 * c.length};
+    std::byte* base = b.data();
+    const std::uint64_t es = dtype_size(options.moment_dtype);
+    return {
+        c.tensor, c.offset, c.length, reinterpret_cast<float*>(base), base + 4 * c.length, base + (4 + es) * c.length};
   }
 };
 
 std::uint64_t OptimizerSwapper::min_budget_bytes(const SwapperOptions& o, const std::vector<SwapTensor>& tensors) {
-  return io::align_up(buffer_elems_for(o, tensors) * kBytesPerElem);
+  return io::align_up(buffer_elems_for(o, tensors) * unit_bytes(o));
 }
 
 OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
@@ -171,11 +175,11 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
     std::memcpy(g.master, master + c.offset, c.length * 4);
     for (auto [dst, src] : {std::pair{g.exp_avg, exp_avg}, std::pair{g.exp_avg_sq, exp_avg_sq}}) {
       if (src != nullptr)
-        std::memcpy(dst, src + c.offset, c.length * 4);
+        convert(src + c.offset, DType::fp32, dst, I.options.moment_dtype, c.length);
       else
-        std::memset(dst, 0, c.length * 4);
+        std::memset(dst, 0, c.length * dtype_size(I.options.moment_dtype));
     }
-    std::memset(b.data() + payload(c), 0, b.bytes() - payload(c));
+    std::memset(b.data() + I.payload(c), 0, b.bytes() - I.payload(c));
     STRATA_IO_CHECK(c.file[wr]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
   }
   I.written[tensor] = 1;
@@ -212,9 +216,12 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
     if (lo >= hi) continue;
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
     const SubGroup g = I.view(c, b);
-    for (auto [dst, src] :
-         {std::pair{master, g.master}, std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
-      if (dst != nullptr) std::memcpy(dst + (lo - offset), src + (lo - c.offset), (hi - lo) * 4);
+    if (master != nullptr) std::memcpy(master + (lo - offset), g.master + (lo - c.offset), (hi - lo) * 4);
+    const std::uint64_t es = dtype_size(I.options.moment_dtype);
+    for (auto [dst, src] : {std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
+      if (dst != nullptr)
+        convert(static_cast<const std::byte*>(src) + (lo - c.offset) * es, I.options.moment_dtype, dst + (lo - offset),
+                DType::fp32, hi - lo);
     }
   }
 }
@@ -295,7 +302,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
       const std::size_t ci = seq[next_read++];
       Chunk& c = I.chunks[ci];
       reads.push_back({ci, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
-      st.bytes_read += payload(c);  // counted when issued: a failed step's reads moved bytes too
+      st.bytes_read += I.payload(c);  // counted when issued: a failed step's reads moved bytes too
     }
   };
   auto finish_write = [&] {
@@ -358,7 +365,7 @@ void OptimizerSwapper::step(const std::function<void(const SubGroup&)>& fn, cons
       trace("optimizer", str_cat("adam ", I.tensors[c.tensor].name, " sg", c.index), tc);
       writes.push_back(
           {r.chunk, r.buffer, c.file[wr]->swap_out(I.buffers[r.buffer].data(), I.buffers[r.buffer].bytes())});
-      st.bytes_written += payload(c);
+      st.bytes_written += I.payload(c);
       if (order.done && r.chunk + 1 == I.first_chunk[c.tensor + 1]) order.done(c.tensor);
       pump();
     }
@@ -389,7 +396,7 @@ SwapperStats OptimizerSwapper::stats() const noexcept { return impl_->stats; }
 
 std::uint64_t OptimizerSwapper::state_bytes() const noexcept {
   std::uint64_t n = 0;
-  for (const auto& t : impl_->tensors) n += t.elems * kBytesPerElem;
+  for (const auto& t : impl_->tensors) n += t.elems * unit_bytes(impl_->options);
   return n;
 }
 

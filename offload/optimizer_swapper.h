@@ -1,4 +1,5 @@
-// OptimizerSwapper: one rank's fp32 optimizer state (master weights, exp_avg, exp_avg_sq)
+// OptimizerSwapper: one rank's optimizer state (fp32 master weights; exp_avg and exp_avg_sq
+// in fp32 or bf16)
 // kept on NVMe in checksummed swap files and stepped in sub-groups through a pipeline of
 // pinned buffers: sub-group i+1 is read while the caller's optimizer runs on i and i-1 is
 // written back (the pipelined swapping of ZeRO-Infinity and DeepSpeed).
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "offload/swap_footprint.h"
+#include "runtime/core/dtype.h"
 
 namespace strata {
 class Tracer;
@@ -38,7 +40,9 @@ namespace strata::offload {
 // begun, lowest first, once it is set. While one is pending, reads and write_state() see the old generation and step()
 // is refused. A tensor is split into sub-groups of at most sub_group_elems elements, each one swap file holding [master
 // | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one whole-file transfer that fits one buffer, and
-// any tensor size works. Not thread-safe: one caller at a time. Files are removed when the swapper is destroyed.
+// any tensor size works. write_state() and read_state() take and give fp32 arrays: bf16 moments are rounded to
+// nearest even on the way in and widened exactly on the way out. Not thread-safe: one caller at a time. Files are
+// removed when the swapper is destroyed.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
@@ -49,6 +53,7 @@ struct SwapperOptions {
   unsigned submit_batch = 8;                       // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;            // aio.block_size: I/O piece and checksum block
   Tracer* tracer = nullptr;                        // optional: "nvme read", "nvme write", "optimizer" rows
+  DType moment_dtype = DType::fp32;                // exp_avg and exp_avg_sq in the files: fp32 or bf16
 };
 
 struct SwapTensor {
@@ -62,8 +67,8 @@ struct SubGroup {
   std::uint64_t offset = 0;  // first element within the tensor
   std::uint64_t elems = 0;
   float* master = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
+  void* exp_avg = nullptr;  // SwapperOptions::moment_dtype
+  void* exp_avg_sq = nullptr;
 };
 
 struct SwapperStats {

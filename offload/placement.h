@@ -25,7 +25,9 @@ struct PlacementLayer {
 struct PlacementProblem {
   int stage = 3;                    // ZeRO stage 0..3
   std::uint32_t compute_bytes = 2;  // bytes per element of compute copies (bf16/fp16 2, fp32 4)
-  int accumulation_steps = 1;       // micro-batches per step
+  // Bytes per element of optimizer state: the fp32 master and two moments (12, or 8 with bf16 moments).
+  std::uint32_t state_bytes = 12;
+  int accumulation_steps = 1;  // micro-batches per step
   // Bytes per element of a gradient accumulator in host RAM: 4 (fp32), or the compute bytes
   // where each step adds exactly one gradient to it (engine/grad_reducer.h). On the device: 4.
   std::uint32_t host_accumulator_bytes = 4;

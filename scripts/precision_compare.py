@@ -8,6 +8,8 @@ once per precision recipe and compares the validation loss against bf16's:
   fp8-history1   FP8 with a one-step amax history
   fp32-products  the bf16 run with its products in fp32 (oneDNN kept off its bf16 instructions), a control
   bf16-no-clip   the bf16 run without gradient clipping, a control
+  bf16-moments   the bf16 run with its optimizer moments kept in bf16 (bf16.bf16_optimizer_states: 8 bytes
+                 of state an element instead of 12); run it with --tolerance 0.005, the compact-state band
   fp16           fp16 weights, gradients and products with DeepSpeed's dynamic loss scaler
   fp16-no-scaler the same with no loss scaler (loss_scale 1): what unit scaling is for
   unit-bf16      the unit-scaled GPT (--unit-scaled) in bf16, clipping at 300: a control that separates
@@ -63,6 +65,7 @@ RECIPES = {  # name: (changes to the config, extra flags, environment)
     "fp8-history1": ({"fp8": {"enabled": True, "amax_history_len": 1}}, [], {}),
     "fp32-products": ({}, [], {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),
     "bf16-no-clip": ({"gradient_clipping": 0}, [], {}),
+    "bf16-moments": ({"bf16": {"enabled": True, "bf16_optimizer_states": True}}, [], {}),
     "fp16": ({"bf16": {"enabled": False}, "fp16": {"enabled": True}}, [], {}),
     "fp16-no-scaler": (FP16, [], {}),
     "unit-bf16": ({"gradient_clipping": 300}, ["--unit-scaled"], {}),

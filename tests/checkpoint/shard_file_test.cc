@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "checkpoint/shard_file.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
@@ -62,6 +63,45 @@ TEST_CASE("shard files read back any range across chunks and segments", "[checkp
   r.read_tensor(m.tensors[0], State::exp_avg_sq, 999, 1, got.data());
   CHECK(got[0] == 20999.0f);
   r.verify_all();
+}
+
+TEST_CASE("bf16 moments are stored in two bytes, written as version 3 and read back widened", "[checkpoint]") {
+  test::TempDir dir("ckpt-shard");
+  Manifest m;
+  m.chunk_bytes = 1024;
+  m.moment_dtype = "bf16";
+  m.tensors = {{"t", {1000}, 1000, {}}};
+  ShardWriter w(dir.file("rank00000.bin"), m.chunk_bytes);
+  std::vector<float> master(1000);
+  std::iota(master.begin(), master.end(), 0.5f);
+  m.tensors[0].states[0] = {{0, w.append(master.data(), 4000), 0, 1000}};
+  for (int s = 1; s < kStates; ++s) {
+    std::vector<std::uint16_t> moment(1000);
+    for (std::size_t i = 0; i < moment.size(); ++i) moment[i] = fp32_to_bf16(static_cast<float>(s * 1000 + i));
+    m.tensors[0].states[s] = {{0, w.append(moment.data(), 2000), 0, 1000}};
+  }
+  m.files.push_back(w.finish("rank00000.bin", 0));
+  const std::string text = to_json(m);
+  CHECK(text.find("\"version\": 3") != std::string::npos);
+  CHECK(text.find("\"moment_dtype\": \"bf16\"") != std::string::npos);
+  const Manifest back = parse_manifest(text, "test");
+  REQUIRE(back.files[0].bytes == 8000);
+  ShardReader r(dir.path(), back);
+  std::vector<float> got(1000);
+  r.read_tensor(back.tensors[0], State::exp_avg_sq, 0, 1000, got.data());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    REQUIRE(got[i] == bf16_to_fp32(fp32_to_bf16(static_cast<float>(2000 + i))));
+  r.read_tensor(back.tensors[0], State::master, 0, 1000, got.data());
+  CHECK(got == master);
+  // Read as fp32 (a version-2 reader's view), the same segments would run past the file: refused.
+  std::string as_v2 = text;
+  as_v2.replace(as_v2.find("\"version\": 3"), 12, "\"version\": 2");
+  CHECK_THAT(error_of([&] { parse_manifest(as_v2, "test"); }),
+             Catch::Contains("is format version 2 but has 'moment_dtype' (version 3)"));
+  std::string fp8 = text;
+  fp8.replace(fp8.find("\"bf16\""), 6, "\"fp8\"");
+  CHECK_THAT(error_of([&] { parse_manifest(fp8, "test"); }),
+             Catch::Contains("'moment_dtype' is 'fp8' but must be fp32 or bf16"));
 }
 
 TEST_CASE("a flipped byte is named by file, chunk and tensor; a truncated file by its sizes", "[checkpoint]") {

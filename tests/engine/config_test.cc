@@ -343,3 +343,23 @@ TEST_CASE("the fp8 block: Transformer Engine's defaults, every key read, bad val
              Catch::Contains("fp8.amax_compute") && Catch::Contains("max or most_recent"));
   CHECK_THAT(error_of(with_batch(R"("fp8": {"enabeld": true})")), Catch::Contains("enabled"));
 }
+
+TEST_CASE("bf16.bf16_optimizer_states keeps the moments in bf16 with DeepSpeed's meaning", "[config]") {
+  CHECK(parse(with_batch("")).optimizer.moment_dtype == DType::fp32);
+  const EngineConfig c = parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true})"));
+  CHECK(c.optimizer.moment_dtype == DType::bf16);
+  CHECK(state_bytes_per_elem(c.optimizer) == 8);
+  CHECK(state_description(c.optimizer) == "fp32 master, bf16 exp_avg and exp_avg_sq");
+  CHECK(parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": false})")).optimizer.moment_dtype ==
+        DType::fp32);
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": false, "bf16_optimizer_states": true})")),
+             Catch::Contains("bf16.bf16_optimizer_states") && Catch::Contains("needs bf16.enabled true"));
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
+      "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}})")),
+             Catch::Contains("bf16.bf16_optimizer_states with optimizer Lamb"));
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": "yes"})")),
+             Catch::Contains("bf16.bf16_optimizer_states"));
+  // The master stays fp32: DeepSpeed's bf16 master weights are still refused by name.
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})")),
+             Catch::Contains("bf16.bf16_master_weights_and_grads") && Catch::Contains("fp32 master weights"));
+}

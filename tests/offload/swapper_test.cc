@@ -59,15 +59,17 @@ TEST_CASE("the swapper steps every element once per step, chunking tensors large
       CHECK(g.offset == next_offset);  // tensor then offset order
       next_offset = g.offset + g.elems;
       last_tensor = g.tensor;
+      auto* m = static_cast<float*>(g.exp_avg);  // fp32 moments (the default)
+      auto* v = static_cast<float*>(g.exp_avg_sq);
       for (std::uint64_t i = 0; i < g.elems; ++i) {
         const float x = 1000.0f * g.tensor + static_cast<float>(g.offset + i);
         // The moments written last step came back: exp_avg = step - 1, exp_avg_sq = x * (step - 1).
-        if (g.exp_avg[i] != static_cast<float>(step - 1) || g.exp_avg_sq[i] != x * static_cast<float>(step - 1)) {
+        if (m[i] != static_cast<float>(step - 1) || v[i] != x * static_cast<float>(step - 1)) {
           FAIL("moments of tensor " << g.tensor << " element " << g.offset + i << " not carried over");
         }
         g.master[i] += 1.0f;
-        g.exp_avg[i] = static_cast<float>(step);
-        g.exp_avg_sq[i] = x * static_cast<float>(step);
+        m[i] = static_cast<float>(step);
+        v[i] = x * static_cast<float>(step);
         ++seen[g.tensor][g.offset + i];
       }
     });

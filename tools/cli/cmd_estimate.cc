@@ -123,6 +123,9 @@ int run(const Options& o) {
   rss.trainer = trainer_host_bytes(o.m, in.config);
   rss.engine = e.tiers[1].total() + e.swap_file_host_bytes;
   rss.device = in.device_in_host_ram ? device_total : 0;
+  const auto per_param = [&](std::uint64_t bytes) {
+    return e.params > 0 ? static_cast<double>(bytes) / static_cast<double>(e.params) : 0.0;
+  };
   if (o.json) {
     nlohmann::json j{{"model", model.describe},
                      {"parameters", e.params},
@@ -134,8 +137,13 @@ int run(const Options& o) {
                      {"device_total", device_total},
                      {"rss", rss_json(rss)},
                      {"deepspeed", {{"formula", ds.formula}, {"gpu_bytes", ds.gpu}, {"cpu_bytes", ds.cpu}}}};
-    for (int t = 0; t < engine::kTiers; ++t)
-      j["tiers"][engine::tier_name(static_cast<engine::Tier>(t))] = tier_json(e.tiers[t]);
+    for (int t = 0; t < engine::kTiers; ++t) {
+      const char* name = engine::tier_name(static_cast<engine::Tier>(t));
+      j["tiers"][name] = tier_json(e.tiers[t]);
+      j["tiers"][name]["bytes_per_parameter"] = per_param(e.tiers[t].total());
+    }
+    j["optimizer_state"] = {{"moment_dtype", dtype_name(in.config.optimizer.moment_dtype)},
+                            {"bytes_per_element", engine::state_bytes_per_elem(in.config.optimizer)}};
     if (o.lora_rank > 0) {
       j["lora"] = {{"rank", o.lora_rank},       {"adapted_weights", lora.adapted}, {"trainable", lora.trainable},
                    {"frozen", lora.frozen},     {"full_device_total", full[0]},    {"full_host_total", full[1]},
@@ -154,6 +162,10 @@ int run(const Options& o) {
                 format_bytes(k[0]).c_str(), format_bytes(k[1]).c_str(), format_bytes(k[2]).c_str(),
                 format_bytes(k[3]).c_str(), format_bytes(e.tiers[t].total()).c_str());
   }
+  std::printf("  bytes per parameter: device %.2f, host %.2f, nvme %.2f; optimizer state %u bytes an element (%s)\n",
+              per_param(e.tiers[0].total()), per_param(e.tiers[1].total()), per_param(e.tiers[2].total()),
+              engine::state_bytes_per_elem(in.config.optimizer),
+              engine::state_description(in.config.optimizer).c_str());
   std::printf("  the model's own device memory (activations, temporaries): %s; device total %s of budget %s\n",
               format_bytes(e.trainer_device_bytes).c_str(), format_bytes(device_total).c_str(),
               format_bytes(in.device_budget).c_str());

@@ -52,14 +52,19 @@ struct Options {
   PipelineTrainOptions pipe;  // --pipeline-stages P (train_pipeline.h)
 };
 
-nlohmann::json tier_json(const engine::TierUsage& u) {
+// bytes_per_parameter: what the tier holds now over the model's parameters.
+nlohmann::json tier_json(const engine::TierUsage& u, std::uint64_t parameters) {
   nlohmann::json kinds;
   for (int k = 0; k < engine::kKinds; ++k) {
     kinds[engine::kind_name(static_cast<engine::Kind>(k))] = {{"used_bytes", u.kind_used[k]},
                                                               {"peak_bytes", u.kind_peak[k]}};
   }
-  return {
-      {"used_bytes", u.used_bytes}, {"peak_bytes", u.peak_bytes}, {"budget_bytes", u.budget_bytes}, {"kinds", kinds}};
+  const double per = parameters > 0 ? static_cast<double>(u.used_bytes) / static_cast<double>(parameters) : 0.0;
+  return {{"used_bytes", u.used_bytes},
+          {"peak_bytes", u.peak_bytes},
+          {"budget_bytes", u.budget_bytes},
+          {"bytes_per_parameter", per},
+          {"kinds", kinds}};
 }
 
 // The rank's device: the backend --device picks, budgets from the config or the flags.
@@ -149,31 +154,33 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
     std::fflush(stdout);
   }
   if (log.is_open()) {
-    nlohmann::json j = {
-        {"step", s + 1},
-        {"loss", r.loss},
-        {"step_ms", ms},
-        {"tokens_per_s", tokens_per_s},
-        {"grad_norm", r.result.grad_norm},
-        {"loss_scale", r.result.loss_scale},
-        {"lr", r.result.lr},
-        {"skipped", r.result.skipped},
-        {"rolled_back", r.result.rolled_back},
-        {"tail_layers", r.result.tail_layers},
-        {"clip_coef", r.result.clip_coef},
-        {"tiers", {{"device", tier_json(mem.device)}, {"host", tier_json(mem.host)}, {"nvme", tier_json(mem.nvme)}}},
-        {"io",
-         {{"h2d_bytes", io.h2d_bytes},
-          {"d2h_bytes", io.d2h_bytes},
-          {"nvme_read_bytes", io.nvme_read_bytes},
-          {"nvme_write_bytes", io.nvme_write_bytes},
-          {"nvme_gbps", nvme_gbps},
-          {"io_wait_ms", io.io_wait_seconds * 1e3},
-          {"optimizer_wait_ms", io.optimizer_wait_seconds * 1e3},
-          {"engine_step_ms", io.step_seconds * 1e3}}},
-        {"gathered_elems_peak", mem.peak_gathered_elems},
-        {"device_memory_peak_bytes", mem.device_memory_peak},
-        {"rss", {{"base_bytes", rss_base}, {"bytes", process_rss_bytes()}, {"peak_bytes", rss_peak}}}};
+    nlohmann::json j = {{"step", s + 1},
+                        {"loss", r.loss},
+                        {"step_ms", ms},
+                        {"tokens_per_s", tokens_per_s},
+                        {"grad_norm", r.result.grad_norm},
+                        {"loss_scale", r.result.loss_scale},
+                        {"lr", r.result.lr},
+                        {"skipped", r.result.skipped},
+                        {"rolled_back", r.result.rolled_back},
+                        {"tail_layers", r.result.tail_layers},
+                        {"clip_coef", r.result.clip_coef},
+                        {"tiers",
+                         {{"device", tier_json(mem.device, mem.parameters)},
+                          {"host", tier_json(mem.host, mem.parameters)},
+                          {"nvme", tier_json(mem.nvme, mem.parameters)}}},
+                        {"io",
+                         {{"h2d_bytes", io.h2d_bytes},
+                          {"d2h_bytes", io.d2h_bytes},
+                          {"nvme_read_bytes", io.nvme_read_bytes},
+                          {"nvme_write_bytes", io.nvme_write_bytes},
+                          {"nvme_gbps", nvme_gbps},
+                          {"io_wait_ms", io.io_wait_seconds * 1e3},
+                          {"optimizer_wait_ms", io.optimizer_wait_seconds * 1e3},
+                          {"engine_step_ms", io.step_seconds * 1e3}}},
+                        {"gathered_elems_peak", mem.peak_gathered_elems},
+                        {"device_memory_peak_bytes", mem.device_memory_peak},
+                        {"rss", {{"base_bytes", rss_base}, {"bytes", process_rss_bytes()}, {"peak_bytes", rss_peak}}}};
     if (!std::isnan(val)) j["val_loss"] = val;
     log << j.dump() << "\n";
     log.flush();
