@@ -72,12 +72,14 @@ struct Lanes {
     std::memcpy(pad, base + i, len * sizeof(float));
     return FloatBatch::load_aligned(pad);
   }
-  // v with its padded lanes (from len on) zeroed, for sums over the valid ones.
+  // v with its padded lanes (from len on) replaced by zeros, for sums over the valid ones.
+  // Selected, not multiplied by 0: a padded lane may hold inf (exp of a shifted zero), and
+  // inf * 0 is NaN.
   FloatBatch valid_only(const FloatBatch& v) const {
     if (len == FloatBatch::size) return v;
-    alignas(64) float keep[FloatBatch::size] = {};
-    std::fill_n(keep, len, 1.0f);
-    return v * FloatBatch::load_aligned(keep);
+    alignas(64) float index[FloatBatch::size];
+    for (std::size_t k = 0; k < FloatBatch::size; ++k) index[k] = static_cast<float>(k);
+    return xsimd::select(FloatBatch::load_aligned(index) < static_cast<float>(len), v, FloatBatch(0.0f));
   }
   void store(float* base, const FloatBatch& v) const {
     if (len == FloatBatch::size) return v.store_unaligned(base + i);
