@@ -53,9 +53,10 @@ void read_bf16(ObjectReader& top, EngineConfig& config) {
   const char* unsupported = "Strata does not support it: remove the key or set it to false";
   r.notice_if("check_grad_overflow", false, unsupported);
   r.notice_if("bf16_master_weights_and_grads", false,
-              "Strata keeps fp32 master weights (bf16_optimizer_states keeps the moments in bf16): remove the key "
-              "or set it to false");
-  // DeepSpeed's meaning: exp_avg and exp_avg_sq are kept in bf16 (Strata keeps the fp32 master).
+              "Strata keeps fp32 master weights: set it to false (bf16_optimizer_states on its own keeps the "
+              "moments in bf16)");
+  // exp_avg and exp_avg_sq in bf16, as in DeepSpeed; DeepSpeed takes it only beside
+  // bf16_master_weights_and_grads (bf16 masters), and Strata keeps fp32 masters.
   bool bf16_states = false;
   if (r.read_bool("bf16_optimizer_states", bf16_states) && bf16_states) {
     if (!enabled) {

@@ -52,6 +52,13 @@ Engine::Impl::Impl(const EngineOptions& o)
                "optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", cfg.zero.stage,
                "): LAMB scales each tensor's update by a ratio of whole-tensor norms, and ZeRO stages 1-3 split "
                "tensors across ranks (DeepSpeed refuses it there too, as an untested ZeRO optimizer)");
+  STRATA_CHECK(cfg.optimizer.moment_dtype == DType::fp32 || cfg.optimizer.moment_dtype == DType::bf16,
+               Errc::invalid_argument, "optimizer moments in ", dtype_name(cfg.optimizer.moment_dtype),
+               ": Strata keeps them in fp32 or bf16 (bf16.bf16_optimizer_states)");
+  STRATA_CHECK(cfg.optimizer.moment_dtype == DType::fp32 || cfg.optimizer.type != OptimizerType::lamb,
+               Errc::invalid_argument,
+               "bf16.bf16_optimizer_states with optimizer Lamb: Strata's Lamb keeps fp32 moments; use AdamW, Lion or "
+               "Adagrad, or remove the key");
   STRATA_CHECK(cfg.optimizer.type != OptimizerType::lamb || dev.backend() == device::Backend::host, Errc::unsupported,
                "optimizer.type = \"Lamb\" has no CUDA kernel yet ('", dev.name(),
                "'): use Adam/AdamW on a GPU, or --device host");

@@ -71,7 +71,8 @@ struct Placement {
 //
 // Cost model, per layer (E = shard_elems, P = padded_elems, c = compute_bytes,
 // A = accumulation_steps, G = gathers_per_step). Two items may move:
-//  * optimizer (stage >= 1): 12E bytes of fp32 master + exp_avg + exp_avg_sq on its place,
+//  * optimizer (stage >= 1): state_bytes x E (fp32 master + exp_avg + exp_avg_sq: 12E, 8E with
+//    bf16 moments) on its place,
 //    plus the gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device when
 //    the optimizer is there, else on the host (host_accumulator_bytes per element there).
 //    Off the device it costs A*P*c d2h (gradients each micro-batch) and c*E h2d (updated

@@ -77,7 +77,7 @@ std::string Placement::explain(const PlacementProblem& p) const {
       r.optimizer = "-";
       r.why = "frozen: no gradient or optimizer state";
     } else {
-      r.bytes[kDevice] += 16 * L.padded_elems;
+      r.bytes[kDevice] += (p.state_bytes + 4) * L.padded_elems;  // state and accumulator, as the model counts
       r.why = "optimizer device: ZeRO stage 0";
     }
     if (m.param_item[i] >= 0) {

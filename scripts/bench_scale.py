@@ -15,8 +15,10 @@ Each of --runs rounds measures, on the same directory and one after the other:
 Per step of a train run, the first --warmup left out (the first step records the gather trace and
 touches every file; the first overlapped step has no tail of an earlier step to overlap its forward
 with, which every later step of a run has): the step time, the NVMe bytes
-it moved, the I/O floor (those bytes over the round's mixed GB/s) and the ratio
-step / max(compute, floor). Reports medians over rounds, the process's peak RSS against the
+it moved (and per parameter), the I/O floor and the ratio step / max(compute, floor). The floor is the
+bytes the synchronous step moves over the round's mixed GB/s, for both runs: an overlapped step that is
+undone (clipping, overflow) and redone moves more, and that is its cost, not a higher floor. --moments bf16
+keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12). Reports medians over rounds, the process's peak RSS against the
 bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
 import argparse
@@ -42,7 +44,7 @@ def config(a, overlap):
         "train_micro_batch_size_per_gpu": a.micro_batch,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": a.clip,
-        "bf16": {"enabled": True},
+        "bf16": {"enabled": True, **({"bf16_optimizer_states": True} if a.moments == "bf16" else {})},
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
         "zero_optimization": {
             "stage": 3,
@@ -81,11 +83,17 @@ def train(a, overlap, tag, trace):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def summarize(steps, mixed_gbps, compute_s, warmup):
+def nvme_bytes(steps, warmup):
+    """The median NVMe bytes a step moved, the first `warmup` steps left out."""
+    return statistics.median(s["io"]["nvme_read_bytes"] + s["io"]["nvme_write_bytes"] for s in steps[warmup:])
+
+
+def summarize(steps, mixed_gbps, compute_s, warmup, floor_bytes):
+    """floor_bytes: what the synchronous step moves (the floor of both runs)."""
     rows = []
+    floor = floor_bytes / (mixed_gbps * 1e9)
     for s in steps[warmup:]:  # the module docstring says why the first ones are left out
         moved = s["io"]["nvme_read_bytes"] + s["io"]["nvme_write_bytes"]
-        floor = moved / (mixed_gbps * 1e9)
         step = s["step_ms"] / 1e3
         rows.append({"step_s": step, "nvme_bytes": moved, "floor_s": floor,
                      "ratio": step / max(compute_s, floor), "rolled_back": s.get("rolled_back", False),
@@ -122,6 +130,8 @@ def main():
     ap.add_argument("--sub-group", type=int, default=16_000_000, help="sub_group_size and offload_param.buffer_size")
     ap.add_argument("--buffers", type=int, default=6, help="offload_optimizer.buffer_count")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
+    ap.add_argument("--moments", choices=("fp32", "bf16"), default="fp32",
+                    help="the optimizer's moments: fp32, or bf16 (bf16.bf16_optimizer_states)")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
     ap.add_argument("--steps", type=int, default=6, help="per train run")
@@ -156,22 +166,26 @@ def main():
         mixed = statistics.median(mixed_runs + after)
         print(f"  mixed {statistics.median(after):.3f} GB/s after; the round's floor rate {mixed:.3f} GB/s", flush=True)
         res = {"mixed_gbps": mixed, "mixed_runs": mixed_runs + after, "compute_s": compute}
+        sync_bytes = nvme_bytes(logs["sync"], a.warmup)
         for tag in ("sync", "overlap"):
-            s = summarize(logs[tag], mixed, compute, a.warmup)
+            s = summarize(logs[tag], mixed, compute, a.warmup, sync_bytes)
             res[tag] = s
             print(f"  {tag:8s} step {s['step_s']:.2f} s  floor {s['floor_s']:.2f} s  ratio {s['ratio']:.3f}  "
-                  f"NVMe {s['nvme_bytes'] / 1e9:.2f} GB  optimizer wait {s['optimizer_wait_s']:.2f} s  "
+                  f"NVMe {s['nvme_bytes'] / 1e9:.2f} GB ({s['nvme_bytes'] / params:.1f} B a parameter)  "
+                  f"optimizer wait {s['optimizer_wait_s']:.2f} s  "
                   f"rolled back {s['rolled_back']}  rss peak {s['rss_peak'] / 2**30:.2f} GiB", flush=True)
         rounds.append(res)
     host, device = parse_bytes(a.host_budget), parse_bytes(a.device_budget)
-    states = params * 16  # fp32 master, exp_avg, exp_avg_sq; bf16 parameters and gradients
+    # fp32 master, exp_avg and exp_avg_sq (bf16 with --moments bf16); bf16 parameters and gradients
+    states = params * (16 if a.moments == "fp32" else 12)
     med = lambda f: statistics.median(f(x) for x in rounds)
     summary = {
         "parameters": params, "model_states_bytes": states, "host_budget": host, "device_budget": device,
         "states_over_host_budget": states / host, "mixed_gbps": med(lambda x: x["mixed_gbps"]),
         "compute_s": med(lambda x: x["compute_s"]),
         **{f"{t}_{k}": med(lambda x, t=t, k=k: x[t][k])
-           for t in ("sync", "overlap") for k in ("step_s", "floor_s", "ratio", "optimizer_wait_s")},
+           for t in ("sync", "overlap") for k in ("step_s", "floor_s", "ratio", "optimizer_wait_s", "nvme_bytes")},
+        "moments": a.moments,
         "rss_peak": max(max(x["sync"]["rss_peak"], x["overlap"]["rss_peak"]) for x in rounds),
         "rss_base": max(max(x["sync"]["rss_base"], x["overlap"]["rss_base"]) for x in rounds),
         "rounds": rounds,
@@ -184,7 +198,8 @@ def main():
           f"{summary['mixed_gbps']:.3f} GB/s (medians of {a.runs} rounds)")
     for t in ("sync", "overlap"):
         print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
-              f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}")
+              f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}  NVMe "
+              f"{summary[t + '_nvme_bytes'] / params:.1f} B a parameter a step")
     # The bound tests/tools/rss_bound_test.sh asserts (docs/design.md, "Sizing a run").
     bound = host + device + summary["rss_base"] + (40 << 20)
     print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "

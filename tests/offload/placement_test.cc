@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/core/error.h"
+#include "runtime/core/units.h"
 
 using namespace strata;
 using offload::PlacementProblem;
@@ -353,4 +354,18 @@ TEST_CASE("device and host budgets of UINT64_MAX (not set) are unlimited", "[pla
   // The minimums are about fitting at all, not about keeping this placement's traffic.
   CHECK(offload::min_budget_bytes(p, Tier::device) == 1ull << 40);  // everything else on the host
   CHECK(offload::min_budget_bytes(p, Tier::host) == 0);             // shards on the device
+}
+
+TEST_CASE("explain's stage-0 rows count the state's bytes as the model does (bf16 moments: 8)", "[placement]") {
+  PlacementProblem p;
+  p.stage = 0;
+  p.state_bytes = 8;
+  p.layers.push_back({"layer 0", 100, 100, 1});
+  p.device_budget = p.host_budget = 1 << 20;
+  const auto r = offload::plan_placement(p);
+  REQUIRE(r.tier_bytes[0] == (8 + 4 + 2) * 100);  // state, accumulator and bf16 parameters, all on the device
+  const std::string text = r.explain(p);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("layer 0") && Catch::Contains(strata::format_bytes(1400)));
+  CHECK_THAT(text, !Catch::Contains(strata::format_bytes(1800)));  // 16 bytes of state and accumulator an element
 }
