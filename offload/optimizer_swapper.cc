@@ -121,11 +121,12 @@ OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
   Footprint f;
   const std::uint64_t elems = buffer_elems_for(o, tensors);
   f.buffer_bytes = min_budget_bytes(o, tensors);
-  STRATA_CHECK(
-      o.budget_bytes >= f.buffer_bytes, Errc::out_of_budget, "host tier: the NVMe optimizer swapper needs at least ",
-      format_bytes(f.buffer_bytes), " (", f.buffer_bytes, " B) of pinned host memory for one swap buffer of ", elems,
-      " elements (fp32 master, exp_avg, exp_avg_sq), but the budget leaves ", format_bytes(o.budget_bytes), " (",
-      o.budget_bytes, " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
+  STRATA_CHECK(o.budget_bytes >= f.buffer_bytes, Errc::out_of_budget,
+               "host tier: the NVMe optimizer swapper needs at least ", format_bytes(f.buffer_bytes), " (",
+               f.buffer_bytes, " B) of pinned host memory for one swap buffer of ", elems, " elements (fp32 master, ",
+               dtype_name(o.moment_dtype), " exp_avg and exp_avg_sq), but the budget leaves ",
+               format_bytes(o.budget_bytes), " (", o.budget_bytes,
+               " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
   detail::count_swap_files(f, sizes_of(tensors), layout_for(o, elems));
   return f;
