@@ -68,6 +68,11 @@ void MlpRank::train(std::int64_t from, std::int64_t to) {
   for (std::int64_t s = from; s < to; ++s) mlp->train_step(s);
 }
 
+std::uint64_t kind_bytes(const engine::MemoryReport& m, engine::Kind k) {
+  const auto i = static_cast<std::size_t>(k);
+  return m.device.kind_used[i] + m.host.kind_used[i] + m.nvme.kind_used[i];
+}
+
 TrainRun train_mlp(const TrainSpec& spec) {
   TrainRun out;
   std::mutex m;

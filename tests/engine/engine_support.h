@@ -67,6 +67,9 @@ struct TrainSpec {
 
 TrainRun train_mlp(const TrainSpec& spec);
 
+// The bytes of one kind (optimizer state, gradients, ...) over all three tiers of a report.
+std::uint64_t kind_bytes(const engine::MemoryReport& m, engine::Kind k);
+
 // One rank of the demo MLP (3 layers of `hidden`, seed 7) on a host device, driven step by
 // step, so a test can reach the engine and the swap files between steps.
 struct MlpRank {

@@ -23,11 +23,6 @@ namespace {
 
 using engine::OffloadDevice;
 
-std::uint64_t kind_bytes(const engine::MemoryReport& m, engine::Kind k) {
-  const auto i = static_cast<std::size_t>(k);
-  return m.device.kind_used[i] + m.host.kind_used[i] + m.nvme.kind_used[i];
-}
-
 test::TrainSpec bf16_moments_spec(int stage, OffloadDevice opt, OffloadDevice par, const std::string& dir) {
   test::TrainSpec spec;
   spec.world = 2;
@@ -66,8 +61,8 @@ TEST_CASE("bf16 moments train bitwise alike at every stage and placement, in 8 b
     // The same run with fp32 moments: 12 bytes an element of state where bf16 moments take 8.
     spec.config.optimizer.moment_dtype = DType::fp32;
     const auto wide = test::train_mlp(spec);
-    const auto opt = kind_bytes(run.memory, engine::Kind::optimizer);
-    const auto opt_wide = kind_bytes(wide.memory, engine::Kind::optimizer);
+    const auto opt = test::kind_bytes(run.memory, engine::Kind::optimizer);
+    const auto opt_wide = test::kind_bytes(wide.memory, engine::Kind::optimizer);
     if (c.opt != OffloadDevice::nvme) {
       CHECK(opt * 3 == opt_wide * 2);
     } else if (c.par == OffloadDevice::none) {
@@ -104,8 +99,8 @@ TEST_CASE("Lion and Adagrad keep their one bf16 moment alike on the device and i
     // Held in two bytes (Lion's update is a sign, which six steps of rounded moments need not move).
     spec.config.optimizer.moment_dtype = DType::fp32;
     const auto wide = test::train_mlp(spec);
-    CHECK(kind_bytes(device.memory, engine::Kind::optimizer) * 3 ==
-          kind_bytes(wide.memory, engine::Kind::optimizer) * 2);
+    CHECK(test::kind_bytes(device.memory, engine::Kind::optimizer) * 3 ==
+          test::kind_bytes(wide.memory, engine::Kind::optimizer) * 2);
     if (type == engine::OptimizerType::adagrad) CHECK(wide.params != device.params);
   }
 }

@@ -35,11 +35,6 @@ bool same_layers(const std::vector<float>& a, const std::vector<float>& b, int f
   return std::memcmp(a.data() + at, b.data() + at, n * 4) == 0;
 }
 
-std::uint64_t kind_bytes(const engine::MemoryReport& m, engine::Kind k) {
-  const auto i = static_cast<std::size_t>(k);
-  return m.device.kind_used[i] + m.host.kind_used[i] + m.nvme.kind_used[i];
-}
-
 }  // namespace
 
 TEST_CASE("trainable layers step as they would beside trainable ones, frozen layers keep every bit", "[frozen]") {
@@ -85,8 +80,10 @@ TEST_CASE("frozen layers train bitwise alike at every stage and placement, with 
   trainable.frozen.clear();
   const auto full = test::train_mlp(trainable);
   // Two of three equal layers keep optimizer state and gradient accumulators.
-  CHECK(kind_bytes(base.memory, engine::Kind::optimizer) * 3 == kind_bytes(full.memory, engine::Kind::optimizer) * 2);
-  CHECK(kind_bytes(base.memory, engine::Kind::grads) * 3 == kind_bytes(full.memory, engine::Kind::grads) * 2);
+  CHECK(test::kind_bytes(base.memory, engine::Kind::optimizer) * 3 ==
+        test::kind_bytes(full.memory, engine::Kind::optimizer) * 2);
+  CHECK(test::kind_bytes(base.memory, engine::Kind::grads) * 3 ==
+        test::kind_bytes(full.memory, engine::Kind::grads) * 2);
 
   struct Case {
     int stage;
