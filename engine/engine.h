@@ -79,6 +79,10 @@ struct StepResult {
   // Kept with layers the lane had not reached yet: it steps them (lowest first) while the
   // next step's forward runs (the tail, stage 3 with every layer's state on NVMe).
   int tail_layers = 0;
+  // Deferred (the last step clipped, gradient_clipping on, stage 3 with every layer's state on
+  // NVMe): the lane only read ahead during backward, bet on nothing, and runs this step's
+  // update as the tail once the norm was known.
+  bool deferred = false;
 };
 
 struct MemoryReport {

@@ -13,6 +13,7 @@ void OptimizerLane::start(std::size_t layers, std::function<void()> work) {
     done_.clear();
     done_.resize(layers);
     cancelled_ = false;
+    plan_open_ = false;
     error_ = nullptr;
   }
   thread_ = std::thread([this, work = std::move(work)] {
@@ -45,6 +46,20 @@ void OptimizerLane::wait_ready(int li) {
     done = done_[i].get();
   }
   if (done != nullptr) done->synchronize();  // the layer's last reduction is in its accumulator
+}
+
+void OptimizerLane::open_plan() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plan_open_ = true;
+  }
+  cv_.notify_all();
+}
+
+void OptimizerLane::wait_plan() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return cancelled_ || plan_open_; });
+  STRATA_CHECK(!cancelled_, Errc::internal, "overlapped optimizer step cancelled: the step was abandoned");
 }
 
 void OptimizerLane::join() {

@@ -6,7 +6,11 @@
 // layer li's gradient it calls wait_ready(li), which blocks until the trainer's thread has
 // called ready(li, done) (done: an event recorded after the layer's last reduction of the
 // step, waited for here; null when that reduction already completed) and throws once
-// cancel() was called. join() waits for work to return and rethrows what it threw. cancel()
+// cancel() was called. A lane whose update waits for the step's plan (a deferred step) calls
+// wait_plan() before its first update: it blocks until the trainer's thread calls
+// open_plan(), after publishing the plan's arguments (open_plan() orders those writes before
+// the lane's reads), and throws once cancel() was called. join() waits for work to return and
+// rethrows what it threw. cancel()
 // makes every wait throw, joins and drops the error; the destructor cancels. One step at a
 // time: start() again only after join() or cancel().
 #pragma once
@@ -35,6 +39,8 @@ class OptimizerLane {
   bool active() const noexcept { return thread_.joinable(); }
   void ready(int li, std::unique_ptr<device::Event> done);
   void wait_ready(int li);  // on the lane's thread
+  void open_plan();
+  void wait_plan();  // on the lane's thread
   void join();
   void cancel() noexcept;
 
@@ -44,6 +50,7 @@ class OptimizerLane {
   std::vector<char> ready_;
   std::vector<std::unique_ptr<device::Event>> done_;
   bool cancelled_ = false;
+  bool plan_open_ = false;
   std::exception_ptr error_;
   std::thread thread_;
 };

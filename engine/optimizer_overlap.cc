@@ -39,7 +39,8 @@ void OptimizerStep::plan_host_lane() {
 
 // The lane steps the swapped layers, or the host layers, in backward order on the plan of a
 // step that neither overflows nor clips; run() keeps its work only when the real plan is that
-// one.
+// one. When the last step clipped and this one may end as a tail, the lane bets on nothing:
+// it is deferred (start_deferred()).
 void OptimizerStep::begin_overlap(bool allowed) {
   if (tail_) {  // the last step's tail still runs: this step's lane starts when it ends
     armed_ = allowed ? 1 : 0;
@@ -47,24 +48,35 @@ void OptimizerStep::begin_overlap(bool allowed) {
   }
   auto* swapper = c_.nvme.swapper();
   if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
+  deferred_ = false;
   if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb) return;
   plan_host_lane();
   if (swapper == nullptr && host_order_.empty()) return;
   STRATA_CHECK(tail_failure_.empty(), tail_failure_code_, tail_failure_);
+  // A kept step may finish as a tail (stage 3, every layer's state on NVMe, none persistent:
+  // then nothing else in step() touches what the lane updates).
+  bool tail_ok = c_.cfg.zero.stage == 3;
+  for (std::size_t li = 0; li < c_.layout.layers().size() && tail_ok; ++li)
+    tail_ok = c_.plan.opt_tier(static_cast<int>(li)) == Tier::nvme && !c_.plan.persistent(static_cast<int>(li));
+  tail_ok_ = tail_ok;
+  const double max_norm = c_.cfg.gradient_clipping;
+  if (tail_ok && swapper != nullptr && max_norm > 0 && clipped_last_) {
+    start_deferred();
+    return;
+  }
   speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
-  optim::StepArgs a;
-  a.state_dtype = c_.state.moment_dtype();
-  a.copy_dtype = c_.cdt;
-  a.grad_scale = static_cast<float>(speculated_scale_ / averaging());
-  a.step = taken_ + 1;
-  const float lr = scheduled_lr(c_.cfg, taken_ + 1);
+  lane_args_ = optim::StepArgs{};
+  lane_args_.state_dtype = c_.state.moment_dtype();
+  lane_args_.copy_dtype = c_.cdt;
+  lane_args_.grad_scale = static_cast<float>(speculated_scale_ / averaging());
+  lane_args_.step = taken_ + 1;
+  lane_lr_ = scheduled_lr(c_.cfg, taken_ + 1);
   offload::OptimizerSwapper::StepOrder order;
   if (swapper != nullptr)
     for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
   // The bet is lost early when this rank's part of the squared norm already overflows or
   // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
   // the step runs synchronously, without first finishing work it would undo.
-  const double max_norm = c_.cfg.gradient_clipping;
   const double scaled_max = max_norm * scaler_.scale() * averaging();
   abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
   lane_partial_ = {};
@@ -75,16 +87,50 @@ void OptimizerStep::begin_overlap(bool allowed) {
     check_bet(li);
   };
   order.defer_commit = true;
-  // A kept step may finish as a tail (stage 3, every layer's state on NVMe, none persistent:
-  // then nothing else in step() touches what the lane updates).
-  bool tail_ok = c_.cfg.zero.stage == 3;
-  for (std::size_t li = 0; li < c_.layout.layers().size() && tail_ok; ++li)
-    tail_ok = c_.plan.opt_tier(static_cast<int>(li)) == Tier::nvme && !c_.plan.persistent(static_cast<int>(li));
-  tail_ok_ = tail_ok;
   if (tail_ok) {
     order.done = [this](std::size_t t) { layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
     order.ascending_rest = &ascending_;
   }
+  launch_lane(order, true);
+}
+
+// A deferred step's lane: the swapper's step starts now, its reads running ahead lowest layer
+// first (the order the tail steps in and the next forward gathers in: it needs no gradient
+// before the plan), and its first update waits at the lane's plan gate until publish_plan()
+// gives it the step's arguments; then it finishes the step as the tail. Bets on nothing, so
+// nothing is ever undone.
+void OptimizerStep::start_deferred() {
+  auto* swapper = c_.nvme.swapper();
+  offload::OptimizerSwapper::StepOrder order;
+  for (std::size_t t = 0; t < swapper->tensors(); ++t) order.tensors.push_back(t);
+  order.ready = [this](std::size_t) { lane_.wait_plan(); };
+  order.defer_commit = true;
+  order.done = [this](std::size_t t) { layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+  order.ascending_rest = &ascending_;
+  deferred_ = true;
+  launch_lane(order, false);
+}
+
+// run()'s plan for a deferred lane: its arguments (those the synchronous step would use), then
+// the gate. The lane is kept from here on: it finishes the step as the tail. False, publishing
+// nothing, when the lane has already ended (it failed reading ahead).
+bool OptimizerStep::publish_plan(const optim::StepPlan& plan) {
+  lane_args_ = step_args(plan);  // the lane reads them only past the gate
+  lane_lr_ = scheduled_lr(c_.cfg, taken_ + 1);
+  {
+    std::lock_guard<std::mutex> lock(tail_mu_);
+    if (lane_done_) return false;
+    kept_ = true;
+    tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
+    tail_ = true;
+  }
+  ascending_.store(true, std::memory_order_release);
+  lane_.open_plan();
+  return true;
+}
+
+void OptimizerStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
+  auto* swapper = c_.nvme.swapper();
   {
     std::lock_guard<std::mutex> lock(tail_mu_);
     settled_.assign(c_.layout.layers().size(), 0);
@@ -94,18 +140,18 @@ void OptimizerStep::begin_overlap(bool allowed) {
   ascending_.store(false);
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
-  lane_.start(c_.layout.layers().size(), [this, swapper, a, lr, order] {
+  lane_.start(c_.layout.layers().size(), [this, swapper, order, host_layers] {
     std::exception_ptr failed;
     try {
       if (swapper != nullptr) {
         swapper->step(
             [&](const offload::SubGroup& g) {
               touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
-              update_sub_group(a, lr, g);
+              update_sub_group(lane_args_, lane_lr_, g);
             },
             order);
       }
-      step_host_layers(a, lr);
+      if (host_layers) step_host_layers(lane_args_, lane_lr_);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -117,7 +163,8 @@ void OptimizerStep::begin_overlap(bool allowed) {
     tail_cv_.notify_all();
     if (failed) std::rethrow_exception(failed);
   });
-  // The lane reaches the staging only past a gate that this thread opens later (layer_done).
+  // The lane reaches the staging only past a gate that this thread opens later (layer_done,
+  // or the plan's).
   c_.updates.count_into(&lane_io_);
 }
 
@@ -192,6 +239,16 @@ void OptimizerStep::layer_stepped(int li) {
 bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
   host_kept_.assign(c_.layout.layers().size(), 0);
   if (!lane_.active()) return true;
+  if (deferred_) {
+    if (!plan.skip && publish_plan(plan)) return true;
+    // Skipped (nothing was stepped: the lane stops at its gate, and what it read ahead
+    // counts), or the lane failed while it read ahead.
+    if (plan.skip) lane_.cancel();
+    const std::exception_ptr failed = join_lane();
+    undo_overlap();
+    if (failed) std::rethrow_exception(failed);
+    return true;
+  }
   const bool same = !plan.skip && plan.grad_scale == speculated_scale_;  // the same update, bit for bit
   if (same && tail_ok_) {
     std::lock_guard<std::mutex> lock(tail_mu_);
@@ -210,7 +267,8 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
   if (failed) {
     undo_overlap();
     if (!abandoned_) std::rethrow_exception(failed);
-    return false;  // a lost bet: the synchronous step runs (it is skipped or clipped)
+    redo_as_tail(plan);
+    return false;  // a lost bet: the step runs as the tail, or synchronously (it is skipped or clipped)
   }
   if (same) {
     // The host layers' new state becomes theirs; run() steps the layers the lane did not.
@@ -221,7 +279,20 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
     return true;
   }
   undo_overlap();
+  redo_as_tail(plan);
   return false;
+}
+
+// A lost bet whose step may end as a tail: the real step runs as one (lowest layer first,
+// while the next forward runs) rather than synchronously in run().
+void OptimizerStep::redo_as_tail(const optim::StepPlan& plan) {
+  if (plan.skip || !tail_ok_ || c_.nvme.swapper() == nullptr) return;
+  start_deferred();
+  if (publish_plan(plan)) return;
+  // The fresh lane already failed (reading ahead): its error is the step's.
+  const std::exception_ptr failed = join_lane();
+  undo_overlap();
+  if (failed) std::rethrow_exception(failed);
 }
 
 std::exception_ptr OptimizerStep::join_lane() {

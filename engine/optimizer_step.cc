@@ -130,17 +130,16 @@ StepResult OptimizerStep::run() {
     scaler_.restore(scaler_before);  // the failed step counts for nothing but the call
     throw;
   }
+  result.deferred = deferred_ && tail_ && !result.rolled_back;
   if (result.rolled_back) {
     STRATA_LOG(info, "rank ", c_.rank, ": the overlapped optimizer step was undone (",
-               plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs synchronously");
+               plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs ",
+               tail_ ? "as the tail, during the next forward" : "synchronously");
   }
+  if (!plan.skip) clipped_last_ = plan.clip_coef < 1.0;
   if (!plan.skip) {
     result.lr = scheduled_lr(c_.cfg, taken_ + 1);
-    optim::StepArgs a;
-    a.state_dtype = c_.state.moment_dtype();
-    a.copy_dtype = c_.cdt;
-    a.grad_scale = static_cast<float>(plan.grad_scale / avg);
-    a.step = taken_ + 1;
+    const optim::StepArgs a = step_args(plan);
     try {
       run_optimizer(a, result.lr);
     } catch (...) {
@@ -155,6 +154,15 @@ StepResult OptimizerStep::run() {
   }
   result.step = taken_;
   return result;
+}
+
+optim::StepArgs OptimizerStep::step_args(const optim::StepPlan& plan) const {
+  optim::StepArgs a;
+  a.state_dtype = c_.state.moment_dtype();
+  a.copy_dtype = c_.cdt;
+  a.grad_scale = static_cast<float>(plan.grad_scale / averaging());
+  a.step = taken_ + 1;
+  return a;
 }
 
 optim::GradNorm OptimizerStep::global_grad_norm() {
@@ -365,6 +373,13 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
     run_resident(base, lr);
     if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
   } catch (...) {
+    if (tail_) {  // the tail uses the staging and the store that roll_back() drops: it ends first
+      try {
+        finish_tail();
+      } catch (const std::exception& e) {
+        STRATA_LOG(error, e.what());
+      }
+    }
     roll_back();
     throw;
   }

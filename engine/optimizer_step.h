@@ -40,6 +40,15 @@
 // would undo, once this rank's partial squared norm is non-finite or above the clipping threshold (check_bet()).
 // cancel_overlap() abandons the lane's work (the engine's shutdown).
 //
+// Deferred step. Under gradient_clipping, where the step may end as a tail (below), a bet
+// lost to clipping is not redone synchronously: the lane is undone and the real step runs as
+// the tail. After a step that clipped the lane bets on nothing: begin_overlap() starts it
+// deferred (start_deferred()), its swapper step reading ahead lowest layer first while its
+// first update waits at the lane's plan gate; run() publishes the plan's arguments (the ones
+// the synchronous step uses: step_args()) and the lane finishes the step as the tail. An
+// overflowed step cancels it (it wrote nothing). Either way no state is written before the
+// norm is known, and the bits are the synchronous step's.
+//
 // The tail (optimizer_overlap.cc). At stage 3 with every layer's state on NVMe and none
 // persistent, a kept step whose lane has layers left does not wait for them: run() commits
 // what the lane wrote so far and returns, and the lane steps the rest lowest layer first
@@ -165,6 +174,13 @@ class OptimizerStep {
   // This rank's share of the norm over every pipeline stage's layers (Context::pipeline).
   optim::GradNorm pipeline_norm() const;
   void roll_back() noexcept;
+  optim::StepArgs step_args(const optim::StepPlan& plan) const;  // every step's arguments but the learning rate
+  // The lane: the swapper's step in `order` (and the host layers, when host_layers), with
+  // lane_args_ and lane_lr_ (set before it starts, or before the plan's gate opens).
+  void launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers);
+  void start_deferred();                           // a lane that waits for publish_plan()
+  bool publish_plan(const optim::StepPlan& plan);  // its arguments, then the gate: it runs as the tail
+  void redo_as_tail(const optim::StepPlan& plan);  // after a lost bet, where the step may end as a tail
   // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
   // False when it was undone (true with no lane at all).
   bool finish_overlap(const optim::StepPlan& plan);
@@ -182,14 +198,18 @@ class OptimizerStep {
   Context c_;
   OptimizerLane lane_;
   float speculated_scale_ = 0.0f;  // the plan's grad_scale the lane's work assumed
-  IoStats lane_io_;                // the lane's traffic, added to the step's after it joins
-  std::vector<char> touched_;      // per layer: the lane updated it (written on the lane, read after join)
-  optim::GradNorm lane_partial_;   // this rank's squared norm over the layers the lane has taken
-  double abandon_above_ = 0;       // ... above which the step surely clips
-  bool abandoned_ = false;         // the lane stopped on a lost bet (not a failure)
-  std::vector<int> host_order_;    // the host layers the lane steps, backward order
-  std::vector<char> host_kept_;    // per layer: run() kept the lane's update (run_resident skips it)
-  std::vector<char> no_spare_;     // per layer: its spare arrays did not fit; it steps in run()
+  optim::StepArgs lane_args_;      // the lane's arguments (read on the lane)
+  float lane_lr_ = 0.0f;
+  bool deferred_ = false;         // this step's lane waits for the plan
+  bool clipped_last_ = true;      // the last step clipped (or none ran yet): defer, do not bet
+  IoStats lane_io_;               // the lane's traffic, added to the step's after it joins
+  std::vector<char> touched_;     // per layer: the lane updated it (written on the lane, read after join)
+  optim::GradNorm lane_partial_;  // this rank's squared norm over the layers the lane has taken
+  double abandon_above_ = 0;      // ... above which the step surely clips
+  bool abandoned_ = false;        // the lane stopped on a lost bet (not a failure)
+  std::vector<int> host_order_;   // the host layers the lane steps, backward order
+  std::vector<char> host_kept_;   // per layer: run() kept the lane's update (run_resident skips it)
+  std::vector<char> no_spare_;    // per layer: its spare arrays did not fit; it steps in run()
   // The tail. Under tail_mu_, shared with the lane: settled_ (per layer, layer_stepped()),
   // kept_ (run() kept the lane's work while it ran), lane_done_ (its work returned or threw).
   std::mutex tail_mu_;

@@ -17,7 +17,9 @@ touches every file; the first overlapped step has no tail of an earlier step to 
 with, which every later step of a run has): the step time, the NVMe bytes
 it moved (and per parameter), the I/O floor and the ratio step / max(compute, floor). The floor is the
 bytes the synchronous step moves over the round's mixed GB/s, for both runs: an overlapped step that is
-undone (clipping, overflow) and redone moves more, and that is its cost, not a higher floor. --moments bf16
+undone (clipping, overflow) and redone moves more, and that is its cost, not a higher floor. Each run's line counts
+the measured steps that clipped, were rolled back and were deferred (under clipping the overlapped step waits for the
+norm and runs as the tail: docs/offload.md). --moments bf16
 keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12). Reports medians over rounds, the process's peak RSS against the
 bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
@@ -97,13 +99,15 @@ def summarize(steps, mixed_gbps, compute_s, warmup, floor_bytes):
         step = s["step_ms"] / 1e3
         rows.append({"step_s": step, "nvme_bytes": moved, "floor_s": floor,
                      "ratio": step / max(compute_s, floor), "rolled_back": s.get("rolled_back", False),
+                     "deferred": s.get("deferred", False), "clipped": s.get("clip_coef", 1.0) < 1.0,
                      "optimizer_wait_s": s["io"].get("optimizer_wait_ms", 0) / 1e3,
                      "rss_peak": s["rss"]["peak_bytes"], "rss_base": s["rss"]["base_bytes"], "loss": s["loss"]})
     med = lambda k: statistics.median(r[k] for r in rows)
     return {"steps": rows, "step_s": med("step_s"), "floor_s": med("floor_s"), "ratio": med("ratio"),
             "nvme_bytes": med("nvme_bytes"), "optimizer_wait_s": med("optimizer_wait_s"),
             "rss_peak": max(r["rss_peak"] for r in rows), "rss_base": max(r["rss_base"] for r in rows),
-            "rolled_back": sum(r["rolled_back"] for r in rows)}
+            "rolled_back": sum(r["rolled_back"] for r in rows), "deferred": sum(r["deferred"] for r in rows),
+            "clipped": sum(r["clipped"] for r in rows)}
 
 
 def parse_bytes(text):
@@ -173,7 +177,7 @@ def main():
             print(f"  {tag:8s} step {s['step_s']:.2f} s  floor {s['floor_s']:.2f} s  ratio {s['ratio']:.3f}  "
                   f"NVMe {s['nvme_bytes'] / 1e9:.2f} GB ({s['nvme_bytes'] / params:.1f} B a parameter)  "
                   f"optimizer wait {s['optimizer_wait_s']:.2f} s  "
-                  f"rolled back {s['rolled_back']}  rss peak {s['rss_peak'] / 2**30:.2f} GiB", flush=True)
+                  f"clipped {s['clipped']}  rolled back {s['rolled_back']}  deferred {s['deferred']}  rss peak {s['rss_peak'] / 2**30:.2f} GiB", flush=True)
         rounds.append(res)
     host, device = parse_bytes(a.host_budget), parse_bytes(a.device_budget)
     # fp32 master, exp_avg and exp_avg_sq (bf16 with --moments bf16); bf16 parameters and gradients

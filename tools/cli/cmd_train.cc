@@ -164,6 +164,7 @@ void report_step(std::int64_t s, std::int64_t steps, const StepOutcome& r, doubl
                         {"skipped", r.result.skipped},
                         {"rolled_back", r.result.rolled_back},
                         {"tail_layers", r.result.tail_layers},
+                        {"deferred", r.result.deferred},
                         {"clip_coef", r.result.clip_coef},
                         {"tiers",
                          {{"device", tier_json(mem.device, mem.parameters)},
