@@ -61,12 +61,14 @@ if [ "${STRATA_ASAN:-1}" != "0" ]; then
   for suite in "${suites[@]}"; do
     echo "-- $suite"
     # No test spec: each runner skips (and names) the hardware this machine lacks. Left
-    # out: the guard's tests ([pku], which fault on purpose and run in the plain build) and
-    # the timing assertions ([timing], [throttle]) that the sanitizers' slowdown breaks.
+    # out: the guard's tests ([pku], which fault on purpose and run in the plain build), the
+    # timing assertions ([timing], [throttle]) that the sanitizers' slowdown breaks, and the
+    # pipeline-on-engine sweeps ([sweep]: one code path over many placements, which the
+    # smaller pipeline-on-engine cases take under the sanitizers; the plain build runs them).
     # No detect_stack_use_after_return: GCC 12's fake stack frames are not 64-byte aligned,
     # and -march=native code on an AVX-512 machine stores zmm registers there with aligned
     # moves (vmovdqa64), a SIGSEGV in correct code (seen in shard_file_test's write_ramp).
-    STRATA_TEST_EXCLUDE=pku,timing,throttle ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
+    STRATA_TEST_EXCLUDE=pku,timing,throttle,sweep ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
       UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" "$STRATA_ROOT/build-asan/bin/$suite"
   done
 fi
