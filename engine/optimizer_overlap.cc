@@ -65,11 +65,9 @@ void OptimizerStep::begin_overlap(bool allowed) {
     return;
   }
   speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
-  lane_args_ = optim::StepArgs{};
-  lane_args_.state_dtype = c_.state.moment_dtype();
-  lane_args_.copy_dtype = c_.cdt;
-  lane_args_.grad_scale = static_cast<float>(speculated_scale_ / averaging());
-  lane_args_.step = taken_ + 1;
+  optim::StepPlan bet;
+  bet.grad_scale = speculated_scale_;
+  lane_args_ = step_args(bet);
   lane_lr_ = scheduled_lr(c_.cfg, taken_ + 1);
   offload::OptimizerSwapper::StepOrder order;
   if (swapper != nullptr)
