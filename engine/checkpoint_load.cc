@@ -61,7 +61,7 @@ constexpr const char* kMixed =
 }  // namespace
 
 std::string Engine::Impl::engine_state_json() const {
-  const auto c = stepper->counters();
+  const auto c = scalars->counters();
   const auto& s = c.scaler;
   return nlohmann::json{{"steps_taken", c.steps_taken},
                         {"step_calls", c.step_calls},
@@ -75,8 +75,8 @@ std::string Engine::Impl::engine_state_json() const {
       .dump();
 }
 
-OptimizerStep::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
-  OptimizerStep::Counters c;
+StepScalars::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
+  StepScalars::Counters c;
   std::string saved_optimizer, saved_scaling;
   double saved_scale = 0;
   try {
@@ -250,7 +250,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
   const std::string what = str_cat("loading checkpoint '", path, "'");
   checkpoint::Opened opened;
   std::vector<const checkpoint::TensorEntry*> entry;
-  OptimizerStep::Counters counters;
+  StepScalars::Counters counters;
   const std::string dir = I.resolve_checkpoint(path, what);
   // Everything but the bytes is checked first; then load_all_or_nothing reads them.
   auto check = [&] {
@@ -293,7 +293,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
         else
           reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
       },
-      Impl::Moments::read, what, [&] { I.stepper->restore(counters); });
+      Impl::Moments::read, what, [&] { I.scalars->restore(counters); });
   return opened.manifest.trainer_state;
 }
 

@@ -230,7 +230,7 @@ void Engine::reduce_grads(int layer) {
 
 float Engine::loss_scale() const noexcept {
   const auto& I = *impl_;
-  return static_cast<float>(I.stepper ? I.stepper->loss_scale() : I.initial_loss_scale);
+  return static_cast<float>(I.scalars ? I.scalars->loss_scale() : I.initial_loss_scale);
 }
 DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
 int Engine::rank() const noexcept { return impl_->rank; }

@@ -113,6 +113,19 @@ class GradReducer {
   bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
   const void* accumulator(int li) const { return layers_[li].acc; }
   DType acc_dtype(int li) const { return layers_[li].dtype; }
+  bool acc_on_host(int li) const { return layers_[li].tier != Tier::device; }
+  // Layer li's accumulator from element `elem` on, in acc_dtype(li).
+  const void* acc_at(int li, std::size_t elem) const {
+    return static_cast<const char*>(layers_[li].acc) + elem * dtype_size(layers_[li].dtype);
+  }
+  // The element of layer li's accumulator where this rank's update of bucket k begins: its
+  // shard of the bucket, or with whole_bucket (stage 0's update) the bucket's start. Stages
+  // 2-3 accumulate only the shard, stages 0-1 the whole bucket.
+  std::size_t update_offset(int li, std::size_t k, bool whole_bucket) const {
+    const std::size_t at = acc_offset(c_.layout, c_.stage, li, k);
+    if (c_.stage >= 2 || whole_bucket) return at;
+    return at + static_cast<std::size_t>(c_.rank) * c_.layout.buckets()[c_.layout.layers()[li].buckets[k]].shard;
+  }
   // Every accumulator, for the next step, but those whose skip[li] is set (skip may be empty).
   void zero(const std::vector<char>& skip = {});
   // An abandoned step: the gradient buffers handed out and not reduced are freed unread.

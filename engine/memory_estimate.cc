@@ -205,17 +205,17 @@ std::uint64_t TierEstimate::total() const noexcept {
 
 MemoryEstimate estimate_memory(const EstimateInput& in) {
   const Layout lay(in.params, in.world, in.config.zero.reduce_bucket_size);
-  const PlacementPlan::Context pc{in.config,
-                                  lay,
-                                  in.rank,
-                                  in.world,
-                                  dtype_size(compute_dtype_of(in.config)),
-                                  in.device_budget,
-                                  in.device_in_host_ram,
-                                  nullptr,
-                                  in.device_collectives,
-                                  in.trainer_device_bytes,
-                                  in.layers_at_once};
+  const PlacementPlan::Context pc{.cfg = in.config,
+                                  .layout = lay,
+                                  .rank = in.rank,
+                                  .world = in.world,
+                                  .cbytes = dtype_size(compute_dtype_of(in.config)),
+                                  .device_budget = in.device_budget,
+                                  .device_in_host_ram = in.device_in_host_ram,
+                                  .comm = nullptr,
+                                  .device_collectives = in.device_collectives,
+                                  .device_held_by_others = in.trainer_device_bytes,
+                                  .layers_at_once = in.layers_at_once};
   PlacementPlan plan(pc, PlacementPlan::persistent_layers(in.config, lay));
   plan.place();              // refuses what fits nowhere, naming the smallest budget that would
   plan.check_host_budget();  // as setup does, before anything is allocated

@@ -3,7 +3,6 @@
 // kept step while the next forward runs.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <limits>
 
@@ -64,18 +63,17 @@ void OptimizerStep::begin_overlap(bool allowed) {
     start_deferred();
     return;
   }
-  speculated_scale_ = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
-  optim::StepPlan bet;
-  bet.grad_scale = speculated_scale_;
-  lane_args_ = step_args(bet);
-  lane_lr_ = scheduled_lr(c_.cfg, taken_ + 1);
+  const optim::StepPlan bet = c_.scalars.bet();
+  speculated_scale_ = bet.grad_scale;
+  lane_args_ = c_.scalars.args(bet);
+  lane_lr_ = c_.scalars.next_lr();
   offload::OptimizerSwapper::StepOrder order;
   if (swapper != nullptr)
     for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
   // The bet is lost early when this rank's part of the squared norm already overflows or
   // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
   // the step runs synchronously, without first finishing work it would undo.
-  const double scaled_max = max_norm * scaler_.scale() * averaging();
+  const double scaled_max = max_norm * c_.scalars.loss_scale() * c_.scalars.averaging();
   abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
   lane_partial_ = {};
   abandoned_ = false;
@@ -113,8 +111,8 @@ void OptimizerStep::start_deferred() {
 // the gate. The lane is kept from here on: it finishes the step as the tail. False, publishing
 // nothing, when the lane has already ended (it failed reading ahead).
 bool OptimizerStep::publish_plan(const optim::StepPlan& plan) {
-  lane_args_ = step_args(plan);  // the lane reads them only past the gate
-  lane_lr_ = scheduled_lr(c_.cfg, taken_ + 1);
+  lane_args_ = c_.scalars.args(plan);  // the lane reads them only past the gate
+  lane_lr_ = c_.scalars.next_lr();
   {
     std::lock_guard<std::mutex> lock(tail_mu_);
     if (lane_done_) return false;
@@ -144,8 +142,9 @@ void OptimizerStep::launch_lane(const offload::OptimizerSwapper::StepOrder& orde
       if (swapper != nullptr) {
         swapper->step(
             [&](const offload::SubGroup& g) {
-              touched_[static_cast<std::size_t>(c_.nvme.swap_layer(static_cast<int>(g.tensor)))] = 1;
-              update_sub_group(lane_args_, lane_lr_, g);
+              const int li = c_.nvme.swap_layer(static_cast<int>(g.tensor));
+              touched_[static_cast<std::size_t>(li)] = 1;
+              c_.update.sub_group(lane_args_, lane_lr_, li, g);
             },
             order);
       }
@@ -170,26 +169,13 @@ void OptimizerStep::launch_lane(const offload::OptimizerSwapper::StepOrder& orde
 // of place from its state into its spare arrays; its compute copies go where the synchronous
 // step sends them.
 void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
-  const int stage = c_.cfg.zero.stage;
   for (int li : host_order_) {
     lane_.wait_ready(li);
     check_bet(li);
     const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
     Tracer::Span span(c_.tracer, "optimizer", str_cat("adam layer ", L.id, " host, overlapped"));
     touched_[static_cast<std::size_t>(li)] = 1;
-    const auto& from = c_.state.resident(li);
-    const auto& to = c_.state.spare(li);
-    // The state this optimizer does not use (Lion's v, Adagrad's m) carries over as it is.
-    const std::size_t bytes = c_.state.elems(li) * dtype_size(c_.state.moment_dtype());
-    if (c_.cfg.optimizer.type == OptimizerType::lion) std::memcpy(to.v, from.v, bytes);
-    if (c_.cfg.optimizer.type == OptimizerType::adagrad) std::memcpy(to.m, from.m, bytes);
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      const auto& b = c_.layout.buckets()[L.buckets[k]];
-      const std::size_t off = OptimizerState::offset(c_.layout, stage, li, k);
-      const auto& st = c_.state;
-      update_range(a, lr, li, k, 0, stage == 0 ? b.padded : b.shard, to.master + off, st.moment_at(to.m, off),
-                   st.moment_at(to.v, off), {from.master + off, st.moment_at(from.m, off), st.moment_at(from.v, off)});
-    }
+    c_.update.out_of_place(a, lr, li);
   }
 }
 
@@ -203,7 +189,7 @@ void OptimizerStep::check_bet(int li) {
     std::lock_guard<std::mutex> lock(tail_mu_);
     if (kept_) return;  // run() decided: the rest is the tail
   }
-  add_layer_norm(li, lane_partial_);
+  c_.scalars.add_layer_norm(li, lane_partial_);
   if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
   abandoned_ = true;
   throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");
@@ -225,9 +211,7 @@ void OptimizerStep::layer_stepped(int li) {
       return;
     }
   }
-  if (auto* store = c_.nvme.params(); store != nullptr && c_.plan.param_tier(li) == Tier::nvme) {
-    c_.nvme.io()->submit([store, idx = static_cast<std::size_t>(c_.nvme.store_index(li))] { store->commit(idx); });
-  }
+  c_.updates.commit_params(li);
   c_.grads.zero_layer(li);
   std::lock_guard<std::mutex> lock(tail_mu_);
   settled_[i] = 2;
@@ -256,7 +240,7 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
       kept_ = true;
       tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
       ascending_.store(true, std::memory_order_release);
-      if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
+      c_.updates.commit_params();
       tail_ = true;
       return true;
     }
@@ -387,7 +371,7 @@ void OptimizerStep::undo_overlap() noexcept {
   else if (std::find(touched_.begin(), touched_.end(), 1) == touched_.end())
     return;  // host layers only, none written yet
   c_.settle();
-  if (auto* store = c_.nvme.params()) store->abort();
+  c_.updates.abort_params();
   c_.updates.drop();
   try {
     for (std::size_t li = 0; li < touched_.size(); ++li) {

@@ -1,23 +1,18 @@
-// OptimizerStep: the arithmetic of a step once its gradients are in (docs/design.md, "The
-// engine's parts"). It owns the loss scaler and the step counters (step() calls, and steps
-// the optimizer ran), and runs the update on every shard wherever its state lives.
+// OptimizerStep: a step once its gradients are in (docs/design.md, "The engine's parts"). It
+// runs the step over two parts, StepScalars (the norm, the plan, the counters) and ShardUpdate
+// (the arithmetic on each shard), and owns the overlapped lane and its tail.
 //
-// Protocol. run() reads every layer's accumulator (the caller has synchronized the
-// reductions) and: (1) sums this rank's squared gradient norm over its shard of every bucket in
-// bucket order, on the side that holds the accumulator, and combines the ranks' sums in rank
-// order, so every stage, rank and world sees the same bits; (2) averages over ranks and
-// micro-batches and asks the loss scaler and gradient clipping for the step's plan; (3) skips
-// an overflowed step (the scaler moves), else counts the step, takes its learning rate from the
-// schedule and runs the optimizer: resident state in layer then bucket order (on the device
-// stream where it lives on the device, else on the CPU), NVMe state in the swapper's sub-group
-// order. Updated compute copies go through UpdateStaging; parameter shards on NVMe are
-// committed behind the update on the I/O worker; then ParamHomes refreshes the replicated and
-// persistent parameters. An update that fails rolls back before it rethrows: device work and
-// queued I/O are let finish, the NVMe parameter store keeps its last committed state, the
-// staging is dropped, and the loss scaler and the count of optimizer steps stay as they were
-// (the count of calls moves). Bits depend only on the gradients, the configuration and the
-// counters, never on where state lives or how the swapper cuts it (every optimizer but LAMB
-// is elementwise; LAMB runs at stage 0 on whole tensors).
+// Protocol. run() asks StepScalars for the plan (the caller has synchronized the reductions),
+// settles the lane's work against it (below), then skips an overflowed step (the scaler has
+// moved), else runs the optimizer with the next learning rate: resident state through
+// ShardUpdate in layer then bucket order (on the device stream where it lives on the device,
+// else on the CPU), NVMe state in the swapper's sub-group order. Updated compute copies go
+// through UpdateStaging; parameter shards on NVMe are committed behind the update on the I/O
+// worker; then ParamHomes refreshes the replicated and persistent parameters and the step
+// counts. An update that fails rolls back before it rethrows: device work and queued I/O are
+// let finish, the NVMe parameter store keeps its last committed state, the staging is
+// dropped, and the loss scaler and the count of optimizer steps stay as they were (the count
+// of calls moves).
 //
 // Overlapped step (offload_optimizer.overlap_step). begin_step() calls begin_overlap(): when
 // some layers' optimizer state lives on NVMe or (none on NVMe) in host RAM, the lane
@@ -45,7 +40,7 @@
 // the tail. After a step that clipped the lane bets on nothing: begin_overlap() starts it
 // deferred (start_deferred()), its swapper step reading ahead lowest layer first while its
 // first update waits at the lane's plan gate; run() publishes the plan's arguments (the ones
-// the synchronous step uses: step_args()) and the lane finishes the step as the tail. An
+// the synchronous step uses: StepScalars::args()) and the lane finishes the step as the tail. An
 // overflowed step cancels it (it wrote nothing). Either way no state is written before the
 // norm is known, and the bits are the synchronous step's.
 //
@@ -80,12 +75,12 @@
 #include "engine/optimizer_state.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
+#include "engine/shard_update.h"
+#include "engine/step_scalars.h"
 #include "engine/update_staging.h"
 #include "optim/grad_norm.h"
-#include "optim/loss_scaler.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
-#include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
@@ -97,11 +92,9 @@ class OptimizerStep {
   struct Context {  // what the step reads and updates and does not own
     const EngineConfig& cfg;
     const Layout& layout;
-    int rank = 0, world = 1;
-    DType cdt = DType::fp32;
-    device::Device& dev;
-    device::Stream& dev_stream;  // the device optimizer's stream
-    comm::Communicator* comm;    // null: one rank
+    int rank = 0;
+    StepScalars& scalars;
+    ShardUpdate& update;
     GradReducer& grads;
     OptimizerState& state;
     const PlacementPlan& plan;
@@ -112,17 +105,10 @@ class OptimizerStep {
     // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
     // what failed: what a failed update still has queued finishes before its staging goes.
     std::function<void()> settle;
-    comm::Communicator* pipeline = nullptr;  // EngineOptions::pipeline_comm, or null
-    Tracer* tracer = nullptr;                // the host optimizer's spans, or null
-  };
-  // What a checkpoint saves and restores.
-  struct Counters {
-    std::int64_t steps_taken = 0;  // steps the optimizer ran (the schedule's and Adam's step)
-    std::int64_t step_calls = 0;   // step() calls, skipped ones included
-    optim::LossScaler::State scaler;
+    Tracer* tracer = nullptr;  // the host optimizer's spans, or null
   };
 
-  OptimizerStep(const Context& ctx, const optim::LossScalerConfig& scaler);
+  explicit OptimizerStep(const Context& ctx) : c_(ctx) {}
   OptimizerStep(const OptimizerStep&) = delete;
   OptimizerStep& operator=(const OptimizerStep&) = delete;
 
@@ -137,44 +123,11 @@ class OptimizerStep {
   void finish_tail();
   // Zeroes the accumulators for the next step, but those a running tail zeroes itself.
   void zero_grads();
-  double loss_scale() const noexcept { return scaler_.scale(); }
-  std::int64_t calls() const noexcept { return calls_; }
-  Counters counters() const noexcept { return {taken_, calls_, scaler_.state()}; }
-  void restore(const Counters& c);
 
  private:
-  optim::GradNorm global_grad_norm();
   void run_optimizer(const optim::StepArgs& base, float lr);
-  void run_resident(const optim::StepArgs& base, float lr);
   void run_swapped(const optim::StepArgs& base, float lr);
-  void run_lamb(const optim::StepArgs& base, float lr);
-  void update_sub_group(const optim::StepArgs& base, float lr, const offload::SubGroup& g);
-  double averaging() const;  // ranks x micro-batches: what the summed gradients are divided by
-  // The optimizer on elements [e0, e0 + n) of bucket k's range in layer li (the whole bucket
-  // at stage 0, this rank's shard of it above), with master/m/v wherever they live; with
-  // `from`, out of place: the state is read from there and the stepped state written to
-  // master/m/v (the overlapped step's spare arrays).
-  // The moments are in the state's moment dtype (OptimizerState::moment_at).
-  struct Source {
-    const float* master;
-    const void *m, *v;
-  };
-  void update_range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n,
-                    float* master, void* m, void* v, Source from = {nullptr, nullptr, nullptr});
-  // One piece of that range whose parameters share lr_scale.
-  void update_piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k, std::size_t e0,
-                    std::size_t n, float* master, void* m, void* v, Source from);
-  // Of bucket k of layer li: where the accumulator's elements for this rank's update begin.
-  std::size_t grad_offset(int li, std::size_t k, bool whole_bucket) const;
-  // Layer li's accumulator from element `elem` on (its dtype is c_.grads.acc_dtype(li)).
-  const void* grad_at(int li, std::size_t elem) const;
-  // Adds this rank's share of layer li's squared gradient norm to `into`, bucket by bucket.
-  void add_layer_norm(int li, optim::GradNorm& into) const;
-  optim::GradNorm bucket_norm(int li, std::size_t k) const;  // this rank's share of bucket k of layer li
-  // This rank's share of the norm over every pipeline stage's layers (Context::pipeline).
-  optim::GradNorm pipeline_norm() const;
   void roll_back() noexcept;
-  optim::StepArgs step_args(const optim::StepPlan& plan) const;  // every step's arguments but the learning rate
   // The lane: the swapper's step in `order` (and the host layers, when host_layers), with
   // lane_args_ and lane_lr_ (set before it starts, or before the plan's gate opens).
   void launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers);
@@ -224,9 +177,6 @@ class OptimizerStep {
   int armed_ = -1;                      // begin_overlap(allowed) waiting for the tail: -1 none, 0/1
   std::string tail_failure_;            // set when a tail failed: no lane starts again
   Errc tail_failure_code_ = Errc::internal;
-  optim::LossScaler scaler_;
-  std::int64_t taken_ = 0;
-  std::int64_t calls_ = 0;
 };
 
 }  // namespace strata::engine

@@ -36,57 +36,139 @@ void Engine::Impl::check_same_model() const {
 void Engine::Impl::allocate_step_buffers() {
   const bool any_acc_on_host = plan->any_acc_on_host();
   const std::vector<Tier> opt_tiers = plan->opt_tiers(), param_tiers = plan->param_tiers();
-  const GradReducer::Context rc{
-      *layout, cfg.zero.stage, cfg.zero.overlap_comm,          dev, *dev_stream, comm, dcomm, rank, world, cdt,
-      *ledger, options.tracer, cfg.gradient_accumulation_steps};
-  grads = std::make_unique<GradReducer>(rc, any_acc_on_host);
-  nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, *layout, rank, cbytes, dev, *ledger, options.tracer});
+  grads = std::make_unique<GradReducer>(GradReducer::Context{.layout = *layout,
+                                                             .stage = cfg.zero.stage,
+                                                             .overlap_comm = cfg.zero.overlap_comm,
+                                                             .dev = dev,
+                                                             .dev_stream = *dev_stream,
+                                                             .comm = comm,
+                                                             .dcomm = dcomm,
+                                                             .rank = rank,
+                                                             .world = world,
+                                                             .cdt = cdt,
+                                                             .ledger = *ledger,
+                                                             .tracer = options.tracer,
+                                                             .accumulation = cfg.gradient_accumulation_steps},
+                                        any_acc_on_host);
+  nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{.cfg = cfg,
+                                                        .layout = *layout,
+                                                        .rank = rank,
+                                                        .cbytes = cbytes,
+                                                        .dev = dev,
+                                                        .ledger = *ledger,
+                                                        .tracer = options.tracer});
   auto on_nvme = [](const std::vector<Tier>& tiers) { return std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0; };
   // The stores size their buffers to what the host budget leaves once everything allocated
   // after them is set aside (the parameter store's one buffer too, for the swapper).
   const PlacementPlan::HostParts host = plan->host_parts();
   if (on_nvme(opt_tiers)) nvme->open_swapper(opt_tiers, host.after_stores() + host.param_min);
   if (on_nvme(param_tiers)) nvme->open_params(param_tiers, host.after_stores());
-  homes = std::make_unique<ParamHomes>(
-      ParamHomes::Context{*layout, cfg.zero.stage, rank, world, cdt, *dev_stream, *ledger, *nvme, comm, dcomm, io});
-  const UpdateStaging::Context uc{
-      *layout, cfg.zero.stage, rank, cdt, dev, *dev_stream, *ledger, *nvme, io, options.tracer, [this](int li) {
-        return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
-      }};
-  updates = std::make_unique<UpdateStaging>(uc, any_acc_on_host);
-  opt_state = std::make_unique<OptimizerState>(
-      OptimizerState::Context{*layout, cfg.zero.stage, *dev_stream, *ledger, *nvme, cfg.optimizer.moment_dtype});
+  homes = std::make_unique<ParamHomes>(ParamHomes::Context{.layout = *layout,
+                                                           .stage = cfg.zero.stage,
+                                                           .rank = rank,
+                                                           .world = world,
+                                                           .cdt = cdt,
+                                                           .dev_stream = *dev_stream,
+                                                           .ledger = *ledger,
+                                                           .nvme = *nvme,
+                                                           .comm = comm,
+                                                           .dcomm = dcomm,
+                                                           .io = io});
+  updates = std::make_unique<UpdateStaging>(
+      UpdateStaging::Context{
+          .layout = *layout,
+          .stage = cfg.zero.stage,
+          .rank = rank,
+          .cdt = cdt,
+          .dev = dev,
+          .dev_stream = *dev_stream,
+          .ledger = *ledger,
+          .nvme = *nvme,
+          .io = io,
+          .tracer = options.tracer,
+          .home =
+              [this](int li) {
+                return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
+              }},
+      any_acc_on_host);
+  opt_state = std::make_unique<OptimizerState>(OptimizerState::Context{.layout = *layout,
+                                                                       .stage = cfg.zero.stage,
+                                                                       .dev_stream = *dev_stream,
+                                                                       .ledger = *ledger,
+                                                                       .nvme = *nvme,
+                                                                       .moment_dtype = cfg.optimizer.moment_dtype});
 }
 
 void Engine::Impl::make_gather_path() {
   std::vector<bool> persistent;
   for (std::size_t li = 0; li < layer_count(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
-  const GatherPath::Context gc{
-      *layout, cfg.zero, rank, world, cdt, dev, *ledger, comm, dcomm, options.tracer, io, *nvme,
-      [this](int li) {
-        return GatherPath::Shards{homes->shard(li), homes->tier(li)};
-      },
-      // Room for backward's gradient buffers (the current one, and the one a running
-      // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
-      [this] {
-        return device::Arena::round_up(layout->largest_layer_padded() * cbytes) * (grads->overlapped() ? 2 : 1);
-      },
-      // A prefetch reads the layer's shards once the last step's tail has stepped it.
-      [this](int li) {
-        if (stepper != nullptr) stepper->before_layer(li);
-      }};
+  const GatherPath::Context gc{.layout = *layout,
+                               .zero = cfg.zero,
+                               .rank = rank,
+                               .world = world,
+                               .cdt = cdt,
+                               .dev = dev,
+                               .ledger = *ledger,
+                               .comm = comm,
+                               .dcomm = dcomm,
+                               .tracer = options.tracer,
+                               .io = io,
+                               .nvme = *nvme,
+                               .shards =
+                                   [this](int li) {
+                                     return GatherPath::Shards{homes->shard(li), homes->tier(li)};
+                                   },
+                               // Room for backward's gradient buffers (the current one, and the one a running
+                               // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
+                               .reserve =
+                                   [this] {
+                                     return device::Arena::round_up(layout->largest_layer_padded() * cbytes) *
+                                            (grads->overlapped() ? 2 : 1);
+                                   },
+                               // A prefetch reads the layer's shards once the last step's tail has stepped it.
+                               .before_read =
+                                   [this](int li) {
+                                     if (stepper != nullptr) stepper->before_layer(li);
+                                   }};
   gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
 
 void Engine::Impl::make_stepper() {
-  auto settle_after_failure = [this] {
-    settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
-  };
-  OptimizerStep::Context sc{cfg,    *layout,    rank,  world,    cdt,    dev,   *dev_stream, comm,
-                            *grads, *opt_state, *plan, *updates, *homes, *nvme, io,          settle_after_failure};
-  sc.pipeline = options.pipeline_comm;
-  sc.tracer = options.tracer;
-  stepper = std::make_unique<OptimizerStep>(sc, scaler_config);
+  scalars = std::make_unique<StepScalars>(StepScalars::Context{.cfg = cfg,
+                                                               .layout = *layout,
+                                                               .world = world,
+                                                               .cdt = cdt,
+                                                               .dev = dev,
+                                                               .dev_stream = *dev_stream,
+                                                               .comm = comm,
+                                                               .pipeline = options.pipeline_comm,
+                                                               .grads = *grads},
+                                          scaler_config);
+  update = std::make_unique<ShardUpdate>(ShardUpdate::Context{.cfg = cfg,
+                                                              .layout = *layout,
+                                                              .rank = rank,
+                                                              .cdt = cdt,
+                                                              .dev_stream = *dev_stream,
+                                                              .grads = *grads,
+                                                              .state = *opt_state,
+                                                              .updates = *updates,
+                                                              .tracer = options.tracer});
+  stepper = std::make_unique<OptimizerStep>(OptimizerStep::Context{
+      .cfg = cfg,
+      .layout = *layout,
+      .rank = rank,
+      .scalars = *scalars,
+      .update = *update,
+      .grads = *grads,
+      .state = *opt_state,
+      .plan = *plan,
+      .updates = *updates,
+      .homes = *homes,
+      .nvme = *nvme,
+      .io = io,
+      // What a failed update still has queued finishes before its staging goes.
+      .settle = [this] { settle({dev_stream.get()}, "device work or a parameter write-back after a failed step"); },
+      .tracer = options.tracer});
 }
 
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
@@ -153,17 +235,17 @@ void Engine::setup() {
   I.dev_stream = I.dev.create_stream();
   // Where every layer's state lives, checked against the device budget (less what the
   // trainer already holds there) and host RAM before anything is allocated.
-  const PlacementPlan::Context pc{I.cfg,
-                                  lay,
-                                  I.rank,
-                                  I.world,
-                                  I.cbytes,
-                                  I.dev.options().budget_bytes,
-                                  I.dev.backend() == device::Backend::host,
-                                  I.comm,
-                                  I.device_collectives(),
-                                  I.dev.memory_stats().used_bytes + I.trainer_reserve,
-                                  I.trainer_layers_at_once};
+  const PlacementPlan::Context pc{.cfg = I.cfg,
+                                  .layout = lay,
+                                  .rank = I.rank,
+                                  .world = I.world,
+                                  .cbytes = I.cbytes,
+                                  .device_budget = I.dev.options().budget_bytes,
+                                  .device_in_host_ram = I.dev.backend() == device::Backend::host,
+                                  .comm = I.comm,
+                                  .device_collectives = I.device_collectives(),
+                                  .device_held_by_others = I.dev.memory_stats().used_bytes + I.trainer_reserve,
+                                  .layers_at_once = I.trainer_layers_at_once};
   I.plan = std::make_unique<PlacementPlan>(pc, PlacementPlan::persistent_layers(I.cfg, lay));
   I.plan->place();
   I.plan->check_host_fit();

@@ -146,6 +146,20 @@ void UpdateStaging::flush_device(int li) {
   if (staged != nullptr) written(li, shard);
 }
 
+void UpdateStaging::commit_params() {
+  if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
+}
+
+void UpdateStaging::commit_params(int li) {
+  auto* store = c_.nvme.params();
+  if (store == nullptr || c_.home(li).param_tier != Tier::nvme) return;
+  c_.nvme.io()->submit([store, idx = static_cast<std::size_t>(c_.nvme.store_index(li))] { store->commit(idx); });
+}
+
+void UpdateStaging::abort_params() noexcept {
+  if (auto* store = c_.nvme.params()) store->abort();
+}
+
 void UpdateStaging::drop() noexcept {
   if (xfer_) {
     try {

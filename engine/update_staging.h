@@ -14,7 +14,9 @@
 // layer whose optimizer state is on NVMe too first waits for the write-back queued before it,
 // so that the staging held stays within the estimate's two layers however slow the NVMe).
 // flush_device(li) after a layer's device updates moves the device buffer to the shards
-// (through staging to NVMe). drop() frees what a failed step left.
+// (through staging to NVMe). drop() frees what a failed step left. The step commits the
+// shards written to the parameter store, or aborts them, through commit_params() and
+// abort_params().
 #pragma once
 
 #include <functional>
@@ -64,9 +66,18 @@ class UpdateStaging {
   UpdateStaging& operator=(const UpdateStaging&) = delete;
 
   Target target(int li, std::size_t k, std::size_t e0);
+  void* resident_copy(int li) const { return c_.home(li).full; }  // a replicated layer's compute copy
   void written(int li, std::uint64_t elems);
   void flush_device(int li);
   void drop() noexcept;
+  // The NVMe parameter store's side of a step: commit_params() queues the commit of every
+  // shard written so far behind those writes on the I/O worker, commit_params(li) layer li's
+  // alone (nothing where its parameters are not on NVMe), abort_params() drops what was
+  // written and not committed (the last committed shards stay current; the caller has let
+  // queued writes finish). Nothing without a parameter store.
+  void commit_params();
+  void commit_params(int li);
+  void abort_params() noexcept;
   void synchronize();  // the transfer stream, if there is one
   // Counts traffic into `io` instead of the context's (null: the context's again): the
   // overlapped step's lane counts its own while the trainer's thread counts the step's.

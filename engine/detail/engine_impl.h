@@ -26,6 +26,8 @@
 #include "engine/optimizer_step.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
+#include "engine/shard_update.h"
+#include "engine/step_scalars.h"
 #include "engine/update_staging.h"
 #include "optim/loss_scaler.h"
 #include "runtime/comm/communicator.h"
@@ -81,10 +83,14 @@ struct Engine::Impl {
   // Where the optimizer writes updated compute copies, and how they reach their tier
   // (update_staging.h).
   std::unique_ptr<UpdateStaging> updates;
-  // The step's arithmetic: norm, loss scale, clipping, the optimizer on every tier, and the
-  // step counters (optimizer_step.h). Made last in setup(): it works on every part above.
+  // The step's scalars: the norm, loss scale, clipping, learning rate and step counters
+  // (step_scalars.h); the optimizer's arithmetic on each shard (shard_update.h); and the step
+  // over both with its overlapped lane (optimizer_step.h). Made last in setup(): they work on
+  // every part above (the stepper's lane on the other two: it goes first).
+  std::unique_ptr<StepScalars> scalars;
+  std::unique_ptr<ShardUpdate> update;
   std::unique_ptr<OptimizerStep> stepper;
-  std::int64_t step_calls() const noexcept { return stepper ? stepper->calls() : 0; }
+  std::int64_t step_calls() const noexcept { return scalars ? scalars->calls() : 0; }
   bool in_step = false;
   bool in_eval = false;      // between begin_eval() and end_eval(): gathers only, no trace
   bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
@@ -144,7 +150,7 @@ struct Engine::Impl {
   std::string engine_state_json() const;
   // checkpoint_load.cc: the counters a checkpoint's engine state restores, checked against
   // this run (optimizer type, loss scaling); throws naming the mismatch.
-  OptimizerStep::Counters loaded_counters(const checkpoint::Manifest& m, const std::string& where) const;
+  StepScalars::Counters loaded_counters(const checkpoint::Manifest& m, const std::string& where) const;
   // Collective: every rank's outcome of its part of an operation; the lowest failing rank,
   // or -1 when every rank succeeded.
   int first_failure(bool ok);

@@ -1,0 +1,71 @@
+// ShardUpdate: the optimizer's arithmetic on this rank's shards (docs/design.md, "The engine's
+// parts"): master, moments and gradient in, the stepped state and the updated compute copies
+// out, wherever the layer's state lives.
+//
+// Protocol. range() steps elements [e0, e0 + n) of bucket k of layer li (the whole bucket at
+// stage 0, this rank's shard of it above) with master/m/v wherever they live, cut where the
+// parameters' lr_scale changes: on the device's stream when the layer's state lives on the
+// device, else on the calling thread; with `from`, out of place (the state is read from there
+// and the stepped state written to master/m/v). The updated compute copies go where
+// UpdateStaging's target() says. sub_group() steps one of the NVMe swapper's sub-groups of
+// layer li, bucket by bucket; resident() every layer whose state lives on the device or in
+// host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
+// layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
+// whole tensors (stage 0 only). The moments are in the state's moment dtype. Bits depend only
+// on the gradients, the arguments and the state, never on where state lives or how a range is
+// cut (every optimizer but LAMB is elementwise).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/grad_reducer.h"
+#include "engine/layout.h"
+#include "engine/optimizer_state.h"
+#include "engine/update_staging.h"
+#include "offload/optimizer_swapper.h"
+#include "optim/step_args.h"
+#include "runtime/core/trace.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class ShardUpdate {
+ public:
+  struct Context {  // what the update reads and writes and does not own
+    const EngineConfig& cfg;
+    const Layout& layout;
+    int rank = 0;
+    DType cdt = DType::fp32;
+    device::Stream& dev_stream;  // the device optimizer's stream
+    const GradReducer& grads;
+    OptimizerState& state;
+    UpdateStaging& updates;
+    Tracer* tracer = nullptr;  // the host optimizer's spans, or null
+  };
+  struct Source {  // out-of-place state (null master: in place)
+    const float* master;
+    const void *m, *v;
+  };
+
+  explicit ShardUpdate(const Context& ctx) : c_(ctx) {}
+  ShardUpdate(const ShardUpdate&) = delete;
+  ShardUpdate& operator=(const ShardUpdate&) = delete;
+
+  void range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n, float* master,
+             void* m, void* v, Source from = {nullptr, nullptr, nullptr});
+  void sub_group(const optim::StepArgs& base, float lr, int li, const offload::SubGroup& g);
+  void resident(const optim::StepArgs& base, float lr, const std::vector<char>& skip);
+  void out_of_place(const optim::StepArgs& base, float lr, int li);
+  void lamb(const optim::StepArgs& base, float lr);
+
+ private:
+  // One piece of a range whose parameters share lr_scale.
+  void piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k, std::size_t e0,
+             std::size_t n, float* master, void* m, void* v, Source from);
+
+  Context c_;
+};
+
+}  // namespace strata::engine
