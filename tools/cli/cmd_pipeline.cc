@@ -97,28 +97,44 @@ bool gradients_match(const pipeline::PipelineModel& model, int micro, std::uint6
   return equal;
 }
 
-int run(const Options& o) {
+// What a run settles before it builds the model: the schedule's options, the synthetic
+// model's spec, the executor's options and, with --config, the engines' (read once, for
+// every run below).
+struct Prepared {
+  comm::RendezvousConfig rdzv;
+  bool as_ranks = false;
+  pipeline::GenerateOptions g;
+  std::vector<double> ratio;
+  int layers = 0;
+  double unit_s = 0;  // a whole stage's F at ratio 1 (--layer-ms)
+  pipeline::SyntheticModelSpec spec;
+  pipeline::ExecutorOptions eo;
+  EngineStagesOptions engines;
+};
+
+Prepared prepare(const Options& o) {
   STRATA_CHECK(o.device_budget.empty() || !o.config.empty(), Errc::invalid_argument,
                "--device-budget needs --config: it sizes the devices of stages on ZeRO engines");
   STRATA_CHECK(o.replicas == 1 || !o.config.empty(), Errc::invalid_argument, "--replicas ", o.replicas,
                " needs --config: data-parallel replicas run on ZeRO engines");
-  const comm::RendezvousConfig rdzv = comm::rendezvous_from_env();
-  const bool as_ranks = !rdzv.path.empty() || rdzv.world_size > 1;
-  pipeline::GenerateOptions g;
-  g.kind = pipeline::parse_schedule_kind(o.kind);
-  g.stages = o.stages;
-  g.micro_batches = o.micro;
-  g.chunks = o.chunks;
-  const auto ratio = parse_ratios(o.ratios);
+  Prepared p;
+  p.rdzv = comm::rendezvous_from_env();
+  p.as_ranks = !p.rdzv.path.empty() || p.rdzv.world_size > 1;
+  p.g.kind = pipeline::parse_schedule_kind(o.kind);
+  p.g.stages = o.stages;
+  p.g.micro_batches = o.micro;
+  p.g.chunks = o.chunks;
+  p.ratio = parse_ratios(o.ratios);
+  const auto& ratio = p.ratio;
   const bool gpt = o.model.model == "gpt";
   STRATA_CHECK(!gpt || o.layer_ms == 0, Errc::invalid_argument,
                "--layer-ms fixes synthetic layers' times; the GPT's are its own compute: drop it");
-  const int layers = o.layers > 0 || gpt ? o.layers : o.stages * o.chunks;
-  const double unit_s = o.layer_ms / 1e3 * layers / o.stages;  // a whole stage's F at ratio 1
-  g.costs = pipeline::Costs::uniform(ratio[0], ratio[1], ratio[2]);
+  p.layers = o.layers > 0 || gpt ? o.layers : o.stages * o.chunks;
+  p.unit_s = o.layer_ms / 1e3 * p.layers / o.stages;
+  p.g.costs = pipeline::Costs::uniform(ratio[0], ratio[1], ratio[2]);
 
-  pipeline::SyntheticModelSpec spec;
-  spec.layers = layers;
+  pipeline::SyntheticModelSpec& spec = p.spec;
+  spec.layers = p.layers;
   spec.width = static_cast<std::size_t>(o.width);
   spec.rows = static_cast<std::size_t>(o.rows);
   spec.micro_batches = o.micro;
@@ -127,17 +143,17 @@ int run(const Options& o) {
   spec.b = ratio[1];
   spec.w = ratio[2];
   if (gpt) spec.seed = o.model.gpt.seed;  // the GPT's initial values and data from --seed, as strata train's
-  pipeline::ExecutorOptions eo;
-  eo.remat = pipeline::parse_remat(o.remat);
+  p.eo.remat = pipeline::parse_remat(o.remat);
   // Stages stand for devices of their own: a GPT stage computes on its share of the cores.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  eo.compute_threads = o.stage_threads >= 0 ? o.stage_threads : gpt ? std::max(1, cores / (o.stages * o.replicas)) : 0;
-  EngineStagesOptions on_engines_options;  // with --config: read once, for every run below
+  p.eo.compute_threads = o.stage_threads >= 0 ? o.stage_threads
+                         : gpt                ? std::max(1, cores / (o.stages * o.replicas))
+                                              : 0;
   if (!o.config.empty()) {
     engine::ModelFacts facts;
     facts.world_size = o.replicas;
-    facts.hidden_size = pipeline_model_hidden(o.model, layers, spec);
-    auto& eso = on_engines_options;
+    facts.hidden_size = pipeline_model_hidden(o.model, p.layers, spec);
+    auto& eso = p.engines;
     eso.config = engine::load_config(o.config, facts);
     STRATA_CHECK(!eso.config.fp8.enabled, Errc::unsupported, "--config '", o.config,
                  "': fp8.enabled: strata pipeline runs its layers without FP8 products (nothing here moves their "
@@ -146,208 +162,261 @@ int run(const Options& o) {
     eso.steps = o.steps;
     eso.verify = o.verify;
     eso.seed = spec.seed;
-    eso.executor = eo;
+    eso.executor = p.eo;
     if (!o.device_budget.empty()) eso.device_budget = parse_bytes(o.device_budget, "--device-budget");
   }
-  // The GPT's weight products in the engines' compute dtype, as the unpipelined GPT's.
-  const auto products = o.config.empty()
-                            ? model::ops::Products::fp32
-                            : model::ops::products_for(engine::compute_dtype_of(on_engines_options.config));
-  const PipelineModelChoice chosen = make_pipeline_model(o.model, layers, spec, o.micro, o.replicas, products);
-  const pipeline::PipelineModel& model = chosen.model;
-  const auto& model_of = chosen.of_replica;
-  std::string auto_costs;  // zb-auto's costs, as measured in ZB-H1 steps
-  if (o.measure_steps > 0) {
-    STRATA_CHECK(g.kind == pipeline::ScheduleKind::zb_auto, Errc::invalid_argument,
-                 "--measure-steps feeds zb-auto the times measured in ZB-H1 steps; it needs --kind zb-auto");
-    STRATA_CHECK(!as_ranks, Errc::invalid_argument,
-                 "--measure-steps runs its ZB-H1 steps with stages as threads; under strata launch give the "
-                 "times with --times");
-    const pipeline::Schedule h1 = pipeline::zb_h1(o.stages, o.micro);
-    std::vector<pipeline::StageReport> first;
-    if (!o.config.empty()) {
-      auto eso = on_engines_options;
-      eso.steps = o.measure_steps;
-      eso.verify = false;
-      first = run_on_engines(h1, model_of, eso).reports;
-    } else {
-      std::vector<std::unique_ptr<pipeline::LocalParameterStore>> local;
-      std::vector<pipeline::ParameterStore*> ptrs;
-      for (int st = 0; st < h1.stages; ++st) {
-        local.push_back(
-            std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(h1, model, st), spec.seed));
-        ptrs.push_back(local.back().get());
-      }
-      first = pipeline::run_stages_as_threads(h1, model, ptrs, eo, o.measure_steps);
-    }
-    g.costs = measured_costs(h1, first, ratio);
-    for (int st = 0; st < o.stages; ++st) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%sstage %d F %.2f B %.2f W %.2f ms", st ? "; " : "", st, 1e3 * g.costs.f(st),
-                    1e3 * g.costs.b(st), 1e3 * g.costs.w(st));
-      auto_costs += buf;
-    }
-  }
-  // zb-auto on engines within a device budget: its memory limit follows from the budget.
-  std::string budget_limit;
-  const pipeline::Schedule s = [&] {
-    if (g.kind != pipeline::ScheduleKind::zb_auto || o.config.empty() || o.device_budget.empty())
-      return pipeline::generate(g);
-    pipeline::AutoOptions a;
-    a.stages = g.stages;
-    a.micro_batches = g.micro_batches;
-    a.costs = g.costs;
-    auto b = zb_auto_within_budget(a, model, on_engines_options);
-    budget_limit = str_cat(b.memory_limit, " micro-batches, the largest whose activations and engine minimum (",
-                           format_bytes(b.need), " on the largest stage) fit --device-budget ", o.device_budget);
-    return std::move(b.schedule);
-  }();
+  return p;
+}
 
-  std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stores;
+// --measure-steps: zb-auto's costs as measured in ZB-H1 steps, into p.g.costs; returns them
+// in words.
+std::string measure_auto_costs(const Options& o, Prepared& p, const PipelineModelChoice& chosen) {
+  STRATA_CHECK(p.g.kind == pipeline::ScheduleKind::zb_auto, Errc::invalid_argument,
+               "--measure-steps feeds zb-auto the times measured in ZB-H1 steps; it needs --kind zb-auto");
+  STRATA_CHECK(!p.as_ranks, Errc::invalid_argument,
+               "--measure-steps runs its ZB-H1 steps with stages as threads; under strata launch give the "
+               "times with --times");
+  const pipeline::Schedule h1 = pipeline::zb_h1(o.stages, o.micro);
+  std::vector<pipeline::StageReport> first;
+  if (!o.config.empty()) {
+    auto eso = p.engines;
+    eso.steps = o.measure_steps;
+    eso.verify = false;
+    first = run_on_engines(h1, chosen.of_replica, eso).reports;
+  } else {
+    std::vector<std::unique_ptr<pipeline::LocalParameterStore>> local;
+    std::vector<pipeline::ParameterStore*> ptrs;
+    for (int st = 0; st < h1.stages; ++st) {
+      local.push_back(std::make_unique<pipeline::LocalParameterStore>(
+          chosen.model, pipeline::stage_layers(h1, chosen.model, st), p.spec.seed));
+      ptrs.push_back(local.back().get());
+    }
+    first = pipeline::run_stages_as_threads(h1, chosen.model, ptrs, p.eo, o.measure_steps);
+  }
+  p.g.costs = measured_costs(h1, first, p.ratio);
+  std::string out;
+  for (int st = 0; st < o.stages; ++st) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%sstage %d F %.2f B %.2f W %.2f ms", st ? "; " : "", st, 1e3 * p.g.costs.f(st),
+                  1e3 * p.g.costs.b(st), 1e3 * p.g.costs.w(st));
+    out += buf;
+  }
+  return out;
+}
+
+// The schedule; zb-auto on engines within a device budget takes its memory limit from the
+// budget (said in budget_limit).
+pipeline::Schedule make_schedule(const Options& o, const Prepared& p, const pipeline::PipelineModel& model,
+                                 std::string& budget_limit) {
+  if (p.g.kind != pipeline::ScheduleKind::zb_auto || o.config.empty() || o.device_budget.empty())
+    return pipeline::generate(p.g);
+  pipeline::AutoOptions a;
+  a.stages = p.g.stages;
+  a.micro_batches = p.g.micro_batches;
+  a.costs = p.g.costs;
+  auto b = zb_auto_within_budget(a, model, p.engines);
+  budget_limit = str_cat(b.memory_limit, " micro-batches, the largest whose activations and engine minimum (",
+                         format_bytes(b.need), " on the largest stage) fit --device-budget ", o.device_budget);
+  return std::move(b.schedule);
+}
+
+// What the schedule's run gave: every stage's report on the reporting process (empty on the
+// others), the engines' summaries, and the --verify verdict.
+struct Ran {
   std::vector<pipeline::StageReport> reports;
   std::vector<StageSummary> on_engines;
-  std::unique_ptr<comm::Communicator> comm;
   std::string verdict = "not checked (--verify)";
   bool equal = true;
+  bool reporter = true;  // on engines: this process prints the report (ranks: the one with reports)
+};
+
+Ran execute(const Options& o, const Prepared& p, const pipeline::Schedule& s, const PipelineModelChoice& chosen) {
+  Ran r;
+  const pipeline::PipelineModel& model = chosen.model;
+  std::vector<std::unique_ptr<pipeline::LocalParameterStore>> stores;
+  std::unique_ptr<comm::Communicator> comm;
   if (!o.config.empty()) {
-    auto eso = on_engines_options;
-    if (!as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
-    const auto res = run_on_engines(s, model_of, eso);
-    equal = res.equal;
+    auto eso = p.engines;
+    if (!p.as_ranks) eso.trace = o.trace;  // threads: the engine's rows too (one file for every stage)
+    const auto res = run_on_engines(s, chosen.of_replica, eso);
+    r.equal = res.equal;
     if (o.verify)
-      verdict = equal ? "bitwise equal to the plain data-parallel run" : "DIFFERENT from the plain data-parallel run";
-    if (!res.reporter) return equal ? 0 : 1;
-    reports = res.reports;
-    on_engines = res.stages;
-  } else if (as_ranks) {
+      r.verdict =
+          r.equal ? "bitwise equal to the plain data-parallel run" : "DIFFERENT from the plain data-parallel run";
+    r.reporter = res.reporter;
+    if (r.reporter) {
+      r.reports = res.reports;
+      r.on_engines = res.stages;
+    }
+    return r;
+  }
+  if (p.as_ranks) {
     comm::CommOptions co;
-    co.rendezvous = rdzv;
+    co.rendezvous = p.rdzv;
     comm = comm::Communicator::create(co);
     stores.push_back(std::make_unique<pipeline::LocalParameterStore>(
-        model, pipeline::stage_layers(s, model, comm->rank()), spec.seed));
-    const auto mine = pipeline::run_stage_as_rank(s, model, *stores[0], *comm, eo, o.steps);
-    reports = pipeline::gather_reports(*comm, mine);
+        model, pipeline::stage_layers(s, model, comm->rank()), p.spec.seed));
+    const auto mine = pipeline::run_stage_as_rank(s, model, *stores[0], *comm, p.eo, o.steps);
+    r.reports = pipeline::gather_reports(*comm, mine);
   } else {
     std::vector<pipeline::ParameterStore*> ptrs;
     for (int st = 0; st < s.stages; ++st) {
       stores.push_back(
-          std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(s, model, st), spec.seed));
+          std::make_unique<pipeline::LocalParameterStore>(model, pipeline::stage_layers(s, model, st), p.spec.seed));
       ptrs.push_back(stores.back().get());
     }
-    reports = pipeline::run_stages_as_threads(s, model, ptrs, eo, o.steps);
+    r.reports = pipeline::run_stages_as_threads(s, model, ptrs, p.eo, o.steps);
   }
-
-  if (o.verify && o.config.empty()) {
-    equal = gradients_match(model, o.micro, spec.seed, o.steps - 1, stores, comm.get());
-    verdict = equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
+  if (o.verify) {
+    r.equal = gradients_match(model, o.micro, p.spec.seed, o.steps - 1, stores, comm.get());
+    r.verdict = r.equal ? "bitwise equal to the sequential loop" : "DIFFERENT from the sequential loop";
   }
-  if (reports.empty()) return equal ? 0 : 1;  // not rank 0
+  return r;
+}
 
-  const pipeline::Timeline measured = pipeline::measured_timeline(s, reports);
-  const pipeline::TimelineStats got = pipeline::summarize(measured);
-  // The simulator fed this run's per-stage F/B/W times and what a message took.
-  auto run_costs = measured_costs(s, reports, ratio);
-  run_costs.comm = pipeline::measured_comm(s, reports);
-  const auto from_measured = pipeline::simulate(s, run_costs).stats;
-  pipeline::TimelineStats nominal;
+// The report's figures: the measured timeline, the simulator fed this run's per-stage F/B/W
+// times and what a message took, and the nominal one (--layer-ms).
+struct Figures {
+  pipeline::TimelineStats got, from_measured, nominal;
+  pipeline::Costs run_costs;
+  std::string mode;
+  double loss = std::nan("");  // the GPT's mean token loss in the last step, where this process saw it
+};
+
+Figures figures(const Options& o, const Prepared& p, const pipeline::Schedule& s, const PipelineModelChoice& chosen,
+                const Ran& r) {
+  Figures f;
+  const auto& ratio = p.ratio;
+  const pipeline::Timeline measured = pipeline::measured_timeline(s, r.reports);
+  f.got = pipeline::summarize(measured);
+  f.run_costs = measured_costs(s, r.reports, ratio);
+  f.run_costs.comm = pipeline::measured_comm(s, r.reports);
+  f.from_measured = pipeline::simulate(s, f.run_costs).stats;
   if (o.layer_ms > 0) {
-    nominal =
-        pipeline::simulate(s, pipeline::Costs::uniform(unit_s * ratio[0], unit_s * ratio[1], unit_s * ratio[2])).stats;
+    f.nominal =
+        pipeline::simulate(s, pipeline::Costs::uniform(p.unit_s * ratio[0], p.unit_s * ratio[1], p.unit_s * ratio[2]))
+            .stats;
   }
-  std::string mode =
-      as_ranks ? str_cat(s.stages * o.replicas, " processes (Gloo)") : str_cat(s.stages * o.replicas, " threads");
-  if (!o.config.empty()) mode += str_cat(", ", o.replicas, " replica(s) on ZeRO engines (", o.config, ")");
-  if (!o.trace.empty() && (o.config.empty() || as_ranks))
+  f.mode =
+      p.as_ranks ? str_cat(s.stages * o.replicas, " processes (Gloo)") : str_cat(s.stages * o.replicas, " threads");
+  if (!o.config.empty()) f.mode += str_cat(", ", o.replicas, " replica(s) on ZeRO engines (", o.config, ")");
+  if (!o.trace.empty() && (o.config.empty() || p.as_ranks))
     pipeline::write_file(o.trace, pipeline::to_chrome_trace(measured));
   if (!o.svg.empty())
     pipeline::write_file(
-        o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", mode, "   p=", s.stages,
-                                                  "  m=", s.micro_batches, "   bubble ", percent(got.bubble_rate))));
-  double loss = std::nan("");  // the GPT's mean token loss in the last step, where this process saw it
-  if (chosen.losses && !as_ranks) {
-    loss = 0;
-    for (double l : *chosen.losses) loss += l;
-    loss /= static_cast<double>(chosen.tokens_per_micro) * s.micro_batches;
+        o.svg, pipeline::to_svg(measured, str_cat(s.kind, " measured, ", f.mode, "   p=", s.stages,
+                                                  "  m=", s.micro_batches, "   bubble ", percent(f.got.bubble_rate))));
+  if (chosen.losses && !p.as_ranks) {
+    f.loss = 0;
+    for (double l : *chosen.losses) f.loss += l;
+    f.loss /= static_cast<double>(chosen.tokens_per_micro) * s.micro_batches;
   }
-  if (o.json) {
-    nlohmann::json j = {{"kind", s.kind},
-                        {"model", chosen.describe},
-                        {"stages", s.stages},
-                        {"micro_batches", s.micro_batches},
-                        {"chunks", s.chunks},
-                        {"mode", as_ranks ? "processes" : "threads"},
-                        {"remat", o.remat},
-                        {"measured",
-                         {{"makespan_s", got.makespan},
-                          {"bubble_rate", got.bubble_rate},
-                          {"bubble_rate_per_stage", got.bubble_rate_per_stage}}},
-                        {"simulated_from_measured_times",
-                         {{"makespan_s", from_measured.makespan},
-                          {"bubble_rate", from_measured.bubble_rate},
-                          {"comm_s", run_costs.comm}}},
-                        {"peak_activations", [&] {
-                           std::vector<double> v;
-                           for (const auto& r : reports) v.push_back(r.peak_activations);
-                           return v;
-                         }()}};
-    if (loss == loss) j["loss"] = loss;
-    if (o.layer_ms > 0)
-      j["simulated_nominal"] = {{"makespan_s", nominal.makespan}, {"bubble_rate", nominal.bubble_rate}};
-    if (o.verify) j[o.config.empty() ? "gradients_bitwise_equal" : "parameters_bitwise_equal"] = equal;
-    if (!on_engines.empty()) {
-      nlohmann::json st = nlohmann::json::array();
-      for (const auto& e : on_engines)
-        st.push_back({{"activation_peak_bytes", e.activations},
-                      {"device_peak_bytes", e.device_peak},
-                      {"host_peak_bytes", e.host_peak},
-                      {"nvme_bytes", e.nvme_used},
-                      {"nvme_read_bytes", e.nvme_read},
-                      {"nvme_write_bytes", e.nvme_write},
-                      {"grad_norm", e.grad_norm},
-                      {"clip_coef", e.clip_coef}});
-      j["engines"] = st;
-    }
-    if (!budget_limit.empty()) j["zb_auto_memory_limit"] = budget_limit;
-    if (!auto_costs.empty()) {
-      nlohmann::json c = nlohmann::json::array();
-      for (int st = 0; st < s.stages; ++st)
-        c.push_back({{"f_s", g.costs.f(st)}, {"b_s", g.costs.b(st)}, {"w_s", g.costs.w(st)}});
-      j["zb_auto_costs_measured_in_zb_h1"] = c;
-    }
-    print_json(j.dump(2));
-  } else {
-    std::printf("pipeline %s: p=%d m=%d v=%d, %s, %s, remat %s%s\n", s.kind.c_str(), s.stages, s.micro_batches,
-                s.chunks, chosen.describe.c_str(), mode.c_str(), o.remat.c_str(),
-                eo.compute_threads > 0 ? str_cat(", ", eo.compute_threads, " compute thread(s) a stage").c_str() : "");
-    if (loss == loss)
-      std::printf("GPT last step: loss %.4f, %.0f tokens/s (replica 0's pipeline)\n", loss,
-                  static_cast<double>(chosen.tokens_per_micro) * s.micro_batches / got.makespan);
-    if (!budget_limit.empty()) std::printf("zb-auto memory limit %s\n", budget_limit.c_str());
-    if (!auto_costs.empty())
-      std::printf("zb-auto from %d ZB-H1 step(s)' measured times: %s\n", o.measure_steps, auto_costs.c_str());
-    std::printf("measured           makespan %.4f s  bubble %s\n", got.makespan, percent(got.bubble_rate).c_str());
-    if (o.layer_ms > 0)
-      std::printf("simulated nominal  makespan %.4f s  bubble %s\n", nominal.makespan,
-                  percent(nominal.bubble_rate).c_str());
-    std::printf(
-        "simulated measured makespan %.4f s  bubble %s (per-stage mean F/B/W and a message's %.3f ms from this run)\n",
-        from_measured.makespan, percent(from_measured.bubble_rate).c_str(), 1e3 * run_costs.comm);
-    for (const auto& r : reports) {
-      std::printf("stage %d: bubble %s, peak activations %g micro-batches, %d recomputed\n", r.stage,
-                  percent(got.bubble_rate_per_stage[r.stage]).c_str(), r.peak_activations, r.recomputed);
-      if (!on_engines.empty()) {
-        const auto& e = on_engines[r.stage];
-        std::printf(
-            "  activations %s (replayed peak); engine: device peak %s, host peak %s, NVMe %s; last step NVMe read %s "
-            "written %s, grad norm %.4g, clip %.4g\n",
-            bytes(e.activations).c_str(), bytes(e.device_peak).c_str(), bytes(e.host_peak).c_str(),
-            bytes(e.nvme_used).c_str(), bytes(e.nvme_read).c_str(), bytes(e.nvme_write).c_str(), e.grad_norm,
-            e.clip_coef);
-      }
-    }
-    std::printf("%s: %s\n", o.config.empty() ? "gradients" : "parameters", verdict.c_str());
+  return f;
+}
+
+void print_report_json(const Options& o, const Prepared& p, const pipeline::Schedule& s,
+                       const PipelineModelChoice& chosen, const Ran& r, const Figures& f, const std::string& auto_costs,
+                       const std::string& budget_limit) {
+  nlohmann::json j = {{"kind", s.kind},
+                      {"model", chosen.describe},
+                      {"stages", s.stages},
+                      {"micro_batches", s.micro_batches},
+                      {"chunks", s.chunks},
+                      {"mode", p.as_ranks ? "processes" : "threads"},
+                      {"remat", o.remat},
+                      {"measured",
+                       {{"makespan_s", f.got.makespan},
+                        {"bubble_rate", f.got.bubble_rate},
+                        {"bubble_rate_per_stage", f.got.bubble_rate_per_stage}}},
+                      {"simulated_from_measured_times",
+                       {{"makespan_s", f.from_measured.makespan},
+                        {"bubble_rate", f.from_measured.bubble_rate},
+                        {"comm_s", f.run_costs.comm}}},
+                      {"peak_activations", [&] {
+                         std::vector<double> v;
+                         for (const auto& rep : r.reports) v.push_back(rep.peak_activations);
+                         return v;
+                       }()}};
+  if (f.loss == f.loss) j["loss"] = f.loss;
+  if (o.layer_ms > 0)
+    j["simulated_nominal"] = {{"makespan_s", f.nominal.makespan}, {"bubble_rate", f.nominal.bubble_rate}};
+  if (o.verify) j[o.config.empty() ? "gradients_bitwise_equal" : "parameters_bitwise_equal"] = r.equal;
+  if (!r.on_engines.empty()) {
+    nlohmann::json st = nlohmann::json::array();
+    for (const auto& e : r.on_engines)
+      st.push_back({{"activation_peak_bytes", e.activations},
+                    {"device_peak_bytes", e.device_peak},
+                    {"host_peak_bytes", e.host_peak},
+                    {"nvme_bytes", e.nvme_used},
+                    {"nvme_read_bytes", e.nvme_read},
+                    {"nvme_write_bytes", e.nvme_write},
+                    {"grad_norm", e.grad_norm},
+                    {"clip_coef", e.clip_coef}});
+    j["engines"] = st;
   }
-  return equal ? 0 : 1;
+  if (!budget_limit.empty()) j["zb_auto_memory_limit"] = budget_limit;
+  if (!auto_costs.empty()) {
+    nlohmann::json c = nlohmann::json::array();
+    for (int st = 0; st < s.stages; ++st)
+      c.push_back({{"f_s", p.g.costs.f(st)}, {"b_s", p.g.costs.b(st)}, {"w_s", p.g.costs.w(st)}});
+    j["zb_auto_costs_measured_in_zb_h1"] = c;
+  }
+  print_json(j.dump(2));
+}
+
+void print_report_text(const Options& o, const Prepared& p, const pipeline::Schedule& s,
+                       const PipelineModelChoice& chosen, const Ran& r, const Figures& f, const std::string& auto_costs,
+                       const std::string& budget_limit) {
+  std::printf(
+      "pipeline %s: p=%d m=%d v=%d, %s, %s, remat %s%s\n", s.kind.c_str(), s.stages, s.micro_batches, s.chunks,
+      chosen.describe.c_str(), f.mode.c_str(), o.remat.c_str(),
+      p.eo.compute_threads > 0 ? str_cat(", ", p.eo.compute_threads, " compute thread(s) a stage").c_str() : "");
+  if (f.loss == f.loss)
+    std::printf("GPT last step: loss %.4f, %.0f tokens/s (replica 0's pipeline)\n", f.loss,
+                static_cast<double>(chosen.tokens_per_micro) * s.micro_batches / f.got.makespan);
+  if (!budget_limit.empty()) std::printf("zb-auto memory limit %s\n", budget_limit.c_str());
+  if (!auto_costs.empty())
+    std::printf("zb-auto from %d ZB-H1 step(s)' measured times: %s\n", o.measure_steps, auto_costs.c_str());
+  std::printf("measured           makespan %.4f s  bubble %s\n", f.got.makespan, percent(f.got.bubble_rate).c_str());
+  if (o.layer_ms > 0)
+    std::printf("simulated nominal  makespan %.4f s  bubble %s\n", f.nominal.makespan,
+                percent(f.nominal.bubble_rate).c_str());
+  std::printf(
+      "simulated measured makespan %.4f s  bubble %s (per-stage mean F/B/W and a message's %.3f ms from this run)\n",
+      f.from_measured.makespan, percent(f.from_measured.bubble_rate).c_str(), 1e3 * f.run_costs.comm);
+  for (const auto& rep : r.reports) {
+    std::printf("stage %d: bubble %s, peak activations %g micro-batches, %d recomputed\n", rep.stage,
+                percent(f.got.bubble_rate_per_stage[rep.stage]).c_str(), rep.peak_activations, rep.recomputed);
+    if (!r.on_engines.empty()) {
+      const auto& e = r.on_engines[rep.stage];
+      std::printf(
+          "  activations %s (replayed peak); engine: device peak %s, host peak %s, NVMe %s; last step NVMe read %s "
+          "written %s, grad norm %.4g, clip %.4g\n",
+          bytes(e.activations).c_str(), bytes(e.device_peak).c_str(), bytes(e.host_peak).c_str(),
+          bytes(e.nvme_used).c_str(), bytes(e.nvme_read).c_str(), bytes(e.nvme_write).c_str(), e.grad_norm,
+          e.clip_coef);
+    }
+  }
+  std::printf("%s: %s\n", o.config.empty() ? "gradients" : "parameters", r.verdict.c_str());
+}
+
+int run(const Options& o) {
+  Prepared p = prepare(o);
+  // The GPT's weight products in the engines' compute dtype, as the unpipelined GPT's.
+  const auto products = o.config.empty() ? model::ops::Products::fp32
+                                         : model::ops::products_for(engine::compute_dtype_of(p.engines.config));
+  const PipelineModelChoice chosen = make_pipeline_model(o.model, p.layers, p.spec, o.micro, o.replicas, products);
+  const std::string auto_costs = o.measure_steps > 0 ? measure_auto_costs(o, p, chosen) : "";
+  std::string budget_limit;
+  const pipeline::Schedule s = make_schedule(o, p, chosen.model, budget_limit);
+  const Ran r = execute(o, p, s, chosen);
+  if (!r.reporter || r.reports.empty()) return r.equal ? 0 : 1;  // not rank 0
+  const Figures f = figures(o, p, s, chosen, r);
+  if (o.json)
+    print_report_json(o, p, s, chosen, r, f, auto_costs, budget_limit);
+  else
+    print_report_text(o, p, s, chosen, r, f, auto_costs, budget_limit);
+  return r.equal ? 0 : 1;
 }
 
 Action setup(CLI::App& cmd) {
