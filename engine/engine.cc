@@ -29,7 +29,7 @@ Engine::Engine(const EngineOptions& options) {
 Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   auto& I = *impl_;
-  if (I.stepper) I.stepper->cancel_overlap();  // its thread uses every part reset below
+  if (I.overlap) I.overlap->cancel();  // its thread uses every part reset below
   I.drop_pending_save();
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
@@ -80,7 +80,7 @@ void Engine::begin_step() {
                "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
                "state is partly loaded; load a checkpoint again before training");
   if (I.grads_stale) {
-    I.stepper->finish_tail();
+    I.overlap->finish_tail();
     I.grads->zero();
     I.grads_stale = false;
   }
@@ -89,7 +89,7 @@ void Engine::begin_step() {
   I.step_start = std::chrono::steady_clock::now();
   I.grads->begin_step();
   if (I.gather_path) I.gather_path->begin_step();
-  I.stepper->begin_overlap(!I.plan->replan_pending());
+  I.overlap->begin(!I.plan->replan_pending());
 }
 
 void Engine::begin_eval() {
@@ -118,7 +118,7 @@ std::vector<TensorView> Engine::gather(int layer) {
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.in_step || I.in_eval, Errc::invalid_argument, "gather(", layer,
                ") outside begin_step()/step() and begin_eval()/end_eval()");
-  I.stepper->before_layer(li);  // the last step's tail has stepped it
+  I.overlap->before_layer(li);  // the last step's tail has stepped it
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
   void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls() + 1) : nullptr;
   return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
@@ -136,7 +136,7 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
   STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
   STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "grad_buffers(", layer, "): layer ", layer,
                " is frozen (freeze_layer) and takes no gradient: gather and release it in backward only");
-  I.stepper->before_layer(li);  // the last step's tail is done with its accumulator
+  I.overlap->before_layer(li);  // the last step's tail is done with its accumulator
   return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
 void Engine::Impl::check_step_ready() const {
@@ -184,7 +184,7 @@ StepResult Engine::step() {
     I.grads_stale = true;
     throw;
   }
-  I.stepper->zero_grads();
+  I.overlap->zero_grads();
   I.in_step = false;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
@@ -206,7 +206,7 @@ void Engine::abandon_step() {
     }
   };
   if (step) {
-    I.stepper->cancel_overlap();         // the lane's updates undone; a last step's tail finished
+    I.overlap->cancel();                 // the lane's updates undone; a last step's tail finished
     attempt([&I] { I.grads->sync(); });  // queued reductions still read their buffers
     I.grads->drop_buffers();
     I.grads_stale = true;  // begin_step() zeroes the accumulators
@@ -221,11 +221,11 @@ void Engine::reduce_grads(int layer) {
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "reduce_grads(", layer, "): layer ", layer,
                " is frozen (freeze_layer) and takes no gradient");
-  I.stepper->before_layer(li);
+  I.overlap->before_layer(li);
   I.grads->reduce(li, I.io);
   // The layer's last reduction of the step: an overlapped optimizer may take it from here.
   const auto accum = std::max<std::int64_t>(1, I.cfg.gradient_accumulation_steps);
-  if (I.stepper->overlapping() && I.grads->reductions(li) == accum) I.stepper->layer_done(li, I.grads->completion());
+  if (I.overlap->active() && I.grads->reductions(li) == accum) I.overlap->layer_done(li, I.grads->completion());
 }
 
 float Engine::loss_scale() const noexcept {

@@ -80,13 +80,13 @@ void Engine::Impl::drain_io() {
 }
 
 void Engine::Impl::finish_tail() {
-  if (!stepper) return;
+  if (!overlap) return;
   if (in_step) {
-    stepper->finish_tail();
+    overlap->finish_tail();
     return;
   }
   io = {};  // between steps nothing reads it (begin_step() resets it): it collects the tail's traffic
-  stepper->finish_tail();
+  overlap->finish_tail();
   last_io += io;
 }
 

@@ -207,4 +207,12 @@ void NvmeHomes::drain() {
   if (io_) io_->synchronize();
 }
 
+void NvmeHomes::swapper_traffic(IoStats& into) const {
+  if (swapper_ == nullptr) return;
+  const auto ss = swapper_->stats();
+  into.nvme_read_bytes += ss.bytes_read;
+  into.nvme_write_bytes += ss.bytes_written;
+  into.io_wait_seconds += ss.wait_seconds;
+}
+
 }  // namespace strata::engine

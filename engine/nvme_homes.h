@@ -68,6 +68,8 @@ class NvmeHomes {
   void adopt(ParamFiles&& files);  // the current store goes; this one is current
 
   offload::OptimizerSwapper* swapper() const noexcept { return swapper_.get(); }
+  // Adds the swapper's traffic of its last step (bytes read and written, time waited) to `into`.
+  void swapper_traffic(IoStats& into) const;
   int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
   int swap_layer(int tensor) const { return swap_layers_[tensor]; }
   offload::ParamStore* params() const noexcept { return params_.store.get(); }

@@ -12,17 +12,14 @@
 namespace strata::engine {
 
 StepResult OptimizerStep::run() {
-  // The last step's tail, when the trainer touched no layer it had left: this step's lane was
-  // never started (nothing handed it a layer), so the step runs synchronously.
-  armed_ = -1;
-  finish_tail();
+  c_.overlap.before_step();
   StepScalars& scalars = c_.scalars;
   const optim::LossScaler::State scaler_before = scalars.scaler_state();
   optim::StepPlan plan;
   try {
     plan = scalars.plan();
   } catch (...) {
-    cancel_overlap();
+    c_.overlap.cancel();
     throw;
   }
   StepResult result;
@@ -30,21 +27,15 @@ StepResult OptimizerStep::run() {
   result.grad_norm = plan.grad_norm;
   result.loss_scale = plan.loss_scale;
   result.clip_coef = plan.clip_coef;
-  tail_layers_ = 0;
   try {
-    result.rolled_back = !finish_overlap(plan);
-    result.tail_layers = tail_layers_;
+    const OverlappedStep::Outcome lane = c_.overlap.settle(plan);
+    result.rolled_back = lane.rolled_back;
+    result.tail_layers = lane.tail_layers;
+    result.deferred = lane.deferred;
   } catch (...) {
     scalars.restore_scaler(scaler_before);  // the failed step counts for nothing but the call
     throw;
   }
-  result.deferred = deferred_ && tail_ && !result.rolled_back;
-  if (result.rolled_back) {
-    STRATA_LOG(info, "rank ", c_.rank, ": the overlapped optimizer step was undone (",
-               plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs ",
-               tail_ ? "as the tail, during the next forward" : "synchronously");
-  }
-  if (!plan.skip) clipped_last_ = plan.clip_coef < 1.0;
   if (!plan.skip) {
     result.lr = scalars.next_lr();
     try {
@@ -63,25 +54,17 @@ StepResult OptimizerStep::run() {
   return result;
 }
 
-void OptimizerStep::add_swapper_stats(IoStats& io) const {
-  if (c_.nvme.swapper() == nullptr) return;
-  const auto ss = c_.nvme.swapper()->stats();
-  io.nvme_read_bytes += ss.bytes_read;
-  io.nvme_write_bytes += ss.bytes_written;
-  io.io_wait_seconds += ss.wait_seconds;
-}
-
 void OptimizerStep::run_swapped(const optim::StepArgs& base, float lr) {
   auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr || tail_) return;  // a tail finishes the swapper's step and commits it
-  if (swapper->pending()) {                 // the overlapped step's update, kept
+  if (swapper == nullptr || c_.overlap.tail()) return;  // a tail finishes the swapper's step and commits it
+  if (swapper->pending()) {                             // the overlapped step's update, kept
     swapper->commit_pending();
     return;
   }
   swapper->step([&](const offload::SubGroup& g) {
     c_.update.sub_group(base, lr, c_.nvme.swap_layer(static_cast<int>(g.tensor)), g);
   });
-  add_swapper_stats(c_.io);
+  c_.nvme.swapper_traffic(c_.io);
 }
 
 void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
@@ -91,12 +74,12 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
       return;
     }
     run_swapped(base, lr);
-    c_.update.resident(base, lr, host_kept_);  // the lane's kept host layers are done
+    c_.update.resident(base, lr, c_.overlap.kept_host_layers());  // the lane's kept host layers are done
     c_.updates.commit_params();
   } catch (...) {
-    if (tail_) {  // the tail uses the staging and the store that roll_back() drops: it ends first
+    if (c_.overlap.tail()) {  // the tail uses the staging and the store that roll_back() drops: it ends first
       try {
-        finish_tail();
+        c_.overlap.finish_tail();
       } catch (const std::exception& e) {
         STRATA_LOG(error, e.what());
       }

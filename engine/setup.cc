@@ -128,7 +128,7 @@ void Engine::Impl::make_gather_path() {
                                // A prefetch reads the layer's shards once the last step's tail has stepped it.
                                .before_read =
                                    [this](int li) {
-                                     if (stepper != nullptr) stepper->before_layer(li);
+                                     if (overlap != nullptr) overlap->before_layer(li);
                                    }};
   gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
@@ -153,22 +153,34 @@ void Engine::Impl::make_stepper() {
                                                               .state = *opt_state,
                                                               .updates = *updates,
                                                               .tracer = options.tracer});
-  stepper = std::make_unique<OptimizerStep>(OptimizerStep::Context{
-      .cfg = cfg,
-      .layout = *layout,
-      .rank = rank,
-      .scalars = *scalars,
-      .update = *update,
-      .grads = *grads,
-      .state = *opt_state,
-      .plan = *plan,
-      .updates = *updates,
-      .homes = *homes,
-      .nvme = *nvme,
-      .io = io,
-      // What a failed update still has queued finishes before its staging goes.
-      .settle = [this] { settle({dev_stream.get()}, "device work or a parameter write-back after a failed step"); },
-      .tracer = options.tracer});
+  // What a failed update still has queued finishes before its staging goes.
+  auto settle_after_failure = [this] {
+    settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
+  };
+  overlap = std::make_unique<OverlappedStep>(OverlappedStep::Context{.cfg = cfg,
+                                                                     .layout = *layout,
+                                                                     .rank = rank,
+                                                                     .scalars = *scalars,
+                                                                     .update = *update,
+                                                                     .grads = *grads,
+                                                                     .state = *opt_state,
+                                                                     .plan = *plan,
+                                                                     .updates = *updates,
+                                                                     .homes = *homes,
+                                                                     .nvme = *nvme,
+                                                                     .io = io,
+                                                                     .settle = settle_after_failure,
+                                                                     .tracer = options.tracer});
+  stepper = std::make_unique<OptimizerStep>(OptimizerStep::Context{.cfg = cfg,
+                                                                   .rank = rank,
+                                                                   .scalars = *scalars,
+                                                                   .update = *update,
+                                                                   .overlap = *overlap,
+                                                                   .updates = *updates,
+                                                                   .homes = *homes,
+                                                                   .nvme = *nvme,
+                                                                   .io = io,
+                                                                   .settle = settle_after_failure});
 }
 
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {

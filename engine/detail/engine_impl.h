@@ -1,8 +1,8 @@
 // The engine's private state: what every phase (setup.cc, checkpoint*.cc) reads (the
 // options, the layout, the ledger, the streams), the protocol's flags, the checkpoint
 // machinery, and the parts that own the rest (PlacementPlan, ParamHomes, OptimizerState,
-// GradReducer, GatherPath, UpdateStaging, NvmeHomes, OptimizerStep), reached only through
-// their interfaces.
+// GradReducer, GatherPath, UpdateStaging, NvmeHomes, StepScalars, ShardUpdate,
+// OverlappedStep, OptimizerStep), reached only through their interfaces.
 #pragma once
 
 #include <atomic>
@@ -24,6 +24,7 @@
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
 #include "engine/optimizer_step.h"
+#include "engine/overlapped_step.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
 #include "engine/shard_update.h"
@@ -84,11 +85,13 @@ struct Engine::Impl {
   // (update_staging.h).
   std::unique_ptr<UpdateStaging> updates;
   // The step's scalars: the norm, loss scale, clipping, learning rate and step counters
-  // (step_scalars.h); the optimizer's arithmetic on each shard (shard_update.h); and the step
-  // over both with its overlapped lane (optimizer_step.h). Made last in setup(): they work on
-  // every part above (the stepper's lane on the other two: it goes first).
+  // (step_scalars.h); the optimizer's arithmetic on each shard (shard_update.h); the
+  // overlapped lane and its tail (overlapped_step.h); and the step over the three
+  // (optimizer_step.h). Made last in setup(): they work on every part above (the lane's
+  // thread on the first two: it goes before them).
   std::unique_ptr<StepScalars> scalars;
   std::unique_ptr<ShardUpdate> update;
+  std::unique_ptr<OverlappedStep> overlap;
   std::unique_ptr<OptimizerStep> stepper;
   std::int64_t step_calls() const noexcept { return scalars ? scalars->calls() : 0; }
   bool in_step = false;

@@ -1,12 +1,12 @@
-// OptimizerStep's overlapped step (the protocol in optimizer_step.h): the lane that steps the
-// NVMe layers during backward, the keep-or-undo decision, and the tail that finishes the
-// kept step while the next forward runs.
+// OverlappedStep (the protocol in overlapped_step.h): the lane that steps the NVMe layers
+// during backward, the keep-or-undo decision, and the tail that finishes the kept step while
+// the next forward runs.
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <limits>
 
-#include "engine/optimizer_step.h"
+#include "engine/overlapped_step.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/trace.h"
@@ -16,7 +16,7 @@ namespace strata::engine {
 // The host layers the lane steps, in backward order: those whose state lives in host RAM,
 // when overlaps_host_state() allows (else they step in run()), and whose spare arrays the
 // host memory gives (a layer refused steps in run(), said once).
-void OptimizerStep::plan_host_lane() {
+void OverlappedStep::plan_host_lane() {
   host_order_.clear();
   if (!overlaps_host_state(c_.cfg, c_.nvme.swapper() != nullptr)) return;
   no_spare_.resize(c_.layout.layers().size(), 0);
@@ -40,7 +40,7 @@ void OptimizerStep::plan_host_lane() {
 // step that neither overflows nor clips; run() keeps its work only when the real plan is that
 // one. When the last step clipped and this one may end as a tail, the lane bets on nothing:
 // it is deferred (start_deferred()).
-void OptimizerStep::begin_overlap(bool allowed) {
+void OverlappedStep::begin(bool allowed) {
   if (tail_) {  // the last step's tail still runs: this step's lane starts when it ends
     armed_ = allowed ? 1 : 0;
     return;
@@ -95,7 +95,7 @@ void OptimizerStep::begin_overlap(bool allowed) {
 // before the plan), and its first update waits at the lane's plan gate until publish_plan()
 // gives it the step's arguments; then it finishes the step as the tail. Bets on nothing, so
 // nothing is ever undone.
-void OptimizerStep::start_deferred() {
+void OverlappedStep::start_deferred() {
   auto* swapper = c_.nvme.swapper();
   offload::OptimizerSwapper::StepOrder order;
   for (std::size_t t = 0; t < swapper->tensors(); ++t) order.tensors.push_back(t);
@@ -110,7 +110,7 @@ void OptimizerStep::start_deferred() {
 // run()'s plan for a deferred lane: its arguments (those the synchronous step would use), then
 // the gate. The lane is kept from here on: it finishes the step as the tail. False, publishing
 // nothing, when the lane has already ended (it failed reading ahead).
-bool OptimizerStep::publish_plan(const optim::StepPlan& plan) {
+bool OverlappedStep::publish_plan(const optim::StepPlan& plan) {
   lane_args_ = c_.scalars.args(plan);  // the lane reads them only past the gate
   lane_lr_ = c_.scalars.next_lr();
   {
@@ -125,7 +125,7 @@ bool OptimizerStep::publish_plan(const optim::StepPlan& plan) {
   return true;
 }
 
-void OptimizerStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
+void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
   auto* swapper = c_.nvme.swapper();
   {
     std::lock_guard<std::mutex> lock(tail_mu_);
@@ -168,7 +168,7 @@ void OptimizerStep::launch_lane(const offload::OptimizerSwapper::StepOrder& orde
 // On the lane: the host layers in backward order, each once its gradient is in, stepped out
 // of place from its state into its spare arrays; its compute copies go where the synchronous
 // step sends them.
-void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
+void OverlappedStep::step_host_layers(const optim::StepArgs& a, float lr) {
   for (int li : host_order_) {
     lane_.wait_ready(li);
     check_bet(li);
@@ -179,12 +179,12 @@ void OptimizerStep::step_host_layers(const optim::StepArgs& a, float lr) {
   }
 }
 
-void OptimizerStep::layer_done(int li, std::unique_ptr<device::Event> done) {
+void OverlappedStep::layer_done(int li, std::unique_ptr<device::Event> done) {
   if (tail_) finish_tail();  // a layer the next forward never gathered: the tail must end first
   lane_.ready(li, std::move(done));
 }
 
-void OptimizerStep::check_bet(int li) {
+void OverlappedStep::check_bet(int li) {
   {
     std::lock_guard<std::mutex> lock(tail_mu_);
     if (kept_) return;  // run() decided: the rest is the tail
@@ -201,7 +201,7 @@ void OptimizerStep::check_bet(int li) {
 // step, before the next forward may gather it. settled_: 0 not reached, 1 stepped before
 // run() kept the step (run()'s commit and zero_grads() cover it), 3 the tail is committing
 // and zeroing it, 2 done.
-void OptimizerStep::layer_stepped(int li) {
+void OverlappedStep::layer_stepped(int li) {
   const auto i = static_cast<std::size_t>(li);
   {
     std::lock_guard<std::mutex> lock(tail_mu_);
@@ -218,7 +218,29 @@ void OptimizerStep::layer_stepped(int li) {
   tail_cv_.notify_all();
 }
 
-bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
+void OverlappedStep::before_step() {
+  // The last step's tail, when the trainer touched no layer it had left: this step's lane was
+  // never started (nothing handed it a layer), so the step runs synchronously.
+  armed_ = -1;
+  finish_tail();
+}
+
+OverlappedStep::Outcome OverlappedStep::settle(const optim::StepPlan& plan) {
+  tail_layers_ = 0;
+  Outcome out;
+  out.rolled_back = !finish_overlap(plan);
+  out.tail_layers = tail_layers_;
+  out.deferred = deferred_ && tail_ && !out.rolled_back;
+  if (out.rolled_back) {
+    STRATA_LOG(info, "rank ", c_.rank, ": the overlapped optimizer step was undone (",
+               plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs ",
+               tail_ ? "as the tail, during the next forward" : "synchronously");
+  }
+  if (!plan.skip) clipped_last_ = plan.clip_coef < 1.0;
+  return out;
+}
+
+bool OverlappedStep::finish_overlap(const optim::StepPlan& plan) {
   host_kept_.assign(c_.layout.layers().size(), 0);
   if (!lane_.active()) return true;
   if (deferred_) {
@@ -267,7 +289,7 @@ bool OptimizerStep::finish_overlap(const optim::StepPlan& plan) {
 
 // A lost bet whose step may end as a tail: the real step runs as one (lowest layer first,
 // while the next forward runs) rather than synchronously in run().
-void OptimizerStep::redo_as_tail(const optim::StepPlan& plan) {
+void OverlappedStep::redo_as_tail(const optim::StepPlan& plan) {
   if (plan.skip || !tail_ok_ || c_.nvme.swapper() == nullptr) return;
   start_deferred();
   if (publish_plan(plan)) return;
@@ -277,7 +299,7 @@ void OptimizerStep::redo_as_tail(const optim::StepPlan& plan) {
   if (failed) std::rethrow_exception(failed);
 }
 
-std::exception_ptr OptimizerStep::join_lane() {
+std::exception_ptr OverlappedStep::join_lane() {
   std::exception_ptr failed;
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -290,14 +312,14 @@ std::exception_ptr OptimizerStep::join_lane() {
   return failed;
 }
 
-void OptimizerStep::count_lane_io() {
+void OverlappedStep::count_lane_io() {
   c_.updates.count_into(nullptr);
-  add_swapper_stats(lane_io_);
+  c_.nvme.swapper_traffic(lane_io_);
   c_.io += lane_io_;
   lane_io_ = {};
 }
 
-void OptimizerStep::before_layer(int li) {
+void OverlappedStep::before_layer(int li) {
   if (!tail_) return;
   {
     std::unique_lock<std::mutex> lock(tail_mu_);
@@ -312,7 +334,7 @@ void OptimizerStep::before_layer(int li) {
   finish_tail();  // the lane is over: join it, count its traffic, start the lane begin_step armed
 }
 
-void OptimizerStep::finish_tail() {
+void OverlappedStep::finish_tail() {
   if (!tail_) return;
   tail_ = false;
   const std::exception_ptr failed = join_lane();
@@ -345,11 +367,11 @@ void OptimizerStep::finish_tail() {
   if (armed_ >= 0) {
     const bool allowed = armed_ == 1;
     armed_ = -1;
-    begin_overlap(allowed);
+    begin(allowed);
   }
 }
 
-void OptimizerStep::zero_grads() {
+void OverlappedStep::zero_grads() {
   std::vector<char> skip;
   if (tail_) {
     std::lock_guard<std::mutex> lock(tail_mu_);
@@ -362,7 +384,7 @@ void OptimizerStep::zero_grads() {
 // Nothing the lane wrote survives: the swapper's pending generation, the host layers' spare
 // arrays and the parameter store's uncommitted writes are dropped, and compute copies it
 // rewrote in place are rebuilt from the masters, which are still the last committed ones.
-void OptimizerStep::undo_overlap() noexcept {
+void OverlappedStep::undo_overlap() noexcept {
   lane_.cancel();
   c_.updates.count_into(nullptr);
   auto* swapper = c_.nvme.swapper();
@@ -392,7 +414,7 @@ void OptimizerStep::undo_overlap() noexcept {
   touched_.assign(touched_.size(), 0);
 }
 
-void OptimizerStep::cancel_overlap() noexcept {
+void OverlappedStep::cancel() noexcept {
   armed_ = -1;
   if (tail_) {
     try {

@@ -1,0 +1,179 @@
+// OverlappedStep: the overlapped optimizer step (offload_optimizer.overlap_step; docs/design.md,
+// "The engine's parts"): the lane that steps the NVMe layers, or the host layers, during
+// backward, the keep-or-undo decision against the step's plan, the deferred step, and the tail
+// that finishes a kept step while the next forward runs.
+//
+// Protocol. begin_step() calls begin(): when
+// some layers' optimizer state lives on NVMe or (none on NVMe) in host RAM, the lane
+// (optimizer_lane.h) steps them in backward order (a swapper step over the NVMe layers, its
+// reads running ahead from the start of the step, or the host layers), on the plan the step will
+// have when nothing overflows and nothing is clipped (the current loss scale, clip
+// coefficient 1, the next step's learning rate). The engine hands each layer over with
+// layer_done() once its last reduction of the step is queued; the lane updates it while
+// backward goes on, an NVMe layer's new state going to the swapper's pending generation, a
+// host layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then
+// stepped), and the compute copies to their tier (NVMe shards: the parameter store's
+// uncommitted writes). OptimizerStep::run() calls before_step() (the last step's tail ends) and
+// computes the global norm and the plan as always, then settle(plan): when the
+// plan's gradient scale is the speculated one (same bits) the pending state commits, the host
+// layers' spare arrays become their state and the other resident layers step; otherwise
+// (overflow, clipping) the lane's work is undone (pending generation, spare arrays and
+// parameter writes dropped, compute copies rebuilt from the unchanged masters) and the step
+// runs synchronously. Host layers step in run() instead under a host budget
+// (memory_budget.host: the placement fills it), as does a layer whose spare arrays the host
+// memory refuses. Either way the bits are those of the synchronous step. The lane gives up by itself, before work it
+// would undo, once this rank's partial squared norm is non-finite or above the clipping threshold (check_bet()).
+// cancel() abandons the lane's work (the engine's shutdown).
+//
+// Deferred step. Under gradient_clipping, where the step may end as a tail (below), a bet
+// lost to clipping is not redone synchronously: the lane is undone and the real step runs as
+// the tail. After a step that clipped the lane bets on nothing: begin() starts it
+// deferred (start_deferred()), its swapper step reading ahead lowest layer first while its
+// first update waits at the lane's plan gate; settle() publishes the plan's arguments (the ones
+// the synchronous step uses: StepScalars::args()) and the lane finishes the step as the tail. An
+// overflowed step cancels it (it wrote nothing). Either way no state is written before the
+// norm is known, and the bits are the synchronous step's.
+//
+// The tail. At stage 3 with every layer's state on NVMe and none
+// persistent, a kept step whose lane has layers left does not wait for them: run() commits
+// what the lane wrote so far and returns, and the lane steps the rest lowest layer first
+// (what the next forward needs first), committing each layer's parameter shards behind their
+// write, zeroing its accumulator, and the swapper's generation at its end. Before the
+// trainer touches layer li (gather, gradient buffer, reduction) the engine calls
+// before_layer(li), which waits until the tail has stepped li (the gather path's prefetch
+// waits the same way). begin_step() during a tail arms the next lane, started when the tail
+// ends; finish_tail() waits for it (synchronize(), checkpoints, full_parameters()). Its
+// traffic counts in the step during which it ends. A tail that fails leaves layers from
+// different steps: the error says so and no lane starts again.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/grad_reducer.h"
+#include "engine/layout.h"
+#include "engine/nvme_homes.h"
+#include "engine/optimizer_lane.h"
+#include "engine/optimizer_state.h"
+#include "engine/param_homes.h"
+#include "engine/placement_plan.h"
+#include "engine/shard_update.h"
+#include "engine/step_scalars.h"
+#include "engine/update_staging.h"
+#include "optim/grad_norm.h"
+#include "optim/step_args.h"
+#include "optim/step_plan.h"
+#include "runtime/core/error.h"
+#include "runtime/core/trace.h"
+#include "runtime/device/device.h"
+
+namespace strata::engine {
+
+class OverlappedStep {
+ public:
+  struct Context {  // what the lane reads and updates and does not own
+    const EngineConfig& cfg;
+    const Layout& layout;
+    int rank = 0;
+    const StepScalars& scalars;
+    ShardUpdate& update;
+    GradReducer& grads;
+    OptimizerState& state;
+    const PlacementPlan& plan;
+    UpdateStaging& updates;
+    ParamHomes& homes;
+    NvmeHomes& nvme;
+    IoStats& io;
+    // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
+    // what failed.
+    std::function<void()> settle;
+    Tracer* tracer = nullptr;  // the host optimizer's spans, or null
+  };
+  struct Outcome {             // what settle() did with the lane's work
+    bool rolled_back = false;  // undone: the step runs synchronously, or as the tail
+    bool deferred = false;     // a deferred lane finishes the step as the tail
+    int tail_layers = 0;       // layers left to the tail when the step was kept
+  };
+
+  explicit OverlappedStep(const Context& ctx) : c_(ctx) {}
+  OverlappedStep(const OverlappedStep&) = delete;
+  OverlappedStep& operator=(const OverlappedStep&) = delete;
+
+  // allowed: false when this step may still move parameter shards (the first trace's replan).
+  void begin(bool allowed);
+  bool active() const noexcept { return lane_.active() || armed_ >= 0; }
+  // Layer li's gradient is complete once `done` (null: already) has passed.
+  void layer_done(int li, std::unique_ptr<device::Event> done);
+  void cancel() noexcept;
+  void before_layer(int li);
+  void finish_tail();
+  // Zeroes the accumulators for the next step, but those a running tail zeroes itself.
+  void zero_grads();
+
+  // OptimizerStep::run()'s side: before_step() before the plan, settle() once it is known.
+  void before_step();
+  Outcome settle(const optim::StepPlan& plan);
+  bool tail() const noexcept { return tail_; }  // a tail runs: it steps and commits the swapped layers
+  // Per layer: settle() kept the lane's update of the host layer (the synchronous step skips it).
+  const std::vector<char>& kept_host_layers() const noexcept { return host_kept_; }
+
+ private:
+  // The lane: the swapper's step in `order` (and the host layers, when host_layers), with
+  // lane_args_ and lane_lr_ (set before it starts, or before the plan's gate opens).
+  void launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers);
+  void start_deferred();                           // a lane that waits for publish_plan()
+  bool publish_plan(const optim::StepPlan& plan);  // its arguments, then the gate: it runs as the tail
+  void redo_as_tail(const optim::StepPlan& plan);  // after a lost bet, where the step may end as a tail
+  // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
+  // False when it was undone (true with no lane at all).
+  bool finish_overlap(const optim::StepPlan& plan);
+  void undo_overlap() noexcept;
+  // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
+  // and abandons the lane's work (throws) when the step surely overflows or clips.
+  void check_bet(int li);
+  void plan_host_lane();                                      // host_order_ for this step's lane
+  void step_host_layers(const optim::StepArgs& a, float lr);  // on the lane
+  void layer_stepped(int li);                                 // on the lane, after layer li's last sub-group
+  void count_lane_io();                                       // the lane's traffic into the step's, once it has joined
+  std::exception_ptr join_lane();  // joins the lane, counts its wait and traffic; what it threw
+
+  Context c_;
+  OptimizerLane lane_;
+  float speculated_scale_ = 0.0f;  // the plan's grad_scale the lane's work assumed
+  optim::StepArgs lane_args_;      // the lane's arguments (read on the lane)
+  float lane_lr_ = 0.0f;
+  bool deferred_ = false;         // this step's lane waits for the plan
+  bool clipped_last_ = true;      // the last step clipped (or none ran yet): defer, do not bet
+  IoStats lane_io_;               // the lane's traffic, added to the step's after it joins
+  std::vector<char> touched_;     // per layer: the lane updated it (written on the lane, read after join)
+  optim::GradNorm lane_partial_;  // this rank's squared norm over the layers the lane has taken
+  double abandon_above_ = 0;      // ... above which the step surely clips
+  bool abandoned_ = false;        // the lane stopped on a lost bet (not a failure)
+  std::vector<int> host_order_;   // the host layers the lane steps, backward order
+  std::vector<char> host_kept_;   // per layer: settle() kept the lane's update (the step skips it)
+  std::vector<char> no_spare_;    // per layer: its spare arrays did not fit; it steps in run()
+  // The tail. Under tail_mu_, shared with the lane: settled_ (per layer, layer_stepped()),
+  // kept_ (run() kept the lane's work while it ran), lane_done_ (its work returned or threw).
+  std::mutex tail_mu_;
+  std::condition_variable tail_cv_;
+  std::vector<char> settled_;
+  bool kept_ = false;
+  bool lane_done_ = false;
+  std::atomic<bool> ascending_{false};  // the swapper's ascending_rest
+  bool tail_ok_ = false;                // this step's lane may finish as a tail
+  bool tail_ = false;                   // a tail runs (the trainer's thread's view)
+  int tail_layers_ = 0;                 // layers left to the tail when run() kept the step
+  int armed_ = -1;                      // begin(allowed) waiting for the tail: -1 none, 0/1
+  std::string tail_failure_;            // set when a tail failed: no lane starts again
+  Errc tail_failure_code_ = Errc::internal;
+};
+
+}  // namespace strata::engine
