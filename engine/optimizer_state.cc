@@ -127,4 +127,15 @@ void OptimizerState::discard_writes() noexcept {
   if (auto* sw = c_.nvme.swapper()) sw->discard_written();
 }
 
+void OptimizerState::step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io) {
+  auto* swapper = c_.nvme.swapper();
+  if (swapper == nullptr) return;
+  if (swapper->pending()) {  // the overlapped step's update, kept
+    swapper->commit_pending();
+    return;
+  }
+  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); });
+  c_.nvme.swapper_traffic(io);
+}
+
 }  // namespace strata::engine

@@ -12,7 +12,8 @@
 // nearest even on write); both are synchronous. Writes of layers on NVMe go to the
 // swapper's other generation: commit_writes(), after every layer was written, makes them
 // current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
-// layers in place through resident(li) and layers on NVMe through the swapper's sub-groups.
+// layers in place through resident(li) and layers on NVMe through step_swapped(), which runs
+// the swapper's step over their sub-groups.
 // The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
 // through the ledger, which refuses what the host budget cannot hold) a second set of arrays
 // of the layer's tier that it writes the new state into, and swap_spare(li) makes them the
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "engine/device_swap.h"
@@ -79,6 +81,12 @@ class OptimizerState {
   void write(int li, const float* master, const float* m, const float* v);
   void commit_writes();
   void discard_writes() noexcept;
+  // The synchronous optimizer step over the layers on NVMe: fn(li, g) on each of the
+  // swapper's sub-groups in its order, each written back as the swapper pipelines it, and
+  // the step's traffic added to `io`; when the overlapped step's lane already wrote this step's
+  // state (the swapper's pending generation, kept), that commits instead. Nothing without
+  // NVMe state.
+  void step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io);
   // The arrays of layers whose state lives on the device, each replaced by what fn returns
   // (device_swap.h).
   void device_memory(const DeviceSwap::Fn& fn);

@@ -54,28 +54,15 @@ StepResult OptimizerStep::run() {
   return result;
 }
 
-void OptimizerStep::run_swapped(const optim::StepArgs& base, float lr) {
-  auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr || c_.overlap.tail()) return;  // a tail finishes the swapper's step and commits it
-  if (swapper->pending()) {                             // the overlapped step's update, kept
-    swapper->commit_pending();
-    return;
-  }
-  swapper->step([&](const offload::SubGroup& g) {
-    c_.update.sub_group(base, lr, c_.nvme.swap_layer(static_cast<int>(g.tensor)), g);
-  });
-  c_.nvme.swapper_traffic(c_.io);
-}
-
 void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
   try {
     if (c_.cfg.optimizer.type == OptimizerType::lamb) {
       c_.update.lamb(base, lr);
       return;
     }
-    run_swapped(base, lr);
+    if (!c_.overlap.tail()) c_.update.swapped(base, lr, c_.io);   // a tail steps and commits them itself
     c_.update.resident(base, lr, c_.overlap.kept_host_layers());  // the lane's kept host layers are done
-    c_.updates.commit_params();
+    c_.update.commit();
   } catch (...) {
     if (c_.overlap.tail()) {  // the tail uses the staging and the store that roll_back() drops: it ends first
       try {
@@ -94,8 +81,7 @@ void OptimizerStep::roll_back() noexcept {
   // buffers dropped below: let them finish.
   c_.settle();
   // The last good parameter shards on NVMe stay current; staged copies are dropped.
-  c_.updates.abort_params();
-  c_.updates.drop();
+  c_.update.abort();
 }
 
 }  // namespace strata::engine

@@ -20,12 +20,10 @@
 #include <functional>
 
 #include "engine/engine.h"
-#include "engine/nvme_homes.h"
 #include "engine/overlapped_step.h"
 #include "engine/param_homes.h"
 #include "engine/shard_update.h"
 #include "engine/step_scalars.h"
-#include "engine/update_staging.h"
 #include "optim/step_args.h"
 
 namespace strata::engine {
@@ -38,9 +36,7 @@ class OptimizerStep {
     StepScalars& scalars;
     ShardUpdate& update;
     OverlappedStep& overlap;
-    UpdateStaging& updates;
     ParamHomes& homes;
-    NvmeHomes& nvme;
     IoStats& io;
     // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
     // what failed: what a failed update still has queued finishes before its staging goes.
@@ -55,7 +51,6 @@ class OptimizerStep {
 
  private:
   void run_optimizer(const optim::StepArgs& base, float lr);
-  void run_swapped(const optim::StepArgs& base, float lr);
   void roll_back() noexcept;
 
   Context c_;

@@ -22,7 +22,7 @@ void OverlappedStep::plan_host_lane() {
   no_spare_.resize(c_.layout.layers().size(), 0);
   for (std::size_t i = c_.layout.layers().size(); i-- > 0;) {
     const int li = static_cast<int>(i);
-    if (c_.plan.opt_tier(li) != Tier::host || no_spare_[i] != 0) continue;
+    if (c_.state.tier(li) != Tier::host || no_spare_[i] != 0) continue;
     try {
       (void)c_.state.spare(li);
       host_order_.push_back(li);
@@ -56,7 +56,7 @@ void OverlappedStep::begin(bool allowed) {
   // then nothing else in step() touches what the lane updates).
   bool tail_ok = c_.cfg.zero.stage == 3;
   for (std::size_t li = 0; li < c_.layout.layers().size() && tail_ok; ++li)
-    tail_ok = c_.plan.opt_tier(static_cast<int>(li)) == Tier::nvme && !c_.plan.persistent(static_cast<int>(li));
+    tail_ok = c_.state.tier(static_cast<int>(li)) == Tier::nvme && !c_.homes.persistent(static_cast<int>(li));
   tail_ok_ = tail_ok;
   const double max_norm = c_.cfg.gradient_clipping;
   if (tail_ok && swapper != nullptr && max_norm > 0 && clipped_last_) {
@@ -162,7 +162,7 @@ void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& ord
   });
   // The lane reaches the staging only past a gate that this thread opens later (layer_done,
   // or the plan's).
-  c_.updates.count_into(&lane_io_);
+  c_.update.count_into(&lane_io_);
 }
 
 // On the lane: the host layers in backward order, each once its gradient is in, stepped out
@@ -211,7 +211,7 @@ void OverlappedStep::layer_stepped(int li) {
       return;
     }
   }
-  c_.updates.commit_params(li);
+  c_.update.commit(li);
   c_.grads.zero_layer(li);
   std::lock_guard<std::mutex> lock(tail_mu_);
   settled_[i] = 2;
@@ -262,7 +262,7 @@ bool OverlappedStep::finish_overlap(const optim::StepPlan& plan) {
       kept_ = true;
       tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
       ascending_.store(true, std::memory_order_release);
-      c_.updates.commit_params();
+      c_.update.commit();
       tail_ = true;
       return true;
     }
@@ -313,7 +313,7 @@ std::exception_ptr OverlappedStep::join_lane() {
 }
 
 void OverlappedStep::count_lane_io() {
-  c_.updates.count_into(nullptr);
+  c_.update.count_into(nullptr);
   c_.nvme.swapper_traffic(lane_io_);
   c_.io += lane_io_;
   lane_io_ = {};
@@ -386,20 +386,19 @@ void OverlappedStep::zero_grads() {
 // rewrote in place are rebuilt from the masters, which are still the last committed ones.
 void OverlappedStep::undo_overlap() noexcept {
   lane_.cancel();
-  c_.updates.count_into(nullptr);
+  c_.update.count_into(nullptr);
   auto* swapper = c_.nvme.swapper();
   if (swapper != nullptr)
     swapper->discard_pending();
   else if (std::find(touched_.begin(), touched_.end(), 1) == touched_.end())
     return;  // host layers only, none written yet
   c_.settle();
-  c_.updates.abort_params();
-  c_.updates.drop();
+  c_.update.abort();
   try {
     for (std::size_t li = 0; li < touched_.size(); ++li) {
       if (touched_[li] == 0) continue;
       const int l = static_cast<int>(li);
-      if (c_.plan.opt_tier(l) != Tier::nvme) {
+      if (c_.state.tier(l) != Tier::nvme) {
         c_.homes.write_own(l, 0, c_.state.elems(l), c_.state.resident(l).master);
         continue;
       }

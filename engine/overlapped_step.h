@@ -64,10 +64,8 @@
 #include "engine/optimizer_lane.h"
 #include "engine/optimizer_state.h"
 #include "engine/param_homes.h"
-#include "engine/placement_plan.h"
 #include "engine/shard_update.h"
 #include "engine/step_scalars.h"
-#include "engine/update_staging.h"
 #include "optim/grad_norm.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
@@ -87,8 +85,6 @@ class OverlappedStep {
     ShardUpdate& update;
     GradReducer& grads;
     OptimizerState& state;
-    const PlacementPlan& plan;
-    UpdateStaging& updates;
     ParamHomes& homes;
     NvmeHomes& nvme;
     IoStats& io;

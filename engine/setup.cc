@@ -164,8 +164,6 @@ void Engine::Impl::make_stepper() {
                                                                      .update = *update,
                                                                      .grads = *grads,
                                                                      .state = *opt_state,
-                                                                     .plan = *plan,
-                                                                     .updates = *updates,
                                                                      .homes = *homes,
                                                                      .nvme = *nvme,
                                                                      .io = io,
@@ -176,9 +174,7 @@ void Engine::Impl::make_stepper() {
                                                                    .scalars = *scalars,
                                                                    .update = *update,
                                                                    .overlap = *overlap,
-                                                                   .updates = *updates,
                                                                    .homes = *homes,
-                                                                   .nvme = *nvme,
                                                                    .io = io,
                                                                    .settle = settle_after_failure});
 }

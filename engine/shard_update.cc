@@ -152,6 +152,15 @@ void ShardUpdate::sub_group(const optim::StepArgs& base, float lr, int li, const
   }
 }
 
+void ShardUpdate::swapped(const optim::StepArgs& base, float lr, IoStats& io) {
+  c_.state.step_swapped([&](int li, const offload::SubGroup& g) { sub_group(base, lr, li, g); }, io);
+}
+
+void ShardUpdate::abort() noexcept {
+  c_.updates.abort_params();
+  c_.updates.drop();
+}
+
 void ShardUpdate::resident(const optim::StepArgs& base, float lr, const std::vector<char>& skip) {
   const int stage = c_.cfg.zero.stage;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {

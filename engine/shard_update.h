@@ -8,10 +8,12 @@
 // device, else on the calling thread; with `from`, out of place (the state is read from there
 // and the stepped state written to master/m/v). The updated compute copies go where
 // UpdateStaging's target() says. sub_group() steps one of the NVMe swapper's sub-groups of
-// layer li, bucket by bucket; resident() every layer whose state lives on the device or in
+// layer li, bucket by bucket, and swapped() every NVMe layer through the swapper
+// (OptimizerState::step_swapped); resident() every layer whose state lives on the device or in
 // host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
-// whole tensors (stage 0 only). The moments are in the state's moment dtype. Bits depend only
+// whole tensors (stage 0 only). commit() and abort() end a step's writes of compute copies.
+// The moments are in the state's moment dtype. Bits depend only
 // on the gradients, the arguments and the state, never on where state lives or how a range is
 // cut (every optimizer but LAMB is elementwise).
 #pragma once
@@ -56,9 +58,18 @@ class ShardUpdate {
   void range(const optim::StepArgs& base, float lr, int li, std::size_t k, std::size_t e0, std::size_t n, float* master,
              void* m, void* v, Source from = {nullptr, nullptr, nullptr});
   void sub_group(const optim::StepArgs& base, float lr, int li, const offload::SubGroup& g);
+  void swapped(const optim::StepArgs& base, float lr, IoStats& io);  // every NVMe layer, in the swapper's order
   void resident(const optim::StepArgs& base, float lr, const std::vector<char>& skip);
   void out_of_place(const optim::StepArgs& base, float lr, int li);
   void lamb(const optim::StepArgs& base, float lr);
+  // The step's written compute copies: commit() queues the commit of the NVMe parameter
+  // shards written behind their writes; abort() drops them and the staging (the last
+  // committed shards stay current; the caller has let queued work finish).
+  void commit() { c_.updates.commit_params(); }
+  void commit(int li) { c_.updates.commit_params(li); }  // layer li's shards alone (the tail)
+  void abort() noexcept;
+  // The staging's traffic goes to `io` (null: the engine's again): the overlapped lane's.
+  void count_into(IoStats* io) noexcept { c_.updates.count_into(io); }
 
  private:
   // One piece of a range whose parameters share lr_scale.
