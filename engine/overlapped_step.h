@@ -3,48 +3,46 @@
 // backward, the keep-or-undo decision against the step's plan, the deferred step, and the tail
 // that finishes a kept step while the next forward runs.
 //
-// Protocol. begin_step() calls begin(): when
-// some layers' optimizer state lives on NVMe or (none on NVMe) in host RAM, the lane
-// (optimizer_lane.h) steps them in backward order (a swapper step over the NVMe layers, its
-// reads running ahead from the start of the step, or the host layers), on the plan the step will
-// have when nothing overflows and nothing is clipped (the current loss scale, clip
-// coefficient 1, the next step's learning rate). The engine hands each layer over with
-// layer_done() once its last reduction of the step is queued; the lane updates it while
-// backward goes on, an NVMe layer's new state going to the swapper's pending generation, a
-// host layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then
-// stepped), and the compute copies to their tier (NVMe shards: the parameter store's
-// uncommitted writes). OptimizerStep::run() calls before_step() (the last step's tail ends) and
-// computes the global norm and the plan as always, then settle(plan): when the
-// plan's gradient scale is the speculated one (same bits) the pending state commits, the host
-// layers' spare arrays become their state and the other resident layers step; otherwise
-// (overflow, clipping) the lane's work is undone (pending generation, spare arrays and
-// parameter writes dropped, compute copies rebuilt from the unchanged masters) and the step
-// runs synchronously. Host layers step in run() instead under a host budget
-// (memory_budget.host: the placement fills it), as does a layer whose spare arrays the host
-// memory refuses. Either way the bits are those of the synchronous step. The lane gives up by itself, before work it
-// would undo, once this rank's partial squared norm is non-finite or above the clipping threshold (check_bet()).
-// cancel() abandons the lane's work (the engine's shutdown).
+// Protocol. begin_step() calls begin(): when some layers' optimizer state lives on NVMe or (none
+// on NVMe) in host RAM, the lane (optimizer_lane.h) steps them in backward order (a swapper step
+// over the NVMe layers, its reads running ahead from the start of the step, or the host layers),
+// on the plan the step will have when nothing overflows and nothing is clipped (the current loss
+// scale, clip coefficient 1, the next step's learning rate). The engine hands each layer over
+// with layer_done() once its last reduction of the step is queued; the lane updates it while
+// backward goes on, an NVMe layer's new state going to the swapper's pending generation, a host
+// layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then stepped),
+// and the compute copies to their tier (NVMe shards: the parameter store's uncommitted writes).
+// OptimizerStep::run() calls before_step() (the last step's tail ends) and computes the global
+// norm and the plan as always, then settle(plan): when the plan's gradient scale is the
+// speculated one (same bits) the pending state commits, the host layers' spare arrays become
+// their state and the other resident layers step; otherwise (overflow, clipping) the lane's work
+// is undone (pending generation, spare arrays and parameter writes dropped, compute copies
+// rebuilt from the unchanged masters) and the step runs synchronously. Host layers step in
+// OptimizerStep::run() instead under a host budget (memory_budget.host: the placement fills it),
+// as does a layer whose spare arrays the host memory refuses. Either way the bits are those of
+// the synchronous step. The lane gives up by itself, before work it would undo, once this rank's
+// partial squared norm is non-finite or above the clipping threshold (check_bet()). cancel()
+// abandons the lane's work (the engine's shutdown).
 //
-// Deferred step. Under gradient_clipping, where the step may end as a tail (below), a bet
-// lost to clipping is not redone synchronously: the lane is undone and the real step runs as
-// the tail. After a step that clipped the lane bets on nothing: begin() starts it
-// deferred (start_deferred()), its swapper step reading ahead lowest layer first while its
-// first update waits at the lane's plan gate; settle() publishes the plan's arguments (the ones
-// the synchronous step uses: StepScalars::args()) and the lane finishes the step as the tail. An
-// overflowed step cancels it (it wrote nothing). Either way no state is written before the
-// norm is known, and the bits are the synchronous step's.
+// Deferred step. Under gradient_clipping, where the step may end as a tail (below), a bet lost to
+// clipping is not redone synchronously: the lane is undone and the real step runs as the tail.
+// After a step that clipped the lane bets on nothing: begin() starts it deferred
+// (start_deferred()), its swapper step reading ahead lowest layer first while its first update
+// waits at the lane's plan gate; settle() publishes the plan's arguments (the ones the
+// synchronous step uses: StepScalars::args()) and the lane finishes the step as the tail. An
+// overflowed step cancels it (it wrote nothing). Either way no state is written before the norm
+// is known, and the bits are the synchronous step's.
 //
-// The tail. At stage 3 with every layer's state on NVMe and none
-// persistent, a kept step whose lane has layers left does not wait for them: run() commits
-// what the lane wrote so far and returns, and the lane steps the rest lowest layer first
-// (what the next forward needs first), committing each layer's parameter shards behind their
-// write, zeroing its accumulator, and the swapper's generation at its end. Before the
-// trainer touches layer li (gather, gradient buffer, reduction) the engine calls
-// before_layer(li), which waits until the tail has stepped li (the gather path's prefetch
-// waits the same way). begin_step() during a tail arms the next lane, started when the tail
-// ends; finish_tail() waits for it (synchronize(), checkpoints, full_parameters()). Its
-// traffic counts in the step during which it ends. A tail that fails leaves layers from
-// different steps: the error says so and no lane starts again.
+// The tail. At stage 3 with every layer's state on NVMe and none persistent, a kept step whose
+// lane has layers left does not wait for them: settle() commits what the lane wrote so far and
+// the step returns, and the lane steps the rest lowest layer first (what the next forward needs
+// first), committing each layer's parameter shards behind their write, zeroing its accumulator,
+// and the swapper's generation at its end. Before the trainer touches layer li (gather, gradient
+// buffer, reduction) the engine calls before_layer(li), which waits until the tail has stepped li
+// (the gather path's prefetch waits the same way). begin_step() during a tail arms the next lane,
+// started when the tail ends; finish_tail() waits for it (synchronize(), checkpoints,
+// full_parameters()). Its traffic counts in the step during which it ends. A tail that fails
+// leaves layers from different steps: the error says so and no lane starts again.
 #pragma once
 
 #include <atomic>
