@@ -78,7 +78,7 @@ struct OffloadConfig {
   std::uint64_t max_in_cpu = 0;   // offload_param: 1e9 elements
   // offload_optimizer (Strata's key): the optimizer of layers on NVMe or in host RAM steps
   // each layer as its gradient completes, during backward, and rolls back when the step's
-  // global check fails (optimizer_step.h, "Overlapped step").
+  // global check fails (overlapped_step.h).
   bool overlap_step = false;
 };
 

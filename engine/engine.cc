@@ -4,8 +4,10 @@
 // (optimizer_state.h), GradReducer (grad_reducer.h: gradient buffers, reduction,
 // accumulators), GatherPath (gather_path.h: stage-3 gathers), UpdateStaging
 // (update_staging.h: updated copies to their tier), NvmeHomes (nvme_homes.h: the NVMe tier's
-// files), OptimizerStep (optimizer_step.h: norm, scaling, clipping, the update on every
-// tier); setup.cc builds them in order, impl.cc holds the shared helpers.
+// files), StepScalars (step_scalars.h: norm, scaling, clipping, counters), ShardUpdate
+// (shard_update.h: the update on every tier), OverlappedStep (overlapped_step.h: the lane and
+// its tail) and OptimizerStep (optimizer_step.h: the step over those three); setup.cc builds
+// them in order, impl.cc holds the shared helpers.
 #include "engine/engine.h"
 
 #include <chrono>

@@ -182,7 +182,7 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
 }
 
 // The overlapped step's spare arrays of host layers (OptimizerState::spare), which
-// OptimizerStep allocates at its first step.
+// OverlappedStep allocates at its first step.
 void add_overlap_spares(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const auto& c = in.config;
   const std::vector<Tier> tiers = plan.opt_tiers();

@@ -5,16 +5,17 @@
 //
 // Protocol. run() lets the last step's tail end, asks StepScalars for the plan (the caller has
 // synchronized the reductions), has OverlappedStep keep or undo the lane's work against it
-// (overlapped_step.h), then skips an overflowed step (the scaler has
-// moved), else runs the optimizer with the next learning rate: resident state through
-// ShardUpdate in layer then bucket order (on the device stream where it lives on the device,
-// else on the CPU), NVMe state in the swapper's sub-group order. Updated compute copies go
+// (overlapped_step.h), then skips an overflowed step (the scaler has moved), else runs the
+// optimizer through ShardUpdate with the next learning rate: NVMe state in the swapper's
+// sub-group order (unless a tail steps it), then resident state in layer then bucket order (on
+// the device stream where it lives on the device, else on the CPU). Updated compute copies go
 // through UpdateStaging; parameter shards on NVMe are committed behind the update on the I/O
-// worker; then ParamHomes refreshes the replicated and persistent parameters and the step
-// counts. An update that fails rolls back before it rethrows: device work and queued I/O are
-// let finish, the NVMe parameter store keeps its last committed state, the staging is
+// worker; then the step counts and ParamHomes refreshes the replicated and persistent
+// parameters. An update that fails rolls back before it rethrows: device work and queued I/O
+// are let finish, the NVMe parameter store keeps its last committed state, the staging is
 // dropped, and the loss scaler and the count of optimizer steps stay as they were (the count
-// of calls moves).
+// of calls moves). A step that fails before its plan is known (the norm, or the loss scaler
+// giving up at its minimum scale) first undoes the lane's work.
 #pragma once
 
 #include <functional>

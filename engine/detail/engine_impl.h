@@ -54,7 +54,7 @@ struct Engine::Impl {
   std::unique_ptr<MemoryLedger> ledger;
   std::size_t layer_count() const { return layout->layers().size(); }
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
-  optim::LossScalerConfig scaler_config;  // OptimizerStep's scaler, checked when the engine is made
+  optim::LossScalerConfig scaler_config;  // StepScalars' scaler, checked when the engine is made
   double initial_loss_scale = 1.0;        // loss_scale() before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
@@ -103,7 +103,7 @@ struct Engine::Impl {
   // the read's ticket); FIFO order keeps each layer's write-back (and the commit after the
   // last) ahead of its next read. A write-back frees its staging when done, failed or skipped.
   void drain_io();  // the I/O worker's synchronize() (rethrows a failed read or write)
-  // Waits for the overlapped step's tail (optimizer_step.h). Outside a step its traffic
+  // Waits for the overlapped step's tail (overlapped_step.h). Outside a step its traffic
   // joins the last completed step's figures (io_stats()), where nothing else would count it.
   void finish_tail();
   // Waits for each stream's queued work (null ones skipped), and the NVMe I/O worker's,
