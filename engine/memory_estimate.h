@@ -1,6 +1,6 @@
 // MemoryEstimate: what one rank of the engine will hold on each tier, per kind, at its peak,
 // computed from the registrations and the configuration without allocating the model
-// (docs/design.md, "Sizing a run"). `strata estimate` prints it.
+// (docs/offload.md, "How the estimate and the plan are built"). `strata estimate` prints it.
 //
 // Protocol. estimate_memory() lays the model out as setup() would, places it with the same
 // policy (PlacementPlan: the static DeepSpeed form, or the budget-driven planner, which

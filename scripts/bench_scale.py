@@ -204,7 +204,7 @@ def main():
         print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
               f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}  NVMe "
               f"{summary[t + '_nvme_bytes'] / params:.1f} B a parameter a step")
-    # The bound tests/tools/rss_bound_test.sh asserts (docs/design.md, "Sizing a run").
+    # The bound tests/tools/rss_bound_test.sh asserts (docs/offload.md, "How the estimate and the plan are built").
     bound = host + device + summary["rss_base"] + (40 << 20)
     print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "
           f"budgets {(host + device) / 2**30:.2f} GiB + the RSS before setup {summary['rss_base'] / 2**30:.2f} GiB "

@@ -47,7 +47,7 @@ by_hand() {
     python3 -c "import sys; sys.exit(0 if $took <= $limit else 1)" || fail "$name: rank $r took $took s (limit $limit)"
     grep -q "strata: error: rank $r/$world: .*The cause: rank 1 (pid ${pids[1]} " "$log" ||
       fail "$name: rank $r's error does not name rank 1 (pid ${pids[1]}): $(grep error "$log")"
-    # [regression] The cause, word for word as docs/design.md promises it: before, only the
+    # [regression] The cause, word for word as docs/troubleshooting.md promises it: before, only the
     # rank and pid were checked, and a stopped peer reported as anything else passed.
     local peer="The cause: rank 1 (pid ${pids[1]} on $(uname -n))"
     case "$sig" in

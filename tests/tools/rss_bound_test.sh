@@ -7,7 +7,7 @@
 #   + 40 MiB (the trainer's arrays, the allocator's slack, transient buffers outside the ledger;
 #     measured +9..12 MiB since the host tier maps its memory from the kernel, +51..58 MiB
 #     before, when buffers freed on other threads stayed in malloc's per-thread arenas)
-# (docs/design.md, "Sizing a run"). Exits 77 (skipped) where io_uring is unavailable.
+# (docs/offload.md, "How the estimate and the plan are built"). Exits 77 (skipped) where io_uring is unavailable.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1" rss-bound
 cat > "$dir/ds.json" <<JSON

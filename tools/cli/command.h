@@ -34,7 +34,7 @@ inline constexpr const char* kConfigHelpFooter =
     "--config is a DeepSpeed-style JSON file; runnable examples are in the source tree's scripts/configs/ "
     "(gpt-demo.json: the GPT with ZeRO-3, bf16 and budget-driven NVMe placement; zero3-bf16.json: ZeRO-3 in bf16 with "
     "the optimizer state in host memory), "
-    "and docs/design.md (\"Configuration\") says which keys Strata reads.";
+    "and docs/config.md lists every key Strata reads, its default and what DeepSpeed does with it.";
 
 // Prints JSON (already serialised) to stdout with a trailing newline.
 void print_json(const std::string& text);
