@@ -14,8 +14,7 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
-#include "engine/detail/engine_impl.h"
-#include "engine/engine.h"
+#include "engine/checkpoint_save.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -23,33 +22,33 @@
 
 namespace strata::engine {
 
-bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, const std::string& trainer_state,
-                                    const SaveOptions& opts, SaveResult& out) {
+bool CheckpointSave::start_async(const std::string& root, std::int64_t step, const std::string& trainer_state,
+                                 const SaveOptions& opts, SaveResult& out) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t bytes = shard_file_bytes(opts.link_nvme);
   // The staging stays charged while later steps run: it must leave them the host room their
   // transient buffers have needed above the steady use, as measured before any staging was
   // charged (the tier's peak includes staging from then on).
-  const auto host = ledger->usage(Tier::host);
-  if (!staged_before) host_transient = std::max(host_transient, host.peak_bytes - host.used_bytes);
-  bool fits = host.used_bytes + host_transient + bytes <= host.budget_bytes;
+  const auto host = c_.ledger.usage(Tier::host);
+  if (!staged_before_) host_transient_ = std::max(host_transient_, host.peak_bytes - host.used_bytes);
+  bool fits = host.used_bytes + host_transient_ + bytes <= host.budget_bytes;
   if (fits) {
     try {
-      ledger->charge(Tier::host, Kind::buffers, bytes, "asynchronous checkpoint staging");
+      c_.ledger.charge(Tier::host, Kind::buffers, bytes, "asynchronous checkpoint staging");
     } catch (const Error& e) {
       if (e.code() != Errc::out_of_budget) throw;
       fits = false;
     }
   }
-  if (first_failure(fits) >= 0) {
-    if (fits) ledger->discharge(Tier::host, Kind::buffers, bytes);
+  if (detail::first_failure(c_.ranks, fits) >= 0) {
+    if (fits) c_.ledger.discharge(Tier::host, Kind::buffers, bytes);
     warn_once("checkpoint.async",
-              str_cat("rank ", rank, ": an asynchronous checkpoint needs ", format_bytes(bytes),
+              str_cat("rank ", c_.ranks.rank, ": an asynchronous checkpoint needs ", format_bytes(bytes),
                       " of host staging per save, more than the host budget leaves beside the steps' peak on some "
                       "rank: saving synchronously (raise memory_budget.host to save in the background)"));
     return false;
   }
-  staged_before = true;
+  staged_before_ = true;
   auto P = std::make_unique<PendingSave>();
   P->root = root;
   P->keep = opts.keep;
@@ -60,7 +59,8 @@ bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, 
   P->result.dir = root + "/" + checkpoint::step_dir_name(step);
   P->result.async = true;
   const std::string staging = checkpoint::staging_dir(root, step);
-  all_or_nothing(
+  detail::all_or_nothing(
+      c_.ranks,
       [&] {
         P->part =
             build_part(staging, step, trainer_state, opts.link_nvme, P->result, [&](const void* data, std::uint64_t n) {
@@ -72,10 +72,10 @@ bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, 
       },
       str_cat("staging the checkpoint save to '", root, "' (the previous checkpoint stays latest)"),
       [&] {
-        ledger->discharge(Tier::host, Kind::buffers, bytes);
-        if (rank == 0) checkpoint::abandon_save(root, step);
+        c_.ledger.discharge(Tier::host, Kind::buffers, bytes);
+        if (c_.ranks.rank == 0) checkpoint::abandon_save(root, step);
       });
-  P->writer = std::thread([p = P.get(), staging, r = rank] {
+  P->writer = std::thread([p = P.get(), staging, r = c_.ranks.rank] {
     const std::string name = checkpoint::shard_file_name(r);
     try {
       checkpoint::ShardWriter w(staging + "/" + name, checkpoint::kDefaultChunkBytes);
@@ -89,20 +89,21 @@ bool Engine::Impl::start_async_save(const std::string& root, std::int64_t step, 
   out = P->result;
   out.committed = false;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  pending_save = std::move(P);
+  pending_ = std::move(P);
   return true;
 }
 
-void Engine::Impl::poll_save(bool wait) {
-  if (!pending_save) return;
-  auto& P = *pending_save;
+void CheckpointSave::poll(bool wait) {
+  if (!pending_) return;
+  auto& P = *pending_;
   if (wait && P.writer.joinable()) P.writer.join();
-  if (first_failure(P.done.load()) >= 0) return;  // some rank is still writing
+  if (detail::first_failure(c_.ranks, P.done.load()) >= 0) return;  // some rank is still writing
   if (P.writer.joinable()) P.writer.join();
   SaveResult r = P.result;
   r.committed = false;
   try {
-    all_or_nothing(
+    detail::all_or_nothing(
+        c_.ranks,
         [&] {
           if (P.error) std::rethrow_exception(P.error);
           P.part.files[0] = P.file;
@@ -111,32 +112,25 @@ void Engine::Impl::poll_save(bool wait) {
         },
         str_cat("the asynchronous checkpoint save to '", P.root, "' (the previous checkpoint stays latest)"),
         [&] {
-          if (rank == 0) checkpoint::abandon_save(P.root, r.step);
+          if (c_.ranks.rank == 0) checkpoint::abandon_save(P.root, r.step);
         });
     sum_counts_over_ranks(r);
     r.committed = true;
   } catch (const std::exception& e) {
     r.error = e.what();
-    STRATA_LOG(error, "rank ", rank, ": ", e.what());
+    STRATA_LOG(error, "rank ", c_.ranks.rank, ": ", e.what());
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - P.t0).count();
-  ledger->discharge(Tier::host, Kind::buffers, P.charged);
-  pending_save.reset();
-  finished_saves.push_back(std::move(r));
+  c_.ledger.discharge(Tier::host, Kind::buffers, P.charged);
+  pending_.reset();
+  finished_.push_back(std::move(r));
 }
 
-void Engine::Impl::drop_pending_save() noexcept {
-  if (!pending_save) return;
-  if (pending_save->writer.joinable()) pending_save->writer.join();
-  if (ledger) ledger->discharge(Tier::host, Kind::buffers, pending_save->charged);
-  pending_save.reset();  // its staging directory is cleared by the next save under the root
-}
-
-std::vector<SaveResult> Engine::finished_checkpoints() { return std::exchange(impl_->finished_saves, {}); }
-
-void Engine::wait_checkpoint() {
-  impl_->require_setup("wait_checkpoint");
-  impl_->poll_save(true);
+void CheckpointSave::drop_pending() noexcept {
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  c_.ledger.discharge(Tier::host, Kind::buffers, pending_->charged);
+  pending_.reset();  // its staging directory is cleared by the next save under the root
 }
 
 }  // namespace strata::engine

@@ -1,4 +1,4 @@
-// Engine::load_checkpoint and Engine::init_weights (the protocol in engine.h), and the
+// CheckpointLoad (checkpoint_load.h; the protocol in engine.h), and the
 // engine's own state in a checkpoint (step counters, loss scaler, what the optimizer state
 // means).
 //
@@ -22,9 +22,8 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
 #include "checkpoint/shard_file.h"
+#include "engine/checkpoint_load.h"
 #include "engine/detail/checkpoint_ranges.h"
-#include "engine/detail/engine_impl.h"
-#include "engine/engine.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -37,11 +36,6 @@ using checkpoint::State;
 
 // Optimizers whose saved state means the same thing: Adam and AdamW keep the same moments.
 std::string state_family(const std::string& optimizer) { return optimizer == "Adam" ? "AdamW" : optimizer; }
-
-const char* scaling_name(const optim::LossScalerConfig& c, bool fp16) {
-  if (!fp16) return "none";
-  return c.dynamic ? "dynamic" : "static";
-}
 
 // Runs fn; a strata::Error it throws gains `suffix`, which says what became of the state.
 std::function<void()> telling(const std::function<void()>& fn, const char* suffix) {
@@ -60,22 +54,7 @@ constexpr const char* kMixed =
 
 }  // namespace
 
-std::string Engine::Impl::engine_state_json() const {
-  const auto c = scalars->counters();
-  const auto& s = c.scaler;
-  return nlohmann::json{{"steps_taken", c.steps_taken},
-                        {"step_calls", c.step_calls},
-                        {"optimizer", optimizer_type_name(cfg.optimizer.type)},
-                        {"loss_scaling", scaling_name(scaler_config, cfg.fp16.enabled)},
-                        {"loss_scaler",
-                         {{"scale", s.scale},
-                          {"iteration", s.iteration},
-                          {"last_overflow_iteration", s.last_overflow_iteration},
-                          {"hysteresis_left", s.hysteresis_left}}}}
-      .dump();
-}
-
-StepScalars::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
+StepScalars::Counters CheckpointLoad::loaded_counters(const checkpoint::Manifest& m, const std::string& where) const {
   StepScalars::Counters c;
   std::string saved_optimizer, saved_scaling;
   double saved_scale = 0;
@@ -99,7 +78,7 @@ StepScalars::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& 
       c.steps_taken >= 0 && c.step_calls >= c.steps_taken && c.scaler.scale > 0 && c.scaler.hysteresis_left >= 0,
       Errc::corrupt, "checkpoint '", where, "': the manifest's engine state is out of range (steps_taken ",
       c.steps_taken, ", step_calls ", c.step_calls, ", loss scale ", c.scaler.scale, ")");
-  const std::string mine = optimizer_type_name(cfg.optimizer.type);
+  const std::string mine = optimizer_type_name(c_.cfg.optimizer.type);
   if (saved_optimizer.empty()) {
     STRATA_LOG(warn, "checkpoint '", where,
                "' does not record its optimizer (an earlier Strata saved it): it is read as ", mine,
@@ -117,9 +96,10 @@ StepScalars::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& 
   // run's scaler starts from its config (an fp16 run resumed from an fp32 or bf16 checkpoint
   // starts at fp16.initial_scale_power, not at the scale 1 that run had).
   // A checkpoint of an earlier Strata does not record it: only fp16 runs had a scaler.
-  if (saved_scaling.empty()) saved_scaling = m.compute_dtype == "fp16" ? scaling_name(scaler_config, true) : "none";
-  const std::string scaling = scaling_name(scaler_config, cfg.fp16.enabled);
-  const auto fresh = optim::LossScaler(scaler_config).state();  // this run's config, as at setup
+  if (saved_scaling.empty())
+    saved_scaling = m.compute_dtype == "fp16" ? detail::scaling_name(c_.scaler_config, true) : "none";
+  const std::string scaling = detail::scaling_name(c_.scaler_config, c_.cfg.fp16.enabled);
+  const auto fresh = optim::LossScaler(c_.scaler_config).state();  // this run's config, as at setup
   if (saved_scaling != scaling) {
     c.scaler = fresh;
     STRATA_LOG(warn, "checkpoint '", where, "' was saved with loss scaling '", saved_scaling, "' and this run's is '",
@@ -128,28 +108,24 @@ StepScalars::Counters Engine::Impl::loaded_counters(const checkpoint::Manifest& 
   } else if (scaling != "dynamic") {
     c.scaler = fresh;  // a static or absent scaler has no state but its config
   }
-  if (m.compute_dtype != dtype_name(cdt)) {
+  if (m.compute_dtype != dtype_name(c_.cdt)) {
     STRATA_LOG(info, "checkpoint '", where, "' was trained in ", m.compute_dtype, "; this run computes in ",
-               dtype_name(cdt), " (the fp32 masters carry over exactly)");
+               dtype_name(c_.cdt), " (the fp32 masters carry over exactly)");
   }
-  if (m.moment_dtype != dtype_name(opt_state->moment_dtype())) {
+  if (m.moment_dtype != dtype_name(c_.state.moment_dtype())) {
     STRATA_LOG(info, "checkpoint '", where, "' holds ", m.moment_dtype, " optimizer moments; this run keeps ",
-               dtype_name(opt_state->moment_dtype()),
-               opt_state->moment_dtype() == DType::fp32 ? " (widened exactly)" : " (rounded to nearest even)");
+               dtype_name(c_.state.moment_dtype()),
+               c_.state.moment_dtype() == DType::fp32 ? " (widened exactly)" : " (rounded to nearest even)");
   }
   return c;
 }
 
-// Reads every layer from `read(param, state, first element, count, out)`: the master
-// weights and, with `moments`, exp_avg and exp_avg_sq (else zeros) of the ranges this rank
-// owns (the whole layer at stage 0). With `apply`, writes them with the compute-dtype
-// parameters rebuilt from the masters (NVMe writes staged: commit_loaded() switches them);
-// without, only reads (every chunk verified), so a bad input fails before anything changes.
-void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool apply,
-                               const std::function<void(std::size_t li)>& before_layer) {
-  const Layout& lay = *layout;
-  // Gathered copies of the old parameters go; persistent ones are rewritten below.
-  if (apply && gather_path) gather_path->evict_all();
+// Reads `read(param, state, first element, count, out)`: the master weights and, with
+// `moments`, exp_avg and exp_avg_sq (else zeros). Without `apply` only reads (every chunk
+// verified), so a bad input fails before anything changes.
+void CheckpointLoad::load_layers(const StateReader& read, Moments moments, bool apply,
+                                 const std::function<void(std::size_t li)>& before_layer) {
+  const Layout& lay = c_.layout;
   auto read_pieces = [&](int li, int state, bool whole, float* out) {
     for (const auto& pc : pieces(li, whole)) {
       detail::for_each_param_range(lay, lay.layers()[li], pc,
@@ -158,106 +134,96 @@ void Engine::Impl::load_layers(const StateReader& read, Moments moments, bool ap
                                    });
     }
   };
-  const bool stage0 = cfg.zero.stage == 0;
+  const bool stage0 = c_.cfg.zero.stage == 0;
   std::vector<float> st[checkpoint::kStates], full;
-  for (std::size_t li = 0; li < layer_count(); ++li) {
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (before_layer) before_layer(li);
     const bool frozen = lay.layers()[li].frozen;  // values only: no masters or moments to write
     const bool with_moments = moments != Moments::zero && !frozen;
     for (int s = 0; s < (moments == Moments::read && !frozen ? checkpoint::kStates : 1); ++s) {
-      st[s].assign(opt_state->elems(l), 0.0f);  // padding stays zero
+      st[s].assign(c_.state.elems(l), 0.0f);  // padding stays zero
       read_pieces(l, s, stage0, st[s].data());
     }
     const float* whole = st[0].data();
-    if (!stage0 && homes->full(static_cast<int>(li)) != nullptr) {
+    if (!stage0 && c_.homes.full(static_cast<int>(li)) != nullptr) {
       full.assign(lay.layers()[li].padded, 0.0f);
       read_pieces(l, 0, true, full.data());
       whole = full.data();
     }
     if (!apply) continue;
     if (moments == Moments::kept && !frozen) {
-      for (int s = 1; s < checkpoint::kStates; ++s) st[s].resize(opt_state->elems(l));
-      opt_state->read(l, nullptr, st[1].data(), st[2].data());
+      for (int s = 1; s < checkpoint::kStates; ++s) st[s].resize(c_.state.elems(l));
+      c_.state.read(l, nullptr, st[1].data(), st[2].data());
     }
     if (!frozen)
-      opt_state->write(l, st[0].data(), with_moments ? st[1].data() : nullptr, with_moments ? st[2].data() : nullptr);
-    homes->write(l, whole, st[0].data());
+      c_.state.write(l, st[0].data(), with_moments ? st[1].data() : nullptr, with_moments ? st[2].data() : nullptr);
+    c_.homes.write(l, whole, st[0].data());
   }
 }
 
-void Engine::Impl::commit_loaded() {
-  opt_state->commit_writes();
-  if (auto* store = param_store()) store->commit();
-  state_mixed = false;
+void CheckpointLoad::commit_loaded() {
+  c_.state.commit_writes();
+  c_.homes.commit_writes();
+  state_mixed_ = false;
 }
 
-void Engine::Impl::discard_loaded() noexcept {
-  opt_state->discard_writes();
-  if (auto* store = param_store()) {
-    try {
-      store->abort();
-    } catch (const std::exception& e) {
-      STRATA_LOG(error, "dropping a failed load's parameter writes: ", e.what());
-    }
-  }
-  state_mixed = true;
+void CheckpointLoad::discard_loaded() noexcept {
+  c_.state.discard_writes();
+  c_.homes.discard_writes();
+  state_mixed_ = true;
 }
 
-void Engine::Impl::load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
-                                       const std::function<void()>& on_success,
-                                       const std::function<void(std::size_t li)>& before_layer) {
-  all_or_nothing(telling([&] { load_layers(read, moments, false, before_layer); }, kUnchanged), what);
-  all_or_nothing(telling(
-                     [&] {
-                       load_layers(read, moments, true, before_layer);
-                       if (on_success) on_success();
-                     },
-                     kMixed),
-                 what, [&] { discard_loaded(); });
+void CheckpointLoad::load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
+                                         const std::function<void()>& on_success,
+                                         const std::function<void(std::size_t li)>& before_layer) {
+  detail::all_or_nothing(c_.ranks, telling([&] { load_layers(read, moments, false, before_layer); }, kUnchanged), what);
+  detail::all_or_nothing(c_.ranks,
+                         telling(
+                             [&] {
+                               load_layers(read, moments, true, before_layer);
+                               if (on_success) on_success();
+                             },
+                             kMixed),
+                         what, [&] { discard_loaded(); });
   commit_loaded();
 }
 
 // Rank 0 resolves a root to the step directory its `latest` names (or the one the fallback
 // chooses) and every rank loads that one: resolved on each rank, a `latest` read torn or
 // failing on one rank would load its shards from another step than the others'.
-std::string Engine::Impl::resolve_checkpoint(const std::string& path, const std::string& what) {
-  if (comm == nullptr || world == 1) return path;
+std::string CheckpointLoad::resolve(const std::string& path, const std::string& what) {
+  if (c_.ranks.comm == nullptr || c_.ranks.world == 1) return path;
   std::string dir;
-  all_or_nothing(telling(
-                     [&] {
-                       if (rank == 0) dir = checkpoint::open_checkpoint(path).dir;
-                     },
-                     kUnchanged),
-                 what);
+  detail::all_or_nothing(c_.ranks,
+                         telling(
+                             [&] {
+                               if (c_.ranks.rank == 0) dir = checkpoint::open_checkpoint(path).dir;
+                             },
+                             kUnchanged),
+                         what);
   // Sent as fp32 words (bytes moved, never added): the length, then the padded text.
   std::uint64_t n = dir.size();
-  comm->broadcast(&n, 2, DType::fp32, 0);
+  c_.ranks.comm->broadcast(&n, 2, DType::fp32, 0);
   std::vector<float> words((n + 3) / 4, 0.0f);
-  if (rank == 0) std::memcpy(words.data(), dir.data(), n);
-  if (!words.empty()) comm->broadcast(words.data(), words.size(), DType::fp32, 0);
+  if (c_.ranks.rank == 0) std::memcpy(words.data(), dir.data(), n);
+  if (!words.empty()) c_.ranks.comm->broadcast(words.data(), words.size(), DType::fp32, 0);
   dir.assign(reinterpret_cast<const char*>(words.data()), n);
   return dir;
 }
 
-std::string Engine::load_checkpoint(const std::string& path) {
-  auto& I = *impl_;
-  I.require_complete_setup("load_checkpoint");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
-               "load_checkpoint() inside a step or an evaluation: call it between steps");
-  synchronize();
-  I.poll_save(true);
+std::string CheckpointLoad::load(const std::string& path) {
   const std::string what = str_cat("loading checkpoint '", path, "'");
   checkpoint::Opened opened;
   std::vector<const checkpoint::TensorEntry*> entry;
   StepScalars::Counters counters;
-  const std::string dir = I.resolve_checkpoint(path, what);
+  const std::string dir = resolve(path, what);
   // Everything but the bytes is checked first; then load_all_or_nothing reads them.
   auto check = [&] {
     std::vector<std::string> unfrozen;  // trainable here, saved frozen
     opened = checkpoint::open_checkpoint(dir);
     const auto& m = opened.manifest;
-    const Layout& lay = *I.layout;
+    const Layout& lay = c_.layout;
     for (const auto& p : lay.params()) {
       const auto* t = m.find(p.name);
       STRATA_CHECK(t != nullptr, Errc::invalid_argument, "checkpoint '", opened.dir, "' has no tensor '", p.name,
@@ -269,7 +235,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
       if (!t->has_moments() && !lay.layers()[static_cast<std::size_t>(lay.layer_index(p.layer))].frozen)
         unfrozen.push_back(p.name);
     }
-    if (!unfrozen.empty() && I.rank == 0) {
+    if (!unfrozen.empty() && c_.ranks.rank == 0) {
       STRATA_LOG(info, "checkpoint '", opened.dir, "': ", unfrozen.size(),
                  " tensors were saved frozen, without "
                  "optimizer moments ('",
@@ -282,62 +248,49 @@ std::string Engine::load_checkpoint(const std::string& path) {
       STRATA_CHECK(registered.count(t.name) != 0, Errc::invalid_argument, "checkpoint '", opened.dir, "' has tensor '",
                    t.name, "', which this model does not register: it was saved from another model");
     }
-    counters = I.loaded_counters(m, opened.dir);
+    counters = loaded_counters(m, opened.dir);
   };
-  I.all_or_nothing(telling(check, kUnchanged), what);
+  detail::all_or_nothing(c_.ranks, telling(check, kUnchanged), what);
   checkpoint::ShardReader reader(opened.dir, opened.manifest);
-  I.load_all_or_nothing(
+  load_all_or_nothing(
       [&](int pi, int state, std::uint64_t elem, std::uint64_t count, float* out) {
         if (state > 0 && !entry[pi]->has_moments())
           std::fill(out, out + count, 0.0f);  // saved frozen
         else
           reader.read_tensor(*entry[pi], static_cast<State>(state), elem, count, out);
       },
-      Impl::Moments::read, what, [&] { I.scalars->restore(counters); });
+      Moments::read, what, [&] { c_.scalars.restore(counters); });
   return opened.manifest.trainer_state;
 }
 
-void Engine::init_weights(const WeightReader& read) {
-  auto& I = *impl_;
-  I.require_complete_setup("init_weights");
-  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
-               "init_weights() after training began: call it right after setup()");
-  synchronize();
-  const auto& params = I.layout->params();
-  I.load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
-                            float* out) { read(params[pi].name, elem, count, out); },
-                        Impl::Moments::zero, "init_weights (the initial weights were kept)");
+void CheckpointLoad::init_weights(const Engine::WeightReader& read) {
+  const auto& params = c_.layout.params();
+  load_all_or_nothing([&](int pi, int, std::uint64_t elem, std::uint64_t count,
+                          float* out) { read(params[pi].name, elem, count, out); },
+                      Moments::zero, "init_weights (the initial weights were kept)");
 }
 
-void Engine::write_weights(const WeightReader& read, int source_rank) {
-  auto& I = *impl_;
-  I.require_complete_setup("write_weights");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
-               "write_weights() inside a step or an evaluation: call it between steps");
-  STRATA_CHECK(source_rank >= -1 && source_rank < I.world, Errc::invalid_argument, "write_weights: source rank ",
-               source_rank, " is not one of the ", I.world, " ranks");
-  synchronize();
-  I.poll_save(true);  // a pending asynchronous checkpoint holds the values before the write
-  const Layout& lay = *I.layout;
+void CheckpointLoad::write_weights(const Engine::WeightReader& read, int source_rank) {
+  const Layout& lay = c_.layout;
   const auto& params = lay.params();
   std::vector<float> layer;  // the source rank's values of the layer being read, broadcast
-  const bool broadcast = source_rank >= 0 && I.world > 1;
+  const bool broadcast = source_rank >= 0 && c_.ranks.world > 1;
   const auto before_layer = [&](std::size_t li) {
     const auto& L = lay.layers()[li];
     layer.assign(L.numel, 0.0f);
-    if (I.rank == source_rank) {
+    if (c_.ranks.rank == source_rank) {
       for (int pi : L.params) read(params[pi].name, 0, params[pi].numel, layer.data() + params[pi].offset);
     }
-    I.comm->broadcast(layer.data(), layer.size(), DType::fp32, source_rank);
+    c_.ranks.comm->broadcast(layer.data(), layer.size(), DType::fp32, source_rank);
   };
-  I.load_all_or_nothing(
+  load_all_or_nothing(
       [&](int pi, int, std::uint64_t elem, std::uint64_t count, float* out) {
         if (broadcast)
           std::copy_n(layer.data() + params[pi].offset + elem, count, out);
         else
           read(params[pi].name, elem, count, out);
       },
-      Impl::Moments::kept, "write_weights (the weights were kept)", {},
+      Moments::kept, "write_weights (the weights were kept)", {},
       broadcast ? std::function<void(std::size_t)>(before_layer) : std::function<void(std::size_t)>());
 }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 
 #include "engine/detail/engine_impl.h"
 #include "runtime/comm/communicator.h"
@@ -32,7 +33,8 @@ Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   auto& I = *impl_;
   if (I.overlap) I.overlap->cancel();  // its thread uses every part reset below
-  I.drop_pending_save();
+  I.loads.reset();
+  I.saves.reset();  // joins a pending save's writer and frees its staging
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
   if (I.gather_path) {
@@ -78,7 +80,7 @@ void Engine::begin_step() {
   I.require_complete_setup("begin_step");
   STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
-  STRATA_CHECK(!I.state_mixed, Errc::invalid_argument,
+  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
                "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
                "state is partly loaded; load a checkpoint again before training");
   if (I.grads_stale) {
@@ -98,7 +100,7 @@ void Engine::begin_eval() {
   auto& I = *impl_;
   I.require_complete_setup("begin_eval");
   STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument, "begin_eval() inside a step or another evaluation");
-  STRATA_CHECK(!I.state_mixed, Errc::invalid_argument,
+  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
                "begin_eval() after a checkpoint load failed while writing the state: the state is partly loaded; "
                "load a checkpoint again first");
   I.in_eval = true;
@@ -190,7 +192,7 @@ StepResult Engine::step() {
   I.in_step = false;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
-  I.poll_save(false);  // an asynchronous checkpoint commits once every rank's writes landed
+  I.saves->poll(false);  // an asynchronous checkpoint commits once every rank's writes landed
   return result;
 }
 
@@ -368,6 +370,71 @@ StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const s
     }
   }
   return engine.step();
+}
+
+// Checkpoints (checkpoint_save.h, checkpoint_load.h): the contract's checks here; the
+// engine's queued work lands, and a load waits for a pending save, before a part reads or
+// writes the state.
+SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
+  auto& I = *impl_;
+  I.require_complete_setup("save_checkpoint");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "save_checkpoint() inside a step or an evaluation: call it after step() or end_eval()");
+  bool object = false;
+  try {
+    object = nlohmann::json::parse(trainer_state).is_object();
+  } catch (const nlohmann::json::exception&) {
+  }
+  STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
+               trainer_state.substr(0, 80), "'");
+  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument, "save_checkpoint() after a checkpoint load ",
+               "failed while writing the state: the state is partly loaded and must not become a checkpoint; load "
+               "one first");
+  synchronize();  // parameter write-backs and reductions have landed
+  return I.saves->save(root, trainer_state, opts);
+}
+
+std::vector<SaveResult> Engine::finished_checkpoints() {
+  return impl_->saves ? impl_->saves->finished() : std::vector<SaveResult>{};
+}
+
+void Engine::wait_checkpoint() {
+  impl_->require_setup("wait_checkpoint");
+  if (impl_->saves) impl_->saves->poll(true);
+}
+
+std::string Engine::load_checkpoint(const std::string& path) {
+  auto& I = *impl_;
+  I.require_complete_setup("load_checkpoint");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "load_checkpoint() inside a step or an evaluation: call it between steps");
+  synchronize();
+  I.saves->poll(true);
+  I.drop_gathered();
+  return I.loads->load(path);
+}
+
+void Engine::init_weights(const WeightReader& read) {
+  auto& I = *impl_;
+  I.require_complete_setup("init_weights");
+  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
+               "init_weights() after training began: call it right after setup()");
+  synchronize();
+  I.drop_gathered();
+  I.loads->init_weights(read);
+}
+
+void Engine::write_weights(const WeightReader& read, int source_rank) {
+  auto& I = *impl_;
+  I.require_complete_setup("write_weights");
+  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+               "write_weights() inside a step or an evaluation: call it between steps");
+  STRATA_CHECK(source_rank >= -1 && source_rank < I.world, Errc::invalid_argument, "write_weights: source rank ",
+               source_rank, " is not one of the ", I.world, " ranks");
+  synchronize();
+  I.saves->poll(true);  // a pending asynchronous checkpoint holds the values before the write
+  I.drop_gathered();
+  I.loads->write_weights(read, source_rank);
 }
 
 }  // namespace strata::engine

@@ -127,6 +127,21 @@ void OptimizerState::discard_writes() noexcept {
   if (auto* sw = c_.nvme.swapper()) sw->discard_written();
 }
 
+std::vector<offload::OptimizerSwapper::SealedFile> OptimizerState::sealed_files(int li) const {
+  const auto* sw = c_.nvme.swapper();
+  if (sw == nullptr || layers_[li].tier != Tier::nvme) return {};
+  return sw->sealed_files(static_cast<std::size_t>(c_.nvme.swap_index(li)));
+}
+
+std::optional<checkpoint::LinkedRun> OptimizerState::linked_run() const {
+  const auto* sw = c_.nvme.swapper();
+  if (sw == nullptr) return std::nullopt;
+  checkpoint::LinkedRun run{.swap_dir = sw->dir(), .run_files = sw->all_files(), .linked_by_save = {}};
+  for (std::size_t t = 0; t < sw->tensors(); ++t)
+    for (const auto& f : sw->sealed_files(t)) run.linked_by_save.push_back(f.path);
+  return run;
+}
+
 void OptimizerState::step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io) {
   auto* swapper = c_.nvme.swapper();
   if (swapper == nullptr) return;

@@ -22,8 +22,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <vector>
 
+#include "checkpoint/link_space.h"
 #include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
@@ -81,6 +83,11 @@ class OptimizerState {
   void write(int li, const float* master, const float* m, const float* v);
   void commit_writes();
   void discard_writes() noexcept;
+  // The NVMe state as a checkpoint links it (nothing without NVMe state): layer li's sealed
+  // generation (its sub-groups' files, each with the elements it holds), and the run's swap
+  // files for a save's room check.
+  std::vector<offload::OptimizerSwapper::SealedFile> sealed_files(int li) const;
+  std::optional<checkpoint::LinkedRun> linked_run() const;
   // The synchronous optimizer step over the layers on NVMe: fn(li, g) on each of the
   // swapper's sub-groups in its order, each written back as the swapper pipelines it, and
   // the step's traffic added to `io`; when the overlapped step's lane already wrote this step's

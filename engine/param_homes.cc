@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "engine/tier_copy.h"
 #include "runtime/core/error.h"
@@ -50,6 +51,20 @@ void ParamHomes::write(int li, const float* full, const float* shard) {
   } else {
     copy_between(c_.dev_stream, h.shard, h.tier, bytes.data(), Tier::host, bytes.size());
     c_.dev_stream.synchronize();
+  }
+}
+
+void ParamHomes::commit_writes() {
+  if (auto* store = c_.nvme.params()) store->commit();
+}
+
+void ParamHomes::discard_writes() noexcept {
+  if (auto* store = c_.nvme.params()) {
+    try {
+      store->abort();
+    } catch (const std::exception& e) {
+      STRATA_LOG(error, "dropping a failed load's parameter writes: ", e.what());
+    }
   }
 }
 

@@ -52,6 +52,10 @@ class ParamHomes {
 
   void add_layer(int li, Tier tier, bool persistent);
   void write(int li, const float* full, const float* shard);
+  // Shards written to the NVMe parameter store go to its other generation until
+  // commit_writes() makes them current; discard_writes() drops them (a failed load).
+  void commit_writes();
+  void discard_writes() noexcept;
   // Elements [first, first + count) of this rank's own part of layer li's compute copies from
   // their fp32 masters (the optimizer's elements: the whole padded layer at stage 0, this
   // rank's shard above), where they live on the device or in host RAM; stage-3 shards on NVMe

@@ -280,9 +280,27 @@ void Engine::setup() {
     progress.advance(lay.layers()[li].padded * 4);
   }
   I.opt_state->commit_writes();
-  if (auto* store = I.param_store()) store->commit();
+  I.homes->commit_writes();
   if (stage == 3) I.make_gather_path();
   I.make_stepper();
+  const detail::Ranks ranks{.comm = I.comm, .rank = I.rank, .world = I.world};
+  I.saves = std::make_unique<CheckpointSave>(CheckpointSave::Context{.cfg = I.cfg,
+                                                                     .scaler_config = I.scaler_config,
+                                                                     .layout = lay,
+                                                                     .ranks = ranks,
+                                                                     .cdt = I.cdt,
+                                                                     .ledger = *I.ledger,
+                                                                     .state = *I.opt_state,
+                                                                     .homes = *I.homes,
+                                                                     .scalars = *I.scalars});
+  I.loads = std::make_unique<CheckpointLoad>(CheckpointLoad::Context{.cfg = I.cfg,
+                                                                     .scaler_config = I.scaler_config,
+                                                                     .layout = lay,
+                                                                     .ranks = ranks,
+                                                                     .cdt = I.cdt,
+                                                                     .state = *I.opt_state,
+                                                                     .homes = *I.homes,
+                                                                     .scalars = *I.scalars});
   I.setup_complete = true;
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");

@@ -1,8 +1,8 @@
-// The engine's private state: what every phase (setup.cc, checkpoint*.cc) reads (the
-// options, the layout, the ledger, the streams), the protocol's flags, the checkpoint
-// machinery, and the parts that own the rest (PlacementPlan, ParamHomes, OptimizerState,
-// GradReducer, GatherPath, UpdateStaging, NvmeHomes, StepScalars, ShardUpdate,
-// OverlappedStep, OptimizerStep), reached only through their interfaces.
+// The engine's private state: what every phase (setup.cc, engine.cc) reads (the options,
+// the layout, the ledger, the streams), the protocol's flags, and the parts that own the
+// rest (PlacementPlan, ParamHomes, OptimizerState, GradReducer, GatherPath, UpdateStaging,
+// NvmeHomes, StepScalars, ShardUpdate, OverlappedStep, OptimizerStep, CheckpointSave, CheckpointLoad), reached
+// only through their interfaces.
 #pragma once
 
 #include <atomic>
@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/format.h"
-#include "checkpoint/save_lock.h"
+#include "engine/checkpoint_load.h"
+#include "engine/checkpoint_save.h"
 #include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/gather_path.h"
@@ -63,7 +63,6 @@ struct Engine::Impl {
   // Each layer's resident parameters and stage-3 shards, and where the shards live now
   // (param_homes.h; the placement plan follows it after a migration).
   std::unique_ptr<ParamHomes> homes;
-  offload::ParamStore* param_store() const noexcept { return nvme ? nvme->params() : nullptr; }
   // Where each layer's state goes (placement_plan.h).
   std::unique_ptr<PlacementPlan> plan;
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
@@ -142,85 +141,14 @@ struct Engine::Impl {
   void check_step_ready() const;                    // every layer reduced each micro-batch and released
   std::vector<float> layer_values(std::size_t li);  // collective: the padded layer's fp32 values (engine.cc)
   void replan_on_first_trace();
-  // checkpoint.cc. A run of a layer's flat buffer held in one of its state arrays: array
-  // index, position in the layer's padded flat buffer, elements.
-  struct Piece {
-    std::size_t index, pos, len;
-  };
-  // What this rank saves of layer li (its shard of every bucket, at every stage), or, with
-  // `whole`, the whole padded layer as a full array holds it.
-  std::vector<Piece> pieces(int li, bool whole) const;
-  std::string engine_state_json() const;
-  // checkpoint_load.cc: the counters a checkpoint's engine state restores, checked against
-  // this run (optimizer type, loss scaling); throws naming the mismatch.
-  StepScalars::Counters loaded_counters(const checkpoint::Manifest& m, const std::string& where) const;
-  // Collective: every rank's outcome of its part of an operation; the lowest failing rank,
-  // or -1 when every rank succeeded.
-  int first_failure(bool ok);
-  // Collective: runs fn; if it failed on any rank, every rank runs on_failure and throws
-  // (its own error, or one naming `what` and the failing rank).
-  void all_or_nothing(const std::function<void()>& fn, const std::string& what,
-                      const std::function<void()>& on_failure = {});
-  using Appender = std::function<std::uint64_t(const void* data, std::uint64_t bytes)>;
-  checkpoint::Manifest build_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                                  bool link_nvme, SaveResult& counts, const Appender& append);
-  std::uint64_t shard_file_bytes(bool link_nvme) const;  // what build_part appends
-  // Room for the NVMe files a save of `step` under `root` links (checkpoint.cc).
-  void check_link_space(const std::string& root, std::int64_t step, int keep) const;
-  std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                         bool link_nvme, SaveResult& counts);
-  void commit_parts(const std::string& root, const std::string& part_text, int keep);
-  void sum_counts_over_ranks(SaveResult& r);  // collective: bytes, linked and copied bytes
-  // checkpoint_async.cc: a save being written in the background (SaveOptions::async).
-  struct PendingSave {
-    std::string root;
-    int keep = 0;
-    checkpoint::Manifest part;  // file 0 described when the writer is done
-    std::vector<char> staging;  // the shard file's bytes, charged to the host tier
-    std::uint64_t charged = 0;
-    std::thread writer;
-    std::atomic<bool> done{false};
-    std::exception_ptr error;  // the writer's
-    checkpoint::FileEntry file;
-    SaveResult result;
-    std::chrono::steady_clock::time_point t0;
-  };
-  std::unique_ptr<PendingSave> pending_save;
-  // The save roots this run has saved to, each locked against other runs until the engine
-  // goes (checkpoint/save_lock.h); rank 0 only, which prepares and commits.
-  std::vector<std::unique_ptr<checkpoint::SaveLock>> save_locks;
-  void lock_save_root(const std::string& root);
-  std::uint64_t host_transient = 0;  // host bytes the steps need above their steady use
-  bool staged_before = false;        // once staging was charged, the host peak includes it
-  std::vector<SaveResult> finished_saves;
-  // Collective. Stages a save and starts its writer; false (on every rank) when some rank's
-  // staging does not fit the host budget: the caller saves synchronously.
-  bool start_async_save(const std::string& root, std::int64_t step, const std::string& trainer_state,
-                        const SaveOptions& opts, SaveResult& out);
-  // Collective. Commits the pending save once every rank's writer is done (wait: waits for
-  // them) or abandons it when one failed; the outcome goes to finished_saves.
-  void poll_save(bool wait);
-  void drop_pending_save() noexcept;  // shutdown: joins the writer, frees the staging
-  using StateReader = std::function<void(int param, int state, std::uint64_t elem, std::uint64_t count, float* out)>;
-  // Where a load's moments come from: zeros, the reader (states 1 and 2), or the state as it
-  // is (write_weights: read back first and written again with the new masters).
-  enum class Moments { zero, read, kept };
-  // before_layer(li), when given, runs on every rank before layer li is read (write_weights'
-  // broadcast of the modifier rank's values).
-  void load_layers(const StateReader& read, Moments moments, bool apply,
-                   const std::function<void(std::size_t li)>& before_layer = {});
-  // Collective: the step directory a load of `path` reads, as rank 0 resolves it.
-  std::string resolve_checkpoint(const std::string& path, const std::string& what);
-  // Collective: load_layers read-only, then applied (on_success after it, on every rank)
-  // and committed; a failure in either phase changes nothing but NVMe writes discarded.
-  void load_all_or_nothing(const StateReader& read, Moments moments, const std::string& what,
-                           const std::function<void()>& on_success = {},
-                           const std::function<void(std::size_t li)>& before_layer = {});
-  void commit_loaded();            // the staged NVMe writes of a load become current
-  void discard_loaded() noexcept;  // they are dropped; the state is marked mixed
-  // A load failed while writing: memory may hold part of it. begin_step() refuses until a
-  // load succeeds.
-  bool state_mixed = false;
+  // Saves (checkpoint_save.h), and loads and weight writes (checkpoint_load.h). Made last in
+  // setup() and reset first: they read and write every part above.
+  std::unique_ptr<CheckpointSave> saves;
+  std::unique_ptr<CheckpointLoad> loads;
+  // Before a load: the gathered copies of the old values go (persistent ones are rewritten).
+  void drop_gathered() {
+    if (gather_path) gather_path->evict_all();
+  }
 };
 
 }  // namespace strata::engine
