@@ -66,29 +66,29 @@ int Engine::register_param(const std::string& name, std::vector<std::int64_t> sh
   p.layer = layer;
   p.init = init;
   p.lr_scale = lr_scale;
-  impl_->pending.push_back(std::move(p));
-  return static_cast<int>(impl_->pending.size()) - 1;
+  impl_->declared.params.push_back(std::move(p));
+  return static_cast<int>(impl_->declared.params.size()) - 1;
 }
 
 void Engine::freeze_layer(int layer) {
   STRATA_CHECK(!impl_->setup_done(), Errc::invalid_argument, "freeze_layer(", layer, ") after setup()");
-  impl_->frozen_ids.push_back(layer);
+  impl_->declared.frozen.push_back(layer);
 }
 
 void Engine::begin_step() {
   auto& I = *impl_;
   I.require_complete_setup("begin_step");
-  STRATA_CHECK(!I.in_step, Errc::invalid_argument, "begin_step() twice without step()");
-  STRATA_CHECK(!I.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
+  STRATA_CHECK(!I.flags.in_step, Errc::invalid_argument, "begin_step() twice without step()");
+  STRATA_CHECK(!I.flags.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
   STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
                "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
                "state is partly loaded; load a checkpoint again before training");
-  if (I.grads_stale) {
+  if (I.flags.grads_stale) {
     I.overlap->finish_tail();
     I.grads->zero();
-    I.grads_stale = false;
+    I.flags.grads_stale = false;
   }
-  I.in_step = true;
+  I.flags.in_step = true;
   I.io = {};
   I.step_start = std::chrono::steady_clock::now();
   I.grads->begin_step();
@@ -99,81 +99,56 @@ void Engine::begin_step() {
 void Engine::begin_eval() {
   auto& I = *impl_;
   I.require_complete_setup("begin_eval");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument, "begin_eval() inside a step or another evaluation");
+  STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
+               "begin_eval() inside a step or another evaluation");
   STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
                "begin_eval() after a checkpoint load failed while writing the state: the state is partly loaded; "
                "load a checkpoint again first");
-  I.in_eval = true;
+  I.flags.in_eval = true;
 }
 
 void Engine::end_eval() {
   auto& I = *impl_;
-  STRATA_CHECK(I.in_eval, Errc::invalid_argument, "end_eval() without begin_eval()");
+  STRATA_CHECK(I.flags.in_eval, Errc::invalid_argument, "end_eval() without begin_eval()");
   for (std::size_t li = 0; li < I.layer_count() && I.gather_path; ++li) {
     STRATA_CHECK(I.gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
                  "end_eval() with a layer still gathered: release every gather first");
   }
-  I.in_eval = false;
+  I.flags.in_eval = false;
 }
 
 std::vector<TensorView> Engine::gather(int layer) {
   auto& I = *impl_;
   I.require_setup("gather");
   const int li = I.layout->layer_index(layer);
-  STRATA_CHECK(I.in_step || I.in_eval, Errc::invalid_argument, "gather(", layer,
+  STRATA_CHECK(I.flags.in_step || I.flags.in_eval, Errc::invalid_argument, "gather(", layer,
                ") outside begin_step()/step() and begin_eval()/end_eval()");
   I.overlap->before_layer(li);  // the last step's tail has stepped it
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
-  void* gathered = I.gather_path ? I.gather_path->gather(li, I.in_eval, I.step_calls() + 1) : nullptr;
+  void* gathered = I.gather_path ? I.gather_path->gather(li, I.flags.in_eval, I.step_calls() + 1) : nullptr;
   return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
 }
 void Engine::release(int layer) {
   auto& I = *impl_;
   I.require_setup("release");
   const int li = I.layout->layer_index(layer);
-  if (I.gather_path) I.gather_path->release(li, I.in_eval);
+  if (I.gather_path) I.gather_path->release(li, I.flags.in_eval);
 }
 std::vector<TensorView> Engine::grad_buffers(int layer) {
   auto& I = *impl_;
   I.require_setup("grad_buffers");
   const int li = I.layout->layer_index(layer);
-  STRATA_CHECK(I.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
+  STRATA_CHECK(I.flags.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
   STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "grad_buffers(", layer, "): layer ", layer,
                " is frozen (freeze_layer) and takes no gradient: gather and release it in backward only");
   I.overlap->before_layer(li);  // the last step's tail is done with its accumulator
   return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
 }
-void Engine::Impl::check_step_ready() const {
-  const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
-  for (std::size_t li = 0; li < layer_count(); ++li) {
-    const int id = layout->layers()[li].id;
-    const auto reductions = frozen(static_cast<int>(li)) ? accum : grads->reductions(static_cast<int>(li));
-    STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", id, " reduced its gradients ",
-                 reductions, " times this step; gradient_accumulation_steps is ", accum,
-                 ": call reduce_grads once per layer per micro-batch");
-    STRATA_CHECK(!gather_path || gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
-                 "step(): layer ", id, " is still gathered: release() every gather() before step()");
-  }
-}
-
-// The first recorded trace: the budget-driven plan is checked against it (placement_plan.h).
-void Engine::Impl::replan_on_first_trace() {
-  if (!gather_path || !gather_path->end_step(step_calls() + 1)) return;
-  std::vector<int> gathers(layer_count(), 0);
-  for (int li : gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
-  plan->replan(
-      gathers, step_calls() + 1,
-      [this](const std::vector<Tier>& to) {
-        gather_path->synchronize();
-        return homes->migrate(to);
-      },
-      [this](int li) { return homes->tier(li); });
-}
 
 StepResult Engine::step() {
   auto& I = *impl_;
   I.require_setup("step");
-  STRATA_CHECK(I.in_step, Errc::invalid_argument, "step() without begin_step()");
+  STRATA_CHECK(I.flags.in_step, Errc::invalid_argument, "step() without begin_step()");
   I.check_step_ready();
   I.grads->sync();  // every reduction of the step is in
   I.dev_stream->synchronize();
@@ -184,12 +159,12 @@ StepResult Engine::step() {
     result = I.stepper->run();
   } catch (...) {
     // The step is over (OptimizerStep rolled back what it could) and its gradients are dropped.
-    I.in_step = false;
-    I.grads_stale = true;
+    I.flags.in_step = false;
+    I.flags.grads_stale = true;
     throw;
   }
   I.overlap->zero_grads();
-  I.in_step = false;
+  I.flags.in_step = false;
   I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
   I.last_io = I.io;
   I.saves->poll(false);  // an asynchronous checkpoint commits once every rank's writes landed
@@ -198,9 +173,9 @@ StepResult Engine::step() {
 
 void Engine::abandon_step() {
   auto& I = *impl_;
-  if (!I.setup_complete || (!I.in_step && !I.in_eval)) return;
-  const bool step = I.in_step;
-  I.in_step = I.in_eval = false;  // whatever fails below, the next begin_step() is allowed
+  if (!I.flags.setup_complete || (!I.flags.in_step && !I.flags.in_eval)) return;
+  const bool step = I.flags.in_step;
+  I.flags.in_step = I.flags.in_eval = false;  // whatever fails below, the next begin_step() is allowed
   std::exception_ptr failed;
   const auto attempt = [&failed](const auto& f) {
     try {
@@ -213,7 +188,7 @@ void Engine::abandon_step() {
     I.overlap->cancel();                 // the lane's updates undone; a last step's tail finished
     attempt([&I] { I.grads->sync(); });  // queued reductions still read their buffers
     I.grads->drop_buffers();
-    I.grads_stale = true;  // begin_step() zeroes the accumulators
+    I.flags.grads_stale = true;  // begin_step() zeroes the accumulators
   }
   if (I.gather_path) attempt([&I] { I.gather_path->abandon(); });
   if (failed) std::rethrow_exception(failed);
@@ -234,7 +209,7 @@ void Engine::reduce_grads(int layer) {
 
 float Engine::loss_scale() const noexcept {
   const auto& I = *impl_;
-  return static_cast<float>(I.scalars ? I.scalars->loss_scale() : I.initial_loss_scale);
+  return static_cast<float>(I.scalars ? I.scalars->loss_scale() : I.initial_loss_scale());
 }
 DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
 int Engine::rank() const noexcept { return impl_->rank; }
@@ -286,40 +261,6 @@ void Engine::synchronize() {
 std::string Engine::explain_placement() const {
   impl_->require_setup("explain_placement");
   return impl_->plan ? impl_->plan->explain() : std::string();
-}
-
-// The whole padded layer li's fp32 values on every rank: its masters (a frozen layer: its
-// compute copies, widened), this rank's part read where it lives and the rest all-gathered.
-std::vector<float> Engine::Impl::layer_values(std::size_t li) {
-  const Layout& lay = *layout;
-  const auto& L = lay.layers()[li];
-  std::vector<float> full(L.padded);
-  const auto read_own = [&](float* out) {
-    if (L.frozen)
-      homes->read_own(static_cast<int>(li), out);
-    else
-      opt_state->read(static_cast<int>(li), out, nullptr, nullptr);
-  };
-  if (cfg.zero.stage == 0) {
-    read_own(full.data());
-    return full;
-  }
-  std::vector<float> copied;
-  const float* master = opt_state->resident(static_cast<int>(li)).master;
-  if (L.frozen || plan->opt_tier(static_cast<int>(li)) != Tier::host) {
-    copied.resize(L.shard);
-    read_own(copied.data());
-    master = copied.data();
-  }
-  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-    const auto& b = lay.buckets()[L.buckets[k]];
-    float* dst = full.data() + bucket_pos(b, L);
-    if (world > 1)
-      comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
-    else
-      std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
-  }
-  return full;
 }
 
 std::vector<float> Engine::full_parameters() {
@@ -378,7 +319,7 @@ StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const s
 SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
   auto& I = *impl_;
   I.require_complete_setup("save_checkpoint");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "save_checkpoint() inside a step or an evaluation: call it after step() or end_eval()");
   bool object = false;
   try {
@@ -406,7 +347,7 @@ void Engine::wait_checkpoint() {
 std::string Engine::load_checkpoint(const std::string& path) {
   auto& I = *impl_;
   I.require_complete_setup("load_checkpoint");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
   I.saves->poll(true);
@@ -417,7 +358,7 @@ std::string Engine::load_checkpoint(const std::string& path) {
 void Engine::init_weights(const WeightReader& read) {
   auto& I = *impl_;
   I.require_complete_setup("init_weights");
-  STRATA_CHECK(I.step_calls() == 0 && !I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(I.step_calls() == 0 && !I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "init_weights() after training began: call it right after setup()");
   synchronize();
   I.drop_gathered();
@@ -427,7 +368,7 @@ void Engine::init_weights(const WeightReader& read) {
 void Engine::write_weights(const WeightReader& read, int source_rank) {
   auto& I = *impl_;
   I.require_complete_setup("write_weights");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "write_weights() inside a step or an evaluation: call it between steps");
   STRATA_CHECK(source_rank >= -1 && source_rank < I.world, Errc::invalid_argument, "write_weights: source rank ",
                source_rank, " is not one of the ", I.world, " ranks");

@@ -1,7 +1,7 @@
 // Engine::Impl's construction (the config checks that need no layout) and the helpers every
-// part of the engine shares: device-memory zeroing and copies in dev_stream order, the
-// flush of updated shards written on the device, stream settling, the deterministic
-// initial values and the views handed to the trainer.
+// phase of the engine shares: stream settling, the deterministic initial values, the views
+// handed to the trainer, step()'s protocol check, the placement's check against the first
+// trace, a layer's whole values, and the walk over the parts' device memory.
 #include <cstring>
 
 #include "engine/detail/engine_impl.h"
@@ -37,9 +37,8 @@ Engine::Impl::Impl(const EngineOptions& o)
                Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
                dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
                world, ")");
-  initial_loss_scale = optim::LossScaler(scaler_config).scale();  // a bad fp16 block fails here
+  (void)initial_loss_scale();  // a bad fp16 block fails here
   cdt = compute_dtype_of(cfg);
-  cbytes = dtype_size(cdt);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,
                "zero_optimization.stage = ", cfg.zero.stage, ": use 0, 1, 2 or 3");
   STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none || cfg.zero.stage == 3, Errc::invalid_argument,
@@ -81,7 +80,7 @@ void Engine::Impl::drain_io() {
 
 void Engine::Impl::finish_tail() {
   if (!overlap) return;
-  if (in_step) {
+  if (flags.in_step) {
     overlap->finish_tail();
     return;
   }
@@ -111,7 +110,7 @@ void Engine::Impl::require_setup(const char* op) const {
 
 void Engine::Impl::require_complete_setup(const char* op) const {
   require_setup(op);
-  STRATA_CHECK(setup_complete, Errc::invalid_argument, op,
+  STRATA_CHECK(flags.setup_complete, Errc::invalid_argument, op,
                "(): setup() failed on this engine, so it cannot train: fix what it reported and create a new Engine");
   STRATA_CHECK(!offloaded, Errc::invalid_argument, op,
                "(): the engine's states are offloaded to host RAM (offload_states()): call reload_states() first");
@@ -140,6 +139,73 @@ std::vector<TensorView> Engine::Impl::views(int li, void* base, DType t) const {
     out.push_back({static_cast<char*>(base) + p.offset * dtype_size(t), t, p.shape, p.numel, &p.name});
   }
   return out;
+}
+
+void Engine::Impl::check_step_ready() const {
+  const auto accum = cfg.gradient_accumulation_steps > 0 ? cfg.gradient_accumulation_steps : 1;
+  for (std::size_t li = 0; li < layer_count(); ++li) {
+    const int id = layout->layers()[li].id;
+    const auto reductions = frozen(static_cast<int>(li)) ? accum : grads->reductions(static_cast<int>(li));
+    STRATA_CHECK(reductions == accum, Errc::invalid_argument, "step(): layer ", id, " reduced its gradients ",
+                 reductions, " times this step; gradient_accumulation_steps is ", accum,
+                 ": call reduce_grads once per layer per micro-batch");
+    STRATA_CHECK(!gather_path || gather_path->in_use(static_cast<int>(li)) == 0, Errc::invalid_argument,
+                 "step(): layer ", id, " is still gathered: release() every gather() before step()");
+  }
+}
+
+// The first recorded trace: the budget-driven plan is checked against it (placement_plan.h).
+void Engine::Impl::replan_on_first_trace() {
+  if (!gather_path || !gather_path->end_step(step_calls() + 1)) return;
+  std::vector<int> gathers(layer_count(), 0);
+  for (int li : gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
+  plan->replan(
+      gathers, step_calls() + 1,
+      [this](const std::vector<Tier>& to) {
+        gather_path->synchronize();
+        return homes->migrate(to);
+      },
+      [this](int li) { return homes->tier(li); });
+}
+
+// The whole padded layer li's fp32 values on every rank: its masters (a frozen layer: its
+// compute copies, widened), this rank's part read where it lives and the rest all-gathered.
+std::vector<float> Engine::Impl::layer_values(std::size_t li) {
+  const Layout& lay = *layout;
+  const auto& L = lay.layers()[li];
+  std::vector<float> full(L.padded);
+  const auto read_own = [&](float* out) {
+    if (L.frozen)
+      homes->read_own(static_cast<int>(li), out);
+    else
+      opt_state->read(static_cast<int>(li), out, nullptr, nullptr);
+  };
+  if (cfg.zero.stage == 0) {
+    read_own(full.data());
+    return full;
+  }
+  std::vector<float> copied;
+  const float* master = opt_state->resident(static_cast<int>(li)).master;
+  if (L.frozen || plan->opt_tier(static_cast<int>(li)) != Tier::host) {
+    copied.resize(L.shard);
+    read_own(copied.data());
+    master = copied.data();
+  }
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = lay.buckets()[L.buckets[k]];
+    float* dst = full.data() + bucket_pos(b, L);
+    if (world > 1)
+      comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
+    else
+      std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
+  }
+  return full;
+}
+
+void Engine::Impl::walk_device_memory(const DeviceSwap::Fn& fn) {
+  homes->device_memory(fn);
+  opt_state->device_memory(fn);
+  grads->device_memory(fn);
 }
 
 }  // namespace strata::engine

@@ -53,7 +53,7 @@ void Engine::Impl::allocate_step_buffers() {
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{.cfg = cfg,
                                                         .layout = *layout,
                                                         .rank = rank,
-                                                        .cbytes = cbytes,
+                                                        .cbytes = cbytes(),
                                                         .dev = dev,
                                                         .ledger = *ledger,
                                                         .tracer = options.tracer});
@@ -122,7 +122,7 @@ void Engine::Impl::make_gather_path() {
                                // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
                                .reserve =
                                    [this] {
-                                     return device::Arena::round_up(layout->largest_layer_padded() * cbytes) *
+                                     return device::Arena::round_up(layout->largest_layer_padded() * cbytes()) *
                                             (grads->overlapped() ? 2 : 1);
                                    },
                                // A prefetch reads the layer's shards once the last step's tail has stepped it.
@@ -216,30 +216,30 @@ void Engine::reserve_for_trainer(std::uint64_t device_bytes, int layers_at_once)
   STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "reserve_for_trainer() after setup(): call it before");
   STRATA_CHECK(layers_at_once >= 1, Errc::invalid_argument, "reserve_for_trainer: layers_at_once ", layers_at_once,
                " must be at least 1");
-  I.trainer_reserve = device_bytes;
-  I.trainer_layers_at_once = layers_at_once;
+  I.declared.device_reserve = device_bytes;
+  I.declared.layers_at_once = layers_at_once;
 }
 
 void Engine::setup() {
   auto& I = *impl_;
   STRATA_CHECK(!I.setup_done(), Errc::invalid_argument, "setup() called twice");
   const int stage = I.cfg.zero.stage;
-  for (int id : I.frozen_ids) {
+  for (int id : I.declared.frozen) {
     bool any = false;
-    for (auto& p : I.pending) {
+    for (auto& p : I.declared.params) {
       if (p.layer != id) continue;
       p.frozen = any = true;
     }
     STRATA_CHECK(any, Errc::invalid_argument, "freeze_layer(", id, "): no parameter is registered under layer ", id);
   }
-  I.layout = std::make_unique<Layout>(std::move(I.pending), I.world, I.cfg.zero.reduce_bucket_size);
+  I.layout = std::make_unique<Layout>(std::move(I.declared.params), I.world, I.cfg.zero.reduce_bucket_size);
   const Layout& lay = *I.layout;
 
   I.check_same_model();
 
   I.ledger = std::make_unique<MemoryLedger>(I.dev, host_budget_of(I.cfg),
                                             I.cfg.offload_optimizer.pin_memory || I.cfg.offload_param.pin_memory,
-                                            I.cfg.memory_budget.nvme, I.trainer_reserve);
+                                            I.cfg.memory_budget.nvme, I.declared.device_reserve);
   I.dev_stream = I.dev.create_stream();
   // Where every layer's state lives, checked against the device budget (less what the
   // trainer already holds there) and host RAM before anything is allocated.
@@ -247,13 +247,13 @@ void Engine::setup() {
                                   .layout = lay,
                                   .rank = I.rank,
                                   .world = I.world,
-                                  .cbytes = I.cbytes,
+                                  .cbytes = I.cbytes(),
                                   .device_budget = I.dev.options().budget_bytes,
                                   .device_in_host_ram = I.dev.backend() == device::Backend::host,
                                   .comm = I.comm,
                                   .device_collectives = I.device_collectives(),
-                                  .device_held_by_others = I.dev.memory_stats().used_bytes + I.trainer_reserve,
-                                  .layers_at_once = I.trainer_layers_at_once};
+                                  .device_held_by_others = I.dev.memory_stats().used_bytes + I.declared.device_reserve,
+                                  .layers_at_once = I.declared.layers_at_once};
   I.plan = std::make_unique<PlacementPlan>(pc, PlacementPlan::persistent_layers(I.cfg, lay));
   I.plan->place();
   I.plan->check_host_fit();
@@ -301,7 +301,7 @@ void Engine::setup() {
                                                                      .state = *I.opt_state,
                                                                      .homes = *I.homes,
                                                                      .scalars = *I.scalars});
-  I.setup_complete = true;
+  I.flags.setup_complete = true;
   STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }

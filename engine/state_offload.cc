@@ -12,16 +12,10 @@
 
 namespace strata::engine {
 
-void Engine::Impl::walk_device_memory(const DeviceSwap::Fn& fn) {
-  homes->device_memory(fn);
-  opt_state->device_memory(fn);
-  grads->device_memory(fn);
-}
-
 Engine::StateMove Engine::offload_states() {
   auto& I = *impl_;
   I.require_complete_setup("offload_states");
-  STRATA_CHECK(!I.in_step && !I.in_eval, Errc::invalid_argument,
+  STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "offload_states() inside a step or an evaluation: call it between steps");
   const auto t0 = std::chrono::steady_clock::now();
   synchronize();  // this rank's background work (an asynchronous save's writer has its own copy)

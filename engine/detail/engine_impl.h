@@ -44,18 +44,22 @@ struct Engine::Impl {
   comm::Communicator* dcomm;  // device-memory collectives (EngineOptions::device_comm)
   int rank = 0, world = 1;
   DType cdt = DType::fp32;
-  std::size_t cbytes = 4;
-  std::vector<ParamSpec> pending;
-  std::vector<int> frozen_ids;  // freeze_layer()
+  std::size_t cbytes() const noexcept { return dtype_size(cdt); }
+  // What the trainer declared before setup(): the parameters (register_param), the frozen
+  // layers (freeze_layer) and the device room it keeps (reserve_for_trainer).
+  struct Declared {
+    std::vector<ParamSpec> params;
+    std::vector<int> frozen;
+    std::uint64_t device_reserve = 0;
+    int layers_at_once = 1;
+  } declared;
   bool frozen(int li) const { return layout->layers()[static_cast<std::size_t>(li)].frozen; }
-  std::uint64_t trainer_reserve = 0;  // reserve_for_trainer()
-  int trainer_layers_at_once = 1;
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
   std::size_t layer_count() const { return layout->layers().size(); }
   bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
   optim::LossScalerConfig scaler_config;  // StepScalars' scaler, checked when the engine is made
-  double initial_loss_scale = 1.0;        // loss_scale() before setup()
+  double initial_loss_scale() const { return optim::LossScaler(scaler_config).scale(); }  // before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
   // parameter store with its I/O worker, the directory locks.
@@ -93,9 +97,13 @@ struct Engine::Impl {
   std::unique_ptr<OverlappedStep> overlap;
   std::unique_ptr<OptimizerStep> stepper;
   std::int64_t step_calls() const noexcept { return scalars ? scalars->calls() : 0; }
-  bool in_step = false;
-  bool in_eval = false;      // between begin_eval() and end_eval(): gathers only, no trace
-  bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
+  // Where the trainer is in the contract.
+  struct Flags {
+    bool setup_complete = false;  // setup() returned: every part exists
+    bool in_step = false;
+    bool in_eval = false;      // between begin_eval() and end_eval(): gathers only, no trace
+    bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
+  } flags;
 
   // NVMe parameter reads and write-backs run on the NVMe tier's I/O worker: the read of the
   // next layer overlaps the all-gather and H2D copy of this one (the gather stream waits on
@@ -115,7 +123,6 @@ struct Engine::Impl {
 
   Impl(const EngineOptions& o);
   bool setup_done() const noexcept { return layout != nullptr; }
-  bool setup_complete = false;  // setup() returned: every part exists
   // offload_states() moved the device's bytes to host RAM (device_swap.h); reload_states() undoes it.
   std::unique_ptr<DeviceSwap> offloaded;
   void walk_device_memory(const DeviceSwap::Fn& fn);  // every part holding device memory between steps
@@ -137,9 +144,9 @@ struct Engine::Impl {
   void allocate_step_buffers();                       // reduction scratch, gradient staging, streams, NVMe stores
   void init_layer(std::size_t li, InitScratch& buf);  // allocates and initialises layer li's state
   void make_stepper();
-  // engine.cc: step()'s protocol checks, and the placement's check against the first trace.
+  // step()'s protocol checks, and the placement's check against the first trace.
   void check_step_ready() const;                    // every layer reduced each micro-batch and released
-  std::vector<float> layer_values(std::size_t li);  // collective: the padded layer's fp32 values (engine.cc)
+  std::vector<float> layer_values(std::size_t li);  // collective: the padded layer's fp32 values
   void replan_on_first_trace();
   // Saves (checkpoint_save.h), and loads and weight writes (checkpoint_load.h). Made last in
   // setup() and reset first: they read and write every part above.
