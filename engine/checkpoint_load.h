@@ -35,7 +35,7 @@ class CheckpointLoad {
     const EngineConfig& cfg;
     const optim::LossScalerConfig& scaler_config;  // this run's, as the engine was made with it
     const Layout& layout;
-    detail::Ranks ranks;
+    Ranks ranks;
     DType cdt = DType::fp32;
     OptimizerState& state;  // masters and moments, wherever they live
     ParamHomes& homes;      // compute copies, rebuilt from the masters

@@ -47,7 +47,7 @@ class CheckpointSave {
     const EngineConfig& cfg;
     const optim::LossScalerConfig& scaler_config;  // recorded, so a load can tell scaling apart
     const Layout& layout;
-    detail::Ranks ranks;
+    Ranks ranks;
     DType cdt = DType::fp32;
     MemoryLedger& ledger;        // an asynchronous save's staging, charged to the host tier
     OptimizerState& state;       // masters and moments wherever they live; the sealed NVMe files

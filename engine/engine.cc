@@ -41,7 +41,7 @@ Engine::~Engine() {
     try {
       I.gather_path->synchronize();
     } catch (const std::exception& e) {
-      STRATA_LOG(warn, "rank ", I.rank, ": engine shutdown: ", e.what());
+      STRATA_LOG(warn, "rank ", I.ranks.rank, ": engine shutdown: ", e.what());
     }
   }
   I.settle({I.dev_stream.get()}, "engine shutdown");
@@ -212,8 +212,8 @@ float Engine::loss_scale() const noexcept {
   return static_cast<float>(I.scalars ? I.scalars->loss_scale() : I.initial_loss_scale());
 }
 DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
-int Engine::rank() const noexcept { return impl_->rank; }
-int Engine::world_size() const noexcept { return impl_->world; }
+int Engine::rank() const noexcept { return impl_->ranks.rank; }
+int Engine::world_size() const noexcept { return impl_->ranks.world; }
 int Engine::pipeline_stages() const noexcept {
   return impl_->options.pipeline_comm != nullptr ? impl_->options.pipeline_comm->world_size() : 1;
 }
@@ -370,8 +370,8 @@ void Engine::write_weights(const WeightReader& read, int source_rank) {
   I.require_complete_setup("write_weights");
   STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "write_weights() inside a step or an evaluation: call it between steps");
-  STRATA_CHECK(source_rank >= -1 && source_rank < I.world, Errc::invalid_argument, "write_weights: source rank ",
-               source_rank, " is not one of the ", I.world, " ranks");
+  STRATA_CHECK(source_rank >= -1 && source_rank < I.ranks.world, Errc::invalid_argument, "write_weights: source rank ",
+               source_rank, " is not one of the ", I.ranks.world, " ranks");
   synchronize();
   I.saves->poll(true);  // a pending asynchronous checkpoint holds the values before the write
   I.drop_gathered();

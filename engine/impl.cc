@@ -28,15 +28,20 @@ optim::LossScalerConfig make_scaler_config(const EngineConfig& c) {
 }  // namespace
 
 Engine::Impl::Impl(const EngineOptions& o)
-    : options(o), dev(*o.device), comm(o.comm), dcomm(o.device_comm), scaler_config(make_scaler_config(o.config)) {
-  if (comm != nullptr) {
-    rank = comm->rank();
-    world = comm->world_size();
+    : options(o),
+      dev(*o.device),
+      ranks{.comm = o.comm},
+      dcomm(o.device_comm),
+      scaler_config(make_scaler_config(o.config)) {
+  if (ranks.comm != nullptr) {
+    ranks.rank = ranks.comm->rank();
+    ranks.world = ranks.comm->world_size();
   }
-  STRATA_CHECK(dcomm == nullptr || (comm != nullptr && dcomm->rank() == rank && dcomm->world_size() == world),
-               Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
-               dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", rank, " of ",
-               world, ")");
+  STRATA_CHECK(
+      dcomm == nullptr || (ranks.comm != nullptr && dcomm->rank() == ranks.rank && dcomm->world_size() == ranks.world),
+      Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
+      dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", ranks.rank, " of ",
+      ranks.world, ")");
   (void)initial_loss_scale();  // a bad fp16 block fails here
   cdt = compute_dtype_of(cfg);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,
@@ -63,12 +68,12 @@ Engine::Impl::Impl(const EngineOptions& o)
                "'): use Adam/AdamW on a GPU, or --device host");
   // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
   // on host memory only.
-  STRATA_CHECK(dev.backend() == device::Backend::host || world == 1 || dcomm != nullptr, Errc::invalid_argument,
-               "rank ", rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", world,
+  STRATA_CHECK(dev.backend() == device::Backend::host || ranks.world == 1 || dcomm != nullptr, Errc::invalid_argument,
+               "rank ", ranks.rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", ranks.world,
                " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL; `strata launch -- "
                "strata train --device cuda` creates one)");
   STRATA_CHECK(dev.backend() == device::Backend::host || dcomm == nullptr || dcomm->backend() == comm::Backend::nccl,
-               Errc::invalid_argument, "rank ", rank,
+               Errc::invalid_argument, "rank ", ranks.rank,
                ": EngineOptions.device_comm is a gloo communicator, which "
                "cannot reach the memory of a CUDA device ('",
                dev.name(), "'): use an NCCL communicator");
@@ -94,7 +99,7 @@ void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const 
     try {
       sync();
     } catch (const std::exception& e) {
-      if (*when != '\0') STRATA_LOG(warn, "rank ", rank, ": ", when, ": ", e.what());
+      if (*when != '\0') STRATA_LOG(warn, "rank ", ranks.rank, ": ", when, ": ", e.what());
     }
   };
   for (auto* st : streams) {
@@ -194,8 +199,8 @@ std::vector<float> Engine::Impl::layer_values(std::size_t li) {
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
     const auto& b = lay.buckets()[L.buckets[k]];
     float* dst = full.data() + bucket_pos(b, L);
-    if (world > 1)
-      comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
+    if (ranks.world > 1)
+      ranks.comm->all_gather(master + L.shard_offsets[k], dst, b.shard, DType::fp32);
     else
       std::memcpy(dst, master + L.shard_offsets[k], b.shard * 4);
   }

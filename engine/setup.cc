@@ -19,13 +19,13 @@ namespace strata::engine {
 void Engine::Impl::check_same_model() const {
   const Layout& lay = *layout;
   // Every rank must have registered the same model: compare fingerprints.
-  if (comm != nullptr && world > 1) {
+  if (ranks.comm != nullptr && ranks.world > 1) {
     std::uint64_t mine = lay.fingerprint();
-    std::vector<std::uint64_t> all(world);
-    comm->all_gather(&mine, all.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
-    for (int r = 0; r < world; ++r) {
+    std::vector<std::uint64_t> all(ranks.world);
+    ranks.comm->all_gather(&mine, all.data(), 2, DType::fp32);  // 8 bytes carried as two fp32 words
+    for (int r = 0; r < ranks.world; ++r) {
       STRATA_CHECK(
-          all[r] == all[0], Errc::invalid_argument, "rank ", rank,
+          all[r] == all[0], Errc::invalid_argument, "rank ", ranks.rank,
           ": the registered parameters differ between ranks (rank ", r,
           " registered a different model than "
           "rank 0: names, shapes, layers or init). Every rank must register the same parameters in the same order");
@@ -41,10 +41,10 @@ void Engine::Impl::allocate_step_buffers() {
                                                              .overlap_comm = cfg.zero.overlap_comm,
                                                              .dev = dev,
                                                              .dev_stream = *dev_stream,
-                                                             .comm = comm,
+                                                             .comm = ranks.comm,
                                                              .dcomm = dcomm,
-                                                             .rank = rank,
-                                                             .world = world,
+                                                             .rank = ranks.rank,
+                                                             .world = ranks.world,
                                                              .cdt = cdt,
                                                              .ledger = *ledger,
                                                              .tracer = options.tracer,
@@ -52,7 +52,7 @@ void Engine::Impl::allocate_step_buffers() {
                                         any_acc_on_host);
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{.cfg = cfg,
                                                         .layout = *layout,
-                                                        .rank = rank,
+                                                        .rank = ranks.rank,
                                                         .cbytes = cbytes(),
                                                         .dev = dev,
                                                         .ledger = *ledger,
@@ -65,20 +65,20 @@ void Engine::Impl::allocate_step_buffers() {
   if (on_nvme(param_tiers)) nvme->open_params(param_tiers, host.after_stores());
   homes = std::make_unique<ParamHomes>(ParamHomes::Context{.layout = *layout,
                                                            .stage = cfg.zero.stage,
-                                                           .rank = rank,
-                                                           .world = world,
+                                                           .rank = ranks.rank,
+                                                           .world = ranks.world,
                                                            .cdt = cdt,
                                                            .dev_stream = *dev_stream,
                                                            .ledger = *ledger,
                                                            .nvme = *nvme,
-                                                           .comm = comm,
+                                                           .comm = ranks.comm,
                                                            .dcomm = dcomm,
                                                            .io = io});
   updates = std::make_unique<UpdateStaging>(
       UpdateStaging::Context{
           .layout = *layout,
           .stage = cfg.zero.stage,
-          .rank = rank,
+          .rank = ranks.rank,
           .cdt = cdt,
           .dev = dev,
           .dev_stream = *dev_stream,
@@ -104,12 +104,12 @@ void Engine::Impl::make_gather_path() {
   for (std::size_t li = 0; li < layer_count(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
   const GatherPath::Context gc{.layout = *layout,
                                .zero = cfg.zero,
-                               .rank = rank,
-                               .world = world,
+                               .rank = ranks.rank,
+                               .world = ranks.world,
                                .cdt = cdt,
                                .dev = dev,
                                .ledger = *ledger,
-                               .comm = comm,
+                               .comm = ranks.comm,
                                .dcomm = dcomm,
                                .tracer = options.tracer,
                                .io = io,
@@ -136,17 +136,17 @@ void Engine::Impl::make_gather_path() {
 void Engine::Impl::make_stepper() {
   scalars = std::make_unique<StepScalars>(StepScalars::Context{.cfg = cfg,
                                                                .layout = *layout,
-                                                               .world = world,
+                                                               .world = ranks.world,
                                                                .cdt = cdt,
                                                                .dev = dev,
                                                                .dev_stream = *dev_stream,
-                                                               .comm = comm,
+                                                               .comm = ranks.comm,
                                                                .pipeline = options.pipeline_comm,
                                                                .grads = *grads},
                                           scaler_config);
   update = std::make_unique<ShardUpdate>(ShardUpdate::Context{.cfg = cfg,
                                                               .layout = *layout,
-                                                              .rank = rank,
+                                                              .rank = ranks.rank,
                                                               .cdt = cdt,
                                                               .dev_stream = *dev_stream,
                                                               .grads = *grads,
@@ -159,7 +159,7 @@ void Engine::Impl::make_stepper() {
   };
   overlap = std::make_unique<OverlappedStep>(OverlappedStep::Context{.cfg = cfg,
                                                                      .layout = *layout,
-                                                                     .rank = rank,
+                                                                     .rank = ranks.rank,
                                                                      .scalars = *scalars,
                                                                      .update = *update,
                                                                      .grads = *grads,
@@ -170,7 +170,7 @@ void Engine::Impl::make_stepper() {
                                                                      .settle = settle_after_failure,
                                                                      .tracer = options.tracer});
   stepper = std::make_unique<OptimizerStep>(OptimizerStep::Context{.cfg = cfg,
-                                                                   .rank = rank,
+                                                                   .rank = ranks.rank,
                                                                    .scalars = *scalars,
                                                                    .update = *update,
                                                                    .overlap = *overlap,
@@ -232,7 +232,7 @@ void Engine::setup() {
     }
     STRATA_CHECK(any, Errc::invalid_argument, "freeze_layer(", id, "): no parameter is registered under layer ", id);
   }
-  I.layout = std::make_unique<Layout>(std::move(I.declared.params), I.world, I.cfg.zero.reduce_bucket_size);
+  I.layout = std::make_unique<Layout>(std::move(I.declared.params), I.ranks.world, I.cfg.zero.reduce_bucket_size);
   const Layout& lay = *I.layout;
 
   I.check_same_model();
@@ -245,12 +245,12 @@ void Engine::setup() {
   // trainer already holds there) and host RAM before anything is allocated.
   const PlacementPlan::Context pc{.cfg = I.cfg,
                                   .layout = lay,
-                                  .rank = I.rank,
-                                  .world = I.world,
+                                  .rank = I.ranks.rank,
+                                  .world = I.ranks.world,
                                   .cbytes = I.cbytes(),
                                   .device_budget = I.dev.options().budget_bytes,
                                   .device_in_host_ram = I.dev.backend() == device::Backend::host,
-                                  .comm = I.comm,
+                                  .comm = I.ranks.comm,
                                   .device_collectives = I.device_collectives(),
                                   .device_held_by_others = I.dev.memory_stats().used_bytes + I.declared.device_reserve,
                                   .layers_at_once = I.declared.layers_at_once};
@@ -274,7 +274,7 @@ void Engine::setup() {
 
   Impl::InitScratch buf;
   // Reading a checkpoint's weights and writing the first values to NVMe take minutes at scale.
-  Progress progress("setup: first values into the tiers (fp32)", lay.total_padded() * 4, I.rank != 0);
+  Progress progress("setup: first values into the tiers (fp32)", lay.total_padded() * 4, I.ranks.rank != 0);
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     I.init_layer(li, buf);
     progress.advance(lay.layers()[li].padded * 4);
@@ -283,11 +283,10 @@ void Engine::setup() {
   I.homes->commit_writes();
   if (stage == 3) I.make_gather_path();
   I.make_stepper();
-  const detail::Ranks ranks{.comm = I.comm, .rank = I.rank, .world = I.world};
   I.saves = std::make_unique<CheckpointSave>(CheckpointSave::Context{.cfg = I.cfg,
                                                                      .scaler_config = I.scaler_config,
                                                                      .layout = lay,
-                                                                     .ranks = ranks,
+                                                                     .ranks = I.ranks,
                                                                      .cdt = I.cdt,
                                                                      .ledger = *I.ledger,
                                                                      .state = *I.opt_state,
@@ -296,13 +295,13 @@ void Engine::setup() {
   I.loads = std::make_unique<CheckpointLoad>(CheckpointLoad::Context{.cfg = I.cfg,
                                                                      .scaler_config = I.scaler_config,
                                                                      .layout = lay,
-                                                                     .ranks = ranks,
+                                                                     .ranks = I.ranks,
                                                                      .cdt = I.cdt,
                                                                      .state = *I.opt_state,
                                                                      .homes = *I.homes,
                                                                      .scalars = *I.scalars});
   I.flags.setup_complete = true;
-  STRATA_LOG(debug, "rank ", I.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
+  STRATA_LOG(debug, "rank ", I.ranks.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");
 }
 

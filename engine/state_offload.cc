@@ -40,7 +40,8 @@ Engine::StateMove Engine::offload_states() {
         return swap->back(p, bytes, kind, what);
       });
     } catch (const std::exception& e) {
-      STRATA_LOG(error, "rank ", I.rank, ": offload_states() failed and could not move its state back: ", e.what());
+      STRATA_LOG(error, "rank ", I.ranks.rank,
+                 ": offload_states() failed and could not move its state back: ", e.what());
       I.offloaded = std::move(swap);  // reload_states() tries again
     }
     throw;
@@ -49,7 +50,7 @@ Engine::StateMove Engine::offload_states() {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   I.offloaded = std::move(swap);
   I.dev.release_cached();  // the freed memory to other users of the device
-  STRATA_LOG(debug, "rank ", I.rank, ": offload_states: ", format_bytes(r.bytes), " in ", r.allocations,
+  STRATA_LOG(debug, "rank ", I.ranks.rank, ": offload_states: ", format_bytes(r.bytes), " in ", r.allocations,
              " allocations (", format_bytes(r.nvme_bytes), " of them to NVMe) in ", r.seconds, " s");
   return r;
 }

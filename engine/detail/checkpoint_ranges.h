@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine/layout.h"
+#include "engine/ranks.h"
 #include "optim/loss_scaler.h"
-#include "runtime/comm/communicator.h"
 
 namespace strata::engine::detail {
 
@@ -35,12 +35,6 @@ template <class Fn> void for_each_param_range(const Layout& lay, const LayerLayo
     if (lo < hi) fn(pi, lo - p.offset, pc.index + (lo - pc.pos), hi - lo);
   }
 }
-
-// The ranks a save or load runs on (comm null: one rank).
-struct Ranks {
-  comm::Communicator* comm = nullptr;
-  int rank = 0, world = 1;
-};
 
 // Collective: every rank's outcome of its part of an operation; the lowest failing rank, or
 // -1 when every rank succeeded.

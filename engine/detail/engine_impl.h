@@ -27,6 +27,7 @@
 #include "engine/overlapped_step.h"
 #include "engine/param_homes.h"
 #include "engine/placement_plan.h"
+#include "engine/ranks.h"
 #include "engine/shard_update.h"
 #include "engine/step_scalars.h"
 #include "engine/update_staging.h"
@@ -40,9 +41,8 @@ struct Engine::Impl {
   EngineOptions options;
   EngineConfig& cfg = options.config;
   device::Device& dev;
-  comm::Communicator* comm;
+  Ranks ranks;                // EngineOptions::comm, its rank and world size
   comm::Communicator* dcomm;  // device-memory collectives (EngineOptions::device_comm)
-  int rank = 0, world = 1;
   DType cdt = DType::fp32;
   std::size_t cbytes() const noexcept { return dtype_size(cdt); }
   // What the trainer declared before setup(): the parameters (register_param), the frozen
@@ -57,7 +57,7 @@ struct Engine::Impl {
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
   std::size_t layer_count() const { return layout->layers().size(); }
-  bool device_collectives() const noexcept { return dcomm != nullptr && world > 1; }
+  bool device_collectives() const noexcept { return dcomm != nullptr && ranks.world > 1; }
   optim::LossScalerConfig scaler_config;  // StepScalars' scaler, checked when the engine is made
   double initial_loss_scale() const { return optim::LossScaler(scaler_config).scale(); }  // before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
@@ -130,7 +130,7 @@ struct Engine::Impl {
   void require_complete_setup(const char* op) const;  // a step or evaluation may begin
 
   // Layout helpers.
-  std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(rank) * b.shard; }
+  std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(ranks.rank) * b.shard; }
   std::size_t bucket_pos(const Bucket& b, const LayerLayout& L) const { return b.flat_offset - L.flat_offset; }
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
