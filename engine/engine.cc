@@ -291,28 +291,6 @@ std::vector<float> Engine::layer_parameters(int layer) {
   return values;
 }
 
-StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids) {
-  STRATA_CHECK(layers.size() == layer_ids.size(), Errc::invalid_argument, "train_step: ", layers.size(), " layers but ",
-               layer_ids.size(), " layer ids");
-  const auto accum = std::max<std::int64_t>(1, engine.config().gradient_accumulation_steps);
-  engine.begin_step();
-  for (int mb = 0; mb < accum; ++mb) {
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const auto params = engine.gather(layer_ids[i]);
-      layers[i]->forward(mb, params);
-      engine.release(layer_ids[i]);
-    }
-    for (std::size_t i = layers.size(); i-- > 0;) {
-      const auto params = engine.gather(layer_ids[i]);
-      const auto grads = engine.grad_buffers(layer_ids[i]);
-      layers[i]->backward(mb, params, grads, engine.loss_scale());
-      engine.reduce_grads(layer_ids[i]);
-      engine.release(layer_ids[i]);
-    }
-  }
-  return engine.step();
-}
-
 // Checkpoints (checkpoint_save.h, checkpoint_load.h): the contract's checks here; the
 // engine's queued work lands, and a load waits for a pending save, before a part reads or
 // writes the state.

@@ -316,19 +316,4 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// The layer-callback form: the engine drives the host-trainer loop itself.
-class Layer {
- public:
-  virtual ~Layer() = default;
-  // params: the gathered views. The micro-batch's activations are the layer's own business.
-  virtual void forward(int micro_batch, const std::vector<TensorView>& params) = 0;
-  // Writes dL/dparam (times loss_scale) into grads.
-  virtual void backward(int micro_batch, const std::vector<TensorView>& params, const std::vector<TensorView>& grads,
-                        float loss_scale) = 0;
-};
-
-// Runs one step: for each micro-batch, forward through `layers` in order (layer i uses the
-// engine layer id layer_ids[i]), then backward in reverse; then engine.step().
-StepResult train_step(Engine& engine, const std::vector<Layer*>& layers, const std::vector<int>& layer_ids);
-
 }  // namespace strata::engine
