@@ -157,6 +157,7 @@ StepResult Engine::step() {
   StepResult result;
   try {
     result = I.stepper->run();
+    if (!result.skipped) I.homes->refresh();  // replicas (stages 1-2) and persistent layers from the new shards
   } catch (...) {
     // The step is over (OptimizerStep rolled back what it could) and its gradients are dropped.
     I.flags.in_step = false;

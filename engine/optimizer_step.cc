@@ -45,7 +45,6 @@ StepResult OptimizerStep::run() {
       throw;
     }
     scalars.taken();
-    c_.homes.refresh();
   } else {
     STRATA_LOG(info, "rank ", c_.rank, ": step skipped: gradient overflow at loss scale ", plan.loss_scale,
                " (next scale ", scalars.loss_scale(), ")");

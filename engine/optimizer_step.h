@@ -10,19 +10,17 @@
 // sub-group order (unless a tail steps it), then resident state in layer then bucket order (on
 // the device stream where it lives on the device, else on the CPU). Updated compute copies go
 // through UpdateStaging; parameter shards on NVMe are committed behind the update on the I/O
-// worker; then the step counts and ParamHomes refreshes the replicated and persistent
-// parameters. An update that fails rolls back before it rethrows: device work and queued I/O
-// are let finish, the NVMe parameter store keeps its last committed state, the staging is
-// dropped, and the loss scaler and the count of optimizer steps stay as they were (the count
-// of calls moves). A step that fails before its plan is known (the norm, or the loss scaler
-// giving up at its minimum scale) first undoes the lane's work.
+// worker; then the step counts (the engine then has ParamHomes refresh the replicated and
+// persistent parameters from the new shards). An update that fails rolls back before it rethrows: device work and
+// queued I/O are let finish, the NVMe parameter store keeps its last committed state, the staging is dropped, and the
+// loss scaler and the count of optimizer steps stay as they were (the count of calls moves). A step that fails before
+// its plan is known (the norm, or the loss scaler giving up at its minimum scale) first undoes the lane's work.
 #pragma once
 
 #include <functional>
 
 #include "engine/engine.h"
 #include "engine/overlapped_step.h"
-#include "engine/param_homes.h"
 #include "engine/shard_update.h"
 #include "engine/step_scalars.h"
 #include "optim/step_args.h"
@@ -37,7 +35,6 @@ class OptimizerStep {
     StepScalars& scalars;
     ShardUpdate& update;
     OverlappedStep& overlap;
-    ParamHomes& homes;
     IoStats& io;
     // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
     // what failed: what a failed update still has queued finishes before its staging goes.

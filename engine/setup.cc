@@ -174,7 +174,6 @@ void Engine::Impl::make_stepper() {
                                                                    .scalars = *scalars,
                                                                    .update = *update,
                                                                    .overlap = *overlap,
-                                                                   .homes = *homes,
                                                                    .io = io,
                                                                    .settle = settle_after_failure});
 }
