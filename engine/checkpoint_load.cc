@@ -1,6 +1,5 @@
-// CheckpointLoad (checkpoint_load.h; the protocol in engine.h), and the
-// engine's own state in a checkpoint (step counters, loss scaler, what the optimizer state
-// means).
+// CheckpointLoad (checkpoint_load.h; the protocol in engine.h), and the engine's own state a
+// checkpoint restores (step counters, loss scaler, what the optimizer state means).
 //
 // A load is all-or-nothing. It runs in two collective phases: the first opens the
 // checkpoint, checks its tensors against the model and its recorded optimizer and

@@ -3,8 +3,8 @@
 // write_weights().
 //
 // Protocol. Every call is collective and runs between steps once the engine's queued work has
-// landed and a pending save is done (Engine checks the contract, synchronizes, waits for the
-// save and drops the gathered copies of the old values first). A load runs twice over every
+// landed (Engine checks the contract, synchronizes, waits for a pending save before load() and
+// write_weights(), and drops the gathered copies of the old values first). A load runs twice over every
 // layer: first reading and verifying what this rank will load without changing anything,
 // then, when every rank passed, reading again and writing it, the compute copies rebuilt from
 // the masters. Writes of NVMe state go to the stores' other generation and switch only when

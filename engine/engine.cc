@@ -293,8 +293,8 @@ std::vector<float> Engine::layer_parameters(int layer) {
 }
 
 // Checkpoints (checkpoint_save.h, checkpoint_load.h): the contract's checks here; the
-// engine's queued work lands, and a load waits for a pending save, before a part reads or
-// writes the state.
+// engine's queued work lands (and a save, load or weight write after training began waits
+// for a pending save) before a part reads or writes the state.
 SaveResult Engine::save_checkpoint(const std::string& root, const std::string& trainer_state, const SaveOptions& opts) {
   auto& I = *impl_;
   I.require_complete_setup("save_checkpoint");

@@ -131,7 +131,7 @@ struct SaveOptions {
   bool async = false;
 };
 
-// What save_checkpoint() wrote (engine/checkpoints.h); byte counts of every rank together.
+// What save_checkpoint() wrote (engine/checkpoint_save.h); byte counts of every rank together.
 struct SaveResult {
   std::string dir;                      // the committed step directory
   std::int64_t step = 0;                // step() calls so far (the directory's number)

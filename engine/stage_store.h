@@ -1,5 +1,5 @@
-// The ZeRO engine as a pipeline stage's ParameterStore (docs/design.md, "The engine's
-// parts", Pipeline stages): the executor's layers read parameters the engine gathered and
+// The ZeRO engine as a pipeline stage's ParameterStore (docs/pipeline.md, "Inside a stage:
+// the engine's side"): the executor's layers read parameters the engine gathered and
 // hand it each micro-batch's weight gradient, and the schedule's OPT is the engine's step().
 //
 // Protocol. One StageStore per stage, over an Engine that holds only that stage's layers

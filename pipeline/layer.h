@@ -1,5 +1,4 @@
-// A layer of a pipeline stage, as the executor drives it (the layer-callback form of
-// docs/design.md).
+// A layer of a pipeline stage, as the executor drives it (docs/pipeline.md, "Executor").
 // Activations are fp32, row-major [rows x features]; parameters and gradients are flat fp32
 // arrays of param_count() elements. A layer holds no per-micro-batch state: everything it
 // keeps between forward and backward goes into the `saved` buffer the caller provides, so

@@ -1,7 +1,8 @@
 // The parameter ranges inside a run of a layer's flat buffer, as checkpoints address them
 // (a tensor's elements by their place in the tensor), and the collective outcome of each
-// phase of a save or load: shared by the save (checkpoint_save.h) and the load
-// (checkpoint_load.h), so both cut the same ranges and fail alike.
+// phase of a save or load: shared by the save (checkpoint_save.h), the load
+// (checkpoint_load.h) and the engine's preparation of a load, so all cut the same ranges and
+// fail alike.
 #pragma once
 
 #include <algorithm>

@@ -5,18 +5,15 @@
 // only through their interfaces.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <optional>
-#include <thread>
 #include <vector>
 
 #include "engine/checkpoint_load.h"
 #include "engine/checkpoint_save.h"
+#include "engine/detail/checkpoint_ranges.h"
 #include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/gather_path.h"
@@ -152,9 +149,15 @@ struct Engine::Impl {
   // setup() and reset first: they read and write every part above.
   std::unique_ptr<CheckpointSave> saves;
   std::unique_ptr<CheckpointLoad> loads;
-  // Before a load: the gathered copies of the old values go (persistent ones are rewritten).
+  // Collective, before a load: the gathered copies of the old values go (persistent ones are
+  // rewritten); a rank that fails makes every rank fail here, before the load's collectives.
   void drop_gathered() {
-    if (gather_path) gather_path->evict_all();
+    detail::all_or_nothing(
+        ranks,
+        [this] {
+          if (gather_path) gather_path->evict_all();
+        },
+        "dropping the gathered layers before a load (nothing was changed)");
   }
 };
 

@@ -1,6 +1,6 @@
 // ZeRO stages 0-3 through the host-trainer contract: bitwise-identical parameters across
 // stages at world sizes 1, 2 and 4; agreement with a single-rank fp32 run across world
-// sizes; the layer-callback form; fp16 overflow skipping.
+// sizes; fp16 overflow skipping.
 #include <cmath>
 #include <cstring>
 #include <limits>
