@@ -18,6 +18,7 @@ struct Replay {
   const PipelineModel& model;
   const Remat remat;
   const std::uint64_t align;
+  const device::Backend backend;
   const int m, v, vstages;
   std::vector<std::vector<int>> chunk_layers;
   // Sizes in bytes (0: no buffer) of one (micro-batch, chunk)'s buffers, as in Micro.
@@ -33,12 +34,13 @@ struct Replay {
   std::map<std::uint64_t, int> live_by_size, peak_by_size;
   int live = 0, peak_live = 0;
 
-  Replay(const Schedule& sched, int st, const PipelineModel& mdl, Remat r, std::uint64_t a)
+  Replay(const Schedule& sched, int st, const PipelineModel& mdl, Remat r, std::uint64_t a, device::Backend b)
       : s(sched),
         stage(st),
         model(mdl),
         remat(r),
         align(a),
+        backend(b),
         m(sched.micro_batches),
         v(sched.chunks),
         vstages(sched.virtual_stages()) {
@@ -79,7 +81,7 @@ struct Replay {
     st.saved.resize(ids.size(), 0);
     for (std::size_t l = 0; l < ids.size(); ++l) {
       if (st.x[l + 1] == 0) st.x[l + 1] = alloc(out(ids[l]));
-      st.saved[l] = alloc(layer(ids[l]).saved_floats(model.rows));  // never over a live one
+      st.saved[l] = alloc(model.saved_floats(ids[l], backend));  // never over a live one
     }
     st.materialized = true;
   }
@@ -236,12 +238,12 @@ bool StageMemory::fits_in(const StageMemory& reserved) const {
 }
 
 StageMemory stage_memory(const Schedule& schedule, int stage, const PipelineModel& model, Remat remat,
-                         std::uint64_t alignment) {
+                         std::uint64_t alignment, device::Backend backend) {
   STRATA_CHECK(stage >= 0 && stage < schedule.stages, Errc::invalid_argument, "stage_memory: stage ", stage,
                " is not a stage of a ", schedule.stages, "-stage schedule");
   STRATA_CHECK(alignment >= 1, Errc::invalid_argument, "stage_memory: alignment must be at least 1");
   model.check(schedule.virtual_stages());
-  return Replay(schedule, stage, model, remat, alignment).run();
+  return Replay(schedule, stage, model, remat, alignment, backend).run();
 }
 
 }  // namespace strata::pipeline

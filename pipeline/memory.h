@@ -37,7 +37,9 @@ struct StageMemory {
 };
 
 // alignment: the device's allocation granule (device::Arena::kAlignment on the host device).
+// backend: the stage's device; a CUDA stage keeps what the layers bind() makes keep
+// (PipelineModel::saved_floats).
 StageMemory stage_memory(const Schedule& schedule, int stage, const PipelineModel& model, Remat remat,
-                         std::uint64_t alignment);
+                         std::uint64_t alignment, device::Backend backend = device::Backend::host);
 
 }  // namespace strata::pipeline

@@ -9,6 +9,7 @@
 #include "pipeline/layers.h"
 #include "pipeline/tie.h"
 #include "runtime/core/error.h"
+#include "runtime/device/device.h"
 
 namespace strata::pipeline {
 
@@ -54,6 +55,11 @@ std::size_t PipelineModel::work_floats(const std::vector<std::vector<int>>& chun
   for (const auto& ids : chunk_layers)
     for (int id : ids) n = std::max(n, layers[static_cast<std::size_t>(id)]->work_floats(rows));
   return n;
+}
+
+std::size_t PipelineModel::saved_floats(int id, device::Backend backend) const {
+  if (backend == device::Backend::cuda && bind && bound_saved_floats) return bound_saved_floats(id, rows);
+  return layers[static_cast<std::size_t>(id)]->saved_floats(rows);
 }
 
 std::vector<int> PipelineModel::layers_of(int vs, int virtual_stages) const {

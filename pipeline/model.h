@@ -35,6 +35,7 @@
 namespace strata::device {
 class Device;
 class Stream;
+enum class Backend;
 }  // namespace strata::device
 
 namespace strata::pipeline {
@@ -74,6 +75,11 @@ struct PipelineModel {
   // GPT's CUDA kernels' scratch). A stage on a ZeRO engine reserves room for two binds:
   // its own layers' and one forward pass's (engine::StageStore::setup).
   std::uint64_t bind_bytes = 0;
+  // Floats a layer bind() makes keeps between forward and backward at `rows`, where the
+  // bound layers keep other sizes than these (the GPT's CUDA attention keeps its [B,NH,T,T]
+  // probabilities, the host's only row statistics). Null: the same sizes. A CUDA stage's
+  // pool is counted from it before the stage binds (stage_memory); binding checks it.
+  std::function<std::size_t(int layer, std::size_t rows)> bound_saved_floats;
 
   // Throws Errc::invalid_argument when the layers do not split evenly into
   // `virtual_stages` groups, features do not chain, a callback is missing, or the tie does
@@ -83,6 +89,9 @@ struct PipelineModel {
   std::vector<int> layers_of(int vs, int virtual_stages) const;
   // The parameters a store holds for `layer`: param_count() less a tie's shared tail.
   std::size_t stored_params(int layer) const;
+  // Floats layer `id` keeps between forward and backward, as a stage on `backend` calls it
+  // (a CUDA stage calls the layers bind() makes).
+  std::size_t saved_floats(int id, device::Backend backend) const;
   // Floats of the one work buffer a stage's layers share (the executor's, which the memory
   // replay counts): the widest work_floats(rows) over the chunks' layers.
   std::size_t work_floats(const std::vector<std::vector<int>>& chunk_layers) const;

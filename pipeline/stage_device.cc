@@ -35,6 +35,14 @@ std::vector<std::shared_ptr<const Layer>> StageDevice::layers_of(const PipelineM
   auto bound = model.bind(scratch_device(), *stream_);
   STRATA_CHECK(bound.size() == model.layers.size(), Errc::internal, who, ": the model bound ", bound.size(), " of its ",
                model.layers.size(), " layers");
+  // The stage's pool was counted from the model's word (stage_memory) before this bind.
+  for (std::size_t id = 0; id < bound.size(); ++id) {
+    const std::size_t keeps = bound[id]->saved_floats(model.rows);
+    const std::size_t said = model.saved_floats(static_cast<int>(id), device::Backend::cuda);
+    STRATA_CHECK(keeps == said, Errc::internal, who, ": bound layer ", id, " (", bound[id]->name(), ") keeps ", keeps,
+                 " floats between forward and backward, and the model said ", said,
+                 " (PipelineModel::bound_saved_floats), which the stage's activation pool was sized by");
+  }
   return bound;
 }
 

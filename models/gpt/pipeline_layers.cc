@@ -75,6 +75,9 @@ class GptLayer : public pipeline::Layer {
     for (const auto& p : params_) count_ += numel(p);
   }
   std::size_t param_count() const override { return count_; }
+  // saved_floats(rows) as the CUDA kernels run the layer (they keep the attention's
+  // probabilities: CudaKernels::keeps_full_scores).
+  virtual std::size_t saved_floats_on_cuda(std::size_t rows) const { return saved_floats(rows); }
   // The FP8 products' scratch (Fp8Products::scratch_floats), at the front of `work`.
   std::size_t work_floats(std::size_t rows) const override {
     return fp8_ ? Fp8Products::scratch_floats(s_, rows).total() : 0;
@@ -154,9 +157,11 @@ class Block final : public GptLayer {
   std::string name() const override { return "gpt.block" + std::to_string(id_ - 1); }
   std::size_t in_features() const override { return static_cast<std::size_t>(s_.d_model); }
   std::size_t out_features() const override { return static_cast<std::size_t>(s_.d_model); }
-  std::size_t saved_floats(std::size_t rows) const override {
-    const BlockDims d = dims(rows);
-    return BlockActs::floats(d) + BlockSplit::floats(d);
+  std::size_t saved_floats(std::size_t rows) const override { return saved(dims(rows)); }
+  std::size_t saved_floats_on_cuda(std::size_t rows) const override {
+    BlockDims d = dims(rows);
+    d.full_scores = true;
+    return saved(d);
   }
   void forward(const float* p, const float* x, float* y, float* saved, float* work, std::size_t rows) const override {
     fp8_scratch(work, rows);
@@ -182,6 +187,7 @@ class Block final : public GptLayer {
   }
 
  private:
+  static std::size_t saved(const BlockDims& d) { return BlockActs::floats(d) + BlockSplit::floats(d); }
   BlockDims dims(std::size_t rows) const {
     BlockDims d;
     d.B = sequences(rows);
@@ -319,6 +325,9 @@ GptPipeline gpt_pipeline_model(const GptConfig& c, int micro_batch, int micro_ba
     LayerSetup bound = l;
     bound.kernels = make_kernels(dev, tokens, att, &stream);
     return gpt_layers(bound, products);
+  };
+  m.bound_saved_floats = [layers = m.layers](int id, std::size_t rows) {
+    return dynamic_cast<const GptLayer&>(*layers[static_cast<std::size_t>(id)]).saved_floats_on_cuda(rows);
   };
   m.tie = pipeline::Tie{0, 0, s.layers + 1, static_cast<std::size_t>(s.vocab) * static_cast<std::size_t>(s.d_model)};
   const std::int64_t global = static_cast<std::int64_t>(B) * micro_batches * world;

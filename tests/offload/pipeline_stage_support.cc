@@ -261,7 +261,7 @@ Params run_pipelined(const Schedule& s, const Placement& p, int replicas, const 
       engine::StageStore store(e, model, ids, s.stages);
       // The schedule's activations and a chunk's layers gathered at once, reserved for the executor.
       const auto activations =
-          pipeline::stage_memory(s, stage, model, pipeline::Remat::never, device::Arena::kAlignment);
+          pipeline::stage_memory(s, stage, model, pipeline::Remat::never, device::Arena::kAlignment, dev->backend());
       store.setup(activations, static_cast<int>(model.layers.size()) / s.virtual_stages(), stage, kInitSeed);
       pipeline::LocalTransport transport(*boxes[d], stage);
       pipeline::ExecutorOptions xo;
@@ -332,12 +332,12 @@ std::uint64_t named_minimum(const pipeline::Schedule& s, const Placement& p, con
   const std::regex named(R"(at least [^(]*\((\d+) B\) with what the trainer holds)");
   const auto model = o.model_of(0);
   // A CUDA stage's engine also keeps its bound kernels' scratch before asking the engine.
-  const std::uint64_t bound =
-      engine::StageStore::bound_bytes(model, o.cuda ? device::Backend::cuda : device::Backend::host);
+  const auto backend = o.cuda ? device::Backend::cuda : device::Backend::host;
+  const std::uint64_t bound = engine::StageStore::bound_bytes(model, backend);
   std::uint64_t budget = 0;
   for (int st = 0; st < s.stages; ++st) {
-    budget =
-        std::max(budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256).pool_bytes() + bound + 256);
+    budget = std::max(
+        budget, pipeline::stage_memory(s, st, model, pipeline::Remat::never, 256, backend).pool_bytes() + bound + 256);
   }
   for (int tries = 0; tries < 4; ++tries) {
     o.device_budget = budget;
