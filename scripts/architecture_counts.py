@@ -9,7 +9,7 @@ regular expressions and brace matching: a heuristic a reader can check by eye, n
   nvme       call sites of NvmeHomes' raw accessors (io(), params(), swapper()) outside
              nvme_homes.*, and the files they are in
   functions  functions longer than --limit lines (default 120) in engine/, tools/cli/,
-             python/ and models/, longest first
+             train/, python/ and models/, longest first
   sizes      lines of tools/cli/, docs/design.md, and the largest library file
   layers     the folders scripts/layers.txt names (scripts/check_layers.py checks them)
 
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-LIB = ("runtime", "io", "optim", "offload", "pipeline", "checkpoint", "tokenizer", "engine", "models", "tools")
+LIB = ("runtime", "io", "optim", "offload", "pipeline", "checkpoint", "tokenizer", "engine", "models", "train", "tools")
 
 
 def read(root, path):
@@ -113,7 +113,7 @@ PYFUNC = re.compile(r"^(\s*)def (\w+)\(", re.M)
 
 def long_functions(root, limit):
     out = []
-    for top in ("engine", "tools", "models"):
+    for top in ("engine", "tools", "train", "models"):
         for p in files_under(root, top, (".cc", ".cu")):
             text = read(root, p)
             for m in FUNC.finditer(text):

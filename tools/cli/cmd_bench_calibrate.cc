@@ -18,11 +18,13 @@
 #include "runtime/core/stats.h"
 #include "runtime/core/units.h"
 #include "tools/cli/bench_child.h"
-#include "tools/cli/calibration.h"
 #include "tools/cli/command.h"
-#include "tools/cli/output_check.h"
+#include "train/calibration.h"
+#include "train/output_check.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

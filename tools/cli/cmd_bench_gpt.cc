@@ -27,9 +27,12 @@
 #include "runtime/core/stats.h"
 #include "runtime/device/device.h"
 #include "tools/cli/command.h"
-#include "tools/cli/train_model.h"
+#include "tools/cli/flags.h"
+#include "train/model.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 using Clock = std::chrono::steady_clock;

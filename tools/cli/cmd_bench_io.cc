@@ -22,9 +22,11 @@
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/io_boundary.h"
-#include "tools/cli/output_check.h"
+#include "train/output_check.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -23,9 +23,11 @@
 #include "runtime/core/stats.h"
 #include "runtime/device/device.h"
 #include "tools/cli/command.h"
-#include "tools/cli/train_llama.h"
+#include "train/llama.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -20,10 +20,12 @@
 #include "runtime/core/units.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
-#include "tools/cli/interrupt.h"
 #include "tools/cli/io_boundary.h"
+#include "train/interrupt.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

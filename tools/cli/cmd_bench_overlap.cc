@@ -24,10 +24,12 @@
 #include "runtime/device/device.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
-#include "tools/cli/interrupt.h"
-#include "tools/cli/output_check.h"
+#include "train/interrupt.h"
+#include "train/output_check.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

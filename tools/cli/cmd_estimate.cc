@@ -17,11 +17,14 @@
 #include "runtime/core/host_memory.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
-#include "tools/cli/lora_estimate.h"
-#include "tools/cli/rss_estimate.h"
-#include "tools/cli/train_model.h"
+#include "tools/cli/flags.h"
+#include "train/lora_estimate.h"
+#include "train/model.h"
+#include "train/rss_estimate.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

@@ -35,10 +35,12 @@
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
 #include "tools/cli/export_writers.h"
-#include "tools/cli/interrupt.h"
-#include "tools/cli/output_check.h"
+#include "train/interrupt.h"
+#include "train/output_check.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

@@ -21,9 +21,11 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
-#include "tools/cli/interrupt.h"
+#include "train/interrupt.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

@@ -23,10 +23,12 @@
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
-#include "tools/cli/pipeline_engine.h"
 #include "tools/cli/pipeline_model.h"
+#include "train/pipeline_engine.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

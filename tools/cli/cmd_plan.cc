@@ -20,12 +20,15 @@
 #include "runtime/core/units.h"
 #include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
-#include "tools/cli/output_check.h"
-#include "tools/cli/plan_search.h"
-#include "tools/cli/train_llama.h"
-#include "tools/cli/train_model.h"
+#include "tools/cli/flags.h"
+#include "train/llama.h"
+#include "train/model.h"
+#include "train/output_check.h"
+#include "train/plan_search.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

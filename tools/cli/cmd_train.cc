@@ -27,15 +27,18 @@
 #include "runtime/core/units.h"
 #include "runtime/device/device.h"
 #include "tools/cli/command.h"
-#include "tools/cli/interrupt.h"
-#include "tools/cli/output_check.h"
-#include "tools/cli/step_report.h"
-#include "tools/cli/train_checkpoint.h"
-#include "tools/cli/train_llama.h"
-#include "tools/cli/train_model.h"
-#include "tools/cli/train_pipeline.h"
+#include "tools/cli/flags.h"
+#include "train/checkpoints.h"
+#include "train/interrupt.h"
+#include "train/llama.h"
+#include "train/model.h"
+#include "train/output_check.h"
+#include "train/pipelined.h"
+#include "train/step_report.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 namespace {
 
 struct Options {

@@ -7,9 +7,11 @@
 #include "models/hf/dir_writer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/progress.h"
-#include "tools/cli/interrupt.h"
+#include "train/interrupt.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 
 void stream_masters(const std::string& step_dir, const checkpoint::Manifest& m, const std::string& out,
                     const std::function<void(const float*, std::uint64_t)>& sink) {

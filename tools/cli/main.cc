@@ -11,12 +11,12 @@
 #include "runtime/core/log.h"
 #include "runtime/core/units.h"
 #include "tools/cli/command.h"
-#include "tools/cli/interrupt.h"
+#include "train/interrupt.h"
 
 namespace {
 // 1, or 128 + the signal when the command stopped because of one (130 SIGINT, 143 SIGTERM).
 int failure_code() {
-  const int sig = strata::cli::interrupt_signal();
+  const int sig = strata::train::interrupt_signal();
   return sig != 0 ? 128 + sig : 1;
 }
 }  // namespace

@@ -4,8 +4,11 @@
 #include "models/gpt/data.h"
 #include "models/gpt/pipeline_layers.h"
 #include "runtime/core/error.h"
+#include "tools/cli/flags.h"
 
 namespace strata::cli {
+
+using namespace strata::train;  // the library these commands parse flags for
 
 void add_pipeline_model_options(CLI::App& cmd, PipelineModelFlags& f) {
   cmd.add_option("--model", f.model,

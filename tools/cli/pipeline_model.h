@@ -11,14 +11,14 @@
 
 #include "models/gpt/gemm.h"
 #include "pipeline/model.h"
-#include "tools/cli/train_model.h"
+#include "train/model.h"
 
 namespace strata::cli {
 
 struct PipelineModelFlags {
   std::string model = "synthetic";
-  ModelOptions gpt;     // --preset --heads --d-model --seq-len --positions --vocab --data --data-format
-  int micro_batch = 1;  // sequences per micro-batch (GPT)
+  train::ModelOptions gpt;  // --preset --heads --d-model --seq-len --positions --vocab --data --data-format
+  int micro_batch = 1;      // sequences per micro-batch (GPT)
 };
 
 // Adds --model and the GPT's flags (the caller owns --layers: blocks, for the GPT).
