@@ -1,4 +1,4 @@
-// strata train's checkpoint flags and when it saves and resumes (train_checkpoint.h).
+// strata train's checkpoint flags and when it saves and resumes (checkpoints.h).
 #include "train/checkpoints.h"
 
 #include <cmath>

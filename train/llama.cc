@@ -1,4 +1,4 @@
-// The Llama family behind TrainModel (see train_llama.h).
+// The Llama family behind TrainModel (see llama.h).
 #include "train/llama.h"
 
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-// The MLP and the GPT behind TrainModel (see train_model.h): flag handling and the GPT's data,
+// The MLP and the GPT behind TrainModel (see model.h): options and the GPT's data,
 // validation and sample.
 #include "train/model.h"
 
@@ -94,6 +94,35 @@ std::string sample_text(const std::vector<std::int32_t>& tokens, int vocab, cons
 bool validation_due(const ModelOptions& o, std::int64_t s, std::int64_t steps) {
   if (o.val_fraction <= 0) return false;
   return (o.eval_every > 0 && s % o.eval_every == 0) || s == steps || (s == 1 && o.eval_every > 0);
+}
+
+void check_model_options(const std::string& model, const std::function<bool(const std::string& flag)>& given,
+                         const std::function<std::string(const std::string& flag)>& spell) {
+  static const char* const kGptOnly[] = {"--preset",       "--heads",       "--d-model",      "--seq-len",
+                                         "--positions",    "--vocab",       "--remat",        "--unit-scaled",
+                                         "--data",         "--data-format", "--val-fraction", "--eval-every",
+                                         "--eval-batches", "--sample",      "--tokenizer"};
+  static const char* const kMlpOnly[] = {"--hidden", "--layer-ms"};
+  const auto refuse = [&](const auto& flags, const char* owner) {
+    for (const char* flag : flags) {
+      const std::string f = spell(flag), m = spell("--model");
+      STRATA_CHECK(!given(flag), Errc::invalid_argument, f, " applies to ", m, " ", owner,
+                   " only, and this run's model is ", model, ": drop ", f, ", or give ", m, " ", owner);
+    }
+  };
+  if (model == "mlp") refuse(kGptOnly, "gpt");
+  if (model == "gpt") refuse(kMlpOnly, "mlp");
+  if (model != "mlp" && model != "gpt") {
+    // A Hugging Face directory: its config.json is the shape.
+    static const char* const kShape[] = {"--preset", "--heads",  "--d-model",    "--positions",
+                                         "--vocab",  "--layers", "--unit-scaled"};
+    for (const char* flag : kShape) {
+      const std::string f = spell(flag);
+      STRATA_CHECK(!given(flag), Errc::invalid_argument, f, " sets the GPT's shape, and ", spell("--model"), " ", model,
+                   "'s shape comes from its config.json: drop ", f);
+    }
+    refuse(kMlpOnly, "mlp");
+  }
 }
 
 model::MlpConfig mlp_config(const ModelOptions& o) {

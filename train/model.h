@@ -1,11 +1,12 @@
 // The models `strata train` can train, behind one interface: the demo MLP, the GPT and a
-// Llama-family decoder from a Hugging Face directory (--model DIR, train_llama.h).
+// Llama-family decoder from a Hugging Face directory (--model DIR, llama.h).
 // create_train_model() registers the chosen model's parameters with the engine (call it
-// before engine.setup()); the loop in cmd_train.cc then calls step(s) for each step and
+// before engine.setup()); the loop in trainer.cc then calls step(s) for each step and
 // the hooks around it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -65,6 +66,14 @@ class TrainModel {
   virtual void load_weights(engine::Engine& /*engine*/) {}
   virtual void restore_state(const std::string& /*json*/) {}
 };
+
+// Refuses an option given (given("--heads") says whether it was) that `model` does not read
+// (--heads, --data or --sample with the MLP; --hidden or --layer-ms with the GPT; the GPT's
+// shape with a Hugging Face directory), naming it as spell(flag) spells it and the model
+// that takes it: left unread, it would train or size another model than the one asked for.
+// Other model names are the caller's to refuse.
+void check_model_options(const std::string& model, const std::function<bool(const std::string& flag)>& given,
+                         const std::function<std::string(const std::string& flag)>& spell);
 
 // The GPT's shape and training length from the flags (a preset, then the dimensions given);
 // re-materialization from --remat, else `always` when config_remat. Throws

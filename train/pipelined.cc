@@ -1,4 +1,4 @@
-// `strata train --pipeline-stages` (see train_pipeline.h).
+// `strata train --pipeline-stages` (see pipelined.h).
 #include "train/pipelined.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // `strata train --model gpt|mlp|DIR --pipeline-stages P --schedule KIND`: the model's pipeline
-// layers (train_pipeline_model.h) split over P pipeline stages, each stage's layers on a
+// layers (pipelined_model.h) split over P pipeline stages, each stage's layers on a
 // ZeRO engine (stage_runner.h) over its data-parallel group; the schedule's micro-batches
 // are the config's gradient_accumulation_steps micro-batches of
 // train_micro_batch_size_per_gpu sequences (GPT, Llama) or samples (MLP). Under `strata launch -n
@@ -15,7 +15,7 @@
 // tokens/s, the gradient norm and each stage's memory per tier (replica 0), and writes the
 // same to --log-json; --save-params gathers every stage's fp32 parameters and writes them
 // under the model's tensor names, as the unpipelined trainer does. Checkpoints: every stage
-// saves its own under --save-dir (train_pipeline_checkpoint.h); --resume continues from the
+// saves its own under --save-dir (pipelined_checkpoint.h); --resume continues from the
 // newest step every stage saved, bit for bit as if never stopped. --trace records every
 // step: per stage the executor's compute and send/recv rows beside its engine's rows
 // (gathers, reductions, copies, NVMe, optimizer), the stages as threads in one file with

@@ -1,4 +1,4 @@
-// Checkpoints of a pipelined run (see train_pipeline_checkpoint.h).
+// Checkpoints of a pipelined run (see pipelined_checkpoint.h).
 #include "train/pipelined_checkpoint.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Checkpoints of `strata train --pipeline-stages` (train_pipeline.h): every stage's engine
+// Checkpoints of `strata train --pipeline-stages` (pipelined.h): every stage's engine
 // saves its own shards under <root>/stage<s> (its step-N directories and `latest`, the
 // engine's protocol), with the trainer's state beside them: the next step, the seed, the
 // stage count, the GPT's unit scaling and, with fp8, the amax histories of the stage's FP8

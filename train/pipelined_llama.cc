@@ -1,5 +1,5 @@
 // A Hugging Face Llama-family directory as the pipelined trainer's model (see
-// train_pipeline_llama.h).
+// pipelined_llama.h).
 #include "train/pipelined_llama.h"
 
 #include <cmath>

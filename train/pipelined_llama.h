@@ -1,5 +1,5 @@
 // `strata train --model DIR --pipeline-stages P`: a Llama-family decoder from a Hugging Face
-// model directory (train_llama.h) as the pipelined trainer's model (train_pipeline_model.h),
+// model directory (llama.h) as the pipelined trainer's model (pipelined_model.h),
 // its layers models/llama/pipeline_layers.h. Built from the flags and config the plain
 // trainer reads (--seq-len, --remat, --data, the config's micro-batch and precision); the
 // weights are the directory's: the directory is opened and checked (every tensor the model

@@ -1,5 +1,5 @@
-// The GPT, the MLP and (train_pipeline_llama.h) a Hugging Face Llama-family directory as a
-// pipelined trainer's model (see train_pipeline_model.h).
+// The GPT, the MLP and (pipelined_llama.h) a Hugging Face Llama-family directory as a
+// pipelined trainer's model (see pipelined_model.h).
 #include "train/pipelined_model.h"
 
 #include "models/gpt/data.h"

@@ -1,4 +1,4 @@
-// What `strata train --pipeline-stages` (train_pipeline.h) trains: the GPT
+// What `strata train --pipeline-stages` (pipelined.h) trains: the GPT
 // (models/gpt/pipeline_layers.h: embeddings, blocks, head) or the demo MLP
 // (models/mlp_layers.h: one pipeline layer per MLP layer) as pipeline layers, built from the
 // same flags and config the plain trainer reads, with what the pipelined trainer reports and

@@ -1,4 +1,4 @@
-// Sampling from a pipelined GPT (see train_pipeline_sample.h).
+// Sampling from a pipelined GPT (see pipelined_sample.h).
 #include "train/pipelined_sample.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // One stage of one replica of a pipeline on a ZeRO engine, for `strata pipeline --config`
-// (pipeline_engine.h) and `strata train --pipeline-stages` (train_pipeline.h): the stage's
+// (pipeline_engine.h) and `strata train --pipeline-stages` (pipelined.h): the stage's
 // device, its config with the NVMe paths moved into a subdirectory of its own
 // ("stage<s>"), the engine over the stage's data-parallel group and linked to the
 // replica's other stages (the gradient norm over the whole model), the StageStore and the

@@ -6,6 +6,8 @@ Python or torch; the library is found in STRATA_LIBRARY, else in the build tree 
 package (build/lib/libstrata_c.so). Every call that fails raises StrataError with Strata's
 message. `strata.torch.initialize` puts a torch model under the engine. Views are copies that
 the release of their layer invalidates (View says why); abandon_step() drops a failed step.
+`strata.train(...)` runs Strata's own trainer (the GPT, the Llama family, the MLP) as
+`strata train` does.
 """
 import ctypes
 import json
@@ -13,7 +15,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Engine", "StrataError", "library_path"]
+__all__ = ["Engine", "StrataError", "library_path", "train"]
 
 
 class StrataError(RuntimeError):
@@ -87,6 +89,7 @@ def _load():
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
         "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P, I],
+        "strata_train": [ctypes.c_char_p],
         "strata_write_hf_dir": [ctypes.c_char_p, ctypes.c_char_p, S, ctypes.POINTER(ctypes.c_char_p),
                                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(I), ctypes.c_char_p,
                                 U64, _READER, P],
@@ -135,6 +138,15 @@ def _with_reader(read, call):
     if status != 0:
         message = _load().strata_last_error().decode()
         raise StrataError(message + (f": {failure[0]!r}" if failure else ""))
+
+
+def train(**options):
+    """Runs Strata's trainer as `strata train` does (train/c_train.h): each keyword is one of
+    its long flags with '_' for '-', e.g. train(model="gpt", config="ds.json", data="corpus.txt",
+    steps=100, save_dir="ckpt", quiet=True). Progress goes to stdout; the run's outputs are the
+    files its options name (log_json, save_params, save_dir, trace). Returns when it has ended;
+    raises StrataError naming the option, file or rank at fault."""
+    _check(_load().strata_train(json.dumps(options).encode()))
 
 
 def write_hf_dir(out_dir, config_json, tensors, read, dtype="bf16", max_shard_bytes=5 * 10 ** 9):

@@ -15,7 +15,7 @@ trap 'rm -rf "$dir"' EXIT
 copy() {
   rm -rf "$dir/repo" && mkdir -p "$dir/repo"
   (cd "$root" && tar cf - scripts/layers.txt scripts/check_layers.py runtime io optim offload pipeline engine models \
-    tools) | tar xf - -C "$dir/repo"
+    train tools) | tar xf - -C "$dir/repo"
 }
 expect_refusal() {  # FILE INCLUDE MESSAGE
   copy
@@ -29,15 +29,16 @@ expect_refusal runtime/core/dtype.h engine/engine.h "engine is above runtime/cor
 expect_refusal io/file.h runtime/core/error.h "runtime/core and io are on one line"
 expect_refusal optim/adam.h offload/placement.h "offload and optim are on one line"
 expect_refusal models/mlp.h runtime/comm/detail/work.h "another folder's detail/"
+expect_refusal models/mlp.h train/trainer.h "train is above models"
 # A folder no line names: its files and the includes that reach it are refused by name.
 copy
-mkdir -p "$dir/repo/train" "$dir/repo/runtime/extra"
-echo '#pragma once' > "$dir/repo/train/loop.h"
+mkdir -p "$dir/repo/serve" "$dir/repo/runtime/extra"
+echo '#pragma once' > "$dir/repo/serve/loop.h"
 echo '#pragma once' > "$dir/repo/runtime/extra/thing.h"
-printf '#include "train/loop.h"\n' >> "$dir/repo/engine/engine.h"
+printf '#include "serve/loop.h"\n' >> "$dir/repo/engine/engine.h"
 out=$(python3 "$dir/repo/scripts/check_layers.py" "$dir/repo" 2>&1) && fail "a folder on no line passed the check"
-for want in "train/loop.h: its folder is on no line of scripts/layers.txt" \
-  "runtime/extra/thing.h: its folder is on no line" "includes train/loop.h: a folder on no line"; do
+for want in "serve/loop.h: its folder is on no line of scripts/layers.txt" \
+  "runtime/extra/thing.h: its folder is on no line" "includes serve/loop.h: a folder on no line"; do
   grep -q "$want" <<<"$out" || fail "no refusal '$want': $out"
 done
 echo "layering: the repository passes; upward, sibling and detail/ includes and unlisted folders are refused"

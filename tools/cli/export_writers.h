@@ -8,7 +8,7 @@
 // The Hugging Face directory needs the model's config.json: `strata train` records it, for a
 // model that has one (the Llama family loaded from a Hugging Face directory), as the key
 // "hf_config" of the model's state (TrainModel::state()), which the checkpoint keeps as
-// "model" in its trainer state (manifest.trainer_state, train_checkpoint.cc).
+// "model" in its trainer state (manifest.trainer_state, train/checkpoints.cc).
 // hf_config_text() reads it back; export_hf() takes the text as a parameter.
 #pragma once
 

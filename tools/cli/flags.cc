@@ -5,6 +5,7 @@
 
 namespace strata::cli {
 
+using train::check_model_options;
 using train::CheckpointFlags;
 using train::ModelOptions;
 using train::StepPrinting;
@@ -20,31 +21,13 @@ void add_model_options(CLI::App& cmd, ModelOptions& m) {
 }
 
 void check_model_flags(const CLI::App& cmd, const std::string& model) {
-  static const char* const kGptOnly[] = {"--preset",       "--heads",       "--d-model",      "--seq-len",
-                                         "--positions",    "--vocab",       "--remat",        "--unit-scaled",
-                                         "--data",         "--data-format", "--val-fraction", "--eval-every",
-                                         "--eval-batches", "--sample",      "--tokenizer"};
-  static const char* const kMlpOnly[] = {"--hidden", "--layer-ms"};
-  const auto refuse = [&](const auto& flags, const char* owner) {
-    for (const char* flag : flags) {
-      const CLI::Option* opt = cmd.get_option_no_throw(flag);
-      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag, " applies to --model ", owner,
-                   " only, and this run's model is ", model, ": drop ", flag, ", or give --model ", owner);
-    }
-  };
-  if (model == "mlp") refuse(kGptOnly, "gpt");
-  if (model == "gpt") refuse(kMlpOnly, "mlp");
-  if (model != "mlp" && model != "gpt") {
-    // A Hugging Face directory: its config.json is the shape.
-    static const char* const kShape[] = {"--preset", "--heads",  "--d-model",    "--positions",
-                                         "--vocab",  "--layers", "--unit-scaled"};
-    for (const char* flag : kShape) {
-      const CLI::Option* opt = cmd.get_option_no_throw(flag);
-      STRATA_CHECK(opt == nullptr || opt->count() == 0, Errc::invalid_argument, flag,
-                   " sets the GPT's shape, and --model ", model, "'s shape comes from its config.json: drop ", flag);
-    }
-    refuse(kMlpOnly, "mlp");
-  }
+  check_model_options(
+      model,
+      [&](const std::string& flag) {
+        const CLI::Option* opt = cmd.get_option_no_throw(flag);
+        return opt != nullptr && opt->count() > 0;
+      },
+      [](const std::string& flag) { return flag; });
 }
 
 void add_gpt_shape_options(CLI::App& cmd, ModelOptions& m) {

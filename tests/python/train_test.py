@@ -1,0 +1,100 @@
+"""strata.train (the C API's strata_train, train/c_train.h) runs the trainer `strata train` runs:
+the same options give the same bytes of --save-params and the same per-step losses, plain and
+pipelined, alone and as two ranks of `strata launch`; bad options raise StrataError naming the
+key (unknown, wrong type, out of range, for the other model, a pipeline key without stages, no
+config). Needs no torch."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import strata
+
+STRATA = os.environ["STRATA_BIN"]
+checks = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    checks["passed" if cond else "failed"] += 1
+    if not cond:
+        print("FAILED:", what, file=sys.stderr)
+
+
+def raises(options, text, what):
+    try:
+        strata.train(**options)
+    except strata.StrataError as e:
+        check(text in str(e), f"{what}: message {str(e)!r} lacks {text!r}")
+        return
+    check(False, f"{what}: no StrataError")
+
+
+def flags(options):
+    out = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not False:
+            out += [flag, str(value)]
+    return out
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def same_run(tmp, name, options, launch=0):
+    """The options through Python and through the command, each writing its own outputs."""
+    outs = {}
+    for how in ("python", "cli"):
+        o = dict(options, save_params=f"{tmp}/{name}-{how}.safetensors", log_json=f"{tmp}/{name}-{how}.jsonl")
+        if how == "python" and not launch:
+            strata.train(**o)
+        elif how == "python":
+            code = f"import strata; strata.train(**{o!r})"
+            subprocess.run([STRATA, "launch", "-n", str(launch), "--", sys.executable, "-c", code], check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            cmd = [STRATA, "train"] + flags(o)
+            if launch:
+                cmd = [STRATA, "launch", "-n", str(launch), "--"] + cmd
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(o["save_params"], "rb") as f:
+            outs[how] = (f.read(), losses(o["log_json"]))
+    check(len(outs["python"][1]) == options["steps"], f"{name}: {len(outs['python'][1])} logged steps")
+    check(outs["python"][1] == outs["cli"][1], f"{name}: losses {outs['python'][1]} != {outs['cli'][1]}")
+    check(outs["python"][0] == outs["cli"][0], f"{name}: --save-params bytes differ from strata train's")
+
+
+def main():
+    with tempfile.TemporaryDirectory(dir=os.environ.get("STRATA_TEST_TMPDIR", "/var/tmp")) as tmp:
+        cfg = f"{tmp}/ds.json"
+        with open(cfg, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
+                       "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+                       "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}, f)
+        data = f"{tmp}/text.txt"
+        with open(data, "w") as f:
+            for i in range(400):
+                f.write(f"line {i * 7919 % 1000}: the quick brown fox jumps over {i % 13} lazy dogs\n")
+        gpt = {"model": "gpt", "config": cfg, "data": data, "layers": 2, "heads": 2, "d_model": 32, "seq_len": 32,
+               "vocab": 256, "steps": 4, "val_fraction": 0, "seed": 5, "quiet": True, "device_budget": "64MiB"}
+        same_run(tmp, "gpt", gpt)
+        same_run(tmp, "gpt-pipelined", dict(gpt, pipeline_stages=2, schedule="zb-h1"))
+        same_run(tmp, "gpt-two-ranks", gpt, launch=2)
+
+        raises(dict(gpt, bogus=1), "training option 'bogus' is not one of Strata's", "an unknown key")
+        raises(dict(gpt, steps="4"), "'steps' takes a whole number", "a string for a number")
+        raises(dict(gpt, steps=0), "'steps' is 0, outside 1..", "a step count out of range")
+        raises(dict(gpt, model="mlp"), "'heads' applies to 'model' gpt only", "a GPT key for the MLP")
+        raises(dict(gpt, schedule="1f1b"), "'schedule' needs 'pipeline_stages'", "a pipeline key alone")
+        raises({k: v for k, v in gpt.items() if k != "config"}, "'config'", "no config")
+        raises(dict(gpt, config=f"{tmp}/missing.json"), "missing.json", "a config that is not there")
+    print(f"{checks['passed']} checks passed, {checks['failed']} failed")
+    sys.exit(1 if checks["failed"] else 0)
+
+
+main()
