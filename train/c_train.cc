@@ -1,22 +1,51 @@
-// strata_train (see c_train.h): the JSON options parsed, then the trainer, inside the C API's
-// error boundary.
+// strata_train and strata_plan (see c_train.h): the JSON options parsed, then the trainer or
+// the plan, inside the C API's error boundary.
 #include "train/c_train.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "engine/c_guard.h"
 #include "train/options_json.h"
+#include "train/pass_profile.h"
+#include "train/plan.h"
 #include "train/trainer.h"
+
+namespace {
+
+nlohmann::json parsed(const char* options_json, const char* who) {
+  STRATA_CHECK(options_json != nullptr, strata::Errc::invalid_argument, who, ": options_json is null");
+  try {
+    return nlohmann::json::parse(options_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    STRATA_THROW(strata::Errc::invalid_argument, who, ": the options are not JSON (", e.what(), ")");
+  }
+}
+
+}  // namespace
 
 extern "C" strata_status strata_train(const char* options_json) {
   return strata::capi::guarded([&] {
-    STRATA_CHECK(options_json != nullptr, strata::Errc::invalid_argument, "strata_train: options_json is null");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(options_json);
-    } catch (const nlohmann::json::parse_error& e) {
-      STRATA_THROW(strata::Errc::invalid_argument, "strata_train: the options are not JSON (", e.what(), ")");
-    }
-    strata::train::run_training(strata::train::train_options_from_json(j));
+    strata::train::run_training(strata::train::train_options_from_json(parsed(options_json, "strata_train")));
   });
 }
+
+extern "C" strata_status strata_plan(const char* options_json, char** result_json) {
+  return strata::capi::guarded([&] {
+    STRATA_CHECK(result_json != nullptr, strata::Errc::invalid_argument, "strata_plan: result_json is null");
+    *result_json = nullptr;
+    const auto o = strata::train::plan_options_from_json(parsed(options_json, "strata_plan"));
+    const auto plan = strata::train::make_plan(o, [&](int micro, const std::string& remat, const std::string& p) {
+      return strata::train::profile_pass(o.m, micro, remat, p, o.iters);
+    });
+    const std::string text = plan.json(static_cast<int>(plan.fit.size())).dump();
+    char* out = static_cast<char*>(std::malloc(text.size() + 1));
+    STRATA_CHECK(out != nullptr, strata::Errc::out_of_budget, "strata_plan: no memory for its ", text.size(),
+                 " bytes of JSON");
+    std::memcpy(out, text.c_str(), text.size() + 1);
+    *result_json = out;
+  });
+}
+
+extern "C" void strata_free_text(char* text) { std::free(text); }

@@ -1,5 +1,5 @@
-/* Strata's trainers from C and other languages' foreign-function interfaces (libstrata_c;
-   python/strata: strata.train): one call runs what `strata train` runs (the plain trainer,
+/* Strata's trainers and its plan from C and other languages' foreign-function interfaces
+   (libstrata_c; python/strata: strata.train, strata.plan): one call runs what `strata train` runs (the plain trainer,
    or the pipelined one with "pipeline_stages"), as one rank of the job the environment names
    (STRATA_WORLD_SIZE and the rendezvous `strata launch` sets up; alone without it), printing
    its progress on stdout and writing what its options ask for (log, checkpoints, parameters,
@@ -20,6 +20,17 @@ extern "C" {
    signal (SIGINT, SIGTERM) during the run stops it after the current step, with a final
    checkpoint where it saves them, and fails naming the signal. */
 strata_status strata_train(const char* options_json);
+
+/* `strata plan` as a call: options_json keyed by its flags in the same way ({"model": "gpt",
+   "preset": "124M", "seq_len": 1024, "budget": "device=8GiB,host=64GiB", "nvme_path": "/nvme",
+   "calibration": "strata-calibration.json"}); the model's training pass is profiled in this
+   process (train/pass_profile.h), the rest comes from the calibration file. On success
+   *result_json is a JSON object, {"fitting", "candidates", "batch", "world", "best": every
+   fitting candidate, fastest first, as `strata plan --json` prints them (its config runnable
+   with strata_train)}, allocated by the library: free it with strata_free_text. A budget
+   nothing fits fails with STRATA_ERR_BUDGET, naming the smallest budget per tier that would. */
+strata_status strata_plan(const char* options_json, char** result_json);
+void strata_free_text(char* text);
 
 #ifdef __cplusplus
 }

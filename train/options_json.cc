@@ -44,91 +44,116 @@ bool flag(const std::string& key, const nlohmann::json& v) {
 
 constexpr std::int64_t kAny = std::numeric_limits<std::int64_t>::max();
 
-template <class T> Setter str(T TrainOptions::*field) {
-  return [field](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.*field = text(k, v); };
+template <class O> using SetterOf = std::function<void(O&, const std::string& key, const nlohmann::json& v)>;
+
+template <class O, class T> SetterOf<O> str(T O::*field) {
+  return [field](O& o, const std::string& k, const nlohmann::json& v) { o.*field = text(k, v); };
 }
-template <class T> Setter model_str(T ModelOptions::*field) {
-  return [field](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.m.*field = text(k, v); };
+template <class O> SetterOf<O> integer(int O::*field, std::int64_t lo, std::int64_t hi) {
+  return [=](O& o, const std::string& k, const nlohmann::json& v) { o.*field = static_cast<int>(whole(k, v, lo, hi)); };
 }
-Setter model_int(int ModelOptions::*field, std::int64_t lo, std::int64_t hi) {
-  return [=](TrainOptions& o, const std::string& k, const nlohmann::json& v) {
-    o.m.*field = static_cast<int>(whole(k, v, lo, hi));
-  };
+template <class O> SetterOf<O> real(double O::*field, double lo, double hi) {
+  return [=](O& o, const std::string& k, const nlohmann::json& v) { o.*field = number(k, v, lo, hi); };
 }
-Setter ckpt_str(std::string CheckpointFlags::*field) {
-  return [field](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.ckpt.*field = text(k, v); };
+template <class O> SetterOf<O> boolean(bool O::*field) {
+  return [=](O& o, const std::string& k, const nlohmann::json& v) { o.*field = flag(k, v); };
 }
-Setter pipe_int(int PipelineTrainOptions::*field, std::int64_t lo, std::int64_t hi) {
-  return [=](TrainOptions& o, const std::string& k, const nlohmann::json& v) {
-    o.pipe.*field = static_cast<int>(whole(k, v, lo, hi));
-  };
+// A setter of a member struct's field (o.*outer's).
+template <class O, class I> SetterOf<O> in(I O::*outer, SetterOf<I> set) {
+  return [=](O& o, const std::string& k, const nlohmann::json& v) { set(o.*outer, k, v); };
 }
 
-// Each key with the flag's range (tools/cli: cmd_train.cc, flags.cc).
-const std::map<std::string, Setter>& setters() {
-  static const std::map<std::string, Setter> s = {
-      {"config", str(&TrainOptions::config)},
-      {"steps", [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.steps = whole(k, v, 1, kAny); }},
-      {"log_json", str(&TrainOptions::log_json)},
-      {"save_params", str(&TrainOptions::save_params)},
-      {"trace", str(&TrainOptions::trace)},
-      {"device", str(&TrainOptions::device)},
-      {"device_budget", str(&TrainOptions::device_budget)},
-      {"link_gbps",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.link_gbps = number(k, v, 0, 1e9); }},
-      {"explain", [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.explain = flag(k, v); }},
-      {"quiet",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) {
-         if (flag(k, v)) o.printing = StepPrinting::Level::quiet;
-       }},
-      {"verbose",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) {
-         if (flag(k, v)) o.printing = StepPrinting::Level::verbose;
-       }},
-      {"model", model_str(&ModelOptions::model)},
-      {"layers", model_int(&ModelOptions::layers, 1, 100000)},
-      {"hidden", model_int(&ModelOptions::hidden, 1, 1 << 20)},
-      {"layer_ms",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.m.layer_ms = number(k, v, 0, 1e9); }},
-      {"preset", model_str(&ModelOptions::preset)},
-      {"heads", model_int(&ModelOptions::heads, 1, 4096)},
-      {"d_model", model_int(&ModelOptions::d_model, 1, 1 << 16)},
-      {"seq_len", model_int(&ModelOptions::seq_len, 1, 1 << 20)},
-      {"positions", model_int(&ModelOptions::positions, 1, 1 << 20)},
-      {"vocab", model_int(&ModelOptions::vocab, 2, 65536)},
-      {"remat", model_str(&ModelOptions::remat)},
-      {"unit_scaled",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.m.unit_scaled = flag(k, v); }},
-      {"data", model_str(&ModelOptions::data)},
-      {"data_format", model_str(&ModelOptions::data_format)},
-      {"tokenizer", model_str(&ModelOptions::tokenizer)},
-      {"val_fraction",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.m.val_fraction = number(k, v, 0, 1); }},
-      {"eval_every", model_int(&ModelOptions::eval_every, 0, kAny >> 33)},
-      {"eval_batches", model_int(&ModelOptions::eval_batches, 1, 1 << 20)},
-      {"sample", model_int(&ModelOptions::sample, 0, kAny >> 33)},
-      {"seed", [](TrainOptions& o, const std::string& k,
-                  const nlohmann::json& v) { o.m.seed = static_cast<std::uint64_t>(whole(k, v, 0, kAny)); }},
-      {"save_dir", ckpt_str(&CheckpointFlags::save_dir)},
-      {"resume", ckpt_str(&CheckpointFlags::resume)},
-      {"init_from", ckpt_str(&CheckpointFlags::init_from)},
-      {"save_every", [](TrainOptions& o, const std::string& k,
-                        const nlohmann::json& v) { o.ckpt.save_every = whole(k, v, 0, kAny); }},
-      {"keep", [](TrainOptions& o, const std::string& k,
-                  const nlohmann::json& v) { o.ckpt.keep = static_cast<int>(whole(k, v, 0, kAny >> 33)); }},
-      {"save_async", [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.ckpt.async = flag(k, v); }},
-      {"pipeline_stages", pipe_int(&PipelineTrainOptions::stages, 1, 1024)},
-      {"schedule",
-       [](TrainOptions& o, const std::string& k, const nlohmann::json& v) { o.pipe.schedule = text(k, v); }},
-      {"chunks", pipe_int(&PipelineTrainOptions::chunks, 1, 64)},
-      {"measure_steps", pipe_int(&PipelineTrainOptions::measure_steps, 1, 1000)},
-  };
+// The model's keys: its name and the GPT's shape (the flags of add_model_options).
+std::map<std::string, SetterOf<ModelOptions>> shape_setters() {
+  using M = ModelOptions;
+  return {{"model", str(&M::model)},
+          {"layers", integer(&M::layers, 1, 100000)},
+          {"hidden", integer(&M::hidden, 1, 1 << 20)},
+          {"preset", str(&M::preset)},
+          {"heads", integer(&M::heads, 1, 4096)},
+          {"d_model", integer(&M::d_model, 1, 1 << 16)},
+          {"seq_len", integer(&M::seq_len, 1, 1 << 20)},
+          {"positions", integer(&M::positions, 1, 1 << 20)},
+          {"vocab", integer(&M::vocab, 2, 65536)},
+          {"remat", str(&M::remat)},
+          {"unit_scaled", boolean(&M::unit_scaled)}};
+}
+
+// Each key with the flag's range (tools/cli: cmd_train.cc, cmd_plan.cc, flags.cc).
+const std::map<std::string, SetterOf<TrainOptions>>& train_setters() {
+  using T = TrainOptions;
+  using M = ModelOptions;
+  static const auto s = [] {
+    std::map<std::string, SetterOf<T>> all = {
+        {"config", str(&T::config)},
+        {"steps", [](T& o, const std::string& k, const nlohmann::json& v) { o.steps = whole(k, v, 1, kAny); }},
+        {"log_json", str(&T::log_json)},
+        {"save_params", str(&T::save_params)},
+        {"trace", str(&T::trace)},
+        {"device", str(&T::device)},
+        {"device_budget", str(&T::device_budget)},
+        {"link_gbps", real(&T::link_gbps, 0, 1e9)},
+        {"explain", boolean(&T::explain)},
+        {"quiet",
+         [](T& o, const std::string& k, const nlohmann::json& v) {
+           if (flag(k, v)) o.printing = StepPrinting::Level::quiet;
+         }},
+        {"verbose",
+         [](T& o, const std::string& k, const nlohmann::json& v) {
+           if (flag(k, v)) o.printing = StepPrinting::Level::verbose;
+         }},
+        {"layer_ms", in(&T::m, real(&M::layer_ms, 0, 1e9))},
+        {"data", in(&T::m, str(&M::data))},
+        {"data_format", in(&T::m, str(&M::data_format))},
+        {"tokenizer", in(&T::m, str(&M::tokenizer))},
+        {"val_fraction", in(&T::m, real(&M::val_fraction, 0, 1))},
+        {"eval_every", in(&T::m, integer(&M::eval_every, 0, kAny >> 33))},
+        {"eval_batches", in(&T::m, integer(&M::eval_batches, 1, 1 << 20))},
+        {"sample", in(&T::m, integer(&M::sample, 0, kAny >> 33))},
+        {"seed", [](T& o, const std::string& k,
+                    const nlohmann::json& v) { o.m.seed = static_cast<std::uint64_t>(whole(k, v, 0, kAny)); }},
+        {"save_dir", in(&T::ckpt, str(&CheckpointFlags::save_dir))},
+        {"resume", in(&T::ckpt, str(&CheckpointFlags::resume))},
+        {"init_from", in(&T::ckpt, str(&CheckpointFlags::init_from))},
+        {"save_every",
+         [](T& o, const std::string& k, const nlohmann::json& v) { o.ckpt.save_every = whole(k, v, 0, kAny); }},
+        {"keep", in(&T::ckpt, integer(&CheckpointFlags::keep, 0, kAny >> 33))},
+        {"save_async", in(&T::ckpt, boolean(&CheckpointFlags::async))},
+        {"pipeline_stages", in(&T::pipe, integer(&PipelineTrainOptions::stages, 1, 1024))},
+        {"schedule", in(&T::pipe, str(&PipelineTrainOptions::schedule))},
+        {"chunks", in(&T::pipe, integer(&PipelineTrainOptions::chunks, 1, 64))},
+        {"measure_steps", in(&T::pipe, integer(&PipelineTrainOptions::measure_steps, 1, 1000))},
+    };
+    for (auto& [key, set] : shape_setters()) all.emplace(key, in(&T::m, set));
+    return all;
+  }();
   return s;
 }
 
-std::string known_keys() {
+const std::map<std::string, SetterOf<PlanOptions>>& plan_setters() {
+  using P = PlanOptions;
+  static const auto s = [] {
+    std::map<std::string, SetterOf<P>> all = {
+        {"budget", str(&P::budget)},
+        {"nvme_path", str(&P::nvme_path)},
+        {"config", str(&P::config)},
+        {"calibration", str(&P::calibration)},
+        {"emit_config", str(&P::emit)},
+        {"world", integer(&P::world, 1, 1 << 20)},
+        {"local_ranks", integer(&P::local_ranks, 1, 1 << 20)},
+        {"batch", integer(&P::batch, 1, 1 << 20)},
+        {"iters", integer(&P::iters, 1, 100)},
+        {"drive_tbw", real(&P::drive_tbw, 1e-9, 1e12)},
+    };
+    for (auto& [key, set] : shape_setters()) all.emplace(key, in(&P::m, set));
+    return all;
+  }();
+  return s;
+}
+
+template <class O> std::string known_keys(const std::map<std::string, SetterOf<O>>& setters) {
   std::string all;
-  for (const auto& [key, set] : setters()) all += (all.empty() ? "" : ", ") + key;
+  for (const auto& [key, set] : setters) all += (all.empty() ? "" : ", ") + key;
   return all;
 }
 
@@ -140,27 +165,46 @@ std::string key_of(const std::string& flag) {
   return k;
 }
 
+// Every key of j through its setter (`what`: "training", "plan"), refusing unknown ones.
+template <class O>
+O apply(const nlohmann::json& j, const char* what, const std::map<std::string, SetterOf<O>>& set, const char* command) {
+  STRATA_CHECK(j.is_object(), Errc::invalid_argument, what, " options: a JSON object of option names and values, not ",
+               j.dump());
+  O o;
+  for (const auto& [key, value] : j.items()) {
+    const auto it = set.find(key);
+    STRATA_CHECK(it != set.end(), Errc::invalid_argument, what, " option '", key, "' is not one of Strata's (`",
+                 command, " --help`, with '_' for '-'): ", known_keys(set));
+    it->second(o, key, value);
+  }
+  return o;
+}
+
+void check_keys_for_model(const nlohmann::json& j, const std::string& model) {
+  check_model_options(
+      model, [&](const std::string& flag) { return j.contains(key_of(flag)); },
+      [](const std::string& flag) { return "'" + key_of(flag) + "'"; });
+}
+
 }  // namespace
 
 TrainOptions train_options_from_json(const nlohmann::json& j) {
-  STRATA_CHECK(j.is_object(), Errc::invalid_argument,
-               "training options: a JSON object of option names and values, not ", j.dump());
-  TrainOptions o;
-  for (const auto& [key, value] : j.items()) {
-    const auto it = setters().find(key);
-    STRATA_CHECK(it != setters().end(), Errc::invalid_argument, "training option '", key,
-                 "' is not one of Strata's (`strata train --help`, with '_' for '-'): ", known_keys());
-    it->second(o, key, value);
-  }
+  TrainOptions o = apply(j, "training", train_setters(), "strata train");
   STRATA_CHECK(!o.config.empty(), Errc::invalid_argument,
                "training options: 'config' (a DeepSpeed-style JSON file) is required");
   static const char* const kPipelineOnly[] = {"schedule", "chunks", "measure_steps"};
   for (const char* key : kPipelineOnly)
     STRATA_CHECK(!j.contains(key) || o.pipe.stages > 0, Errc::invalid_argument, "training option '", key,
                  "' needs 'pipeline_stages'");
-  check_model_options(
-      o.m.model, [&](const std::string& flag) { return j.contains(key_of(flag)); },
-      [](const std::string& flag) { return "'" + key_of(flag) + "'"; });
+  check_keys_for_model(j, o.m.model);
+  return o;
+}
+
+PlanOptions plan_options_from_json(const nlohmann::json& j) {
+  PlanOptions o = apply(j, "plan", plan_setters(), "strata plan");
+  STRATA_CHECK(!o.budget.empty(), Errc::invalid_argument,
+               "plan options: 'budget' (device=BYTES,host=BYTES[,nvme=BYTES]) is required");
+  check_keys_for_model(j, o.m.model);
   return o;
 }
 

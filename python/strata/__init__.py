@@ -7,7 +7,7 @@ package (build/lib/libstrata_c.so). Every call that fails raises StrataError wit
 message. `strata.torch.initialize` puts a torch model under the engine. Views are copies that
 the release of their layer invalidates (View says why); abandon_step() drops a failed step.
 `strata.train(...)` runs Strata's own trainer (the GPT, the Llama family, the MLP) as
-`strata train` does.
+`strata train` does, and `strata.plan(...)` searches a run's placement as `strata plan` does.
 """
 import ctypes
 import json
@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Engine", "StrataError", "library_path", "train"]
+__all__ = ["Engine", "StrataError", "library_path", "plan", "train"]
 
 
 class StrataError(RuntimeError):
@@ -90,6 +90,7 @@ def _load():
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
         "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P, I],
         "strata_train": [ctypes.c_char_p],
+        "strata_plan": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
         "strata_write_hf_dir": [ctypes.c_char_p, ctypes.c_char_p, S, ctypes.POINTER(ctypes.c_char_p),
                                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(I), ctypes.c_char_p,
                                 U64, _READER, P],
@@ -99,6 +100,7 @@ def _load():
         f.argtypes, f.restype = args, I
     lib.strata_last_error.restype = ctypes.c_char_p
     lib.strata_engine_destroy.argtypes, lib.strata_engine_destroy.restype = [P], None
+    lib.strata_free_text.argtypes, lib.strata_free_text.restype = [P], None
     for name in ("strata_rank", "strata_world_size", "strata_states_offloaded"):
         getattr(lib, name).argtypes, getattr(lib, name).restype = [P], I
     lib.strata_loss_scale.argtypes, lib.strata_loss_scale.restype = [P], ctypes.c_float
@@ -147,6 +149,22 @@ def train(**options):
     files its options name (log_json, save_params, save_dir, trace). Returns when it has ended;
     raises StrataError naming the option, file or rank at fault."""
     _check(_load().strata_train(json.dumps(options).encode()))
+
+
+def plan(**options):
+    """`strata plan` as a call (train/c_train.h): each keyword is one of its long flags with '_'
+    for '-', e.g. plan(model="gpt", preset="124M", seq_len=1024, budget="device=8GiB,host=64GiB",
+    calibration="strata-calibration.json"). The pass is profiled in this process. Returns a dict:
+    "fitting", "candidates", "batch", "world" and "best", every fitting candidate fastest first
+    (its "config" runnable with train()); raises StrataError naming the option, or the smallest
+    budget per tier that would fit."""
+    lib = _load()
+    out = ctypes.c_void_p()
+    _check(lib.strata_plan(json.dumps(options).encode(), ctypes.byref(out)))
+    try:
+        return json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        lib.strata_free_text(out)
 
 
 def write_hf_dir(out_dir, config_json, tensors, read, dtype="bf16", max_shard_bytes=5 * 10 ** 9):

@@ -2,7 +2,10 @@
 the same options give the same bytes of --save-params and the same per-step losses, plain and
 pipelined, alone and as two ranks of `strata launch`; bad options raise StrataError naming the
 key (unknown, wrong type, out of range, for the other model, a pipeline key without stages, no
-config). Needs no torch."""
+config). strata.plan (strata_plan) searches what `strata plan --json` searches: the same
+candidates fit, with the same bytes per step and peaks (the pass profiled in process, so the
+times are its own), its best config trains through strata.train, and a budget nothing fits is
+refused naming the smallest that would. Needs no torch."""
 import json
 import os
 import subprocess
@@ -69,6 +72,56 @@ def same_run(tmp, name, options, launch=0):
     check(outs["python"][0] == outs["cli"][0], f"{name}: --save-params bytes differ from strata train's")
 
 
+# A calibration file as `strata bench calibrate` writes it (a fixture: which candidates fit and
+# what they move do not depend on the rates, only their predicted times do).
+CALIBRATION = {"format": "strata-calibration-1", "host": "fixture", "threads": 2, "adam_params_per_s": 1.7e9,
+               "gemm_bf16_flops": 3.9e11, "gemm_fp32_flops": 2.6e11, "grad_path_ns_per_elem": 2.3,
+               "h2d_gbps": 7.0, "d2h_gbps": 7.3, "nvme_read_gbps": 1.6, "nvme_write_gbps": 2.3, "nvme_mixed_gbps": 2.0,
+               "reduce_scatter_busbw_gbps": 0.28, "all_gather_busbw_gbps": 1.6, "all_reduce_busbw_gbps": 0.9}
+FIXED = ("h2d_bytes_per_step", "d2h_bytes_per_step", "nvme_read_bytes_per_step", "nvme_write_bytes_per_step",
+         "device_peak", "host_peak", "nvme_peak", "config")
+
+
+def check_plan(tmp, data):
+    cal = f"{tmp}/cal.json"
+    with open(cal, "w") as f:
+        json.dump(CALIBRATION, f)
+    shape = {"model": "gpt", "layers": 2, "heads": 2, "d_model": 32, "seq_len": 32, "vocab": 256}
+    opts = dict(shape, budget="device=1MiB,host=256MiB", calibration=cal, iters=1, batch=4)  # 35 of 54 fit
+    got = strata.plan(**opts)
+    cli = json.loads(subprocess.run([STRATA, "plan"] + flags(opts) + ["--json", "--top", "100000"], check=True,
+                                    capture_output=True, text=True).stdout)
+    for key in ("fitting", "candidates", "batch", "world"):
+        check(got[key] == cli[key], f"plan: {key} {got[key]} != strata plan's {cli[key]}")
+    mine = {c["label"]: c for c in got["best"]}
+    theirs = {c["label"]: c for c in cli["best"]}
+    check(len(mine) == got["fitting"] and set(mine) == set(theirs), f"plan: candidates {sorted(mine)} != {sorted(theirs)}")
+    for label in set(mine) & set(theirs):
+        for key in FIXED:
+            check(mine[label][key] == theirs[label][key], f"plan: {label}: {key} differs from strata plan's")
+    times = [c["step_ms"] for c in got["best"]]
+    check(times == sorted(times) and times[0] > 0, f"plan: step times {times} not fastest first")
+    best = f"{tmp}/best.json"
+    with open(best, "w") as f:
+        json.dump(got["best"][0]["config"], f)
+    strata.train(**dict(shape, config=best, data=data, steps=2, val_fraction=0, quiet=True,
+                        log_json=f"{tmp}/best.jsonl"))
+    check(len(losses(f"{tmp}/best.jsonl")) == 2, "plan: its best config did not train two steps")
+    try:
+        strata.plan(**dict(opts, budget="device=64KiB,host=64KiB"))
+        check(False, "plan: a budget nothing fits was accepted")
+    except strata.StrataError as e:
+        check("raise --budget to" in str(e) or "raise several" in str(e), f"plan: refusal {str(e)!r}")
+    raises_plan = [({k: v for k, v in opts.items() if k != "budget"}, "'budget'"),
+                   (dict(opts, steps=3), "plan option 'steps' is not one of Strata's")]
+    for bad, text in raises_plan:
+        try:
+            strata.plan(**bad)
+            check(False, f"plan: {bad} accepted")
+        except strata.StrataError as e:
+            check(text in str(e), f"plan: message {str(e)!r} lacks {text!r}")
+
+
 def main():
     with tempfile.TemporaryDirectory(dir=os.environ.get("STRATA_TEST_TMPDIR", "/var/tmp")) as tmp:
         cfg = f"{tmp}/ds.json"
@@ -85,6 +138,8 @@ def main():
         same_run(tmp, "gpt", gpt)
         same_run(tmp, "gpt-pipelined", dict(gpt, pipeline_stages=2, schedule="zb-h1"))
         same_run(tmp, "gpt-two-ranks", gpt, launch=2)
+
+        check_plan(tmp, data)
 
         raises(dict(gpt, bogus=1), "training option 'bogus' is not one of Strata's", "an unknown key")
         raises(dict(gpt, steps="4"), "'steps' takes a whole number", "a string for a number")
