@@ -2,11 +2,15 @@
 // the plan, inside the C API's error boundary.
 #include "train/c_train.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/c_guard.h"
+#include "train/calibrate.h"
 #include "train/options_json.h"
 #include "train/pass_profile.h"
 #include "train/plan.h"
@@ -21,6 +25,20 @@ nlohmann::json parsed(const char* options_json, const char* who) {
   } catch (const nlohmann::json::parse_error& e) {
     STRATA_THROW(strata::Errc::invalid_argument, who, ": the options are not JSON (", e.what(), ")");
   }
+}
+
+// bin/strata beside the lib/ this library was loaded from (a build tree's layout).
+std::string strata_beside_library() {
+  Dl_info info{};
+  STRATA_CHECK(
+      ::dladdr(reinterpret_cast<void*>(&strata_calibrate), &info) != 0 && info.dli_fname != nullptr,
+      strata::Errc::invalid_argument,
+      "strata_calibrate: cannot tell where libstrata_c is loaded from: give \"strata\", the strata executable");
+  const auto exe = std::filesystem::absolute(info.dli_fname).parent_path().parent_path() / "bin" / "strata";
+  STRATA_CHECK(std::filesystem::exists(exe), strata::Errc::invalid_argument,
+               "strata_calibrate: no strata executable at ", exe.string(), " (beside ", info.dli_fname,
+               "): give \"strata\", the path of one");
+  return exe.string();
 }
 
 }  // namespace
@@ -45,6 +63,14 @@ extern "C" strata_status strata_plan(const char* options_json, char** result_jso
                  " bytes of JSON");
     std::memcpy(out, text.c_str(), text.size() + 1);
     *result_json = out;
+  });
+}
+
+extern "C" strata_status strata_calibrate(const char* options_json) {
+  return strata::capi::guarded([&] {
+    auto o = strata::train::calibrate_options_from_json(parsed(options_json, "strata_calibrate"));
+    if (o.strata.empty()) o.strata = strata_beside_library();
+    strata::train::calibrate(o, [](const char*) {});
   });
 }
 

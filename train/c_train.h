@@ -1,5 +1,6 @@
 /* Strata's trainers and its plan from C and other languages' foreign-function interfaces
-   (libstrata_c; python/strata: strata.train, strata.plan): one call runs what `strata train` runs (the plain trainer,
+   (libstrata_c; python/strata: strata.train, strata.plan, strata.calibrate): one call runs
+   what `strata train` runs (the plain trainer,
    or the pipelined one with "pipeline_stages"), as one rank of the job the environment names
    (STRATA_WORLD_SIZE and the rendezvous `strata launch` sets up; alone without it), printing
    its progress on stdout and writing what its options ask for (log, checkpoints, parameters,
@@ -30,6 +31,12 @@ strata_status strata_train(const char* options_json);
    with strata_train)}, allocated by the library: free it with strata_free_text. A budget
    nothing fits fails with STRATA_ERR_BUDGET, naming the smallest budget per tier that would. */
 strata_status strata_plan(const char* options_json, char** result_json);
+
+/* `strata bench calibrate` as a call, options keyed by its flags ({"nvme": "/nvme/tmp", "out":
+   "strata-calibration.json", "quick": true}) and "strata": the `strata` executable whose
+   benches measure (each in a child process; default: bin/strata beside this library's lib/,
+   as a build tree has them). Writes the calibration file strata_plan reads. */
+strata_status strata_calibrate(const char* options_json);
 void strata_free_text(char* text);
 
 #ifdef __cplusplus

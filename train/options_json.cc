@@ -151,6 +151,13 @@ const std::map<std::string, SetterOf<PlanOptions>>& plan_setters() {
   return s;
 }
 
+const std::map<std::string, SetterOf<CalibrateOptions>>& calibrate_setters() {
+  using C = CalibrateOptions;
+  static const std::map<std::string, SetterOf<C>> all = {
+      {"nvme", str(&C::nvme)}, {"out", str(&C::out)}, {"quick", boolean(&C::quick)}, {"strata", str(&C::strata)}};
+  return all;
+}
+
 template <class O> std::string known_keys(const std::map<std::string, SetterOf<O>>& setters) {
   std::string all;
   for (const auto& [key, set] : setters) all += (all.empty() ? "" : ", ") + key;
@@ -205,6 +212,13 @@ PlanOptions plan_options_from_json(const nlohmann::json& j) {
   STRATA_CHECK(!o.budget.empty(), Errc::invalid_argument,
                "plan options: 'budget' (device=BYTES,host=BYTES[,nvme=BYTES]) is required");
   check_keys_for_model(j, o.m.model);
+  return o;
+}
+
+CalibrateOptions calibrate_options_from_json(const nlohmann::json& j) {
+  CalibrateOptions o = apply(j, "calibration", calibrate_setters(), "strata bench calibrate");
+  STRATA_CHECK(!o.nvme.empty(), Errc::invalid_argument,
+               "calibration options: 'nvme' (a directory on the NVMe device) is required");
   return o;
 }
 

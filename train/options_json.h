@@ -8,6 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "train/calibrate.h"
 #include "train/plan.h"
 #include "train/trainer.h"
 
@@ -19,5 +20,7 @@ namespace strata::train {
 TrainOptions train_options_from_json(const nlohmann::json& j);
 // The same for the plan (no "budget" refused too).
 PlanOptions plan_options_from_json(const nlohmann::json& j);
+// `strata bench calibrate`'s: "nvme" (required), "out", "quick", and "strata" (the executable).
+CalibrateOptions calibrate_options_from_json(const nlohmann::json& j);
 
 }  // namespace strata::train

@@ -7,7 +7,8 @@ package (build/lib/libstrata_c.so). Every call that fails raises StrataError wit
 message. `strata.torch.initialize` puts a torch model under the engine. Views are copies that
 the release of their layer invalidates (View says why); abandon_step() drops a failed step.
 `strata.train(...)` runs Strata's own trainer (the GPT, the Llama family, the MLP) as
-`strata train` does, and `strata.plan(...)` searches a run's placement as `strata plan` does.
+`strata train` does; `strata.plan(...)` and `strata.calibrate(...)` are `strata plan` and
+`strata bench calibrate`.
 """
 import ctypes
 import json
@@ -15,7 +16,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Engine", "StrataError", "library_path", "plan", "train"]
+__all__ = ["Engine", "StrataError", "calibrate", "library_path", "plan", "train"]
 
 
 class StrataError(RuntimeError):
@@ -89,7 +90,7 @@ def _load():
         "strata_load": [P, ctypes.c_char_p, ctypes.c_char_p, S],
         "strata_loaded_trainer_state": [P, ctypes.c_char_p, S, ctypes.POINTER(S)],
         "strata_init_weights": [P, _READER, P], "strata_write_weights": [P, _READER, P, I],
-        "strata_train": [ctypes.c_char_p],
+        "strata_train": [ctypes.c_char_p], "strata_calibrate": [ctypes.c_char_p],
         "strata_plan": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
         "strata_write_hf_dir": [ctypes.c_char_p, ctypes.c_char_p, S, ctypes.POINTER(ctypes.c_char_p),
                                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(I), ctypes.c_char_p,
@@ -165,6 +166,13 @@ def plan(**options):
         return json.loads(ctypes.string_at(out.value).decode())
     finally:
         lib.strata_free_text(out)
+
+
+def calibrate(**options):
+    """`strata bench calibrate` as a call (train/c_train.h): nvme= (a directory on the NVMe
+    device), out= (the file plan() reads; default strata-calibration.json), quick=, and strata=
+    (the `strata` executable whose benches measure; default bin/strata beside the library)."""
+    _check(_load().strata_calibrate(json.dumps(options).encode()))
 
 
 def write_hf_dir(out_dir, config_json, tensors, read, dtype="bf16", max_shard_bytes=5 * 10 ** 9):

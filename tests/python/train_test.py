@@ -5,7 +5,8 @@ key (unknown, wrong type, out of range, for the other model, a pipeline key with
 config). strata.plan (strata_plan) searches what `strata plan --json` searches: the same
 candidates fit, with the same bytes per step and peaks (the pass profiled in process, so the
 times are its own), its best config trains through strata.train, and a budget nothing fits is
-refused naming the smallest that would. Needs no torch."""
+refused naming the smallest that would. strata.calibrate (strata_calibrate) writes a
+calibration file with every rate positive that strata.plan reads. Needs no torch."""
 import json
 import os
 import subprocess
@@ -122,6 +123,24 @@ def check_plan(tmp, data):
             check(text in str(e), f"plan: message {str(e)!r} lacks {text!r}")
 
 
+def check_calibrate(tmp):
+    out = f"{tmp}/measured.json"
+    strata.calibrate(nvme=f"{tmp}/nvme", out=out, quick=True)  # bin/strata beside the library
+    with open(out) as f:
+        cal = json.load(f)
+    rates = [k for k in CALIBRATION if k not in ("format", "host", "threads")]
+    check(all(cal.get(k, 0) > 0 for k in rates), f"calibrate: a rate missing or not positive: {cal}")
+    got = strata.plan(model="gpt", layers=2, heads=2, d_model=32, seq_len=32, vocab=256,
+                      budget="device=64MiB,host=256MiB", calibration=out, iters=1, batch=4)
+    check(got["fitting"] > 0, "calibrate: the plan fits nothing with the measured rates")
+    for bad, text in [({"out": out}, "'nvme'"), ({"nvme": tmp, "strata": f"{tmp}/no-strata"}, "no-strata")]:
+        try:
+            strata.calibrate(**bad)
+            check(False, f"calibrate: {bad} accepted")
+        except strata.StrataError as e:
+            check(text in str(e), f"calibrate: message {str(e)!r} lacks {text!r}")
+
+
 def main():
     with tempfile.TemporaryDirectory(dir=os.environ.get("STRATA_TEST_TMPDIR", "/var/tmp")) as tmp:
         cfg = f"{tmp}/ds.json"
@@ -140,6 +159,7 @@ def main():
         same_run(tmp, "gpt-two-ranks", gpt, launch=2)
 
         check_plan(tmp, data)
+        check_calibrate(tmp)
 
         raises(dict(gpt, bogus=1), "training option 'bogus' is not one of Strata's", "an unknown key")
         raises(dict(gpt, steps="4"), "'steps' takes a whole number", "a string for a number")

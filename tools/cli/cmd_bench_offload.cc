@@ -18,9 +18,9 @@
 #include "runtime/core/error.h"
 #include "runtime/core/stats.h"
 #include "runtime/core/units.h"
-#include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/io_boundary.h"
+#include "train/bench_child.h"
 #include "train/interrupt.h"
 
 namespace strata::cli {

@@ -22,8 +22,8 @@
 #include "runtime/core/stats.h"
 #include "runtime/core/units.h"
 #include "runtime/device/device.h"
-#include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
+#include "train/bench_child.h"
 #include "train/interrupt.h"
 #include "train/output_check.h"
 

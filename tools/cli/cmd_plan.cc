@@ -13,9 +13,9 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/units.h"
-#include "tools/cli/bench_child.h"
 #include "tools/cli/command.h"
 #include "tools/cli/flags.h"
+#include "train/bench_child.h"
 #include "train/llama.h"
 #include "train/plan.h"
 

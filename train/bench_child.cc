@@ -1,5 +1,5 @@
 // See bench_child.h.
-#include "tools/cli/bench_child.h"
+#include "train/bench_child.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 
 #include "runtime/core/error.h"
 
-namespace strata::cli {
+namespace strata::train {
 
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
@@ -15,12 +15,16 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string run_self(const std::string& args, const char* who) {
+std::string this_executable(const char* who) {
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   STRATA_CHECK(n > 0, Errc::io, who, ": cannot find this executable (/proc/self/exe)");
   self[n] = '\0';
-  const std::string cmd = shell_quote(self) + " " + args;
+  return self;
+}
+
+std::string run_strata(const std::string& exe, const std::string& args, const char* who) {
+  const std::string cmd = shell_quote(exe) + " " + args;
   FILE* p = ::popen(cmd.c_str(), "r");
   STRATA_CHECK(p != nullptr, Errc::io, who, ": cannot run '", cmd, "'");
   std::string out;
@@ -31,8 +35,14 @@ std::string run_self(const std::string& args, const char* who) {
   return out;
 }
 
+nlohmann::json run_strata_json(const std::string& exe, const std::string& args, const char* who) {
+  return nlohmann::json::parse(run_strata(exe, args, who));
+}
+
+std::string run_self(const std::string& args, const char* who) { return run_strata(this_executable(who), args, who); }
+
 nlohmann::json run_self_json(const std::string& args, const char* who) {
   return nlohmann::json::parse(run_self(args, who));
 }
 
-}  // namespace strata::cli
+}  // namespace strata::train
