@@ -25,7 +25,7 @@ namespace strata::engine {
 bool CheckpointSave::start_async(const std::string& root, std::int64_t step, const std::string& trainer_state,
                                  const SaveOptions& opts, SaveResult& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::uint64_t bytes = shard_file_bytes(opts.link_nvme);
+  const std::uint64_t bytes = part_.shard_file_bytes(opts.link_nvme);
   // The staging stays charged while later steps run: it must leave them the host room their
   // transient buffers have needed above the steady use, as measured before any staging was
   // charged (the tier's peak includes staging from then on).
@@ -62,13 +62,13 @@ bool CheckpointSave::start_async(const std::string& root, std::int64_t step, con
   detail::all_or_nothing(
       c_.ranks,
       [&] {
-        P->part =
-            build_part(staging, step, trainer_state, opts.link_nvme, P->result, [&](const void* data, std::uint64_t n) {
-              const std::uint64_t at = P->staging.size();
-              const char* p = static_cast<const char*>(data);
-              P->staging.insert(P->staging.end(), p, p + n);
-              return at;
-            });
+        P->part = part_.build(staging, step, trainer_state, opts.link_nvme, P->result,
+                              [&](const void* data, std::uint64_t n) {
+                                const std::uint64_t at = P->staging.size();
+                                const char* p = static_cast<const char*>(data);
+                                P->staging.insert(P->staging.end(), p, p + n);
+                                return at;
+                              });
       },
       str_cat("staging the checkpoint save to '", root, "' (the previous checkpoint stays latest)"),
       [&] {

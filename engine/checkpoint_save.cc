@@ -1,135 +1,19 @@
-// CheckpointSave (checkpoint_save.h; the protocol in engine.h): the
-// engine's state mapped onto the checkpoint format (checkpoint/format.h). Each rank saves
-// what it owns: its shard of every bucket, the same ranges at every stage (so stage 0's
-// replicas are saved once), cut at parameter boundaries with the padding left out. A
-// tensor's elements are so addressed by their place in the tensor, and a rank of any world
-// size or stage reads back the ranges it owns from whichever files hold them. The
-// compute-dtype parameters are not saved: they are the masters converted, as step() makes
-// them, and are rebuilt from them on load.
-#include <algorithm>
+// CheckpointSave (checkpoint_save.h; the protocol in engine.h): a synchronous save's phases,
+// each ending with every rank knowing whether every rank succeeded; rank 0 merges the parts
+// (checkpoint_part.h) and commits.
 #include <chrono>
-#include <exception>
 #include <filesystem>
 #include <functional>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/format.h"
 #include "checkpoint/link_space.h"
-#include "checkpoint/shard_file.h"
 #include "engine/checkpoint_save.h"
 #include "engine/detail/checkpoint_ranges.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
-#include "runtime/core/log.h"
-#include "runtime/core/units.h"
 
 namespace strata::engine {
-
-checkpoint::Manifest CheckpointSave::build_part(const std::string& staging, std::int64_t step,
-                                                const std::string& trainer_state, bool link_nvme, SaveResult& counts,
-                                                const Appender& append) {
-  const Layout& lay = c_.layout;
-  checkpoint::Manifest part;
-  part.step = step;
-  part.world_size = c_.ranks.world;
-  part.zero_stage = c_.cfg.zero.stage;
-  part.compute_dtype = dtype_name(c_.cdt);
-  part.moment_dtype = dtype_name(c_.state.moment_dtype());
-  part.engine_state = engine_state_json();
-  part.trainer_state = trainer_state;
-  for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
-  const std::string name = checkpoint::shard_file_name(c_.ranks.rank);
-  part.files.emplace_back();  // the shard file, described when finished
-  std::vector<float> st[checkpoint::kStates];
-  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    const int l = static_cast<int>(li);
-    const auto& L = lay.layers()[li];
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
-      // The sealed generation's files join the checkpoint as they are; segments point into
-      // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements, the
-      // moments in the moment dtype).
-      const auto sealed = c_.state.sealed_files(l);
-      const int first = static_cast<int>(part.files.size());
-      for (const auto& f : sealed) {
-        bool linked = false;
-        const std::string fname =
-            str_cat(name.substr(0, name.size() - 4), ".", std::filesystem::path(f.path).filename().string());
-        part.files.push_back(checkpoint::adopt_swap_file(f.path, staging, fname, c_.ranks.rank, &linked));
-        (linked ? counts.nvme_linked_bytes : counts.nvme_copied_bytes) += part.files.back().bytes;
-      }
-      for (int s = 0; s < checkpoint::kStates; ++s) {
-        for (const auto& pc : pieces(l)) {
-          detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-            for (std::size_t c = 0; c < sealed.size(); ++c) {
-              const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
-              const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
-              if (lo >= hi) continue;
-              const std::uint64_t es = part.elem_bytes(static_cast<checkpoint::State>(s));
-              const std::uint64_t before = s == 0 ? 0 : s == 1 ? 4 : 4 + es;  // bytes per element of earlier states
-              const std::uint64_t at = before * sealed[c].elems + (lo - sealed[c].offset) * es;
-              part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
-            }
-          });
-        }
-      }
-      continue;
-    }
-    for (auto& v : st) v.resize(c_.state.elems(l));
-    // A frozen layer saves its values (its compute copies, widened) and no moments.
-    if (L.frozen)
-      c_.homes.read_own(l, st[0].data());
-    else
-      c_.state.read(l, st[0].data(), st[1].data(), st[2].data());
-    std::vector<std::uint16_t> narrow;  // bf16 moments are stored as they are held
-    for (int s = 0; s < (L.frozen ? 1 : checkpoint::kStates); ++s) {
-      const bool wide = part.elem_bytes(static_cast<checkpoint::State>(s)) == 4;
-      for (const auto& pc : pieces(l)) {
-        detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
-          std::uint64_t off = 0;
-          if (wide) {
-            off = append(st[s].data() + index, count * 4);
-          } else {
-            narrow.resize(count);
-            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 values
-            off = append(narrow.data(), count * 2);
-          }
-          part.tensors[pi].states[s].push_back({0, off, elem, count});
-        });
-      }
-    }
-  }
-  return part;
-}
-
-std::uint64_t CheckpointSave::shard_file_bytes(bool link_nvme) const {
-  const Layout& lay = c_.layout;
-  // Per element: the fp32 master, and the two moments unless frozen (values only).
-  const std::uint64_t moments = 2 * dtype_size(c_.state.moment_dtype());
-  std::uint64_t bytes = 0;
-  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
-    const std::uint64_t per = lay.layers()[li].frozen ? 4 : 4 + moments;
-    for (const auto& pc : pieces(static_cast<int>(li))) {
-      detail::for_each_param_range(lay, lay.layers()[li], pc,
-                                   [&](int, std::size_t, std::size_t, std::size_t count) { bytes += count * per; });
-    }
-  }
-  return bytes;
-}
-
-// The synchronous form: the shard file written as build_part produces it.
-std::string CheckpointSave::write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                                       bool link_nvme, SaveResult& counts) {
-  const std::string name = checkpoint::shard_file_name(c_.ranks.rank);
-  checkpoint::ShardWriter w(staging + "/" + name, checkpoint::kDefaultChunkBytes);
-  auto part = build_part(staging, step, trainer_state, link_nvme, counts,
-                         [&](const void* data, std::uint64_t bytes) { return w.append(data, bytes); });
-  part.files[0] = w.finish(name, c_.ranks.rank);
-  counts.bytes += part.files[0].bytes;
-  return checkpoint::to_json(part);
-}
 
 // Every rank's part to rank 0 (length, then text), which merges and commits them.
 void CheckpointSave::commit_parts(const std::string& root, const std::string& part_text, int keep) {
@@ -204,27 +88,13 @@ SaveResult CheckpointSave::save(const std::string& root, const std::string& trai
   out.step = step;
   if (opts.async && start_async(root, step, trainer_state, opts, out)) return out;
   std::string part_text;
-  phase([&] { part_text = write_part(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
+  phase(
+      [&] { part_text = part_.write(checkpoint::staging_dir(root, step), step, trainer_state, opts.link_nvme, out); });
   out.dir = root + "/" + checkpoint::step_dir_name(step);
   phase([&] { commit_parts(root, part_text, opts.keep); });
   sum_counts_over_ranks(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
-}
-
-std::string CheckpointSave::engine_state_json() const {
-  const auto c = c_.scalars.counters();
-  const auto& s = c.scaler;
-  return nlohmann::json{{"steps_taken", c.steps_taken},
-                        {"step_calls", c.step_calls},
-                        {"optimizer", optimizer_type_name(c_.cfg.optimizer.type)},
-                        {"loss_scaling", detail::scaling_name(c_.scaler_config, c_.cfg.fp16.enabled)},
-                        {"loss_scaler",
-                         {{"scale", s.scale},
-                          {"iteration", s.iteration},
-                          {"last_overflow_iteration", s.last_overflow_iteration},
-                          {"hysteresis_left", s.hysteresis_left}}}}
-      .dump();
 }
 
 }  // namespace strata::engine

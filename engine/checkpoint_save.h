@@ -1,6 +1,6 @@
 // CheckpointSave: the engine's state into a checkpoint (docs/design.md, "Checkpoints";
 // checkpoint/ holds the format and the directory protocol), synchronously or in the
-// background.
+// background; what each rank's part holds is its CheckpointPart's (checkpoint_part.h).
 //
 // Protocol. save() is collective and runs between steps once the engine's queued work has
 // landed (Engine checks the contract and synchronizes first). It writes this rank's shard of
@@ -29,6 +29,7 @@
 
 #include "checkpoint/format.h"
 #include "checkpoint/save_lock.h"
+#include "engine/checkpoint_part.h"
 #include "engine/config.h"
 #include "engine/detail/checkpoint_ranges.h"
 #include "engine/engine.h"
@@ -55,7 +56,16 @@ class CheckpointSave {
     const StepScalars& scalars;  // the counters and loss scaler saved beside the state
   };
 
-  explicit CheckpointSave(const Context& ctx) : c_(ctx) {}
+  explicit CheckpointSave(const Context& ctx)
+      : c_(ctx),
+        part_({.cfg = ctx.cfg,
+               .scaler_config = ctx.scaler_config,
+               .layout = ctx.layout,
+               .ranks = ctx.ranks,
+               .cdt = ctx.cdt,
+               .state = ctx.state,
+               .homes = ctx.homes,
+               .scalars = ctx.scalars}) {}
   CheckpointSave(const CheckpointSave&) = delete;
   CheckpointSave& operator=(const CheckpointSave&) = delete;
   ~CheckpointSave() { drop_pending(); }
@@ -65,22 +75,9 @@ class CheckpointSave {
   std::vector<SaveResult> finished() { return std::exchange(finished_, {}); }
 
  private:
-  using Appender = std::function<std::uint64_t(const void* data, std::uint64_t bytes)>;
-  // This rank's part of a save of `step`, a partial manifest whose file 0 is the rank's shard
-  // file: its bytes go to `append` in file order (returning their offset); the sealed NVMe
-  // files are linked into the staging directory as they are.
-  checkpoint::Manifest build_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                                  bool link_nvme, SaveResult& counts, const Appender& append);
-  std::uint64_t shard_file_bytes(bool link_nvme) const;  // what build_part appends
-  std::string write_part(const std::string& staging, std::int64_t step, const std::string& trainer_state,
-                         bool link_nvme, SaveResult& counts);
   void commit_parts(const std::string& root, const std::string& part_text, int keep);
   void sum_counts_over_ranks(SaveResult& r);  // collective: bytes, linked and copied bytes
   void lock_save_root(const std::string& root);
-  std::string engine_state_json() const;
-  std::vector<detail::Piece> pieces(int li) const {
-    return detail::pieces(c_.layout, c_.cfg.zero.stage, c_.ranks.rank, li, false);
-  }
 
   // checkpoint_async.cc: false (on every rank) when some rank's staging does not fit the host
   // budget: the caller saves synchronously.
@@ -103,6 +100,7 @@ class CheckpointSave {
   };
 
   Context c_;
+  CheckpointPart part_;  // what this rank's part holds
   // The save roots this run has saved to, each locked against other runs until the engine
   // goes (checkpoint/save_lock.h); rank 0 only, which prepares and commits.
   std::vector<std::unique_ptr<checkpoint::SaveLock>> save_locks_;
