@@ -41,7 +41,7 @@ void OverlappedStep::plan_host_lane() {
 // one. When the last step clipped and this one may end as a tail, the lane bets on nothing:
 // it is deferred (start_deferred()).
 void OverlappedStep::begin(bool allowed) {
-  if (tail_) {  // the last step's tail still runs: this step's lane starts when it ends
+  if (tail_.running()) {  // the last step's tail still runs: this step's lane starts when it ends
     armed_ = allowed ? 1 : 0;
     return;
   }
@@ -51,7 +51,7 @@ void OverlappedStep::begin(bool allowed) {
   if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb) return;
   plan_host_lane();
   if (swapper == nullptr && host_order_.empty()) return;
-  STRATA_CHECK(tail_failure_.empty(), tail_failure_code_, tail_failure_);
+  tail_.check();
   // A kept step may finish as a tail (stage 3, every layer's state on NVMe, none persistent:
   // then nothing else in step() touches what the lane updates).
   bool tail_ok = c_.cfg.zero.stage == 3;
@@ -84,8 +84,8 @@ void OverlappedStep::begin(bool allowed) {
   };
   order.defer_commit = true;
   if (tail_ok) {
-    order.done = [this](std::size_t t) { layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
-    order.ascending_rest = &ascending_;
+    order.done = [this](std::size_t t) { tail_.layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+    order.ascending_rest = tail_.ascending();
   }
   launch_lane(order, true);
 }
@@ -101,8 +101,8 @@ void OverlappedStep::start_deferred() {
   for (std::size_t t = 0; t < swapper->tensors(); ++t) order.tensors.push_back(t);
   order.ready = [this](std::size_t) { lane_.wait_plan(); };
   order.defer_commit = true;
-  order.done = [this](std::size_t t) { layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
-  order.ascending_rest = &ascending_;
+  order.done = [this](std::size_t t) { tail_.layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+  order.ascending_rest = tail_.ascending();
   deferred_ = true;
   launch_lane(order, false);
 }
@@ -113,27 +113,14 @@ void OverlappedStep::start_deferred() {
 bool OverlappedStep::publish_plan(const optim::StepPlan& plan) {
   lane_args_ = c_.scalars.args(plan);  // the lane reads them only past the gate
   lane_lr_ = c_.scalars.next_lr();
-  {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    if (lane_done_) return false;
-    kept_ = true;
-    tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
-    tail_ = true;
-  }
-  ascending_.store(true, std::memory_order_release);
+  if (!tail_.keep(nullptr)) return false;
   lane_.open_plan();
   return true;
 }
 
 void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
   auto* swapper = c_.nvme.swapper();
-  {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    settled_.assign(c_.layout.layers().size(), 0);
-    kept_ = false;
-    lane_done_ = false;
-  }
-  ascending_.store(false);
+  tail_.arm(c_.layout.layers().size());
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
   lane_.start(c_.layout.layers().size(), [this, swapper, order, host_layers] {
@@ -152,12 +139,7 @@ void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& ord
     } catch (...) {
       failed = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> lock(tail_mu_);
-      if (!failed && kept_) swapper->commit_pending();  // the tail's end (swapped layers only): run() left the commit
-      lane_done_ = true;
-    }
-    tail_cv_.notify_all();
+    tail_.lane_ended(failed != nullptr, [swapper] { swapper->commit_pending(); });
     if (failed) std::rethrow_exception(failed);
   });
   // The lane reaches the staging only past a gate that this thread opens later (layer_done,
@@ -180,42 +162,16 @@ void OverlappedStep::step_host_layers(const optim::StepArgs& a, float lr) {
 }
 
 void OverlappedStep::layer_done(int li, std::unique_ptr<device::Event> done) {
-  if (tail_) finish_tail();  // a layer the next forward never gathered: the tail must end first
+  if (tail_.running()) finish_tail();  // a layer the next forward never gathered: the tail must end first
   lane_.ready(li, std::move(done));
 }
 
 void OverlappedStep::check_bet(int li) {
-  {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    if (kept_) return;  // run() decided: the rest is the tail
-  }
+  if (tail_.kept()) return;  // run() decided: the rest is the tail
   c_.scalars.add_layer_norm(li, lane_partial_);
   if (lane_partial_.finite && lane_partial_.sumsq <= abandon_above_) return;
   abandoned_ = true;
   throw Error(Errc::internal, "overlapped optimizer step abandoned: the gradient overflows or is clipped");
-}
-
-// On the lane, after the last sub-group of layer li: its new parameters are written (or
-// queued behind the I/O worker's FIFO). Once run() kept the step, the layer is the tail's:
-// its parameter shards commit behind that write and its accumulator is zeroed for the next
-// step, before the next forward may gather it. settled_: 0 not reached, 1 stepped before
-// run() kept the step (run()'s commit and zero_grads() cover it), 3 the tail is committing
-// and zeroing it, 2 done.
-void OverlappedStep::layer_stepped(int li) {
-  const auto i = static_cast<std::size_t>(li);
-  {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    settled_[i] = kept_ ? 3 : 1;
-    if (!kept_) {
-      tail_cv_.notify_all();
-      return;
-    }
-  }
-  c_.update.commit(li);
-  c_.grads.zero_layer(li);
-  std::lock_guard<std::mutex> lock(tail_mu_);
-  settled_[i] = 2;
-  tail_cv_.notify_all();
 }
 
 void OverlappedStep::before_step() {
@@ -226,15 +182,14 @@ void OverlappedStep::before_step() {
 }
 
 OverlappedStep::Outcome OverlappedStep::settle(const optim::StepPlan& plan) {
-  tail_layers_ = 0;
   Outcome out;
   out.rolled_back = !finish_overlap(plan);
-  out.tail_layers = tail_layers_;
-  out.deferred = deferred_ && tail_ && !out.rolled_back;
+  out.tail_layers = tail_.running() ? tail_.layers_left() : 0;
+  out.deferred = deferred_ && tail_.running() && !out.rolled_back;
   if (out.rolled_back) {
     STRATA_LOG(info, "rank ", c_.rank, ": the overlapped optimizer step was undone (",
                plan.skip ? "gradient overflow" : "gradient clipping", "); the step runs ",
-               tail_ ? "as the tail, during the next forward" : "synchronously");
+               tail_.running() ? "as the tail, during the next forward" : "synchronously");
   }
   if (!plan.skip) clipped_last_ = plan.clip_coef < 1.0;
   return out;
@@ -254,19 +209,9 @@ bool OverlappedStep::finish_overlap(const optim::StepPlan& plan) {
     return true;
   }
   const bool same = !plan.skip && plan.grad_scale == speculated_scale_;  // the same update, bit for bit
-  if (same && tail_ok_) {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    if (!lane_done_) {
-      // Kept, and the lane is still at work: it finishes the step as the tail, lowest layer
-      // first, while the next forward runs. What it wrote so far commits behind its writes.
-      kept_ = true;
-      tail_layers_ = static_cast<int>(std::count(settled_.begin(), settled_.end(), 0));
-      ascending_.store(true, std::memory_order_release);
-      c_.update.commit();
-      tail_ = true;
-      return true;
-    }
-  }
+  // Kept, and the lane is still at work: it finishes the step as the tail, lowest layer
+  // first, while the next forward runs. What it wrote so far commits behind its writes.
+  if (same && tail_ok_ && tail_.keep([this] { c_.update.commit(); })) return true;
   const std::exception_ptr failed = join_lane();
   if (failed) {
     undo_overlap();
@@ -320,49 +265,19 @@ void OverlappedStep::count_lane_io() {
 }
 
 void OverlappedStep::before_layer(int li) {
-  if (!tail_) return;
-  {
-    std::unique_lock<std::mutex> lock(tail_mu_);
-    const auto t0 = std::chrono::steady_clock::now();
-    tail_cv_.wait(lock, [&] {
-      const char st = settled_[static_cast<std::size_t>(li)];
-      return st == 1 || st == 2 || lane_done_;
-    });
-    c_.io.optimizer_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!lane_done_) return;
-  }
-  finish_tail();  // the lane is over: join it, count its traffic, start the lane begin_step armed
+  if (!tail_.running()) return;
+  // Once the lane is over: join it, count its traffic, start the lane begin_step armed.
+  if (tail_.wait_for(li)) finish_tail();
 }
 
 void OverlappedStep::finish_tail() {
-  if (!tail_) return;
-  tail_ = false;
+  if (!tail_.stop()) return;
   const std::exception_ptr failed = join_lane();
   touched_.assign(touched_.size(), 0);
-  {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    kept_ = false;
-    lane_done_ = false;
-  }
+  tail_.finish();
   if (failed) {
-    // Layers the tail stepped are committed, the rest and every layer's NVMe optimizer state
-    // are the last step's: nothing continues from such a state.
-    std::string what = "unknown error";
-    tail_failure_code_ = Errc::internal;
-    try {
-      std::rethrow_exception(failed);
-    } catch (const Error& e) {
-      what = e.what();
-      tail_failure_code_ = e.code();
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    tail_failure_ = str_cat("rank ", c_.rank, ": the optimizer step's tail failed after step() returned (", what,
-                            "): parameters and optimizer state now come from different steps; resume from a "
-                            "checkpoint");
     armed_ = -1;
-    STRATA_THROW(tail_failure_code_, tail_failure_);
+    tail_.failed(failed);
   }
   if (armed_ >= 0) {
     const bool allowed = armed_ == 1;
@@ -371,15 +286,7 @@ void OverlappedStep::finish_tail() {
   }
 }
 
-void OverlappedStep::zero_grads() {
-  std::vector<char> skip;
-  if (tail_) {
-    std::lock_guard<std::mutex> lock(tail_mu_);
-    skip = settled_;
-    for (char& st : skip) st = st == 1 ? 0 : 1;  // the tail zeroes every layer it had not stepped when run() kept it
-  }
-  c_.grads.zero(skip);
-}
+void OverlappedStep::zero_grads() { tail_.zero_grads(); }
 
 // Nothing the lane wrote survives: the swapper's pending generation, the host layers' spare
 // arrays and the parameter store's uncommitted writes are dropped, and compute copies it
@@ -415,7 +322,7 @@ void OverlappedStep::undo_overlap() noexcept {
 
 void OverlappedStep::cancel() noexcept {
   armed_ = -1;
-  if (tail_) {
+  if (tail_.running()) {
     try {
       finish_tail();  // a kept step: let it finish
     } catch (const std::exception& e) {

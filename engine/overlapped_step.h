@@ -45,12 +45,9 @@
 // leaves layers from different steps: the error says so and no lane starts again.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -64,6 +61,7 @@
 #include "engine/param_homes.h"
 #include "engine/shard_update.h"
 #include "engine/step_scalars.h"
+#include "engine/step_tail.h"
 #include "optim/grad_norm.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
@@ -97,7 +95,8 @@ class OverlappedStep {
     int tail_layers = 0;       // layers left to the tail when the step was kept
   };
 
-  explicit OverlappedStep(const Context& ctx) : c_(ctx) {}
+  explicit OverlappedStep(const Context& ctx)
+      : c_(ctx), tail_({.rank = ctx.rank, .update = ctx.update, .grads = ctx.grads, .io = ctx.io}) {}
   OverlappedStep(const OverlappedStep&) = delete;
   OverlappedStep& operator=(const OverlappedStep&) = delete;
 
@@ -115,7 +114,7 @@ class OverlappedStep {
   // OptimizerStep::run()'s side: before_step() before the plan, settle() once it is known.
   void before_step();
   Outcome settle(const optim::StepPlan& plan);
-  bool tail() const noexcept { return tail_; }  // a tail runs: it steps and commits the swapped layers
+  bool tail() const noexcept { return tail_.running(); }  // a tail runs: it steps and commits the swapped layers
   // Per layer: settle() kept the lane's update of the host layer (the synchronous step skips it).
   const std::vector<char>& kept_host_layers() const noexcept { return host_kept_; }
 
@@ -135,7 +134,6 @@ class OverlappedStep {
   void check_bet(int li);
   void plan_host_lane();                                      // host_order_ for this step's lane
   void step_host_layers(const optim::StepArgs& a, float lr);  // on the lane
-  void layer_stepped(int li);                                 // on the lane, after layer li's last sub-group
   void count_lane_io();                                       // the lane's traffic into the step's, once it has joined
   std::exception_ptr join_lane();  // joins the lane, counts its wait and traffic; what it threw
 
@@ -154,20 +152,9 @@ class OverlappedStep {
   std::vector<int> host_order_;   // the host layers the lane steps, backward order
   std::vector<char> host_kept_;   // per layer: settle() kept the lane's update (the step skips it)
   std::vector<char> no_spare_;    // per layer: its spare arrays did not fit; it steps in run()
-  // The tail. Under tail_mu_, shared with the lane: settled_ (per layer, layer_stepped()),
-  // kept_ (run() kept the lane's work while it ran), lane_done_ (its work returned or threw).
-  std::mutex tail_mu_;
-  std::condition_variable tail_cv_;
-  std::vector<char> settled_;
-  bool kept_ = false;
-  bool lane_done_ = false;
-  std::atomic<bool> ascending_{false};  // the swapper's ascending_rest
-  bool tail_ok_ = false;                // this step's lane may finish as a tail
-  bool tail_ = false;                   // a tail runs (the trainer's thread's view)
-  int tail_layers_ = 0;                 // layers left to the tail when run() kept the step
-  int armed_ = -1;                      // begin(allowed) waiting for the tail: -1 none, 0/1
-  std::string tail_failure_;            // set when a tail failed: no lane starts again
-  Errc tail_failure_code_ = Errc::internal;
+  StepTail tail_;                 // the tail's hand-over between the lane and the trainer
+  bool tail_ok_ = false;          // this step's lane may finish as a tail
+  int armed_ = -1;                // begin(allowed) waiting for the tail: -1 none, 0/1
 };
 
 }  // namespace strata::engine
