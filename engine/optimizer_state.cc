@@ -153,4 +153,35 @@ void OptimizerState::step_swapped(const std::function<void(int li, const offload
   c_.nvme.swapper_traffic(io);
 }
 
+bool OptimizerState::has_swapped() const { return c_.nvme.swapper() != nullptr; }
+
+std::size_t OptimizerState::swapped_layers() const {
+  const auto* swapper = c_.nvme.swapper();
+  return swapper == nullptr ? 0 : swapper->tensors();
+}
+
+int OptimizerState::swapped_layer(std::size_t t) const { return c_.nvme.swap_layer(static_cast<int>(t)); }
+
+void OptimizerState::step_swapped(const offload::OptimizerSwapper::StepOrder& order,
+                                  const std::function<void(int li, const offload::SubGroup& g)>& fn) {
+  auto* swapper = c_.nvme.swapper();
+  if (swapper == nullptr) return;
+  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); }, order);
+}
+
+void OptimizerState::commit_pending() {
+  if (auto* swapper = c_.nvme.swapper()) swapper->commit_pending();
+}
+
+void OptimizerState::discard_pending() noexcept {
+  if (auto* swapper = c_.nvme.swapper()) swapper->discard_pending();
+}
+
+void OptimizerState::committed_masters(
+    int li, const std::function<void(std::uint64_t first, const float* master, std::uint64_t n)>& fn) {
+  c_.nvme.swapper()->visit_masters(static_cast<std::size_t>(c_.nvme.swap_index(li)), fn);
+}
+
+void OptimizerState::add_swap_traffic(IoStats& io) { c_.nvme.swapper_traffic(io); }
+
 }  // namespace strata::engine

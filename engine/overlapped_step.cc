@@ -18,7 +18,7 @@ namespace strata::engine {
 // host memory gives (a layer refused steps in run(), said once).
 void OverlappedStep::plan_host_lane() {
   host_order_.clear();
-  if (!overlaps_host_state(c_.cfg, c_.nvme.swapper() != nullptr)) return;
+  if (!overlaps_host_state(c_.cfg, c_.state.has_swapped())) return;
   no_spare_.resize(c_.layout.layers().size(), 0);
   for (std::size_t i = c_.layout.layers().size(); i-- > 0;) {
     const int li = static_cast<int>(i);
@@ -45,12 +45,12 @@ void OverlappedStep::begin(bool allowed) {
     armed_ = allowed ? 1 : 0;
     return;
   }
-  auto* swapper = c_.nvme.swapper();
+  const bool swapped = c_.state.has_swapped();
   if (lane_.active()) undo_overlap();  // a step abandoned before run(): never kept
   deferred_ = false;
   if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb) return;
   plan_host_lane();
-  if (swapper == nullptr && host_order_.empty()) return;
+  if (!swapped && host_order_.empty()) return;
   tail_.check();
   // A kept step may finish as a tail (stage 3, every layer's state on NVMe, none persistent:
   // then nothing else in step() touches what the lane updates).
@@ -59,7 +59,7 @@ void OverlappedStep::begin(bool allowed) {
     tail_ok = c_.state.tier(static_cast<int>(li)) == Tier::nvme && !c_.homes.persistent(static_cast<int>(li));
   tail_ok_ = tail_ok;
   const double max_norm = c_.cfg.gradient_clipping;
-  if (tail_ok && swapper != nullptr && max_norm > 0 && clipped_last_) {
+  if (tail_ok && swapped && max_norm > 0 && clipped_last_) {
     start_deferred();
     return;
   }
@@ -68,8 +68,7 @@ void OverlappedStep::begin(bool allowed) {
   lane_args_ = c_.scalars.args(bet);
   lane_lr_ = c_.scalars.next_lr();
   offload::OptimizerSwapper::StepOrder order;
-  if (swapper != nullptr)
-    for (std::size_t t = swapper->tensors(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
+  for (std::size_t t = c_.state.swapped_layers(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
   // The bet is lost early when this rank's part of the squared norm already overflows or
   // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
   // the step runs synchronously, without first finishing work it would undo.
@@ -78,13 +77,13 @@ void OverlappedStep::begin(bool allowed) {
   lane_partial_ = {};
   abandoned_ = false;
   order.ready = [this](std::size_t t) {
-    const int li = c_.nvme.swap_layer(static_cast<int>(t));
+    const int li = c_.state.swapped_layer(t);
     lane_.wait_ready(li);
     check_bet(li);
   };
   order.defer_commit = true;
   if (tail_ok) {
-    order.done = [this](std::size_t t) { tail_.layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+    order.done = [this](std::size_t t) { tail_.layer_stepped(c_.state.swapped_layer(t)); };
     order.ascending_rest = tail_.ascending();
   }
   launch_lane(order, true);
@@ -96,12 +95,11 @@ void OverlappedStep::begin(bool allowed) {
 // gives it the step's arguments; then it finishes the step as the tail. Bets on nothing, so
 // nothing is ever undone.
 void OverlappedStep::start_deferred() {
-  auto* swapper = c_.nvme.swapper();
   offload::OptimizerSwapper::StepOrder order;
-  for (std::size_t t = 0; t < swapper->tensors(); ++t) order.tensors.push_back(t);
+  for (std::size_t t = 0; t < c_.state.swapped_layers(); ++t) order.tensors.push_back(t);
   order.ready = [this](std::size_t) { lane_.wait_plan(); };
   order.defer_commit = true;
-  order.done = [this](std::size_t t) { tail_.layer_stepped(c_.nvme.swap_layer(static_cast<int>(t))); };
+  order.done = [this](std::size_t t) { tail_.layer_stepped(c_.state.swapped_layer(t)); };
   order.ascending_rest = tail_.ascending();
   deferred_ = true;
   launch_lane(order, false);
@@ -119,27 +117,21 @@ bool OverlappedStep::publish_plan(const optim::StepPlan& plan) {
 }
 
 void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
-  auto* swapper = c_.nvme.swapper();
   tail_.arm(c_.layout.layers().size());
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
-  lane_.start(c_.layout.layers().size(), [this, swapper, order, host_layers] {
+  lane_.start(c_.layout.layers().size(), [this, order, host_layers] {
     std::exception_ptr failed;
     try {
-      if (swapper != nullptr) {
-        swapper->step(
-            [&](const offload::SubGroup& g) {
-              const int li = c_.nvme.swap_layer(static_cast<int>(g.tensor));
-              touched_[static_cast<std::size_t>(li)] = 1;
-              c_.update.sub_group(lane_args_, lane_lr_, li, g);
-            },
-            order);
-      }
+      c_.state.step_swapped(order, [&](int li, const offload::SubGroup& g) {
+        touched_[static_cast<std::size_t>(li)] = 1;
+        c_.update.sub_group(lane_args_, lane_lr_, li, g);
+      });
       if (host_layers) step_host_layers(lane_args_, lane_lr_);
     } catch (...) {
       failed = std::current_exception();
     }
-    tail_.lane_ended(failed != nullptr, [swapper] { swapper->commit_pending(); });
+    tail_.lane_ended(failed != nullptr, [this] { c_.state.commit_pending(); });
     if (failed) std::rethrow_exception(failed);
   });
   // The lane reaches the staging only past a gate that this thread opens later (layer_done,
@@ -235,7 +227,7 @@ bool OverlappedStep::finish_overlap(const optim::StepPlan& plan) {
 // A lost bet whose step may end as a tail: the real step runs as one (lowest layer first,
 // while the next forward runs) rather than synchronously in run().
 void OverlappedStep::redo_as_tail(const optim::StepPlan& plan) {
-  if (plan.skip || !tail_ok_ || c_.nvme.swapper() == nullptr) return;
+  if (plan.skip || !tail_ok_ || !c_.state.has_swapped()) return;
   start_deferred();
   if (publish_plan(plan)) return;
   // The fresh lane already failed (reading ahead): its error is the step's.
@@ -259,7 +251,7 @@ std::exception_ptr OverlappedStep::join_lane() {
 
 void OverlappedStep::count_lane_io() {
   c_.update.count_into(nullptr);
-  c_.nvme.swapper_traffic(lane_io_);
+  c_.state.add_swap_traffic(lane_io_);
   c_.io += lane_io_;
   lane_io_ = {};
 }
@@ -294,9 +286,8 @@ void OverlappedStep::zero_grads() { tail_.zero_grads(); }
 void OverlappedStep::undo_overlap() noexcept {
   lane_.cancel();
   c_.update.count_into(nullptr);
-  auto* swapper = c_.nvme.swapper();
-  if (swapper != nullptr)
-    swapper->discard_pending();
+  if (c_.state.has_swapped())
+    c_.state.discard_pending();
   else if (std::find(touched_.begin(), touched_.end(), 1) == touched_.end())
     return;  // host layers only, none written yet
   c_.settle();
@@ -309,9 +300,9 @@ void OverlappedStep::undo_overlap() noexcept {
         c_.homes.write_own(l, 0, c_.state.elems(l), c_.state.resident(l).master);
         continue;
       }
-      swapper->visit_masters(
-          static_cast<std::size_t>(c_.nvme.swap_index(l)),
-          [&](std::uint64_t first, const float* master, std::uint64_t n) { c_.homes.write_own(l, first, n, master); });
+      c_.state.committed_masters(l, [&](std::uint64_t first, const float* master, std::uint64_t n) {
+        c_.homes.write_own(l, first, n, master);
+      });
     }
   } catch (const std::exception& e) {
     STRATA_LOG(error, "rank ", c_.rank, ": undoing the overlapped optimizer step failed: ", e.what(),

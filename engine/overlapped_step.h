@@ -55,7 +55,6 @@
 #include "engine/engine.h"
 #include "engine/grad_reducer.h"
 #include "engine/layout.h"
-#include "engine/nvme_homes.h"
 #include "engine/optimizer_lane.h"
 #include "engine/optimizer_state.h"
 #include "engine/param_homes.h"
@@ -82,7 +81,6 @@ class OverlappedStep {
     GradReducer& grads;
     OptimizerState& state;
     ParamHomes& homes;
-    NvmeHomes& nvme;
     IoStats& io;
     // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
     // what failed.

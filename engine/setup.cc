@@ -165,7 +165,6 @@ void Engine::Impl::make_stepper() {
                                                                      .grads = *grads,
                                                                      .state = *opt_state,
                                                                      .homes = *homes,
-                                                                     .nvme = *nvme,
                                                                      .io = io,
                                                                      .settle = settle_after_failure,
                                                                      .tracer = options.tracer});
