@@ -32,7 +32,7 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
   cmake --build "$STRATA_ROOT/build-tsan" -j"$jobs" --target strata_device_tests strata_io_tests strata_comm_tests \
-    strata_engine_tests strata_offload_tests strata_pipeline_tests
+    strata_engine_tests strata_engine_offload_tests strata_offload_tests strata_pipeline_tests
   tsan() { TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R "$@"; }
   # Timing assertions (throttle) are meaningless under TSan's slowdown, and the guard's
   # tests fork; everything else runs.
@@ -47,7 +47,8 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   # planner's brute-force comparisons are single-threaded and slow under TSan, and the
   # pipeline-on-engine sweeps ([sweep]) repeat one threading pattern that a small case covers.
   tsan "$STRATA_ROOT/build-tsan/bin/strata_engine_tests" "~[.]~[cuda]~[pku]"
-  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]~[cuda]~[pku]~[sweep]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_engine_offload_tests" "~[cuda]~[pku]~[sweep]"
+  tsan "$STRATA_ROOT/build-tsan/bin/strata_offload_tests" "~[brute]"
   tsan "$STRATA_ROOT/build-tsan/bin/strata_pipeline_tests" "~[.]~[process]~[timing]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
@@ -55,7 +56,8 @@ if [ "${STRATA_ASAN:-1}" != "0" ]; then
   strata_configure "$STRATA_ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSTRATA_SANITIZE=address,undefined -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
   suites=(strata_core_tests strata_device_tests strata_comm_tests strata_io_tests strata_optim_tests
-    strata_offload_tests strata_engine_tests strata_engine_config_tests strata_checkpoint_tests strata_models_tests
+    strata_offload_tests strata_engine_offload_tests strata_engine_tests strata_engine_config_tests
+    strata_checkpoint_tests strata_models_tests
     strata_pipeline_tests strata_c_api_test strata_safetensors_tests strata_tokenizer_tests)
   cmake --build "$STRATA_ROOT/build-asan" -j"$jobs" --target "${suites[@]}"
   for suite in "${suites[@]}"; do

@@ -239,7 +239,7 @@ TEST_CASE("a pipelined GPT trains to the sequential loop's parameters bit for bi
 // PipelineModel::bind, which a CUDA stage calls with its device and stream: on the host
 // device the bound layers get kernels of their own (make_kernels) and must give the
 // unbound layers' bits; FP8 products are refused by name (pipelined, they run on host-device
-// stages only). The CUDA side is tests/offload/pipeline_cuda_test.cc.
+// stages only). The CUDA side is tests/engine/pipeline_cuda_test.cc.
 TEST_CASE("the GPT's layers bound to a stream compute the unbound layers' bits", "[gpt][pipeline]") {
   GptConfig c = small_gpt();
   c.unit_scaled = GENERATE(false, true);

@@ -20,7 +20,7 @@
 #include "runtime/core/error.h"
 #include "runtime/device/arena.h"
 #include "tests/engine/engine_support.h"
-#include "tests/offload/pipeline_stage_support.h"
+#include "tests/engine/pipeline_stage_support.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 

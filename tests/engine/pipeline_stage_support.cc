@@ -1,5 +1,5 @@
 // What the pipeline-stage tests share (see pipeline_stage_support.h).
-#include "tests/offload/pipeline_stage_support.h"
+#include "tests/engine/pipeline_stage_support.h"
 
 #include <catch2/catch.hpp>
 

@@ -19,7 +19,7 @@
 #include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
-#include "tests/offload/checkpoint_files.h"
+#include "tests/engine/checkpoint_files.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::test {

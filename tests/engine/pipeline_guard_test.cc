@@ -12,7 +12,7 @@
 
 #include "models/gpt/pipeline_layers.h"
 #include "pipeline/generators.h"
-#include "tests/offload/pipeline_stage_support.h"
+#include "tests/engine/pipeline_stage_support.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;

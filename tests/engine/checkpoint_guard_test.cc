@@ -21,7 +21,7 @@
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
-#include "tests/offload/checkpoint_files.h"
+#include "tests/engine/checkpoint_files.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 

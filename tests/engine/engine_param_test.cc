@@ -15,7 +15,7 @@
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
-#include "tests/offload/param_offload_support.h"
+#include "tests/engine/param_offload_support.h"
 #include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
 

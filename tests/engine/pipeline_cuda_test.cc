@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "pipeline/generators.h"
-#include "tests/offload/pipeline_stage_support.h"
+#include "tests/engine/pipeline_stage_support.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 

@@ -12,7 +12,7 @@
 #include "engine/engine.h"
 #include "runtime/core/error.h"
 #include "tests/engine/engine_support.h"
-#include "tests/offload/param_offload_support.h"
+#include "tests/engine/param_offload_support.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
