@@ -20,8 +20,8 @@
 #include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
-#include "tests/engine/engine_support.h"
 #include "tests/engine/checkpoint_files.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 

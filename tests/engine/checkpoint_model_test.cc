@@ -18,8 +18,8 @@
 #include "engine/engine.h"
 #include "models/mlp.h"
 #include "runtime/device/device.h"
-#include "tests/engine/engine_support.h"
 #include "tests/engine/checkpoint_files.h"
+#include "tests/engine/engine_support.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::test {
