@@ -111,7 +111,7 @@ std::uint64_t CheckpointPart::shard_file_bytes(bool link_nvme) const {
   return bytes;
 }
 
-// The synchronous form: the shard file written as build_part produces it.
+// The synchronous form: the shard file written as build() produces it.
 std::string CheckpointPart::write(const std::string& staging, std::int64_t step, const std::string& trainer_state,
                                   bool link_nvme, SaveResult& counts) {
   const std::string name = checkpoint::shard_file_name(c_.ranks.rank);

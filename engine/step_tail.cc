@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/core/units.h"
-
 namespace strata::engine {
 
 void StepTail::arm(std::size_t layers) {

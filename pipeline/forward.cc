@@ -10,10 +10,9 @@ namespace strata::pipeline::detail {
 namespace {
 
 // `pass` runs in the buffers of `trained`: the same layers, in the same shapes, for at most
-// as many rows; `layers` are pass's as the stage calls them, each keeping at most what the
-// trained model's keep there (the slots the stage's pool has).
-void check_fits(const ForwardStage& st, const PipelineModel& pass,
-                const std::vector<std::shared_ptr<const Layer>>& layers, device::Backend backend) {
+// as many rows, each keeping at most what the trained model's keep as a stage on `backend`
+// calls them (the slots the stage's pool has; binding checks the bound layers keep that).
+void check_fits(const ForwardStage& st, const PipelineModel& pass, device::Backend backend) {
   const PipelineModel& t = st.trained;
   STRATA_CHECK(pass.layers.size() == t.layers.size() && pass.rows <= t.rows, Errc::invalid_argument,
                "forward pass: a model of ", pass.layers.size(), " layers at ", pass.rows,
@@ -21,9 +20,10 @@ void check_fits(const ForwardStage& st, const PipelineModel& pass,
                " rows");
   for (const auto& ids : st.chunks) {
     for (int id : ids) {
-      const Layer &p = *layers[static_cast<std::size_t>(id)], &q = *t.layers[static_cast<std::size_t>(id)];
+      const Layer &p = *pass.layers[static_cast<std::size_t>(id)], &q = *t.layers[static_cast<std::size_t>(id)];
       STRATA_CHECK(p.in_features() == q.in_features() && p.out_features() == q.out_features() &&
-                       p.param_count() == q.param_count() && p.saved_floats(pass.rows) <= t.saved_floats(id, backend),
+                       p.param_count() == q.param_count() &&
+                       pass.saved_floats(id, backend) <= t.saved_floats(id, backend),
                    Errc::invalid_argument, "forward pass: layer ", id, " (", p.name(),
                    ") is not the trained model's layer in shape or size");
     }
@@ -42,11 +42,11 @@ void forward_pass(const ForwardStage& st, const PipelineModel* other, int micro_
   const PipelineModel& pass = other != nullptr ? *other : st.trained;
   StageDevice& sd = st.sd;
   const device::Backend backend = sd.dev().backend();
+  check_fits(st, pass, backend);
   // Another model's layers are bound here, as the executor bound the trained ones (which
   // it reuses: no second compute state for the model it runs).
   const std::vector<std::shared_ptr<const Layer>> layers =
       other == nullptr || other == &st.trained ? st.layers : sd.layers_of(pass, "forward pass");
-  check_fits(st, pass, layers, backend);
   STRATA_CHECK(micro_batches >= 0, Errc::invalid_argument, "forward pass: ", micro_batches, " micro-batches");
   const std::uint64_t last_tag =
       kForwardTagBase + static_cast<std::uint64_t>(vstages) * static_cast<std::uint64_t>(micro_batches);

@@ -40,6 +40,6 @@ struct StageMemory {
 // backend: the stage's device; a CUDA stage keeps what the layers bind() makes keep
 // (PipelineModel::saved_floats).
 StageMemory stage_memory(const Schedule& schedule, int stage, const PipelineModel& model, Remat remat,
-                         std::uint64_t alignment, device::Backend backend = device::Backend::host);
+                         std::uint64_t alignment, device::Backend backend);
 
 }  // namespace strata::pipeline

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,7 +35,10 @@ std::string strata_beside_library() {
       ::dladdr(reinterpret_cast<void*>(&strata_calibrate), &info) != 0 && info.dli_fname != nullptr,
       strata::Errc::invalid_argument,
       "strata_calibrate: cannot tell where libstrata_c is loaded from: give \"strata\", the strata executable");
-  const auto exe = std::filesystem::absolute(info.dli_fname).parent_path().parent_path() / "bin" / "strata";
+  std::error_code ec;  // the library's own path, links resolved (a failure leaves it as given)
+  auto lib = std::filesystem::weakly_canonical(info.dli_fname, ec);
+  if (ec) lib = info.dli_fname;
+  const auto exe = lib.parent_path().parent_path() / "bin" / "strata";
   STRATA_CHECK(std::filesystem::exists(exe), strata::Errc::invalid_argument,
                "strata_calibrate: no strata executable at ", exe.string(), " (beside ", info.dli_fname,
                "): give \"strata\", the path of one");
@@ -45,7 +49,17 @@ std::string strata_beside_library() {
 
 extern "C" strata_status strata_train(const char* options_json) {
   return strata::capi::guarded([&] {
-    strata::train::run_training(strata::train::train_options_from_json(parsed(options_json, "strata_train")));
+    const auto o = strata::train::train_options_from_json(parsed(options_json, "strata_train"));
+    // The trainer handles SIGINT/SIGTERM/SIGHUP for the process while it runs (train/interrupt.h):
+    // two at once would restore each other's handlers.
+    static std::atomic<bool> running{false};
+    STRATA_CHECK(!running.exchange(true), strata::Errc::invalid_argument,
+                 "strata_train: another strata_train runs in this process; run one at a time (or one per process, "
+                 "as strata launch does)");
+    struct Done {
+      ~Done() { running = false; }
+    } done;
+    strata::train::run_training(o);
   });
 }
 

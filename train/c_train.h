@@ -17,7 +17,9 @@ extern "C" {
 /* options_json: one JSON object whose keys are `strata train`'s long flags without the dashes
    and with '_' for '-', e.g. {"model": "gpt", "config": "ds.json", "data": "corpus.txt",
    "steps": 100, "save_dir": "ckpt", "quiet": true} (train/options_json.h). Returns when the
-   run has ended; on failure strata_last_error() names the option, file or rank at fault. A
+   run has ended; on failure strata_last_error() names the option, file or rank at fault. One
+   runs at a time in a process; like `strata train` it sets glibc's mmap threshold to 8 MiB for
+   the process (so the resident set follows what is live) and handles signals while it runs. A
    signal (SIGINT, SIGTERM) during the run stops it after the current step, with a final
    checkpoint where it saves them, and fails naming the signal. */
 strata_status strata_train(const char* options_json);

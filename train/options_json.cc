@@ -110,8 +110,12 @@ const std::map<std::string, SetterOf<TrainOptions>>& train_setters() {
         {"eval_every", in(&T::m, integer(&M::eval_every, 0, kAny >> 33))},
         {"eval_batches", in(&T::m, integer(&M::eval_batches, 1, 1 << 20))},
         {"sample", in(&T::m, integer(&M::sample, 0, kAny >> 33))},
-        {"seed", [](T& o, const std::string& k,
-                    const nlohmann::json& v) { o.m.seed = static_cast<std::uint64_t>(whole(k, v, 0, kAny)); }},
+        {"seed",
+         [](T& o, const std::string& k, const nlohmann::json& v) {
+           STRATA_CHECK(v.is_number_unsigned(), Errc::invalid_argument, "training option '", k,
+                        "' takes a whole number of at least 0, not ", v.dump());
+           o.m.seed = v.get<std::uint64_t>();
+         }},
         {"save_dir", in(&T::ckpt, str(&CheckpointFlags::save_dir))},
         {"resume", in(&T::ckpt, str(&CheckpointFlags::resume))},
         {"init_from", in(&T::ckpt, str(&CheckpointFlags::init_from))},
@@ -199,6 +203,8 @@ TrainOptions train_options_from_json(const nlohmann::json& j) {
   TrainOptions o = apply(j, "training", train_setters(), "strata train");
   STRATA_CHECK(!o.config.empty(), Errc::invalid_argument,
                "training options: 'config' (a DeepSpeed-style JSON file) is required");
+  STRATA_CHECK(!(j.value("quiet", false) && j.value("verbose", false)), Errc::invalid_argument,
+               "training options 'quiet' and 'verbose' exclude each other: give one");
   static const char* const kPipelineOnly[] = {"schedule", "chunks", "measure_steps"};
   for (const char* key : kPipelineOnly)
     STRATA_CHECK(!j.contains(key) || o.pipe.stages > 0, Errc::invalid_argument, "training option '", key,

@@ -1,7 +1,9 @@
 // The model's training pass timed in this process on the host device (forward, backward,
-// every gradient; no engine traffic), as `strata bench gpt` and `strata bench llama` time it:
-// what `strata plan` predicts a step's compute from when it runs inside a library call (the
-// C API's strata_plan), where no `strata` executable can be started for the bench.
+// every gradient; no engine traffic) on the pass `strata bench gpt` and `strata bench llama`
+// time: what `strata plan` predicts a step's compute from when it runs inside a library call
+// (the C API's strata_plan). Unlike those benches it runs the passes back to back, with no
+// GEMM yardstick between them, in the caller's process (its threads, its caches): its times,
+// and so the plan's order of near-equal candidates, can differ from the command's.
 #pragma once
 
 #include <string>

@@ -248,8 +248,8 @@ BudgetedSchedule zb_auto_within_budget(pipeline::AutoOptions a, const pipeline::
       // fp32 copies of the stage's layers (host-device stages bind no kernels).
       const auto ids = model.layers_of(st, P);
       const auto act = engine::StageStore::reserved_bytes(
-          pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment), model, ids,
-          static_cast<int>(ids.size()), engine::compute_dtype_of(o.config), device::Backend::host);
+          pipeline::stage_memory(s, st, model, o.executor.remat, device::Arena::kAlignment, device::Backend::host),
+          model, ids, static_cast<int>(ids.size()), engine::compute_dtype_of(o.config), device::Backend::host);
       need = std::max(need, act + engine_min[st]);
     }
     best = {std::move(s), limit, need};

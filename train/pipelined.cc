@@ -113,7 +113,8 @@ struct Run {
       bool fits = true;
       for (int st = 0; st < P && fits; ++st) {
         const auto replay = [&](const pipeline::Schedule& x) {
-          return pipeline::stage_memory(x, st, layers, eso.executor.remat, device::Arena::kAlignment);
+          return pipeline::stage_memory(x, st, layers, eso.executor.remat, device::Arena::kAlignment,
+                                        device::Backend::host);  // the pipelined trainer's stages: host devices
         };
         fits = replay(s).fits_in(replay(first));
       }

@@ -96,7 +96,7 @@ struct StageRunner::Impl {
     exec = std::make_unique<pipeline::StageExecutor>(*schedule, st, m, store, tr, xo);
   }
   pipeline::StageMemory replay(const pipeline::Schedule& s) const {
-    return pipeline::stage_memory(s, stage, model, xo.remat, device::Arena::kAlignment);
+    return pipeline::stage_memory(s, stage, model, xo.remat, device::Arena::kAlignment, dev->backend());
   }
 };
 

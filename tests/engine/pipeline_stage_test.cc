@@ -210,12 +210,30 @@ TEST_CASE("a CUDA stage reserves its bound kernels' scratch beside the activatio
   CHECK(engine::StageStore::bound_bytes(replica_model(0), device::Backend::cuda) == 0);  // host code: no bind
   const Schedule s = pipeline::one_f_one_b(2, kMicro);
   const auto ids = gpt.layers_of(0, 2);
-  const auto replay = pipeline::stage_memory(s, 0, gpt, pipeline::Remat::never, device::Arena::kAlignment);
-  const auto reserved = [&](device::Backend b) {
-    return engine::StageStore::reserved_bytes(replay, gpt, ids, static_cast<int>(ids.size()), DType::fp32, b);
+  const auto replay = [&](device::Backend b) {
+    return pipeline::stage_memory(s, 0, gpt, pipeline::Remat::never, device::Arena::kAlignment, b);
   };
-  CHECK(reserved(device::Backend::host) == replay.pool_bytes());
-  CHECK(reserved(device::Backend::cuda) == replay.pool_bytes() + 2 * device::Arena::round_up(gpt.bind_bytes));
+  const auto reserved = [&](device::Backend b) {
+    return engine::StageStore::reserved_bytes(replay(b), gpt, ids, static_cast<int>(ids.size()), DType::fp32, b);
+  };
+  CHECK(reserved(device::Backend::host) == replay(device::Backend::host).pool_bytes());
+  CHECK(reserved(device::Backend::cuda) ==
+        replay(device::Backend::cuda).pool_bytes() + 2 * device::Arena::round_up(gpt.bind_bytes));
+  // What a block keeps between forward and backward: on the host the attention's row
+  // statistics and output (B x T x (NH + C)), on CUDA its [B,NH,T,T] probabilities, which the
+  // CUDA stage's pool is counted from; the embedding and the head keep the same on both.
+  const std::size_t B = 2, T = static_cast<std::size_t>(g.config.seq_len),
+                    NH = static_cast<std::size_t>(g.config.shape.heads),
+                    C = static_cast<std::size_t>(g.config.shape.d_model);
+  for (int id = 0; id < static_cast<int>(gpt.layers.size()); ++id) {
+    const bool block = id >= 1 && id <= g.config.shape.layers;
+    INFO("layer " << id);
+    CHECK(gpt.saved_floats(id, device::Backend::host) ==
+          gpt.layers[static_cast<std::size_t>(id)]->saved_floats(gpt.rows));
+    CHECK(gpt.saved_floats(id, device::Backend::cuda) + (block ? B * T * (NH + C) : 0) ==
+          gpt.saved_floats(id, device::Backend::host) + (block ? B * NH * T * T : 0));
+  }
+  CHECK(replay(device::Backend::cuda).peak_by_size != replay(device::Backend::host).peak_by_size);
 }
 
 TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "[offload][negative]") {

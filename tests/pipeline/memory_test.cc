@@ -58,7 +58,7 @@ TEST_CASE("the replayed device peak of every stage is the executor's, byte for b
   const auto reports = run_stages_as_threads(s, model, test::pointers(stores), o, 2);
   for (int st = 0; st < s.stages; ++st) {
     INFO("stage " << st);
-    const StageMemory replay = stage_memory(s, st, model, remat, device::Arena::kAlignment);
+    const StageMemory replay = stage_memory(s, st, model, remat, device::Arena::kAlignment, device::Backend::host);
     CHECK(replay.peak_bytes == reports[st].peak_device_bytes);
     CHECK(replay.peak_live == static_cast<int>(reports[st].peak_activations * s.chunks + 0.5));
   }
@@ -67,10 +67,10 @@ TEST_CASE("the replayed device peak of every stage is the executor's, byte for b
 TEST_CASE("re-materialization lowers the replayed peak", "[pipeline]") {
   const Schedule s = gpipe(2, 8);
   const PipelineModel model = uneven_model(8, 8);
-  const auto never = stage_memory(s, 0, model, Remat::never, 256).peak_bytes;
-  const auto always = stage_memory(s, 0, model, Remat::always, 256).peak_bytes;
+  const auto never = stage_memory(s, 0, model, Remat::never, 256, device::Backend::host).peak_bytes;
+  const auto always = stage_memory(s, 0, model, Remat::always, 256, device::Backend::host).peak_bytes;
   CHECK(always * 2 < never);
-  CHECK_THROWS_WITH(stage_memory(s, 2, model, Remat::never, 256), Catch::Contains("stage 2"));
+  CHECK_THROWS_WITH(stage_memory(s, 2, model, Remat::never, 256, device::Backend::host), Catch::Contains("stage 2"));
 }
 
 namespace {
@@ -79,7 +79,7 @@ namespace {
 std::vector<std::map<std::uint64_t, int>> slots_per_stage(const Schedule& s, const PipelineModel& model, Remat remat) {
   std::vector<std::map<std::uint64_t, int>> out;
   for (int st = 0; st < s.stages; ++st)
-    out.push_back(stage_memory(s, st, model, remat, device::Arena::kAlignment).peak_by_size);
+    out.push_back(stage_memory(s, st, model, remat, device::Arena::kAlignment, device::Backend::host).peak_by_size);
   return out;
 }
 
@@ -129,7 +129,7 @@ TEST_CASE("a pool with the replayed slots per buffer size holds every stage's bu
   const auto slots = slots_per_stage(s, model, remat);
   CHECK(run_in_pools(s, model, remat, slots) == "");
   for (int st = 0; st < s.stages; ++st) {
-    const auto replay = stage_memory(s, st, model, remat, device::Arena::kAlignment);
+    const auto replay = stage_memory(s, st, model, remat, device::Arena::kAlignment, device::Backend::host);
     CHECK(replay.pool_bytes() >= replay.peak_bytes);
     CHECK(replay.fits_in(replay));
     for (const auto& [size, count] : slots[static_cast<std::size_t>(st)]) {

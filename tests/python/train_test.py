@@ -166,6 +166,8 @@ def main():
         raises(dict(gpt, steps=0), "'steps' is 0, outside 1..", "a step count out of range")
         raises(dict(gpt, model="mlp"), "'heads' applies to 'model' gpt only", "a GPT key for the MLP")
         raises(dict(gpt, schedule="1f1b"), "'schedule' needs 'pipeline_stages'", "a pipeline key alone")
+        raises(dict(gpt, verbose=True), "'quiet' and 'verbose' exclude each other", "quiet and verbose")
+        raises(dict(gpt, seed=-1), "'seed' takes a whole number of at least 0", "a negative seed")
         raises({k: v for k, v in gpt.items() if k != "config"}, "'config'", "no config")
         raises(dict(gpt, config=f"{tmp}/missing.json"), "missing.json", "a config that is not there")
     print(f"{checks['passed']} checks passed, {checks['failed']} failed")

@@ -111,7 +111,7 @@ for line in "- bf16 GPT >= 1.0x PyTorch eager autocast (GPT-2 124M, seq 1024): 0
   "- offloaded gradient path >= 0.8x measured pinned D2H bandwidth: 0.03x" \
   "- offloaded step <= 1.15x max(GPU compute, link floor): 19.53x" \
   "- GPU AdamW >= 0.85x HBM roofline: not measured (bench_adam_cuda unavailable" \
-  "Sample figures" "| test_offload | failed | 2 | 1 | 0 |"; do
+  "Sample figures" "| test_engine_offload | failed | 2 | 1 | 0 |"; do
   grep -qF -- "$line" <<<"$md" || fail "the report lacks '$line': $md"
 done
 echo "ok: the sample's report has each target with its ratio, 'not measured' for AdamW, and the test counts"

@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "runtime/core/error.h"
 #include "runtime/core/host_memory.h"
 #include "tools/cli/command.h"
 #include "train/calibrate.h"
@@ -18,6 +19,7 @@ namespace {
 using Options = CalibrateOptions;
 
 int run(const Options& o) {
+  STRATA_CHECK(!o.out.empty(), Errc::invalid_argument, "--out is empty: name the calibration file to write");
   std::printf("calibrating %s (%d threads): ", host_name().c_str(),
               static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   bool first = true;
