@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include "engine/layout.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/gemm.h"
 #include "models/gpt/pass.h"
+#include "models/llama/llama.h"
 #include "models/llama/pass.h"
 #include "runtime/core/error.h"
 #include "runtime/core/stats.h"
@@ -56,15 +56,7 @@ double profile_pass(const ModelOptions& m, int micro, const std::string& remat, 
     const model::LlamaConfig cfg = llama_config(o, false);
     const model::LlamaShape& s = cfg.shape;
     const int B = micro, T = cfg.seq_len;
-    std::vector<std::vector<model::NamedTensor>> params(static_cast<std::size_t>(s.layers + 2));
-    for (const auto& q : model::llama_params(s)) {
-      const engine::ParamSpec spec{q.name, q.shape, q.layer, q.init};
-      std::size_t n = 1;
-      for (auto d : q.shape) n *= static_cast<std::size_t>(d);
-      std::vector<float> v(n);
-      engine::init_values(spec, o.seed, 0, n, v.data());
-      params[static_cast<std::size_t>(q.layer)].push_back({q.name, q.shape, std::move(v)});
-    }
+    auto params = model::llama_initial_params(s, o.seed);
     dopt.budget_bytes = model::LlamaPass::device_bytes(s, B, T, cfg.remat) + (std::uint64_t{1} << 20);
     auto dev = device::Device::create(dopt);
     model::LlamaPass pass(s, B, T, cfg.remat, *dev, p);

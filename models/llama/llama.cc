@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/layout.h"
 #include "models/gpt/decoder_loops.h"
 #include "models/gpt/engine_access.h"
 #include "models/llama/kernels.h"
@@ -27,6 +28,19 @@ LayerNumels layer_numels(const LlamaShape& s) {
 }
 
 }  // namespace
+
+std::vector<std::vector<NamedTensor>> llama_initial_params(const LlamaShape& s, std::uint64_t seed) {
+  std::vector<std::vector<NamedTensor>> out(static_cast<std::size_t>(s.layers + 2));
+  for (const auto& p : llama_params(s)) {
+    const engine::ParamSpec spec{p.name, p.shape, p.layer, p.init};
+    std::size_t n = 1;
+    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
+    std::vector<float> v(n);
+    engine::init_values(spec, seed, 0, n, v.data());
+    out[static_cast<std::size_t>(p.layer)].push_back({p.name, p.shape, std::move(v)});
+  }
+  return out;
+}
 
 std::uint64_t Llama::activation_bytes(const LlamaConfig& c, int micro_batch, DType compute, bool cuda) noexcept {
   return LlamaPass::device_bytes(c.shape, micro_batch, c.seq_len, c.remat, cuda) +

@@ -19,9 +19,15 @@
 #include "models/gpt/data.h"
 #include "models/gpt/gpt.h"
 #include "models/llama/config.h"
+#include "models/safetensors.h"
 #include "runtime/core/trace.h"
 
 namespace strata::model {
+
+// The model's own initial values (each parameter's init at `seed`, as the engine would fill
+// it) grouped by engine layer in registration order: what ArrayAccess takes, for passes run
+// without an engine (`strata bench llama`, strata_plan's profile).
+std::vector<std::vector<NamedTensor>> llama_initial_params(const LlamaShape& s, std::uint64_t seed);
 
 struct LlamaConfig {
   LlamaShape shape;

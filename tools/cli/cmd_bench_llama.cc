@@ -14,9 +14,9 @@
 #include <random>
 #include <thread>
 
-#include "engine/layout.h"
 #include "models/gpt/array_access.h"
 #include "models/gpt/gemm.h"
+#include "models/llama/llama.h"
 #include "models/llama/ops.h"
 #include "models/llama/pass.h"
 #include "runtime/core/error.h"
@@ -62,15 +62,7 @@ int run(const Options& o) {
   const model::ops::Products products = o.products == "bf16" && model::ops::bf16_products_available()
                                             ? model::ops::Products::bf16
                                             : model::ops::Products::fp32;
-  std::vector<std::vector<model::NamedTensor>> params(static_cast<std::size_t>(s.layers + 2));
-  for (const auto& p : model::llama_params(s)) {
-    const engine::ParamSpec spec{p.name, p.shape, p.layer, p.init};
-    std::size_t n = 1;
-    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
-    std::vector<float> v(n);
-    engine::init_values(spec, o.model.seed, 0, n, v.data());
-    params[static_cast<std::size_t>(p.layer)].push_back({p.name, p.shape, std::move(v)});
-  }
+  auto params = model::llama_initial_params(s, o.model.seed);
   device::DeviceOptions dopt;
   dopt.backend = device::Backend::host;
   dopt.budget_bytes = model::LlamaPass::device_bytes(s, B, T, cfg.remat) + (std::uint64_t{1} << 20);
