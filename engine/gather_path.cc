@@ -61,8 +61,8 @@ void* GatherPath::allocate_staging(std::size_t bytes, const std::string& what) {
     // Page-locked: copies read it after stream work (an NVMe read, a host copy) fills it.
     return c_.ledger.allocate(Tier::host, Kind::buffers, bytes, what, /*pinned=*/true);
   } catch (const Error& e) {
-    // Write-backs queued on the I/O worker hold host staging until written: wait for them.
-    if (e.code() != Errc::out_of_budget || c_.nvme.io() == nullptr) throw;
+    // Write-backs queued on the parameter store hold host staging until written: wait for them.
+    if (e.code() != Errc::out_of_budget || !c_.nvme.has_params()) throw;
     c_.nvme.drain();
     return c_.ledger.allocate(Tier::host, Kind::buffers, bytes, what, /*pinned=*/true);
   }
@@ -102,7 +102,7 @@ void GatherPath::issue(int li) {
     submit(li);
   } catch (...) {
     // Work queued before the failure may still touch the buffers: let the stream and the
-    // I/O worker drain (their errors are this one's consequences), then drop the half-issued
+    // parameter store drain (their errors are this one's consequences), then drop the half-issued
     // gather so the next gather() issues it anew rather than handing out what it left.
     try {
       stream_->synchronize();
@@ -114,7 +114,7 @@ void GatherPath::issue(int li) {
     }
     G.ready.reset();
     G.ok.reset();
-    G.read_ticket = 0;
+    G.read = {};
     c_.ledger.free(G.staging);
     G.staging = nullptr;
     c_.ledger.free(G.full);
@@ -182,7 +182,7 @@ void GatherPath::submit(int li) {
     st.copy_async(G.full, staging, need * cbytes_, device::CopyKind::host_to_device);
   }
   G.ok = std::make_shared<std::atomic<bool>>(false);
-  st.launch_host([ok = G.ok, io = c_.nvme.io(), read = G.read_ticket, started, copied, tracer, on_device, id = L.id] {
+  st.launch_host([ok = G.ok, nvme = &c_.nvme, read = G.read, started, copied, tracer, on_device, id = L.id] {
     if (tracer != nullptr && tracer->enabled()) {
       const auto end = Tracer::Clock::now();
       // Without device collectives: all-gather in host staging, then the layer's H2D copy;
@@ -191,7 +191,7 @@ void GatherPath::submit(int li) {
                      *copied);
       tracer->record(on_device ? "gather" : "copy", str_cat(on_device ? "all_gather L" : "H2D L", id), *copied, end);
     }
-    ok->store(read == 0 || io->succeeded(read));
+    ok->store(nvme->succeeded(read));
   });
   G.ready = c_.dev.create_event();
   st.record(*G.ready);
@@ -199,8 +199,8 @@ void GatherPath::submit(int li) {
 
 // This rank's shards of every bucket of layer li into their places in the staging buffer,
 // as gather-stream work: a D2H copy from device shards, a host copy from host shards, or a
-// read from the parameter store by the I/O worker, which the stream waits for (checksums
-// verified; a failed read is the worker's sticky failure, which wait() rethrows).
+// read queued on the parameter store, which the stream waits for (checksums
+// verified; a failed read is the store's sticky failure, which drain() rethrows).
 void GatherPath::stage_in(int li, const Shards& from, char* staging) {
   auto& G = layers_[li];
   const auto& L = c_.layout.layers()[li];
@@ -209,23 +209,13 @@ void GatherPath::stage_in(int li, const Shards& from, char* staging) {
   if (from.tier == Tier::nvme) {
     c_.io.nvme_read_bytes += shard_total * cbytes_;
     // The store's bytes are the shards of the layer's buckets, concatenated.
-    G.read_ticket = c_.nvme.io()->submit([this, &L, staging, store = c_.nvme.params(),
-                                          idx = static_cast<std::size_t>(c_.nvme.store_index(li))] {
-      Tracer::Span span(c_.tracer, "nvme read", str_cat("params L", L.id));
-      store->read(idx, [&](std::uint64_t off, const void* data, std::uint64_t n) {
-        const char* src = static_cast<const char*>(data);
-        std::uint64_t b0 = 0;
-        for (int bi : L.buckets) {
-          const auto& b = c_.layout.buckets()[bi];
-          const std::uint64_t b1 = b0 + b.shard * cbytes_;
-          const std::uint64_t lo = std::max(b0, off), hi = std::min(b1, off + n);
-          if (lo < hi)
-            std::memcpy(staging + (bucket_pos(b, L) + own_begin(b)) * cbytes_ + (lo - b0), src + (lo - off), hi - lo);
-          b0 = b1;
-        }
-      });
-    });
-    c_.nvme.io()->wait_on(st, G.read_ticket);  // raised after a failed read too: succeeded() tells
+    std::vector<offload::ParamStore::Piece> into;
+    for (int bi : L.buckets) {
+      const auto& b = c_.layout.buckets()[bi];
+      into.push_back({staging + (bucket_pos(b, L) + own_begin(b)) * cbytes_, b.shard * cbytes_});
+    }
+    G.read = c_.nvme.read_params_async(li, std::move(into));
+    c_.nvme.wait_on(st, G.read);  // raised after a failed read too: succeeded() tells
     return;
   }
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {
@@ -279,7 +269,7 @@ void GatherPath::wait(int li) {
     STRATA_THROW(Errc::internal, "rank ", c_.rank, ": the gather of layer ", c_.layout.layers()[li].id,
                  " failed without an error");
   }
-  G.read_ticket = 0;
+  G.read = {};
   G.ready.reset();
   c_.ledger.free(G.staging);
   G.staging = nullptr;

@@ -5,7 +5,7 @@
 //
 // Protocol. A gather moves this rank's shards of a layer into pinned staging (a D2H copy of
 // device shards, a host copy of host shards, or a read of the NVMe parameter store by the
-// NVMe tier's I/O worker, which the gather stream waits for), all-gathers them across ranks
+// store's own queue, which the gather stream waits for), all-gathers them across ranks
 // there (Gloo, stream-ordered) and copies the whole layer staging -> device: both link
 // directions, so a throttled host link models PCIe. With device collectives only this
 // rank's shards cross the link and the all-gather runs in device memory. The order of
@@ -57,7 +57,7 @@ class GatherPath {
     comm::Communicator* dcomm = nullptr;  // device-memory collectives, or null
     Tracer* tracer = nullptr;
     IoStats& io;                             // this step's link and NVMe traffic, wait time
-    NvmeHomes& nvme;                         // the parameter store and its I/O worker
+    NvmeHomes& nvme;                         // the parameter store and its queued requests
     std::function<Shards(int li)> shards;    // asked at each gather (placement may move them)
     std::function<std::uint64_t()> reserve;  // device bytes a prefetch must leave free
     // Called before a prefetch reads the layer's shards; may block until they are current (the
@@ -94,13 +94,13 @@ class GatherPath {
  private:
   struct LayerGather {
     bool persistent = false;
-    void* full = nullptr;                       // gathered buffer (not persistent), or null
-    int in_use = 0;                             // gather() calls not yet released
-    bool retained = false;                      // released but kept for a near reuse
-    std::shared_ptr<device::Event> ready;       // gather complete (recorded on the stream)
-    void* staging = nullptr;                    // pinned staging while a gather is in flight
-    std::shared_ptr<std::atomic<bool>> ok;      // set by the gather's last stream task
-    offload::IoWorker::Ticket read_ticket = 0;  // NVMe shards: the read the gather waits for
+    void* full = nullptr;                   // gathered buffer (not persistent), or null
+    int in_use = 0;                         // gather() calls not yet released
+    bool retained = false;                  // released but kept for a near reuse
+    std::shared_ptr<device::Event> ready;   // gather complete (recorded on the stream)
+    void* staging = nullptr;                // pinned staging while a gather is in flight
+    std::shared_ptr<std::atomic<bool>> ok;  // set by the gather's last stream task
+    NvmeHomes::ParamRequest read;           // NVMe shards: the read the gather waits for
   };
   bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
   std::size_t bucket_pos(const Bucket& b, const LayerLayout& L) const { return b.flat_offset - L.flat_offset; }

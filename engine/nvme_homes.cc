@@ -12,9 +12,8 @@ namespace strata::engine {
 NvmeHomes::NvmeHomes(const Context& ctx) : c_(ctx) {}
 
 NvmeHomes::~NvmeHomes() {
-  io_.reset();  // finishes what is queued: write-backs still read their staging
-  drop(params_);
-  drop(spill_);  // (offload_states' store goes with its DeviceSwap, before this)
+  drop(params_);  // finishes what is queued first: write-backs still read their staging
+  drop(spill_);   // (offload_states' store goes with its DeviceSwap, before this)
   swapper_.reset();
   if (swap_buffer_bytes_) c_.ledger.discharge(Tier::host, Kind::buffers, swap_buffer_bytes_);
   if (swap_file_bytes_) c_.ledger.discharge(Tier::nvme, Kind::optimizer, swap_file_bytes_);
@@ -134,6 +133,8 @@ NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, co
   offload::ParamStoreOptions po =
       param_options(c_.cfg, c_.cbytes, room_after(c_.ledger.available(Tier::host), host_reserve));
   po.dir = lock_rank_dir(pc.nvme_path, "offload_param.nvme_path") + "/" + subdir;
+  po.device = &c_.dev;
+  po.tracer = c_.tracer;
   warn_aio_knobs();
   ParamFiles b;
   b.subdir = subdir;
@@ -169,14 +170,68 @@ void NvmeHomes::drop(ParamFiles& b) noexcept {
 
 void NvmeHomes::open_params(const std::vector<Tier>& param_tiers, std::uint64_t host_reserve) {
   params_ = build_params(param_tiers, "params", host_reserve);
-  io_ = std::make_unique<offload::IoWorker>(c_.dev);
+  ++params_serial_;
 }
 
 void NvmeHomes::adopt(ParamFiles&& files) {
   drain();
   drop(params_);
   params_ = std::move(files);
-  if (!io_) io_ = std::make_unique<offload::IoWorker>(c_.dev);
+  ++params_serial_;
+}
+
+NvmeHomes::ParamRequest NvmeHomes::read_params_async(int li, std::vector<offload::ParamStore::Piece> into) {
+  return {params_serial_, params_.store->read_async(static_cast<std::size_t>(store_index(li)), std::move(into))};
+}
+
+NvmeHomes::ParamRequest NvmeHomes::write_params_async(int li, const void* staging) {
+  return {params_serial_, params_.store->write_async(static_cast<std::size_t>(store_index(li)), staging, &c_.ledger)};
+}
+
+void NvmeHomes::commit_params_async() {
+  if (params_.store) params_.store->commit_async();
+}
+
+void NvmeHomes::commit_params_async(int li) {
+  if (params_.store && store_index(li) >= 0) params_.store->commit_async(static_cast<std::size_t>(store_index(li)));
+}
+
+void NvmeHomes::read_params(int li, const offload::ParamStore::ChunkFn& fn) {
+  params_.store->read(static_cast<std::size_t>(store_index(li)), fn);
+}
+
+void NvmeHomes::write_params(int li, const void* src) {
+  params_.store->write(static_cast<std::size_t>(store_index(li)), src);
+}
+
+void NvmeHomes::commit_params() {
+  if (params_.store) params_.store->commit();
+}
+
+void NvmeHomes::abort_params() noexcept {
+  if (!params_.store) return;
+  try {
+    params_.store->abort();
+  } catch (const std::exception& e) {
+    STRATA_LOG(error, "rank ", c_.rank, ": dropping uncommitted parameter writes: ", e.what());
+  }
+}
+
+void NvmeHomes::copy_params(int li, ParamFiles& into) {
+  into.store->write_from(static_cast<std::size_t>(into.index[li]), *params_.store,
+                         static_cast<std::size_t>(store_index(li)));
+}
+
+void NvmeHomes::wait_on(device::Stream& stream, ParamRequest r) {
+  if (r.store == params_serial_ && r.ticket != 0) params_.store->wait_on(stream, r.ticket);
+}
+
+void NvmeHomes::wait(ParamRequest r) {
+  if (r.store == params_serial_ && r.ticket != 0) params_.store->wait(r.ticket);
+}
+
+bool NvmeHomes::succeeded(ParamRequest r) const {
+  return r.store != params_serial_ || r.ticket == 0 || params_.store->succeeded(r.ticket);
 }
 
 offload::ParamStore* NvmeHomes::open_spill(const std::vector<std::uint64_t>& pieces, std::uint64_t host_room) {
@@ -204,7 +259,7 @@ offload::ParamStore* NvmeHomes::open_spill(const std::vector<std::uint64_t>& pie
 void NvmeHomes::close_spill() noexcept { drop(spill_); }
 
 void NvmeHomes::drain() {
-  if (io_) io_->synchronize();
+  if (params_.store) params_.store->synchronize();
 }
 
 void NvmeHomes::swapper_traffic(IoStats& into) const {

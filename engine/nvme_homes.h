@@ -3,16 +3,18 @@
 // master, exp_avg and exp_avg_sq of the layers whose optimizer state lives on NVMe, under
 // offload_optimizer.nvme_path/rank<R>), the parameter store (stage-3 compute-dtype shards of
 // the layers whose parameters live there, under offload_param.nvme_path/rank<R>/params) with
-// the I/O worker that reads and writes it, and what they charge to the ledger: buffers to the
-// host tier, swap files (both generations) to the NVMe tier.
+// the requests queued on it, and what they charge to the ledger: buffers to the host tier, swap
+// files (both generations) to the NVMe tier.
 //
 // Protocol. setup() calls open_swapper(tiers) and open_params(tiers) with every layer's tier
-// of that kind (only the NVMe ones get files), once each. The gather path and the step reach
-// the files through swapper(), params() and io() and the per-layer indices. A migration
-// builds a second parameter store with build_params() (filled by the caller, dropped with
-// drop() on failure) and switches to it with adopt(), which drops the current one. The
-// destructor drains the I/O worker, then closes the store, the swapper and the locks, and
-// gives their charges back.
+// of that kind (only the NVMe ones get files), once each. The gather path and the staging of
+// updated parameters queue their reads, write-backs and commits by layer (read_params_async,
+// write_params_async, commit_params_async: the store runs them in order on its own worker)
+// and wait on the returned request; the step reaches the swapper through swapper(). A
+// migration builds a second parameter store with build_params() (filled by the caller,
+// dropped with drop() on failure) and switches to it with adopt(), which drains and drops the
+// current one: a request of a store that is gone has completed. The destructor drains the
+// store's queue, then closes the store, the swapper and the locks, and gives their charges back.
 #pragma once
 
 #include <memory>
@@ -23,7 +25,6 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "offload/dir_lock.h"
-#include "offload/io_worker.h"
 #include "offload/ledger.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
@@ -72,17 +73,38 @@ class NvmeHomes {
   void swapper_traffic(IoStats& into) const;
   int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
   int swap_layer(int tensor) const { return swap_layers_[tensor]; }
-  offload::ParamStore* params() const noexcept { return params_.store.get(); }
+  bool has_params() const noexcept { return params_.store != nullptr; }
   int store_index(int li) const { return params_.index.empty() ? -1 : params_.index[li]; }
+  // The parameter store's blocking calls, by layer (each waits for the requests queued before
+  // it): layer li's current shard to fn in offset order, its next shard written (current once
+  // committed), every such write made current or dropped (abort logs a failure, never throws),
+  // and layer li copied into a store that build_params() made.
+  void read_params(int li, const offload::ParamStore::ChunkFn& fn);
+  void write_params(int li, const void* src);
+  void commit_params();
+  void abort_params() noexcept;
+  void copy_params(int li, ParamFiles& into);
   const std::string& params_subdir() const noexcept { return params_.subdir; }
-  offload::IoWorker* io() const noexcept { return io_.get(); }
+  // The parameter store's queued requests, by layer (the store's protocol: param_store.h).
+  // A write's staging goes back to the ledger once written.
+  struct ParamRequest {
+    std::uint64_t store = 0;  // the store's serial (0: no request)
+    offload::ParamStore::Ticket ticket = 0;
+  };
+  ParamRequest read_params_async(int li, std::vector<offload::ParamStore::Piece> into);
+  ParamRequest write_params_async(int li, const void* staging);
+  void commit_params_async();        // every layer's write since the last commit
+  void commit_params_async(int li);  // layer li's
+  void wait_on(device::Stream& stream, ParamRequest r);
+  void wait(ParamRequest r);
+  bool succeeded(ParamRequest r) const;  // completed with no failure, here or before it
   // offload_states()'s spill (device_swap.h): a store of `pieces` (bytes each) under
   // nvme_path/rank<R>/offloaded (offload_param's nvme_path, else offload_optimizer's), its
   // buffers within `host_room` and charged like the others; null where neither path is set.
   // close_spill() removes it and gives the charges back.
   offload::ParamStore* open_spill(const std::vector<std::uint64_t>& pieces, std::uint64_t host_room);
   void close_spill() noexcept;
-  void drain();  // the I/O worker's synchronize(), if there is one
+  void drain();  // the parameter store's synchronize(): its queue completed, a failure rethrown
 
   // The stores' options from the config (no directory: the caller adds the rank's) with
   // `host_room` host bytes for their buffers (a missing nvme_path is refused, naming the key),
@@ -108,8 +130,8 @@ class NvmeHomes {
   std::vector<int> swap_index_;   // per layer: swapper tensor, or -1
   std::vector<int> swap_layers_;  // per swapper tensor: the layer
   ParamFiles params_;
-  ParamFiles spill_;                       // open_spill()
-  std::unique_ptr<offload::IoWorker> io_;  // declared last: drained and gone before the store
+  std::uint64_t params_serial_ = 0;  // counts the stores adopted (ParamRequest::store)
+  ParamFiles spill_;                 // open_spill()
 };
 
 }  // namespace strata::engine

@@ -149,7 +149,13 @@ void OptimizerState::step_swapped(const std::function<void(int li, const offload
     swapper->commit_pending();
     return;
   }
-  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); });
+  auto step = swapper->begin_step();
+  while (step.peek()) {
+    const offload::SubGroup g = step.take();
+    fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g);
+    step.put();
+  }
+  step.finish();
   c_.nvme.swapper_traffic(io);
 }
 
@@ -162,11 +168,8 @@ std::size_t OptimizerState::swapped_layers() const {
 
 int OptimizerState::swapped_layer(std::size_t t) const { return c_.nvme.swap_layer(static_cast<int>(t)); }
 
-void OptimizerState::step_swapped(const offload::OptimizerSwapper::StepOrder& order,
-                                  const std::function<void(int li, const offload::SubGroup& g)>& fn) {
-  auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr) return;
-  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); }, order);
+offload::OptimizerSwapper::Step OptimizerState::begin_swapped(const offload::OptimizerSwapper::StepOrder& order) {
+  return c_.nvme.swapper()->begin_step(order);
 }
 
 void OptimizerState::commit_pending() {

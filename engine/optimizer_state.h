@@ -96,16 +96,15 @@ class OptimizerState {
   void step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io);
   // The overlapped step's lane over the layers on NVMe (overlapped_step.h), in layer ids:
   // has_swapped() (false: none on NVMe), swapped_layers() of them, swap index t's layer;
-  // step_swapped(order, fn) runs the swapper's step in `order` (whose tensors, ready and done
-  // take swap indices) with fn(li, g) on each sub-group; commit_pending() / discard_pending()
+  // begin_swapped(order) opens the swapper's step in `order` (swap indices), a pull iterator
+  // whose sub-groups name swap indices; commit_pending() / discard_pending()
   // keep or drop the generation a deferred commit left pending; committed_masters(li, fn)
   // hands an NVMe layer's current masters to fn(first element, values, count) a sub-group at a
   // time; add_swap_traffic(io) adds the swapper's traffic since it last counted.
   bool has_swapped() const;
   std::size_t swapped_layers() const;
   int swapped_layer(std::size_t t) const;
-  void step_swapped(const offload::OptimizerSwapper::StepOrder& order,
-                    const std::function<void(int li, const offload::SubGroup& g)>& fn);
+  offload::OptimizerSwapper::Step begin_swapped(const offload::OptimizerSwapper::StepOrder& order);
   void commit_pending();
   void discard_pending() noexcept;
   void committed_masters(int li,

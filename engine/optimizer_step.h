@@ -36,7 +36,7 @@ class OptimizerStep {
     ShardUpdate& update;
     OverlappedStep& overlap;
     IoStats& io;
-    // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
+    // Waits for the device stream's work and the NVMe parameter store's queue, logging (not throwing)
     // what failed: what a failed update still has queued finishes before its staging goes.
     std::function<void()> settle;
   };

@@ -67,8 +67,9 @@ void OverlappedStep::begin(bool allowed) {
   speculated_scale_ = bet.grad_scale;
   lane_args_ = c_.scalars.args(bet);
   lane_lr_ = c_.scalars.next_lr();
-  offload::OptimizerSwapper::StepOrder order;
-  for (std::size_t t = c_.state.swapped_layers(); t-- > 0;) order.tensors.push_back(t);  // backward: last layer first
+  LanePlan plan;
+  for (std::size_t t = c_.state.swapped_layers(); t-- > 0;)
+    plan.order.tensors.push_back(t);  // backward: last layer first
   // The bet is lost early when this rank's part of the squared norm already overflows or
   // exceeds the clipping threshold (the global sum can only be larger): the lane stops and
   // the step runs synchronously, without first finishing work it would undo.
@@ -76,17 +77,9 @@ void OverlappedStep::begin(bool allowed) {
   abandon_above_ = max_norm > 0 ? scaled_max * scaled_max : std::numeric_limits<double>::infinity();
   lane_partial_ = {};
   abandoned_ = false;
-  order.ready = [this](std::size_t t) {
-    const int li = c_.state.swapped_layer(t);
-    lane_.wait_ready(li);
-    check_bet(li);
-  };
-  order.defer_commit = true;
-  if (tail_ok) {
-    order.done = [this](std::size_t t) { tail_.layer_stepped(c_.state.swapped_layer(t)); };
-    order.ascending_rest = tail_.ascending();
-  }
-  launch_lane(order, true);
+  plan.order.defer_commit = true;
+  plan.tail = tail_ok;
+  launch_lane(plan, true);
 }
 
 // A deferred step's lane: the swapper's step starts now, its reads running ahead lowest layer
@@ -95,14 +88,13 @@ void OverlappedStep::begin(bool allowed) {
 // gives it the step's arguments; then it finishes the step as the tail. Bets on nothing, so
 // nothing is ever undone.
 void OverlappedStep::start_deferred() {
-  offload::OptimizerSwapper::StepOrder order;
-  for (std::size_t t = 0; t < c_.state.swapped_layers(); ++t) order.tensors.push_back(t);
-  order.ready = [this](std::size_t) { lane_.wait_plan(); };
-  order.defer_commit = true;
-  order.done = [this](std::size_t t) { tail_.layer_stepped(c_.state.swapped_layer(t)); };
-  order.ascending_rest = tail_.ascending();
+  LanePlan plan;
+  for (std::size_t t = 0; t < c_.state.swapped_layers(); ++t) plan.order.tensors.push_back(t);
+  plan.order.defer_commit = true;
+  plan.deferred = true;
+  plan.tail = true;
   deferred_ = true;
-  launch_lane(order, false);
+  launch_lane(plan, false);
 }
 
 // run()'s plan for a deferred lane: its arguments (those the synchronous step would use), then
@@ -116,17 +108,14 @@ bool OverlappedStep::publish_plan(const optim::StepPlan& plan) {
   return true;
 }
 
-void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers) {
+void OverlappedStep::launch_lane(const LanePlan& plan, bool host_layers) {
   tail_.arm(c_.layout.layers().size());
   touched_.assign(c_.layout.layers().size(), 0);
   lane_io_ = {};
-  lane_.start(c_.layout.layers().size(), [this, order, host_layers] {
+  lane_.start(c_.layout.layers().size(), [this, plan, host_layers] {
     std::exception_ptr failed;
     try {
-      c_.state.step_swapped(order, [&](int li, const offload::SubGroup& g) {
-        touched_[static_cast<std::size_t>(li)] = 1;
-        c_.update.sub_group(lane_args_, lane_lr_, li, g);
-      });
+      if (c_.state.has_swapped()) step_swapped_layers(plan);
       if (host_layers) step_host_layers(lane_args_, lane_lr_);
     } catch (...) {
       failed = std::current_exception();
@@ -137,6 +126,32 @@ void OverlappedStep::launch_lane(const offload::OptimizerSwapper::StepOrder& ord
   // The lane reaches the staging only past a gate that this thread opens later (layer_done,
   // or the plan's).
   c_.update.count_into(&lane_io_);
+}
+
+// On the lane: the swapper's step, pulled a sub-group at a time. Before a layer's first
+// sub-group the lane waits for its gradient and checks the bet (or, deferred, for the plan);
+// the reads of that layer and the next run ahead meanwhile. After a layer's last one, the tail
+// hears of it; once the tail asks, the layers not yet begun are visited lowest first.
+void OverlappedStep::step_swapped_layers(const LanePlan& plan) {
+  auto step = c_.state.begin_swapped(plan.order);
+  for (;;) {
+    if (plan.tail && tail_.ascending()->load(std::memory_order_acquire)) step.ascending_rest();
+    const auto next = step.peek();
+    if (!next) break;
+    const int li = c_.state.swapped_layer(next->tensor);
+    if (next->first && plan.deferred) {
+      lane_.wait_plan();
+    } else if (next->first) {
+      lane_.wait_ready(li);
+      check_bet(li);
+    }
+    const offload::SubGroup g = step.take();
+    touched_[static_cast<std::size_t>(li)] = 1;
+    c_.update.sub_group(lane_args_, lane_lr_, li, g);
+    step.put();
+    if (next->last && plan.tail) tail_.layer_stepped(li);
+  }
+  step.finish();
 }
 
 // On the lane: the host layers in backward order, each once its gradient is in, stepped out

@@ -82,7 +82,7 @@ class OverlappedStep {
     OptimizerState& state;
     ParamHomes& homes;
     IoStats& io;
-    // Waits for the device stream's work and the NVMe I/O worker's, logging (not throwing)
+    // Waits for the device stream's work and the NVMe parameter store's queue, logging (not throwing)
     // what failed.
     std::function<void()> settle;
     Tracer* tracer = nullptr;  // the host optimizer's spans, or null
@@ -117,9 +117,15 @@ class OverlappedStep {
   const std::vector<char>& kept_host_layers() const noexcept { return host_kept_; }
 
  private:
-  // The lane: the swapper's step in `order` (and the host layers, when host_layers), with
+  struct LanePlan {                              // the lane's swapper step
+    offload::OptimizerSwapper::StepOrder order;  // swap indices
+    bool deferred = false;  // each layer waits for the plan (else for its gradient, and the bet holds)
+    bool tail = false;      // each stepped layer goes to the tail, which may ask for ascending order
+  };
+  // The lane: the swapper's step as `plan` says (and the host layers, when host_layers), with
   // lane_args_ and lane_lr_ (set before it starts, or before the plan's gate opens).
-  void launch_lane(const offload::OptimizerSwapper::StepOrder& order, bool host_layers);
+  void launch_lane(const LanePlan& plan, bool host_layers);
+  void step_swapped_layers(const LanePlan& plan);  // on the lane
   void start_deferred();                           // a lane that waits for publish_plan()
   bool publish_plan(const optim::StepPlan& plan);  // its arguments, then the gate: it runs as the tail
   void redo_as_tail(const optim::StepPlan& plan);  // after a lost bet, where the step may end as a tail

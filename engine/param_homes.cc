@@ -47,26 +47,16 @@ void ParamHomes::write(int li, const float* full, const float* shard) {
   bytes.resize(n * cbytes_);
   convert(shard, DType::fp32, bytes.data(), c_.cdt, n);
   if (h.tier == Tier::nvme) {
-    c_.nvme.params()->write(static_cast<std::size_t>(c_.nvme.store_index(li)), bytes.data());
+    c_.nvme.write_params(li, bytes.data());
   } else {
     copy_between(c_.dev_stream, h.shard, h.tier, bytes.data(), Tier::host, bytes.size());
     c_.dev_stream.synchronize();
   }
 }
 
-void ParamHomes::commit_writes() {
-  if (auto* store = c_.nvme.params()) store->commit();
-}
+void ParamHomes::commit_writes() { c_.nvme.commit_params(); }
 
-void ParamHomes::discard_writes() noexcept {
-  if (auto* store = c_.nvme.params()) {
-    try {
-      store->abort();
-    } catch (const std::exception& e) {
-      STRATA_LOG(error, "dropping a failed load's parameter writes: ", e.what());
-    }
-  }
-}
+void ParamHomes::discard_writes() noexcept { c_.nvme.abort_params(); }
 
 void ParamHomes::write_own(int li, std::size_t first, std::size_t count, const float* master) {
   const auto& L = c_.layout.layers()[li];
@@ -111,11 +101,10 @@ void ParamHomes::read_own(int li, float* out) {
   if (c_.stage == 0) {
     take(h.full, Tier::device, L.padded, out);
   } else if (c_.stage == 3 && h.tier == Tier::nvme) {
-    c_.nvme.drain();  // write-backs queued on the I/O worker land first
+    c_.nvme.drain();  // write-backs queued on the store land first
     std::vector<char> all(L.shard * cbytes_);
-    c_.nvme.params()->read(
-        static_cast<std::size_t>(c_.nvme.store_index(li)),
-        [&](std::uint64_t off, const void* data, std::uint64_t len) { std::memcpy(all.data() + off, data, len); });
+    c_.nvme.read_params(
+        li, [&](std::uint64_t off, const void* data, std::uint64_t len) { std::memcpy(all.data() + off, data, len); });
     c_.io.nvme_read_bytes += all.size();
     convert(all.data(), c_.cdt, out, DType::fp32, L.shard);
   } else if (c_.stage == 3) {
@@ -195,8 +184,7 @@ void ParamHomes::refill_store(const std::vector<Tier>& in_store) {
       const std::uint64_t bytes = c_.layout.layer_shard(static_cast<int>(li)) * cbytes_;
       const auto idx = static_cast<std::size_t>(fresh.index[li]);
       if (h.tier == Tier::nvme) {
-        fresh.store->write_from(idx, *c_.nvme.params(),
-                                static_cast<std::size_t>(c_.nvme.store_index(static_cast<int>(li))));
+        c_.nvme.copy_params(static_cast<int>(li), fresh);
         c_.io.nvme_read_bytes += bytes;
       } else if (h.tier == Tier::host) {
         fresh.store->write(idx, h.shard);
@@ -254,11 +242,10 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
                                 str_cat("layer ", c_.layout.layers()[li].id, " parameter shards"));
       if (h.tier == Tier::nvme) {
         char* dst = static_cast<char*>(home);
-        c_.nvme.params()->read(static_cast<std::size_t>(c_.nvme.store_index(static_cast<int>(li))),
-                               [&](std::uint64_t off, const void* data, std::uint64_t len) {
-                                 c_.dev_stream.copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
-                                 c_.dev_stream.synchronize();  // `data` is the store's buffer, reused after
-                               });
+        c_.nvme.read_params(static_cast<int>(li), [&](std::uint64_t off, const void* data, std::uint64_t len) {
+          c_.dev_stream.copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
+          c_.dev_stream.synchronize();  // `data` is the store's buffer, reused after
+        });
         c_.io.nvme_read_bytes += bytes;
       } else {
         c_.dev_stream.copy_async(home, h.shard, bytes, kind_of(h.tier, to[li]));

@@ -29,9 +29,9 @@ void* UpdateStaging::staging(int li) {
     try {
       s.stage = c_.ledger.allocate(Tier::host, Kind::buffers, copy_elems(li) * cbytes_, what);
     } catch (const Error& e) {
-      // Write-backs queued on the I/O worker hold their staging until written: when the
+      // Write-backs queued on the parameter store hold their staging until written: when the
       // host tier is full, wait for them to drain (bounding them by the budget) and retry.
-      if (e.code() != Errc::out_of_budget || c_.nvme.io() == nullptr) throw;
+      if (e.code() != Errc::out_of_budget || !c_.nvme.has_params()) throw;
       {
         Tracer::Span span(c_.tracer, "optimizer", "wait write-back");
         const auto t0 = std::chrono::steady_clock::now();
@@ -75,32 +75,25 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
   const auto& L = c_.layout.layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (h.param_tier == Tier::nvme) {
-    // Written behind the optimizer by the I/O worker: FIFO order puts the write (and the
-    // commit the step queues after the last one) before the next step's read of the layer,
-    // so the next forward overlaps the write-back. A failed write is the worker's sticky
-    // failure: the commit is skipped (the last good shards stay current) and the next
-    // gather reports it. The staging goes back to the host tier in every case.
+    // Written behind the optimizer on the parameter store's queue: its order puts the write (and
+    // the commit the step queues after the last one) before the next step's read of the layer,
+    // so the next forward overlaps the write-back. A failed write is the store's sticky
+    // failure: the commit is skipped (the last good shards stay current) and the next gather
+    // reports it. The store hands the staging back to the host tier in every case.
     void* buf = s.stage;
     io().nvme_write_bytes += c_.layout.layer_shard(li) * cbytes_;
     s.stage = nullptr;
     s.done = 0;
-    offload::IoWorker* worker = c_.nvme.io();
-    const offload::IoWorker::Ticket ticket = worker->submit(
-        [tracer = c_.tracer, buf, store = c_.nvme.params(), idx = static_cast<std::size_t>(c_.nvme.store_index(li)),
-         id = L.id] {
-          Tracer::Span span(tracer, "nvme write", str_cat("params L", id));
-          store->write(idx, buf);
-        },
-        [ledger = &c_.ledger, buf] { ledger->retire(buf); });
+    const NvmeHomes::ParamRequest request = c_.nvme.write_params_async(li, buf);
     // Paced by the NVMe: with the layer's optimizer state there too, at most this write-back
     // and the next layer's filling hold staging (what the estimate counts), however far the
-    // I/O worker falls behind: wait for the write-back before this one. The step then ends
+    // store's queue falls behind: wait for the write-back before this one. The step then ends
     // with one write-back queued, which the next step's first gathers stage beside.
-    if (h.opt_tier == Tier::nvme && last_write_.worker == worker) {
+    if (h.opt_tier == Tier::nvme && last_write_.ticket != 0) {
       Tracer::Span span(c_.tracer, "optimizer", "wait write-back");
-      worker->wait(last_write_.ticket);
+      c_.nvme.wait(last_write_);
     }
-    last_write_ = {worker, ticket};
+    last_write_ = request;
     io().io_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return;
   }
@@ -146,19 +139,13 @@ void UpdateStaging::flush_device(int li) {
   if (staged != nullptr) written(li, shard);
 }
 
-void UpdateStaging::commit_params() {
-  if (auto* store = c_.nvme.params()) c_.nvme.io()->submit([store] { store->commit(); });
-}
+void UpdateStaging::commit_params() { c_.nvme.commit_params_async(); }
 
 void UpdateStaging::commit_params(int li) {
-  auto* store = c_.nvme.params();
-  if (store == nullptr || c_.home(li).param_tier != Tier::nvme) return;
-  c_.nvme.io()->submit([store, idx = static_cast<std::size_t>(c_.nvme.store_index(li))] { store->commit(idx); });
+  if (c_.home(li).param_tier == Tier::nvme) c_.nvme.commit_params_async(li);
 }
 
-void UpdateStaging::abort_params() noexcept {
-  if (auto* store = c_.nvme.params()) store->abort();
-}
+void UpdateStaging::abort_params() noexcept { c_.nvme.abort_params(); }
 
 void UpdateStaging::drop() noexcept {
   if (xfer_) {

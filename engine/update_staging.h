@@ -10,7 +10,7 @@
 // device optimizer of a stage-3 layer whose shards live off the device, into a device buffer.
 // After writing through staging the caller reports written(li, n); once the whole layer is
 // in, the staging goes to the device (H2D, waited for) or to the parameter store (a write
-// behind the optimizer on the NVMe tier's I/O worker, which frees the staging when done; a
+// behind the optimizer on the store's queue, which frees the staging when done; a
 // layer whose optimizer state is on NVMe too first waits for the write-back queued before it,
 // so that the staging held stays within the estimate's two layers however slow the NVMe).
 // flush_device(li) after a layer's device updates moves the device buffer to the shards
@@ -71,7 +71,7 @@ class UpdateStaging {
   void flush_device(int li);
   void drop() noexcept;
   // The NVMe parameter store's side of a step: commit_params() queues the commit of every
-  // shard written so far behind those writes on the I/O worker, commit_params(li) layer li's
+  // shard written so far behind those writes on the store's queue, commit_params(li) layer li's
   // alone (nothing where its parameters are not on NVMe), abort_params() drops what was
   // written and not committed (the last committed shards stay current; the caller has let
   // queued writes finish). Nothing without a parameter store.
@@ -100,11 +100,7 @@ class UpdateStaging {
   std::size_t cbytes_;
   std::vector<LayerStaging> layers_;
   std::unique_ptr<device::Stream> xfer_;  // H2D of staged copies (device parameters, CPU optimizer)
-  struct QueuedWrite {
-    const offload::IoWorker* worker = nullptr;  // null: none queued yet
-    offload::IoWorker::Ticket ticket = 0;
-  };
-  QueuedWrite last_write_;  // the last parameter write-back queued
+  NvmeHomes::ParamRequest last_write_;    // the last parameter write-back queued (ticket 0: none yet)
 };
 
 }  // namespace strata::engine

@@ -96,4 +96,9 @@ bool IoWorker::idle() const {
   return completed_ == submitted_;
 }
 
+IoWorker::Ticket IoWorker::last() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return submitted_;
+}
+
 }  // namespace strata::offload

@@ -44,6 +44,7 @@ class IoWorker {
   bool succeeded(Ticket t) const;
   void synchronize();
   bool idle() const;
+  Ticket last() const;  // the last ticket submitted (0: none yet)
 
  private:
   struct Request {

@@ -5,10 +5,10 @@
 // written back (the pipelined swapping of ZeRO-Infinity and DeepSpeed).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,21 +28,27 @@ namespace strata::offload {
 // start at zero, or a checkpoint's moments) into the other generation, and commit_written()
 // makes that generation current once every tensor was written (discard_written() drops the
 // writes: the current generation, which a checkpoint may have hard-linked, is never written
-// in place, and a load that fails halfway changes nothing). Each step(fn) reads every sub-group from the current
-// generation, calls fn on it (on the calling thread, in tensor then offset order) and writes the updated state to the
-// other generation; only when every write has completed does the other generation become current. A step that fails
-// (I/O error, checksum mismatch, fn threw) drains its in-flight I/O, throws strata::Error and leaves the current
-// generation, the last good state, untouched and readable. read_state() reads a range of the state. A step with a
-// StepOrder visits the tensors in the order given, calls ready(t) before the first sub-group of tensor t is handed to
-// fn (it may block until t's gradient is in; the reads of t run ahead meanwhile) and, with defer_commit, leaves the new
-// generation pending: commit_pending() makes it current, discard_pending() drops it (the old one stays current, as
-// after a failed step). done(t) follows the last fn call of tensor t; ascending_rest reorders the tensors not yet
-// begun, lowest first, once it is set. While one is pending, reads and write_state() see the old generation and step()
-// is refused. A tensor is split into sub-groups of at most sub_group_elems elements, each one swap file holding [master
-// | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one whole-file transfer that fits one buffer, and
-// any tensor size works. write_state() and read_state() take and give fp32 arrays: bf16 moments are rounded to
-// nearest even on the way in and widened exactly on the way out. Not thread-safe: one caller at a time. Files are
+// in place, and a load that fails halfway changes nothing). read_state() reads a range of the
+// state. A tensor is split into sub-groups of at most sub_group_elems elements, each one swap
+// file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one
+// whole-file transfer that fits one buffer, and any tensor size works. write_state() and
+// read_state() take and give fp32 arrays: bf16 moments are rounded to nearest even on the way
+// in and widened exactly on the way out. Not thread-safe: one caller at a time. Files are
 // removed when the swapper is destroyed.
+//
+// A step is a pull iterator (Step, from begin_step(order)): it reads every sub-group from the
+// current generation, in the order's tensors (each in offset order), reads running ahead into
+// free buffers; peek() names the next sub-group (its read in flight), take() waits for its read
+// and hands it to the caller, put() queues its updated state for the other generation, and
+// finish(), after the last put(), waits for every write: only then does the other generation
+// become current (with defer_commit it is left pending: commit_pending() makes it current,
+// discard_pending() drops it). ascending_rest() reorders the tensors whose reads have not begun,
+// lowest first (an overlapped step's tail, which the next forward needs lowest layer first). A
+// step that fails (I/O error, checksum mismatch) or that the caller gives up (destroys it
+// unfinished) drains its in-flight I/O and leaves the current generation, the last good state,
+// untouched and readable. While a step or a pending generation is open, another step is
+// refused; while one is pending, reads and write_state() see the old generation. step(fn) is
+// the whole loop with fn on each sub-group.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
@@ -95,15 +101,32 @@ class OptimizerSwapper {
   void discard_written() noexcept;
   bool has_written() const noexcept;  // a write_state() waits for commit_written()
   struct StepOrder {
-    std::vector<std::size_t> tensors;               // every tensor once; empty: tensor order
-    std::function<void(std::size_t tensor)> ready;  // optional gate before a tensor's first sub-group
-    bool defer_commit = false;                      // the new generation waits for commit_pending()
-    std::function<void(std::size_t tensor)> done;   // optional: after fn ran on a tensor's last sub-group
-    // Optional: once it reads true, the tensors whose reads have not begun are visited in
-    // ascending order (those in flight first): an overlapped step's tail, which the next
-    // forward needs lowest layer first.
-    const std::atomic<bool>* ascending_rest = nullptr;
+    std::vector<std::size_t> tensors;  // every tensor once; empty: tensor order
+    bool defer_commit = false;         // the new generation waits for commit_pending()
   };
+  class Step {
+   public:
+    struct Upcoming {
+      std::size_t tensor = 0;
+      bool first = false, last = false;  // the tensor's first / last sub-group
+    };
+    Step(Step&&) noexcept;
+    Step& operator=(Step&&) = delete;
+    ~Step();                         // unfinished: drains its I/O, changes no generation
+    void ascending_rest();           // the tensors not yet begun, lowest first from now on
+    std::optional<Upcoming> peek();  // the next sub-group (its read issued); empty after the last
+    SubGroup take();                 // waits for its read; the caller's until put()
+    void put();                      // the taken sub-group's new state goes to the other generation
+    void finish();                   // after the last put(): every write on disk, the generation switched
+
+   private:
+    friend class OptimizerSwapper;
+    struct State;
+    explicit Step(std::unique_ptr<State> s);
+    std::unique_ptr<State> s_;
+  };
+  Step begin_step();  // tensor order, committed at finish()
+  Step begin_step(const StepOrder& order);
   void step(const std::function<void(const SubGroup&)>& fn);
   void step(const std::function<void(const SubGroup&)>& fn, const StepOrder& order);
   bool pending() const noexcept;

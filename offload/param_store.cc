@@ -14,7 +14,9 @@
 #include "io/swap_file.h"
 #include "offload/detail/swap_files.h"
 #include "offload/io_error.h"
+#include "offload/ledger.h"
 #include "runtime/core/error.h"
+#include "runtime/core/trace.h"
 #include "runtime/core/units.h"
 
 namespace strata::offload {
@@ -57,6 +59,7 @@ struct ParamStore::Impl {
   std::vector<char> written;                            // per tensor: the other generation holds a newer write
   mutable std::mutex mutex;
   ParamStoreStats stats;
+  std::unique_ptr<IoWorker> worker;  // declared last: its queue drains before anything above goes
 
   // A chunk transfer in flight in one of the buffers.
   struct Pending {
@@ -116,11 +119,39 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
       "NVMe tier (parameters)");
   I.current.assign(I.tensors.size(), 0);
   I.written.assign(I.tensors.size(), 0);
+  if (options.device != nullptr) I.worker = std::make_unique<IoWorker>(*options.device);
 }
 
 ParamStore::~ParamStore() = default;
 
 void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
+  settle();
+  read_now(tensor, fn);
+}
+
+void ParamStore::write(std::size_t tensor, const void* src) {
+  settle();
+  write_now(tensor, src);
+}
+
+void ParamStore::commit() {
+  settle();
+  commit_now(0, true);
+}
+
+void ParamStore::commit(std::size_t tensor) {
+  settle();
+  commit_now(tensor, false);
+}
+
+void ParamStore::abort() {
+  settle();
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mutex);
+  std::fill(I.written.begin(), I.written.end(), 0);
+}
+
+void ParamStore::read_now(std::size_t tensor, const ChunkFn& fn) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
@@ -155,7 +186,7 @@ void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
   I.stats.read_seconds += since(t0);
 }
 
-void ParamStore::write(std::size_t tensor, const void* src) {
+void ParamStore::write_now(std::size_t tensor, const void* src) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
@@ -196,6 +227,7 @@ void ParamStore::write(std::size_t tensor, const void* src) {
 void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src_tensor) {
   auto& I = *impl_;
   STRATA_CHECK(&src != this, Errc::invalid_argument, "parameter store: write_from needs another store");
+  settle();
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
   const int gen = 1 - I.current[tensor];
@@ -230,28 +262,15 @@ void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src
   I.stats.write_seconds += since(t0);
 }
 
-void ParamStore::commit() {
+void ParamStore::commit_now(std::size_t tensor, bool all) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
-  for (std::size_t t = 0; t < I.tensors.size(); ++t) {
+  STRATA_CHECK(all || tensor < I.tensors.size(), Errc::internal, "parameter store: commit of tensor ", tensor, " of ",
+               I.tensors.size());
+  for (std::size_t t = all ? 0 : tensor; t < (all ? I.tensors.size() : tensor + 1); ++t) {
     if (I.written[t]) I.current[t] = 1 - I.current[t];
     I.written[t] = 0;
   }
-}
-
-void ParamStore::commit(std::size_t tensor) {
-  auto& I = *impl_;
-  std::lock_guard<std::mutex> lock(I.mutex);
-  STRATA_CHECK(tensor < I.tensors.size(), Errc::internal, "parameter store: commit of tensor ", tensor, " of ",
-               I.tensors.size());
-  if (I.written[tensor]) I.current[tensor] = 1 - I.current[tensor];
-  I.written[tensor] = 0;
-}
-
-void ParamStore::abort() {
-  auto& I = *impl_;
-  std::lock_guard<std::mutex> lock(I.mutex);
-  std::fill(I.written.begin(), I.written.end(), 0);
 }
 
 std::uint64_t ParamStore::buffer_bytes() const noexcept { return impl_->chunk_bytes; }
@@ -272,6 +291,72 @@ std::string ParamStore::file_of(std::size_t tensor, std::uint64_t offset) const 
     if (offset >= c.offset && offset < c.offset + c.length) return c.path[I.current[tensor]];
   }
   return {};
+}
+
+// Queued requests: data handed to the store's worker, run there with the blocking bodies.
+
+namespace {
+IoWorker& worker_of(const std::unique_ptr<IoWorker>& w) {
+  STRATA_CHECK(w != nullptr, Errc::internal, "parameter store: queued requests need options.device");
+  return *w;
+}
+}  // namespace
+
+void ParamStore::settle() const noexcept {
+  if (impl_->worker) impl_->worker->wait(impl_->worker->last());
+}
+
+ParamStore::Ticket ParamStore::read_async(std::size_t tensor, std::vector<Piece> into) {
+  auto& I = *impl_;
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
+  std::uint64_t total = 0;
+  for (const auto& p : into) total += p.bytes;
+  STRATA_CHECK(total == I.tensors[tensor].bytes, Errc::internal, "parameter store: read of ", I.tensors[tensor].name,
+               " into ", total, " B of pieces, but it holds ", I.tensors[tensor].bytes, " B");
+  return worker_of(I.worker).submit([this, tensor, into = std::move(into)] {
+    Tracer::Span span(impl_->options.tracer, "nvme read", str_cat("params ", impl_->tensors[tensor].name));
+    std::size_t k = 0;
+    std::uint64_t piece_begin = 0;  // tensor offset of into[k]
+    read_now(tensor, [&](std::uint64_t off, const void* data, std::uint64_t n) {
+      const char* src = static_cast<const char*>(data);
+      while (n > 0) {
+        while (off >= piece_begin + into[k].bytes) piece_begin += into[k++].bytes;
+        const std::uint64_t take = std::min(n, piece_begin + into[k].bytes - off);
+        std::memcpy(static_cast<char*>(into[k].dst) + (off - piece_begin), src, take);
+        src += take;
+        off += take;
+        n -= take;
+      }
+    });
+  });
+}
+
+ParamStore::Ticket ParamStore::write_async(std::size_t tensor, const void* src, MemoryLedger* retire_to) {
+  auto& I = *impl_;
+  std::function<void()> release;
+  if (retire_to != nullptr) release = [retire_to, src] { retire_to->retire(const_cast<void*>(src)); };
+  return worker_of(I.worker).submit(
+      [this, tensor, src] {
+        Tracer::Span span(impl_->options.tracer, "nvme write", str_cat("params ", impl_->tensors[tensor].name));
+        write_now(tensor, src);
+      },
+      std::move(release));
+}
+
+ParamStore::Ticket ParamStore::commit_async() {
+  return worker_of(impl_->worker).submit([this] { commit_now(0, true); });
+}
+
+ParamStore::Ticket ParamStore::commit_async(std::size_t tensor) {
+  return worker_of(impl_->worker).submit([this, tensor] { commit_now(tensor, false); });
+}
+
+void ParamStore::wait_on(device::Stream& stream, Ticket t) { worker_of(impl_->worker).wait_on(stream, t); }
+void ParamStore::wait(Ticket t) { worker_of(impl_->worker).wait(t); }
+bool ParamStore::succeeded(Ticket t) const { return worker_of(impl_->worker).succeeded(t); }
+
+void ParamStore::synchronize() {
+  if (impl_->worker) impl_->worker->synchronize();
 }
 
 }  // namespace strata::offload

@@ -9,11 +9,24 @@
 // larger than a buffer is split into chunks: nothing is asserted on size. write(t, src)
 // writes tensor t's new bytes into its other generation; commit() makes every write since
 // the last commit current (commit(t): tensor t's), abort() drops them, so a step that fails
-// halfway leaves the last good state readable. read(t, fn) reads the current generation chunk by chunk (up to
-// buffer_count chunks in flight), verifies checksums and hands each chunk to fn(offset,
-// data, bytes) in offset order on the calling thread; a mismatch is an error naming the
-// tensor, the file and the block. Thread-safe (one operation at a time; the engine reads
-// on its gather stream and writes from step()). Files are removed on destruction.
+// halfway leaves the last good state readable. read(t, fn) reads the current generation
+// chunk by chunk (up to buffer_count chunks in flight), verifies checksums and hands each
+// chunk to fn(offset, data, bytes) in offset order on the calling thread; a mismatch is an
+// error naming the tensor, the file and the block. Files are removed on destruction.
+//
+// Queued requests. With options.device set, the store has an I/O worker of its own (a thread
+// private to it; io_worker.h): read_async(t, pieces) scatters tensor t's bytes into the
+// caller's buffers, write_async(t, src, ledger) writes src (then hands src back to the
+// ledger, whether the write succeeded or not), commit_async() commits; each returns a ticket
+// that a device stream waits on (wait_on) or the caller does (wait). Ordering is the store's
+// guarantee: requests run in submission order, so a write queued before a commit, and a commit
+// before a read of the same tensor, are on disk before the next one starts; a blocking call
+// (read, write, write_from, commit, abort) first waits for every request queued before it.
+// The first request that fails makes the failure sticky: the later ones are skipped (a
+// write's buffer still goes back), succeeded(t) is false from that ticket on, and
+// synchronize() waits for the queue and rethrows it. Nothing the caller runs executes on the
+// worker: requests are data (tensor, buffers, ledger). Thread-safe: blocking calls and
+// requests run one at a time.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +35,16 @@
 #include <string>
 #include <vector>
 
+#include "offload/io_worker.h"
 #include "offload/swap_footprint.h"
 
+namespace strata {
+class Tracer;
+}
+
 namespace strata::offload {
+
+class MemoryLedger;
 
 struct ParamStoreOptions {
   std::string dir;                                 // created if missing (one per rank)
@@ -35,6 +55,8 @@ struct ParamStoreOptions {
   unsigned queue_depth = 32;             // aio.queue_depth
   unsigned submit_batch = 8;             // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;  // aio.block_size
+  device::Device* device = nullptr;      // set: queued requests (a worker thread), signalled to its streams
+  Tracer* tracer = nullptr;              // optional: "nvme read", "nvme write" rows of queued requests
 };
 
 struct ParamTensor {
@@ -64,6 +86,23 @@ class ParamStore {
   void commit(std::size_t tensor);  // tensor's write since the last commit only
   void abort();
 
+  // Queued requests (options.device set; see the protocol above).
+  using Ticket = IoWorker::Ticket;
+  struct Piece {  // the next `bytes` bytes of a tensor go to dst
+    void* dst = nullptr;
+    std::uint64_t bytes = 0;
+  };
+  // The pieces, in order, cover the tensor's bytes exactly.
+  Ticket read_async(std::size_t tensor, std::vector<Piece> into);
+  // src stays untouched until the request completes; then, with a ledger, ledger->retire(src).
+  Ticket write_async(std::size_t tensor, const void* src, MemoryLedger* retire_to = nullptr);
+  Ticket commit_async();
+  Ticket commit_async(std::size_t tensor);
+  void wait_on(device::Stream& stream, Ticket t);
+  void wait(Ticket t);
+  bool succeeded(Ticket t) const;  // request t ran with no failure, here or before it
+  void synchronize();              // every queued request completed; rethrows the first failure
+
   std::uint64_t buffer_bytes() const noexcept;
   int buffer_count() const noexcept;
   std::uint64_t file_bytes() const noexcept;  // both generations, headers included
@@ -81,6 +120,10 @@ class ParamStore {
 
  private:
   struct Impl;
+  void settle() const noexcept;  // waits for every request queued so far
+  void read_now(std::size_t tensor, const ChunkFn& fn);
+  void write_now(std::size_t tensor, const void* src);
+  void commit_now(std::size_t tensor, bool all);
   std::unique_ptr<Impl> impl_;
 };
 

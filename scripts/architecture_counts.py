@@ -8,6 +8,9 @@ regular expressions and brace matching: a heuristic a reader can check by eye, n
   impl       Engine::Impl: its data members and the .cc files that define its methods
   nvme       call sites of NvmeHomes' raw accessors (io(), params(), swapper()) outside
              nvme_homes.*, and the files they are in
+  closures   engine code an offload thread would run: requests submitted to an I/O worker
+             (submit(...)) and callbacks handed to the swapper's step (StepOrder's ready,
+             done, ascending_rest), with their files
   functions  functions longer than --limit lines (default 120) in engine/, tools/cli/,
              train/, python/ and models/, longest first
   sizes      lines of tools/cli/, docs/design.md, and the largest library file
@@ -106,6 +109,17 @@ def nvme_accessors(root):
     return {"call_sites": sites, "files": sorted(files)}
 
 
+def offload_closures(root):
+    sites, files = 0, set()
+    pattern = re.compile(r"(?:->|\.)\s*submit\(|\border\.(?:ready|done|ascending_rest)\s*=")
+    for p in files_under(root, "engine"):
+        n = len(pattern.findall(read(root, p)))
+        if n:
+            sites += n
+            files.add(p)
+    return {"sites": sites, "files": sorted(files)}
+
+
 FUNC = re.compile(r"^(?:[\w:<>,\*&~\s]+?)\b([\w:~]+)\([^;{}]*\)\s*(?:const)?\s*(?:noexcept)?\s*(?:override)?\s*\{",
                   re.M)
 PYFUNC = re.compile(r"^(\s*)def (\w+)\(", re.M)
@@ -156,6 +170,7 @@ def main():
     layers = [line.split("#")[0].strip() for line in open(os.path.join(root, "scripts", "layers.txt"))]
     layers = [line for line in layers if line and not line.startswith("outside:")]
     report = {"parts": parts(root), "impl": impl(root), "nvme": nvme_accessors(root),
+              "closures": offload_closures(root),
               "functions": long_functions(root, a.limit), "sizes": sizes(root),
               "layers": layers}
     if a.json:
@@ -171,6 +186,9 @@ def main():
     n = report["nvme"]
     print(f"NvmeHomes' raw accessors (io(), params(), swapper()): {n['call_sites']} call sites in "
           f"{len(n['files'])} files {n['files']}")
+    c = report["closures"]
+    print(f"engine closures run by offload (I/O worker requests, swapper callbacks): {c['sites']} in "
+          f"{len(c['files'])} files {c['files']}")
     print(f"functions over {a.limit} lines: {len(report['functions'])}")
     for f in report["functions"]:
         print(f"  {f}")

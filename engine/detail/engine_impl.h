@@ -59,7 +59,7 @@ struct Engine::Impl {
   double initial_loss_scale() const { return optim::LossScaler(scaler_config).scale(); }  // before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
-  // parameter store with its I/O worker, the directory locks.
+  // parameter store with its queued requests, the directory locks.
   std::unique_ptr<NvmeHomes> nvme;
   // Each layer's resident parameters and stage-3 shards, and where the shards live now
   // (param_homes.h; the placement plan follows it after a migration).
@@ -67,7 +67,7 @@ struct Engine::Impl {
   // Where each layer's state goes (placement_plan.h).
   std::unique_ptr<PlacementPlan> plan;
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
-  // complete on the I/O worker during the next step), and the time waited on it.
+  // complete on the store's queue during the next step), and the time waited on it.
   IoStats io, last_io;
   std::chrono::steady_clock::time_point step_start;
   // The engine's own device work, in order: initial values, zeroing, accumulation of
@@ -102,15 +102,15 @@ struct Engine::Impl {
     bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
   } flags;
 
-  // NVMe parameter reads and write-backs run on the NVMe tier's I/O worker: the read of the
+  // NVMe parameter reads and write-backs run on the parameter store's queue: the read of the
   // next layer overlaps the all-gather and H2D copy of this one (the gather stream waits on
   // the read's ticket); FIFO order keeps each layer's write-back (and the commit after the
   // last) ahead of its next read. A write-back frees its staging when done, failed or skipped.
-  void drain_io();  // the I/O worker's synchronize() (rethrows a failed read or write)
+  void drain_io();  // the parameter store's synchronize() (rethrows a failed read or write)
   // Waits for the overlapped step's tail (overlapped_step.h). Outside a step its traffic
   // joins the last completed step's figures (io_stats()), where nothing else would count it.
   void finish_tail();
-  // Waits for each stream's queued work (null ones skipped), and the NVMe I/O worker's,
+  // Waits for each stream's queued work (null ones skipped), and the parameter store's,
   // before what it touches goes; a failure is logged as `when` ("" : not logged), not thrown.
   void settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept;
   // Stage 3: the gathers, their prefetch and the recorded trace (gather_path.h). After the

@@ -2,7 +2,11 @@
 // holds only the layers placed on NVMe, its buffers and files are charged to the host and
 // NVMe tiers; a migration's second store is charged while both exist and the first one's
 // charges go when it is adopted (or the second's when it is dropped); a second owner of the
-// same rank directory is refused while the first lives; everything is given back at the end.
+// same rank directory is refused while the first lives; requests queue by layer, and one of a
+// store that is gone counts as completed; everything is given back at the end.
+#include <cstring>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "engine/nvme_homes.h"
@@ -28,18 +32,36 @@ TEST_CASE("nvme homes: stores are charged, adopted and dropped; the directory ha
   const NvmeHomes::Context c{cfg, lay, 0, 2, *dev, ledger, nullptr};
   {
     NvmeHomes homes(c);
-    CHECK(homes.params() == nullptr);
-    CHECK(homes.io() == nullptr);
+    CHECK(!homes.has_params());
     homes.open_params({Tier::nvme, Tier::host});
-    REQUIRE(homes.params() != nullptr);
-    CHECK(homes.io() != nullptr);
+    REQUIRE(homes.has_params());
     CHECK(homes.store_index(0) == 0);
     CHECK(homes.store_index(1) == -1);
     CHECK(homes.params_subdir() == "params");
     const std::uint64_t files_a = ledger.usage(Tier::nvme).used_bytes;
     const std::uint64_t host_a = ledger.usage(Tier::host).used_bytes;
-    CHECK(files_a == homes.params()->file_bytes());
     CHECK(host_a > 0);
+    {  // the charge is the store's files: a second store of the same layers has as many bytes
+      auto probe = homes.build_params({Tier::nvme, Tier::host}, "params.probe");
+      CHECK(files_a == probe.store->file_bytes());
+      homes.drop(probe);
+    }
+
+    // Requests by layer: a queued write-back hands its staging back to the ledger, the commit
+    // queued behind it makes it current, and a blocking read sees it.
+    const std::size_t shard = lay.layer_shard(0) * 2;
+    auto* staging = static_cast<char*>(ledger.allocate(Tier::host, Kind::buffers, shard, "test staging"));
+    for (std::size_t i = 0; i < shard; ++i) staging[i] = static_cast<char>(i * 7 + 1);
+    const std::vector<char> expect(staging, staging + shard);
+    const auto written = homes.write_params_async(0, staging);
+    homes.commit_params_async(0);
+    std::vector<char> back(shard);
+    homes.read_params(0,
+                      [&](std::uint64_t off, const void* d, std::uint64_t n) { std::memcpy(back.data() + off, d, n); });
+    CHECK(back == expect);
+    CHECK(homes.succeeded(written));
+    ledger.reap();
+    CHECK(ledger.usage(Tier::host).used_bytes == host_a);
 
     {  // a second engine on the same rank directory
       NvmeHomes other(c);
@@ -55,6 +77,8 @@ TEST_CASE("nvme homes: stores are charged, adopted and dropped; the directory ha
     auto moved = homes.build_params({Tier::nvme, Tier::nvme}, "params.1");
     const std::uint64_t files_b = moved.store->file_bytes();
     homes.adopt(std::move(moved));
+    homes.wait(written);  // a request of a store that is gone has completed
+    CHECK(homes.succeeded(written));
     CHECK(homes.store_index(1) == 1);
     CHECK(homes.params_subdir() == "params.1");
     CHECK(ledger.usage(Tier::nvme).used_bytes == files_b);

@@ -27,10 +27,9 @@ std::vector<float> read_shards(ParamHomes& h, NvmeHomes& nvme, device::Stream& s
   std::vector<float> out(lay.layer_shard(li));
   const std::size_t bytes = out.size() * 4;
   if (h.tier(li) == Tier::nvme) {
-    nvme.params()->read(static_cast<std::size_t>(nvme.store_index(li)),
-                        [&](std::uint64_t off, const void* d, std::uint64_t n) {
-                          std::memcpy(reinterpret_cast<char*>(out.data()) + off, d, n);
-                        });
+    nvme.read_params(li, [&](std::uint64_t off, const void* d, std::uint64_t n) {
+      std::memcpy(reinterpret_cast<char*>(out.data()) + off, d, n);
+    });
   } else if (h.tier(li) == Tier::device) {
     s.copy_async(out.data(), h.shard(li), bytes, device::CopyKind::device_to_host);
     s.synchronize();

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -120,7 +121,7 @@ TEST_CASE("update staging: the device optimizer of host shards writes a device b
   f.ledger.free(f.home.shard);
 }
 
-TEST_CASE("update staging: NVMe shards are written back by the I/O worker; drop() frees a half step",
+TEST_CASE("update staging: NVMe shards are written back on the store's queue; drop() frees a half step",
           "[engine][update_staging]") {
   Fixture f(3);
   f.nvme->open_params({Tier::nvme});
@@ -130,9 +131,9 @@ TEST_CASE("update staging: NVMe shards are written back by the I/O worker; drop(
     auto u = f.make(true);
     f.write_all(u, true);
     f.nvme->drain();
-    f.nvme->params()->commit();
+    f.nvme->commit_params();
     std::vector<float> back(f.lay.layer_shard(0));
-    f.nvme->params()->read(0, [&](std::uint64_t off, const void* data, std::uint64_t n) {
+    f.nvme->read_params(0, [&](std::uint64_t off, const void* data, std::uint64_t n) {
       std::memcpy(reinterpret_cast<char*>(back.data()) + off, data, n);
     });
     CHECK(f.holds_layer(back.data()));
@@ -148,12 +149,11 @@ TEST_CASE("update staging: NVMe shards are written back by the I/O worker; drop(
   }
 }
 
-// The I/O worker is held by a request that waits for the test's word, as a starved or slow
-// NVMe holds it; the optimizer meanwhile completes three layers of NVMe shards. With the
-// optimizer state on NVMe (paced) the second layer's write-back waits for the first's, so the
-// third layer's staging is taken only after the first's went back: at most two layers'
-// staging is ever held (the bound the estimate counts). With the state in host RAM the
-// optimizer runs ahead and holds all three until the worker catches up.
+// The parameter store is held by a blocking read that waits for the test's word, as a starved
+// or slow NVMe holds it (its queued requests wait for it); the optimizer meanwhile completes three layers of NVMe
+// shards. With the optimizer state on NVMe (paced) the second layer's write-back waits for the first's, so the third
+// layer's staging is taken only after the first's went back: at most two layers' staging is ever held (the bound the
+// estimate counts). With the state in host RAM the optimizer runs ahead and holds all three until the store catches up.
 TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow NVMe", "[engine][update_staging]") {
   const bool paced = GENERATE(true, false);
   CAPTURE(paced);
@@ -166,7 +166,25 @@ TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow 
   REQUIRE(f.ledger.usage(Tier::host).peak_bytes <= base + staging);
   std::promise<void> go;
   std::shared_future<void> released = go.get_future().share();
-  f.nvme->io()->submit([released] { released.wait(); });
+  // Layer 0 first gets shards the read can verify (a new store's files hold none yet).
+  const std::vector<char> zeros(staging, 0);
+  f.nvme->write_params(0, zeros.data());
+  f.nvme->commit_params();
+  std::promise<void> entered;
+  auto slow = std::async(std::launch::async, [&] {
+    bool first = true;
+    try {
+      f.nvme->read_params(0, [&](std::uint64_t, const void*, std::uint64_t) {
+        if (!std::exchange(first, false)) return;
+        entered.set_value();
+        released.wait();
+      });
+    } catch (...) {
+      if (first) entered.set_exception(std::current_exception());
+      throw;
+    }
+  });
+  entered.get_future().get();
   {
     auto u = f.make(true);
     auto optimizer = std::async(std::launch::async, [&] {
@@ -181,6 +199,7 @@ TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow 
       CHECK(optimizer.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     }
     go.set_value();
+    slow.get();
     CHECK(optimizer.get());
     f.nvme->drain();
   }

@@ -171,7 +171,8 @@ TEST_CASE("a swapper's footprint, computed without creating it, is what the swap
   }
 }
 
-TEST_CASE("an ordered step gates each tensor, and a deferred generation commits or is discarded", "[offload][uring]") {
+TEST_CASE("a step is pulled a sub-group at a time, in order, and a deferred generation commits or is discarded",
+          "[offload][uring]") {
   test::TempDir dir("strata-offload");
   const std::vector<offload::SwapTensor> tensors = {{"layer 0", 3000}, {"layer 1", 500}, {"layer 2", 2100}};
   offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 1024, 4), tensors);
@@ -189,18 +190,29 @@ TEST_CASE("an ordered step gates each tensor, and a deferred generation commits 
   offload::OptimizerSwapper::StepOrder order;
   order.tensors = {2, 0, 1};
   order.defer_commit = true;
-  std::vector<std::size_t> gated, visited;
-  order.ready = [&](std::size_t t) { gated.push_back(t); };
-  sw.step(
-      [&](const offload::SubGroup& g) {
-        REQUIRE(!gated.empty());
-        CHECK(gated.back() == g.tensor);  // the gate ran before the tensor's first sub-group
-        if (visited.empty() || visited.back() != g.tensor) visited.push_back(g.tensor);
-        add_one(g);
-      },
-      order);
-  CHECK(gated == std::vector<std::size_t>{2, 0, 1});
-  CHECK(visited == std::vector<std::size_t>{2, 0, 1});
+  // peek() names each sub-group before its read is waited for; take() hands it out in the
+  // order's tensors, each in offset order, first and last flagged.
+  std::vector<std::size_t> firsts, lasts;
+  std::vector<std::uint64_t> offsets;
+  {
+    auto step = sw.begin_step(order);
+    CHECK_THROWS_AS(sw.begin_step(), Error);  // one step at a time
+    CHECK_THROWS_AS(step.put(), Error);       // nothing taken yet
+    while (auto next = step.peek()) {
+      if (next->first) firsts.push_back(next->tensor);
+      const offload::SubGroup g = step.take();
+      CHECK(g.tensor == next->tensor);
+      offsets.push_back(g.offset);
+      add_one(g);
+      step.put();
+      if (next->last) lasts.push_back(next->tensor);
+    }
+    CHECK_THROWS_AS(step.take(), Error);  // past the last
+    step.finish();
+  }
+  CHECK(firsts == std::vector<std::size_t>{2, 0, 1});
+  CHECK(lasts == std::vector<std::size_t>{2, 0, 1});
+  CHECK(offsets == std::vector<std::uint64_t>{0, 1024, 2048, 0, 1024, 2048, 0});
   REQUIRE(sw.pending());
   CHECK(master_of(0) == ramp(3000, 0.0f));  // the old generation is still current
   CHECK_THROWS_AS(sw.step(add_one), Error);
@@ -211,23 +223,50 @@ TEST_CASE("an ordered step gates each tensor, and a deferred generation commits 
   CHECK(master_of(0) == ramp(3000, 0.0f));
   CHECK(master_of(2) == ramp(2100, 2000.0f));
 
-  gated.clear();
   sw.step(add_one, order);
   sw.commit_pending();
   CHECK(master_of(0) == ramp(3000, 1.0f));
   CHECK(master_of(1) == ramp(500, 1001.0f));
   CHECK(master_of(2) == ramp(2100, 2001.0f));
 
-  // A gate that throws (the trainer abandoned the step) drains the I/O and commits nothing.
-  order.ready = [](std::size_t t) {
-    if (t == 0) throw Error(Errc::invalid_argument, "abandoned");
-  };
-  CHECK_THROWS_AS(sw.step(add_one, order), Error);
-  CHECK(!sw.pending());
-  CHECK(master_of(0) == ramp(3000, 1.0f));
+  // A step given up halfway (the trainer abandoned it, a sub-group in hand) drains its I/O
+  // and commits nothing, deferred or not.
+  for (bool defer : {true, false}) {
+    order.defer_commit = defer;
+    {
+      auto step = sw.begin_step(order);
+      add_one(step.take());
+      step.put();
+      add_one(step.take());
+    }
+    CHECK(!sw.pending());
+    CHECK(master_of(0) == ramp(3000, 1.0f));
+    CHECK(master_of(2) == ramp(2100, 2001.0f));
+  }
   sw.step(add_one);  // the swapper still works
   CHECK(master_of(2) == ramp(2100, 2002.0f));
 
+  // Ascending order from the first tensor not yet begun: tensor 2 is under way (its reads
+  // issued), then 0 and 1 come lowest first whatever the order said.
+  order.tensors = {2, 1, 0};
+  order.defer_commit = false;
+  {
+    auto step = sw.begin_step(order);
+    firsts.clear();
+    bool asked = false;
+    while (auto next = step.peek()) {
+      if (next->first) firsts.push_back(next->tensor);
+      add_one(step.take());
+      step.put();
+      if (!asked) step.ascending_rest();
+      asked = true;
+    }
+    step.finish();
+  }
+  CHECK(firsts == std::vector<std::size_t>{2, 0, 1});
+  CHECK(master_of(1) == ramp(500, 1003.0f));
+
   order.tensors = {0, 0, 1};
   CHECK_THROWS_AS(sw.step(add_one, order), Error);
+  CHECK_THROWS_AS(sw.begin_step(order), Error);
 }

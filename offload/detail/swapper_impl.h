@@ -1,0 +1,89 @@
+// The OptimizerSwapper's state, shared by its files (optimizer_swapper.cc: layout, generations,
+// reads and writes outside a step; swapper_step.cc: the step's pipeline).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/buffer_pool.h"
+#include "io/swap_file.h"
+#include "offload/detail/swap_files.h"
+#include "offload/io_error.h"
+#include "offload/optimizer_swapper.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+
+namespace strata::offload {
+
+// Bytes per element of a sub-group's state: the fp32 master, exp_avg and exp_avg_sq.
+inline std::uint64_t unit_bytes(const SwapperOptions& o) { return 4 + 2 * dtype_size(o.moment_dtype); }
+
+// A sub-group's swap files; its length counts elements.
+using Chunk = detail::SwapChunk;
+
+struct OptimizerSwapper::Impl {
+  SwapperOptions options;
+  std::vector<SwapTensor> tensors;
+  std::uint64_t buffer_elems = 0, buffer_bytes = 0;
+  detail::SwapIo sio;        // engine and buffers: declared before the files, so destroyed after them
+  detail::SwapChunks files;  // the sub-groups' swap files
+  std::vector<io::PoolBuffer>& buffers = sio.buffers;
+  std::vector<Chunk>& chunks = files.chunks;
+  std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
+  int current = 0;                                      // the generation holding the last good state
+  bool pending = false;                                 // a deferred step's generation waits for commit or discard
+  bool stepping = false;                                // a Step is open
+  std::vector<char> written;                            // per tensor: write_state() since the last commit_written()
+  SwapperStats stats;
+
+  std::string where(const Chunk& c) const {
+    return str_cat("optimizer state of ", tensors[c.tensor].name, " (sub-group ", c.index, ", elements [", c.offset,
+                   ", ", c.offset + c.length, ") of its shard: master, exp_avg, exp_avg_sq) on the NVMe tier");
+  }
+  // A generation file that a checkpoint has hard-linked gets a new inode under its path
+  // before it is written, so the checkpoint keeps its bytes (its blocks stay reserved). The
+  // new file is made and reserved under a temporary name and renamed over the path, so a
+  // failure (a full filesystem) leaves the old file in place and the swapper usable.
+  void unshare(Chunk& c, int gen) {
+    struct stat st {};
+    if (::stat(c.path[gen].c_str(), &st) != 0 || st.st_nlink <= 1) return;
+    const auto spec = c.file[gen]->layout().spec;
+    const std::string tmp = c.path[gen].substr(0, c.path[gen].size() - 5) + ".new.swap";  // ".a.swap" -> ".a.new.swap"
+    try {
+      {
+        auto f = io::SwapFile::create(*sio.engine, tmp, spec);
+        STRATA_IO_CHECK(f.status(), where(c) + ", replacing a generation a checkpoint links");
+        detail::reserve_blocks(tmp, f->layout().file_bytes, "NVMe tier");
+      }
+      STRATA_CHECK(::rename(tmp.c_str(), c.path[gen].c_str()) == 0, Errc::io, "optimizer swapper: cannot rename '", tmp,
+                   "' over '", c.path[gen], "' (linked by a checkpoint): ", errno_text(errno));
+      auto f = io::SwapFile::open(*sio.engine, c.path[gen]);
+      STRATA_IO_CHECK(f.status(), where(c) + ", reopening a replaced generation");
+      c.file[gen] = std::make_unique<io::SwapFile>(std::move(*f));
+    } catch (const Error& e) {
+      ::unlink(tmp.c_str());
+      // The checkpoint keeps the old blocks, so the rewrite needs new ones on this filesystem.
+      throw Error(e.code(),
+                  str_cat(e.what(),
+                          " (a checkpoint hard-linked this file, so rewriting it needs new space on the "
+                          "filesystem of offload_optimizer.nvme_path: free space there, keep fewer "
+                          "checkpoints (--keep), or save checkpoints on another filesystem)"),
+                  e.where(), e.sys_errno());
+    }
+  }
+  std::uint64_t payload(const Chunk& c) const { return c.length * unit_bytes(options); }
+  // [master | exp_avg | exp_avg_sq] of the sub-group's elements, the moments in moment_dtype.
+  SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
+    std::byte* base = b.data();
+    const std::uint64_t es = dtype_size(options.moment_dtype);
+    return {
+        c.tensor, c.offset, c.length, reinterpret_cast<float*>(base), base + 4 * c.length, base + (4 + es) * c.length};
+  }
+};
+
+}  // namespace strata::offload
