@@ -65,6 +65,18 @@ run() {
       [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
     done
   done
+  # cuBLAS is opened on first use (models/detail/cublas_api.h), so ldd does not list it: find it
+  # as the toolkit's other libraries are found.
+  major=$(ldd "$dest/build/bin/strata" | grep -o 'libcudart\.so\.[0-9]*' | head -1 | sed 's/.*\.so\.//')
+  for m in ${major:+libcublas.so.$major libcublasLt.so.$major}; do
+    ldconfig -p | grep -q "$m" && continue
+    found=""
+    IFS=: read -ra dirs <<< "$LD_LIBRARY_PATH"
+    for d in "${dirs[@]}"; do [ -e "$d/$m" ] && found=1; done
+    [ -n "$found" ] && continue
+    f=$(find /usr/local /opt /usr/lib -name "$m" 2>/dev/null | head -1)
+    [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
+  done
   if ! ldconfig -p | grep -q 'libcuda\.so\.1'; then  # the driver's library, outside ldconfig
     f=$(find /usr/local/nvidia /usr/lib /usr/local -name libcuda.so.1 2>/dev/null | head -1)
     [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")

@@ -1,5 +1,4 @@
 // FP8 quantization kernels and the cuBLASLt FP8 product (see fp8_cuda.h).
-#include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -7,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "models/detail/cublas_api.h"
 #include "models/gpt/detail/fp8_cuda.h"
 #include "runtime/core/error.h"
 #include "runtime/device/cuda_check.h"
@@ -15,7 +15,7 @@ namespace strata::model::detail {
 namespace {
 
 void lt_check(cublasStatus_t s, const char* what) {
-  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLASLt ", what, " failed: ", cublasGetStatusString(s));
+  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLASLt ", what, " failed: ", cublas().status_string(s));
 }
 
 cudaDataType_t fp8_type(DType fmt, const char* operand) {
@@ -123,11 +123,11 @@ struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~Layouts() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (pref) cublas().lt_pref_destroy(pref);
+    if (op) cublas().lt_desc_destroy(op);
+    if (c) cublas().lt_layout_destroy(c);
+    if (b) cublas().lt_layout_destroy(b);
+    if (a) cublas().lt_layout_destroy(a);
   }
 };
 
@@ -135,12 +135,12 @@ struct Layouts {
 
 void* fp8_lt_create() {
   cublasLtHandle_t h = nullptr;
-  lt_check(cublasLtCreate(&h), "create (is a GPU present?)");
+  lt_check(cublas().lt_create(&h), "create (is a GPU present?)");
   return h;
 }
 
 void fp8_lt_destroy(void* handle) noexcept {
-  if (handle != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle));
+  if (handle != nullptr) cublas().lt_destroy(static_cast<cublasLtHandle_t>(handle));
 }
 
 void cuda_fp8_quantize(void* cuda_stream, const float* in, void* out, std::size_t n, DType fmt, const float* scale,
@@ -201,22 +201,22 @@ void cuda_fp8_gemm(void* handle, void* cuda_stream, int M, int N, int K, const v
   // Column-major view: C^T [N, M] = B [N, K] (stored K x N, transposed) x A^T (stored K x M).
   Layouts l;
   const cudaDataType_t at = fp8_type(a_fmt, "A"), bt = fp8_type(b_fmt, "B");
-  lt_check(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  lt_check(cublas().lt_desc_create(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   const cublasOperation_t trans = CUBLAS_OP_T, no = CUBLAS_OP_N;
-  lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans), "transa");
-  lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no), "transb");
+  lt_check(cublas().lt_desc_set(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans), "transa");
+  lt_check(cublas().lt_desc_set(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof no), "transb");
   // cuBLASLt's "A" is our B and its "B" our A: their dequantization scales swap alike.
-  lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof b_scale_inv),
+  lt_check(cublas().lt_desc_set(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv, sizeof b_scale_inv),
            "A scale");
-  lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof a_scale_inv),
+  lt_check(cublas().lt_desc_set(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv, sizeof a_scale_inv),
            "B scale");
-  lt_check(cublasLtMatrixLayoutCreate(&l.a, bt, K, N, K), "layout of B");
-  lt_check(cublasLtMatrixLayoutCreate(&l.b, at, K, M, K), "layout of A");
-  lt_check(cublasLtMatrixLayoutCreate(&l.c, CUDA_R_32F, N, M, N), "layout of C");
-  lt_check(cublasLtMatmulPreferenceCreate(&l.pref), "preference");
-  lt_check(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                                sizeof workspace_bytes),
-           "workspace preference");
+  lt_check(cublas().lt_layout_create(&l.a, bt, K, N, K), "layout of B");
+  lt_check(cublas().lt_layout_create(&l.b, at, K, M, K), "layout of A");
+  lt_check(cublas().lt_layout_create(&l.c, CUDA_R_32F, N, M, N), "layout of C");
+  lt_check(cublas().lt_pref_create(&l.pref), "preference");
+  lt_check(
+      cublas().lt_pref_set(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes),
+      "workspace preference");
   // The heuristic assumes 256-byte aligned matrices unless told, and the kernel it picks then
   // refuses (NOT_SUPPORTED) operands inside larger buffers: say what they are.
   const std::uint32_t align_a = alignment(B), align_b = alignment(A), align_c = alignment(C);
@@ -224,19 +224,19 @@ void cuda_fp8_gemm(void* handle, void* cuda_stream, int M, int N, int K, const v
                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
-    lt_check(cublasLtMatmulPreferenceSetAttribute(l.pref, attr, &v, sizeof v), "alignment preference");
+    lt_check(cublas().lt_pref_set(l.pref, attr, &v, sizeof v), "alignment preference");
   auto* h = static_cast<cublasLtHandle_t>(handle);
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
-  lt_check(cublasLtMatmulAlgoGetHeuristic(h, l.op, l.a, l.b, l.c, l.c, l.pref, 1, &algo, &found), "heuristic");
+  lt_check(cublas().lt_heuristic(h, l.op, l.a, l.b, l.c, l.c, l.pref, 1, &algo, &found), "heuristic");
   STRATA_CHECK(found > 0, Errc::unsupported, "fp8 gemm: cuBLASLt offers no FP8 kernel for ", M, " x ", N, " x ", K,
                " (", dtype_name(a_fmt), " x ", dtype_name(b_fmt), ") on this GPU: FP8 needs compute capability 8.9+");
-  const cublasStatus_t done = cublasLtMatmul(h, l.op, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &algo.algo,
-                                             workspace, workspace_bytes, static_cast<cudaStream_t>(cuda_stream));
+  const cublasStatus_t done = cublas().lt_matmul(h, l.op, &alpha, B, l.a, A, l.b, &beta, C, l.c, C, l.c, &algo.algo,
+                                                 workspace, workspace_bytes, static_cast<cudaStream_t>(cuda_stream));
   STRATA_CHECK(done == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLASLt FP8 matmul ", M, " x ", N, " x ", K, " (",
                dtype_name(a_fmt), " x ", dtype_name(b_fmt), ", beta ", beta, ", alignment of A ", align_b, " B ",
                align_a, " C ", align_c, " and of the scales ", alignment(a_scale_inv), " and ", alignment(b_scale_inv),
-               ") failed: ", cublasGetStatusString(done));
+               ") failed: ", cublas().status_string(done));
 }
 
 }  // namespace strata::model::detail

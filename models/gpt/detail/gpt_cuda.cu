@@ -4,11 +4,11 @@
 // block (cross-entropy, whose rows are vocabulary-long); column sums split the rows between a
 // fixed set of threads per column and add their parts in a fixed order, so every result is
 // the same on every run.
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
 
+#include "models/detail/cublas_api.h"
 #include "models/detail/cuda_launch.cuh"
 #include "models/gpt/detail/gpt_cuda.h"
 #include "models/gpt/ops.h"
@@ -19,7 +19,7 @@ namespace strata::model::detail {
 namespace {
 
 void blas_check(cublasStatus_t s, const char* what) {
-  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLAS ", what, " failed: ", cublasGetStatusString(s));
+  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, Errc::cuda, "cuBLAS ", what, " failed: ", cublas().status_string(s));
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -248,17 +248,18 @@ cublasOperation_t op(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 void cuda_gemm(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  blas_check(cublasGemmEx(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K, &alpha, B, CUDA_R_32F,
-                          ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute_type(p), CUBLAS_GEMM_DEFAULT),
-             "gemm");
+  blas_check(
+      cublas().gemm_ex(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb,
+                       A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute_type(p), CUBLAS_GEMM_DEFAULT),
+      "gemm");
 }
 
 void cuda_gemm_batched(void* blas, ops::Products p, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                        const float* A, int lda, long long sA, const float* B, int ldb, long long sB, float beta,
                        float* C, int ldc, long long sC, int batch) {
-  blas_check(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K, &alpha, B,
-                                        CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda, sA, &beta, C, CUDA_R_32F, ldc, sC,
-                                        batch, compute_type(p), CUBLAS_GEMM_DEFAULT),
+  blas_check(cublas().gemm_strided_batched_ex(static_cast<cublasHandle_t>(blas), op(trans_b), op(trans_a), N, M, K,
+                                              &alpha, B, CUDA_R_32F, ldb, sB, A, CUDA_R_32F, lda, sA, &beta, C,
+                                              CUDA_R_32F, ldc, sC, batch, compute_type(p), CUBLAS_GEMM_DEFAULT),
              "batched gemm");
 }
 
