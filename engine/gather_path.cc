@@ -182,6 +182,8 @@ void GatherPath::submit(int li) {
     st.copy_async(G.full, staging, need * cbytes_, device::CopyKind::host_to_device);
   }
   G.ok = std::make_shared<std::atomic<bool>>(false);
+  // The host function reads the NVMe tier's current store: a migration adopts another only once
+  // the gather stream is idle (Impl::replan_on_first_trace synchronizes it first).
   st.launch_host([ok = G.ok, nvme = &c_.nvme, read = G.read, started, copied, tracer, on_device, id = L.id] {
     if (tracer != nullptr && tracer->enabled()) {
       const auto end = Tracer::Clock::now();

@@ -60,7 +60,7 @@ class StepTail {
 
   bool running() const noexcept { return running_; }      // a tail runs (the trainer's view)
   int layers_left() const noexcept { return left_; }      // layers left to it when keep() kept the step
-  std::atomic<bool>* ascending() { return &ascending_; }  // the swapper's ascending_rest
+  std::atomic<bool>* ascending() { return &ascending_; }  // the lane polls it: ascending_rest()
   // The trainer's view ends (finish_tail(): the lane is joined next); false when none ran.
   bool stop() noexcept { return std::exchange(running_, false); }
 

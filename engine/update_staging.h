@@ -26,7 +26,6 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
-#include "offload/io_worker.h"
 #include "offload/ledger.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"

@@ -90,6 +90,8 @@ OptimizerSwapper::~OptimizerSwapper() = default;
 void OptimizerSwapper::write_state(std::size_t tensor, const float* master, const float* exp_avg,
                                    const float* exp_avg_sq) {
   auto& I = *impl_;
+  STRATA_CHECK(!I.stepping, Errc::internal,
+               "optimizer swapper: write_state() while a step is open (finish or drop it first)");
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
   STRATA_CHECK(!I.pending, Errc::internal,
                "optimizer swapper: write_state() while a deferred step waits for its commit");
@@ -139,6 +141,8 @@ bool OptimizerSwapper::has_written() const noexcept {
 void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std::uint64_t elems, float* master,
                                   float* exp_avg, float* exp_avg_sq) {
   auto& I = *impl_;
+  STRATA_CHECK(!I.stepping, Errc::internal,
+               "optimizer swapper: read_state() while a step is open (finish or drop it first)");
   STRATA_CHECK(tensor < I.tensors.size() && offset + elems <= I.tensors[tensor].elems, Errc::invalid_argument,
                "optimizer swapper: read_state outside tensor ", tensor);
   const io::PoolBuffer& b = I.buffers[0];
@@ -161,6 +165,8 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
 void OptimizerSwapper::visit_masters(
     std::size_t tensor, const std::function<void(std::uint64_t offset, const float* master, std::uint64_t elems)>& fn) {
   auto& I = *impl_;
+  STRATA_CHECK(!I.stepping, Errc::internal,
+               "optimizer swapper: visit_masters() while a step is open (finish or drop it first)");
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {

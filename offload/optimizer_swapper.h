@@ -46,9 +46,10 @@ namespace strata::offload {
 // lowest first (an overlapped step's tail, which the next forward needs lowest layer first). A
 // step that fails (I/O error, checksum mismatch) or that the caller gives up (destroys it
 // unfinished) drains its in-flight I/O and leaves the current generation, the last good state,
-// untouched and readable. While a step or a pending generation is open, another step is
-// refused; while one is pending, reads and write_state() see the old generation. step(fn) is
-// the whole loop with fn on each sub-group.
+// untouched and readable. While a step is open, another step, reads and write_state() are
+// refused (the step owns the buffers), and the step must not outlive the swapper; while a
+// generation is pending, a step is refused and reads and write_state() see the old generation.
+// step(fn) is the whole loop with fn on each sub-group.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size

@@ -122,7 +122,8 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   if (options.device != nullptr) I.worker = std::make_unique<IoWorker>(*options.device);
 }
 
-ParamStore::~ParamStore() = default;
+// The worker finishes what is queued while everything its requests read is still whole.
+ParamStore::~ParamStore() { impl_->worker.reset(); }
 
 void ParamStore::read(std::size_t tensor, const ChunkFn& fn) {
   settle();
@@ -333,6 +334,7 @@ ParamStore::Ticket ParamStore::read_async(std::size_t tensor, std::vector<Piece>
 
 ParamStore::Ticket ParamStore::write_async(std::size_t tensor, const void* src, MemoryLedger* retire_to) {
   auto& I = *impl_;
+  STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
   std::function<void()> release;
   if (retire_to != nullptr) release = [retire_to, src] { retire_to->retire(const_cast<void*>(src)); };
   return worker_of(I.worker).submit(
@@ -348,6 +350,7 @@ ParamStore::Ticket ParamStore::commit_async() {
 }
 
 ParamStore::Ticket ParamStore::commit_async(std::size_t tensor) {
+  STRATA_CHECK(tensor < impl_->tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
   return worker_of(impl_->worker).submit([this, tensor] { commit_now(tensor, false); });
 }
 

@@ -213,6 +213,7 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
   for (auto& c : I.chunks) I.unshare(c, S->wr);
   for (int i = static_cast<int>(I.buffers.size()); i-- > 0;) S->free_buffers.push_back(i);
   S->max_reads = std::max<std::size_t>(1, I.buffers.size() / 2);
+  S->t0 = Clock::now();  // the step's time: its transfers and the caller's updates
   I.stepping = true;
   return Step(std::move(S));
 }

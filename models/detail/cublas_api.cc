@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
 #include <string>
 
 #include "runtime/core/error.h"
@@ -62,14 +61,7 @@ CublasApi load() {
 }  // namespace
 
 const CublasApi& cublas() {
-  static std::mutex mutex;
-  static CublasApi api;
-  static bool loaded = false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!loaded) {
-    api = load();
-    loaded = true;
-  }
+  static const CublasApi api = load();  // once; a load that threw is tried again by the next call
   return api;
 }
 

@@ -197,7 +197,7 @@ TEST_CASE("optimizer step: an update that fails on a full NVMe device counts for
   std::vector<model::MlpStep> want;
   for (int s = 0; s < 3; ++s) want.push_back(ref.mlp->train_step(s));
   for (int s = 0; s < 2; ++s) (void)t.mlp->train_step(s);
-  // Step 1's parameter write-backs run behind it on the I/O worker: they land before the limit,
+  // Step 1's parameter write-backs run behind it on the store's queue: they land before the limit,
   // so what fails is step 2's update (under load they could still be queued, fail, and be
   // reported by step 2's first gather instead).
   t.engine->synchronize();

@@ -3,7 +3,7 @@
 // one the protocol names (the parameters themselves, host staging, or a device buffer), and
 // what is written there ends up, byte for byte, where the parameters live: a device replica
 // (H2D once the layer is complete), host shards (from the device buffer), or the NVMe
-// parameter store (a write-back on the I/O worker); drop() gives every buffer back. A slow
+// parameter store (a write-back on its queue); drop() gives every buffer back. A slow
 // NVMe paces the write-backs of layers whose optimizer state is on NVMe too, so the staging
 // held stays at the two layers the estimate counts.
 #include <chrono>

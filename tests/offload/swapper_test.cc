@@ -198,6 +198,9 @@ TEST_CASE("a step is pulled a sub-group at a time, in order, and a deferred gene
     auto step = sw.begin_step(order);
     CHECK_THROWS_AS(sw.begin_step(), Error);  // one step at a time
     CHECK_THROWS_AS(step.put(), Error);       // nothing taken yet
+    float one = 0;
+    CHECK_THROWS_AS(sw.read_state(0, 0, 1, &one), Error);  // the step owns the buffers
+    CHECK_THROWS_AS(sw.write_state(0, ramp(3000, 0.0f).data()), Error);
     while (auto next = step.peek()) {
       if (next->first) firsts.push_back(next->tensor);
       const offload::SubGroup g = step.take();
