@@ -14,7 +14,7 @@ whose run adds 90-400 MB to the process, where the growth error means something.
 
 Exit status 1 when a ledger prediction is below what was measured (the whole device: by more
 than 0.5%, its allocation granules) or more than --tolerance (5%) above it, or when the RSS
-prediction is more than --tolerance off either way."""
+prediction is off either way by more than --tolerance and more than --rss-slack (6 MiB)."""
 import argparse
 import csv
 import json
@@ -154,6 +154,7 @@ def main():
     ap.add_argument("--device-budget", default="64MiB")
     ap.add_argument("--scale-device-budget", default="1GiB", help="device budget of the --at-scale models")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--rss-slack", type=float, default=6, help="MiB the RSS prediction may miss by, beyond the tolerance")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,16 +177,24 @@ def main():
             w.writerows(rows)
     # The engine's tiers are counted in bytes and must never exceed the prediction; the whole
     # device is counted in the device's allocation granules, which the estimate does not model.
-    # The process's RSS holds pages the estimate does not count one by one (code, thread
-    # stacks, allocator slack), so it is checked both ways.
+    # The process's RSS holds pages the estimate does not count one by one (the engine's
+    # threads and io_uring rings, heap glibc keeps below its trim threshold): a few MiB
+    # whatever the run, so it is checked both ways, within the tolerance or --rss-slack,
+    # whichever is larger (the runs here are 20-30 MiB in all).
     floor = {t: 0.0 for t in TIERS}
     floor["device_total"] = -0.005
     floor["rss"] = -a.tolerance
-    bad = [f"{r['run']} ({t})" for r in rows for t in floor
-           if not (floor[t] <= error(r[f"{t}_predicted"], r[f"{t}_measured"]) <= a.tolerance)]
+
+    def within(r, t):
+        p, m = r[f"{t}_predicted"], r[f"{t}_measured"]
+        if t == "rss" and abs(p - m) <= a.rss_slack * 2**20:
+            return True
+        return floor[t] <= error(p, m) <= a.tolerance
+
+    bad = [f"{r['run']} ({t})" for r in rows for t in floor if not within(r, t)]
     if bad:
-        print("outside [0, +%.0f%%] (device total: [-0.5%%, +%.0f%%]; rss: +-%.0f%%): %s" %
-              (100 * a.tolerance, 100 * a.tolerance, 100 * a.tolerance, ", ".join(sorted(set(bad)))))
+        print("outside [0, +%.0f%%] (device total: [-0.5%%, +%.0f%%]; rss: +-%.0f%% or %g MiB): %s" %
+              (100 * a.tolerance, 100 * a.tolerance, 100 * a.tolerance, a.rss_slack, ", ".join(sorted(set(bad)))))
         return 1
     return 0
 

@@ -12,23 +12,13 @@
 
 #include "offload/io_worker.h"
 #include "runtime/device/device.h"
+#include "tests/support/host_device.h"
 
 using namespace strata;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::unique_ptr<device::Device> host_device() {
-  device::DeviceOptions o;
-  o.budget_bytes = 16 << 20;
-  o.pinned_budget_bytes = 16 << 20;
-  return device::Device::create(o);
-}
-
-}  // namespace
-
 TEST_CASE("io worker: requests run in order on one thread other than the caller's", "[offload][io_worker]") {
-  auto dev = host_device();
+  auto dev = test::small_host_device();
   offload::IoWorker io(*dev);
   std::vector<int> order;
   std::vector<std::thread::id> threads;
@@ -51,7 +41,7 @@ TEST_CASE("io worker: requests run in order on one thread other than the caller'
 }
 
 TEST_CASE("io worker: a stream waits for a request's ticket, the caller does not", "[offload][io_worker]") {
-  auto dev = host_device();
+  auto dev = test::small_host_device();
   offload::IoWorker io(*dev);
   auto stream = dev->create_stream();
   std::promise<void> gate;
@@ -75,7 +65,7 @@ TEST_CASE("io worker: a stream waits for a request's ticket, the caller does not
 }
 
 TEST_CASE("io worker: a failure is sticky, later requests are skipped, every finally runs", "[offload][io_worker]") {
-  auto dev = host_device();
+  auto dev = test::small_host_device();
   auto stream = dev->create_stream();
   int finals = 0;
   std::vector<int> ran;
@@ -100,7 +90,7 @@ TEST_CASE("io worker: a failure is sticky, later requests are skipped, every fin
 }
 
 TEST_CASE("io worker: the destructor runs what is still queued", "[offload][io_worker]") {
-  auto dev = host_device();
+  auto dev = test::small_host_device();
   std::atomic<int> count{0};
   {
     offload::IoWorker io(*dev);

@@ -1,6 +1,10 @@
 // The NVMe parameter store on its own: chunked round trips (tensors larger than a buffer),
 // commit/abort generations, a flipped byte (names tensor, file and block), a full device
-// mid-write (the last committed bytes stay readable) and a budget below one buffer.
+// mid-write (the last committed bytes stay readable) and a budget below one buffer; and its
+// queued requests on the host device: they run in submission order on the store's own thread
+// (write, commit, then a read of the same tensor sees the write), a read scatters into the
+// caller's pieces, a device stream waits on a ticket, a write hands its buffer back to the
+// ledger, a blocking call waits for what was queued before it, and a failure is sticky.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -8,10 +12,12 @@
 #include <functional>
 #include <vector>
 
+#include "offload/ledger.h"
 #include "offload/param_store.h"
 #include "runtime/core/error.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
+#include "tests/support/host_device.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -26,6 +32,11 @@ offload::ParamStoreOptions options_in(const std::string& dir) {
   o.buffer_count = 2;
   o.queue_depth = 8;
   o.block_bytes = 4096;
+  return o;
+}
+
+offload::ParamStoreOptions queued(offload::ParamStoreOptions o, device::Device& dev) {
+  o.device = &dev;
   return o;
 }
 
@@ -148,4 +159,106 @@ TEST_CASE("a store's footprint, computed without creating it, is what the store 
     CHECK(f.file_bytes == s.file_bytes());
     CHECK(f.buffer_count == (budget < 30000 ? 2 : 3));
   }
+}
+
+TEST_CASE("parameter store: queued write, commit and read run in order and scatter into pieces",
+          "[offload][uring][param-store]") {
+  test::TempDir dir("strata-params");
+  auto dev = test::small_host_device();
+  offload::MemoryLedger ledger(*dev, 1 << 20, false);
+  offload::ParamStore s(queued(options_in(dir.file("rank0")), *dev), {{"layer 0", 20001}, {"layer 1", 100}});
+  const auto a = pattern(20001, 1), b = pattern(20001, 2);
+  s.write(0, a.data());
+  s.commit();
+
+  // b in a ledger buffer: the write hands it back once written, and the ledger's use drops.
+  const std::uint64_t used = ledger.usage(offload::Tier::host).used_bytes;
+  void* staged = ledger.allocate(offload::Tier::host, offload::Kind::buffers, b.size(), "test staging");
+  std::memcpy(staged, b.data(), b.size());
+  CHECK(ledger.usage(offload::Tier::host).used_bytes > used);
+  // Three pieces across chunk boundaries, in the order the tensor's bytes run.
+  std::vector<char> p0(5000), p1(9000), p2(20001 - 14000);
+  std::vector<char> before(20001);
+  const auto r0 = s.read_async(0, {{before.data(), before.size()}});
+  const auto w = s.write_async(0, staged, &ledger);
+  const auto c = s.commit_async();
+  const auto r1 = s.read_async(0, {{p0.data(), p0.size()}, {p1.data(), p1.size()}, {p2.data(), p2.size()}});
+  CHECK(r0 < w);
+  CHECK(w < c);
+  CHECK(c < r1);
+  // A device stream waits on the read; a host function after the wait sees its bytes.
+  auto stream = dev->create_stream();
+  s.wait_on(*stream, r1);
+  bool seen = false;
+  stream->launch_host([&] { seen = std::memcmp(p2.data(), b.data() + 14000, p2.size()) == 0; });
+  stream->synchronize();
+  CHECK(seen);
+  s.wait(r1);
+  CHECK(s.succeeded(r1));
+  CHECK(before == a);  // the read queued before the write saw the committed bytes
+  std::vector<char> after(p0);
+  after.insert(after.end(), p1.begin(), p1.end());
+  after.insert(after.end(), p2.begin(), p2.end());
+  CHECK(after == b);
+  ledger.reap();
+  CHECK(ledger.usage(offload::Tier::host).used_bytes == used);
+
+  // Pieces that do not cover the tensor exactly are refused at once.
+  CHECK_THROWS_AS(s.read_async(1, {{p0.data(), 99}}), Error);
+
+  // A blocking call waits for the requests queued before it: no wait() in between.
+  const auto c2 = pattern(100, 3);
+  s.write_async(1, c2.data());
+  s.commit_async(1);
+  std::vector<char> back(100);
+  s.read(1, [&](std::uint64_t off, const void* data, std::uint64_t n) { std::memcpy(back.data() + off, data, n); });
+  CHECK(back == c2);
+  s.synchronize();
+}
+
+TEST_CASE("parameter store: a failed queued request is sticky, its buffer still goes back",
+          "[offload][uring][param-store][negative]") {
+  test::TempDir dir("strata-params");
+  auto dev = test::small_host_device();
+  offload::MemoryLedger ledger(*dev, 1 << 20, false);
+  offload::ParamStore s(queued(options_in(dir.file("rank0")), *dev), {{"layer 5", 20000}});
+  const auto a = pattern(20000, 1);
+  s.write(0, a.data());
+  s.commit();
+  const std::string file = s.file_of(0, 9000);  // chunk 1
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8192 + 4096 + 3);  // header, checksum table, then block 1
+    f.put('\x5a');
+  }
+  std::vector<char> into(20000);
+  const auto r = s.read_async(0, {{into.data(), into.size()}});
+  void* staged = ledger.allocate(offload::Tier::host, offload::Kind::buffers, a.size(), "test staging");
+  std::memcpy(staged, a.data(), a.size());
+  const auto w = s.write_async(0, staged, &ledger);  // skipped: the read before it failed
+  const auto c = s.commit_async();
+  s.wait(c);
+  CHECK_FALSE(s.succeeded(r));
+  CHECK_FALSE(s.succeeded(w));
+  ledger.reap();
+  CHECK(ledger.usage(offload::Tier::host).used_bytes == 0);  // the skipped write's staging went back
+  const std::string m = error_of([&] { s.synchronize(); });
+  INFO(m);
+  CHECK(m.find("parameter shard of layer 5") != std::string::npos);
+  CHECK(m.find(file) != std::string::npos);
+  CHECK(m.find("checksum mismatch") != std::string::npos);
+  // The skipped write and commit changed nothing: the flipped file is still the current one.
+  CHECK(s.file_of(0, 9000) == file);
+}
+
+TEST_CASE("parameter store: queued requests need a device", "[offload][uring][param-store][negative]") {
+  test::TempDir dir("strata-params");
+  auto dev = test::small_host_device();
+  auto o = queued(options_in(dir.file("rank0")), *dev);
+  o.device = nullptr;
+  offload::ParamStore s(o, {{"layer 0", 100}});
+  std::vector<char> into(100);
+  CHECK_THROWS_AS(s.read_async(0, {{into.data(), into.size()}}), Error);
+  CHECK_THROWS_AS(s.commit_async(), Error);
+  s.synchronize();  // nothing queued: returns
 }

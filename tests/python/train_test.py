@@ -128,8 +128,11 @@ def check_calibrate(tmp):
     strata.calibrate(nvme=f"{tmp}/nvme", out=out, quick=True)  # bin/strata beside the library
     with open(out) as f:
         cal = json.load(f)
-    rates = [k for k in CALIBRATION if k not in ("format", "host", "threads")]
+    # Rates are positive; the gradient path is a time per element beyond the optimizer's, which
+    # a loaded machine can measure as 0 (the calibration format allows it), never below.
+    rates = [k for k in CALIBRATION if k not in ("format", "host", "threads", "grad_path_ns_per_elem")]
     check(all(cal.get(k, 0) > 0 for k in rates), f"calibrate: a rate missing or not positive: {cal}")
+    check(cal.get("grad_path_ns_per_elem", -1) >= 0, f"calibrate: the gradient path's time is missing or negative: {cal}")
     got = strata.plan(model="gpt", layers=2, heads=2, d_model=32, seq_len=32, vocab=256,
                       budget="device=64MiB,host=256MiB", calibration=out, iters=1, batch=4)
     check(got["fitting"] > 0, "calibrate: the plan fits nothing with the measured rates")
