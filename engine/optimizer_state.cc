@@ -149,13 +149,7 @@ void OptimizerState::step_swapped(const std::function<void(int li, const offload
     swapper->commit_pending();
     return;
   }
-  auto step = swapper->begin_step();
-  while (step.peek()) {
-    const offload::SubGroup g = step.take();
-    fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g);
-    step.put();
-  }
-  step.finish();
+  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); });
   c_.nvme.swapper_traffic(io);
 }
 

@@ -12,7 +12,7 @@
 // nearest even on write); both are synchronous. Writes of layers on NVMe go to the
 // swapper's other generation: commit_writes(), after every layer was written, makes them
 // current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
-// layers in place through resident(li) and layers on NVMe through step_swapped(), which pulls
+// layers in place through resident(li) and layers on NVMe through step_swapped(), which runs
 // the swapper's step over their sub-groups (begin_swapped(): the overlapped lane pulls its own).
 // The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
 // through the ledger, which refuses what the host budget cannot hold) a second set of arrays

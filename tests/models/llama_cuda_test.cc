@@ -16,9 +16,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/layout.h"
 #include "models/gpt/array_access.h"
 #include "models/llama/kernels.h"
+#include "models/llama/llama.h"
 #include "models/llama/ops.h"
 #include "models/llama/ops_reference.h"
 #include "models/llama/pass.h"
@@ -230,21 +230,16 @@ TEST_CASE("each Llama kernel on the GPU gives the host kernel's values", "[llama
 
 namespace {
 
-// Every parameter's initial values as the engine makes them for `seed`, grouped by layer.
-std::vector<std::vector<NamedTensor>> llama_initial_params(const LlamaShape& s, std::uint64_t seed) {
-  std::vector<std::vector<NamedTensor>> params(static_cast<std::size_t>(s.layers + 2));
-  for (const auto& p : llama_params(s)) {
-    const engine::ParamSpec spec{p.name, p.shape, p.layer, p.init};
-    std::size_t n = 1;
-    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
-    std::vector<float> v(n);
-    engine::init_values(spec, seed, 0, n, v.data());
-    // Norm weights start at one and biases at zero: move them so their gradients' paths
-    // are exercised with values that are not special.
-    if (p.shape.size() == 1)
-      for (std::size_t i = 0; i < n; ++i) v[i] += 0.1f * static_cast<float>(static_cast<int>(splitmix64(i) % 7) - 3);
-    params[static_cast<std::size_t>(p.layer)].push_back({p.name, p.shape, std::move(v)});
-  }
+// Every parameter's initial values as the engine makes them for `seed`, grouped by layer,
+// with the norm weights (ones) and biases (zeros) moved so that their gradients' paths are
+// exercised with values that are not special.
+std::vector<std::vector<NamedTensor>> perturbed_initial_params(const LlamaShape& s, std::uint64_t seed) {
+  auto params = model::llama_initial_params(s, seed);
+  for (auto& layer : params)
+    for (auto& t : layer)
+      if (t.shape.size() == 1)
+        for (std::size_t i = 0; i < t.data.size(); ++i)
+          t.data[i] += 0.1f * static_cast<float>(static_cast<int>(splitmix64(i) % 7) - 3);
   return params;
 }
 
@@ -272,7 +267,7 @@ TEST_CASE("a Llama pass on the GPU gives the host pass's loss and gradients, the
     in[i] = static_cast<std::int32_t>(splitmix64(7 + i) % static_cast<std::uint64_t>(shape.vocab));
     tg[i] = static_cast<std::int32_t>(splitmix64(9000 + i) % static_cast<std::uint64_t>(shape.vocab));
   }
-  auto params = llama_initial_params(shape, 5);
+  auto params = perturbed_initial_params(shape, 5);
 
   device::DeviceOptions ho;
   ho.budget_bytes = LlamaPass::device_bytes(shape, B, T, remat) + (1 << 20);
