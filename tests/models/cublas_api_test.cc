@@ -11,7 +11,6 @@
 
 #if defined(STRATA_HAVE_CUDA) && STRATA_HAVE_CUDA
 #include "models/detail/cublas_api.h"
-#endif
 
 namespace {
 
@@ -36,6 +35,7 @@ std::string needed_libraries() {
 }
 
 }  // namespace
+#endif
 
 TEST_CASE("cuBLAS is loaded on first use and resolves every function the GPU products call", "[models][cublas]") {
 #if defined(STRATA_HAVE_CUDA) && STRATA_HAVE_CUDA
