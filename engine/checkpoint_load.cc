@@ -96,9 +96,9 @@ StepScalars::Counters CheckpointLoad::loaded_counters(const checkpoint::Manifest
   // starts at fp16.initial_scale_power, not at the scale 1 that run had).
   // A checkpoint of an earlier Strata does not record it: only fp16 runs had a scaler.
   if (saved_scaling.empty())
-    saved_scaling = m.compute_dtype == "fp16" ? detail::scaling_name(c_.scaler_config, true) : "none";
-  const std::string scaling = detail::scaling_name(c_.scaler_config, c_.cfg.fp16.enabled);
-  const auto fresh = optim::LossScaler(c_.scaler_config).state();  // this run's config, as at setup
+    saved_scaling = m.compute_dtype == "fp16" ? detail::scaling_name(c_.scalars.scaler_config(), true) : "none";
+  const std::string scaling = detail::scaling_name(c_.scalars.scaler_config(), c_.cfg.fp16.enabled);
+  const auto fresh = optim::LossScaler(c_.scalars.scaler_config()).state();  // this run's config, as at setup
   if (saved_scaling != scaling) {
     c.scaler = fresh;
     STRATA_LOG(warn, "checkpoint '", where, "' was saved with loss scaling '", saved_scaling, "' and this run's is '",

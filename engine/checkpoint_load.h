@@ -33,7 +33,6 @@ class CheckpointLoad {
  public:
   struct Context {  // what a load writes and does not own
     const EngineConfig& cfg;
-    const optim::LossScalerConfig& scaler_config;  // this run's, as the engine was made with it
     const Layout& layout;
     Ranks ranks;
     DType cdt = DType::fp32;

@@ -129,7 +129,7 @@ std::string CheckpointPart::engine_state_json() const {
   return nlohmann::json{{"steps_taken", c.steps_taken},
                         {"step_calls", c.step_calls},
                         {"optimizer", optimizer_type_name(c_.cfg.optimizer.type)},
-                        {"loss_scaling", detail::scaling_name(c_.scaler_config, c_.cfg.fp16.enabled)},
+                        {"loss_scaling", detail::scaling_name(c_.scalars.scaler_config(), c_.cfg.fp16.enabled)},
                         {"loss_scaler",
                          {{"scale", s.scale},
                           {"iteration", s.iteration},

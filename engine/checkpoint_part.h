@@ -33,7 +33,6 @@ class CheckpointPart {
  public:
   struct Context {  // what a part reads and does not own
     const EngineConfig& cfg;
-    const optim::LossScalerConfig& scaler_config;  // recorded, so a load can tell scaling apart
     const Layout& layout;
     Ranks ranks;
     DType cdt = DType::fp32;

@@ -46,7 +46,6 @@ class CheckpointSave {
  public:
   struct Context {  // what a save reads and does not own
     const EngineConfig& cfg;
-    const optim::LossScalerConfig& scaler_config;  // recorded, so a load can tell scaling apart
     const Layout& layout;
     Ranks ranks;
     DType cdt = DType::fp32;
@@ -59,7 +58,6 @@ class CheckpointSave {
   explicit CheckpointSave(const Context& ctx)
       : c_(ctx),
         part_({.cfg = ctx.cfg,
-               .scaler_config = ctx.scaler_config,
                .layout = ctx.layout,
                .ranks = ctx.ranks,
                .cdt = ctx.cdt,

@@ -32,9 +32,9 @@ Engine::Engine(const EngineOptions& options) {
 Engine::~Engine() {
   if (!impl_ || !impl_->setup_done()) return;
   auto& I = *impl_;
-  if (I.overlap) I.overlap->cancel();  // its thread uses every part reset below
-  I.loads.reset();
-  I.saves.reset();  // joins a pending save's writer and frees its staging
+  if (I.step.overlap) I.step.overlap->cancel();  // its thread uses every part reset below
+  I.checkpoints.loads.reset();
+  I.checkpoints.saves.reset();  // joins a pending save's writer and frees its staging
   // Every stream drains before what its work touches (stores, buffers) goes away, whatever
   // another one failed with.
   if (I.gather_path) {
@@ -80,20 +80,20 @@ void Engine::begin_step() {
   I.require_complete_setup("begin_step");
   STRATA_CHECK(!I.flags.in_step, Errc::invalid_argument, "begin_step() twice without step()");
   STRATA_CHECK(!I.flags.in_eval, Errc::invalid_argument, "begin_step() inside begin_eval()/end_eval()");
-  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
+  STRATA_CHECK(!I.checkpoints.loads->state_mixed(), Errc::invalid_argument,
                "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
                "state is partly loaded; load a checkpoint again before training");
   if (I.flags.grads_stale) {
-    I.overlap->finish_tail();
+    I.step.overlap->finish_tail();
     I.grads->zero();
     I.flags.grads_stale = false;
   }
   I.flags.in_step = true;
-  I.io = {};
-  I.step_start = std::chrono::steady_clock::now();
+  I.traffic.io = {};
+  I.traffic.step_start = std::chrono::steady_clock::now();
   I.grads->begin_step();
   if (I.gather_path) I.gather_path->begin_step();
-  I.overlap->begin(!I.plan->replan_pending());
+  I.step.run->begin(!I.plan->replan_pending());
 }
 
 void Engine::begin_eval() {
@@ -101,7 +101,7 @@ void Engine::begin_eval() {
   I.require_complete_setup("begin_eval");
   STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "begin_eval() inside a step or another evaluation");
-  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument,
+  STRATA_CHECK(!I.checkpoints.loads->state_mixed(), Errc::invalid_argument,
                "begin_eval() after a checkpoint load failed while writing the state: the state is partly loaded; "
                "load a checkpoint again first");
   I.flags.in_eval = true;
@@ -123,10 +123,10 @@ std::vector<TensorView> Engine::gather(int layer) {
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(I.flags.in_step || I.flags.in_eval, Errc::invalid_argument, "gather(", layer,
                ") outside begin_step()/step() and begin_eval()/end_eval()");
-  I.overlap->before_layer(li);  // the last step's tail has stepped it
+  I.step.overlap->before_layer(li);  // the last step's tail has stepped it
   // Stage 3 gathers the layer, except a persistent one; stages 0-2 hold every layer.
   void* gathered = I.gather_path ? I.gather_path->gather(li, I.flags.in_eval, I.step_calls() + 1) : nullptr;
-  return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt);
+  return I.views(li, gathered != nullptr ? gathered : I.homes->full(li), I.cdt());
 }
 void Engine::release(int layer) {
   auto& I = *impl_;
@@ -141,8 +141,8 @@ std::vector<TensorView> Engine::grad_buffers(int layer) {
   STRATA_CHECK(I.flags.in_step, Errc::invalid_argument, "grad_buffers(", layer, ") outside begin_step()/step()");
   STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "grad_buffers(", layer, "): layer ", layer,
                " is frozen (freeze_layer) and takes no gradient: gather and release it in backward only");
-  I.overlap->before_layer(li);  // the last step's tail is done with its accumulator
-  return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt);
+  I.step.overlap->before_layer(li);  // the last step's tail is done with its accumulator
+  return I.views(li, I.grads->buffer(li, [&I] { return I.gather_path && I.gather_path->drop_retained(); }), I.cdt());
 }
 
 StepResult Engine::step() {
@@ -156,7 +156,7 @@ StepResult Engine::step() {
   I.replan_on_first_trace();
   StepResult result;
   try {
-    result = I.stepper->run();
+    result = I.step.run->run();
     if (!result.skipped) I.homes->refresh();  // replicas (stages 1-2) and persistent layers from the new shards
   } catch (...) {
     // The step is over (OptimizerStep rolled back what it could) and its gradients are dropped.
@@ -164,11 +164,12 @@ StepResult Engine::step() {
     I.flags.grads_stale = true;
     throw;
   }
-  I.overlap->zero_grads();
+  I.step.overlap->zero_grads();
   I.flags.in_step = false;
-  I.io.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.step_start).count();
-  I.last_io = I.io;
-  I.saves->poll(false);  // an asynchronous checkpoint commits once every rank's writes landed
+  I.traffic.io.step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - I.traffic.step_start).count();
+  I.traffic.last = I.traffic.io;
+  I.checkpoints.saves->poll(false);  // an asynchronous checkpoint commits once every rank's writes landed
   return result;
 }
 
@@ -186,7 +187,7 @@ void Engine::abandon_step() {
     }
   };
   if (step) {
-    I.overlap->cancel();                 // the lane's updates undone; a last step's tail finished
+    I.step.overlap->cancel();            // the lane's updates undone; a last step's tail finished
     attempt([&I] { I.grads->sync(); });  // queued reductions still read their buffers
     I.grads->drop_buffers();
     I.flags.grads_stale = true;  // begin_step() zeroes the accumulators
@@ -201,18 +202,19 @@ void Engine::reduce_grads(int layer) {
   const int li = I.layout->layer_index(layer);
   STRATA_CHECK(!I.frozen(li), Errc::invalid_argument, "reduce_grads(", layer, "): layer ", layer,
                " is frozen (freeze_layer) and takes no gradient");
-  I.overlap->before_layer(li);
-  I.grads->reduce(li, I.io);
+  I.step.overlap->before_layer(li);
+  I.grads->reduce(li, I.traffic.io);
   // The layer's last reduction of the step: an overlapped optimizer may take it from here.
   const auto accum = std::max<std::int64_t>(1, I.cfg.gradient_accumulation_steps);
-  if (I.overlap->active() && I.grads->reductions(li) == accum) I.overlap->layer_done(li, I.grads->completion());
+  if (I.step.overlap->active() && I.grads->reductions(li) == accum)
+    I.step.overlap->layer_done(li, I.grads->completion());
 }
 
 float Engine::loss_scale() const noexcept {
   const auto& I = *impl_;
-  return static_cast<float>(I.scalars ? I.scalars->loss_scale() : I.initial_loss_scale());
+  return static_cast<float>(I.step.scalars ? I.step.scalars->loss_scale() : I.initial_loss_scale());
 }
-DType Engine::compute_dtype() const noexcept { return impl_->cdt; }
+DType Engine::compute_dtype() const noexcept { return impl_->cdt(); }
 int Engine::rank() const noexcept { return impl_->ranks.rank; }
 int Engine::world_size() const noexcept { return impl_->ranks.world; }
 int Engine::pipeline_stages() const noexcept {
@@ -246,7 +248,7 @@ MemoryReport Engine::memory() const {
   return r;
 }
 
-IoStats Engine::io_stats() const { return impl_->last_io; }
+IoStats Engine::io_stats() const { return impl_->traffic.last; }
 
 void Engine::synchronize() {
   auto& I = *impl_;
@@ -307,20 +309,21 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
   }
   STRATA_CHECK(object, Errc::invalid_argument, "save_checkpoint: trainer_state must be a JSON object, got '",
                trainer_state.substr(0, 80), "'");
-  STRATA_CHECK(!I.loads->state_mixed(), Errc::invalid_argument, "save_checkpoint() after a checkpoint load ",
+  STRATA_CHECK(!I.checkpoints.loads->state_mixed(), Errc::invalid_argument,
+               "save_checkpoint() after a checkpoint load ",
                "failed while writing the state: the state is partly loaded and must not become a checkpoint; load "
                "one first");
   synchronize();  // parameter write-backs and reductions have landed
-  return I.saves->save(root, trainer_state, opts);
+  return I.checkpoints.saves->save(root, trainer_state, opts);
 }
 
 std::vector<SaveResult> Engine::finished_checkpoints() {
-  return impl_->saves ? impl_->saves->finished() : std::vector<SaveResult>{};
+  return impl_->checkpoints.saves ? impl_->checkpoints.saves->finished() : std::vector<SaveResult>{};
 }
 
 void Engine::wait_checkpoint() {
   impl_->require_setup("wait_checkpoint");
-  if (impl_->saves) impl_->saves->poll(true);
+  if (impl_->checkpoints.saves) impl_->checkpoints.saves->poll(true);
 }
 
 std::string Engine::load_checkpoint(const std::string& path) {
@@ -329,9 +332,9 @@ std::string Engine::load_checkpoint(const std::string& path) {
   STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
-  I.saves->poll(true);
+  I.checkpoints.saves->poll(true);
   I.drop_gathered();
-  return I.loads->load(path);
+  return I.checkpoints.loads->load(path);
 }
 
 void Engine::init_weights(const WeightReader& read) {
@@ -341,7 +344,7 @@ void Engine::init_weights(const WeightReader& read) {
                "init_weights() after training began: call it right after setup()");
   synchronize();
   I.drop_gathered();
-  I.loads->init_weights(read);
+  I.checkpoints.loads->init_weights(read);
 }
 
 void Engine::write_weights(const WeightReader& read, int source_rank) {
@@ -352,9 +355,9 @@ void Engine::write_weights(const WeightReader& read, int source_rank) {
   STRATA_CHECK(source_rank >= -1 && source_rank < I.ranks.world, Errc::invalid_argument, "write_weights: source rank ",
                source_rank, " is not one of the ", I.ranks.world, " ranks");
   synchronize();
-  I.saves->poll(true);  // a pending asynchronous checkpoint holds the values before the write
+  I.checkpoints.saves->poll(true);  // a pending asynchronous checkpoint holds the values before the write
   I.drop_gathered();
-  I.loads->write_weights(read, source_rank);
+  I.checkpoints.loads->write_weights(read, source_rank);
 }
 
 }  // namespace strata::engine

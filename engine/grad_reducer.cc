@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "engine/tier_copy.h"
+#include "optim/device_step.h"
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -345,6 +346,20 @@ void GradReducer::zero(const std::vector<char>& skip) {
     fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), g.tier);
   }
   c_.dev_stream.synchronize();
+}
+
+optim::GradNorm GradReducer::shard_norm(int li, std::size_t k) const {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  const DType dt = acc_dtype(li);
+  const void* g = acc_at(li, update_offset(li, k, false));
+  const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
+  return acc_on_host(li) ? optim::grad_norm_sq(g, dt, n) : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, dt, n);
+}
+
+void GradReducer::add_shard_norm(int li, optim::GradNorm& into) const {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
+  if (L.frozen) return;  // no gradient
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) into += shard_norm(li, k);
 }
 
 }  // namespace strata::engine

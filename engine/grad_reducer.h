@@ -43,6 +43,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "offload/ledger.h"
+#include "optim/grad_norm.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
@@ -126,6 +127,11 @@ class GradReducer {
     if (c_.stage >= 2 || whole_bucket) return at;
     return at + static_cast<std::size_t>(c_.rank) * c_.layout.buckets()[c_.layout.layers()[li].buckets[k]].shard;
   }
+  // This rank's share of the squared norm of layer li's accumulated gradient, over bucket k
+  // (shard_norm), or added to `into` bucket by bucket (add_shard_norm; nothing for a frozen
+  // layer), computed where the accumulator lives (on the engine's device stream there).
+  optim::GradNorm shard_norm(int li, std::size_t k) const;
+  void add_shard_norm(int li, optim::GradNorm& into) const;
   // Every accumulator, for the next step, but those whose skip[li] is set (skip may be empty).
   void zero(const std::vector<char>& skip = {});
   // An abandoned step: the gradient buffers handed out and not reduced are freed unread.

@@ -12,9 +12,9 @@
 #include "runtime/core/units.h"
 
 namespace strata::engine {
-namespace {
 
-optim::LossScalerConfig make_scaler_config(const EngineConfig& c) {
+optim::LossScalerConfig Engine::Impl::scaler_config() const {
+  const EngineConfig& c = cfg;
   if (!c.fp16.enabled) {
     optim::LossScalerConfig s;
     s.dynamic = false;
@@ -25,25 +25,17 @@ optim::LossScalerConfig make_scaler_config(const EngineConfig& c) {
                                                   c.fp16.loss_scale_window, c.fp16.hysteresis, c.fp16.min_loss_scale);
 }
 
-}  // namespace
-
-Engine::Impl::Impl(const EngineOptions& o)
-    : options(o),
-      dev(*o.device),
-      ranks{.comm = o.comm},
-      dcomm(o.device_comm),
-      scaler_config(make_scaler_config(o.config)) {
+Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.comm = o.comm, .dcomm = o.device_comm} {
   if (ranks.comm != nullptr) {
     ranks.rank = ranks.comm->rank();
     ranks.world = ranks.comm->world_size();
   }
-  STRATA_CHECK(
-      dcomm == nullptr || (ranks.comm != nullptr && dcomm->rank() == ranks.rank && dcomm->world_size() == ranks.world),
-      Errc::invalid_argument, "EngineOptions.device_comm (rank ", dcomm ? dcomm->rank() : -1, " of ",
-      dcomm ? dcomm->world_size() : 0, ") must join the same ranks as EngineOptions.comm (rank ", ranks.rank, " of ",
-      ranks.world, ")");
+  STRATA_CHECK(ranks.dcomm == nullptr || (ranks.comm != nullptr && ranks.dcomm->rank() == ranks.rank &&
+                                          ranks.dcomm->world_size() == ranks.world),
+               Errc::invalid_argument, "EngineOptions.device_comm (rank ", ranks.dcomm ? ranks.dcomm->rank() : -1,
+               " of ", ranks.dcomm ? ranks.dcomm->world_size() : 0,
+               ") must join the same ranks as EngineOptions.comm (rank ", ranks.rank, " of ", ranks.world, ")");
   (void)initial_loss_scale();  // a bad fp16 block fails here
-  cdt = compute_dtype_of(cfg);
   STRATA_CHECK(cfg.zero.stage >= 0 && cfg.zero.stage <= 3, Errc::invalid_argument,
                "zero_optimization.stage = ", cfg.zero.stage, ": use 0, 1, 2 or 3");
   STRATA_CHECK(cfg.offload_param.device == OffloadDevice::none || cfg.zero.stage == 3, Errc::invalid_argument,
@@ -68,15 +60,17 @@ Engine::Impl::Impl(const EngineOptions& o)
                "'): use Adam/AdamW on a GPU, or --device host");
   // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
   // on host memory only.
-  STRATA_CHECK(dev.backend() == device::Backend::host || ranks.world == 1 || dcomm != nullptr, Errc::invalid_argument,
-               "rank ", ranks.rank, ": the ZeRO engine on a CUDA device ('", dev.name(), "') with ", ranks.world,
+  STRATA_CHECK(dev.backend() == device::Backend::host || ranks.world == 1 || ranks.dcomm != nullptr,
+               Errc::invalid_argument, "rank ", ranks.rank, ": the ZeRO engine on a CUDA device ('", dev.name(),
+               "') with ", ranks.world,
                " ranks needs EngineOptions.device_comm, a communicator on device memory (NCCL; `strata launch -- "
                "strata train --device cuda` creates one)");
-  STRATA_CHECK(dev.backend() == device::Backend::host || dcomm == nullptr || dcomm->backend() == comm::Backend::nccl,
-               Errc::invalid_argument, "rank ", ranks.rank,
-               ": EngineOptions.device_comm is a gloo communicator, which "
-               "cannot reach the memory of a CUDA device ('",
-               dev.name(), "'): use an NCCL communicator");
+  STRATA_CHECK(
+      dev.backend() == device::Backend::host || ranks.dcomm == nullptr || ranks.dcomm->backend() == comm::Backend::nccl,
+      Errc::invalid_argument, "rank ", ranks.rank,
+      ": EngineOptions.device_comm is a gloo communicator, which "
+      "cannot reach the memory of a CUDA device ('",
+      dev.name(), "'): use an NCCL communicator");
 }
 
 void Engine::Impl::drain_io() {
@@ -84,14 +78,14 @@ void Engine::Impl::drain_io() {
 }
 
 void Engine::Impl::finish_tail() {
-  if (!overlap) return;
+  if (!step.overlap) return;
   if (flags.in_step) {
-    overlap->finish_tail();
+    step.overlap->finish_tail();
     return;
   }
-  io = {};  // between steps nothing reads it (begin_step() resets it): it collects the tail's traffic
-  overlap->finish_tail();
-  last_io += io;
+  traffic.io = {};  // between steps nothing reads it (begin_step() resets it): it collects the tail's traffic
+  step.overlap->finish_tail();
+  traffic.last += traffic.io;
 }
 
 void Engine::Impl::settle(std::initializer_list<device::Stream*> streams, const char* when) noexcept {

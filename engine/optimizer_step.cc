@@ -11,6 +11,8 @@
 
 namespace strata::engine {
 
+void OptimizerStep::begin(bool allowed) { c_.overlap.begin(allowed, c_.scalars.bet()); }
+
 StepResult OptimizerStep::run() {
   c_.overlap.before_step();
   StepScalars& scalars = c_.scalars;
@@ -28,7 +30,7 @@ StepResult OptimizerStep::run() {
   result.loss_scale = plan.loss_scale;
   result.clip_coef = plan.clip_coef;
   try {
-    const OverlappedStep::Outcome lane = c_.overlap.settle(plan);
+    const OverlappedStep::Outcome lane = c_.overlap.settle(plan, scalars.args(plan), scalars.next_lr());
     result.rolled_back = lane.rolled_back;
     result.tail_layers = lane.tail_layers;
     result.deferred = lane.deferred;

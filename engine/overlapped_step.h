@@ -3,21 +3,22 @@
 // backward, the keep-or-undo decision against the step's plan, the deferred step, and the tail
 // that finishes a kept step while the next forward runs.
 //
-// Protocol. begin_step() calls begin(): when some layers' optimizer state lives on NVMe or (none
-// on NVMe) in host RAM, the lane (optimizer_lane.h) steps them in backward order (a swapper step
-// over the NVMe layers, its reads running ahead from the start of the step, or the host layers),
-// on the plan the step will have when nothing overflows and nothing is clipped (the current loss
-// scale, clip coefficient 1, the next step's learning rate). The engine hands each layer over
+// Protocol. begin_step() calls begin() through OptimizerStep::begin(), with StepScalars' bet
+// (step_bet.h): when some layers' optimizer state lives on NVMe or (none on NVMe) in host RAM,
+// the lane (optimizer_lane.h) steps them in backward order (a swapper step over the NVMe layers,
+// its reads running ahead from the start of the step, or the host layers), on the plan the step
+// will have when nothing overflows and nothing is clipped (the current loss scale, clip
+// coefficient 1, the next step's learning rate). The engine hands each layer over
 // with layer_done() once its last reduction of the step is queued; the lane updates it while
 // backward goes on, an NVMe layer's new state going to the swapper's pending generation, a host
 // layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then stepped),
 // and the compute copies to their tier (NVMe shards: the parameter store's uncommitted writes).
 // OptimizerStep::run() calls before_step() (the last step's tail ends) and computes the global
-// norm and the plan as always, then settle(plan): when the plan's gradient scale is the
+// norm and the plan as always, then settle(plan, its arguments): when the plan's gradient scale is the
 // speculated one (same bits) the pending state commits, the host layers' spare arrays become
 // their state and the other resident layers step; otherwise (overflow, clipping) the lane's work
 // is undone (pending generation, spare arrays and parameter writes dropped, compute copies
-// rebuilt from the unchanged masters) and the step runs synchronously. Host layers step in
+// rebuilt from the unchanged masters: ShardUpdate::restore_copies) and the step runs synchronously. Host layers step in
 // OptimizerStep::run() instead under a host budget (memory_budget.host: the placement fills it),
 // as does a layer whose spare arrays the host memory refuses. Either way the bits are those of
 // the synchronous step. The lane gives up by itself, before work it would undo, once this rank's
@@ -54,14 +55,11 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/grad_reducer.h"
+#include "engine/lane_run.h"
 #include "engine/layout.h"
-#include "engine/optimizer_lane.h"
 #include "engine/optimizer_state.h"
-#include "engine/param_homes.h"
 #include "engine/shard_update.h"
-#include "engine/step_scalars.h"
-#include "engine/step_tail.h"
-#include "optim/grad_norm.h"
+#include "engine/step_bet.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
 #include "runtime/core/error.h"
@@ -76,11 +74,9 @@ class OverlappedStep {
     const EngineConfig& cfg;
     const Layout& layout;
     int rank = 0;
-    const StepScalars& scalars;
     ShardUpdate& update;
-    GradReducer& grads;
+    GradReducer& grads;  // the tail's accumulators, and the norms the bet is checked on
     OptimizerState& state;
-    ParamHomes& homes;
     IoStats& io;
     // Waits for the device stream's work and the NVMe parameter store's queue, logging (not throwing)
     // what failed.
@@ -94,13 +90,23 @@ class OverlappedStep {
   };
 
   explicit OverlappedStep(const Context& ctx)
-      : c_(ctx), tail_({.rank = ctx.rank, .update = ctx.update, .grads = ctx.grads, .io = ctx.io}) {}
+      : c_(ctx),
+        run_({.cfg = ctx.cfg,
+              .layout = ctx.layout,
+              .rank = ctx.rank,
+              .update = ctx.update,
+              .grads = ctx.grads,
+              .state = ctx.state,
+              .io = ctx.io,
+              .settle = ctx.settle,
+              .tracer = ctx.tracer}) {}
   OverlappedStep(const OverlappedStep&) = delete;
   OverlappedStep& operator=(const OverlappedStep&) = delete;
 
-  // allowed: false when this step may still move parameter shards (the first trace's replan).
-  void begin(bool allowed);
-  bool active() const noexcept { return lane_.active() || armed_ >= 0; }
+  // allowed: false when this step may still move parameter shards (the first trace's replan);
+  // bet: what the lane speculates on (StepScalars::bet()).
+  void begin(bool allowed, const StepBet& bet);
+  bool active() const noexcept { return run_.active() || armed_ >= 0; }
   // Layer li's gradient is complete once `done` (null: already) has passed.
   void layer_done(int li, std::unique_ptr<device::Event> done);
   void cancel() noexcept;
@@ -111,54 +117,29 @@ class OverlappedStep {
 
   // OptimizerStep::run()'s side: before_step() before the plan, settle() once it is known.
   void before_step();
-  Outcome settle(const optim::StepPlan& plan);
-  bool tail() const noexcept { return tail_.running(); }  // a tail runs: it steps and commits the swapped layers
+  // args and lr: the optimizer's arguments for the plan (a deferred lane runs on them).
+  Outcome settle(const optim::StepPlan& plan, const optim::StepArgs& args, float lr);
+  bool tail() const noexcept { return run_.tail().running(); }  // a tail runs: it steps and commits the swapped layers
   // Per layer: settle() kept the lane's update of the host layer (the synchronous step skips it).
-  const std::vector<char>& kept_host_layers() const noexcept { return host_kept_; }
+  const std::vector<char>& kept_host_layers() const noexcept { return run_.host().kept(); }
 
  private:
-  struct LanePlan {                              // the lane's swapper step
-    offload::OptimizerSwapper::StepOrder order;  // swap indices
-    bool deferred = false;  // each layer waits for the plan (else for its gradient, and the bet holds)
-    bool tail = false;      // each stepped layer goes to the tail, which may ask for ascending order
-  };
-  // The lane: the swapper's step as `plan` says (and the host layers, when host_layers), with
-  // lane_args_ and lane_lr_ (set before it starts, or before the plan's gate opens).
-  void launch_lane(const LanePlan& plan, bool host_layers);
-  void step_swapped_layers(const LanePlan& plan);  // on the lane
-  void start_deferred();                           // a lane that waits for publish_plan()
-  bool publish_plan(const optim::StepPlan& plan);  // its arguments, then the gate: it runs as the tail
-  void redo_as_tail(const optim::StepPlan& plan);  // after a lost bet, where the step may end as a tail
+  void start_deferred();                                     // a lane that waits for publish_plan()
+  bool publish_plan(const optim::StepArgs& args, float lr);  // its arguments, then the gate: it runs as the tail
+  // After a lost bet, where the step may end as a tail.
+  void redo_as_tail(const optim::StepPlan& plan, const optim::StepArgs& args, float lr);
   // The lane's half of an overlapped step: wait for it, then keep its work or undo it.
   // False when it was undone (true with no lane at all).
-  bool finish_overlap(const optim::StepPlan& plan);
-  void undo_overlap() noexcept;
-  // On the lane, once layer li's gradient is in: adds its part of this rank's squared norm
-  // and abandons the lane's work (throws) when the step surely overflows or clips.
-  void check_bet(int li);
-  void plan_host_lane();                                      // host_order_ for this step's lane
-  void step_host_layers(const optim::StepArgs& a, float lr);  // on the lane
-  void count_lane_io();                                       // the lane's traffic into the step's, once it has joined
-  std::exception_ptr join_lane();  // joins the lane, counts its wait and traffic; what it threw
+  bool finish_overlap(const optim::StepPlan& plan, const optim::StepArgs& args, float lr);
 
   Context c_;
-  OptimizerLane lane_;
+  LaneRun run_;                    // the lane, its host layers and its tail
   float speculated_scale_ = 0.0f;  // the plan's grad_scale the lane's work assumed
-  optim::StepArgs lane_args_;      // the lane's arguments (read on the lane)
-  float lane_lr_ = 0.0f;
-  bool deferred_ = false;         // this step's lane waits for the plan
-  bool clipped_last_ = true;      // the last step clipped (or none ran yet): defer, do not bet
-  IoStats lane_io_;               // the lane's traffic, added to the step's after it joins
-  std::vector<char> touched_;     // per layer: the lane updated it (written on the lane, read after join)
-  optim::GradNorm lane_partial_;  // this rank's squared norm over the layers the lane has taken
-  double abandon_above_ = 0;      // ... above which the step surely clips
-  bool abandoned_ = false;        // the lane stopped on a lost bet (not a failure)
-  std::vector<int> host_order_;   // the host layers the lane steps, backward order
-  std::vector<char> host_kept_;   // per layer: settle() kept the lane's update (the step skips it)
-  std::vector<char> no_spare_;    // per layer: its spare arrays did not fit; it steps in run()
-  StepTail tail_;                 // the tail's hand-over between the lane and the trainer
-  bool tail_ok_ = false;          // this step's lane may finish as a tail
-  int armed_ = -1;                // begin(allowed) waiting for the tail: -1 none, 0/1
+  bool deferred_ = false;          // this step's lane waits for the plan
+  bool clipped_last_ = true;       // the last step clipped (or none ran yet): defer, do not bet
+  bool tail_ok_ = false;           // this step's lane may finish as a tail
+  int armed_ = -1;                 // begin(allowed) waiting for the tail: -1 none, 0/1
+  StepBet armed_bet_;              // ... and its bet
 };
 
 }  // namespace strata::engine

@@ -58,36 +58,6 @@ void ParamHomes::commit_writes() { c_.nvme.commit_params(); }
 
 void ParamHomes::discard_writes() noexcept { c_.nvme.abort_params(); }
 
-void ParamHomes::write_own(int li, std::size_t first, std::size_t count, const float* master) {
-  const auto& L = c_.layout.layers()[li];
-  auto& h = layers_[li];
-  constexpr std::size_t kPiece = std::size_t{1} << 20;  // elements converted at a time
-  std::vector<char> bytes(std::min(count, kPiece) * cbytes_);
-  // Elements [lo, hi) of the optimizer's, which lie contiguously at dst (in element units).
-  auto put = [&](char* dst, Tier tier, std::size_t lo, std::size_t hi) {
-    for (std::size_t e = lo; e < hi; e += kPiece) {
-      const std::size_t n = std::min(kPiece, hi - e);
-      convert(master + (e - first), DType::fp32, bytes.data(), c_.cdt, n);
-      copy_between(c_.dev_stream, dst + (e - lo) * cbytes_, tier, bytes.data(), Tier::host, n * cbytes_);
-      c_.dev_stream.synchronize();
-    }
-  };
-  const std::size_t end = first + count;
-  if (c_.stage == 0) {
-    put(static_cast<char*>(h.full) + first * cbytes_, Tier::device, first, end);
-  } else if (c_.stage == 3) {
-    if (h.tier != Tier::nvme) put(static_cast<char*>(h.shard) + first * cbytes_, h.tier, first, end);
-  } else {
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {  // this rank's part of each bucket, in bucket order
-      const auto& b = c_.layout.buckets()[L.buckets[k]];
-      const std::size_t b0 = L.shard_offsets[k], lo = std::max(first, b0), hi = std::min(end, b0 + b.shard);
-      if (lo >= hi) continue;
-      char* dst = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b) + (lo - b0)) * cbytes_;
-      put(dst, Tier::device, lo, hi);
-    }
-  }
-}
-
 void ParamHomes::read_own(int li, float* out) {
   const auto& L = c_.layout.layers()[li];
   const auto& h = layers_[li];

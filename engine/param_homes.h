@@ -56,12 +56,7 @@ class ParamHomes {
   // commit_writes() makes them current; discard_writes() drops them (a failed load).
   void commit_writes();
   void discard_writes() noexcept;
-  // Elements [first, first + count) of this rank's own part of layer li's compute copies from
-  // their fp32 masters (the optimizer's elements: the whole padded layer at stage 0, this
-  // rank's shard above), where they live on the device or in host RAM; stage-3 shards on NVMe
-  // are left to the parameter store. Converts through a bounded buffer of its own.
-  void write_own(int li, std::size_t first, std::size_t count, const float* master);
-  // The inverse for a whole layer: this rank's own part of layer li's compute copies (the
+  // This rank's own part of layer li's compute copies (the
   // optimizer's elements), widened to fp32 into `out`, wherever they live (stage-3 shards on
   // NVMe read through the parameter store). What a frozen layer has in place of masters.
   void read_own(int li, float* out);

@@ -1,5 +1,6 @@
 // Ranks: which of the data-parallel ranks this engine is and how many there are, with the
-// communicator between them (null: one rank). A value the engine holds once and hands to
+// communicator between them (null: one rank) and the one for device-memory collectives
+// (EngineOptions::device_comm, null without one). A value the engine holds once and hands to
 // the parts that talk to other ranks.
 #pragma once
 
@@ -10,6 +11,7 @@ namespace strata::engine {
 struct Ranks {
   comm::Communicator* comm = nullptr;
   int rank = 0, world = 1;
+  comm::Communicator* dcomm = nullptr;
 };
 
 }  // namespace strata::engine

@@ -42,10 +42,10 @@ void Engine::Impl::allocate_step_buffers() {
                                                              .dev = dev,
                                                              .dev_stream = *dev_stream,
                                                              .comm = ranks.comm,
-                                                             .dcomm = dcomm,
+                                                             .dcomm = ranks.dcomm,
                                                              .rank = ranks.rank,
                                                              .world = ranks.world,
-                                                             .cdt = cdt,
+                                                             .cdt = cdt(),
                                                              .ledger = *ledger,
                                                              .tracer = options.tracer,
                                                              .accumulation = cfg.gradient_accumulation_steps},
@@ -67,24 +67,24 @@ void Engine::Impl::allocate_step_buffers() {
                                                            .stage = cfg.zero.stage,
                                                            .rank = ranks.rank,
                                                            .world = ranks.world,
-                                                           .cdt = cdt,
+                                                           .cdt = cdt(),
                                                            .dev_stream = *dev_stream,
                                                            .ledger = *ledger,
                                                            .nvme = *nvme,
                                                            .comm = ranks.comm,
-                                                           .dcomm = dcomm,
-                                                           .io = io});
+                                                           .dcomm = ranks.dcomm,
+                                                           .io = traffic.io});
   updates = std::make_unique<UpdateStaging>(
       UpdateStaging::Context{
           .layout = *layout,
           .stage = cfg.zero.stage,
           .rank = ranks.rank,
-          .cdt = cdt,
+          .cdt = cdt(),
           .dev = dev,
           .dev_stream = *dev_stream,
           .ledger = *ledger,
           .nvme = *nvme,
-          .io = io,
+          .io = traffic.io,
           .tracer = options.tracer,
           .home =
               [this](int li) {
@@ -106,13 +106,13 @@ void Engine::Impl::make_gather_path() {
                                .zero = cfg.zero,
                                .rank = ranks.rank,
                                .world = ranks.world,
-                               .cdt = cdt,
+                               .cdt = cdt(),
                                .dev = dev,
                                .ledger = *ledger,
                                .comm = ranks.comm,
-                               .dcomm = dcomm,
+                               .dcomm = ranks.dcomm,
                                .tracer = options.tracer,
-                               .io = io,
+                               .io = traffic.io,
                                .nvme = *nvme,
                                .shards =
                                    [this](int li) {
@@ -128,53 +128,49 @@ void Engine::Impl::make_gather_path() {
                                // A prefetch reads the layer's shards once the last step's tail has stepped it.
                                .before_read =
                                    [this](int li) {
-                                     if (overlap != nullptr) overlap->before_layer(li);
+                                     if (step.overlap != nullptr) step.overlap->before_layer(li);
                                    }};
   gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
 }
 
 void Engine::Impl::make_stepper() {
-  scalars = std::make_unique<StepScalars>(StepScalars::Context{.cfg = cfg,
-                                                               .layout = *layout,
-                                                               .world = ranks.world,
-                                                               .cdt = cdt,
-                                                               .dev = dev,
-                                                               .dev_stream = *dev_stream,
-                                                               .comm = ranks.comm,
-                                                               .pipeline = options.pipeline_comm,
-                                                               .grads = *grads},
-                                          scaler_config);
-  update = std::make_unique<ShardUpdate>(ShardUpdate::Context{.cfg = cfg,
-                                                              .layout = *layout,
-                                                              .rank = ranks.rank,
-                                                              .cdt = cdt,
-                                                              .dev_stream = *dev_stream,
-                                                              .grads = *grads,
-                                                              .state = *opt_state,
-                                                              .updates = *updates,
-                                                              .tracer = options.tracer});
+  step.scalars = std::make_unique<StepScalars>(StepScalars::Context{.cfg = cfg,
+                                                                    .layout = *layout,
+                                                                    .world = ranks.world,
+                                                                    .cdt = cdt(),
+                                                                    .comm = ranks.comm,
+                                                                    .pipeline = options.pipeline_comm,
+                                                                    .grads = *grads},
+                                               scaler_config());
+  step.update = std::make_unique<ShardUpdate>(ShardUpdate::Context{.cfg = cfg,
+                                                                   .layout = *layout,
+                                                                   .rank = ranks.rank,
+                                                                   .cdt = cdt(),
+                                                                   .dev_stream = *dev_stream,
+                                                                   .grads = *grads,
+                                                                   .state = *opt_state,
+                                                                   .updates = *updates,
+                                                                   .tracer = options.tracer});
   // What a failed update still has queued finishes before its staging goes.
   auto settle_after_failure = [this] {
     settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
   };
-  overlap = std::make_unique<OverlappedStep>(OverlappedStep::Context{.cfg = cfg,
-                                                                     .layout = *layout,
-                                                                     .rank = ranks.rank,
-                                                                     .scalars = *scalars,
-                                                                     .update = *update,
-                                                                     .grads = *grads,
-                                                                     .state = *opt_state,
-                                                                     .homes = *homes,
-                                                                     .io = io,
-                                                                     .settle = settle_after_failure,
-                                                                     .tracer = options.tracer});
-  stepper = std::make_unique<OptimizerStep>(OptimizerStep::Context{.cfg = cfg,
-                                                                   .rank = ranks.rank,
-                                                                   .scalars = *scalars,
-                                                                   .update = *update,
-                                                                   .overlap = *overlap,
-                                                                   .io = io,
-                                                                   .settle = settle_after_failure});
+  step.overlap = std::make_unique<OverlappedStep>(OverlappedStep::Context{.cfg = cfg,
+                                                                          .layout = *layout,
+                                                                          .rank = ranks.rank,
+                                                                          .update = *step.update,
+                                                                          .grads = *grads,
+                                                                          .state = *opt_state,
+                                                                          .io = traffic.io,
+                                                                          .settle = settle_after_failure,
+                                                                          .tracer = options.tracer});
+  step.run = std::make_unique<OptimizerStep>(OptimizerStep::Context{.cfg = cfg,
+                                                                    .rank = ranks.rank,
+                                                                    .scalars = *step.scalars,
+                                                                    .update = *step.update,
+                                                                    .overlap = *step.overlap,
+                                                                    .io = traffic.io,
+                                                                    .settle = settle_after_failure});
 }
 
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
@@ -281,23 +277,21 @@ void Engine::setup() {
   I.homes->commit_writes();
   if (stage == 3) I.make_gather_path();
   I.make_stepper();
-  I.saves = std::make_unique<CheckpointSave>(CheckpointSave::Context{.cfg = I.cfg,
-                                                                     .scaler_config = I.scaler_config,
-                                                                     .layout = lay,
-                                                                     .ranks = I.ranks,
-                                                                     .cdt = I.cdt,
-                                                                     .ledger = *I.ledger,
-                                                                     .state = *I.opt_state,
-                                                                     .homes = *I.homes,
-                                                                     .scalars = *I.scalars});
-  I.loads = std::make_unique<CheckpointLoad>(CheckpointLoad::Context{.cfg = I.cfg,
-                                                                     .scaler_config = I.scaler_config,
-                                                                     .layout = lay,
-                                                                     .ranks = I.ranks,
-                                                                     .cdt = I.cdt,
-                                                                     .state = *I.opt_state,
-                                                                     .homes = *I.homes,
-                                                                     .scalars = *I.scalars});
+  I.checkpoints.saves = std::make_unique<CheckpointSave>(CheckpointSave::Context{.cfg = I.cfg,
+                                                                                 .layout = lay,
+                                                                                 .ranks = I.ranks,
+                                                                                 .cdt = I.cdt(),
+                                                                                 .ledger = *I.ledger,
+                                                                                 .state = *I.opt_state,
+                                                                                 .homes = *I.homes,
+                                                                                 .scalars = *I.step.scalars});
+  I.checkpoints.loads = std::make_unique<CheckpointLoad>(CheckpointLoad::Context{.cfg = I.cfg,
+                                                                                 .layout = lay,
+                                                                                 .ranks = I.ranks,
+                                                                                 .cdt = I.cdt(),
+                                                                                 .state = *I.opt_state,
+                                                                                 .homes = *I.homes,
+                                                                                 .scalars = *I.step.scalars});
   I.flags.setup_complete = true;
   STRATA_LOG(debug, "rank ", I.ranks.rank, ": ZeRO stage ", stage, ", ", lay.total_numel(), " parameters (",
              lay.total_padded(), " padded) in ", lay.layers().size(), " layers, ", lay.buckets().size(), " buckets");

@@ -199,4 +199,14 @@ void ShardUpdate::out_of_place(const optim::StepArgs& base, float lr, int li) {
   }
 }
 
+void ShardUpdate::restore_copies(int li) {
+  if (c_.state.tier(li) != Tier::nvme) {
+    c_.updates.restore_copies(li, 0, c_.state.elems(li), c_.state.resident(li).master);
+    return;
+  }
+  c_.state.committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
+    c_.updates.restore_copies(li, first, n, master);
+  });
+}
+
 }  // namespace strata::engine

@@ -12,7 +12,8 @@
 // (OptimizerState::step_swapped); resident() every layer whose state lives on the device or in
 // host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
-// whole tensors (stage 0 only). commit() and abort() end a step's writes of compute copies.
+// whole tensors (stage 0 only). commit() and abort() end a step's writes of compute copies;
+// restore_copies() rewrites copies from the masters after an abort() (the overlapped undo).
 // The moments are in the state's moment dtype. Bits depend only
 // on the gradients, the arguments and the state, never on where state lives or how a range is
 // cut (every optimizer but LAMB is elementwise).
@@ -68,6 +69,11 @@ class ShardUpdate {
   void commit() { c_.updates.commit_params(); }
   void commit(int li) { c_.updates.commit_params(li); }  // layer li's shards alone (the tail)
   void abort() noexcept;
+  // The overlapped step's undo (after abort()): layer li's compute copies rewritten from its
+  // committed fp32 masters (UpdateStaging::restore_copies).
+  void restore_copies(int li);
+  // Layer li keeps a whole compute copy on the device (stages 0-2; persistent stage-3 layers).
+  bool replicated(int li) const { return c_.updates.resident_copy(li) != nullptr; }
   // The staging's traffic goes to `io` (null: the engine's again): the overlapped lane's.
   void count_into(IoStats* io) noexcept { c_.updates.count_into(io); }
 

@@ -6,7 +6,6 @@
 #include <array>
 #include <vector>
 
-#include "optim/device_step.h"
 #include "runtime/core/error.h"
 
 namespace strata::engine {
@@ -25,9 +24,15 @@ optim::StepPlan StepScalars::plan() {
   return optim::plan_step(global, scaler_, c_.cfg.gradient_clipping);
 }
 
-optim::StepPlan StepScalars::bet() const {
-  optim::StepPlan bet;
-  bet.grad_scale = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
+StepBet StepScalars::bet() const {
+  optim::StepPlan plan;
+  plan.grad_scale = static_cast<float>(1.0 / scaler_.scale());  // plan_step's grad_scale at clip coefficient 1
+  StepBet bet{.grad_scale = plan.grad_scale, .args = args(plan), .lr = next_lr()};
+  const double max_norm = c_.cfg.gradient_clipping;
+  if (max_norm > 0) {
+    const double scaled_max = max_norm * loss_scale() * averaging();
+    bet.abandon_above = scaled_max * scaled_max;
+  }
   return bet;
 }
 
@@ -46,21 +51,6 @@ double StepScalars::averaging() const {
   return static_cast<double>(c_.world) * static_cast<double>(accum);
 }
 
-optim::GradNorm StepScalars::bucket_norm(int li, std::size_t k) const {
-  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
-  const DType dt = c_.grads.acc_dtype(li);
-  const void* g = c_.grads.acc_at(li, c_.grads.update_offset(li, k, false));
-  const std::size_t n = c_.layout.buckets()[L.buckets[k]].shard;
-  return c_.grads.acc_on_host(li) ? optim::grad_norm_sq(g, dt, n)
-                                  : optim::grad_norm_sq(c_.dev, c_.dev_stream, g, dt, n);
-}
-
-void StepScalars::add_layer_norm(int li, optim::GradNorm& into) const {
-  const auto& L = c_.layout.layers()[static_cast<std::size_t>(li)];
-  if (L.frozen) return;  // no gradient
-  for (std::size_t k = 0; k < L.buckets.size(); ++k) into += bucket_norm(li, k);
-}
-
 optim::GradNorm StepScalars::pipeline_norm() const {
   // Every stage's (layer id, bucket, sumsq, finite) for this rank's shards, gathered over the
   // stages and added in layer-id order from zero: the bits one engine holding every layer
@@ -69,7 +59,7 @@ optim::GradNorm StepScalars::pipeline_norm() const {
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const auto& L = c_.layout.layers()[li];
     for (std::size_t k = 0; k < L.buckets.size() && !L.frozen; ++k) {
-      const optim::GradNorm g = bucket_norm(static_cast<int>(li), k);
+      const optim::GradNorm g = c_.grads.shard_norm(static_cast<int>(li), k);
       mine.insert(mine.end(), {static_cast<double>(L.id), static_cast<double>(k), g.sumsq, g.finite ? 1.0 : 0.0});
     }
   }
@@ -105,7 +95,7 @@ optim::GradNorm StepScalars::global_grad_norm() const {
   if (c_.pipeline != nullptr && c_.pipeline->world_size() > 1) {
     local = pipeline_norm();
   } else {
-    for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) add_layer_norm(static_cast<int>(li), local);
+    for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) c_.grads.add_shard_norm(static_cast<int>(li), local);
   }
   // 2. Combined in rank order on every rank, so every stage and rank sees the same bits.
   optim::GradNorm global = local;

@@ -11,8 +11,8 @@
 // the scaler). args(plan) are the optimizer's arguments for it but the learning rate, which is
 // next_lr(); taken() counts the step once its update has run. A step that fails after plan()
 // puts the scaler back with restore_scaler(scaler_state() from before plan()): only the call
-// counts. The overlapped step speculates with bet(): the plan of a step that neither overflows
-// nor clips, and add_layer_norm() for the part of this rank's norm it has seen.
+// counts. The overlapped step speculates with bet() (step_bet.h): the plan of a step that
+// neither overflows nor clips, and the bound on this rank's part of the norm it stops above.
 #pragma once
 
 #include <cstdint>
@@ -20,12 +20,12 @@
 #include "engine/config.h"
 #include "engine/grad_reducer.h"
 #include "engine/layout.h"
+#include "engine/step_bet.h"
 #include "optim/grad_norm.h"
 #include "optim/loss_scaler.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/device/device.h"
 
 namespace strata::engine {
 
@@ -36,11 +36,9 @@ class StepScalars {
     const Layout& layout;
     int world = 1;
     DType cdt = DType::fp32;
-    device::Device& dev;
-    device::Stream& dev_stream;              // norms of accumulators on the device
     comm::Communicator* comm = nullptr;      // null: one rank
     comm::Communicator* pipeline = nullptr;  // EngineOptions::pipeline_comm, or null
-    const GradReducer& grads;
+    const GradReducer& grads;                // the accumulators' norms
   };
   // What a checkpoint saves and restores.
   struct Counters {
@@ -54,7 +52,7 @@ class StepScalars {
   StepScalars& operator=(const StepScalars&) = delete;
 
   optim::StepPlan plan();
-  optim::StepPlan bet() const;  // grad_scale at clip coefficient 1 and the current loss scale
+  StepBet bet() const;  // at clip coefficient 1, the current loss scale and the next learning rate
   optim::StepArgs args(const optim::StepPlan& plan) const;
   float next_lr() const { return scheduled_lr(c_.cfg, taken_ + 1); }
   void taken() noexcept { ++taken_; }
@@ -62,9 +60,8 @@ class StepScalars {
   std::int64_t calls() const noexcept { return calls_; }
   // Ranks x micro-batches: what the summed gradients are divided by.
   double averaging() const;
-  // Adds this rank's share of layer li's squared gradient norm to `into`, bucket by bucket.
-  void add_layer_norm(int li, optim::GradNorm& into) const;
   double loss_scale() const noexcept { return scaler_.scale(); }
+  const optim::LossScalerConfig& scaler_config() const noexcept { return scaler_.config(); }  // as the engine was made
   optim::LossScaler::State scaler_state() const noexcept { return scaler_.state(); }
   void restore_scaler(const optim::LossScaler::State& s) { scaler_.restore(s); }
   Counters counters() const noexcept { return {taken_, calls_, scaler_.state()}; }
@@ -72,7 +69,6 @@ class StepScalars {
 
  private:
   optim::GradNorm global_grad_norm() const;
-  optim::GradNorm bucket_norm(int li, std::size_t k) const;  // this rank's share of bucket k of layer li
   // This rank's share of the norm over every pipeline stage's layers (Context::pipeline).
   optim::GradNorm pipeline_norm() const;
 

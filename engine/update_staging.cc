@@ -2,9 +2,12 @@
 // update_staging.h).
 #include "engine/update_staging.h"
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "engine/optimizer_state.h"
+#include "engine/tier_copy.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 
@@ -146,6 +149,36 @@ void UpdateStaging::commit_params(int li) {
 }
 
 void UpdateStaging::abort_params() noexcept { c_.nvme.abort_params(); }
+
+void UpdateStaging::restore_copies(int li, std::size_t first, std::size_t count, const float* master) {
+  const auto& L = c_.layout.layers()[li];
+  const Home h = c_.home(li);
+  constexpr std::size_t kPiece = std::size_t{1} << 20;  // elements converted at a time
+  std::vector<char> bytes(std::min(count, kPiece) * cbytes_);
+  // Elements [lo, hi) of the optimizer's, which lie contiguously at dst (in element units).
+  auto put = [&](char* dst, Tier tier, std::size_t lo, std::size_t hi) {
+    for (std::size_t e = lo; e < hi; e += kPiece) {
+      const std::size_t n = std::min(kPiece, hi - e);
+      convert(master + (e - first), DType::fp32, bytes.data(), c_.cdt, n);
+      copy_between(c_.dev_stream, dst + (e - lo) * cbytes_, tier, bytes.data(), Tier::host, n * cbytes_);
+      c_.dev_stream.synchronize();
+    }
+  };
+  const std::size_t end = first + count;
+  if (c_.stage == 0) {
+    put(static_cast<char*>(h.full) + first * cbytes_, Tier::device, first, end);
+  } else if (c_.stage == 3) {
+    if (h.param_tier != Tier::nvme) put(static_cast<char*>(h.shard) + first * cbytes_, h.param_tier, first, end);
+  } else {
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {  // this rank's part of each bucket, in bucket order
+      const auto& b = c_.layout.buckets()[L.buckets[k]];
+      const std::size_t b0 = L.shard_offsets[k], lo = std::max(first, b0), hi = std::min(end, b0 + b.shard);
+      if (lo >= hi) continue;
+      char* dst = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset + own_begin(b) + (lo - b0)) * cbytes_;
+      put(dst, Tier::device, lo, hi);
+    }
+  }
+}
 
 void UpdateStaging::drop() noexcept {
   if (xfer_) {

@@ -69,6 +69,12 @@ class UpdateStaging {
   void written(int li, std::uint64_t elems);
   void flush_device(int li);
   void drop() noexcept;
+  // Elements [first, first + count) of this rank's own part of layer li's compute copies
+  // rewritten from their fp32 masters (the optimizer's elements: the whole padded layer at stage
+  // 0, this rank's shard above) where they live on the device or in host RAM, through a bounded
+  // buffer and the device optimizer's stream, waited for; stage-3 shards on NVMe are left to the
+  // parameter store (abort_params() drops what was written). The overlapped step's undo.
+  void restore_copies(int li, std::size_t first, std::size_t count, const float* master);
   // The NVMe parameter store's side of a step: commit_params() queues the commit of every
   // shard written so far behind those writes on the store's queue, commit_params(li) layer li's
   // alone (nothing where its parameters are not on NVMe), abort_params() drops what was

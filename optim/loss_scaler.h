@@ -54,6 +54,7 @@ class LossScaler {
 
   double scale() const noexcept { return scale_; }
   bool dynamic() const noexcept { return config_.dynamic; }
+  const LossScalerConfig& config() const noexcept { return config_; }
   [[nodiscard]] bool update(bool overflow);
 
   // Everything a checkpoint needs to resume the same sequence.

@@ -60,9 +60,14 @@ def members(block):
     """Data members declared at the top level of a class body."""
     depth, out = 0, []
     for line in block.split("\n")[1:]:
-        if depth == 0 and "(" not in line.split("//")[0] and MEMBER.match(line):
+        code = line.split("//")[0]
+        if depth == 0 and "(" not in code and MEMBER.match(line):
             out.append(MEMBER.match(line).group(1))
-        depth += line.count("{") - line.count("}")
+        depth += code.count("{") - code.count("}")
+        # A nested struct declared with a member (`struct Flags { ... } flags;`) is one member.
+        closing = re.match(r"^\s*\}\s*(\w+)\s*;", code)
+        if depth == 0 and closing:
+            out.append(closing.group(1))
     return out
 
 
@@ -81,7 +86,7 @@ def parts(root):
         ctx = re.search(r"struct Context \{", block)
         context = body(block, ctx.end() - 1)
         private = block[block.find("private:"):] if "private:" in block else ""
-        defines = re.compile(r"^\S[^\n;]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
+        defines = re.compile(r"^(?!//)\S[^\n;]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
         own = [h] + [p for p, text in sources.items() if defines.search(text)]
         out[cls] = {"files": own, "lines": sum(lines(root, p) for p in own),
                     "private_members": len(members("{\n" + private)),

@@ -2,7 +2,8 @@
 """Records what a fixed set of training runs produce, so a refactor can show it changed no
 bit: ZeRO stages 0-3 with the optimizer state and parameters on the device, in host RAM and
 on NVMe, at world 1 and 2 (MLP and GPT), the budget-driven demo, and the pipeline
-executor's --verify runs. Per run it keeps the final parameters' tensor bytes (safetensors
+executor's --verify runs; and the overlapped optimizer step (offload_optimizer.overlap_step:
+the lane over host or NVMe state, its tail, the deferred step) with and without clipping. Per run it keeps the final parameters' tensor bytes (safetensors
 data, not the metadata, which names the stage) and every step's loss as logged.
 
   record_runs.py record STRATA OUT_DIR     run everything with the `strata` binary given
@@ -37,11 +38,22 @@ def corpus(path):
     return path
 
 
-def config(stage, opt, par, nvme):
+# (stage, optimizer offload, parameter offload, gradient_clipping) with overlap_step on: at
+# 0.05 every step of these small models clips (the lane's bet is lost and undone, over host
+# and NVMe state, or, at stage 3, deferred to the tail); unclipped, the bet is kept (and at
+# stage 3 finishes as the tail).
+OVERLAPPED = [("1", "nvme", "none", 0.05), ("2", "cpu", "none", 0.05), ("3", "nvme", "nvme", 0.05),
+              ("1", "nvme", "none", 0.0), ("2", "cpu", "none", 0.0), ("3", "nvme", "nvme", 0.0)]
+
+
+def config(stage, opt, par, nvme, clip=1.0, overlap=False):
+    offload_opt = {"device": opt, "nvme_path": nvme}
+    if overlap:
+        offload_opt["overlap_step"] = True
     return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
-            "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+            "gradient_clipping": clip, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
             "zero_optimization": {"stage": int(stage), "stage3_param_persistence_threshold": 0,
-                                  "offload_optimizer": {"device": opt, "nvme_path": nvme},
+                                  "offload_optimizer": offload_opt,
                                   "offload_param": {"device": par, "nvme_path": nvme, "buffer_count": 4,
                                                     "buffer_size": 8192}}}
 
@@ -83,6 +95,11 @@ def record(strata, out):
                     name = f"{model}-w{world}-s{stage}-{opt}-{par}"
                     cfg = os.path.join(work, name + ".cfg.json")
                     json.dump(config(stage, opt, par, os.path.join(work, "nvme")), open(cfg, "w"))
+                    train(strata, name, [*margs, "--config", cfg], world, work, out)
+                for stage, opt, par, clip in OVERLAPPED:
+                    name = f"{model}-w{world}-s{stage}-{opt}-{par}-overlap-clip{clip:g}"
+                    cfg = os.path.join(work, name + ".cfg.json")
+                    json.dump(config(stage, opt, par, os.path.join(work, "nvme"), clip, True), open(cfg, "w"))
                     train(strata, name, [*margs, "--config", cfg], world, work, out)
         budget = os.path.join(work, "budget.json")
         with open(os.path.join(ROOT, "scripts", "configs", "zero3-budget-nvme.json")) as f:

@@ -38,10 +38,9 @@ struct Engine::Impl {
   EngineOptions options;
   EngineConfig& cfg = options.config;
   device::Device& dev;
-  Ranks ranks;                // EngineOptions::comm, its rank and world size
-  comm::Communicator* dcomm;  // device-memory collectives (EngineOptions::device_comm)
-  DType cdt = DType::fp32;
-  std::size_t cbytes() const noexcept { return dtype_size(cdt); }
+  Ranks ranks;  // EngineOptions::comm, its rank and world size, and EngineOptions::device_comm
+  DType cdt() const noexcept { return compute_dtype_of(cfg); }  // the compute copies' dtype
+  std::size_t cbytes() const noexcept { return dtype_size(cdt()); }
   // What the trainer declared before setup(): the parameters (register_param), the frozen
   // layers (freeze_layer) and the device room it keeps (reserve_for_trainer).
   struct Declared {
@@ -54,9 +53,9 @@ struct Engine::Impl {
   std::unique_ptr<Layout> layout;
   std::unique_ptr<MemoryLedger> ledger;
   std::size_t layer_count() const { return layout->layers().size(); }
-  bool device_collectives() const noexcept { return dcomm != nullptr && ranks.world > 1; }
-  optim::LossScalerConfig scaler_config;  // StepScalars' scaler, checked when the engine is made
-  double initial_loss_scale() const { return optim::LossScaler(scaler_config).scale(); }  // before setup()
+  bool device_collectives() const noexcept { return ranks.dcomm != nullptr && ranks.world > 1; }
+  optim::LossScalerConfig scaler_config() const;  // StepScalars' scaler, as the config's fp16 block says
+  double initial_loss_scale() const { return optim::LossScaler(scaler_config()).scale(); }  // before setup()
   // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
   // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
   // parameter store with its queued requests, the directory locks.
@@ -67,9 +66,12 @@ struct Engine::Impl {
   // Where each layer's state goes (placement_plan.h).
   std::unique_ptr<PlacementPlan> plan;
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
-  // complete on the store's queue during the next step), and the time waited on it.
-  IoStats io, last_io;
-  std::chrono::steady_clock::time_point step_start;
+  // complete on the store's queue during the next step) and the time waited on it, the last
+  // completed step's (io_stats()), and when the current step began.
+  struct Traffic {
+    IoStats io, last;
+    std::chrono::steady_clock::time_point step_start;
+  } traffic;
   // The engine's own device work, in order: initial values, zeroing, accumulation of
   // gradients that stay on the device, the device optimizer, copies between device buffers.
   // Nothing in the engine touches device memory from the CPU, so every path runs on a real
@@ -89,11 +91,13 @@ struct Engine::Impl {
   // overlapped lane and its tail (overlapped_step.h); and the step over the three
   // (optimizer_step.h). Made last in setup(): they work on every part above (the lane's
   // thread on the first two: it goes before them).
-  std::unique_ptr<StepScalars> scalars;
-  std::unique_ptr<ShardUpdate> update;
-  std::unique_ptr<OverlappedStep> overlap;
-  std::unique_ptr<OptimizerStep> stepper;
-  std::int64_t step_calls() const noexcept { return scalars ? scalars->calls() : 0; }
+  struct StepParts {
+    std::unique_ptr<StepScalars> scalars;
+    std::unique_ptr<ShardUpdate> update;
+    std::unique_ptr<OverlappedStep> overlap;
+    std::unique_ptr<OptimizerStep> run;
+  } step;
+  std::int64_t step_calls() const noexcept { return step.scalars ? step.scalars->calls() : 0; }
   // Where the trainer is in the contract.
   struct Flags {
     bool setup_complete = false;  // setup() returned: every part exists
@@ -147,8 +151,10 @@ struct Engine::Impl {
   void replan_on_first_trace();
   // Saves (checkpoint_save.h), and loads and weight writes (checkpoint_load.h). Made last in
   // setup() and reset first: they read and write every part above.
-  std::unique_ptr<CheckpointSave> saves;
-  std::unique_ptr<CheckpointLoad> loads;
+  struct Checkpoints {
+    std::unique_ptr<CheckpointSave> saves;
+    std::unique_ptr<CheckpointLoad> loads;
+  } checkpoints;
   // Collective, before a load: the gathered copies of the old values go (persistent ones are
   // rewritten); a rank that fails makes every rank fail here, before the load's collectives.
   void drop_gathered() {
