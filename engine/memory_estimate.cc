@@ -64,8 +64,8 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   std::uint64_t host_used = scratch + parts.after_stores();
   if (std::count(opt_tiers.begin(), opt_tiers.end(), Tier::nvme) > 0) {
     const auto f = offload::OptimizerSwapper::footprint(
-        NvmeHomes::swapper_options(in.config, host_budget - std::min(host_budget, host_used + parts.param_min)),
-        NvmeHomes::swap_tensors(lay, opt_tiers));
+        OptimizerState::swapper_options(in.config, host_budget - std::min(host_budget, host_used + parts.param_min)),
+        OptimizerState::swap_tensors(lay, opt_tiers));
     at(e, Tier::nvme, Kind::optimizer) += f.file_bytes;
     e.swap_file_host_bytes += f.host_bytes;
     at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);

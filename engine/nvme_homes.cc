@@ -14,12 +14,8 @@ NvmeHomes::NvmeHomes(const Context& ctx) : c_(ctx) {}
 NvmeHomes::~NvmeHomes() {
   drop(params_);  // finishes what is queued first: write-backs still read their staging
   drop(spill_);   // (offload_states' store goes with its DeviceSwap, before this)
-  swapper_.reset();
-  if (swap_buffer_bytes_) c_.ledger.discharge(Tier::host, Kind::buffers, swap_buffer_bytes_);
-  if (swap_file_bytes_) c_.ledger.discharge(Tier::nvme, Kind::optimizer, swap_file_bytes_);
 }
 
-// DeepSpeed's libaio knobs that io_uring makes moot are said so, once, rather than ignored.
 void NvmeHomes::warn_aio_knobs() const {
   if (c_.cfg.aio.intra_op_parallelism != 1) {
     warn_once("aio.intra_op_parallelism",
@@ -32,40 +28,6 @@ void NvmeHomes::warn_aio_knobs() const {
               "aio.overlap_events = false has no effect: io_uring always overlaps submission and "
               "completion");
   }
-}
-
-namespace {
-
-// The aio block's knobs, which both stores take alike.
-template <class StoreOptions> void apply_aio(const EngineConfig& cfg, StoreOptions& o) {
-  o.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
-  o.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
-  o.submit_batch = cfg.aio.single_submit ? 1 : 8;
-}
-
-}  // namespace
-
-offload::SwapperOptions NvmeHomes::swapper_options(const EngineConfig& cfg, std::uint64_t host_room) {
-  const OffloadConfig& oc = cfg.offload_optimizer;
-  STRATA_CHECK(!oc.nvme_path.empty(), Errc::invalid_argument,
-               "optimizer state is placed on NVMe but offload_optimizer.nvme_path is not set: give a directory on the "
-               "NVMe drive");
-  offload::SwapperOptions so;
-  so.sub_group_elems = cfg.zero.sub_group_size;
-  so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
-  so.budget_bytes = host_room;
-  so.moment_dtype = cfg.optimizer.moment_dtype;
-  apply_aio(cfg, so);
-  return so;
-}
-
-std::vector<offload::SwapTensor> NvmeHomes::swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers) {
-  std::vector<offload::SwapTensor> tensors;
-  for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
-    if (opt_tiers[li] == Tier::nvme)
-      tensors.push_back({str_cat("layer ", layout.layers()[li].id), layout.layer_shard(static_cast<int>(li))});
-  }
-  return tensors;
 }
 
 offload::ParamStoreOptions NvmeHomes::param_options(const EngineConfig& cfg, std::size_t cbytes,
@@ -105,27 +67,6 @@ std::uint64_t room_after(std::uint64_t available, std::uint64_t reserve) {
   return available > reserve ? available - reserve : 0;
 }
 }  // namespace
-
-void NvmeHomes::open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve) {
-  const OffloadConfig& oc = c_.cfg.offload_optimizer;
-  offload::SwapperOptions so = swapper_options(c_.cfg, room_after(c_.ledger.available(Tier::host), host_reserve));
-  so.dir = lock_rank_dir(oc.nvme_path, "offload_optimizer.nvme_path");
-  so.tracer = c_.tracer;
-  warn_aio_knobs();
-  swap_index_.assign(opt_tiers.size(), -1);
-  for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
-    if (opt_tiers[li] != Tier::nvme) continue;
-    swap_index_[li] = static_cast<int>(swap_layers_.size());
-    swap_layers_.push_back(static_cast<int>(li));
-  }
-  swapper_ = std::make_unique<offload::OptimizerSwapper>(so, swap_tensors(c_.layout, opt_tiers));
-  const std::uint64_t buffers = swapper_->buffer_bytes() * static_cast<std::uint64_t>(swapper_->buffer_count());
-  c_.ledger.charge(Tier::host, Kind::buffers, buffers, "the NVMe optimizer swap buffers");
-  swap_buffer_bytes_ = buffers;
-  c_.ledger.charge(Tier::nvme, Kind::optimizer, swapper_->file_bytes(),
-                   str_cat("the optimizer swap files in ", so.dir, " (two generations)"));
-  swap_file_bytes_ = swapper_->file_bytes();
-}
 
 NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, const std::string& subdir,
                                               std::uint64_t host_reserve) {
@@ -260,14 +201,6 @@ void NvmeHomes::close_spill() noexcept { drop(spill_); }
 
 void NvmeHomes::drain() {
   if (params_.store) params_.store->synchronize();
-}
-
-void NvmeHomes::swapper_traffic(IoStats& into) const {
-  if (swapper_ == nullptr) return;
-  const auto ss = swapper_->stats();
-  into.nvme_read_bytes += ss.bytes_read;
-  into.nvme_write_bytes += ss.bytes_written;
-  into.io_wait_seconds += ss.wait_seconds;
 }
 
 }  // namespace strata::engine

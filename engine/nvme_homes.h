@@ -1,20 +1,18 @@
-// NvmeHomes: the engine's NVMe tier (docs/design.md, "The engine's parts"). It owns the
-// locks on the rank directories under the nvme_paths in use, the optimizer swapper (fp32
-// master, exp_avg and exp_avg_sq of the layers whose optimizer state lives on NVMe, under
-// offload_optimizer.nvme_path/rank<R>), the parameter store (stage-3 compute-dtype shards of
-// the layers whose parameters live there, under offload_param.nvme_path/rank<R>/params) with
-// the requests queued on it, and what they charge to the ledger: buffers to the host tier, swap
-// files (both generations) to the NVMe tier.
+// NvmeHomes: the engine's NVMe tier for parameters (docs/design.md, "The engine's parts"). It
+// owns the locks on the rank directories under the nvme_paths in use (the optimizer state's
+// swapper, optimizer_state.h, takes its directory from lock_rank_dir()), the parameter store
+// (stage-3 compute-dtype shards of the layers whose parameters live there, under
+// offload_param.nvme_path/rank<R>/params) with the requests queued on it, and what the store
+// charges to the ledger: buffers to the host tier, files (both generations) to the NVMe tier.
 //
-// Protocol. setup() calls open_swapper(tiers) and open_params(tiers) with every layer's tier
-// of that kind (only the NVMe ones get files), once each. The gather path and the staging of
-// updated parameters queue their reads, write-backs and commits by layer (read_params_async,
-// write_params_async, commit_params_async: the store runs them in order on its own worker)
-// and wait on the returned request; the step reaches the swapper through swapper(). A
-// migration builds a second parameter store with build_params() (filled by the caller,
-// dropped with drop() on failure) and switches to it with adopt(), which drains and drops the
-// current one: a request of a store that is gone has completed. The destructor drains the
-// store's queue, then closes the store, the swapper and the locks, and gives their charges back.
+// Protocol. setup() calls open_params(tiers) with every layer's parameter tier (only the NVMe
+// ones get files), once. The gather path and the staging of updated parameters queue their
+// reads, write-backs and commits by layer (read_params_async, write_params_async,
+// commit_params_async: the store runs them in order on its own worker) and wait on the
+// returned request. A migration builds a second parameter store with build_params() (filled by
+// the caller, dropped with drop() on failure) and switches to it with adopt(), which drains and
+// drops the current one: a request of a store that is gone has completed. The destructor drains
+// the store's queue, then closes the store and the locks, and gives the store's charges back.
 #pragma once
 
 #include <memory>
@@ -26,7 +24,6 @@
 #include "engine/layout.h"
 #include "offload/dir_lock.h"
 #include "offload/ledger.h"
-#include "offload/optimizer_swapper.h"
 #include "offload/param_store.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
@@ -57,10 +54,9 @@ class NvmeHomes {
   NvmeHomes(const NvmeHomes&) = delete;
   NvmeHomes& operator=(const NvmeHomes&) = delete;
 
-  // host_reserve: bytes of the host budget the stores leave for what setup allocates after
-  // them (every layer's host state, the staging buffers): their buffer counts shrink to fit
-  // what remains, rather than take room a later allocation needs.
-  void open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve = 0);
+  // host_reserve: bytes of the host budget the store leaves for what setup allocates after it
+  // (every layer's host state, the staging buffers): its buffer count shrinks to fit what
+  // remains, rather than take room a later allocation needs.
   void open_params(const std::vector<Tier>& param_tiers, std::uint64_t host_reserve = 0);
   // A store for the layers `tiers` puts on NVMe, under nvme_path/rank<R>/<subdir>, charged
   // (both charges released again if either fails).
@@ -68,11 +64,6 @@ class NvmeHomes {
   void drop(ParamFiles& files) noexcept;
   void adopt(ParamFiles&& files);  // the current store goes; this one is current
 
-  offload::OptimizerSwapper* swapper() const noexcept { return swapper_.get(); }
-  // Adds the swapper's traffic of its last step (bytes read and written, time waited) to `into`.
-  void swapper_traffic(IoStats& into) const;
-  int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
-  int swap_layer(int tensor) const { return swap_layers_[tensor]; }
   bool has_params() const noexcept { return params_.store != nullptr; }
   int store_index(int li) const { return params_.index.empty() ? -1 : params_.index[li]; }
   // The parameter store's blocking calls, by layer (each waits for the requests queued before
@@ -106,29 +97,31 @@ class NvmeHomes {
   void close_spill() noexcept;
   void drain();  // the parameter store's synchronize(): its queue completed, a failure rethrown
 
-  // The stores' options from the config (no directory: the caller adds the rank's) with
-  // `host_room` host bytes for their buffers (a missing nvme_path is refused, naming the key),
-  // and their tensors: the layers `tiers` puts on NVMe, in layer order. What the estimate
-  // (memory_estimate.h) sizes them with, too.
-  static offload::SwapperOptions swapper_options(const EngineConfig& cfg, std::uint64_t host_room);
-  static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers);
+  // nvme_path/rank<R>, locked for this run once (the lock names `key` when another holds it).
+  std::string lock_rank_dir(const std::string& nvme_path, const char* key);
+  // DeepSpeed's libaio knobs that io_uring makes moot are said so, once.
+  void warn_aio_knobs() const;
+  // The aio block's knobs, which every store takes alike.
+  template <class StoreOptions> static void apply_aio(const EngineConfig& cfg, StoreOptions& o) {
+    o.queue_depth = static_cast<unsigned>(cfg.aio.queue_depth);
+    o.block_bytes = static_cast<std::uint32_t>(cfg.aio.block_size);
+    o.submit_batch = cfg.aio.single_submit ? 1 : 8;
+  }
+  // The store's options from the config (no directory: the caller adds the rank's) with
+  // `host_room` host bytes for its buffers (a missing nvme_path is refused, naming the key),
+  // and its tensors: the layers `tiers` puts on NVMe, in layer order. What the estimate
+  // (memory_estimate.h) sizes it with, too.
   static offload::ParamStoreOptions param_options(const EngineConfig& cfg, std::size_t cbytes, std::uint64_t host_room);
   static std::vector<offload::ParamTensor> param_tensors(const Layout& layout, std::size_t cbytes,
                                                          const std::vector<Tier>& param_tiers);
 
  private:
-  std::string lock_rank_dir(const std::string& nvme_path, const char* key);  // returns the directory
-  void warn_aio_knobs() const;
   // Charges a new store's buffers (host) and files (NVMe) to the ledger, both or neither.
   void charge(ParamFiles& f, const std::string& buffers, const std::string& files);
 
   Context c_;
   // Declared before the files so that the locks go after them.
   std::vector<offload::DirLock> locks_;
-  std::unique_ptr<offload::OptimizerSwapper> swapper_;
-  std::uint64_t swap_buffer_bytes_ = 0, swap_file_bytes_ = 0;
-  std::vector<int> swap_index_;   // per layer: swapper tensor, or -1
-  std::vector<int> swap_layers_;  // per swapper tensor: the layer
   ParamFiles params_;
   std::uint64_t params_serial_ = 0;  // counts the stores adopted (ParamRequest::store)
   ParamFiles spill_;                 // open_spill()

@@ -13,6 +13,9 @@
 namespace strata::engine {
 
 OptimizerState::~OptimizerState() {
+  swapper_.reset();
+  if (swap_buffer_bytes_) c_.ledger.discharge(Tier::host, Kind::buffers, swap_buffer_bytes_);
+  if (swap_file_bytes_) c_.ledger.discharge(Tier::nvme, Kind::optimizer, swap_file_bytes_);
   for (auto& o : layers_) {
     for (const Arrays* a : {&o.arrays, &o.spare}) {
       c_.ledger.free(a->master);
@@ -23,7 +26,7 @@ OptimizerState::~OptimizerState() {
 }
 
 OptimizerState::Arrays OptimizerState::allocate(int li, Tier tier, const char* what) {
-  const std::size_t bytes = elems(li) * 4, moment_bytes = elems(li) * dtype_size(c_.moment_dtype);
+  const std::size_t bytes = elems(li) * 4, moment_bytes = elems(li) * dtype_size(moment_dtype());
   const std::string name = str_cat("layer ", c_.layout.layers()[li].id, what);
   Arrays a;
   try {
@@ -62,12 +65,12 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
   const auto& o = layers_[li];
   const std::size_t n = elems(li);
   if (o.tier == Tier::nvme) {
-    c_.nvme.swapper()->read_state(static_cast<std::size_t>(c_.nvme.swap_index(li)), 0, n, master, m, v);
+    swapper_->read_state(static_cast<std::size_t>(swap_index(li)), 0, n, master, m, v);
     return;
   }
   if (master != nullptr) copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, o.tier, n * 4);
-  const std::size_t es = dtype_size(c_.moment_dtype);
-  std::vector<std::byte> narrow(c_.moment_dtype == DType::fp32 ? 0 : 2 * n * es);
+  const std::size_t es = dtype_size(moment_dtype());
+  std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
   for (auto [dst, src, k] : {std::tuple{m, o.arrays.m, 0}, std::tuple{v, o.arrays.v, 1}}) {
     if (dst == nullptr) continue;
     void* into = narrow.empty() ? static_cast<void*>(dst) : narrow.data() + k * n * es;
@@ -75,23 +78,23 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
   }
   c_.dev_stream.synchronize();
   if (narrow.empty()) return;
-  if (m != nullptr) convert(narrow.data(), c_.moment_dtype, m, DType::fp32, n);
-  if (v != nullptr) convert(narrow.data() + n * es, c_.moment_dtype, v, DType::fp32, n);
+  if (m != nullptr) convert(narrow.data(), moment_dtype(), m, DType::fp32, n);
+  if (v != nullptr) convert(narrow.data() + n * es, moment_dtype(), v, DType::fp32, n);
 }
 
 void OptimizerState::write(int li, const float* master, const float* m, const float* v) {
   const auto& o = layers_[li];
   const std::size_t n = elems(li);
   if (o.tier == Tier::nvme) {
-    c_.nvme.swapper()->write_state(static_cast<std::size_t>(c_.nvme.swap_index(li)), master, m, v);
+    swapper_->write_state(static_cast<std::size_t>(swap_index(li)), master, m, v);
     return;
   }
   if (master != nullptr)
     copy_between(c_.dev_stream, o.arrays.master, o.tier, master, Tier::host, n * 4);
   else
     fill_zero(c_.dev_stream, o.arrays.master, n * 4, o.tier);
-  const std::size_t es = dtype_size(c_.moment_dtype);
-  std::vector<std::byte> narrow(c_.moment_dtype == DType::fp32 ? 0 : 2 * n * es);
+  const std::size_t es = dtype_size(moment_dtype());
+  std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
   for (auto [dst, src, k] : {std::tuple{o.arrays.m, m, 0}, std::tuple{o.arrays.v, v, 1}}) {
     if (src == nullptr) {
       fill_zero(c_.dev_stream, dst, n * es, o.tier);
@@ -99,7 +102,7 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
     }
     const void* from = src;
     if (!narrow.empty()) {
-      convert(src, DType::fp32, narrow.data() + k * n * es, c_.moment_dtype, n);
+      convert(src, DType::fp32, narrow.data() + k * n * es, moment_dtype(), n);
       from = narrow.data() + k * n * es;
     }
     copy_between(c_.dev_stream, dst, o.tier, from, Tier::host, n * es);
@@ -111,74 +114,12 @@ void OptimizerState::device_memory(const DeviceSwap::Fn& fn) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& o = layers_[li];
     if (o.tier != Tier::device || o.arrays.master == nullptr) continue;  // elsewhere, or a frozen layer's
-    const std::size_t n = elems(static_cast<int>(li)), moment_bytes = n * dtype_size(c_.moment_dtype);
+    const std::size_t n = elems(static_cast<int>(li)), moment_bytes = n * dtype_size(moment_dtype());
     const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
     o.arrays.master = static_cast<float*>(fn(o.arrays.master, n * 4, Kind::optimizer, name + " master"));
     o.arrays.m = fn(o.arrays.m, moment_bytes, Kind::optimizer, name + " exp_avg");
     o.arrays.v = fn(o.arrays.v, moment_bytes, Kind::optimizer, name + " exp_avg_sq");
   }
 }
-
-void OptimizerState::commit_writes() {
-  if (auto* sw = c_.nvme.swapper()) sw->commit_written();
-}
-
-void OptimizerState::discard_writes() noexcept {
-  if (auto* sw = c_.nvme.swapper()) sw->discard_written();
-}
-
-std::vector<offload::OptimizerSwapper::SealedFile> OptimizerState::sealed_files(int li) const {
-  const auto* sw = c_.nvme.swapper();
-  if (sw == nullptr || layers_[li].tier != Tier::nvme) return {};
-  return sw->sealed_files(static_cast<std::size_t>(c_.nvme.swap_index(li)));
-}
-
-std::optional<checkpoint::LinkedRun> OptimizerState::linked_run() const {
-  const auto* sw = c_.nvme.swapper();
-  if (sw == nullptr) return std::nullopt;
-  checkpoint::LinkedRun run{.swap_dir = sw->dir(), .run_files = sw->all_files(), .linked_by_save = {}};
-  for (std::size_t t = 0; t < sw->tensors(); ++t)
-    for (const auto& f : sw->sealed_files(t)) run.linked_by_save.push_back(f.path);
-  return run;
-}
-
-void OptimizerState::step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io) {
-  auto* swapper = c_.nvme.swapper();
-  if (swapper == nullptr) return;
-  if (swapper->pending()) {  // the overlapped step's update, kept
-    swapper->commit_pending();
-    return;
-  }
-  swapper->step([&](const offload::SubGroup& g) { fn(c_.nvme.swap_layer(static_cast<int>(g.tensor)), g); });
-  c_.nvme.swapper_traffic(io);
-}
-
-bool OptimizerState::has_swapped() const { return c_.nvme.swapper() != nullptr; }
-
-std::size_t OptimizerState::swapped_layers() const {
-  const auto* swapper = c_.nvme.swapper();
-  return swapper == nullptr ? 0 : swapper->tensors();
-}
-
-int OptimizerState::swapped_layer(std::size_t t) const { return c_.nvme.swap_layer(static_cast<int>(t)); }
-
-offload::OptimizerSwapper::Step OptimizerState::begin_swapped(const offload::OptimizerSwapper::StepOrder& order) {
-  return c_.nvme.swapper()->begin_step(order);
-}
-
-void OptimizerState::commit_pending() {
-  if (auto* swapper = c_.nvme.swapper()) swapper->commit_pending();
-}
-
-void OptimizerState::discard_pending() noexcept {
-  if (auto* swapper = c_.nvme.swapper()) swapper->discard_pending();
-}
-
-void OptimizerState::committed_masters(
-    int li, const std::function<void(std::uint64_t first, const float* master, std::uint64_t n)>& fn) {
-  c_.nvme.swapper()->visit_masters(static_cast<std::size_t>(c_.nvme.swap_index(li)), fn);
-}
-
-void OptimizerState::add_swap_traffic(IoStats& io) { c_.nvme.swapper_traffic(io); }
 
 }  // namespace strata::engine

@@ -1,11 +1,15 @@
 // OptimizerState: each layer's optimizer state (docs/design.md, "The engine's parts"): the
 // fp32 master weights and exp_avg and exp_avg_sq in the moment dtype (fp32, or bf16 with
 // bf16.bf16_optimizer_states), opt_elems(li) elements each (the padded layer at stage 0, this
-// rank's shard of it above). It owns the arrays of the layers whose state
-// lives on the device or in host RAM; the state of layers on NVMe lives in the NVMe tier's
-// swapper and is reached through it.
+// rank's shard of it above), wherever it lives: it owns the arrays of the layers whose state
+// lives on the device or in host RAM, and the optimizer swapper (offload/optimizer_swapper.h)
+// that holds the state of the layers on NVMe in checksummed swap files under
+// offload_optimizer.nvme_path/rank<R> (the directory locked through the NVMe tier), with what it
+// charges to the ledger: its buffers to the host tier, its files (both generations) to NVMe.
 //
-// Protocol. setup() calls add_layer(li, tier) in layer order with the tier placement chose;
+// Protocol. setup() calls open_swapper(tiers) with every layer's optimizer tier when some are
+// on NVMe (host_reserve: host bytes its buffers leave for what setup allocates after it), then
+// add_layer(li, tier) in layer order with the tier placement chose;
 // the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
 // move a layer's whole state to or from fp32 host arrays wherever it lives (a null pointer is
 // skipped on read, zeros on write; bf16 moments are widened on read, exactly, and rounded to
@@ -22,28 +26,32 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "checkpoint/link_space.h"
+#include "engine/config.h"
 #include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
 #include "offload/ledger.h"
+#include "offload/optimizer_swapper.h"
+#include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
 
 class OptimizerState {
  public:
-  struct Context {  // what the state uses and does not own
+  struct Context {            // what the state uses and does not own
+    const EngineConfig& cfg;  // the stage, the moments' dtype (fp32 or bf16), the swapper's options
     const Layout& layout;
-    int stage = 0;
     device::Stream& dev_stream;  // copies to and from device arrays
     MemoryLedger& ledger;
-    NvmeHomes& nvme;
-    DType moment_dtype = DType::fp32;  // exp_avg and exp_avg_sq: fp32 or bf16
+    NvmeHomes& nvme;  // the rank directory's lock
+    Tracer* tracer = nullptr;
   };
   struct Arrays {  // a resident layer's state; null on NVMe
     float* master = nullptr;
@@ -52,21 +60,28 @@ class OptimizerState {
   };
 
   explicit OptimizerState(const Context& ctx) : c_(ctx), layers_(ctx.layout.layers().size()) {}
+  // The swapper's options from the config (no directory: open_swapper() adds the rank's) with
+  // `host_room` host bytes for its buffers (a missing nvme_path is refused, naming the key), and
+  // its tensors: the layers `tiers` puts on NVMe, in layer order. What placement and the
+  // estimate (memory_estimate.h) size it with, too.
+  static offload::SwapperOptions swapper_options(const EngineConfig& cfg, std::uint64_t host_room);
+  static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers);
+  void open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve = 0);
   ~OptimizerState();
   OptimizerState(const OptimizerState&) = delete;
   OptimizerState& operator=(const OptimizerState&) = delete;
 
   void add_layer(int li, Tier tier);
   Tier tier(int li) const { return layers_[li].tier; }
-  DType moment_dtype() const { return c_.moment_dtype; }
+  DType moment_dtype() const { return c_.cfg.optimizer.moment_dtype; }
   // Element `elem` of a moment array.
   void* moment_at(void* base, std::size_t elem) const {
-    return static_cast<std::byte*>(base) + elem * dtype_size(c_.moment_dtype);
+    return static_cast<std::byte*>(base) + elem * dtype_size(moment_dtype());
   }
   const void* moment_at(const void* base, std::size_t elem) const {
-    return static_cast<const std::byte*>(base) + elem * dtype_size(c_.moment_dtype);
+    return static_cast<const std::byte*>(base) + elem * dtype_size(moment_dtype());
   }
-  std::size_t elems(int li) const { return elems(c_.layout, c_.stage, li); }
+  std::size_t elems(int li) const { return elems(c_.layout, c_.cfg.zero.stage, li); }
   static std::size_t elems(const Layout& layout, int stage, int li) {
     return stage == 0 ? layout.layers()[li].padded : layout.layer_shard(li);
   }
@@ -121,8 +136,13 @@ class OptimizerState {
     Arrays spare;  // the overlapped step's (null until first used)
   };
   Arrays allocate(int li, Tier tier, const char* what);
+  int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
   Context c_;
   std::vector<LayerOpt> layers_;
+  std::unique_ptr<offload::OptimizerSwapper> swapper_;  // null without NVMe state
+  std::uint64_t swap_buffer_bytes_ = 0, swap_file_bytes_ = 0;
+  std::vector<int> swap_index_;   // per layer: swapper tensor, or -1
+  std::vector<int> swap_layers_;  // per swapper tensor: the layer
 };
 
 }  // namespace strata::engine

@@ -351,8 +351,8 @@ PlacementPlan::HostParts PlacementPlan::host_parts() const {
   h.fixed = make_problem({}).host_fixed_bytes - GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, true) + h.reducer;
   const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
   if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
-    h.swap_min = offload::OptimizerSwapper::min_budget_bytes(NvmeHomes::swapper_options(c_.cfg, 0),
-                                                             NvmeHomes::swap_tensors(c_.layout, opt));
+    h.swap_min = offload::OptimizerSwapper::min_budget_bytes(OptimizerState::swapper_options(c_.cfg, 0),
+                                                             OptimizerState::swap_tensors(c_.layout, opt));
   if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
     h.param_min = offload::ParamStore::min_budget_bytes(NvmeHomes::param_options(c_.cfg, c_.cbytes, 0),
                                                         NvmeHomes::param_tensors(c_.layout, c_.cbytes, par));
@@ -382,8 +382,8 @@ void PlacementPlan::check_nvme_budget() const {
   const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
   std::uint64_t opt_files = 0, param_files = 0;
   if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
-    opt_files = offload::OptimizerSwapper::footprint(NvmeHomes::swapper_options(c_.cfg, kRoom),
-                                                     NvmeHomes::swap_tensors(c_.layout, opt))
+    opt_files = offload::OptimizerSwapper::footprint(OptimizerState::swapper_options(c_.cfg, kRoom),
+                                                     OptimizerState::swap_tensors(c_.layout, opt))
                     .file_bytes;
   if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
     param_files = offload::ParamStore::footprint(NvmeHomes::param_options(c_.cfg, c_.cbytes, kRoom),

@@ -61,7 +61,13 @@ void Engine::Impl::allocate_step_buffers() {
   // The stores size their buffers to what the host budget leaves once everything allocated
   // after them is set aside (the parameter store's one buffer too, for the swapper).
   const PlacementPlan::HostParts host = plan->host_parts();
-  if (on_nvme(opt_tiers)) nvme->open_swapper(opt_tiers, host.after_stores() + host.param_min);
+  opt_state = std::make_unique<OptimizerState>(OptimizerState::Context{.cfg = cfg,
+                                                                       .layout = *layout,
+                                                                       .dev_stream = *dev_stream,
+                                                                       .ledger = *ledger,
+                                                                       .nvme = *nvme,
+                                                                       .tracer = options.tracer});
+  if (on_nvme(opt_tiers)) opt_state->open_swapper(opt_tiers, host.after_stores() + host.param_min);
   if (on_nvme(param_tiers)) nvme->open_params(param_tiers, host.after_stores());
   homes = std::make_unique<ParamHomes>(ParamHomes::Context{.layout = *layout,
                                                            .stage = cfg.zero.stage,
@@ -91,12 +97,6 @@ void Engine::Impl::allocate_step_buffers() {
                 return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
               }},
       any_acc_on_host);
-  opt_state = std::make_unique<OptimizerState>(OptimizerState::Context{.layout = *layout,
-                                                                       .stage = cfg.zero.stage,
-                                                                       .dev_stream = *dev_stream,
-                                                                       .ledger = *ledger,
-                                                                       .nvme = *nvme,
-                                                                       .moment_dtype = cfg.optimizer.moment_dtype});
 }
 
 void Engine::Impl::make_gather_path() {

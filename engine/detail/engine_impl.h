@@ -56,9 +56,8 @@ struct Engine::Impl {
   bool device_collectives() const noexcept { return ranks.dcomm != nullptr && ranks.world > 1; }
   optim::LossScalerConfig scaler_config() const;  // StepScalars' scaler, as the config's fp16 block says
   double initial_loss_scale() const { return optim::LossScaler(scaler_config()).scale(); }  // before setup()
-  // The NVMe tier (nvme_homes.h): the optimizer swapper (master/m/v of the layers whose
-  // optimizer state lives on NVMe; LayerState's master, m and v stay null for them), the
-  // parameter store with its queued requests, the directory locks.
+  // The NVMe tier (nvme_homes.h): the parameter store with its queued requests, the directory
+  // locks (the optimizer state's swapper files lie under one of them).
   std::unique_ptr<NvmeHomes> nvme;
   // Each layer's resident parameters and stage-3 shards, and where the shards live now
   // (param_homes.h; the placement plan follows it after a migration).
@@ -80,8 +79,8 @@ struct Engine::Impl {
   // The gradient path: buffers, reductions, accumulators (grad_reducer.h). After the ledger
   // and the device stream, so that it goes before them.
   std::unique_ptr<GradReducer> grads;
-  // Every layer's fp32 master, exp_avg and exp_avg_sq (optimizer_state.h). After the NVMe
-  // tier, whose swapper holds the state of the layers on NVMe.
+  // Every layer's fp32 master, exp_avg and exp_avg_sq, and the swapper that holds the state of
+  // the layers on NVMe (optimizer_state.h). After the NVMe tier, whose lock its files are under.
   std::unique_ptr<OptimizerState> opt_state;
   // Where the optimizer writes updated compute copies, and how they reach their tier
   // (update_staging.h).

@@ -45,8 +45,8 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
         INFO("tier " << tier_name(t));
         {
           NvmeHomes nvme({cfg, lay, 0, 4, *dev, ledger, nullptr});
-          nvme.open_swapper({t, Tier::nvme});  // layer 1 on NVMe either way
-          OptimizerState st({lay, stage, *stream, ledger, nvme, moments});
+          OptimizerState st({cfg, lay, *stream, ledger, nvme, nullptr});
+          st.open_swapper({t, Tier::nvme});  // layer 1 on NVMe either way
           st.add_layer(0, t);
           st.add_layer(1, Tier::nvme);
           CHECK(st.tier(0) == t);
