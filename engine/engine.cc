@@ -3,11 +3,11 @@
 // ParamHomes (param_homes.h: resident parameters and shards), OptimizerState
 // (optimizer_state.h), GradReducer (grad_reducer.h: gradient buffers, reduction,
 // accumulators), GatherPath (gather_path.h: stage-3 gathers), UpdateStaging
-// (update_staging.h: updated copies to their tier), NvmeHomes (nvme_homes.h: the NVMe tier's
-// files), StepScalars (step_scalars.h: norm, scaling, clipping, counters), ShardUpdate
-// (shard_update.h: the update on every tier), OverlappedStep (overlapped_step.h: the lane and
-// its tail) and OptimizerStep (optimizer_step.h: the step over those three); setup.cc builds
-// them in order, impl.cc holds the shared helpers.
+// (update_staging.h: updated copies to their tier), NvmeHomes (nvme_homes.h: the parameter
+// store and the directory locks), StepScalars (step_scalars.h: norm, scaling, clipping,
+// counters), ShardUpdate (shard_update.h: the update on every tier), OverlappedStep
+// (overlapped_step.h: the lane and its tail) and OptimizerStep (optimizer_step.h: the step over
+// those three); setup.cc builds them in order, impl.cc holds the shared helpers.
 #include "engine/engine.h"
 
 #include <chrono>
@@ -49,10 +49,10 @@ Engine::~Engine() {
   I.gather_path.reset();  // frees the gathered layers and their staging
   I.grads.reset();        // waits for its reductions, frees its buffers and accumulators
   I.updates.reset();      // waits for its copies, frees the staging
-  I.opt_state.reset();    // frees the resident optimizer state
+  I.opt_state.reset();    // frees the resident optimizer state, closes the swap files, releases their charges
   I.homes.reset();        // frees the resident parameters and shards
   I.offloaded.reset();    // an offload_states() spill store lives in the NVMe tier
-  I.nvme.reset();         // drains its I/O, closes the swap files, releases their charges and the locks
+  I.nvme.reset();         // drains the parameter store's I/O, closes it, releases its charges and the locks
 }
 
 int Engine::register_param(const std::string& name, std::vector<std::int64_t> shape, int layer, ParamInit init,

@@ -93,7 +93,6 @@ class LaneRun {
   void check_bet(int li);                      // on the lane, once layer li's gradient is in
 
   Context c_;
-  OptimizerLane lane_;
   HostLane host_;
   StepTail tail_;
   optim::StepArgs args_;  // the lane's arguments (read on the lane)
@@ -103,6 +102,7 @@ class LaneRun {
   bool abandoned_ = false;     // the lane stopped on a lost bet (not a failure)
   IoStats io_;                 // the lane's traffic, added to the step's after it joins
   std::vector<char> touched_;  // per layer: the lane updated it (written on the lane, read after join)
+  OptimizerLane lane_;         // last: its destructor cancels and joins the thread before what it uses goes
 };
 
 }  // namespace strata::engine

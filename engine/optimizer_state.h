@@ -109,7 +109,7 @@ class OptimizerState {
   // state (the swapper's pending generation, kept), that commits instead. Nothing without
   // NVMe state.
   void step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io);
-  // The overlapped step's lane over the layers on NVMe (overlapped_step.h), in layer ids:
+  // The overlapped step's lane over the layers on NVMe (lane_run.h), in layer ids:
   // has_swapped() (false: none on NVMe), swapped_layers() of them, swap index t's layer;
   // begin_swapped(order) opens the swapper's step in `order` (swap indices), a pull iterator
   // whose sub-groups name swap indices; commit_pending() / discard_pending()

@@ -18,12 +18,13 @@
 // speculated one (same bits) the pending state commits, the host layers' spare arrays become
 // their state and the other resident layers step; otherwise (overflow, clipping) the lane's work
 // is undone (pending generation, spare arrays and parameter writes dropped, compute copies
-// rebuilt from the unchanged masters: ShardUpdate::restore_copies) and the step runs synchronously. Host layers step in
-// OptimizerStep::run() instead under a host budget (memory_budget.host: the placement fills it),
-// as does a layer whose spare arrays the host memory refuses. Either way the bits are those of
-// the synchronous step. The lane gives up by itself, before work it would undo, once this rank's
-// partial squared norm is non-finite or above the clipping threshold (check_bet()). cancel()
-// abandons the lane's work (the engine's shutdown).
+// rebuilt from the unchanged masters: ShardUpdate::restore_copies) and the step runs
+// synchronously. Host layers step in OptimizerStep::run() instead under a host budget
+// (memory_budget.host: the placement fills it), as does a layer whose spare arrays the host
+// memory refuses. Either way the bits are those of the synchronous step. The lane gives up by
+// itself, before work it would undo, once this rank's partial squared norm is non-finite or
+// above the clipping threshold (lane_run.h). cancel() abandons the lane's work (the engine's
+// shutdown).
 //
 // Deferred step. Under gradient_clipping, where the step may end as a tail (below), a bet lost to
 // clipping is not redone synchronously: the lane is undone and the real step runs as the tail.

@@ -69,7 +69,6 @@ class ParamHomes {
   void* full(int li) const { return layers_[li].full; }
   void* shard(int li) const { return layers_[li].shard; }
   Tier tier(int li) const { return layers_[li].tier; }
-  bool persistent(int li) const { return layers_[li].persistent; }  // stage 3: kept whole on the device
 
  private:
   struct Home {

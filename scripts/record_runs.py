@@ -3,8 +3,10 @@
 bit: ZeRO stages 0-3 with the optimizer state and parameters on the device, in host RAM and
 on NVMe, at world 1 and 2 (MLP and GPT), the budget-driven demo, and the pipeline
 executor's --verify runs; and the overlapped optimizer step (offload_optimizer.overlap_step:
-the lane over host or NVMe state, its tail, the deferred step) with and without clipping. Per run it keeps the final parameters' tensor bytes (safetensors
-data, not the metadata, which names the stage) and every step's loss as logged.
+the lane over host or NVMe state, its tail, the deferred step, an fp16 overflow undone) with
+and without clipping. Per run it keeps the final parameters' tensor bytes (safetensors data,
+not the metadata, which names the stage), every step's loss as logged, and what the
+overlapped step did each step (skipped, undone, deferred).
 
   record_runs.py record STRATA OUT_DIR     run everything with the `strata` binary given
   record_runs.py compare DIR_A DIR_B       exit 1 naming every run whose bytes or losses differ
@@ -41,16 +43,20 @@ def corpus(path):
 # (stage, optimizer offload, parameter offload, gradient_clipping) with overlap_step on: at
 # 0.05 every step of these small models clips (the lane's bet is lost and undone, over host
 # and NVMe state, or, at stage 3, deferred to the tail); unclipped, the bet is kept (and at
-# stage 3 finishes as the tail).
+# stage 3 finishes as the tail). And at stage 3, fp16 from a loss scale the first steps overflow
+# at (2^22 for the MLP, 2^18 for the GPT): the lane's bet is lost and undone, then kept.
+OVERFLOW_POWER = {"mlp": 22, "gpt": 18}
 OVERLAPPED = [("1", "nvme", "none", 0.05), ("2", "cpu", "none", 0.05), ("3", "nvme", "nvme", 0.05),
               ("1", "nvme", "none", 0.0), ("2", "cpu", "none", 0.0), ("3", "nvme", "nvme", 0.0)]
 
 
-def config(stage, opt, par, nvme, clip=1.0, overlap=False):
+def config(stage, opt, par, nvme, clip=1.0, overlap=False, fp16_power=None):
     offload_opt = {"device": opt, "nvme_path": nvme}
     if overlap:
         offload_opt["overlap_step"] = True
-    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+    precision = {"bf16": {"enabled": True}} if fp16_power is None else \
+        {"fp16": {"enabled": True, "initial_scale_power": fp16_power, "hysteresis": 1}}
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, **precision,
             "gradient_clipping": clip, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
             "zero_optimization": {"stage": int(stage), "stage3_param_persistence_threshold": 0,
                                   "offload_optimizer": offload_opt,
@@ -68,16 +74,21 @@ def tensor_bytes(path):
             for k, v in sorted(header.items())}
 
 
-def train(strata, name, args, world, work, out):
+def train(strata, name, args, world, work, out, steps=3):
     log, params = os.path.join(work, name + ".jsonl"), os.path.join(work, name + ".safetensors")
-    cmd = [strata, "train", *args, "--steps", "3", "--seed", "5", "--device", "host", "--log-json", log,
+    cmd = [strata, "train", *args, "--steps", str(steps), "--seed", "5", "--device", "host", "--log-json", log,
            "--save-params", params]
     if world > 1:
         cmd = [strata, "launch", "-n", str(world), "--", *cmd]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    losses = [json.loads(line)["loss"] for line in open(log)]
+    steps_logged = [json.loads(line) for line in open(log)]
+    losses = [s["loss"] for s in steps_logged]
+    # What the overlapped step did with its lane each step (a run whose lane stopped running
+    # would still give the synchronous bits); not the layers left to its tail, which depend on
+    # how far the lane had got when the step kept it.
+    lane = [[s.get(k) for k in ("skipped", "rolled_back", "deferred")] for s in steps_logged]
     tensors = tensor_bytes(params)
-    record = {"losses": losses, "tensors": {k: [s, hashlib.sha256(bytes.fromhex(h)).hexdigest()]
+    record = {"losses": losses, "lane": lane, "tensors": {k: [s, hashlib.sha256(bytes.fromhex(h)).hexdigest()]
                                             for k, (s, h) in tensors.items()}}
     with open(os.path.join(out, name + ".json"), "w") as f:
         json.dump(record, f, indent=1)
@@ -101,6 +112,11 @@ def record(strata, out):
                     cfg = os.path.join(work, name + ".cfg.json")
                     json.dump(config(stage, opt, par, os.path.join(work, "nvme"), clip, True), open(cfg, "w"))
                     train(strata, name, [*margs, "--config", cfg], world, work, out)
+                name = f"{model}-w{world}-s3-nvme-nvme-overlap-fp16-overflow"
+                cfg = os.path.join(work, name + ".cfg.json")
+                json.dump(config("3", "nvme", "nvme", os.path.join(work, "nvme"), 0.0, True, OVERFLOW_POWER[model]),
+                          open(cfg, "w"))
+                train(strata, name, [*margs, "--config", cfg], world, work, out, steps=6)
         budget = os.path.join(work, "budget.json")
         with open(os.path.join(ROOT, "scripts", "configs", "zero3-budget-nvme.json")) as f:
             text = f.read().replace("build/demo/nvme", os.path.join(work, "nvme"))

@@ -1,6 +1,6 @@
 // OptimizerState (engine/optimizer_state.h) on its own, on the host device: a layer's
 // master, exp_avg and exp_avg_sq written from host memory read back bit for bit on every
-// tier (the device, host RAM, and the NVMe tier's swapper in real swap files), missing
+// tier (the device, host RAM, and its own swapper in real swap files), missing
 // moments are written as zeros, resident arrays are handed out only off NVMe, and every
 // byte goes back to the ledger with the state. bf16 moments (bf16.bf16_optimizer_states) take
 // two bytes an element on every tier and read back as the fp32 values rounded to nearest even.
