@@ -86,7 +86,7 @@ def parts(root):
         ctx = re.search(r"struct Context \{", block)
         context = body(block, ctx.end() - 1)
         private = block[block.find("private:"):] if "private:" in block else ""
-        defines = re.compile(r"^(?!//)\S[^\n;]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
+        defines = re.compile(r"^(?!//)\S[^\n;(]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
         own = [h] + [p for p, text in sources.items() if defines.search(text)]
         out[cls] = {"files": own, "lines": sum(lines(root, p) for p in own),
                     "private_members": len(members("{\n" + private)),
