@@ -14,8 +14,8 @@
 // join() waits for the lane and adds its wait and traffic to the step's; what it threw comes
 // back. undo() drops everything the lane wrote (the swapper's pending generation, the staging,
 // the parameter store's uncommitted writes) and rewrites the compute copies it touched from
-// their masters, still the committed ones; kept() says a kept lane's work is the step's (nothing
-// left to undo).
+// their masters, still the committed ones; mark_kept() says a kept lane's work is the step's
+// (nothing left to undo).
 #pragma once
 
 #include <exception>
@@ -82,7 +82,7 @@ class LaneRun {
   std::exception_ptr join();
   bool abandoned() const noexcept { return abandoned_; }
   void undo() noexcept;
-  void kept() { touched_.assign(touched_.size(), 0); }
+  void mark_kept() { touched_.assign(touched_.size(), 0); }
   HostLane& host() noexcept { return host_; }
   const HostLane& host() const noexcept { return host_; }
   StepTail& tail() noexcept { return tail_; }

@@ -152,7 +152,7 @@ void OverlappedStep::finish_tail() {
   StepTail& tail = run_.tail();
   if (!tail.stop()) return;
   const std::exception_ptr failed = run_.join();
-  run_.kept();
+  run_.mark_kept();
   tail.finish();
   if (failed) {
     armed_ = -1;
