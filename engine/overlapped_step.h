@@ -48,9 +48,7 @@
 #pragma once
 
 #include <exception>
-#include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "engine/config.h"
@@ -63,44 +61,22 @@
 #include "engine/step_bet.h"
 #include "optim/step_args.h"
 #include "optim/step_plan.h"
-#include "runtime/core/error.h"
-#include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 
 namespace strata::engine {
 
 class OverlappedStep {
  public:
-  struct Context {  // what the lane reads and updates and does not own
-    const EngineConfig& cfg;
-    const Layout& layout;
-    int rank = 0;
-    ShardUpdate& update;
-    GradReducer& grads;  // the tail's accumulators, and the norms the bet is checked on
-    OptimizerState& state;
-    IoStats& io;
-    // Waits for the device stream's work and the NVMe parameter store's queue, logging (not throwing)
-    // what failed.
-    std::function<void()> settle;
-    Tracer* tracer = nullptr;  // the host optimizer's spans, or null
-  };
+  // What the step reads and updates and does not own: its lane's (it owns the lane and reads
+  // nothing the lane does not).
+  using Context = LaneRun::Context;
   struct Outcome {             // what settle() did with the lane's work
     bool rolled_back = false;  // undone: the step runs synchronously, or as the tail
     bool deferred = false;     // a deferred lane finishes the step as the tail
     int tail_layers = 0;       // layers left to the tail when the step was kept
   };
 
-  explicit OverlappedStep(const Context& ctx)
-      : c_(ctx),
-        run_({.cfg = ctx.cfg,
-              .layout = ctx.layout,
-              .rank = ctx.rank,
-              .update = ctx.update,
-              .grads = ctx.grads,
-              .state = ctx.state,
-              .io = ctx.io,
-              .settle = ctx.settle,
-              .tracer = ctx.tracer}) {}
+  explicit OverlappedStep(const Context& ctx) : c_(ctx), run_(ctx) {}
   OverlappedStep(const OverlappedStep&) = delete;
   OverlappedStep& operator=(const OverlappedStep&) = delete;
 

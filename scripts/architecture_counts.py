@@ -2,9 +2,10 @@
 """The counts the architecture work is measured by, from the sources as they are (read with
 regular expressions and brace matching: a heuristic a reader can check by eye, not a parser):
 
-  parts      each engine part (a class in engine/*.h with a Context struct): the lines of its
-             header and of the .cc files defining its methods, its private data members, and
-             the other parts its Context names (peers)
+  parts      each engine part (a class in engine/*.h with a Context struct, or taking the one
+             of a part it owns: `using Context = Other::Context;`): the lines of its header
+             and of the .cc files defining its methods, its private data members, and the
+             other parts its Context names (peers)
   impl       Engine::Impl: its data members and the .cc files that define its methods
   nvme       call sites of NvmeHomes' raw accessors (io(), params(), swapper()) outside
              nvme_homes.*, and the files they are in
@@ -74,23 +75,29 @@ def members(block):
 def parts(root):
     heads = [p for p in files_under(root, "engine", (".h",)) if "/detail/" not in p]
     blocks = {}  # part -> (header, class body): the classes with a Context struct
+    shared = {}  # part -> the part whose Context it takes (`using Context = Other::Context;`)
     for h in heads:
         text = read(root, h)
         for m in re.finditer(r"^class (\w+) \{", text, re.M):
             block = body(text, text.index("{", m.start()))
-            if re.search(r"struct Context \{", block):
+            alias = re.search(r"using Context = (\w+)::Context;", block)
+            if re.search(r"struct Context \{", block) or alias:
                 blocks[m.group(1)] = (h, block)
+            if alias:
+                shared[m.group(1)] = alias.group(1)
     sources = {p: read(root, p) for p in files_under(root, "engine", (".cc",))}
     out = {}
     for cls, (h, block) in sorted(blocks.items()):
-        ctx = re.search(r"struct Context \{", block)
-        context = body(block, ctx.end() - 1)
+        context_block = blocks[shared[cls]][1] if cls in shared else block
+        ctx = re.search(r"struct Context \{", context_block)
+        context = body(context_block, ctx.end() - 1)
         private = block[block.find("private:"):] if "private:" in block else ""
         defines = re.compile(r"^(?!//)\S[^\n;(]*\b" + cls + r"::~?\w+\(", re.M)  # at column 0: a definition, not a call
         own = [h] + [p for p, text in sources.items() if defines.search(text)]
         out[cls] = {"files": own, "lines": sum(lines(root, p) for p in own),
                     "private_members": len(members("{\n" + private)),
-                    "peers": sorted(n for n in blocks if n != cls and re.search(r"\b" + n + r"\b", context))}
+                    "peers": sorted(n for n in blocks
+                                    if n not in (cls, shared.get(cls)) and re.search(r"\b" + n + r"\b", context))}
     return out
 
 
