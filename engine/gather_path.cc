@@ -10,10 +10,8 @@
 
 namespace strata::engine {
 
-GatherPath::GatherPath(const Context& ctx, std::vector<bool> persistent)
-    : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(persistent.size()), stream_(ctx.dev.create_stream()) {
-  for (std::size_t li = 0; li < persistent.size(); ++li) layers_[li].persistent = persistent[li];
-}
+GatherPath::GatherPath(const Context& ctx)
+    : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.shards.size()), stream_(ctx.dev.create_stream()) {}
 
 GatherPath::~GatherPath() {
   try {
@@ -31,10 +29,10 @@ void* GatherPath::gather(int li, bool eval, std::int64_t step) {
   auto& G = layers_[li];
   const auto& L = c_.layout.layers()[li];
   if (eval) {  // forward-only passes leave the recorded trace and its prefetch alone
-    if (!G.persistent && G.full == nullptr) issue(li);
+    if (!persistent(li) && G.full == nullptr) issue(li);
     G.retained = false;
     ++G.in_use;
-    if (!G.persistent) wait(li);
+    if (!persistent(li)) wait(li);
     return G.full;
   }
   if (const auto expected = trace_.observe(li)) {
@@ -44,7 +42,7 @@ void* GatherPath::gather(int li, bool eval, std::int64_t step) {
         *expected >= 0 ? "layer " + std::to_string(c_.layout.layers()[*expected].id) : std::string("no more gathers"),
         "; prefetch is off for this step and the trace is recorded again");
   }
-  if (!G.persistent) {
+  if (!persistent(li)) {
     if (G.full == nullptr) issue(li);
     G.retained = false;
     ++G.in_use;
@@ -129,7 +127,7 @@ void GatherPath::submit(int li) {
   auto& G = layers_[li];
   const auto& L = c_.layout.layers()[li];
   const std::uint64_t need = L.padded;
-  const Shards from = c_.shards(li);
+  const Shards from{c_.shard_data(li), c_.shards.param_tier(li)};
   auto& st = *stream_;
   char* staging = static_cast<char*>(G.staging);
   auto started = std::make_shared<Tracer::Clock::time_point>();
@@ -281,7 +279,7 @@ void GatherPath::release(int li, bool eval) {
   auto& G = layers_[li];
   const auto& L = c_.layout.layers()[li];
   STRATA_CHECK(G.in_use > 0, Errc::invalid_argument, "release(", L.id, ") without a matching gather(", L.id, ")");
-  if (--G.in_use > 0 || G.persistent) return;
+  if (--G.in_use > 0 || persistent(li)) return;
   if (trace_.replaying() && !eval) {
     const auto& trace = trace_.trace();
     std::uint64_t distance = 0;
@@ -317,7 +315,7 @@ void GatherPath::evict(int li) {
 
 void GatherPath::evict_all() {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
-    if (!layers_[li].persistent) evict(static_cast<int>(li));
+    if (!persistent(static_cast<int>(li))) evict(static_cast<int>(li));
   }
 }
 
@@ -334,7 +332,7 @@ void GatherPath::prefetch_after(std::size_t position) {
   for (std::size_t k = position; k < trace.size(); ++k) {
     const int li = trace[k];
     auto& G = layers_[li];
-    if (G.persistent || G.full != nullptr) continue;
+    if (persistent(li) || G.full != nullptr) continue;
     const std::uint64_t need = c_.layout.layers()[li].padded;
     if (issued + need > window || live_elems_ + need > c_.zero.stage3_max_live_parameters) break;
     // Leave the device room for the gradient buffers of backward (the current one, and the

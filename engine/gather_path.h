@@ -31,6 +31,7 @@
 #include "engine/gather_trace.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "engine/shard_map.h"
 #include "offload/ledger.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/trace.h"
@@ -40,12 +41,6 @@ namespace strata::engine {
 
 class GatherPath {
  public:
-  // Where this rank's shards of a layer live now: device or host memory (the shards of
-  // every bucket, concatenated), or the NVMe tier (data null).
-  struct Shards {
-    const void* data = nullptr;
-    Tier tier = Tier::device;
-  };
   struct Context {  // what the gather path uses and does not own
     const Layout& layout;
     const ZeroConfig& zero;
@@ -56,9 +51,12 @@ class GatherPath {
     comm::Communicator* comm = nullptr;
     comm::Communicator* dcomm = nullptr;  // device-memory collectives, or null
     Tracer* tracer = nullptr;
-    IoStats& io;                             // this step's link and NVMe traffic, wait time
-    NvmeHomes& nvme;                         // the parameter store and its queued requests
-    std::function<Shards(int li)> shards;    // asked at each gather (placement may move them)
+    IoStats& io;             // this step's link and NVMe traffic, wait time
+    NvmeHomes& nvme;         // the parameter store and its queued requests
+    const ShardMap& shards;  // each layer's tier and persistence (read at each gather)
+    // This rank's shards of a layer in device or host memory (the shards of every bucket,
+    // concatenated), asked at each gather (placement may move them); null on NVMe.
+    std::function<const void*(int li)> shard_data;
     std::function<std::uint64_t()> reserve;  // device bytes a prefetch must leave free
     // Called before a prefetch reads the layer's shards; may block until they are current (the
     // optimizer's tail). Blocking, not skipping, keeps prefetch choices, and with them the
@@ -66,7 +64,7 @@ class GatherPath {
     std::function<void(int li)> before_read;
   };
 
-  GatherPath(const Context& ctx, std::vector<bool> persistent);
+  explicit GatherPath(const Context& ctx);
   ~GatherPath();  // waits for gathers in flight, frees what it holds
   GatherPath(const GatherPath&) = delete;
   GatherPath& operator=(const GatherPath&) = delete;
@@ -93,7 +91,6 @@ class GatherPath {
 
  private:
   struct LayerGather {
-    bool persistent = false;
     void* full = nullptr;                   // gathered buffer (not persistent), or null
     int in_use = 0;                         // gather() calls not yet released
     bool retained = false;                  // released but kept for a near reuse
@@ -102,6 +99,12 @@ class GatherPath {
     std::shared_ptr<std::atomic<bool>> ok;  // set by the gather's last stream task
     NvmeHomes::ParamRequest read;           // NVMe shards: the read the gather waits for
   };
+  // Where this rank's shards of a layer live now: device or host memory, or NVMe (data null).
+  struct Shards {
+    const void* data = nullptr;
+    Tier tier = Tier::device;
+  };
+  bool persistent(int li) const { return c_.shards.persistent(li); }
   bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
   std::size_t bucket_pos(const Bucket& b, const LayerLayout& L) const { return b.flat_offset - L.flat_offset; }
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }

@@ -39,7 +39,7 @@ std::uint64_t GradReducer::host_scratch_bytes(const Layout& layout, std::size_t 
   return (layout.world_size() > 1 ? (max_bucket + max_shard) * 4 : 0) + (any_acc_on_host ? max_bucket * cbytes : 0);
 }
 
-GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
+GradReducer::GradReducer(const Context& ctx)
     : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
   const auto [max_bucket, max_shard] = largest_bucket_and_shard(c_.layout);
   auto& ledger = c_.ledger;
@@ -55,7 +55,7 @@ GradReducer::GradReducer(const Context& ctx, bool any_acc_on_host)
       dscratch_shard_ =
           static_cast<float*>(ledger.allocate(Tier::device, Kind::buffers, max_shard * 4, "device reduction shard"));
     }
-    if (any_acc_on_host) {
+    if (c_.shards.any_acc_on_host()) {
       stage_ = ledger.allocate(Tier::host, Kind::buffers, max_bucket * cbytes_, "gradient staging (device -> host)");
       copy_stream_ = c_.dev.create_stream();
     }
@@ -89,13 +89,13 @@ GradReducer::~GradReducer() {
     ledger.free(p);
 }
 
-void GradReducer::add_layer(int li, Tier acc_tier) {
+void GradReducer::add_layer(int li) {
   auto& g = layers_[li];
-  g.tier = acc_tier;
-  g.dtype = acc_tier == Tier::device ? DType::fp32 : host_acc_dtype(c_.cdt, c_.world, c_.accumulation);
+  const Tier tier = acc_tier(li);
+  g.dtype = tier == Tier::device ? DType::fp32 : host_acc_dtype(c_.cdt, c_.world, c_.accumulation);
   const std::size_t bytes = acc_elems(li) * dtype_size(g.dtype);
-  g.acc = c_.ledger.allocate(acc_tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients"));
-  fill_zero(c_.dev_stream, g.acc, bytes, acc_tier);
+  g.acc = c_.ledger.allocate(tier, Kind::grads, bytes, str_cat("layer ", c_.layout.layers()[li].id, " gradients"));
+  fill_zero(c_.dev_stream, g.acc, bytes, tier);
 }
 
 void* GradReducer::buffer(int li, const std::function<bool()>& make_room) {
@@ -138,7 +138,7 @@ void GradReducer::reduce(int li, IoStats& io) {
   // A collective on host memory (Gloo) cannot wait inside a CUDA host function (the driver
   // may run them one at a time, so a gated op could wait on another stream's callback):
   // on a CUDA device, reductions into host accumulators at world > 1 run inline.
-  const bool to_host = g.tier != Tier::device;
+  const bool to_host = acc_on_host(li);
   if (to_host && c_.world > 1 && c_.dev.backend() == device::Backend::cuda) st = nullptr;
   if (st != nullptr) wait_for_room();
   // The accumulator on the device and one rank, or several ranks with device collectives:
@@ -219,7 +219,7 @@ void GradReducer::reduce_on_host(int li, const void* grads, device::Stream* st, 
   const auto& L = c_.layout.layers()[li];
   auto& g = layers_[li];
   const bool stage01 = c_.stage <= 1;
-  const bool to_host = g.tier != Tier::device;
+  const bool to_host = acc_on_host(li);
   auto run = [st](std::function<void()> f) {
     if (st != nullptr)
       st->launch_host(std::move(f));
@@ -323,14 +323,14 @@ void GradReducer::drop_buffers() {
 
 void GradReducer::zero_layer(int li) {
   auto& g = layers_[static_cast<std::size_t>(li)];
-  STRATA_CHECK(g.tier != Tier::device, Errc::internal, "zero_layer(", li, "): the accumulator is on the device");
+  STRATA_CHECK(acc_on_host(li), Errc::internal, "zero_layer(", li, "): the accumulator is on the device");
   std::memset(g.acc, 0, acc_elems(li) * dtype_size(g.dtype));
 }
 
 void GradReducer::device_memory(const DeviceSwap::Fn& fn) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];
-    if (g.tier != Tier::device || g.acc == nullptr) continue;
+    if (acc_on_host(static_cast<int>(li)) || g.acc == nullptr) continue;
     g.acc = fn(g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), Kind::grads,
                str_cat("layer ", c_.layout.layers()[li].id, " gradients"));
   }
@@ -343,7 +343,8 @@ void GradReducer::zero(const std::vector<char>& skip) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& g = layers_[li];
     if ((li < skip.size() && skip[li] != 0) || g.acc == nullptr) continue;  // skipped, or a frozen layer's
-    fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype), g.tier);
+    fill_zero(c_.dev_stream, g.acc, acc_elems(static_cast<int>(li)) * dtype_size(g.dtype),
+              acc_tier(static_cast<int>(li)));
   }
   c_.dev_stream.synchronize();
 }

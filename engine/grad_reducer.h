@@ -4,8 +4,8 @@
 // staging and the streams reductions run on; no other part touches them.
 //
 // Protocol. setup() builds it once the layout and the placement are known, then calls
-// add_layer(li, tier) in layer order: layer li's accumulator, zeroed, on the device or in
-// host RAM (where the layer's optimizer state lives). Per micro-batch the trainer gets
+// add_layer(li) in layer order: layer li's accumulator, zeroed, on the device or in host RAM
+// (where the shard map puts the layer's optimizer state). Per micro-batch the trainer gets
 // buffer(li), a zeroed compute-dtype buffer on the device (make_room is called while the
 // device is full; when it frees nothing, running reductions are waited for), and hands it
 // back with reduce(li). Every ZeRO stage takes the same path: widen the buffer to fp32 bucket
@@ -42,6 +42,7 @@
 #include "engine/device_swap.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
+#include "engine/shard_map.h"
 #include "offload/ledger.h"
 #include "optim/grad_norm.h"
 #include "runtime/comm/communicator.h"
@@ -68,12 +69,12 @@ class GradReducer {
     int rank = 0, world = 1;
     DType cdt = DType::fp32;
     MemoryLedger& ledger;
+    const ShardMap& shards;  // where each layer's accumulator lives: with its optimizer state
     Tracer* tracer = nullptr;
     std::int64_t accumulation = 1;  // micro-batches per step (gradient_accumulation_steps)
   };
-  // any_acc_on_host: some accumulator will live in host RAM (the staging and a copy stream
-  // are made for it).
-  GradReducer(const Context& ctx, bool any_acc_on_host);
+  // When some accumulator will live in host RAM, the staging and a copy stream are made for it.
+  explicit GradReducer(const Context& ctx);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -102,7 +103,7 @@ class GradReducer {
     return world == 1 && accumulation <= 1 && dtype_size(cdt) == 2 ? cdt : DType::fp32;
   }
 
-  void add_layer(int li, Tier acc_tier);
+  void add_layer(int li);
   void* buffer(int li, const std::function<bool()>& make_room);
   void reduce(int li, IoStats& io);
   void begin_step();
@@ -114,7 +115,7 @@ class GradReducer {
   bool overlapped() const noexcept { return reduce_stream_ != nullptr; }
   const void* accumulator(int li) const { return layers_[li].acc; }
   DType acc_dtype(int li) const { return layers_[li].dtype; }
-  bool acc_on_host(int li) const { return layers_[li].tier != Tier::device; }
+  bool acc_on_host(int li) const { return c_.shards.acc_on_host(li); }
   // Layer li's accumulator from element `elem` on, in acc_dtype(li).
   const void* acc_at(int li, std::size_t elem) const {
     return static_cast<const char*>(layers_[li].acc) + elem * dtype_size(layers_[li].dtype);
@@ -145,11 +146,11 @@ class GradReducer {
   struct LayerGrads {
     void* acc = nullptr;  // padded (stages 0-1) or this rank's shards (2-3), in `dtype`
     DType dtype = DType::fp32;
-    Tier tier = Tier::device;
     void* buf = nullptr;  // the trainer's gradient buffer while handed out
     int reductions = 0;   // reduce() calls this step
   };
   bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
+  Tier acc_tier(int li) const { return acc_on_host(li) ? Tier::host : Tier::device; }
   std::size_t acc_elems(int li) const { return acc_elems(c_.layout, c_.stage, li); }
   void reduce_on_device(int li, const void* grads, device::Stream* st, Tracer::Clock::time_point t0);
   void reduce_on_host(int li, const void* grads, device::Stream* st, IoStats& io, Tracer::Clock::time_point t0);

@@ -158,13 +158,10 @@ void Engine::Impl::replan_on_first_trace() {
   if (!gather_path || !gather_path->end_step(step_calls() + 1)) return;
   std::vector<int> gathers(layer_count(), 0);
   for (int li : gather_path->trace().trace()) ++gathers[static_cast<std::size_t>(li)];
-  plan->replan(
-      gathers, step_calls() + 1,
-      [this](const std::vector<Tier>& to) {
-        gather_path->synchronize();
-        return homes->migrate(to);
-      },
-      [this](int li) { return homes->tier(li); });
+  plan->replan(gathers, step_calls() + 1, [this](const std::vector<Tier>& to) {
+    gather_path->synchronize();
+    return homes->migrate(to);
+  });
 }
 
 // The whole padded layer li's fp32 values on every rank: its masters (a frozen layer: its
@@ -185,7 +182,7 @@ std::vector<float> Engine::Impl::layer_values(std::size_t li) {
   }
   std::vector<float> copied;
   const float* master = opt_state->resident(static_cast<int>(li)).master;
-  if (L.frozen || plan->opt_tier(static_cast<int>(li)) != Tier::host) {
+  if (L.frozen || plan->shards().opt_tier(static_cast<int>(li)) != Tier::host) {
     copied.resize(L.shard);
     read_own(copied.data());
     master = copied.data();

@@ -33,6 +33,7 @@ void check_budget(const EstimateInput& in, const MemoryEstimate& e, Tier t) {
 
 // What setup() allocates for every layer where the plan puts it, and the NVMe stores.
 void add_model_state(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
+  const ShardMap& shards = plan.shards();
   const int stage = in.config.zero.stage;
   const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
   const std::uint64_t host_acc = dtype_size(
@@ -41,40 +42,39 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
     if (!L.frozen) {  // a frozen layer: its parameters only
-      if (plan.opt_tier(l) != Tier::nvme)
-        at(e, plan.opt_tier(l), Kind::optimizer) +=
+      if (shards.opt_tier(l) != Tier::nvme)
+        at(e, shards.opt_tier(l), Kind::optimizer) +=
             state_bytes_per_elem(in.config.optimizer) * OptimizerState::elems(lay, stage, l);
-      at(e, plan.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
-          (plan.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
+      at(e, shards.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
+          (shards.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     }
-    if (stage <= 2 || plan.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
-    if (stage == 3 && plan.param_tier(l) != Tier::nvme)
-      at(e, plan.param_tier(l), Kind::params) += lay.layer_shard(l) * c;
+    if (stage <= 2 || shards.persistent(l)) at(e, Tier::device, Kind::params) += L.padded * c;
+    if (stage == 3 && shards.param_tier(l) != Tier::nvme)
+      at(e, shards.param_tier(l), Kind::params) += lay.layer_shard(l) * c;
   }
   // The NVMe stores are opened after the reducer's scratch, with what the host budget leaves.
-  const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, plan.any_acc_on_host());
+  const std::uint64_t scratch = GradReducer::host_scratch_bytes(lay, c, shards.any_acc_on_host());
   at(e, Tier::host, Kind::buffers) += scratch;
   check_budget(in, e, Tier::host);  // the reducer allocates first
   at(e, Tier::device, Kind::buffers) += GradReducer::device_scratch_bytes(lay, in.device_collectives);
   const std::uint64_t host_budget = host_budget_of(in.config);
-  const std::vector<Tier> opt_tiers = plan.opt_tiers(), param_tiers = plan.param_tiers();
   // As setup opens them: each store sized to what the budget leaves beside everything
   // allocated after it (PlacementPlan::HostParts).
   const PlacementPlan::HostParts parts = plan.host_parts();
   std::uint64_t host_used = scratch + parts.after_stores();
-  if (std::count(opt_tiers.begin(), opt_tiers.end(), Tier::nvme) > 0) {
+  if (shards.any_opt_on(Tier::nvme)) {
     const auto f = offload::OptimizerSwapper::footprint(
         OptimizerState::swapper_options(in.config, host_budget - std::min(host_budget, host_used + parts.param_min)),
-        OptimizerState::swap_tensors(lay, opt_tiers));
+        OptimizerState::swap_tensors(lay, plan.shards()));
     at(e, Tier::nvme, Kind::optimizer) += f.file_bytes;
     e.swap_file_host_bytes += f.host_bytes;
     at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
     host_used += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
   }
-  if (std::count(param_tiers.begin(), param_tiers.end(), Tier::nvme) > 0) {
+  if (shards.any_params_on(Tier::nvme)) {
     const auto f = offload::ParamStore::footprint(
         NvmeHomes::param_options(in.config, c, host_budget - std::min(host_budget, host_used)),
-        NvmeHomes::param_tensors(lay, c, param_tiers));
+        NvmeHomes::param_tensors(lay, c, shards.param_tiers()));
     at(e, Tier::nvme, Kind::params) += f.file_bytes;
     e.swap_file_host_bytes += f.host_bytes;
     at(e, Tier::host, Kind::buffers) += f.buffer_bytes * static_cast<std::uint64_t>(f.buffer_count);
@@ -88,7 +88,7 @@ std::uint64_t prefetch_elems(const EngineConfig& cfg, const Layout& lay, const P
                              std::uint64_t limit) {
   std::vector<int> order;
   for (std::size_t li = 0; li < lay.layers().size(); ++li)
-    if (!plan.persistent(static_cast<int>(li))) order.push_back(static_cast<int>(li));
+    if (!plan.shards().persistent(static_cast<int>(li))) order.push_back(static_cast<int>(li));
   for (std::size_t k = order.size(); k-- > 0;) order.push_back(order[k]);
   std::uint64_t most = 0;
   for (std::size_t start = 0; start < order.size(); ++start) {
@@ -129,6 +129,7 @@ std::uint64_t room(const MemoryEstimate& e, Tier t, std::uint64_t budget, std::u
 
 // Bounds of the buffers a step holds for a while (the protocol in memory_estimate.h).
 void add_step_buffers(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
+  const ShardMap& shards = plan.shards();
   const auto& z = in.config.zero;
   const std::uint64_t c = dtype_size(compute_dtype_of(in.config));
   const std::uint64_t largest = lay.largest_layer_padded();
@@ -138,16 +139,16 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const std::uint64_t copies = OptimizerState::elems(lay, z.stage, l) * c;
-    lane = lane || (in.config.offload_optimizer.overlap_step && plan.opt_tier(l) == Tier::nvme);
-    if (z.stage == 3 && !plan.persistent(l)) gathered += lay.layers()[li].padded;
+    lane = lane || (in.config.offload_optimizer.overlap_step && shards.opt_tier(l) == Tier::nvme);
+    if (z.stage == 3 && !shards.persistent(l)) gathered += lay.layers()[li].padded;
     if (lay.layers()[li].frozen) continue;  // no update: nothing staged or copied for it
-    if (z.stage == 3 && plan.opt_tier(l) == Tier::device && plan.param_tier(l) != Tier::device)
+    if (z.stage == 3 && shards.opt_tier(l) == Tier::device && shards.param_tier(l) != Tier::device)
       device_copy = std::max(device_copy, copies);
-    if (plan.param_tier(l) == Tier::nvme) {
+    if (shards.param_tier(l) == Tier::nvme) {
       nvme_copies = std::max(nvme_copies, copies);
       nvme_sum += copies;
-      paced = paced && plan.opt_tier(l) == Tier::nvme;
-    } else if (plan.opt_tier(l) != Tier::device && plan.param_tier(l) == Tier::device) {
+      paced = paced && shards.opt_tier(l) == Tier::nvme;
+    } else if (shards.opt_tier(l) != Tier::device && shards.param_tier(l) == Tier::device) {
       staged = std::max(staged, copies);
     }
   }
@@ -185,11 +186,10 @@ void add_step_buffers(const EstimateInput& in, const Layout& lay, const Placemen
 // OverlappedStep allocates at its first step.
 void add_overlap_spares(const EstimateInput& in, const Layout& lay, const PlacementPlan& plan, MemoryEstimate& e) {
   const auto& c = in.config;
-  const std::vector<Tier> tiers = plan.opt_tiers();
-  if (!overlaps_host_state(c, std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0)) return;
+  if (!overlaps_host_state(c, plan.shards().any_opt_on(Tier::nvme))) return;
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
-    if (plan.opt_tier(l) == Tier::host)
+    if (plan.shards().opt_tier(l) == Tier::host)
       at(e, Tier::host, Kind::optimizer) +=
           state_bytes_per_elem(c.optimizer) * OptimizerState::elems(lay, c.zero.stage, l);
   }

@@ -25,14 +25,15 @@ OptimizerState::~OptimizerState() {
   }
 }
 
-OptimizerState::Arrays OptimizerState::allocate(int li, Tier tier, const char* what) {
+OptimizerState::Arrays OptimizerState::allocate(int li, const char* what) {
+  const Tier where = tier(li);
   const std::size_t bytes = elems(li) * 4, moment_bytes = elems(li) * dtype_size(moment_dtype());
   const std::string name = str_cat("layer ", c_.layout.layers()[li].id, what);
   Arrays a;
   try {
-    a.master = static_cast<float*>(c_.ledger.allocate(tier, Kind::optimizer, bytes, name + " master"));
-    a.m = c_.ledger.allocate(tier, Kind::optimizer, moment_bytes, name + " exp_avg");
-    a.v = c_.ledger.allocate(tier, Kind::optimizer, moment_bytes, name + " exp_avg_sq");
+    a.master = static_cast<float*>(c_.ledger.allocate(where, Kind::optimizer, bytes, name + " master"));
+    a.m = c_.ledger.allocate(where, Kind::optimizer, moment_bytes, name + " exp_avg");
+    a.v = c_.ledger.allocate(where, Kind::optimizer, moment_bytes, name + " exp_avg_sq");
   } catch (...) {
     c_.ledger.free(a.master);
     c_.ledger.free(a.m);
@@ -41,17 +42,15 @@ OptimizerState::Arrays OptimizerState::allocate(int li, Tier tier, const char* w
   return a;
 }
 
-void OptimizerState::add_layer(int li, Tier tier) {
-  auto& o = layers_[li];
-  o.tier = tier;
-  if (tier == Tier::nvme) return;  // in the swapper's files
-  o.arrays = allocate(li, tier, "");
+void OptimizerState::add_layer(int li) {
+  if (tier(li) == Tier::nvme) return;  // in the swapper's files
+  layers_[li].arrays = allocate(li, "");
 }
 
 const OptimizerState::Arrays& OptimizerState::spare(int li) {
   auto& o = layers_[li];
-  STRATA_CHECK(o.tier != Tier::nvme, Errc::internal, "OptimizerState::spare: layer ", li, " lives on NVMe");
-  if (o.spare.master == nullptr) o.spare = allocate(li, o.tier, " (overlapped step)");
+  STRATA_CHECK(tier(li) != Tier::nvme, Errc::internal, "OptimizerState::spare: layer ", li, " lives on NVMe");
+  if (o.spare.master == nullptr) o.spare = allocate(li, " (overlapped step)");
   return o.spare;
 }
 
@@ -64,17 +63,17 @@ void OptimizerState::swap_spare(int li) {
 void OptimizerState::read(int li, float* master, float* m, float* v) {
   const auto& o = layers_[li];
   const std::size_t n = elems(li);
-  if (o.tier == Tier::nvme) {
+  if (tier(li) == Tier::nvme) {
     swapper_->read_state(static_cast<std::size_t>(swap_index(li)), 0, n, master, m, v);
     return;
   }
-  if (master != nullptr) copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, o.tier, n * 4);
+  if (master != nullptr) copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, tier(li), n * 4);
   const std::size_t es = dtype_size(moment_dtype());
   std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
   for (auto [dst, src, k] : {std::tuple{m, o.arrays.m, 0}, std::tuple{v, o.arrays.v, 1}}) {
     if (dst == nullptr) continue;
     void* into = narrow.empty() ? static_cast<void*>(dst) : narrow.data() + k * n * es;
-    copy_between(c_.dev_stream, into, Tier::host, src, o.tier, n * es);
+    copy_between(c_.dev_stream, into, Tier::host, src, tier(li), n * es);
   }
   c_.dev_stream.synchronize();
   if (narrow.empty()) return;
@@ -85,19 +84,19 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
 void OptimizerState::write(int li, const float* master, const float* m, const float* v) {
   const auto& o = layers_[li];
   const std::size_t n = elems(li);
-  if (o.tier == Tier::nvme) {
+  if (tier(li) == Tier::nvme) {
     swapper_->write_state(static_cast<std::size_t>(swap_index(li)), master, m, v);
     return;
   }
   if (master != nullptr)
-    copy_between(c_.dev_stream, o.arrays.master, o.tier, master, Tier::host, n * 4);
+    copy_between(c_.dev_stream, o.arrays.master, tier(li), master, Tier::host, n * 4);
   else
-    fill_zero(c_.dev_stream, o.arrays.master, n * 4, o.tier);
+    fill_zero(c_.dev_stream, o.arrays.master, n * 4, tier(li));
   const std::size_t es = dtype_size(moment_dtype());
   std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
   for (auto [dst, src, k] : {std::tuple{o.arrays.m, m, 0}, std::tuple{o.arrays.v, v, 1}}) {
     if (src == nullptr) {
-      fill_zero(c_.dev_stream, dst, n * es, o.tier);
+      fill_zero(c_.dev_stream, dst, n * es, tier(li));
       continue;
     }
     const void* from = src;
@@ -105,7 +104,7 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
       convert(src, DType::fp32, narrow.data() + k * n * es, moment_dtype(), n);
       from = narrow.data() + k * n * es;
     }
-    copy_between(c_.dev_stream, dst, o.tier, from, Tier::host, n * es);
+    copy_between(c_.dev_stream, dst, tier(li), from, Tier::host, n * es);
   }
   c_.dev_stream.synchronize();
 }
@@ -113,7 +112,8 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
 void OptimizerState::device_memory(const DeviceSwap::Fn& fn) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     auto& o = layers_[li];
-    if (o.tier != Tier::device || o.arrays.master == nullptr) continue;  // elsewhere, or a frozen layer's
+    if (tier(static_cast<int>(li)) != Tier::device || o.arrays.master == nullptr)
+      continue;  // elsewhere, or a frozen layer's
     const std::size_t n = elems(static_cast<int>(li)), moment_bytes = n * dtype_size(moment_dtype());
     const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
     o.arrays.master = static_cast<float*>(fn(o.arrays.master, n * 4, Kind::optimizer, name + " master"));

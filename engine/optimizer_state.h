@@ -7,9 +7,9 @@
 // offload_optimizer.nvme_path/rank<R> (the directory locked through the NVMe tier), with what it
 // charges to the ledger: its buffers to the host tier, its files (both generations) to NVMe.
 //
-// Protocol. setup() calls open_swapper(tiers) with every layer's optimizer tier when some are
-// on NVMe (host_reserve: host bytes its buffers leave for what setup allocates after it), then
-// add_layer(li, tier) in layer order with the tier placement chose;
+// Protocol. Each layer's tier is the shard map's (shard_map.h). setup() calls open_swapper()
+// when some layers' state is on NVMe (host_reserve: host bytes its buffers leave for what setup
+// allocates after it), then add_layer(li) in layer order;
 // the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
 // move a layer's whole state to or from fp32 host arrays wherever it lives (a null pointer is
 // skipped on read, zeros on write; bf16 moments are widened on read, exactly, and rounded to
@@ -36,6 +36,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "engine/shard_map.h"
 #include "offload/ledger.h"
 #include "offload/optimizer_swapper.h"
 #include "runtime/core/trace.h"
@@ -50,7 +51,8 @@ class OptimizerState {
     const Layout& layout;
     device::Stream& dev_stream;  // copies to and from device arrays
     MemoryLedger& ledger;
-    NvmeHomes& nvme;  // the rank directory's lock
+    NvmeHomes& nvme;         // the rank directory's lock
+    const ShardMap& shards;  // each layer's optimizer tier
     Tracer* tracer = nullptr;
   };
   struct Arrays {  // a resident layer's state; null on NVMe
@@ -62,17 +64,17 @@ class OptimizerState {
   explicit OptimizerState(const Context& ctx) : c_(ctx), layers_(ctx.layout.layers().size()) {}
   // The swapper's options from the config (no directory: open_swapper() adds the rank's) with
   // `host_room` host bytes for its buffers (a missing nvme_path is refused, naming the key), and
-  // its tensors: the layers `tiers` puts on NVMe, in layer order. What placement and the
+  // its tensors: the layers `shards` puts on NVMe, in layer order. What placement and the
   // estimate (memory_estimate.h) size it with, too.
   static offload::SwapperOptions swapper_options(const EngineConfig& cfg, std::uint64_t host_room);
-  static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const std::vector<Tier>& opt_tiers);
-  void open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve = 0);
+  static std::vector<offload::SwapTensor> swap_tensors(const Layout& layout, const ShardMap& shards);
+  void open_swapper(std::uint64_t host_reserve = 0);
   ~OptimizerState();
   OptimizerState(const OptimizerState&) = delete;
   OptimizerState& operator=(const OptimizerState&) = delete;
 
-  void add_layer(int li, Tier tier);
-  Tier tier(int li) const { return layers_[li].tier; }
+  void add_layer(int li);
+  Tier tier(int li) const { return c_.shards.opt_tier(li); }
   DType moment_dtype() const { return c_.cfg.optimizer.moment_dtype; }
   // Element `elem` of a moment array.
   void* moment_at(void* base, std::size_t elem) const {
@@ -131,11 +133,10 @@ class OptimizerState {
 
  private:
   struct LayerOpt {
-    Tier tier = Tier::device;
     Arrays arrays;
     Arrays spare;  // the overlapped step's (null until first used)
   };
-  Arrays allocate(int li, Tier tier, const char* what);
+  Arrays allocate(int li, const char* what);  // on the layer's tier
   int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
   Context c_;
   std::vector<LayerOpt> layers_;

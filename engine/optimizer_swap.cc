@@ -21,29 +21,28 @@ offload::SwapperOptions OptimizerState::swapper_options(const EngineConfig& cfg,
   return so;
 }
 
-std::vector<offload::SwapTensor> OptimizerState::swap_tensors(const Layout& layout,
-                                                              const std::vector<Tier>& opt_tiers) {
+std::vector<offload::SwapTensor> OptimizerState::swap_tensors(const Layout& layout, const ShardMap& shards) {
   std::vector<offload::SwapTensor> tensors;
-  for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
-    if (opt_tiers[li] == Tier::nvme)
+  for (std::size_t li = 0; li < shards.size(); ++li) {
+    if (shards.opt_tier(static_cast<int>(li)) == Tier::nvme)
       tensors.push_back({str_cat("layer ", layout.layers()[li].id), layout.layer_shard(static_cast<int>(li))});
   }
   return tensors;
 }
 
-void OptimizerState::open_swapper(const std::vector<Tier>& opt_tiers, std::uint64_t host_reserve) {
+void OptimizerState::open_swapper(std::uint64_t host_reserve) {
   const std::uint64_t available = c_.ledger.available(Tier::host);
   offload::SwapperOptions so = swapper_options(c_.cfg, available > host_reserve ? available - host_reserve : 0);
   so.dir = c_.nvme.lock_rank_dir(c_.cfg.offload_optimizer.nvme_path, "offload_optimizer.nvme_path");
   so.tracer = c_.tracer;
   c_.nvme.warn_aio_knobs();
-  swap_index_.assign(opt_tiers.size(), -1);
-  for (std::size_t li = 0; li < opt_tiers.size(); ++li) {
-    if (opt_tiers[li] != Tier::nvme) continue;
+  swap_index_.assign(c_.shards.size(), -1);
+  for (std::size_t li = 0; li < c_.shards.size(); ++li) {
+    if (tier(static_cast<int>(li)) != Tier::nvme) continue;
     swap_index_[li] = static_cast<int>(swap_layers_.size());
     swap_layers_.push_back(static_cast<int>(li));
   }
-  swapper_ = std::make_unique<offload::OptimizerSwapper>(so, swap_tensors(c_.layout, opt_tiers));
+  swapper_ = std::make_unique<offload::OptimizerSwapper>(so, swap_tensors(c_.layout, c_.shards));
   const std::uint64_t buffers = swapper_->buffer_bytes() * static_cast<std::uint64_t>(swapper_->buffer_count());
   c_.ledger.charge(Tier::host, Kind::buffers, buffers, "the NVMe optimizer swap buffers");
   swap_buffer_bytes_ = buffers;
@@ -61,7 +60,7 @@ void OptimizerState::discard_writes() noexcept {
 }
 
 std::vector<offload::OptimizerSwapper::SealedFile> OptimizerState::sealed_files(int li) const {
-  if (swapper_ == nullptr || layers_[li].tier != Tier::nvme) return {};
+  if (swapper_ == nullptr || tier(li) != Tier::nvme) return {};
   return swapper_->sealed_files(static_cast<std::size_t>(swap_index(li)));
 }
 

@@ -18,17 +18,16 @@ ParamHomes::~ParamHomes() {
   }
 }
 
-void ParamHomes::add_layer(int li, Tier tier, bool persistent) {
+void ParamHomes::add_layer(int li) {
   auto& h = layers_[li];
   const auto& L = c_.layout.layers()[li];
   const std::string name = str_cat("layer ", L.id);
-  h.tier = tier;
-  h.persistent = persistent;
-  if (c_.stage <= 2 || persistent) {
+  if (c_.stage <= 2 || c_.shards.persistent(li)) {
     h.full = c_.ledger.allocate(Tier::device, Kind::params, L.padded * cbytes_, name + " parameters");
   }
-  if (c_.stage == 3 && tier != Tier::nvme) {
-    h.shard = c_.ledger.allocate(tier, Kind::params, c_.layout.layer_shard(li) * cbytes_, name + " parameter shards");
+  if (c_.stage == 3 && tier(li) != Tier::nvme) {
+    h.shard =
+        c_.ledger.allocate(tier(li), Kind::params, c_.layout.layer_shard(li) * cbytes_, name + " parameter shards");
   }
 }
 
@@ -46,10 +45,10 @@ void ParamHomes::write(int li, const float* full, const float* shard) {
   const std::size_t n = c_.layout.layer_shard(li);
   bytes.resize(n * cbytes_);
   convert(shard, DType::fp32, bytes.data(), c_.cdt, n);
-  if (h.tier == Tier::nvme) {
+  if (tier(li) == Tier::nvme) {
     c_.nvme.write_params(li, bytes.data());
   } else {
-    copy_between(c_.dev_stream, h.shard, h.tier, bytes.data(), Tier::host, bytes.size());
+    copy_between(c_.dev_stream, h.shard, tier(li), bytes.data(), Tier::host, bytes.size());
     c_.dev_stream.synchronize();
   }
 }
@@ -70,7 +69,7 @@ void ParamHomes::read_own(int li, float* out) {
   };
   if (c_.stage == 0) {
     take(h.full, Tier::device, L.padded, out);
-  } else if (c_.stage == 3 && h.tier == Tier::nvme) {
+  } else if (c_.stage == 3 && tier(li) == Tier::nvme) {
     c_.nvme.drain();  // write-backs queued on the store land first
     std::vector<char> all(L.shard * cbytes_);
     c_.nvme.read_params(
@@ -78,7 +77,7 @@ void ParamHomes::read_own(int li, float* out) {
     c_.io.nvme_read_bytes += all.size();
     convert(all.data(), c_.cdt, out, DType::fp32, L.shard);
   } else if (c_.stage == 3) {
-    take(h.shard, h.tier, L.shard, out);
+    take(h.shard, tier(li), L.shard, out);
   } else {
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {  // this rank's part of each bucket, in bucket order
       const auto& b = c_.layout.buckets()[L.buckets[k]];
@@ -94,7 +93,8 @@ void ParamHomes::device_memory(const DeviceSwap::Fn& fn) {
     const auto& L = c_.layout.layers()[li];
     const std::string name = str_cat("layer ", L.id);
     h.full = fn(h.full, L.padded * cbytes_, Kind::params, name + " parameters");
-    if (h.tier == Tier::device) h.shard = fn(h.shard, L.shard * cbytes_, Kind::params, name + " parameter shards");
+    if (tier(static_cast<int>(li)) == Tier::device)
+      h.shard = fn(h.shard, L.shard * cbytes_, Kind::params, name + " parameter shards");
   }
 }
 
@@ -117,7 +117,7 @@ void ParamHomes::refresh() {
     if (L.frozen) continue;  // the optimizer never changes it
     for (std::size_t k = 0; k < L.buckets.size(); ++k) regather(static_cast<int>(li), k);
     // Stage 3 keeps small layers gathered for good: refresh them from the new shards.
-    if (c_.stage != 3 || !h.persistent) continue;
+    if (c_.stage != 3 || !c_.shards.persistent(static_cast<int>(li))) continue;
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
       const auto& b = c_.layout.buckets()[L.buckets[k]];
       char* full = static_cast<char*>(h.full) + (b.flat_offset - L.flat_offset) * cbytes_;
@@ -125,12 +125,12 @@ void ParamHomes::refresh() {
       if (device_collectives()) {
         // This rank's shard into its place, then all-gathered in place on the device.
         char* own = full + own_begin(b) * cbytes_;
-        copy_between(c_.dev_stream, own, Tier::device, mine, h.tier, b.shard * cbytes_);
+        copy_between(c_.dev_stream, own, Tier::device, mine, tier(static_cast<int>(li)), b.shard * cbytes_);
         c_.dcomm->all_gather(own, full, b.shard, c_.cdt, c_.dev_stream);
       } else if (c_.world > 1) {
         c_.comm->all_gather(mine, full, b.shard, c_.cdt);
       } else {
-        copy_between(c_.dev_stream, full, Tier::device, mine, h.tier, b.shard * cbytes_);
+        copy_between(c_.dev_stream, full, Tier::device, mine, tier(static_cast<int>(li)), b.shard * cbytes_);
       }
     }
   }
@@ -153,10 +153,11 @@ void ParamHomes::refill_store(const std::vector<Tier>& in_store) {
       if (in_store[li] != Tier::nvme) continue;
       const std::uint64_t bytes = c_.layout.layer_shard(static_cast<int>(li)) * cbytes_;
       const auto idx = static_cast<std::size_t>(fresh.index[li]);
-      if (h.tier == Tier::nvme) {
+      const Tier from = tier(static_cast<int>(li));
+      if (from == Tier::nvme) {
         c_.nvme.copy_params(static_cast<int>(li), fresh);
         c_.io.nvme_read_bytes += bytes;
-      } else if (h.tier == Tier::host) {
+      } else if (from == Tier::host) {
         fresh.store->write(idx, h.shard);
       } else {
         if (bounce == nullptr)
@@ -178,10 +179,9 @@ void ParamHomes::refill_store(const std::vector<Tier>& in_store) {
   c_.nvme.adopt(std::move(fresh));
   for (std::size_t li = 0; li < n; ++li) {
     auto& h = layers_[li];
-    if (in_store[li] != Tier::nvme || h.tier == Tier::nvme) continue;
+    if (in_store[li] != Tier::nvme || tier(static_cast<int>(li)) == Tier::nvme) continue;
     c_.ledger.free(h.shard);
     h.shard = nullptr;
-    h.tier = Tier::nvme;
   }
 }
 
@@ -191,7 +191,7 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
   bool store_changes = false;
   std::vector<Tier> in_store(n, Tier::host);
   for (std::size_t li = 0; li < n; ++li) {
-    const Tier from = layers_[li].tier;
+    const Tier from = tier(static_cast<int>(li));
     store_changes |= from != to[li] && (from == Tier::nvme || to[li] == Tier::nvme);
     if (from == Tier::nvme || to[li] == Tier::nvme) in_store[li] = Tier::nvme;
   }
@@ -204,13 +204,14 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
   std::vector<int> stayed;
   for (std::size_t li = 0; li < n; ++li) {
     auto& h = layers_[li];
-    if (to[li] == Tier::nvme || to[li] == h.tier) continue;
+    const Tier from = tier(static_cast<int>(li));
+    if (to[li] == Tier::nvme || to[li] == from) continue;
     const std::uint64_t bytes = c_.layout.layer_shard(static_cast<int>(li)) * cbytes_;
     void* home = nullptr;
     try {
       home = c_.ledger.allocate(to[li], Kind::params, bytes,
                                 str_cat("layer ", c_.layout.layers()[li].id, " parameter shards"));
-      if (h.tier == Tier::nvme) {
+      if (from == Tier::nvme) {
         char* dst = static_cast<char*>(home);
         c_.nvme.read_params(static_cast<int>(li), [&](std::uint64_t off, const void* data, std::uint64_t len) {
           c_.dev_stream.copy_async(dst + off, data, len, kind_of(Tier::host, to[li]));
@@ -218,19 +219,18 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
         });
         c_.io.nvme_read_bytes += bytes;
       } else {
-        c_.dev_stream.copy_async(home, h.shard, bytes, kind_of(h.tier, to[li]));
+        c_.dev_stream.copy_async(home, h.shard, bytes, kind_of(from, to[li]));
         c_.dev_stream.synchronize();
       }
     } catch (const Error& e) {
       c_.ledger.free(home);
       STRATA_LOG(warn, "rank ", c_.rank, ": layer ", c_.layout.layers()[li].id, "'s parameter shards stay on ",
-                 tier_name(h.tier), ": ", e.what());
+                 tier_name(from), ": ", e.what());
       stayed.push_back(static_cast<int>(li));
       continue;
     }
-    if (h.tier != Tier::nvme) c_.ledger.free(h.shard);
+    if (from != Tier::nvme) c_.ledger.free(h.shard);
     h.shard = home;
-    h.tier = to[li];
   }
   return stayed;
 }

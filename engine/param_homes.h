@@ -1,11 +1,11 @@
 // ParamHomes: where each layer's compute-dtype parameters live (docs/design.md, "The
 // engine's parts"). It owns the resident copy on the device (stages 0-2, and stage-3 layers
 // below stage3_param_persistence_threshold) and, at stage 3, this rank's shards on the
-// device or in host RAM (on NVMe they are in the NVMe tier's parameter store), with the tier
-// each layer's shards live on now.
+// device or in host RAM (on NVMe they are in the NVMe tier's parameter store). Which tier each
+// layer's shards live on, and which layers are persistent, it reads from the shard map.
 //
-// Protocol. setup() calls add_layer(li, tier, persistent) in layer order with the tier
-// placement chose, then write(li, full, shard) with the first values (fp32, converted to the
+// Protocol. setup() calls add_layer(li) in layer order once placement has filled the shard
+// map, then write(li, full, shard) with the first values (fp32, converted to the
 // compute dtype where they live). After the optimizer, refresh() rebuilds what is replicated
 // from the new shards: each bucket's replica at stages 1-2 (all-gathered from its owners) and
 // the resident copy of persistent stage-3 layers. migrate(to) moves stage-3 shards to new
@@ -14,7 +14,8 @@
 // that is or will be on NVMe is filled first (a failure drops it and throws, nothing moved)
 // and adopted, so a layer leaving NVMe can always fall back to it; then each layer going to
 // the device or host gets its new home on its own, and one that does not fit stays where it
-// was (returned).
+// was (returned). Every other layer is on its tier in `to` when migrate() returns; the
+// placement records that in the shard map (migrate() reads the tiers they came from there).
 #pragma once
 
 #include <vector>
@@ -23,6 +24,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "engine/shard_map.h"
 #include "offload/ledger.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
@@ -39,6 +41,7 @@ class ParamHomes {
     device::Stream& dev_stream;  // copies to and from device memory, device collectives
     MemoryLedger& ledger;
     NvmeHomes& nvme;
+    const ShardMap& shards;  // where each layer's shards live, which layers are persistent
     comm::Communicator* comm = nullptr;
     comm::Communicator* dcomm = nullptr;  // device-memory collectives, or null
     IoStats& io;
@@ -50,7 +53,7 @@ class ParamHomes {
   ParamHomes(const ParamHomes&) = delete;
   ParamHomes& operator=(const ParamHomes&) = delete;
 
-  void add_layer(int li, Tier tier, bool persistent);
+  void add_layer(int li);
   void write(int li, const float* full, const float* shard);
   // Shards written to the NVMe parameter store go to its other generation until
   // commit_writes() makes them current; discard_writes() drops them (a failed load).
@@ -68,15 +71,13 @@ class ParamHomes {
 
   void* full(int li) const { return layers_[li].full; }
   void* shard(int li) const { return layers_[li].shard; }
-  Tier tier(int li) const { return layers_[li].tier; }
 
  private:
   struct Home {
     void* full = nullptr;   // resident copy, padded
     void* shard = nullptr;  // stage 3: this rank's shards (null on NVMe)
-    Tier tier = Tier::device;
-    bool persistent = false;
   };
+  Tier tier(int li) const { return c_.shards.param_tier(li); }
   bool device_collectives() const noexcept { return c_.dcomm != nullptr && c_.world > 1; }
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }
   void regather(int li, std::size_t k);

@@ -27,30 +27,12 @@ Tier tier_of(OffloadDevice d) {
 
 }  // namespace
 
-PlacementPlan::PlacementPlan(const Context& ctx, std::vector<bool> persistent) : c_(ctx), layers_(persistent.size()) {
-  for (std::size_t li = 0; li < persistent.size(); ++li) layers_[li].persistent = persistent[li];
-}
+PlacementPlan::PlacementPlan(const Context& ctx, const std::vector<bool>& persistent) : c_(ctx), shards_(persistent) {}
 
 std::vector<bool> PlacementPlan::persistent_layers(const EngineConfig& cfg, const Layout& layout) {
   std::vector<bool> out;
   for (const auto& L : layout.layers())
     out.push_back(cfg.zero.stage == 3 && L.numel < cfg.zero.stage3_param_persistence_threshold);
-  return out;
-}
-
-bool PlacementPlan::any_acc_on_host() const {
-  return std::any_of(layers_.begin(), layers_.end(), [](const LayerPlan& S) { return S.opt != Tier::device; });
-}
-
-std::vector<Tier> PlacementPlan::opt_tiers() const {
-  std::vector<Tier> out;
-  for (const auto& S : layers_) out.push_back(S.opt);
-  return out;
-}
-
-std::vector<Tier> PlacementPlan::param_tiers() const {
-  std::vector<Tier> out;
-  for (const auto& S : layers_) out.push_back(S.params);
   return out;
 }
 
@@ -67,7 +49,10 @@ bool PlacementPlan::budget_driven() const {
 
 offload::Placement PlacementPlan::traffic() const {
   std::vector<offload::LayerPlacement> places;
-  for (const auto& S : layers_) places.push_back({S.opt, S.params});
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
+    const int i = static_cast<int>(li);
+    places.push_back({shards_.opt_tier(i), shards_.param_tier(i)});
+  }
   return offload::evaluate_placement(make_problem({}), places);
 }
 
@@ -85,9 +70,8 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.accumulation_steps = static_cast<int>(std::max<std::int64_t>(1, c_.cfg.gradient_accumulation_steps));
   p.host_accumulator_bytes = host_acc_bytes();
   std::uint64_t persistent = 0, largest_shard = 0;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
     const auto& L = lay.layers()[li];
-    const auto& S = layers_[li];
     offload::PlacementLayer pl;
     pl.name = str_cat("layer ", L.id);
     pl.shard_elems = OptimizerState::elems(lay, stage, static_cast<int>(li));
@@ -95,7 +79,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
     pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
     pl.frozen = L.frozen;
     p.layers.push_back(pl);
-    if (S.persistent) persistent += L.padded * c_.cbytes;
+    if (shards_.persistent(static_cast<int>(li))) persistent += L.padded * c_.cbytes;
     largest_shard = std::max<std::uint64_t>(largest_shard, shard(static_cast<int>(li)));
   }
   const std::uint64_t largest = lay.largest_layer_padded();
@@ -137,11 +121,11 @@ void PlacementPlan::place() {
   if (budget_driven()) {
     const offload::PlacementProblem problem = make_problem({});
     const offload::Placement plan = offload::plan_placement(problem);  // refuses, naming the budget to raise
-    for (std::size_t li = 0; li < layers_.size(); ++li) {
-      auto& S = layers_[li];
-      S.opt = c_.layout.layers()[li].frozen ? Tier::device : plan.layers[li].optimizer;
-      S.params = plan.layers[li].params;
-      if (S.persistent && S.params == Tier::nvme) S.params = Tier::host;
+    for (std::size_t li = 0; li < shards_.size(); ++li) {
+      const int i = static_cast<int>(li);
+      const Tier params = plan.layers[li].params;
+      shards_.place(i, c_.layout.layers()[li].frozen ? Tier::device : plan.layers[li].optimizer,
+                    shards_.persistent(i) && params == Tier::nvme ? Tier::host : params);
     }
     text_ = str_cat("placement (budget-driven, memory_budget), rank ", c_.rank, ":\n", plan.explain(problem),
                     frozen_note());
@@ -149,16 +133,16 @@ void PlacementPlan::place() {
     return;
   }
   std::uint64_t in_cpu = 0;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
-    auto& S = layers_[li];
-    S.opt = c_.layout.layers()[li].frozen ? Tier::device : opt;
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
+    const int i = static_cast<int>(li);
     // Layers under stage3_param_persistence_threshold stay gathered on the device; their
     // shards, refreshed from there after each step, stay in host RAM rather than on NVMe.
-    S.params = S.persistent && par == Tier::nvme ? Tier::host : par;
-    if (S.params == Tier::nvme && in_cpu + shard(static_cast<int>(li)) <= c_.cfg.offload_param.max_in_cpu) {
-      S.params = Tier::host;
-      in_cpu += shard(static_cast<int>(li));
+    Tier params = shards_.persistent(i) && par == Tier::nvme ? Tier::host : par;
+    if (params == Tier::nvme && in_cpu + shard(i) <= c_.cfg.offload_param.max_in_cpu) {
+      params = Tier::host;
+      in_cpu += shard(i);
     }
+    shards_.place(i, c_.layout.layers()[li].frozen ? Tier::device : opt, params);
   }
 
   const std::uint64_t minimum = check_device_fit(opt == Tier::device, stage == 3 && par == Tier::device);
@@ -166,13 +150,13 @@ void PlacementPlan::place() {
   std::ostringstream out;
   std::array<int, kTiers> opt_n{}, par_n{};
   int frozen = 0;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
-    const auto& S = layers_[li];
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
+    const int i = static_cast<int>(li);
     if (c_.layout.layers()[li].frozen)
       ++frozen;
     else
-      ++opt_n[static_cast<int>(S.opt)];
-    ++par_n[static_cast<int>(S.params)];
+      ++opt_n[static_cast<int>(shards_.opt_tier(i))];
+    ++par_n[static_cast<int>(shards_.param_tier(i))];
   }
   auto counts = [](const std::array<int, kTiers>& n) {
     std::string s;
@@ -181,7 +165,7 @@ void PlacementPlan::place() {
     }
     return s;
   };
-  out << "placement (static, DeepSpeed keys), rank " << c_.rank << ", " << layers_.size() << " layers:\n";
+  out << "placement (static, DeepSpeed keys), rank " << c_.rank << ", " << shards_.size() << " layers:\n";
   out << "  optimizer state (" << state_description(c_.cfg.optimizer) << "): " << counts(opt_n)
       << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)";
   if (frozen > 0) out << "; " << frozen << " frozen layers hold none";
@@ -203,7 +187,7 @@ std::string PlacementPlan::frozen_note() const {
   const int stage = c_.cfg.zero.stage;
   std::uint64_t elems = 0, opt = 0, acc = 0;
   int n = 0;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
     const auto& L = c_.layout.layers()[li];
     if (!L.frozen) continue;
     ++n;
@@ -223,42 +207,42 @@ std::string PlacementPlan::frozen_note() const {
 // the recorded counts. Only parameter shards depend on them: when the new plan differs in
 // parameter shards alone, they move to their new tiers now; a plan that would also move
 // optimizer state is only reported (with how to get it: nothing carries it to a next run).
-void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
-                           const std::function<Tier(int li)>& tier_now) {
+void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate) {
   if (!budget_driven() || c_.cfg.zero.stage != 3 || checked_) return;
   checked_ = true;
   try {
     const auto problem = make_problem(gathers);
     const auto plan = offload::plan_placement(problem);
     bool same_opt = true, same_params = true;
-    std::vector<Tier> to(layers_.size());
-    for (std::size_t li = 0; li < layers_.size(); ++li) {
-      same_opt = same_opt && plan.layers[li].optimizer == layers_[li].opt;
+    std::vector<Tier> to(shards_.size());
+    for (std::size_t li = 0; li < shards_.size(); ++li) {
+      const int i = static_cast<int>(li);
+      same_opt = same_opt && plan.layers[li].optimizer == shards_.opt_tier(i);
       to[li] = plan.layers[li].params;
-      if (layers_[li].persistent && to[li] == Tier::nvme) to[li] = Tier::host;
-      same_params = same_params && to[li] == layers_[li].params;
+      if (shards_.persistent(i) && to[li] == Tier::nvme) to[li] = Tier::host;
+      same_params = same_params && to[li] == shards_.param_tier(i);
     }
     if (same_opt && !same_params) {
       std::vector<int> stayed;
-      // The plan follows the shards wherever the migration left them.
-      auto follow_homes = [&] {
-        for (std::size_t li = 0; li < layers_.size(); ++li) layers_[li].params = tier_now(static_cast<int>(li));
-      };
       try {
         stayed = migrate(to);
-        follow_homes();
-      } catch (const Error& e) {
-        follow_homes();
+      } catch (const Error& e) {  // nothing moved
         STRATA_LOG(warn, "rank ", c_.rank,
                    ": moving parameter shards to the placement the recorded trace favours failed; "
                    "the placement stays as it was: ",
                    e.what());
         return;
       }
+      // The map records where the shards went: each to its new tier but those that stayed.
+      std::vector<bool> moved(to.size(), true);
+      for (int li : stayed) moved[static_cast<std::size_t>(li)] = false;
+      for (std::size_t li = 0; li < to.size(); ++li) {
+        if (moved[li]) shards_.move_params(static_cast<int>(li), to[li]);
+      }
       std::string kept;
       for (int li : stayed) {
         kept += str_cat("  layer ", c_.layout.layers()[li].id, ": parameter shards stay on ",
-                        tier_name(layers_[li].params), " (no room on ", tier_name(to[li]), ")\n");
+                        tier_name(shards_.param_tier(li)), " (no room on ", tier_name(to[li]), ")\n");
       }
       text_ = str_cat("placement (budget-driven, memory_budget, re-placed after step ", step,
                       " from the recorded gather trace), rank ", c_.rank, ":\n", plan.explain(problem), kept);
@@ -290,13 +274,13 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
   const int stage = c_.cfg.zero.stage;
   const Layout& lay = c_.layout;
   std::uint64_t persistent = 0, largest = lay.largest_layer_padded();
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
     const auto& L = lay.layers()[li];
-    const auto& S = layers_[li];
+    const int i = static_cast<int>(li);
     if (stage <= 2) persistent += L.padded * c_.cbytes;
-    if (stage == 3 && S.params == Tier::device) persistent += shard(static_cast<int>(li)) * c_.cbytes;
-    if (S.persistent) persistent += L.padded * c_.cbytes;
-    if (S.opt == Tier::device && !L.frozen)
+    if (stage == 3 && shards_.param_tier(i) == Tier::device) persistent += shard(i) * c_.cbytes;
+    if (shards_.persistent(i)) persistent += L.padded * c_.cbytes;
+    if (shards_.opt_tier(i) == Tier::device && !L.frozen)
       persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
                     OptimizerState::elems(lay, stage, static_cast<int>(li)) * state_bytes_per_elem(c_.cfg.optimizer);
   }
@@ -339,23 +323,22 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
 // instead of swapping the machine to a halt or meeting the OOM killer mid-setup.
 PlacementPlan::HostParts PlacementPlan::host_parts() const {
   HostParts h;
-  for (std::size_t li = 0; li < layers_.size(); ++li) {
-    const auto& S = layers_[li];
+  for (std::size_t li = 0; li < shards_.size(); ++li) {
     const int i = static_cast<int>(li);
-    if (S.opt == Tier::host)
+    if (shards_.opt_tier(i) == Tier::host)
       h.opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * state_bytes_per_elem(c_.cfg.optimizer);
-    if (acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
-    if (c_.cfg.zero.stage == 3 && S.params == Tier::host) h.params += shard(i) * c_.cbytes;
+    if (shards_.acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
+    if (c_.cfg.zero.stage == 3 && shards_.param_tier(i) == Tier::host) h.params += shard(i) * c_.cbytes;
   }
-  h.reducer = GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, any_acc_on_host());
+  h.reducer = GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, shards_.any_acc_on_host());
   h.fixed = make_problem({}).host_fixed_bytes - GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, true) + h.reducer;
-  const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
-  if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
+  if (shards_.any_opt_on(Tier::nvme))
     h.swap_min = offload::OptimizerSwapper::min_budget_bytes(OptimizerState::swapper_options(c_.cfg, 0),
-                                                             OptimizerState::swap_tensors(c_.layout, opt));
-  if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
-    h.param_min = offload::ParamStore::min_budget_bytes(NvmeHomes::param_options(c_.cfg, c_.cbytes, 0),
-                                                        NvmeHomes::param_tensors(c_.layout, c_.cbytes, par));
+                                                             OptimizerState::swap_tensors(c_.layout, shards_));
+  if (shards_.any_params_on(Tier::nvme))
+    h.param_min =
+        offload::ParamStore::min_budget_bytes(NvmeHomes::param_options(c_.cfg, c_.cbytes, 0),
+                                              NvmeHomes::param_tensors(c_.layout, c_.cbytes, shards_.param_tiers()));
   return h;
 }
 
@@ -379,15 +362,14 @@ void PlacementPlan::check_nvme_budget() const {
   const std::uint64_t budget = c_.cfg.memory_budget.nvme;
   if (budget == 0) return;
   constexpr std::uint64_t kRoom = ~std::uint64_t{0} / 4;  // the files' sizes do not depend on the buffers
-  const std::vector<Tier> opt = opt_tiers(), par = param_tiers();
   std::uint64_t opt_files = 0, param_files = 0;
-  if (std::count(opt.begin(), opt.end(), Tier::nvme) > 0)
+  if (shards_.any_opt_on(Tier::nvme))
     opt_files = offload::OptimizerSwapper::footprint(OptimizerState::swapper_options(c_.cfg, kRoom),
-                                                     OptimizerState::swap_tensors(c_.layout, opt))
+                                                     OptimizerState::swap_tensors(c_.layout, shards_))
                     .file_bytes;
-  if (std::count(par.begin(), par.end(), Tier::nvme) > 0)
+  if (shards_.any_params_on(Tier::nvme))
     param_files = offload::ParamStore::footprint(NvmeHomes::param_options(c_.cfg, c_.cbytes, kRoom),
-                                                 NvmeHomes::param_tensors(c_.layout, c_.cbytes, par))
+                                                 NvmeHomes::param_tensors(c_.layout, c_.cbytes, shards_.param_tiers()))
                       .file_bytes;
   const std::uint64_t need = opt_files + param_files;
   STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
@@ -399,8 +381,7 @@ void PlacementPlan::check_nvme_budget() const {
 }
 
 void PlacementPlan::check_host_fit() const {
-  bool on_nvme = false;
-  for (const auto& S : layers_) on_nvme = on_nvme || S.opt == Tier::nvme || S.params == Tier::nvme;
+  const bool on_nvme = shards_.any_opt_on(Tier::nvme) || shards_.any_params_on(Tier::nvme);
   const HostParts h = host_parts();
   const std::uint64_t opt = h.opt, acc = h.acc, params = h.params;
   const offload::PlacementProblem p = make_problem({});

@@ -14,8 +14,10 @@
 // plan leaves there, naming the minimum. check_host_fit() (collective) checks host RAM on
 // every host. After the first step, replan(recorded gathers) plans again with the recorded
 // counts: when only parameter shards would move, it hands the new tiers to `migrate` (which
-// returns the layers that stayed) and follows where the shards ended up (`tier_now`); a plan
-// that would also move optimizer state is reported and applies at the next start.
+// returns the layers that stayed, or throws with nothing moved) and records where the shards
+// went in the shard map; a plan that would also move optimizer state is reported and applies
+// at the next start. The plan owns the shard map (shard_map.h), the one record of where each
+// layer's shards live, and is its only writer: the other parts read shards().
 #pragma once
 
 #include <functional>
@@ -25,6 +27,7 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "engine/layout.h"
+#include "engine/shard_map.h"
 #include "offload/placement.h"
 #include "runtime/comm/communicator.h"
 
@@ -44,7 +47,7 @@ class PlacementPlan {
     std::uint64_t device_held_by_others = 0;  // device memory in use when setup() began, and reserved
     int layers_at_once = 1;                   // layers the trainer keeps gathered together
   };
-  PlacementPlan(const Context& ctx, std::vector<bool> persistent);
+  PlacementPlan(const Context& ctx, const std::vector<bool>& persistent);
   // Per layer: stays gathered on the device (stage 3, under stage3_param_persistence_threshold).
   static std::vector<bool> persistent_layers(const EngineConfig& cfg, const Layout& layout);
 
@@ -68,36 +71,21 @@ class PlacementPlan {
   // NVMe store) exceed it, before any is created, naming each store's bytes and the minimum.
   void check_nvme_budget() const;
   using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;
-  void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate,
-              const std::function<Tier(int li)>& tier_now);
+  void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate);
   // replan() may still move stage-3 shards (budget-driven, not yet checked against a trace).
   bool replan_pending() const noexcept { return budget_driven() && c_.cfg.zero.stage == 3 && !checked_; }
 
-  Tier opt_tier(int li) const { return layers_[li].opt; }
-  Tier param_tier(int li) const { return layers_[li].params; }
-  bool persistent(int li) const { return layers_[li].persistent; }
-  // A frozen layer (Layout) has no optimizer state or accumulator: its opt_tier() is the
-  // device's by convention and nothing is counted or allocated for it.
-  bool acc_on_host(int li) const { return layers_[li].opt != Tier::device; }
-  bool any_acc_on_host() const;
-  std::vector<Tier> opt_tiers() const;    // per layer
-  std::vector<Tier> param_tiers() const;  // per layer
+  const ShardMap& shards() const noexcept { return shards_; }  // valid after place()
   bool budget_driven() const;
   // The bytes this plan moves per step and holds per tier under the planner's cost model
   // (offload/placement.h; the host-trainer contract's gathers): what `strata plan` times.
   offload::Placement traffic() const;
-  std::size_t size() const noexcept { return layers_.size(); }
   const std::string& explain() const noexcept { return text_; }
   // After place(): the smallest device budget the plan accepts beside what the trainer
   // holds or reserves (the minimum its refusal names).
   std::uint64_t device_minimum() const noexcept { return device_minimum_; }
 
  private:
-  struct LayerPlan {
-    Tier opt = Tier::device;
-    Tier params = Tier::device;
-    bool persistent = false;
-  };
   // gathers: per layer, from the recorded trace; empty: the host-trainer contract's count.
   offload::PlacementProblem make_problem(const std::vector<int>& gathers) const;
   std::uint64_t check_device_fit(bool opt_on_device, bool params_on_device) const;  // returns the minimum
@@ -108,7 +96,7 @@ class PlacementPlan {
   std::string frozen_note() const;       // explain()'s line on frozen layers (empty without)
 
   Context c_;
-  std::vector<LayerPlan> layers_;
+  ShardMap shards_;
   std::string text_;  // explain(): what lives where and why
   std::uint64_t device_minimum_ = 0;
   bool checked_ = false;  // replan() ran (once)

@@ -34,8 +34,7 @@ void Engine::Impl::check_same_model() const {
 }
 
 void Engine::Impl::allocate_step_buffers() {
-  const bool any_acc_on_host = plan->any_acc_on_host();
-  const std::vector<Tier> opt_tiers = plan->opt_tiers(), param_tiers = plan->param_tiers();
+  const ShardMap& shards = plan->shards();
   grads = std::make_unique<GradReducer>(GradReducer::Context{.layout = *layout,
                                                              .stage = cfg.zero.stage,
                                                              .overlap_comm = cfg.zero.overlap_comm,
@@ -47,9 +46,9 @@ void Engine::Impl::allocate_step_buffers() {
                                                              .world = ranks.world,
                                                              .cdt = cdt(),
                                                              .ledger = *ledger,
+                                                             .shards = shards,
                                                              .tracer = options.tracer,
-                                                             .accumulation = cfg.gradient_accumulation_steps},
-                                        any_acc_on_host);
+                                                             .accumulation = cfg.gradient_accumulation_steps});
   nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{.cfg = cfg,
                                                         .layout = *layout,
                                                         .rank = ranks.rank,
@@ -57,7 +56,6 @@ void Engine::Impl::allocate_step_buffers() {
                                                         .dev = dev,
                                                         .ledger = *ledger,
                                                         .tracer = options.tracer});
-  auto on_nvme = [](const std::vector<Tier>& tiers) { return std::count(tiers.begin(), tiers.end(), Tier::nvme) > 0; };
   // The stores size their buffers to what the host budget leaves once everything allocated
   // after them is set aside (the parameter store's one buffer too, for the swapper).
   const PlacementPlan::HostParts host = plan->host_parts();
@@ -66,9 +64,10 @@ void Engine::Impl::allocate_step_buffers() {
                                                                        .dev_stream = *dev_stream,
                                                                        .ledger = *ledger,
                                                                        .nvme = *nvme,
+                                                                       .shards = shards,
                                                                        .tracer = options.tracer});
-  if (on_nvme(opt_tiers)) opt_state->open_swapper(opt_tiers, host.after_stores() + host.param_min);
-  if (on_nvme(param_tiers)) nvme->open_params(param_tiers, host.after_stores());
+  if (shards.any_opt_on(Tier::nvme)) opt_state->open_swapper(host.after_stores() + host.param_min);
+  if (shards.any_params_on(Tier::nvme)) nvme->open_params(shards.param_tiers(), host.after_stores());
   homes = std::make_unique<ParamHomes>(ParamHomes::Context{.layout = *layout,
                                                            .stage = cfg.zero.stage,
                                                            .rank = ranks.rank,
@@ -77,31 +76,28 @@ void Engine::Impl::allocate_step_buffers() {
                                                            .dev_stream = *dev_stream,
                                                            .ledger = *ledger,
                                                            .nvme = *nvme,
+                                                           .shards = shards,
                                                            .comm = ranks.comm,
                                                            .dcomm = ranks.dcomm,
                                                            .io = traffic.io});
   updates = std::make_unique<UpdateStaging>(
-      UpdateStaging::Context{
-          .layout = *layout,
-          .stage = cfg.zero.stage,
-          .rank = ranks.rank,
-          .cdt = cdt(),
-          .dev = dev,
-          .dev_stream = *dev_stream,
-          .ledger = *ledger,
-          .nvme = *nvme,
-          .io = traffic.io,
-          .tracer = options.tracer,
-          .home =
-              [this](int li) {
-                return UpdateStaging::Home{homes->full(li), homes->shard(li), homes->tier(li), plan->opt_tier(li)};
-              }},
-      any_acc_on_host);
+      UpdateStaging::Context{.layout = *layout,
+                             .stage = cfg.zero.stage,
+                             .rank = ranks.rank,
+                             .cdt = cdt(),
+                             .dev = dev,
+                             .dev_stream = *dev_stream,
+                             .ledger = *ledger,
+                             .nvme = *nvme,
+                             .io = traffic.io,
+                             .tracer = options.tracer,
+                             .shards = shards,
+                             .copies = [this](int li) {
+                               return UpdateStaging::Copies{homes->full(li), homes->shard(li)};
+                             }});
 }
 
 void Engine::Impl::make_gather_path() {
-  std::vector<bool> persistent;
-  for (std::size_t li = 0; li < layer_count(); ++li) persistent.push_back(plan->persistent(static_cast<int>(li)));
   const GatherPath::Context gc{.layout = *layout,
                                .zero = cfg.zero,
                                .rank = ranks.rank,
@@ -114,10 +110,8 @@ void Engine::Impl::make_gather_path() {
                                .tracer = options.tracer,
                                .io = traffic.io,
                                .nvme = *nvme,
-                               .shards =
-                                   [this](int li) {
-                                     return GatherPath::Shards{homes->shard(li), homes->tier(li)};
-                                   },
+                               .shards = plan->shards(),
+                               .shard_data = [this](int li) -> const void* { return homes->shard(li); },
                                // Room for backward's gradient buffers (the current one, and the one a running
                                // reduction still holds): a prefetch that a gradient buffer then evicts is read twice.
                                .reserve =
@@ -130,7 +124,7 @@ void Engine::Impl::make_gather_path() {
                                    [this](int li) {
                                      if (step.overlap != nullptr) step.overlap->before_layer(li);
                                    }};
-  gather_path = std::make_unique<GatherPath>(gc, std::move(persistent));
+  gather_path = std::make_unique<GatherPath>(gc);
 }
 
 void Engine::Impl::make_stepper() {
@@ -182,8 +176,8 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   // A frozen layer has no master, moments or accumulator: its compute-dtype parameters below
   // are all it holds.
   if (!L.frozen) {
-    opt_state->add_layer(static_cast<int>(li), plan->opt_tier(static_cast<int>(li)));
-    grads->add_layer(static_cast<int>(li), acc_on_host(static_cast<int>(li)) ? Tier::host : Tier::device);
+    opt_state->add_layer(static_cast<int>(li));
+    grads->add_layer(static_cast<int>(li));
   }
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
@@ -199,8 +193,7 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   }
   if (!L.frozen)
     opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
-  homes->add_layer(static_cast<int>(li), plan->param_tier(static_cast<int>(li)),
-                   plan->persistent(static_cast<int>(li)));
+  homes->add_layer(static_cast<int>(li));
   homes->write(static_cast<int>(li), init.data(), master_shard.data());
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
 }
@@ -256,8 +249,8 @@ void Engine::setup() {
   const auto& oc = I.cfg.optimizer;
   if (I.dev.backend() == device::Backend::cuda && oc.type != OptimizerType::adam && oc.type != OptimizerType::adamw) {
     for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-      STRATA_CHECK(lay.layers()[li].frozen || I.plan->opt_tier(static_cast<int>(li)) != Tier::device, Errc::unsupported,
-                   "optimizer.type ", oc.type == OptimizerType::lion ? "Lion" : "Adagrad",
+      STRATA_CHECK(lay.layers()[li].frozen || I.plan->shards().opt_tier(static_cast<int>(li)) != Tier::device,
+                   Errc::unsupported, "optimizer.type ", oc.type == OptimizerType::lion ? "Lion" : "Adagrad",
                    " has no CUDA kernel yet, and layer ", lay.layers()[li].id,
                    "'s optimizer state is placed on the GPU: use Adam/AdamW, or run it on the "
                    "CPU with offload_optimizer.device = \"cpu\"");

@@ -13,9 +13,9 @@
 
 namespace strata::engine {
 
-UpdateStaging::UpdateStaging(const Context& ctx, bool any_acc_on_host)
+UpdateStaging::UpdateStaging(const Context& ctx)
     : c_(ctx), cbytes_(dtype_size(ctx.cdt)), layers_(ctx.layout.layers().size()) {
-  if (any_acc_on_host) xfer_ = c_.dev.create_stream();
+  if (c_.shards.any_acc_on_host()) xfer_ = c_.dev.create_stream();
 }
 
 UpdateStaging::~UpdateStaging() { drop(); }
@@ -24,7 +24,7 @@ std::size_t UpdateStaging::copy_elems(int li) const { return OptimizerState::ele
 
 void* UpdateStaging::staging(int li) {
   auto& s = layers_[li];
-  const Home h = c_.home(li);
+  const Home h = home(li);
   const bool staged = h.param_tier == Tier::nvme || (h.opt_tier != Tier::device && h.param_tier == Tier::device);
   if (!staged) return nullptr;
   if (s.stage == nullptr) {
@@ -50,7 +50,7 @@ void* UpdateStaging::staging(int li) {
 
 UpdateStaging::Target UpdateStaging::target(int li, std::size_t k, std::size_t e0) {
   auto& s = layers_[li];
-  const Home h = c_.home(li);
+  const Home h = home(li);
   const auto& L = c_.layout.layers()[li];
   const auto& b = c_.layout.buckets()[L.buckets[k]];
   if (h.opt_tier == Tier::device && c_.stage == 3 && h.param_tier != Tier::device) {
@@ -74,7 +74,7 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
   auto& s = layers_[li];
   s.done += elems;
   if (s.done < copy_elems(li)) return;
-  const Home h = c_.home(li);
+  const Home h = home(li);
   const auto& L = c_.layout.layers()[li];
   const auto t0 = std::chrono::steady_clock::now();
   if (h.param_tier == Tier::nvme) {
@@ -132,7 +132,7 @@ void UpdateStaging::flush_device(int li) {
   const std::size_t bytes = shard * cbytes_;
   {
     Tracer::Span span(c_.tracer, "copy", str_cat("D2H updated L", c_.layout.layers()[li].id));
-    c_.dev_stream.copy_async(staged != nullptr ? staged : c_.home(li).shard, s.device_copy, bytes,
+    c_.dev_stream.copy_async(staged != nullptr ? staged : home(li).shard, s.device_copy, bytes,
                              device::CopyKind::device_to_host);
     c_.dev_stream.synchronize();
   }
@@ -145,14 +145,14 @@ void UpdateStaging::flush_device(int li) {
 void UpdateStaging::commit_params() { c_.nvme.commit_params_async(); }
 
 void UpdateStaging::commit_params(int li) {
-  if (c_.home(li).param_tier == Tier::nvme) c_.nvme.commit_params_async(li);
+  if (home(li).param_tier == Tier::nvme) c_.nvme.commit_params_async(li);
 }
 
 void UpdateStaging::abort_params() noexcept { c_.nvme.abort_params(); }
 
 void UpdateStaging::restore_copies(int li, std::size_t first, std::size_t count, const float* master) {
   const auto& L = c_.layout.layers()[li];
-  const Home h = c_.home(li);
+  const Home h = home(li);
   constexpr std::size_t kPiece = std::size_t{1} << 20;  // elements converted at a time
   std::vector<char> bytes(std::min(count, kPiece) * cbytes_);
   // Elements [lo, hi) of the optimizer's, which lie contiguously at dst (in element units).

@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/layout.h"
 #include "engine/nvme_homes.h"
+#include "engine/shard_map.h"
 #include "offload/ledger.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
@@ -34,12 +35,10 @@ namespace strata::engine {
 
 class UpdateStaging {
  public:
-  // Where a layer's parameters live and which side runs its optimizer.
-  struct Home {
+  // A layer's parameters in memory (ParamHomes').
+  struct Copies {
     void* full = nullptr;   // resident copy (stages 0-2, persistent stage-3 layers)
     void* shard = nullptr;  // stage 3: this rank's shards on the device or the host; null on NVMe
-    Tier param_tier = Tier::device;
-    Tier opt_tier = Tier::device;
   };
   struct Context {  // what the staging uses and does not own
     const Layout& layout;
@@ -52,20 +51,21 @@ class UpdateStaging {
     NvmeHomes& nvme;
     IoStats& io;
     Tracer* tracer = nullptr;
-    std::function<Home(int li)> home;
+    const ShardMap& shards;                // where each layer's parameters live, which side runs its optimizer
+    std::function<Copies(int li)> copies;  // asked each time (placement may move the shards)
   };
   struct Target {
     char* copy = nullptr;  // where the compute copy of element e0 goes
     bool staged = false;   // through host staging: report written(li, n) after
   };
 
-  UpdateStaging(const Context& ctx, bool any_acc_on_host);
+  explicit UpdateStaging(const Context& ctx);
   ~UpdateStaging();
   UpdateStaging(const UpdateStaging&) = delete;
   UpdateStaging& operator=(const UpdateStaging&) = delete;
 
   Target target(int li, std::size_t k, std::size_t e0);
-  void* resident_copy(int li) const { return c_.home(li).full; }  // a replicated layer's compute copy
+  void* resident_copy(int li) const { return c_.copies(li).full; }  // a replicated layer's compute copy
   void written(int li, std::uint64_t elems);
   void flush_device(int li);
   void drop() noexcept;
@@ -95,6 +95,17 @@ class UpdateStaging {
     void* device_copy = nullptr;  // device: the device optimizer's copies of off-device shards
   };
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(c_.rank) * b.shard; }
+  // Where a layer's parameters live and which side runs its optimizer.
+  struct Home {
+    void* full = nullptr;
+    void* shard = nullptr;
+    Tier param_tier = Tier::device;
+    Tier opt_tier = Tier::device;
+  };
+  Home home(int li) const {
+    const Copies c = c_.copies(li);
+    return {c.full, c.shard, c_.shards.param_tier(li), c_.shards.opt_tier(li)};
+  }
   std::size_t copy_elems(int li) const;
   void* staging(int li);  // the layer's host staging when its copies pass through it, else null
 

@@ -7,6 +7,10 @@ regular expressions and brace matching: a heuristic a reader can check by eye, n
              and of the .cc files defining its methods, its private data members, and the
              other parts its Context names (peers)
   impl       Engine::Impl: its data members and the .cc files that define its methods
+  shards     where the engine records which tier a layer's shards live on: the per-layer
+             records of the parts (a `std::vector<S> name_;` member whose struct S holds a Tier
+             or a `persistent` flag) and the callbacks in Contexts that hand over such a
+             struct, outside engine/shard_map.h (the one record)
   nvme       call sites of NvmeHomes' raw accessors (io(), params(), swapper()) outside
              nvme_homes.*, and the files they are in
   closures   engine code an offload thread would run: requests submitted to an I/O worker
@@ -14,6 +18,10 @@ regular expressions and brace matching: a heuristic a reader can check by eye, n
              done, ascending_rest), with their files
   functions  functions longer than --limit lines (default 120) in engine/, tools/cli/,
              train/, python/ and models/, longest first
+  tests      test suites and test helpers (tests/*/CMakeLists.txt: strata_add_test_suite's
+             LIBS, target_link_libraries) that link a library of a folder above, or beside,
+             the one their folder tests (tests/X tests X; tests/runtime the runtime folders,
+             tests/capi the engine), by the order scripts/layers.txt gives
   sizes      lines of tools/cli/, docs/design.md, and the largest library file
   layers     the folders scripts/layers.txt names (scripts/check_layers.py checks them)
 
@@ -109,6 +117,75 @@ def impl(root):
     return {"members": len(fields), "method_files": defining}
 
 
+def shard_records(root):
+    records, callbacks = [], []
+    for h in files_under(root, "engine", (".h",)):
+        if os.path.basename(h) == "shard_map.h":
+            continue
+        text = read(root, h)
+        structs = {}
+        for m in re.finditer(r"\bstruct (\w+) \{", text):
+            block = body(text, text.index("{", m.start()))
+            fields = [line for line in block.split("\n")[1:] if MEMBER.match(line)]
+            if any(re.match(r"\s+Tier\s", f) or re.search(r"\bbool persistent\b", f) for f in fields):
+                structs[m.group(1)] = True
+        for m in re.finditer(r"std::vector<(\w+)> (\w+_);", text):
+            if m.group(1) in structs:
+                records.append(f"{h}: {m.group(2)}")
+        for m in re.finditer(r"std::function<(\w+)\(int li\)> (\w+);", text):
+            if m.group(1) in structs or m.group(1) == "Tier":
+                callbacks.append(f"{h}: {m.group(2)}")
+    return {"records": records, "callbacks": callbacks}
+
+
+def layer_ranks(root):
+    """folder -> line of scripts/layers.txt (0 at the top)."""
+    ranks = {}
+    lines_ = [line.split("#")[0].strip() for line in open(os.path.join(root, "scripts", "layers.txt"))]
+    for i, line in enumerate(x for x in lines_ if x and not x.startswith("outside:")):
+        for folder in line.split():
+            ranks[folder] = i
+    return ranks
+
+
+def test_links(root):
+    ranks = layer_ranks(root)
+    libs = {}  # library target -> its folder
+    for folder in ranks:
+        path = os.path.join(root, folder, "CMakeLists.txt")
+        if os.path.exists(path):
+            for m in re.finditer(r"add_library\((\w+)", read(root, os.path.join(folder, "CMakeLists.txt"))):
+                libs[m.group(1)] = folder
+    tested = {"runtime": ("runtime/core", "runtime/device", "runtime/comm"), "capi": ("engine",)}
+    out = []
+    for d in sorted(os.listdir(os.path.join(root, "tests"))):
+        rel = os.path.join("tests", d, "CMakeLists.txt")
+        if not os.path.exists(os.path.join(root, rel)):
+            continue
+        own = tested.get(d, (d,))
+        if not all(f in ranks for f in own):
+            continue  # tests of the tools and the Python package: above every layer
+        text = read(root, rel)
+        links = []
+        for m in re.finditer(r"\b(strata_add_test_suite|target_link_libraries)\((\w+)", text):
+            depth, end = 0, m.end()
+            for end in range(m.end() - len(m.group(2)) - 1, len(text)):  # to the call's closing parenthesis
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+            call = text[m.end():end]
+            if m.group(1) == "strata_add_test_suite":
+                call = call.split("LIBS", 1)[1].split("HW")[0] if "LIBS" in call else ""
+            links.append((m.group(2), call))
+        top = min(ranks[f] for f in own)
+        for name, listed in links:
+            for lib in re.findall(r"\bstrata_\w+", listed):
+                folder = libs.get(lib)
+                if folder and folder not in own and ranks[folder] <= top:
+                    out.append(f"{name} (tests/{d}) links {lib} ({folder}/)")
+    return out
+
+
 def nvme_accessors(root):
     sites, files = 0, set()
     for p in files_under(root, "engine"):
@@ -181,8 +258,8 @@ def main():
     root = os.path.abspath(a.root)
     layers = [line.split("#")[0].strip() for line in open(os.path.join(root, "scripts", "layers.txt"))]
     layers = [line for line in layers if line and not line.startswith("outside:")]
-    report = {"parts": parts(root), "impl": impl(root), "nvme": nvme_accessors(root),
-              "closures": offload_closures(root),
+    report = {"parts": parts(root), "impl": impl(root), "shards": shard_records(root), "nvme": nvme_accessors(root),
+              "closures": offload_closures(root), "tests": test_links(root),
               "functions": long_functions(root, a.limit), "sizes": sizes(root),
               "layers": layers}
     if a.json:
@@ -195,12 +272,18 @@ def main():
     i = report["impl"]
     print(f"Engine::Impl: {i['members']} data members; methods defined in {len(i['method_files'])} .cc files "
           f"{i['method_files']}")
+    r = report["shards"]
+    print(f"per-layer tier records besides the shard map: {len(r['records'])} {r['records']}; callbacks handing "
+          f"tiers over: {len(r['callbacks'])} {r['callbacks']}")
     n = report["nvme"]
     print(f"NvmeHomes' raw accessors (io(), params(), swapper()): {n['call_sites']} call sites in "
           f"{len(n['files'])} files {n['files']}")
     c = report["closures"]
     print(f"engine closures run by offload (I/O worker requests, swapper callbacks): {c['sites']} in "
           f"{len(c['files'])} files {c['files']}")
+    print(f"test suites and helpers linking a layer above or beside the one they test: {len(report['tests'])}")
+    for t in report["tests"]:
+        print(f"  {t}")
     print(f"functions over {a.limit} lines: {len(report['functions'])}")
     for f in report["functions"]:
         print(f"  {f}")

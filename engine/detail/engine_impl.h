@@ -59,10 +59,10 @@ struct Engine::Impl {
   // The NVMe tier (nvme_homes.h): the parameter store with its queued requests, the directory
   // locks (the optimizer state's swapper files lie under one of them).
   std::unique_ptr<NvmeHomes> nvme;
-  // Each layer's resident parameters and stage-3 shards, and where the shards live now
-  // (param_homes.h; the placement plan follows it after a migration).
+  // Each layer's resident parameters and stage-3 shards (param_homes.h).
   std::unique_ptr<ParamHomes> homes;
-  // Where each layer's state goes (placement_plan.h).
+  // Where each layer's state goes (placement_plan.h), and the shard map it keeps: where each
+  // layer's shards live now, which every part reads (shard_map.h).
   std::unique_ptr<PlacementPlan> plan;
   // Link and NVMe traffic of the current step (counted where issued; parameter write-backs
   // complete on the store's queue during the next step) and the time waited on it, the last
@@ -135,7 +135,6 @@ struct Engine::Impl {
   void fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const;
   std::vector<TensorView> views(int li, void* base, DType t) const;
 
-  bool acc_on_host(int li) const { return plan->acc_on_host(li); }
   // setup.cc
   struct InitScratch {  // host buffers reused from layer to layer
     std::vector<float> init, master_shard;

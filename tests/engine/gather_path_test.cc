@@ -43,6 +43,7 @@ struct Fixture {
   IoStats io;
   std::unique_ptr<NvmeHomes> nvme;
   std::vector<std::vector<float>> shards;  // this rank's shards per layer, host tier
+  std::unique_ptr<ShardMap> map;           // every layer's shards in host RAM
   std::unique_ptr<GatherPath> path;
 
   Fixture(int layers, comm::Communicator* comm, int rank, int world, std::vector<bool> persistent = {},
@@ -62,6 +63,8 @@ struct Fixture {
       }
     }
     if (persistent.empty()) persistent.assign(layers, false);
+    map = std::make_unique<ShardMap>(persistent);
+    for (int li = 0; li < layers; ++li) map->place(li, Tier::host, Tier::host);
     const GatherPath::Context c{lay,
                                 cfg.zero,
                                 rank,
@@ -74,11 +77,10 @@ struct Fixture {
                                 nullptr,
                                 io,
                                 *nvme,
-                                [this](int li) {
-                                  return GatherPath::Shards{shards[li].data(), Tier::host};
-                                },
+                                *map,
+                                [this](int li) -> const void* { return shards[li].data(); },
                                 [] { return std::uint64_t{0}; }};
-    path = std::make_unique<GatherPath>(c, std::move(persistent));
+    path = std::make_unique<GatherPath>(c);
   }
 
   // "" when the gathered buffer of layer li holds the whole layer (padding included).

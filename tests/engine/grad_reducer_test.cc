@@ -28,6 +28,13 @@ std::vector<ParamSpec> two_layers() {
   return p;
 }
 
+// Both layers' accumulators on `tier` (with their optimizer state, as the shard map records it).
+ShardMap accumulators_on(Tier tier) {
+  ShardMap map({false, false});
+  for (int li = 0; li < 2; ++li) map.place(li, tier, Tier::device);
+  return map;
+}
+
 // The gradient a rank hands back for element i of a layer in micro-batch mb: small
 // integers and halves, exact in bf16 and in every fp32 sum here.
 float grad_value(int rank, int mb, std::size_t i) { return 0.5f * static_cast<float>((rank + 1) * (mb + 2) + i % 7); }
@@ -68,10 +75,11 @@ std::string run_two_micro_batches(comm::Communicator* comm, int rank, int world,
   auto dev_stream = dev->create_stream();
   std::string bad;
   {
-    const GradReducer::Context c{lay,   stage, overlap, *dev,    *dev_stream,       comm, nullptr, rank,
-                                 world, cdt,   ledger,  nullptr, /*accumulation=*/2};
-    GradReducer r(c, tier == Tier::host);
-    for (int li = 0; li < 2; ++li) r.add_layer(li, tier);
+    const ShardMap map = accumulators_on(tier);
+    const GradReducer::Context c{lay,  stage, overlap, *dev,   *dev_stream, comm,    nullptr,
+                                 rank, world, cdt,     ledger, map,         nullptr, /*accumulation=*/2};
+    GradReducer r(c);
+    for (int li = 0; li < 2; ++li) r.add_layer(li);
     for (int mb = 0; mb < 2; ++mb) {
       for (int li = 1; li >= 0; --li) {  // backward order
         void* buf = r.buffer(li, [] { return false; });
@@ -139,10 +147,11 @@ TEST_CASE("grad reducer: one gradient per step sits in the compute dtype in host
         auto dev = test::host_device(64 << 20);
         MemoryLedger ledger(*dev, 64 << 20, false);
         auto dev_stream = dev->create_stream();
+        const ShardMap map = accumulators_on(tier);
         const GradReducer::Context c{lay, 2, overlap, *dev,   *dev_stream, nullptr, nullptr,
-                                     0,   1, cdt,     ledger, nullptr,     1};
-        GradReducer r(c, tier == Tier::host);
-        for (int li = 0; li < 2; ++li) r.add_layer(li, tier);
+                                     0,   1, cdt,     ledger, map,         nullptr, 1};
+        GradReducer r(c);
+        for (int li = 0; li < 2; ++li) r.add_layer(li);
         const DType want_dt = tier == Tier::host ? cdt : DType::fp32;
         const std::size_t elems = lay.layers()[0].padded + lay.layers()[1].padded;
         CHECK(ledger.usage(tier).kind_used[static_cast<int>(Kind::grads)] == elems * dtype_size(want_dt));
@@ -209,9 +218,11 @@ TEST_CASE("grad reducer: a full device asks make_room, then refuses naming the l
   auto dev = test::host_device(1 << 20);
   MemoryLedger ledger(*dev, 64 << 20, false);
   auto dev_stream = dev->create_stream();
-  const GradReducer::Context c{lay, 2, false, *dev, *dev_stream, nullptr, nullptr, 0, 1, DType::fp32, ledger, nullptr};
-  GradReducer r(c, true);
-  for (int li = 0; li < 2; ++li) r.add_layer(li, Tier::host);
+  const ShardMap map = accumulators_on(Tier::host);
+  const GradReducer::Context c{lay, 2, false,       *dev,   *dev_stream, nullptr, nullptr,
+                               0,   1, DType::fp32, ledger, map,         nullptr};
+  GradReducer r(c);
+  for (int li = 0; li < 2; ++li) r.add_layer(li);
   auto fill_device = [&] {  // what a prefetched or retained layer would hold
     ledger.reap();
     return ledger.allocate(Tier::device, Kind::buffers, dev->memory_stats().largest_free_bytes, "retained layers");

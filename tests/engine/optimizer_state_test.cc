@@ -45,10 +45,13 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
         INFO("tier " << tier_name(t));
         {
           NvmeHomes nvme({cfg, lay, 0, 4, *dev, ledger, nullptr});
-          OptimizerState st({cfg, lay, *stream, ledger, nvme, nullptr});
-          st.open_swapper({t, Tier::nvme});  // layer 1 on NVMe either way
-          st.add_layer(0, t);
-          st.add_layer(1, Tier::nvme);
+          ShardMap map({false, false});
+          map.place(0, t, Tier::device);
+          map.place(1, Tier::nvme, Tier::device);  // layer 1 on NVMe either way
+          OptimizerState st({cfg, lay, *stream, ledger, nvme, map, nullptr});
+          st.open_swapper();
+          st.add_layer(0);
+          st.add_layer(1);
           CHECK(st.tier(0) == t);
           CHECK((st.resident(0).master != nullptr) == (t != Tier::nvme));
           CHECK(st.resident(1).master == nullptr);

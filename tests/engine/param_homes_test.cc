@@ -23,14 +23,15 @@ std::vector<float> values(std::size_t n, float base) {
 }
 
 // This rank's shards of layer li, wherever they live.
-std::vector<float> read_shards(ParamHomes& h, NvmeHomes& nvme, device::Stream& s, const Layout& lay, int li) {
+std::vector<float> read_shards(ParamHomes& h, const ShardMap& map, NvmeHomes& nvme, device::Stream& s,
+                               const Layout& lay, int li) {
   std::vector<float> out(lay.layer_shard(li));
   const std::size_t bytes = out.size() * 4;
-  if (h.tier(li) == Tier::nvme) {
+  if (map.param_tier(li) == Tier::nvme) {
     nvme.read_params(li, [&](std::uint64_t off, const void* d, std::uint64_t n) {
       std::memcpy(reinterpret_cast<char*>(out.data()) + off, d, n);
     });
-  } else if (h.tier(li) == Tier::device) {
+  } else if (map.param_tier(li) == Tier::device) {
     s.copy_async(out.data(), h.shard(li), bytes, device::CopyKind::device_to_host);
     s.synchronize();
   } else {
@@ -55,12 +56,20 @@ TEST_CASE("param homes: shards keep their bytes through migrations to and from N
   cfg.offload_param.nvme_path = dir.path();
   IoStats io;
   NvmeHomes nvme({cfg, lay, 0, 4, *dev, ledger, nullptr});
+  ShardMap map({/*persistent=*/true, false});
+  // What the placement does: it records each decision, and after a migration where the shards went.
+  const auto migrate = [&](ParamHomes& homes, const std::vector<Tier>& to) {
+    const std::vector<int> stayed = homes.migrate(to);
+    for (int li = 0; li < 2; ++li) map.move_params(li, to[static_cast<std::size_t>(li)]);
+    return stayed;
+  };
+  for (int li = 0; li < 2; ++li) map.place(li, Tier::device, Tier::host);
   {
-    ParamHomes homes({lay, 3, 0, 1, DType::fp32, *stream, ledger, nvme, nullptr, nullptr, io});
+    ParamHomes homes({lay, 3, 0, 1, DType::fp32, *stream, ledger, nvme, map, nullptr, nullptr, io});
     const auto a = values(lay.layer_shard(0), 0.5f), b = values(lay.layer_shard(1), 1000.5f);
     const auto a_full = values(lay.layers()[0].padded, 0.5f);
-    homes.add_layer(0, Tier::host, /*persistent=*/true);
-    homes.add_layer(1, Tier::host, false);
+    homes.add_layer(0);
+    homes.add_layer(1);
     CHECK(homes.full(0) != nullptr);
     CHECK(homes.full(1) == nullptr);
     homes.write(0, a_full.data(), a.data());
@@ -68,18 +77,19 @@ TEST_CASE("param homes: shards keep their bytes through migrations to and from N
     const std::uint64_t host_shards = (a.size() + b.size()) * 4;
     CHECK(ledger.usage(Tier::host).kind_used[static_cast<int>(Kind::params)] == host_shards);
 
-    CHECK(homes.migrate({Tier::nvme, Tier::device}).empty());
-    CHECK(homes.tier(0) == Tier::nvme);
-    CHECK(homes.tier(1) == Tier::device);
+    const auto device_params = [&] { return ledger.usage(Tier::device).kind_used[static_cast<int>(Kind::params)]; };
+    const std::uint64_t resident = device_params();  // layer 0's resident copy
+    CHECK(migrate(homes, {Tier::nvme, Tier::device}).empty());
     CHECK(homes.shard(0) == nullptr);
-    CHECK(read_shards(homes, nvme, *stream, lay, 0) == a);
-    CHECK(read_shards(homes, nvme, *stream, lay, 1) == b);
+    CHECK(device_params() >= resident + b.size() * 4);  // layer 1's shards
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 0) == a);
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 1) == b);
     CHECK(ledger.usage(Tier::host).kind_used[static_cast<int>(Kind::params)] == 0);
     CHECK(io.nvme_write_bytes == a.size() * 4);
 
-    CHECK(homes.migrate({Tier::host, Tier::host}).empty());
-    CHECK(read_shards(homes, nvme, *stream, lay, 0) == a);
-    CHECK(read_shards(homes, nvme, *stream, lay, 1) == b);
+    CHECK(migrate(homes, {Tier::host, Tier::host}).empty());
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 0) == a);
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 1) == b);
     CHECK(ledger.usage(Tier::host).kind_used[static_cast<int>(Kind::params)] == host_shards);
 
     // The resident copy of the persistent layer, spoiled, comes back from its shards.

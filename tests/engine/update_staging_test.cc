@@ -32,9 +32,17 @@ struct Fixture {
   EngineConfig cfg;
   IoStats io;
   std::unique_ptr<NvmeHomes> nvme;
-  UpdateStaging::Home home;
+  // Every layer's home, set before make(): its copies and, recorded in the shard map, its tiers.
+  struct Home {
+    void* full = nullptr;
+    void* shard = nullptr;
+    Tier param_tier = Tier::device;
+    Tier opt_tier = Tier::device;
+  } home;
+  ShardMap map;
 
-  explicit Fixture(int stage, int layers = 1) : lay(specs(layers), 1, 64) {
+  explicit Fixture(int stage, int layers = 1)
+      : lay(specs(layers), 1, 64), map(std::vector<bool>(static_cast<std::size_t>(layers), false)) {
     cfg.zero.stage = stage;
     cfg.offload_param.nvme_path = dir.path();
     nvme = std::make_unique<NvmeHomes>(NvmeHomes::Context{cfg, lay, 0, 4, *dev, ledger, nullptr});
@@ -50,10 +58,10 @@ struct Fixture {
     }
     return out;
   }
-  UpdateStaging make(bool any_acc_on_host) {
-    return UpdateStaging(
-        {lay, cfg.zero.stage, 0, DType::fp32, *dev, *stream, ledger, *nvme, io, nullptr, [this](int) { return home; }},
-        any_acc_on_host);
+  UpdateStaging make() {
+    for (std::size_t li = 0; li < map.size(); ++li) map.place(static_cast<int>(li), home.opt_tier, home.param_tier);
+    const auto copies = [this](int) { return UpdateStaging::Copies{home.full, home.shard}; };
+    return UpdateStaging({lay, cfg.zero.stage, 0, DType::fp32, *dev, *stream, ledger, *nvme, io, nullptr, map, copies});
   }
   // What the optimizer would write for every bucket: element i of the layer = i + 0.5.
   void write_all(UpdateStaging& u, bool expect_staged, int li = 0) { CHECK(write_layer(u, expect_staged, li)); }
@@ -95,7 +103,7 @@ TEST_CASE("update staging: device replica updated by the CPU optimizer goes thro
   const std::size_t bytes = f.lay.layers()[0].padded * 4;
   f.home = {f.ledger.allocate(Tier::device, Kind::params, bytes, "replica"), nullptr, Tier::device, Tier::host};
   {
-    auto u = f.make(true);
+    auto u = f.make();
     f.write_all(u, true);
     CHECK(f.holds_layer(f.home.full));
     CHECK(f.io.h2d_bytes == bytes);
@@ -110,7 +118,7 @@ TEST_CASE("update staging: the device optimizer of host shards writes a device b
   const std::size_t bytes = f.lay.layer_shard(0) * 4;
   f.home = {nullptr, f.ledger.allocate(Tier::host, Kind::params, bytes, "shards"), Tier::host, Tier::device};
   {
-    auto u = f.make(false);
+    auto u = f.make();
     f.write_all(u, false);
     CHECK(f.ledger.usage(Tier::device).used_bytes == bytes);  // the device buffer
     u.flush_device(0);
@@ -128,7 +136,7 @@ TEST_CASE("update staging: NVMe shards are written back on the store's queue; dr
   f.home = {nullptr, nullptr, Tier::nvme, Tier::host};
   const std::uint64_t host_before = f.ledger.usage(Tier::host).used_bytes;
   {
-    auto u = f.make(true);
+    auto u = f.make();
     f.write_all(u, true);
     f.nvme->drain();
     f.nvme->commit_params();
@@ -186,7 +194,7 @@ TEST_CASE("update staging: write-backs of NVMe-state layers are paced by a slow 
   });
   entered.get_future().get();
   {
-    auto u = f.make(true);
+    auto u = f.make();
     auto optimizer = std::async(std::launch::async, [&] {
       bool staged = true;
       for (int li = 0; li < 3; ++li) staged = f.write_layer(u, true, li) && staged;
