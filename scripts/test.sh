@@ -57,7 +57,7 @@ if [ "${STRATA_ASAN:-1}" != "0" ]; then
     -DSTRATA_SANITIZE=address,undefined -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
   suites=(strata_core_tests strata_device_tests strata_comm_tests strata_io_tests strata_optim_tests
     strata_offload_tests strata_engine_offload_tests strata_engine_tests strata_engine_config_tests
-    strata_checkpoint_tests strata_models_tests
+    strata_checkpoint_tests strata_models_tests strata_models_engine_tests
     strata_pipeline_tests strata_c_api_test strata_safetensors_tests strata_tokenizer_tests)
   cmake --build "$STRATA_ROOT/build-asan" -j"$jobs" --target "${suites[@]}"
   for suite in "${suites[@]}"; do

@@ -17,11 +17,11 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
 #include "engine/engine.h"
-#include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/checkpoint_files.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One rank of the demo MLP, 64 wide unless said.
+// One rank of the MLP, 64 wide unless said.
 struct Rank : MlpRank {
   explicit Rank(const engine::EngineConfig& c, int hidden = 64) : MlpRank(c, hidden) {}
 };

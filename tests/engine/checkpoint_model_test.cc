@@ -16,10 +16,10 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
 #include "engine/engine.h"
-#include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/engine/checkpoint_files.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::test {

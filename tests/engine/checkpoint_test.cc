@@ -9,10 +9,10 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
-#include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
@@ -70,7 +70,7 @@ TEST_CASE("a checkpoint reshards across world sizes and stages with every state 
   CHECK(c.params != a.params);
 }
 
-// One rank's engine on a 64 MiB host device with the demo MLP (3 layers) registered and set up.
+// One rank's engine on a 64 MiB host device with the MLP (3 layers) registered and set up.
 struct OneRank {
   OneRank(const engine::EngineConfig& config, int hidden)
       : dev(device::Device::create(device_options())), engine(options(config)), mlp(engine, {3, hidden, 0, 7}) {
@@ -89,7 +89,7 @@ struct OneRank {
   }
   std::unique_ptr<device::Device> dev;
   engine::Engine engine;
-  model::Mlp mlp;
+  test::StackTrainer mlp;
 };
 
 TEST_CASE("NVMe optimizer state is linked into a checkpoint and stays as saved while training goes on",

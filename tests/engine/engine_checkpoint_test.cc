@@ -8,9 +8,9 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
 #include "engine/engine.h"
-#include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/temp_dir.h"
 
 namespace strata::test {
@@ -34,7 +34,7 @@ TEST_CASE("an asynchronous checkpoint of NVMe state commits while training rewri
   eo.config.zero.stage3_param_persistence_threshold = 0;
   eo.device = dev.get();
   engine::Engine engine(eo);
-  model::Mlp mlp(engine, {3, 64, 0, 7});
+  test::StackTrainer mlp(engine, {3, 64, 0, 7});
   engine.setup();
   for (int s = 0; s < 2; ++s) mlp.train_step(s);
   engine::SaveOptions copy;

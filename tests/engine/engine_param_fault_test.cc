@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/mlp.h"
 #include "runtime/core/error.h"
 #include "tests/engine/engine_support.h"
 #include "tests/engine/param_offload_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"

@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <sstream>
 
-#include "models/mlp.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
 #include "tests/engine/param_offload_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
 

@@ -7,8 +7,8 @@
 
 #include "checkpoint/directory.h"
 #include "checkpoint/shard_file.h"
-#include "models/mlp.h"
 #include "runtime/device/device.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/ranks.h"
 
 namespace strata::test {
@@ -60,7 +60,7 @@ MlpRank::MlpRank(const engine::EngineConfig& c, int hidden) {
   eo.device = dev.get();
   eo.seed = 7;
   engine = std::make_unique<engine::Engine>(eo);
-  mlp = std::make_unique<model::Mlp>(*engine, model::MlpConfig{3, hidden, 0.0, 7});
+  mlp = std::make_unique<StackTrainer>(*engine, StackConfig{3, hidden, 0.0, 7});
   engine->setup();
 }
 MlpRank::~MlpRank() = default;
@@ -102,7 +102,7 @@ TrainRun train_mlp(const TrainSpec& spec) {
     eo.seed = 7;
     eo.tracer = c.rank() == 0 ? spec.tracer : nullptr;
     engine::Engine engine(eo);
-    model::Mlp mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7, spec.frozen}, &c, eo.tracer);
+    StackTrainer mlp(engine, {spec.layers, spec.hidden, spec.layer_ms, 7, spec.frozen}, &c, eo.tracer);
     engine.setup();
     if (!spec.load_checkpoint.empty()) engine.load_checkpoint(spec.load_checkpoint);
     auto initial = spec.read_initial ? engine.full_parameters() : std::vector<float>{};

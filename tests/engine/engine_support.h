@@ -1,6 +1,7 @@
-// Shared by the engine tests: a config builder, a runner that trains the demo MLP on N
-// thread ranks (each with its own host device and Gloo communicator) and returns rank 0's
-// final fp32 parameters and memory report, and one MLP rank driven by hand.
+// Shared by the engine tests: a config builder, a runner that trains an MLP (the stack of
+// tanh layers of stack_trainer.h) on N thread ranks (each with its own host device and Gloo
+// communicator) and returns rank 0's final fp32 parameters and memory report, and one MLP rank
+// driven by hand.
 #pragma once
 
 #include <functional>
@@ -12,10 +13,7 @@
 #include "engine/config.h"
 #include "engine/engine.h"
 #include "runtime/device/device.h"
-
-namespace strata::model {
-class Mlp;
-}
+#include "tests/engine/stack_trainer.h"
 
 namespace strata::test {
 
@@ -70,12 +68,12 @@ TrainRun train_mlp(const TrainSpec& spec);
 // The bytes of one kind (optimizer state, gradients, ...) over all three tiers of a report.
 std::uint64_t kind_bytes(const engine::MemoryReport& m, engine::Kind k);
 
-// One rank of the demo MLP (3 layers of `hidden`, seed 7) on a host device, driven step by
+// One rank of the MLP (3 layers of `hidden`, seed 7) on a host device, driven step by
 // step, so a test can reach the engine and the swap files between steps.
 struct MlpRank {
   std::unique_ptr<device::Device> dev;
   std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<model::Mlp> mlp;
+  std::unique_ptr<StackTrainer> mlp;
   explicit MlpRank(const engine::EngineConfig& c, int hidden = 32);
   ~MlpRank();
   void train(std::int64_t from, std::int64_t to);  // steps [from, to)

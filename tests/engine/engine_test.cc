@@ -7,9 +7,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/ranks.h"
 
 using namespace strata;
@@ -99,7 +99,7 @@ TEST_CASE("fp16 overflow skips the step on every rank and lowers the loss scale"
     o.device = dev.get();
     o.comm = &c;
     engine::Engine engine(o);
-    model::Mlp mlp(engine, {3, 32, 0, 7}, &c);
+    test::StackTrainer mlp(engine, {3, 32, 0, 7}, &c);
     engine.setup();
     for (int s = 0; s < 40; ++s) {
       results[c.rank()].push_back(mlp.train_step(s).result);
@@ -169,7 +169,7 @@ TEST_CASE("device memory the trainer holds before setup() is left out of the eng
     eo.config.zero.stage3_param_persistence_threshold = 0;
     eo.device = dev.get();
     engine::Engine engine(eo);
-    model::Mlp mlp(engine, {3, 32, 0, 7});
+    test::StackTrainer mlp(engine, {3, 32, 0, 7});
     engine.setup();
     return engine.explain_placement();
   };

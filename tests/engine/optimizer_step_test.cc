@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "models/mlp.h"
 #include "runtime/device/device.h"
 #include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
 #include "tests/support/ranks.h"
@@ -194,7 +194,7 @@ TEST_CASE("optimizer step: an update that fails on a full NVMe device counts for
     return c;
   };
   test::MlpRank ref(config(ref_dir.path())), t(config(dir.path()));
-  std::vector<model::MlpStep> want;
+  std::vector<test::StackStep> want;
   for (int s = 0; s < 3; ++s) want.push_back(ref.mlp->train_step(s));
   for (int s = 0; s < 2; ++s) (void)t.mlp->train_step(s);
   // Step 1's parameter write-backs run behind it on the store's queue: they land before the limit,
@@ -209,7 +209,7 @@ TEST_CASE("optimizer step: an update that fails on a full NVMe device counts for
   INFO(m);
   CHECK(m.find("EFBIG") != std::string::npos);
   // The failed step ended: a new one begins, with none of its gradients left over.
-  const model::MlpStep retry = t.mlp->train_step(2);
+  const test::StackStep retry = t.mlp->train_step(2);
   CHECK(retry.result.step == want[2].result.step);
   CHECK(retry.result.step == 3);
   CHECK(retry.result.grad_norm == want[2].result.grad_norm);

@@ -134,8 +134,10 @@ TEST_CASE("a step that overflows or clips undoes the overlapped update exactly",
   }
   SECTION("clipping: the norm is above the threshold in some steps and below in others") {
     spec.config = test::mlp_config(3, world, DType::bf16);
-    // The norms here run from 0.28 to 0.38 on one rank and from 0.18 to 0.26 on two.
-    spec.config.gradient_clipping = world == 1 ? 0.3f : 0.21f;
+    // At this learning rate the norms wander without falling: from 0.27 to 0.33 on one rank
+    // and from 0.27 to 0.32 on two, either side of the threshold in turn.
+    spec.config.optimizer.lr = 1e-4f;
+    spec.config.gradient_clipping = world == 1 ? 0.29f : 0.285f;
   }
   INFO("world " << world << ", parameters offloaded to " << static_cast<int>(params) << ", optimizer state to "
                 << static_cast<int>(opt));

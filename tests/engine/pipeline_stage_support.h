@@ -1,6 +1,6 @@
-// What the pipeline-stage tests share (pipeline_stage_test.cc, pipeline_guard_test.cc): a
-// synthetic model per data-parallel replica, the engine config of a placement, the plain
-// data-parallel run driven through the engine's own calls, the pipelined run (P stages x D
+// What the pipeline-stage tests share (pipeline_stage_test.cc, pipeline_guard_test.cc, and
+// the GPT's in tests/models/gpt_stage_test.cc): a synthetic model per data-parallel replica, the engine config of a
+// placement, the plain data-parallel run driven through the engine's own calls, the pipelined run (P stages x D
 // replicas as P*D thread ranks, each stage's layers in an engine over its data-parallel
 // group), and the bitwise comparison of their parameters.
 #pragma once
@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "models/gpt/config.h"
-#include "models/gpt/data.h"
 #include "pipeline/model.h"
 #include "pipeline/schedule.h"
 
@@ -76,17 +74,6 @@ Params run_pipelined(const pipeline::Schedule& s, const Placement& p, int replic
 // when a refusal names no larger minimum.
 std::uint64_t named_minimum(const pipeline::Schedule& s, const Placement& p, const std::string& dir,
                             PipelinedOptions o = {});
-
-// The GPT the GPT stage tests train: 2 blocks of width 16 (4 pipeline layers: embeddings,
-// 2 blocks, head), 8-byte sequences, and a batcher over byte text it writes under `dir`;
-// model_of(2) gives each replica micro-batches of 2 sequences.
-struct SmallGpt {
-  model::GptConfig config;
-  std::shared_ptr<const model::TokenData> data;  // the batcher reads it
-  std::shared_ptr<const model::Batcher> batcher;
-  ModelOf model_of(int micro_batch) const;
-};
-SmallGpt small_gpt(const std::string& dir, bool unit_scaled);
 
 // Every schedule kind for `stages` stages and kMicro micro-batches.
 std::vector<pipeline::Schedule> schedules(int stages);

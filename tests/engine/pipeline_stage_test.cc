@@ -14,7 +14,6 @@
 
 #include "engine/engine.h"
 #include "engine/stage_store.h"
-#include "models/gpt/kernels.h"
 #include "pipeline/generators.h"
 #include "pipeline/memory.h"
 #include "runtime/core/error.h"
@@ -192,50 +191,6 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.device_budget = budget}), plain.params) == "");
 }
 
-// A CUDA stage's layers, bound to its stream, keep kernels with scratch of their own
-// (PipelineModel::bind_bytes): the stage's engine reserves room for two binds (its layers'
-// and a forward pass's) beside the activations, where the named minimum counts them; a
-// host stage runs the layers unbound and reserves none, nor does a model without bind.
-TEST_CASE("a CUDA stage reserves its bound kernels' scratch beside the activations; a host stage none", "[offload]") {
-  test::TempDir dir("strata-pipe");
-  const SmallGpt g = small_gpt(dir.path(), false);
-  const auto gpt = g.model_of(2)(0);
-  // Micro-batches of 2 sequences of 8 tokens: the CUDA kernels' token slots and scores.
-  const int tokens = 2 * g.config.seq_len;
-  const std::size_t scores = static_cast<std::size_t>(2 * g.config.shape.heads) * g.config.seq_len * g.config.seq_len;
-  REQUIRE(gpt.bind_bytes == model::cuda_scratch_bytes(tokens, scores));
-  REQUIRE(gpt.bind_bytes > 0);
-  CHECK(engine::StageStore::bound_bytes(gpt, device::Backend::cuda) == 2 * device::Arena::round_up(gpt.bind_bytes));
-  CHECK(engine::StageStore::bound_bytes(gpt, device::Backend::host) == 0);
-  CHECK(engine::StageStore::bound_bytes(replica_model(0), device::Backend::cuda) == 0);  // host code: no bind
-  const Schedule s = pipeline::one_f_one_b(2, kMicro);
-  const auto ids = gpt.layers_of(0, 2);
-  const auto replay = [&](device::Backend b) {
-    return pipeline::stage_memory(s, 0, gpt, pipeline::Remat::never, device::Arena::kAlignment, b);
-  };
-  const auto reserved = [&](device::Backend b) {
-    return engine::StageStore::reserved_bytes(replay(b), gpt, ids, static_cast<int>(ids.size()), DType::fp32, b);
-  };
-  CHECK(reserved(device::Backend::host) == replay(device::Backend::host).pool_bytes());
-  CHECK(reserved(device::Backend::cuda) ==
-        replay(device::Backend::cuda).pool_bytes() + 2 * device::Arena::round_up(gpt.bind_bytes));
-  // What a block keeps between forward and backward: on the host the attention's row
-  // statistics and output (B x T x (NH + C)), on CUDA its [B,NH,T,T] probabilities, which the
-  // CUDA stage's pool is counted from; the embedding and the head keep the same on both.
-  const std::size_t B = 2, T = static_cast<std::size_t>(g.config.seq_len),
-                    NH = static_cast<std::size_t>(g.config.shape.heads),
-                    C = static_cast<std::size_t>(g.config.shape.d_model);
-  for (int id = 0; id < static_cast<int>(gpt.layers.size()); ++id) {
-    const bool block = id >= 1 && id <= g.config.shape.layers;
-    INFO("layer " << id);
-    CHECK(gpt.saved_floats(id, device::Backend::host) ==
-          gpt.layers[static_cast<std::size_t>(id)]->saved_floats(gpt.rows));
-    CHECK(gpt.saved_floats(id, device::Backend::cuda) + (block ? B * T * (NH + C) : 0) ==
-          gpt.saved_floats(id, device::Backend::host) + (block ? B * NH * T * T : 0));
-  }
-  CHECK(replay(device::Backend::cuda).peak_by_size != replay(device::Backend::host).peak_by_size);
-}
-
 TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "[offload][negative]") {
   const auto model = replica_model(0);
   auto dev = test::host_device(64 << 20);
@@ -246,4 +201,12 @@ TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "
                          Catch::Contains("overflow skip"));
     CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));  // one stage: nothing to link
   }
+}
+
+// A stage on a GPU runs its layers on the stage's stream: a model whose layers are host code
+// (the synthetic one) cannot, and is refused by name.
+TEST_CASE("a model of host-code layers is refused on a CUDA stage", "[offload][cuda]") {
+  test::TempDir dir("strata-pipe");
+  CHECK_THROWS_WITH(run_pipelined(pipeline::one_f_one_b(2, kMicro), Placement{1}, 1, dir.path(), {.cuda = true}),
+                    Catch::Contains("binds its layers to the stage's stream"));
 }

@@ -13,6 +13,7 @@
 #include "models/gpt/data.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
+#include "tokenizer/token_file.h"
 
 using namespace strata;
 using strata::test::error_of;
@@ -175,6 +176,18 @@ TEST_CASE("version 2 token files hold uint32 ids above 65535 and batch them unch
   const auto m = model::TokenData::load(mixed.path(), 128256);
   CHECK(m.wide());
   CHECK(all(m) == std::vector<std::uint32_t>{5, 60000, 70000, 6});
+}
+
+// What `strata tokenize` writes (tokenizer/token_file.h), version 1 and 2, is what --data reads.
+TEST_CASE("token files the tokenizer writes load unchanged", "[gpt][data]") {
+  test::TempDir dir("strata-gpt-data");
+  const std::vector<std::uint32_t> small = {1, 65535, 3}, wide = {1, 65536, 128255};
+  CHECK(tokenizer::write_token_file(dir.file("v1.bin"), small, 65536) == 1);
+  CHECK(tokenizer::write_token_file(dir.file("v2.bin"), wide, 128256) == 2);
+  CHECK(all(model::TokenData::load(dir.file("v1.bin"), 128256)) == small);
+  const auto d = model::TokenData::load(dir.file("v2.bin"), 128256);
+  CHECK(d.wide());
+  CHECK(all(d) == wide);
 }
 
 TEST_CASE("bad version 2 token files are refused naming the file", "[gpt][data][negative]") {

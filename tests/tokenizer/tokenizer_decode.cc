@@ -1,11 +1,38 @@
 // Test helper: `tokenizer_decode TOKENIZER TOKEN_FILE OUT` writes Tokenizer::decode of the ids
-// in TOKEN_FILE (read with models/gpt/data.h's reader, as --data reads it) to OUT, so the
-// reference tests can check decode against their own decoder and against the original text.
+// in TOKEN_FILE to OUT, so the reference tests can check decode against their own decoder and
+// against the original text. The file is read by the format's description (token_file.h:
+// llm.c's header of 256 int32, magic 20240520, version, count; uint16 ids in version 1,
+// uint32 in version 2); that --data's reader loads the same ids is tests/models'
+// (gpt_data_test.cc).
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
-#include "models/gpt/data.h"
 #include "tokenizer/tokenizer.h"
+
+namespace {
+
+std::vector<std::uint32_t> read_token_file(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<std::int32_t> header(256);
+  if (!f.read(reinterpret_cast<char*>(header.data()), 1024))
+    throw std::runtime_error(std::string(path) + ": no header");
+  if (header[0] != 20240520 || (header[1] != 1 && header[1] != 2) || header[2] < 0)
+    throw std::runtime_error(std::string(path) + ": not a token file (magic, version or count)");
+  std::vector<std::uint32_t> ids(static_cast<std::size_t>(header[2]));
+  for (auto& id : ids) {
+    std::uint32_t v = 0;  // little-endian
+    if (!f.read(reinterpret_cast<char*>(&v), header[1] == 1 ? 2 : 4))
+      throw std::runtime_error(std::string(path) + ": shorter than its count");
+    id = v;
+  }
+  return ids;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -14,14 +41,7 @@ int main(int argc, char** argv) {
   }
   try {
     const auto tok = strata::tokenizer::Tokenizer::open(argv[1]);
-    std::vector<std::uint32_t> ids;
-    std::ifstream probe(argv[2], std::ios::binary | std::ios::ate);
-    if (probe.tellg() > 1024) {  // an empty token file is one --data refuses; it decodes to ""
-      const auto data = strata::model::TokenData::load(argv[2], static_cast<int>(tok->vocab_size()), "tokens", true);
-      ids.resize(data.size());
-      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = data[i];
-    }
-    std::ofstream(argv[3], std::ios::binary) << tok->decode(ids);
+    std::ofstream(argv[3], std::ios::binary) << tok->decode(read_token_file(argv[2]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenizer_decode: %s\n", e.what());
     return 1;
