@@ -202,6 +202,7 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
   };
   if (store_changes) refill_store(in_store);
   std::vector<int> stayed;
+  stayed.reserve(n);  // a layer that stays is recorded without allocating
   for (std::size_t li = 0; li < n; ++li) {
     auto& h = layers_[li];
     const Tier from = tier(static_cast<int>(li));
@@ -222,7 +223,7 @@ std::vector<int> ParamHomes::migrate(const std::vector<Tier>& to) {
         c_.dev_stream.copy_async(home, h.shard, bytes, kind_of(from, to[li]));
         c_.dev_stream.synchronize();
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // any failure: the layer keeps its old home, as the map says
       c_.ledger.free(home);
       STRATA_LOG(warn, "rank ", c_.rank, ": layer ", c_.layout.layers()[li].id, "'s parameter shards stay on ",
                  tier_name(from), ": ", e.what());

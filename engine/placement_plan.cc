@@ -224,6 +224,7 @@ void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, c
     }
     if (same_opt && !same_params) {
       std::vector<int> stayed;
+      std::vector<bool> moved(to.size(), true);  // made before the shards move: recording them cannot fail
       try {
         stayed = migrate(to);
       } catch (const Error& e) {  // nothing moved
@@ -234,7 +235,6 @@ void PlacementPlan::replan(const std::vector<int>& gathers, std::int64_t step, c
         return;
       }
       // The map records where the shards went: each to its new tier but those that stayed.
-      std::vector<bool> moved(to.size(), true);
       for (int li : stayed) moved[static_cast<std::size_t>(li)] = false;
       for (std::size_t li = 0; li < to.size(); ++li) {
         if (moved[li]) shards_.move_params(static_cast<int>(li), to[li]);

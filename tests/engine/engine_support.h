@@ -51,7 +51,7 @@ struct TrainSpec {
   std::vector<double> rank_link_gbps;  // per rank, in place of link_gbps: ranks of unequal speed
   std::uint64_t device_budget = std::uint64_t{256} << 20;
   std::uint64_t pinned_budget = 0;                  // 0: the device's default
-  device::Backend backend = device::Backend::host;  // cuda: one rank; the MLP runs on the GPU
+  device::Backend backend = device::Backend::host;  // cuda: one rank; the engine's state on the GPU
   bool guard_memory = false;                        // host: device memory out of the CPU's reach (DeviceOptions)
   // A second Gloo communicator as EngineOptions::device_comm (what NCCL is on GPUs): the
   // engine's collectives on device memory go through it.

@@ -2,6 +2,7 @@
 // shards written once keep their bytes through migrations host -> NVMe and device, and back
 // (a new parameter store built, filled and adopted; the old homes freed), every tier's use
 // follows; a persistent layer's resident copy is rebuilt from its shards by refresh().
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -40,6 +41,15 @@ std::vector<float> read_shards(ParamHomes& h, const ShardMap& map, NvmeHomes& nv
   return out;
 }
 
+// What the placement does after a migration: each layer is recorded on its new tier but those
+// that stayed.
+void record(ShardMap& map, const std::vector<Tier>& to, const std::vector<int>& stayed) {
+  for (int li = 0; li < static_cast<int>(to.size()); ++li) {
+    if (std::find(stayed.begin(), stayed.end(), li) == stayed.end())
+      map.move_params(li, to[static_cast<std::size_t>(li)]);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("param homes: shards keep their bytes through migrations to and from NVMe", "[offload][param_homes]") {
@@ -57,10 +67,9 @@ TEST_CASE("param homes: shards keep their bytes through migrations to and from N
   IoStats io;
   NvmeHomes nvme({cfg, lay, 0, 4, *dev, ledger, nullptr});
   ShardMap map({/*persistent=*/true, false});
-  // What the placement does: it records each decision, and after a migration where the shards went.
   const auto migrate = [&](ParamHomes& homes, const std::vector<Tier>& to) {
     const std::vector<int> stayed = homes.migrate(to);
-    for (int li = 0; li < 2; ++li) map.move_params(li, to[static_cast<std::size_t>(li)]);
+    record(map, to, stayed);
     return stayed;
   };
   for (int li = 0; li < 2; ++li) map.place(li, Tier::device, Tier::host);
@@ -103,4 +112,45 @@ TEST_CASE("param homes: shards keep their bytes through migrations to and from N
   }
   CHECK(ledger.usage(Tier::device).used_bytes == 0);
   CHECK(ledger.usage(Tier::host).kind_used[static_cast<int>(Kind::params)] == 0);
+}
+
+TEST_CASE("param homes: a layer whose shards do not fit on the new tier stays where it was", "[param_homes]") {
+  std::vector<ParamSpec> specs(2);
+  specs[0].name = "a", specs[0].shape = {300}, specs[0].layer = 0;
+  specs[1].name = "b", specs[1].shape = {200}, specs[1].layer = 1;
+  const Layout lay(specs, 1, 1024);
+  // Room on the device for layer b's shards (800 B), not for layer a's (1200 B) as well.
+  auto dev = test::host_device(1024, 16 << 20);
+  auto stream = dev->create_stream();
+  MemoryLedger ledger(*dev, 64 << 20, false);
+  EngineConfig cfg;
+  cfg.zero.stage = 3;
+  IoStats io;
+  NvmeHomes nvme({cfg, lay, 0, 4, *dev, ledger, nullptr});
+  ShardMap map({false, false});
+  for (int li = 0; li < 2; ++li) map.place(li, Tier::device, Tier::host);
+  {
+    ParamHomes homes({lay, 3, 0, 1, DType::fp32, *stream, ledger, nvme, map, nullptr, nullptr, io});
+    const auto a = values(lay.layer_shard(0), 0.5f), b = values(lay.layer_shard(1), 1000.5f);
+    homes.add_layer(0);
+    homes.add_layer(1);
+    homes.write(0, nullptr, a.data());
+    homes.write(1, nullptr, b.data());
+    const std::vector<Tier> to{Tier::device, Tier::device};
+    const std::vector<int> stayed = homes.migrate(to);
+    CHECK(stayed == std::vector<int>{0});
+    record(map, to, stayed);
+    CHECK(map.param_tier(0) == Tier::host);
+    CHECK(map.param_tier(1) == Tier::device);
+    // Each layer's shards are where the map says, with their bytes.
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 0) == a);
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 1) == b);
+    CHECK(ledger.usage(Tier::host).kind_used[static_cast<int>(Kind::params)] == a.size() * 4);
+    const std::vector<Tier> back{Tier::host, Tier::host};
+    CHECK(homes.migrate(back).empty());
+    record(map, back, {});
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 0) == a);
+    CHECK(read_shards(homes, map, nvme, *stream, lay, 1) == b);
+  }
+  CHECK(ledger.usage(Tier::device).used_bytes == 0);
 }

@@ -2,12 +2,12 @@
 // host-trainer contract alone (what DeepSpeed's unit tests call a simple model), so that the
 // suites that test the engine link no model. Layer l is pipeline::TanhLinear (y = tanh(x W +
 // b), W [H, H] and b [H], registered as "layers.l.weight" and "layers.l.bias" with the
-// engine's initial values). It fits a fixed set of train_batch samples, the same every step:
-// sample s's input is H uniform values in (-1, 1) keyed by (seed, s), its target mostly a fixed
-// vector plus a little of the input; rank r of `world`'s micro-batch k holds samples
-// (k * world + r) * micro + [0, micro), so a step sees the same samples at any world size, and
-// the loss falls from the first steps (fresh samples each step would hide ten steps of Adam at
-// the tests' learning rate in the noise of the batches). The loss of a micro-batch is 0.5 *
+// engine's initial values). Sample s's input is H uniform values in (0, 1) keyed by (seed, s),
+// its target mostly a fixed vector plus a little of the input: inputs of one sign move the
+// outputs coherently, so ten steps of Adam at the tests' learning rate lower the loss well
+// above the noise of fresh batches. Rank r of `world`'s micro-batch k of step `step` holds
+// samples step * train_batch + (k * world + r) * micro + [0, micro), so a step sees the same
+// samples at any world size. The loss of a micro-batch is 0.5 *
 // sum over samples and outputs of (y - t)^2 / H; the gradient handed to the engine is that of
 // the mean over the micro-batch, times the loss scale. Arithmetic is fp32 on the host in one
 // fixed order whatever the device: gathered parameters come to the host and gradients go back

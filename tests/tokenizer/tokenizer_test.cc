@@ -1,6 +1,6 @@
 // The tokenizer library's pieces (tokenizer/): GPT-2's byte map, the BPE merge loop against a
 // naive GPT-2 bpe() written here, pre-tokenizer splits, the errors bad tokenizer files get
-// (naming the file and the key), and the token file writer read back by --data's reader.
+// (naming the file and the key), and the token file writer read back by the format's description.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
