@@ -31,37 +31,12 @@
 #include "train/output_check.h"
 #include "train/pipelined_checkpoint.h"
 #include "train/pipelined_model.h"
+#include "train/pipelined_report.h"
 #include "train/pipelined_sample.h"
 #include "train/stage_runner.h"
 
 namespace strata::train {
 namespace {
-
-// What every rank reports after a step, gathered on every rank (doubles).
-enum Field {
-  loss_sum,
-  val_loss,  // NaN when no validation was due (or on a stage other than the last)
-  step_s,
-  grad_norm,
-  loss_scale,
-  skipped,
-  lr,
-  dev_used,
-  dev_peak,
-  dev_budget,
-  dev_total_peak,  // the whole device: the engine's ledger, the activation pool, the fp32 copies
-  host_peak,
-  nvme_used,
-  kFields
-};
-
-// Every rank's row of `mine` (k doubles), rank-major; `comm` null: this rank alone.
-std::vector<double> gather(comm::Communicator* comm, std::vector<double> mine) {
-  if (comm == nullptr) return mine;
-  std::vector<double> all(mine.size() * static_cast<std::size_t>(comm->world_size()));
-  comm->all_gather(mine.data(), all.data(), 2 * mine.size(), DType::fp32);  // doubles as fp32 word pairs
-  return all;
-}
 
 // The FP8 scales after a step, as the plain trainer moves them: each operand's amax, the max
 // over the stage's replicas (the plain trainer's over its ranks), enters its history. The
@@ -91,7 +66,7 @@ struct Run {
   void go_auto(StageRunner& runner, const pipeline::PipelineModel& layers, const pipeline::StageReport& last, int stage,
                comm::Communicator* all, bool printer) const {
     const auto mine = pipeline::measured_costs(first, {last});
-    const auto rows = gather(
+    const auto rows = gather_rows(
         all, {mine.forward[static_cast<std::size_t>(stage)], mine.backward_input[static_cast<std::size_t>(stage)],
               mine.backward_weight[static_cast<std::size_t>(stage)]});
     pipeline::AutoOptions a;
@@ -130,104 +105,6 @@ struct Run {
       return;
     }
     if (printer) std::printf("zb-auto: no schedule fits the activations reserved for ZB-H1; staying on ZB-H1\n");
-  }
-
-  static double field(const std::vector<double>& rows, int q, Field f) {
-    return rows[static_cast<std::size_t>(q) * kFields + f];
-  }
-
-  // --verbose: every stage's memory (replica 0's) on the step's line.
-  void print_verbose(std::int64_t s, const std::vector<double>& rows, double loss, double val, double step,
-                     double tps) const {
-    const auto at = [&](int q, Field f) { return field(rows, q, f); };
-    std::string mem;
-    for (int st = 0; st < P; ++st) {
-      const int q = st * D;  // replica 0's stage st
-      mem += str_cat("  stage ", st, ": device ", format_bytes(static_cast<std::uint64_t>(at(q, dev_used))), " (peak ",
-                     format_bytes(static_cast<std::uint64_t>(at(q, dev_peak))), " / ",
-                     format_bytes(static_cast<std::uint64_t>(at(q, dev_budget))), "; device total peak ",
-                     format_bytes(static_cast<std::uint64_t>(at(q, dev_total_peak))), ") host peak ",
-                     format_bytes(static_cast<std::uint64_t>(at(q, host_peak))));
-      if (at(q, nvme_used) > 0) mem += str_cat(" nvme ", format_bytes(static_cast<std::uint64_t>(at(q, nvme_used))));
-    }
-    char val_text[32] = "";
-    if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, "  val %.4f", val);
-    std::printf("step %4lld/%lld  loss %.6f%s  %7.1f ms  %.0f tok/s  grad-norm %.4g%s%s\n",
-                static_cast<long long>(s + 1), static_cast<long long>(o.steps), loss, val_text, step * 1e3, tps,
-                at(0, grad_norm), at(0, skipped) != 0 ? "  SKIPPED (overflow)" : "", mem.c_str());
-  }
-
-  // The default line (step_report.h): the stage nearest its device budget, the largest host peak.
-  void print_compact(std::int64_t s, const std::vector<double>& rows, double loss, double val, double step,
-                     double tps) const {
-    const auto at = [&](int q, Field f) { return field(rows, q, f); };
-    const auto share = [&](int st) { return at(st * D, dev_total_peak) / std::max(1.0, at(st * D, dev_budget)); };
-    int tight = 0;
-    double host = 0;
-    for (int st = 0; st < P; ++st) {
-      if (share(st) > share(tight)) tight = st;
-      host = std::max(host, at(st * D, host_peak));
-    }
-    const StepLine line{.step = s + 1,
-                        .steps = o.steps,
-                        .loss = loss,
-                        .val = val,
-                        .ms = step * 1e3,
-                        .tokens_per_s = tps,
-                        .device_peak = static_cast<std::uint64_t>(at(tight * D, dev_total_peak)),
-                        .device_budget = static_cast<std::uint64_t>(at(tight * D, dev_budget)),
-                        .host_peak = static_cast<std::uint64_t>(host),
-                        .note = at(0, skipped) != 0 ? "skipped (overflow)" : ""};
-    std::printf("%s  (stage %d)\n", compact_step_line(line).c_str(), tight);
-  }
-
-  void report(std::int64_t s, const std::vector<double>& rows) {
-    const auto at = [&](int q, Field f) { return field(rows, q, f); };
-    // The plain trainer's mean: each replica's mean loss (per token or sample), then their mean.
-    double loss = 0, step = 0;
-    const int ranks = static_cast<int>(rows.size() / kFields);
-    for (int q = 0; q < ranks; ++q) {
-      loss += at(q, loss_sum) / static_cast<double>(tokens_per_step / static_cast<std::uint64_t>(D));
-      step = std::max(step, at(q, step_s));
-    }
-    loss /= D;
-    const double val = at((P - 1) * D, val_loss);  // replica 0's last stage (every replica's is the same)
-    const double tps = static_cast<double>(tokens_per_step) / step;
-    // Every stage sees the norm over all of them, so one rank's step outcome is every rank's.
-    const StepPrinting printing{.level = o.printing, .every = eso.config.steps_per_print};
-    if (printing.prints(s, o.steps, !std::isnan(val), at(0, skipped) != 0)) {
-      if (printing.level == StepPrinting::Level::verbose) {
-        print_verbose(s, rows, loss, val, step, tps);
-      } else {
-        print_compact(s, rows, loss, val, step, tps);
-      }
-      std::fflush(stdout);
-    }
-    if (!log.is_open()) return;
-    nlohmann::json stages = nlohmann::json::array();
-    for (int st = 0; st < P; ++st) {
-      const int q = st * D;
-      stages.push_back({{"device_used_bytes", at(q, dev_used)},
-                        {"device_peak_bytes", at(q, dev_peak)},
-                        {"device_budget_bytes", at(q, dev_budget)},
-                        {"device_memory_peak_bytes", at(q, dev_total_peak)},
-                        {"host_peak_bytes", at(q, host_peak)},
-                        {"nvme_bytes", at(q, nvme_used)}});
-    }
-    nlohmann::json j{{"step", s + 1},
-                     {"loss", loss},
-                     {"step_ms", step * 1e3},
-                     {"tokens_per_s", tps},
-                     {"grad_norm", at(0, grad_norm)},
-                     {"loss_scale", at(0, loss_scale)},
-                     {"lr", at(0, lr)},
-                     {"skipped", at(0, skipped) != 0},
-                     {"stages", stages}};
-    if (!std::isnan(val)) j["val_loss"] = val;
-    log << j.dump() << "\n";
-    log.flush();
-    STRATA_CHECK(log.good(), Errc::io, "--log-json '", o.log_json, "': writing step ", s + 1,
-                 " failed (disk full or removed?): ", errno_text(errno));
   }
 
   // Every stage's fp32 parameters (replica 0's) to the printer, which writes them under the
@@ -330,10 +207,19 @@ struct Run {
       const auto num = [](std::uint64_t b) { return static_cast<double>(b); };
       const engine::StepResult& r = runner.store().last_step();
       const auto rows =
-          gather(all, {losses, val, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
-                       num(mem.device.used_bytes), num(mem.device.peak_bytes), num(mem.device.budget_bytes),
-                       num(mem.device_memory_peak), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
-      if (printer) report(s, rows);
+          gather_rows(all, {losses, val, dt, r.grad_norm, r.loss_scale, r.skipped ? 1.0 : 0.0, r.lr,
+                            num(mem.device.used_bytes), num(mem.device.peak_bytes), num(mem.device.budget_bytes),
+                            num(mem.device_memory_peak), num(mem.host.peak_bytes), num(mem.nvme.used_bytes)});
+      if (printer) {
+        const PipelinedReport reporter{.P = P,
+                                       .D = D,
+                                       .steps = o.steps,
+                                       .tokens_per_step = tokens_per_step,
+                                       .printing = {.level = o.printing, .every = eso.config.steps_per_print},
+                                       .log = log.is_open() ? &log : nullptr,
+                                       .log_path = o.log_json};
+        reporter.report(s, rows);
+      }
       if (ckpt.after_step(runner.engine(), stage, s, o.steps, printer, g.fp8.get()) && printer)
         std::printf("%s checkpoint step %lld under %s/stage<0..%d>%s\n", ckpt.async ? "staged" : "saved",
                     static_cast<long long>(s + 1), ckpt.save_dir.c_str(), P - 1,
