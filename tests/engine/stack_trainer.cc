@@ -19,7 +19,7 @@ StackTrainer::StackTrainer(engine::Engine& engine, const StackConfig& config, co
       comm_(comm),
       tracer_(tracer),
       layer_(static_cast<std::size_t>(config.hidden), static_cast<std::size_t>(config.hidden)),
-      stream_(engine.device().create_stream()) {
+      stream_(engine.device().backend() == device::Backend::host ? nullptr : engine.device().create_stream()) {
   const auto h = static_cast<std::int64_t>(cfg_.hidden);
   for (int l = 0; l < cfg_.layers; ++l) {
     const std::string name = "layers." + std::to_string(l);
@@ -50,18 +50,25 @@ void StackTrainer::batch(std::int64_t step, int k, std::vector<float>& x, std::v
   }
 }
 
-// A layer's views (device memory) as fp32 host values, concatenated.
+// A layer's views (device memory) as fp32 host values, concatenated. On the host device the
+// trainer computes where the views are (CpuAccessScope), as a GPU's kernels would on a GPU:
+// nothing crosses the modelled link.
 void StackTrainer::to_host(const std::vector<engine::TensorView>& views, std::vector<float>& out) {
   std::size_t n = 0;
   for (const auto& v : views) n += v.numel;
   out.resize(n);
   float* dst = out.data();
   for (const auto& v : views) {
-    const std::size_t bytes = v.numel * dtype_size(v.dtype);
-    narrow_.resize(bytes);
-    stream_->copy_async(narrow_.data(), v.data, bytes, device::CopyKind::device_to_host);
-    stream_->synchronize();
-    convert(narrow_.data(), v.dtype, dst, DType::fp32, v.numel);
+    if (stream_ == nullptr) {
+      device::CpuAccessScope cpu(engine_.device());
+      convert(v.data, v.dtype, dst, DType::fp32, v.numel);
+    } else {
+      const std::size_t bytes = v.numel * dtype_size(v.dtype);
+      narrow_.resize(bytes);
+      stream_->copy_async(narrow_.data(), v.data, bytes, device::CopyKind::device_to_host);
+      stream_->synchronize();
+      convert(narrow_.data(), v.dtype, dst, DType::fp32, v.numel);
+    }
     dst += v.numel;
   }
 }
@@ -69,10 +76,15 @@ void StackTrainer::to_host(const std::vector<engine::TensorView>& views, std::ve
 void StackTrainer::to_device(const std::vector<float>& values, const std::vector<engine::TensorView>& views) {
   const float* src = values.data();
   for (const auto& v : views) {
-    narrow_.resize(v.numel * dtype_size(v.dtype));
-    convert(src, DType::fp32, narrow_.data(), v.dtype, v.numel);
-    stream_->copy_async(v.data, narrow_.data(), narrow_.size(), device::CopyKind::host_to_device);
-    stream_->synchronize();
+    if (stream_ == nullptr) {
+      device::CpuAccessScope cpu(engine_.device());
+      convert(src, DType::fp32, v.data, v.dtype, v.numel);
+    } else {
+      narrow_.resize(v.numel * dtype_size(v.dtype));
+      convert(src, DType::fp32, narrow_.data(), v.dtype, v.numel);
+      stream_->copy_async(v.data, narrow_.data(), narrow_.size(), device::CopyKind::host_to_device);
+      stream_->synchronize();
+    }
     src += v.numel;
   }
 }

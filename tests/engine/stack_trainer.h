@@ -10,10 +10,12 @@
 // samples at any world size. The loss of a micro-batch is 0.5 *
 // sum over samples and outputs of (y - t)^2 / H; the gradient handed to the engine is that of
 // the mean over the micro-batch, times the loss scale. Arithmetic is fp32 on the host in one
-// fixed order whatever the device: gathered parameters come to the host and gradients go back
-// through a stream of the engine's device (which is all a CUDA device needs, and keeps the CPU
-// off a guarded host device's memory). `layer_ms` makes each layer's forward take that long
-// and its backward twice that, inside a "compute" span: modelled compute for overlap tests.
+// fixed order whatever the device. On the host device the trainer reads and writes the
+// engine's views where they are (inside a CpuAccessScope, as a trainer computing on the device
+// does: nothing crosses the modelled link, and a guarded device's memory is reached only
+// there); on a CUDA device gathered parameters come to the host and gradients go back through
+// a stream of its own. `layer_ms` makes each layer's forward take that long and its backward
+// twice that, inside a "compute" span: modelled compute for overlap tests.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +64,7 @@ class StackTrainer {
   comm::Communicator* comm_;
   Tracer* tracer_;
   pipeline::TanhLinear layer_;
-  std::unique_ptr<device::Stream> stream_;  // copies between the engine's views and the host
+  std::unique_ptr<device::Stream> stream_;  // CUDA: copies between the engine's views and the host
   std::vector<char> narrow_;                // compute-dtype bytes on their way
 };
 
