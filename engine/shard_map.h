@@ -42,8 +42,7 @@ class ShardMap {
   bool any_acc_on_host() const {
     return std::any_of(layers_.begin(), layers_.end(), [](const Place& p) { return p.opt != Tier::device; });
   }
-  std::vector<Tier> opt_tiers() const { return column(&Place::opt); }  // per layer
-  std::vector<Tier> param_tiers() const { return column(&Place::params); }
+  std::vector<Tier> param_tiers() const { return column(&Place::params); }  // per layer
   bool any_opt_on(Tier t) const { return count(&Place::opt, t) > 0; }
   bool any_params_on(Tier t) const { return count(&Place::params, t) > 0; }
   std::size_t size() const noexcept { return layers_.size(); }
