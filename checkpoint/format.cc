@@ -111,8 +111,8 @@ void validate_fields(const Manifest& m, const std::string& where) {
   if (m.zero_stage < 0 || m.zero_stage > 3) bad("zero_stage", m.zero_stage, "0, 1, 2 or 3");
   if (!known_dtype_name(m.compute_dtype))
     bad("compute_dtype", "'" + m.compute_dtype + "'", "fp32, bf16, fp16, fp8_e4m3 or fp8_e5m2");
-  if (m.moment_dtype != "fp32" && m.moment_dtype != "bf16")
-    bad("moment_dtype", "'" + m.moment_dtype + "'", "fp32 or bf16");
+  if (m.moment_dtype != "fp32" && m.moment_dtype != "bf16" && m.moment_dtype != "q8")
+    bad("moment_dtype", "'" + m.moment_dtype + "'", "fp32, bf16 or q8");
   if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes) bad("chunk_bytes", m.chunk_bytes, "in 1 to 2^30");
   std::set<std::string> names;
   for (const auto& f : m.files) {
@@ -225,7 +225,7 @@ std::string to_json(const Manifest& m) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"numel", t.numel}, {"states", states}});
   }
   json j = {{"format", kFormatName},
-            {"version", m.moment_dtype == "fp32" ? m.version : std::max(m.version, 3)},
+            {"version", m.moment_dtype == "fp32" ? m.version : std::max(m.version, m.moment_dtype == "q8" ? 4 : 3)},
             {"step", m.step},
             {"world_size", m.world_size},
             {"zero_stage", m.zero_stage},
@@ -235,7 +235,7 @@ std::string to_json(const Manifest& m) {
             {"trainer", json::parse(m.trainer_state)},
             {"files", files},
             {"tensors", tensors}};
-  if (m.moment_dtype != "fp32") j["moment_dtype"] = m.moment_dtype;  // version 3; absent: fp32
+  if (m.moment_dtype != "fp32") j["moment_dtype"] = m.moment_dtype;  // version 3 (bf16) or 4 (q8); absent: fp32
   return j.dump(1) + "\n";
 }
 
@@ -267,8 +267,10 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
   m.chunk_bytes = need<std::uint64_t>(j, "chunk_bytes", where, top);
   if (j.contains("moment_dtype")) {
     m.moment_dtype = need<std::string>(j, "moment_dtype", where, top);
-    STRATA_CHECK(m.version >= 3, Errc::corrupt, "checkpoint manifest ", where, " is format version ", m.version,
-                 " but has 'moment_dtype' (version 3): the file was changed or damaged; load another checkpoint");
+    const int needs = m.moment_dtype == "q8" ? 4 : 3;
+    STRATA_CHECK(m.version >= needs, Errc::corrupt, "checkpoint manifest ", where, " is format version ", m.version,
+                 " but has 'moment_dtype' ", m.moment_dtype, " (version ", needs,
+                 "): the file was changed or damaged; load another checkpoint");
   }
   for (const char* key : {"engine", "trainer"}) {
     STRATA_CHECK(need<json>(j, key, where, top).is_object(), Errc::corrupt, "checkpoint manifest ", where, ": '", key,

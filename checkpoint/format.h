@@ -40,9 +40,10 @@
 
 namespace strata::checkpoint {
 
-// 2: manifest.json carries its XXH3. 3: the moments may be bf16 ("moment_dtype"); a checkpoint
-// with fp32 moments is still written as version 2, which earlier Strata reads.
-inline constexpr int kFormatVersion = 3;
+// 2: manifest.json carries its XXH3. 3: the moments may be bf16 ("moment_dtype"). 4: or q8
+// (exp_avg's values and exp_avg_sq's square roots stored as bf16, both exact). A checkpoint
+// is written at the lowest version its moments need (fp32: 2), which earlier Strata reads.
+inline constexpr int kFormatVersion = 4;
 inline constexpr int kOldestFormatVersion = 1;  // read, with a warning (no checksum)
 inline constexpr const char* kFormatName = "strata-checkpoint";
 inline constexpr const char* kManifestName = "manifest.json";
@@ -82,12 +83,14 @@ struct FileEntry {
 };
 
 struct Manifest {
-  int version = 2;  // to_json writes 3 (kFormatVersion) once the moments are not fp32
+  int version = 2;  // to_json writes 3 for bf16 moments and 4 for q8 ones
   std::int64_t step = 0;
   int world_size = 1;
   int zero_stage = 0;
   std::string compute_dtype = "fp32";
-  std::string moment_dtype = "fp32";  // exp_avg and exp_avg_sq: fp32 or bf16 (the master is fp32)
+  // exp_avg and exp_avg_sq: fp32, bf16, or q8 (stored as exp_avg and sqrt(exp_avg_sq) in
+  // bf16: the q8 values exactly); the master is fp32.
+  std::string moment_dtype = "fp32";
   std::uint64_t chunk_bytes = kDefaultChunkBytes;
   std::string engine_state = "{}";   // a JSON object, the engine's (step counters, loss scaler)
   std::string trainer_state = "{}";  // a JSON object, the trainer's (data position, seed)
@@ -95,7 +98,7 @@ struct Manifest {
   std::vector<TensorEntry> tensors;
 
   const TensorEntry* find(const std::string& tensor) const noexcept;
-  std::uint64_t elem_bytes(State s) const noexcept;  // 4, or 2 for bf16 moments
+  std::uint64_t elem_bytes(State s) const noexcept;  // 4, or 2 for bf16 and q8 moments
   std::uint64_t payload_bytes() const noexcept;      // sum of the files' sizes
 };
 

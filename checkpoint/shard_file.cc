@@ -274,10 +274,13 @@ void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem,
     if (lo >= hi) continue;
     if (eb == 4) {
       read(g.file, g.file_offset + (lo - g.elem) * 4, (hi - lo) * 4, out + (lo - elem), what);
-    } else {  // bf16 moments, widened exactly
+    } else {  // bf16 moments, widened exactly (q8's exp_avg_sq: its square roots, squared back)
       narrow.resize(hi - lo);
       read(g.file, g.file_offset + (lo - g.elem) * eb, (hi - lo) * eb, narrow.data(), what);
-      convert(narrow.data(), DType::bf16, out + (lo - elem), DType::fp32, hi - lo);
+      float* o = out + (lo - elem);
+      convert(narrow.data(), DType::bf16, o, DType::fp32, hi - lo);
+      if (s == State::exp_avg_sq && m_.moment_dtype == "q8")
+        for (std::uint64_t i = 0; i < hi - lo; ++i) o[i] *= o[i];
     }
     covered += hi - lo;
   }

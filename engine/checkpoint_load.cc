@@ -111,10 +111,12 @@ StepScalars::Counters CheckpointLoad::loaded_counters(const checkpoint::Manifest
     STRATA_LOG(info, "checkpoint '", where, "' was trained in ", m.compute_dtype, "; this run computes in ",
                dtype_name(c_.cdt), " (the fp32 masters carry over exactly)");
   }
-  if (m.moment_dtype != dtype_name(c_.state.moment_dtype())) {
+  if (const MomentFormat f = c_.state.moment_format(); m.moment_dtype != moment_format_name(f)) {
     STRATA_LOG(info, "checkpoint '", where, "' holds ", m.moment_dtype, " optimizer moments; this run keeps ",
-               dtype_name(c_.state.moment_dtype()),
-               c_.state.moment_dtype() == DType::fp32 ? " (widened exactly)" : " (rounded to nearest even)");
+               moment_format_name(f),
+               f == MomentFormat::fp32   ? " (widened exactly)"
+               : f == MomentFormat::bf16 ? " (rounded to nearest even)"
+                                         : " (coded in 8 bits with a scale per 16 elements)");
   }
   return c;
 }

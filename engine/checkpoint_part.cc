@@ -8,6 +8,7 @@
 #include "engine/checkpoint_part.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -28,17 +29,18 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
   part.world_size = c_.ranks.world;
   part.zero_stage = c_.cfg.zero.stage;
   part.compute_dtype = dtype_name(c_.cdt);
-  part.moment_dtype = dtype_name(c_.state.moment_dtype());
+  part.moment_dtype = moment_format_name(c_.state.moment_format());
   part.engine_state = engine_state_json();
   part.trainer_state = trainer_state;
   for (const auto& p : lay.params()) part.tensors.push_back({p.name, p.shape, p.numel, {}});
   const std::string name = checkpoint::shard_file_name(c_.ranks.rank);
   part.files.emplace_back();  // the shard file, described when finished
   std::vector<float> st[checkpoint::kStates];
+  const bool q8 = c_.state.moment_format() == MomentFormat::q8;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
+    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && links(link_nvme)) {
       // The sealed generation's files join the checkpoint as they are; segments point into
       // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements, the
       // moments in the moment dtype).
@@ -75,6 +77,8 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
     else
       c_.state.read(l, st[0].data(), st[1].data(), st[2].data());
     std::vector<std::uint16_t> narrow;  // bf16 moments are stored as they are held
+    if (q8 && !L.frozen)                // q8: exp_avg_sq by its square root, exact in bf16 as exp_avg is
+      for (float& x : st[2]) x = std::sqrt(x);
     for (int s = 0; s < (L.frozen ? 1 : checkpoint::kStates); ++s) {
       const bool wide = part.elem_bytes(static_cast<checkpoint::State>(s)) == 4;
       for (const auto& pc : pieces(l)) {
@@ -84,7 +88,7 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
             off = append(st[s].data() + index, count * 4);
           } else {
             narrow.resize(count);
-            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 values
+            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 or q8 values
             off = append(narrow.data(), count * 2);
           }
           part.tensors[pi].states[s].push_back({0, off, elem, count});
@@ -97,11 +101,12 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
 
 std::uint64_t CheckpointPart::shard_file_bytes(bool link_nvme) const {
   const Layout& lay = c_.layout;
-  // Per element: the fp32 master, and the two moments unless frozen (values only).
-  const std::uint64_t moments = 2 * dtype_size(c_.state.moment_dtype());
+  // Per element: the fp32 master, and the two moments unless frozen (values only): 4 bytes
+  // each in fp32, 2 for bf16 and q8 (checkpoint/format.h).
+  const std::uint64_t moments = c_.state.moment_format() == MomentFormat::fp32 ? 8 : 4;
   std::uint64_t bytes = 0;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
+    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && links(link_nvme)) continue;
     const std::uint64_t per = lay.layers()[li].frozen ? 4 : 4 + moments;
     for (const auto& pc : pieces(static_cast<int>(li))) {
       detail::for_each_param_range(lay, lay.layers()[li], pc,

@@ -52,6 +52,9 @@ class CheckpointPart {
 
  private:
   std::string engine_state_json() const;
+  // NVMe swap files join the checkpoint by link (link_nvme) unless they hold q8 moments: a
+  // q8 block may straddle two tensors, and the format addresses states by element.
+  bool links(bool link_nvme) const { return link_nvme && c_.state.moment_format() != MomentFormat::q8; }
   std::vector<detail::Piece> pieces(int li) const {
     return detail::pieces(c_.layout, c_.cfg.zero.stage, c_.ranks.rank, li, false);
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/moment_format.h"
 
 namespace strata::engine {
 
@@ -30,20 +31,25 @@ struct OptimizerConfig {
   bool bias_correction = true;
   // DeepSpeed's "Adam" with adam_w_mode=true (its default) is AdamW; false is Adam with L2.
   float max_coeff = 10.0f, min_coeff = 0.01f;  // Lamb: the trust ratio's clamp
-  // exp_avg and exp_avg_sq: fp32, or bf16 (bf16.bf16_optimizer_states; rounded to nearest
-  // even each step). The master weights stay fp32 either way.
-  DType moment_dtype = DType::fp32;
+  // exp_avg and exp_avg_sq: fp32, bf16 (bf16.bf16_optimizer_states, or optimizer.moments
+  // "bf16"; rounded to nearest even each step) or q8 (optimizer.moments "q8", Adam and AdamW:
+  // 8-bit codes with a power-of-two scale per 16 elements, runtime/core/q8_codec.h). The
+  // master weights stay fp32 in every case.
+  MomentFormat moment_format = MomentFormat::fp32;
 };
 
-// Bytes per element of a shard's optimizer state: the fp32 master and the two moments.
-inline std::uint32_t state_bytes_per_elem(const OptimizerConfig& o) {
-  return 4 + 2 * static_cast<std::uint32_t>(dtype_size(o.moment_dtype));
+// Bytes per element of a shard's optimizer state: the fp32 master and the two moments (12,
+// 8, or 6.125 with q8 moments).
+inline double state_bytes_per_elem(const OptimizerConfig& o) { return 4 + 2 * moment_bytes_per_elem(o.moment_format); }
+// Bytes of the optimizer state of `elems` elements (shards are whole q8 blocks: exact).
+inline std::uint64_t state_bytes(const OptimizerConfig& o, std::uint64_t elems) {
+  return 4 * elems + 2 * moment_bytes(o.moment_format, elems);
 }
 // What that state is, for messages: "fp32 master, exp_avg, exp_avg_sq" or with "bf16 moments".
 inline std::string state_description(const OptimizerConfig& o) {
-  return o.moment_dtype == DType::fp32
+  return o.moment_format == MomentFormat::fp32
              ? "fp32 master, exp_avg, exp_avg_sq"
-             : std::string("fp32 master, ") + dtype_name(o.moment_dtype) + " exp_avg and exp_avg_sq";
+             : std::string("fp32 master, ") + moment_format_name(o.moment_format) + " exp_avg and exp_avg_sq";
 }
 
 // DeepSpeed's scheduler "params" with its defaults (deepspeed/runtime/lr_schedules.py).

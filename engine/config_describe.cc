@@ -57,9 +57,10 @@ std::string describe_training(const EngineConfig& c) {
     std::snprintf(text, sizeof text, "; clipping at %g", c.gradient_clipping);
     out += text;
   }
-  if (o.moment_dtype != DType::fp32)
-    out +=
-        std::string("; ") + dtype_name(o.moment_dtype) + " moments beside the fp32 master (bf16.bf16_optimizer_states)";
+  if (o.moment_format == MomentFormat::bf16)
+    out += "; bf16 moments beside the fp32 master (bf16.bf16_optimizer_states)";
+  if (o.moment_format == MomentFormat::q8)
+    out += "; q8 moments (8 bits, a scale per 16 elements) beside the fp32 master (optimizer.moments)";
   if (!c.optimizer_given) out += " (Strata's defaults: the config has no optimizer block)";
   return out;
 }

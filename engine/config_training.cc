@@ -64,7 +64,7 @@ void read_bf16(ObjectReader& top, EngineConfig& config) {
                    "needs bf16.enabled true (DeepSpeed reads the bf16 block only when it is enabled): enable bf16 or "
                    "remove the key");
     }
-    config.optimizer.moment_dtype = DType::bf16;
+    config.optimizer.moment_format = MomentFormat::bf16;
   }
 }
 
@@ -113,10 +113,14 @@ void read_precision(ObjectReader& top, EngineConfig& config) {
   top.context().defer([&ctx = top.context(), &config] {
     if (config.bf16 && config.fp16.enabled)
       ctx.fail("fp16.enabled and bf16.enabled are both true: choose one precision");
-    if (config.optimizer.moment_dtype != DType::fp32 && config.optimizer.type == OptimizerType::lamb)
+    const OptimizerType t = config.optimizer.type;
+    if (config.optimizer.moment_format == MomentFormat::bf16 && t == OptimizerType::lamb)
       ctx.fail(
-          "bf16.bf16_optimizer_states with optimizer Lamb: Strata's Lamb keeps fp32 moments; use AdamW, Lion or "
-          "Adagrad, or remove the key");
+          "bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Lamb: Strata's Lamb keeps "
+          "fp32 moments; use AdamW, Lion or Adagrad, or remove the key");
+    if (config.optimizer.moment_format == MomentFormat::q8 && t != OptimizerType::adam && t != OptimizerType::adamw)
+      ctx.fail(str_cat("optimizer.moments \"q8\" with optimizer ", optimizer_type_name(t),
+                       ": q8 moments are for Adam and AdamW; use \"bf16\" (or fp32) with this optimizer"));
   });
 }
 
@@ -137,6 +141,15 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
     }
   }
   const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}, type);
+  // Strata's key beside DeepSpeed's bf16.bf16_optimizer_states: how exp_avg and exp_avg_sq are kept.
+  std::string moments;
+  if (r.read_choice("moments", {"fp32", "bf16", "q8"}, moments)) {
+    const MomentFormat f = parse_moment_format(moments);
+    if (opt.moment_format == MomentFormat::bf16 && f != MomentFormat::bf16)
+      r.fail_value("moments", Json(moments),
+                   "disagrees with bf16.bf16_optimizer_states = true (bf16 moments): keep one of the two keys");
+    opt.moment_format = f;
+  }
   ObjectReader p = r.child("params");
   if (!r.present()) return;
   config.optimizer_given = true;

@@ -60,6 +60,12 @@ int Engine::register_param(const std::string& name, std::vector<std::int64_t> sh
   STRATA_CHECK(!impl_->setup_done(), Errc::invalid_argument, "register_param('", name, "') after setup()");
   STRATA_CHECK(std::isfinite(lr_scale) && lr_scale > 0.0f, Errc::invalid_argument, "register_param('", name,
                "'): lr_scale ", lr_scale, " must be finite and above 0");
+  // A q8 block of moments is stepped whole, at one learning rate; tensors with their own
+  // rate may meet inside a block.
+  STRATA_CHECK(lr_scale == 1.0f || impl_->cfg.optimizer.moment_format != MomentFormat::q8, Errc::invalid_argument,
+               "register_param('", name, "'): lr_scale ", lr_scale,
+               " with q8 moments (optimizer.moments \"q8\"): a q8 block of 16 moments takes one learning rate; use "
+               "bf16 or fp32 moments with per-tensor learning rates (unit scaling)");
   ParamSpec p;
   p.name = name;
   p.shape = std::move(shape);

@@ -48,13 +48,17 @@ Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.
                "optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", cfg.zero.stage,
                "): LAMB scales each tensor's update by a ratio of whole-tensor norms, and ZeRO stages 1-3 split "
                "tensors across ranks (DeepSpeed refuses it there too, as an untested ZeRO optimizer)");
-  STRATA_CHECK(cfg.optimizer.moment_dtype == DType::fp32 || cfg.optimizer.moment_dtype == DType::bf16,
-               Errc::invalid_argument, "optimizer moments in ", dtype_name(cfg.optimizer.moment_dtype),
-               ": Strata keeps them in fp32 or bf16 (bf16.bf16_optimizer_states)");
-  STRATA_CHECK(cfg.optimizer.moment_dtype == DType::fp32 || cfg.optimizer.type != OptimizerType::lamb,
-               Errc::invalid_argument,
-               "bf16.bf16_optimizer_states with optimizer Lamb: Strata's Lamb keeps fp32 moments; use AdamW, Lion or "
-               "Adagrad, or remove the key");
+  const MomentFormat mf = cfg.optimizer.moment_format;
+  STRATA_CHECK(mf == MomentFormat::fp32 || mf == MomentFormat::bf16 || mf == MomentFormat::q8, Errc::invalid_argument,
+               "optimizer moments in format ", static_cast<int>(mf), ": Strata keeps them in fp32, bf16 or q8");
+  STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::lamb, Errc::invalid_argument,
+               moment_format_name(mf),
+               " moments with optimizer Lamb: Strata's Lamb keeps fp32 moments; use AdamW, Lion or Adagrad, or fp32 "
+               "moments");
+  STRATA_CHECK(
+      mf != MomentFormat::q8 || cfg.optimizer.type == OptimizerType::adam || cfg.optimizer.type == OptimizerType::adamw,
+      Errc::invalid_argument, "q8 moments with optimizer ", optimizer_type_name(cfg.optimizer.type),
+      ": q8 moments are for Adam and AdamW; use bf16 (or fp32) moments with this optimizer");
   STRATA_CHECK(cfg.optimizer.type != OptimizerType::lamb || dev.backend() == device::Backend::host, Errc::unsupported,
                "optimizer.type = \"Lamb\" has no CUDA kernel yet ('", dev.name(),
                "'): use Adam/AdamW on a GPU, or --device host");

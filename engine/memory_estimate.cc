@@ -44,7 +44,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
     if (!L.frozen) {  // a frozen layer: its parameters only
       if (shards.opt_tier(l) != Tier::nvme)
         at(e, shards.opt_tier(l), Kind::optimizer) +=
-            state_bytes_per_elem(in.config.optimizer) * OptimizerState::elems(lay, stage, l);
+            state_bytes(in.config.optimizer, OptimizerState::elems(lay, stage, l));
       at(e, shards.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
           (shards.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     }
@@ -190,8 +190,7 @@ void add_overlap_spares(const EstimateInput& in, const Layout& lay, const Placem
   for (std::size_t li = 0; li < lay.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (plan.shards().opt_tier(l) == Tier::host)
-      at(e, Tier::host, Kind::optimizer) +=
-          state_bytes_per_elem(c.optimizer) * OptimizerState::elems(lay, c.zero.stage, l);
+      at(e, Tier::host, Kind::optimizer) += state_bytes(c.optimizer, OptimizerState::elems(lay, c.zero.stage, l));
   }
 }
 

@@ -27,13 +27,13 @@ OptimizerState::~OptimizerState() {
 
 OptimizerState::Arrays OptimizerState::allocate(int li, const char* what) {
   const Tier where = tier(li);
-  const std::size_t bytes = elems(li) * 4, moment_bytes = elems(li) * dtype_size(moment_dtype());
+  const std::size_t bytes = elems(li) * 4, mbytes = moment_bytes(moment_format(), elems(li));
   const std::string name = str_cat("layer ", c_.layout.layers()[li].id, what);
   Arrays a;
   try {
     a.master = static_cast<float*>(c_.ledger.allocate(where, Kind::optimizer, bytes, name + " master"));
-    a.m = c_.ledger.allocate(where, Kind::optimizer, moment_bytes, name + " exp_avg");
-    a.v = c_.ledger.allocate(where, Kind::optimizer, moment_bytes, name + " exp_avg_sq");
+    a.m = c_.ledger.allocate(where, Kind::optimizer, mbytes, name + " exp_avg");
+    a.v = c_.ledger.allocate(where, Kind::optimizer, mbytes, name + " exp_avg_sq");
   } catch (...) {
     c_.ledger.free(a.master);
     c_.ledger.free(a.m);
@@ -68,17 +68,18 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
     return;
   }
   if (master != nullptr) copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, tier(li), n * 4);
-  const std::size_t es = dtype_size(moment_dtype());
-  std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
+  const MomentFormat f = moment_format();
+  const std::size_t mb = moment_bytes(f, n);
+  std::vector<std::byte> narrow(f == MomentFormat::fp32 ? 0 : 2 * mb);
   for (auto [dst, src, k] : {std::tuple{m, o.arrays.m, 0}, std::tuple{v, o.arrays.v, 1}}) {
     if (dst == nullptr) continue;
-    void* into = narrow.empty() ? static_cast<void*>(dst) : narrow.data() + k * n * es;
-    copy_between(c_.dev_stream, into, Tier::host, src, tier(li), n * es);
+    void* into = narrow.empty() ? static_cast<void*>(dst) : narrow.data() + k * mb;
+    copy_between(c_.dev_stream, into, Tier::host, src, tier(li), mb);
   }
   c_.dev_stream.synchronize();
   if (narrow.empty()) return;
-  if (m != nullptr) convert(narrow.data(), moment_dtype(), m, DType::fp32, n);
-  if (v != nullptr) convert(narrow.data() + n * es, moment_dtype(), v, DType::fp32, n);
+  if (m != nullptr) moments_to_fp32(narrow.data(), f, Moment::first, m, n);
+  if (v != nullptr) moments_to_fp32(narrow.data() + mb, f, Moment::second, v, n);
 }
 
 void OptimizerState::write(int li, const float* master, const float* m, const float* v) {
@@ -92,19 +93,20 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
     copy_between(c_.dev_stream, o.arrays.master, tier(li), master, Tier::host, n * 4);
   else
     fill_zero(c_.dev_stream, o.arrays.master, n * 4, tier(li));
-  const std::size_t es = dtype_size(moment_dtype());
-  std::vector<std::byte> narrow(moment_dtype() == DType::fp32 ? 0 : 2 * n * es);
+  const MomentFormat f = moment_format();
+  const std::size_t mb = moment_bytes(f, n);
+  std::vector<std::byte> narrow(f == MomentFormat::fp32 ? 0 : 2 * mb);
   for (auto [dst, src, k] : {std::tuple{o.arrays.m, m, 0}, std::tuple{o.arrays.v, v, 1}}) {
     if (src == nullptr) {
-      fill_zero(c_.dev_stream, dst, n * es, tier(li));
+      fill_zero(c_.dev_stream, dst, mb, tier(li));  // zero codes: zero moments in every format
       continue;
     }
     const void* from = src;
     if (!narrow.empty()) {
-      convert(src, DType::fp32, narrow.data() + k * n * es, moment_dtype(), n);
-      from = narrow.data() + k * n * es;
+      moments_from_fp32(src, narrow.data() + k * mb, f, k == 0 ? Moment::first : Moment::second, n);
+      from = narrow.data() + k * mb;
     }
-    copy_between(c_.dev_stream, dst, tier(li), from, Tier::host, n * es);
+    copy_between(c_.dev_stream, dst, tier(li), from, Tier::host, mb);
   }
   c_.dev_stream.synchronize();
 }
@@ -114,11 +116,11 @@ void OptimizerState::device_memory(const DeviceSwap::Fn& fn) {
     auto& o = layers_[li];
     if (tier(static_cast<int>(li)) != Tier::device || o.arrays.master == nullptr)
       continue;  // elsewhere, or a frozen layer's
-    const std::size_t n = elems(static_cast<int>(li)), moment_bytes = n * dtype_size(moment_dtype());
+    const std::size_t n = elems(static_cast<int>(li)), mbytes = moment_bytes(moment_format(), n);
     const std::string name = str_cat("layer ", c_.layout.layers()[li].id);
     o.arrays.master = static_cast<float*>(fn(o.arrays.master, n * 4, Kind::optimizer, name + " master"));
-    o.arrays.m = fn(o.arrays.m, moment_bytes, Kind::optimizer, name + " exp_avg");
-    o.arrays.v = fn(o.arrays.v, moment_bytes, Kind::optimizer, name + " exp_avg_sq");
+    o.arrays.m = fn(o.arrays.m, mbytes, Kind::optimizer, name + " exp_avg");
+    o.arrays.v = fn(o.arrays.v, mbytes, Kind::optimizer, name + " exp_avg_sq");
   }
 }
 

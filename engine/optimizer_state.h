@@ -47,7 +47,7 @@ namespace strata::engine {
 class OptimizerState {
  public:
   struct Context {            // what the state uses and does not own
-    const EngineConfig& cfg;  // the stage, the moments' dtype (fp32 or bf16), the swapper's options
+    const EngineConfig& cfg;  // the stage, the moments' format (fp32, bf16 or q8), the swapper's options
     const Layout& layout;
     device::Stream& dev_stream;  // copies to and from device arrays
     MemoryLedger& ledger;
@@ -57,7 +57,7 @@ class OptimizerState {
   };
   struct Arrays {  // a resident layer's state; null on NVMe
     float* master = nullptr;
-    void* m = nullptr;  // moment_dtype()
+    void* m = nullptr;  // moment_format()
     void* v = nullptr;
   };
 
@@ -75,13 +75,13 @@ class OptimizerState {
 
   void add_layer(int li);
   Tier tier(int li) const { return c_.shards.opt_tier(li); }
-  DType moment_dtype() const { return c_.cfg.optimizer.moment_dtype; }
-  // Element `elem` of a moment array.
+  MomentFormat moment_format() const { return c_.cfg.optimizer.moment_format; }
+  // Element `elem` of a moment array (q8: a multiple of 16, or it throws).
   void* moment_at(void* base, std::size_t elem) const {
-    return static_cast<std::byte*>(base) + elem * dtype_size(moment_dtype());
+    return static_cast<std::byte*>(base) + moment_offset(moment_format(), elem);
   }
   const void* moment_at(const void* base, std::size_t elem) const {
-    return static_cast<const std::byte*>(base) + elem * dtype_size(moment_dtype());
+    return static_cast<const std::byte*>(base) + moment_offset(moment_format(), elem);
   }
   std::size_t elems(int li) const { return elems(c_.layout, c_.cfg.zero.stage, li); }
   static std::size_t elems(const Layout& layout, int stage, int li) {

@@ -16,7 +16,7 @@ offload::SwapperOptions OptimizerState::swapper_options(const EngineConfig& cfg,
   so.sub_group_elems = cfg.zero.sub_group_size;
   so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
   so.budget_bytes = host_room;
-  so.moment_dtype = cfg.optimizer.moment_dtype;
+  so.moment_format = cfg.optimizer.moment_format;
   NvmeHomes::apply_aio(cfg, so);
   return so;
 }

@@ -98,8 +98,8 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   const int opt_buffers = c_.cfg.offload_optimizer.buffer_count > 0 ? c_.cfg.offload_optimizer.buffer_count : 4;
   const std::uint64_t sub_group =
       std::min<std::uint64_t>(c_.cfg.zero.sub_group_size, std::max<std::uint64_t>(1, largest_shard));
-  p.nvme_buffer_bytes = static_cast<std::uint64_t>(opt_buffers) *
-                        ((sub_group * state_bytes_per_elem(c_.cfg.optimizer) + 4095) / 4096 * 4096);
+  p.nvme_buffer_bytes =
+      static_cast<std::uint64_t>(opt_buffers) * ((state_bytes(c_.cfg.optimizer, sub_group) + 4095) / 4096 * 4096);
   if (stage == 3) {
     const int par_buffers = c_.cfg.offload_param.buffer_count > 0 ? c_.cfg.offload_param.buffer_count : 5;
     const std::uint64_t chunk = std::min<std::uint64_t>(c_.cfg.offload_param.buffer_size, largest_shard) * c_.cbytes;
@@ -192,7 +192,7 @@ std::string PlacementPlan::frozen_note() const {
     if (!L.frozen) continue;
     ++n;
     elems += L.numel;
-    opt += state_bytes_per_elem(c_.cfg.optimizer) * OptimizerState::elems(c_.layout, stage, static_cast<int>(li));
+    opt += state_bytes(c_.cfg.optimizer, OptimizerState::elems(c_.layout, stage, static_cast<int>(li)));
     acc += 4 * GradReducer::acc_elems(c_.layout, stage, static_cast<int>(li));
   }
   if (n == 0) return {};
@@ -282,7 +282,7 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
     if (shards_.persistent(i)) persistent += L.padded * c_.cbytes;
     if (shards_.opt_tier(i) == Tier::device && !L.frozen)
       persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
-                    OptimizerState::elems(lay, stage, static_cast<int>(li)) * state_bytes_per_elem(c_.cfg.optimizer);
+                    state_bytes(c_.cfg.optimizer, OptimizerState::elems(lay, stage, static_cast<int>(li)));
   }
   if (stage == 3) {
     STRATA_CHECK(c_.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
@@ -326,7 +326,7 @@ PlacementPlan::HostParts PlacementPlan::host_parts() const {
   for (std::size_t li = 0; li < shards_.size(); ++li) {
     const int i = static_cast<int>(li);
     if (shards_.opt_tier(i) == Tier::host)
-      h.opt += OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i) * state_bytes_per_elem(c_.cfg.optimizer);
+      h.opt += state_bytes(c_.cfg.optimizer, OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i));
     if (shards_.acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
     if (c_.cfg.zero.stage == 3 && shards_.param_tier(i) == Tier::host) h.params += shard(i) * c_.cbytes;
   }

@@ -188,7 +188,7 @@ void ShardUpdate::out_of_place(const optim::StepArgs& base, float lr, int li) {
   const auto& from = c_.state.resident(li);
   const auto& to = c_.state.spare(li);
   // The state this optimizer does not use (Lion's v, Adagrad's m) carries over as it is.
-  const std::size_t bytes = c_.state.elems(li) * dtype_size(c_.state.moment_dtype());
+  const std::size_t bytes = moment_bytes(c_.state.moment_format(), c_.state.elems(li));
   if (c_.cfg.optimizer.type == OptimizerType::lion) std::memcpy(to.v, from.v, bytes);
   if (c_.cfg.optimizer.type == OptimizerType::adagrad) std::memcpy(to.m, from.m, bytes);
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {

@@ -38,7 +38,7 @@ StepBet StepScalars::bet() const {
 
 optim::StepArgs StepScalars::args(const optim::StepPlan& plan) const {
   optim::StepArgs a;
-  a.state_dtype = c_.cfg.optimizer.moment_dtype;
+  a.state_format = c_.cfg.optimizer.moment_format;
   a.copy_dtype = c_.cdt;
   a.grad_scale = static_cast<float>(plan.grad_scale / averaging());
   a.step = taken_ + 1;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "io/aligned.h"
 #include "io/buffer_pool.h"
@@ -26,11 +27,18 @@ namespace {
 std::uint64_t buffer_elems_for(const SwapperOptions& o, const std::vector<SwapTensor>& tensors) {
   std::uint64_t largest = 1;
   for (const auto& t : tensors) largest = std::max(largest, t.elems);
-  return std::max<std::uint64_t>(1, std::min(o.sub_group_elems, largest));
+  const std::uint64_t elems = std::max<std::uint64_t>(1, std::min(o.sub_group_elems, largest));
+  const std::uint64_t align = moment_align(o.moment_format);  // q8: whole blocks
+  return std::max(align, elems / align * align);
 }
 
 detail::SwapLayout layout_for(const SwapperOptions& o, std::uint64_t buffer_elems) {
-  return {.chunk_units = buffer_elems, .unit_bytes = unit_bytes(o), .element_bytes = 4, .block_bytes = o.block_bytes};
+  const std::uint64_t group = moment_align(o.moment_format);
+  return {.chunk_units = buffer_elems,
+          .unit_bytes = payload_of(o, group),
+          .group_units = group,
+          .element_bytes = group == 1 ? 4u : 1u,  // q8 payloads are whole blocks of bytes
+          .block_bytes = o.block_bytes};
 }
 
 std::vector<std::uint64_t> sizes_of(const std::vector<SwapTensor>& tensors) {
@@ -42,7 +50,7 @@ std::vector<std::uint64_t> sizes_of(const std::vector<SwapTensor>& tensors) {
 }  // namespace
 
 std::uint64_t OptimizerSwapper::min_budget_bytes(const SwapperOptions& o, const std::vector<SwapTensor>& tensors) {
-  return io::align_up(buffer_elems_for(o, tensors) * unit_bytes(o));
+  return io::align_up(payload_of(o, buffer_elems_for(o, tensors)));
 }
 
 OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
@@ -55,7 +63,7 @@ OptimizerSwapper::Footprint OptimizerSwapper::footprint(const SwapperOptions& o,
   STRATA_CHECK(o.budget_bytes >= f.buffer_bytes, Errc::out_of_budget,
                "host tier: the NVMe optimizer swapper needs at least ", format_bytes(f.buffer_bytes), " (",
                f.buffer_bytes, " B) of pinned host memory for one swap buffer of ", elems, " elements (fp32 master, ",
-               dtype_name(o.moment_dtype), " exp_avg and exp_avg_sq), but the budget leaves ",
+               moment_format_name(o.moment_format), " exp_avg and exp_avg_sq), but the budget leaves ",
                format_bytes(o.budget_bytes), " (", o.budget_bytes,
                " B): raise memory_budget.host (or the pinned budget) or lower zero_optimization.sub_group_size");
   f.buffer_count = static_cast<int>(std::min<std::uint64_t>(o.buffer_count, o.budget_bytes / f.buffer_bytes));
@@ -107,11 +115,13 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
     I.unshare(c, wr);
     const SubGroup g = I.view(c, b);
     std::memcpy(g.master, master + c.offset, c.length * 4);
-    for (auto [dst, src] : {std::pair{g.exp_avg, exp_avg}, std::pair{g.exp_avg_sq, exp_avg_sq}}) {
+    const MomentFormat f = I.options.moment_format;
+    for (auto [dst, src, which] :
+         {std::tuple{g.exp_avg, exp_avg, Moment::first}, std::tuple{g.exp_avg_sq, exp_avg_sq, Moment::second}}) {
       if (src != nullptr)
-        convert(src + c.offset, DType::fp32, dst, I.options.moment_dtype, c.length);
+        moments_from_fp32(src + c.offset, dst, f, which, c.length);
       else
-        std::memset(dst, 0, c.length * dtype_size(I.options.moment_dtype));
+        std::memset(dst, 0, moment_bytes(f, c.length));  // zero codes: zero moments in every format
     }
     std::memset(b.data() + I.payload(c), 0, b.bytes() - I.payload(c));
     STRATA_IO_CHECK(c.file[wr]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
@@ -153,11 +163,10 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
     STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
     const SubGroup g = I.view(c, b);
     if (master != nullptr) std::memcpy(master + (lo - offset), g.master + (lo - c.offset), (hi - lo) * 4);
-    const std::uint64_t es = dtype_size(I.options.moment_dtype);
-    for (auto [dst, src] : {std::pair{exp_avg, g.exp_avg}, std::pair{exp_avg_sq, g.exp_avg_sq}}) {
+    for (auto [dst, src, which] :
+         {std::tuple{exp_avg, g.exp_avg, Moment::first}, std::tuple{exp_avg_sq, g.exp_avg_sq, Moment::second}}) {
       if (dst != nullptr)
-        convert(static_cast<const std::byte*>(src) + (lo - c.offset) * es, I.options.moment_dtype, dst + (lo - offset),
-                DType::fp32, hi - lo);
+        moments_range_to_fp32(src, I.options.moment_format, which, lo - c.offset, hi - lo, dst + (lo - offset));
     }
   }
 }
@@ -197,7 +206,7 @@ SwapperStats OptimizerSwapper::stats() const noexcept { return impl_->stats; }
 
 std::uint64_t OptimizerSwapper::state_bytes() const noexcept {
   std::uint64_t n = 0;
-  for (const auto& t : impl_->tensors) n += t.elems * unit_bytes(impl_->options);
+  for (const auto& t : impl_->tensors) n += payload_of(impl_->options, t.elems);
   return n;
 }
 

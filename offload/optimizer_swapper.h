@@ -14,6 +14,7 @@
 
 #include "offload/swap_footprint.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/moment_format.h"
 
 namespace strata {
 class Tracer;
@@ -60,7 +61,9 @@ struct SwapperOptions {
   unsigned submit_batch = 8;                       // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;            // aio.block_size: I/O piece and checksum block
   Tracer* tracer = nullptr;                        // optional: "nvme read", "nvme write", "optimizer" rows
-  DType moment_dtype = DType::fp32;                // exp_avg and exp_avg_sq in the files: fp32 or bf16
+  // exp_avg and exp_avg_sq in the files: fp32, bf16 or q8 (q8: sub-groups are whole blocks of 16
+  // elements, sub_group_elems rounded down to one, and tensors are multiples of 16 elements).
+  MomentFormat moment_format = MomentFormat::fp32;
 };
 
 struct SwapTensor {
@@ -74,7 +77,7 @@ struct SubGroup {
   std::uint64_t offset = 0;  // first element within the tensor
   std::uint64_t elems = 0;
   float* master = nullptr;
-  void* exp_avg = nullptr;  // SwapperOptions::moment_dtype
+  void* exp_avg = nullptr;  // SwapperOptions::moment_format
   void* exp_avg_sq = nullptr;
 };
 

@@ -25,8 +25,9 @@ struct PlacementLayer {
 struct PlacementProblem {
   int stage = 3;                    // ZeRO stage 0..3
   std::uint32_t compute_bytes = 2;  // bytes per element of compute copies (bf16/fp16 2, fp32 4)
-  // Bytes per element of optimizer state: the fp32 master and two moments (12, or 8 with bf16 moments).
-  std::uint32_t state_bytes = 12;
+  // Bytes per element of optimizer state: the fp32 master and two moments (12, 8 with bf16
+  // moments, 6.125 with q8 ones: shards are whole 16-element blocks, so state_bytes x E is exact).
+  double state_bytes = 12;
   int accumulation_steps = 1;  // micro-batches per step
   // Bytes per element of a gradient accumulator in host RAM: 4 (fp32), or the compute bytes
   // where each step adds exactly one gradient to it (engine/grad_reducer.h). On the device: 4.
@@ -72,7 +73,7 @@ struct Placement {
 // Cost model, per layer (E = shard_elems, P = padded_elems, c = compute_bytes,
 // A = accumulation_steps, G = gathers_per_step). Two items may move:
 //  * optimizer (stage >= 1): state_bytes x E (fp32 master + exp_avg + exp_avg_sq: 12E, 8E with
-//    bf16 moments) on its place,
+//    bf16 moments, 6.125E with q8 ones) on its place,
 //    plus the gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device when
 //    the optimizer is there, else on the host (host_accumulator_bytes per element there).
 //    Off the device it costs A*P*c d2h (gradients each micro-batch) and c*E h2d (updated

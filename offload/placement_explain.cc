@@ -2,6 +2,7 @@
 // bytes each layer takes per tier and why each item sits where it does, then the tiers
 // against their budgets and the bytes predicted to move per step.
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "offload/detail/placement_model.h"
@@ -77,7 +78,8 @@ std::string Placement::explain(const PlacementProblem& p) const {
       r.optimizer = "-";
       r.why = "frozen: no gradient or optimizer state";
     } else {
-      r.bytes[kDevice] += (p.state_bytes + 4) * L.padded_elems;  // state and accumulator, as the model counts
+      r.bytes[kDevice] += static_cast<std::uint64_t>(
+          std::llround((p.state_bytes + 4) * double(L.padded_elems)));  // state and accumulator, as the model counts
       r.why = "optimizer device: ZeRO stage 0";
     }
     if (m.param_item[i] >= 0) {

@@ -64,7 +64,7 @@ void adagrad_step(const AdagradConfig& config, const StepArgs& args, const StepO
   const detail::AdagradScalars s = detail::adagrad_scalars(config, args.step, args.grad_scale);
   const detail::Shard shard = detail::make_shard(args, use);
   detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
-    detail::with_state_dtype(args.state_dtype, [&](auto st) {
+    detail::with_state_dtype(args.state_format, [&](auto st) {
       detail::with_copy(args, [&](auto copy) {
         using Copy = decltype(copy);
         constexpr DType G = decltype(g)::value, S = decltype(st)::value;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "optim/detail/dispatch.h"
+#include "optim/detail/q8_step.h"
 #include "runtime/core/error.h"
 
 namespace strata::optim {
@@ -80,15 +81,30 @@ template <DType G, DType S, class Copy, bool kL2> struct AdamKernel {
 }  // namespace detail
 
 void adam_step(const AdamConfig& config, const StepArgs& args, const StepOptions& options) {
-  constexpr StateUse use{true, true};
+  constexpr StateUse use{true, true, true};
   validate(config);
   validate_step_args(args, use, "adam step");
   validate_step_options(options, "adam step");
   if (args.n == 0) return;
   const detail::AdamScalars s = detail::adam_scalars(config, args.step, args.grad_scale);
   const detail::Shard shard = detail::make_shard(args, use);
+  if (args.state_format == MomentFormat::q8) {
+    const auto salt = static_cast<std::uint32_t>(args.step);
+    detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
+      detail::with_copy(args, [&](auto copy) {
+        using Copy = decltype(copy);
+        if (s.l2)
+          detail::run_q8(shard, args.n, options.block_elems, salt,
+                         detail::AdamKernel<decltype(g)::value, DType::fp32, Copy, true>(s));
+        else
+          detail::run_q8(shard, args.n, options.block_elems, salt,
+                         detail::AdamKernel<decltype(g)::value, DType::fp32, Copy, false>(s));
+      });
+    });
+    return;
+  }
   detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
-    detail::with_state_dtype(args.state_dtype, [&](auto st) {
+    detail::with_state_dtype(args.state_format, [&](auto st) {
       detail::with_copy(args, [&](auto copy) {
         using Copy = decltype(copy);
         if (s.l2) {

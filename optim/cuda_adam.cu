@@ -13,6 +13,7 @@
 
 #include "optim/detail/cuda_launch.h"
 #include "runtime/core/error.h"
+#include "runtime/core/q8_codec.h"
 #include "runtime/device/cuda_check.h"
 
 namespace strata::optim::detail {
@@ -65,6 +66,31 @@ __global__ void adam_kernel(AdamScalars s, float* master, const void* grad, DTyp
     if (copy) store(copy, copy_dtype, i, p);
   }
 }
+
+// q8 moments: one thread per 16-element block, decoded, stepped element by element with the
+// same update, and coded back with the step as salt (runtime/core/q8_codec.h).
+__global__ void adam_q8_kernel(AdamScalars s, float* master, const void* grad, DType grad_dtype, std::uint8_t* m,
+                               std::uint8_t* v, void* copy, DType copy_dtype, std::size_t blocks, std::uint32_t salt) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
+    float mm[q8::kBlockElems], vv[q8::kBlockElems];
+    q8::decode_block(m + b * q8::kBlockBytes, mm, false);
+    q8::decode_block(v + b * q8::kBlockBytes, vv, true);
+#pragma unroll 4
+    for (int k = 0; k < q8::kBlockElems; ++k) {
+      const std::size_t i = b * q8::kBlockElems + k;
+      float p = master[i];
+      update(s, p, load(grad, grad_dtype, i), mm[k], vv[k]);
+      master[i] = p;
+      if (copy) store(copy, copy_dtype, i, p);
+    }
+    q8::encode_block(mm, m + b * q8::kBlockBytes, false, salt);
+    q8::encode_block(vv, v + b * q8::kBlockBytes, true, salt);
+  }
+}
+
+// The DType of fp32 and bf16 moments (q8 has its own kernel).
+DType state_type(MomentFormat f) { return f == MomentFormat::bf16 ? DType::bf16 : DType::fp32; }
 
 template <class T> __device__ __forceinline__ float widen(T x);
 template <> __device__ __forceinline__ float widen<float>(float x) { return x; }
@@ -127,7 +153,8 @@ int grid_for(std::size_t n, int threads) {
 // Launches the four-element kernel over the first 4 * groups elements; false (nothing
 // launched) where a buffer is not aligned to four of its elements.
 bool launch_vector(cudaStream_t st, const AdamScalars& s, const StepArgs& a, std::size_t groups) {
-  const std::size_t gs = dtype_size(a.grad_dtype), ss = dtype_size(a.state_dtype), cs = dtype_size(a.copy_dtype);
+  const std::size_t gs = dtype_size(a.grad_dtype), ss = dtype_size(state_type(a.state_format)),
+                    cs = dtype_size(a.copy_dtype);
   if (!aligned(a.master, 16) || !aligned(a.grad, 4 * gs) || !aligned(a.m, 4 * ss) || !aligned(a.v, 4 * ss) ||
       (a.copy != nullptr && !aligned(a.copy, 4 * cs)))
     return false;
@@ -135,7 +162,7 @@ bool launch_vector(cudaStream_t st, const AdamScalars& s, const StepArgs& a, std
   const int blocks = grid_for(groups, kThreads);
   with_type(a.grad_dtype, [&](auto g) {
     using G = decltype(g);
-    with_type(a.state_dtype, [&](auto sv) {
+    with_type(state_type(a.state_format), [&](auto sv) {
       using S = decltype(sv);
       with_type(a.copy_dtype, [&](auto cv) {
         using C = decltype(cv);
@@ -158,18 +185,27 @@ void cuda_adam_step_async(void* cuda_stream, const AdamScalars& s, const StepArg
   if (a.n == 0) return;
   constexpr int kThreads = 256;
   const auto st = static_cast<cudaStream_t>(cuda_stream);
+  if (a.state_format == MomentFormat::q8) {
+    const std::size_t blocks = a.n / q8::kBlockElems;
+    adam_q8_kernel<<<grid_for(blocks, kThreads), kThreads, 0, st>>>(
+        s, a.master, a.grad, a.grad_dtype, static_cast<std::uint8_t*>(a.m), static_cast<std::uint8_t*>(a.v), a.copy,
+        a.copy_dtype, blocks, static_cast<std::uint32_t>(a.step));
+    STRATA_CUDA_CHECK(cudaGetLastError(), "adam step kernel launch (", a.n, " elements, q8 moments)");
+    return;
+  }
   std::size_t done = 0;
   if (a.n >= 4 && launch_vector(st, s, a, a.n / 4)) done = a.n / 4 * 4;
   if (done < a.n) {  // the tail (or everything, unaligned), one element per thread
-    const std::size_t gs = dtype_size(a.grad_dtype), ss = dtype_size(a.state_dtype), cs = dtype_size(a.copy_dtype);
+    const std::size_t gs = dtype_size(a.grad_dtype), ss = dtype_size(state_type(a.state_format)),
+                      cs = dtype_size(a.copy_dtype);
     const auto at = [done](auto* p, std::size_t size) {
       return p == nullptr
                  ? nullptr
                  : static_cast<void*>(static_cast<char*>(const_cast<void*>(static_cast<const void*>(p))) + done * size);
     };
-    adam_kernel<<<grid_for(a.n - done, kThreads), kThreads, 0, st>>>(s, a.master + done, at(a.grad, gs), a.grad_dtype,
-                                                                     at(a.m, ss), at(a.v, ss), a.state_dtype,
-                                                                     at(a.copy, cs), a.copy_dtype, a.n - done);
+    adam_kernel<<<grid_for(a.n - done, kThreads), kThreads, 0, st>>>(
+        s, a.master + done, at(a.grad, gs), a.grad_dtype, at(a.m, ss), at(a.v, ss), state_type(a.state_format),
+        at(a.copy, cs), a.copy_dtype, a.n - done);
   }
   STRATA_CUDA_CHECK(cudaGetLastError(), "adam step kernel launch (", a.n, " elements)");
 }

@@ -12,7 +12,7 @@ namespace strata::optim {
 
 void adam_step_async(device::Stream& stream, const AdamConfig& config, const StepArgs& args) {
   validate(config);
-  validate_step_args(args, {true, true}, "adam step (device)");
+  validate_step_args(args, {true, true, true}, "adam step (device)");
   if (args.n == 0) return;
   if (stream.backend() == device::Backend::cuda) {
     STRATA_CHECK(args.from.master == nullptr, Errc::unsupported,

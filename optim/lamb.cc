@@ -21,7 +21,7 @@ void validate(const LambConfig& c) {
 float lamb_step(const LambConfig& c, const StepArgs& a, float* update) {
   validate(c);
   validate_step_args(a, {true, true}, "lamb step");
-  STRATA_CHECK(a.grad_dtype == DType::fp32 && a.state_dtype == DType::fp32, Errc::invalid_argument,
+  STRATA_CHECK(a.grad_dtype == DType::fp32 && a.state_format == MomentFormat::fp32, Errc::invalid_argument,
                "lamb step: fp32 gradients and state only");
   const auto* g = static_cast<const float*>(a.grad);
   auto* m = static_cast<float*>(a.m);

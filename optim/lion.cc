@@ -73,7 +73,7 @@ void lion_step(const LionConfig& config, const StepArgs& args, const StepOptions
   const detail::LionScalars s = detail::lion_scalars(config, args.grad_scale);
   const detail::Shard shard = detail::make_shard(args, use);
   detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
-    detail::with_state_dtype(args.state_dtype, [&](auto st) {
+    detail::with_state_dtype(args.state_format, [&](auto st) {
       detail::with_copy(args, [&](auto copy) {
         detail::run_elementwise(shard, args.n, options.block_elems,
                                 detail::LionKernel<decltype(g)::value, decltype(st)::value, decltype(copy)>(s));

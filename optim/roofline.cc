@@ -4,9 +4,15 @@
 // compiler cannot fold away and which leaves every bit as it was.
 #include "optim/roofline.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "optim/detail/dispatch.h"
+#include "runtime/core/q8_codec.h"
 
 namespace strata::optim {
 namespace {
@@ -50,6 +56,39 @@ template <DType G, DType S, class Copy, bool kM, bool kV> struct StreamKernel {
 
 std::atomic<std::uint32_t> g_zero{0};
 
+// q8 moments: the q8 step's driver (detail/q8_step.h) over 16-element blocks, each block's
+// master, grad and copy lanes streamed as above and its two 17-byte moment blocks read and
+// written whole.
+void q8_pass(const StepArgs& a, const detail::Shard& sh, StateUse use, const StepOptions& o, const UB& zero) {
+  const std::uint8_t z = static_cast<std::uint8_t>(g_zero.load(std::memory_order_relaxed));
+  auto touch = [z](void* base, std::size_t b) {
+    std::uint8_t block[q8::kBlockBytes];
+    auto* p = static_cast<std::uint8_t*>(base) + b * q8::kBlockBytes;
+    std::memcpy(block, p, sizeof block);
+    for (auto& c : block) c |= z;
+    std::memcpy(p, block, sizeof block);
+  };
+  detail::with_grad_dtype(a.grad_dtype, [&](auto g) {
+    detail::with_copy(a, [&](auto copy) {
+      const StreamKernel<decltype(g)::value, DType::fp32, decltype(copy), false, false> k{zero};
+      auto range = [&](std::size_t b, std::size_t e) {
+        for (; b < e; ++b) {
+          detail::Slots s;
+          for (int slot : {detail::kMaster, detail::kGrad, detail::kCopy})
+            if (sh.base.ptr[slot])
+              s.ptr[slot] = static_cast<unsigned char*>(sh.base.ptr[slot]) + b * q8::kBlockElems * sh.elem_bytes[slot];
+          for (std::size_t j = 0; j < q8::kBlockElems; j += detail::kLanes) k.template apply<false>(s, j);
+          if (use.m) touch(a.m, b);
+          if (use.v) touch(a.v, b);
+        }
+      };
+      const std::size_t blocks = a.n / q8::kBlockElems, per_task = std::max<std::size_t>(1, o.block_elems / 16);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, blocks, per_task),
+                        [&](const tbb::blocked_range<std::size_t>& r) { range(r.begin(), r.end()); });
+    });
+  });
+}
+
 }  // namespace
 
 StateUse state_use(UpdateRule rule) noexcept {
@@ -59,7 +98,7 @@ StateUse state_use(UpdateRule rule) noexcept {
     case UpdateRule::adagrad:
       return {false, true};
     default:
-      return {true, true};
+      return {true, true, true};
   }
 }
 
@@ -70,8 +109,12 @@ void roofline_pass(UpdateRule rule, const StepArgs& args, const StepOptions& opt
   if (args.n == 0) return;
   const detail::Shard shard = detail::make_shard(args, use);
   const UB zero(g_zero.load(std::memory_order_relaxed));
+  if (args.state_format == MomentFormat::q8) {
+    q8_pass(args, shard, use, options, zero);
+    return;
+  }
   detail::with_grad_dtype(args.grad_dtype, [&](auto g) {
-    detail::with_state_dtype(args.state_dtype, [&](auto st) {
+    detail::with_state_dtype(args.state_format, [&](auto st) {
       detail::with_copy(args, [&](auto copy) {
         constexpr DType G = decltype(g)::value, S = decltype(st)::value;
         using Copy = decltype(copy);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/moment_format.h"
 
 namespace strata::optim {
 
@@ -27,14 +28,16 @@ struct StepArgs {
   float* master = nullptr;     // fp32 master weights, updated in place
   const void* grad = nullptr;  // gradient: fp32, bf16 or fp16
   DType grad_dtype = DType::fp32;
-  void* m = nullptr;                // first moment
-  void* v = nullptr;                // second moment / accumulator
-  DType state_dtype = DType::fp32;  // fp32 or bf16 (bf16: rounded to nearest even each step)
-  void* copy = nullptr;             // optional: params written for the device, copy_dtype
-  DType copy_dtype = DType::bf16;   // bf16 or fp16
-  std::size_t n = 0;                // elements in the shard
-  float grad_scale = 1.0f;          // gradient multiplier, finite and >= 0
-  std::int64_t step = 1;            // this step's 1-based count (bias correction, lr decay)
+  void* m = nullptr;  // first moment
+  void* v = nullptr;  // second moment / accumulator
+  // fp32, bf16 (rounded to nearest even each step) or q8 (Adam/AdamW only: blocks of 16
+  // elements, coded as runtime/core/q8_codec.h says with the step as salt; n a multiple of 16).
+  MomentFormat state_format = MomentFormat::fp32;
+  void* copy = nullptr;            // optional: params written for the device, copy_dtype
+  DType copy_dtype = DType::bf16;  // bf16 or fp16
+  std::size_t n = 0;               // elements in the shard
+  float grad_scale = 1.0f;         // gradient multiplier, finite and >= 0
+  std::int64_t step = 1;           // this step's 1-based count (bias correction, lr decay)
   struct Source {
     const float* master = nullptr;
     const void* m = nullptr;
@@ -53,6 +56,7 @@ struct StepOptions {
 struct StateUse {
   bool m = false;
   bool v = false;
+  bool q8 = false;  // the optimizer steps q8 moments
 };
 
 // Throws Errc::invalid_argument naming `who` ("adamw step") and the offending field.
@@ -62,9 +66,9 @@ void validate_step_options(const StepOptions& options, const char* who);
 // Bytes one parameter moves through memory in a step: reads of master, grad and the used
 // state, writes of master, the used state and the copy (the figure a roofline divides by).
 struct TrafficBytes {
-  std::size_t read = 0;
-  std::size_t written = 0;
-  std::size_t total() const noexcept { return read + written; }
+  double read = 0;  // q8 moments take 17/16 bytes an element
+  double written = 0;
+  double total() const noexcept { return read + written; }
 };
 TrafficBytes traffic_per_param(const StepArgs& args, StateUse use) noexcept;
 

@@ -20,7 +20,8 @@ bytes the synchronous step moves over the round's mixed GB/s, for both runs: an 
 undone (clipping, overflow) and redone moves more, and that is its cost, not a higher floor. Each run's line counts
 the measured steps that clipped, were rolled back and were deferred (under clipping the overlapped step waits for the
 norm and runs as the tail: docs/offload.md). --moments bf16
-keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12). Reports medians over rounds, the process's peak RSS against the
+keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12),
+--moments q8 in 8-bit blocks (optimizer.moments "q8": 6.125). Reports medians over rounds, the process's peak RSS against the
 bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
 import argparse
@@ -47,7 +48,8 @@ def config(a, overlap):
         "gradient_accumulation_steps": 1,
         "gradient_clipping": a.clip,
         "bf16": {"enabled": True, **({"bf16_optimizer_states": True} if a.moments == "bf16" else {})},
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01},
+                      **({"moments": "q8"} if a.moments == "q8" else {})},
         "zero_optimization": {
             "stage": 3,
             "overlap_comm": True,
@@ -134,8 +136,8 @@ def main():
     ap.add_argument("--sub-group", type=int, default=16_000_000, help="sub_group_size and offload_param.buffer_size")
     ap.add_argument("--buffers", type=int, default=6, help="offload_optimizer.buffer_count")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
-    ap.add_argument("--moments", choices=("fp32", "bf16"), default="fp32",
-                    help="the optimizer's moments: fp32, or bf16 (bf16.bf16_optimizer_states)")
+    ap.add_argument("--moments", choices=("fp32", "bf16", "q8"), default="fp32",
+                    help="the optimizer's moments: fp32, bf16 (bf16.bf16_optimizer_states) or q8 (optimizer.moments)")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
     ap.add_argument("--steps", type=int, default=6, help="per train run")
@@ -180,8 +182,8 @@ def main():
                   f"clipped {s['clipped']}  rolled back {s['rolled_back']}  deferred {s['deferred']}  rss peak {s['rss_peak'] / 2**30:.2f} GiB", flush=True)
         rounds.append(res)
     host, device = parse_bytes(a.host_budget), parse_bytes(a.device_budget)
-    # fp32 master, exp_avg and exp_avg_sq (bf16 with --moments bf16); bf16 parameters and gradients
-    states = params * (16 if a.moments == "fp32" else 12)
+    # fp32 master, exp_avg and exp_avg_sq (bf16 or q8 with --moments); bf16 parameters and gradients
+    states = int(params * {"fp32": 16, "bf16": 12, "q8": 10.125}[a.moments])
     med = lambda f: statistics.median(f(x) for x in rounds)
     summary = {
         "parameters": params, "model_states_bytes": states, "host_budget": host, "device_budget": device,

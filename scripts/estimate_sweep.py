@@ -35,15 +35,16 @@ COLUMNS = TIERS + ["device_total", "rss", "rss_growth"]
 
 
 def config(stage, opt="none", par="none", micro=2, accum=2, bf16=True, overlap=False, nvme="", budget=None,
-           bucket=20000, persistence=0, overlap_step=False, bf16_moments=False):
+           bucket=20000, persistence=0, overlap_step=False, moments="fp32"):
     zero = {"stage": stage, "overlap_comm": overlap, "reduce_bucket_size": bucket, "sub_group_size": 30000,
             "stage3_param_persistence_threshold": persistence, "stage3_prefetch_bucket_size": 50000,
             "offload_optimizer": {"device": opt, "nvme_path": nvme, "overlap_step": overlap_step},
             "offload_param": {"device": par, "nvme_path": nvme, "buffer_size": 20000, "max_in_cpu": 0}}
     c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum,
-         "bf16": {"enabled": bf16, **({"bf16_optimizer_states": True} if bf16_moments else {})},
+         "bf16": {"enabled": bf16, **({"bf16_optimizer_states": True} if moments == "bf16" else {})},
          "gradient_clipping": 1.0,
-         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01},
+                       **({"moments": "q8"} if moments == "q8" else {})},
          "zero_optimization": zero, "aio": {"block_size": 65536}}
     if budget:
         c["memory_budget"] = budget
@@ -74,11 +75,13 @@ def sweep(nvme, quick):
         runs.append((f"mlp w{world} s3 fp32 micro4", MLP, world, config(3, micro=4, accum=1, bf16=False)))
         runs.append((f"gpt w{world} s3", GPT, world, config(3)))
         runs.append((f"gpt w{world} s1 opt-cpu", GPT, world, config(1, "cpu")))
-    # bf16 moments (bf16.bf16_optimizer_states): 8 bytes of optimizer state an element
-    runs.append(("mlp w1 s3 cpu/cpu overlap_step bf16-moments", MLP, 1,
-                 config(3, "cpu", "cpu", overlap_step=True, bf16_moments=True)))
-    runs.append(("mlp w2 s2 opt-nvme bf16-moments", MLP, 2, config(2, "nvme", nvme=nvme, bf16_moments=True)))
-    runs.append(("gpt w1 s0 bf16-moments", GPT, 1, config(0, bf16_moments=True)))
+    # Compact moments: bf16 (bf16.bf16_optimizer_states, 8 bytes of optimizer state an element)
+    # and q8 (optimizer.moments "q8", 6.125), with the overlapped step, on NVMe at world 2, the GPT.
+    for m in ("bf16", "q8"):
+        runs.append((f"mlp w1 s3 cpu/cpu overlap_step {m}-moments", MLP, 1,
+                     config(3, "cpu", "cpu", overlap_step=True, moments=m)))
+        runs.append((f"mlp w2 s2 opt-nvme {m}-moments", MLP, 2, config(2, "nvme", nvme=nvme, moments=m)))
+        runs.append((f"gpt w1 s0 {m}-moments", GPT, 1, config(0, moments=m)))
     runs.append(("gpt w1 s3 seq64 remat", GPT_LONG + ["--remat", "always"], 1, config(3)))
     runs.append(("gpt w1 s3 seq64 micro4", GPT_LONG, 1, config(3, micro=4, accum=1)))
     runs.append(("gpt w1 s2 remat opt-nvme", GPT + ["--remat", "always"], 1, config(2, "nvme", nvme=nvme)))

@@ -10,6 +10,8 @@ once per precision recipe and compares the validation loss against bf16's:
   bf16-no-clip   the bf16 run without gradient clipping, a control
   bf16-moments   the bf16 run with its optimizer moments kept in bf16 (bf16.bf16_optimizer_states: 8 bytes
                  of state an element instead of 12); run it with --tolerance 0.005, the compact-state band
+  q8-moments     the bf16 run with q8 moments (optimizer.moments "q8": 8-bit codes with a power-of-two
+                 scale per 16 elements, 6.125 bytes of state an element); --tolerance 0.005 as above
   fp16           fp16 weights, gradients and products with DeepSpeed's dynamic loss scaler
   fp16-no-scaler the same with no loss scaler (loss_scale 1): what unit scaling is for
   unit-bf16      the unit-scaled GPT (--unit-scaled) in bf16, clipping at 300: a control that separates
@@ -66,6 +68,7 @@ RECIPES = {  # name: (changes to the config, extra flags, environment)
     "fp32-products": ({}, [], {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),
     "bf16-no-clip": ({"gradient_clipping": 0}, [], {}),
     "bf16-moments": ({"bf16": {"enabled": True, "bf16_optimizer_states": True}}, [], {}),
+    "q8-moments": ({"optimizer": {"moments": "q8"}}, [], {}),
     "fp16": ({"bf16": {"enabled": False}, "fp16": {"enabled": True}}, [], {}),
     "fp16-no-scaler": (FP16, [], {}),
     "unit-bf16": ({"gradient_clipping": 300}, ["--unit-scaled"], {}),
@@ -87,7 +90,8 @@ def config(out, changes, device):
     with open(os.path.join(ROOT, "scripts", "configs", "gpt-demo.json")) as f:
         c = json.loads(f.read().replace("build/demo/nvme", os.path.join(out, "nvme")))
     c["memory_budget"]["device"] = DEVICE_BUDGET[device]
-    c.update(changes)
+    for key, value in changes.items():  # a block's keys join the base's block (optimizer.moments beside its type)
+        c[key] = {**c[key], **value} if isinstance(value, dict) and isinstance(c.get(key), dict) else value
     return c
 
 

@@ -3,12 +3,18 @@
 #include "offload/detail/placement_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "runtime/core/error.h"
 
 namespace strata::offload::detail {
 namespace {
+
+// Bytes of the optimizer state of `elems` elements (exact: see PlacementProblem::state_bytes).
+std::uint64_t state_of(const PlacementProblem& p, std::uint64_t elems) {
+  return static_cast<std::uint64_t>(std::llround(p.state_bytes * static_cast<double>(elems)));
+}
 
 // acc_elems: the accumulator's elements (4 bytes each on the device, host_accumulator_bytes on the host).
 Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t acc_elems) {
@@ -19,13 +25,13 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   Item it;
   it.layer = layer;
   it.optimizer = true;
-  const std::uint64_t S = p.state_bytes;
-  it.bytes[kDevice][kDevice] = S * E + 4 * acc_elems;
-  it.bytes[kHost][kHost] = S * E + host_acc;
+  const std::uint64_t SE = state_of(p, E);
+  it.bytes[kDevice][kDevice] = SE + 4 * acc_elems;
+  it.bytes[kHost][kHost] = SE + host_acc;
   it.bytes[kNvme][kHost] = host_acc;
-  it.bytes[kNvme][kNvme] = S * E * p.nvme_copies;
+  it.bytes[kNvme][kNvme] = SE * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
-  it.flow[kNvme] = {c * E, A * P * c, S * E, S * E};
+  it.flow[kNvme] = {c * E, A * P * c, SE, SE};
   return it;
 }
 
@@ -60,7 +66,7 @@ Model build_model(const PlacementProblem& p) {
       p.compute_bytes > 0, Errc::invalid_argument,
       "placement: compute_bytes = 0: give the bytes per element of the compute dtype (2 for bf16/fp16, 4 for fp32)");
   STRATA_CHECK(p.state_bytes >= 4, Errc::invalid_argument, "placement: state_bytes = ", p.state_bytes,
-               ": give the optimizer state's bytes per element (12 for fp32 moments, 8 for bf16 ones)");
+               ": give the optimizer state's bytes per element (12 for fp32 moments, 8 for bf16 ones, 6.125 for q8)");
   STRATA_CHECK(p.host_accumulator_bytes == 2 || p.host_accumulator_bytes == 4, Errc::invalid_argument,
                "placement: host_accumulator_bytes = ", p.host_accumulator_bytes, ": use 4 (fp32) or 2 (bf16/fp16)");
   STRATA_CHECK(p.accumulation_steps >= 1, Errc::invalid_argument,
@@ -97,7 +103,7 @@ Model build_model(const PlacementProblem& p) {
     if (L.frozen) {
       // No optimizer item: a frozen layer has no master, moments, accumulator or gradient flow.
     } else if (p.stage == 0) {
-      m.immovable[kDevice] += p.state_bytes * P + 4 * P;
+      m.immovable[kDevice] += state_of(p, P) + 4 * P;
     } else {
       Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);
       it.fixed = p.optimizer_fixed.has_value();

@@ -103,7 +103,7 @@ template <class Fn> void for_each_chunk(std::uint64_t size, std::uint64_t chunk_
 void count_swap_files(SwapFootprint& f, const std::vector<std::uint64_t>& sizes, const SwapLayout& layout) {
   for (const std::uint64_t size : sizes) {
     for_each_chunk(size, layout.chunk_units, [&](std::uint64_t, std::uint64_t, std::uint64_t length) {
-      auto l = io::swap_layout(pair_spec(layout.element_bytes, length * layout.unit_bytes, layout.block_bytes));
+      auto l = io::swap_layout(pair_spec(layout.element_bytes, layout.payload(length), layout.block_bytes));
       STRATA_IO_CHECK(l.status(), "swap file layout");
       f.file_bytes += 2 * l->file_bytes;
       f.file_count += 2;
@@ -127,7 +127,7 @@ void SwapChunks::create(io::Engine& engine, const std::string& dir, const char* 
         c.index = k;
         c.offset = off;
         c.length = length;
-        const auto spec = pair_spec(layout.element_bytes, length * layout.unit_bytes, layout.block_bytes);
+        const auto spec = pair_spec(layout.element_bytes, layout.payload(length), layout.block_bytes);
         file_bytes += create_swap_pair(engine, str_cat(stem, k), spec, c, created, where, tier);
         chunks.push_back(std::move(c));
       });

@@ -36,8 +36,10 @@ struct SwapChunk {
 };
 // How a store cuts its tensors into swap files.
 struct SwapLayout {
-  std::uint64_t chunk_units = 1;         // units per chunk at most (a tensor's last chunk may be shorter)
-  std::uint64_t unit_bytes = 1;          // payload bytes per unit
+  std::uint64_t chunk_units = 1;  // units per chunk at most (a tensor's last chunk may be shorter)
+  std::uint64_t unit_bytes = 1;   // payload bytes per group of group_units units
+  std::uint64_t group_units = 1;  // units coded together (q8 moments: 16 elements); a part group takes a whole one
+  std::uint64_t payload(std::uint64_t units) const { return (units + group_units - 1) / group_units * unit_bytes; }
   std::uint32_t element_bytes = 1;       // the files' element size
   std::uint32_t block_bytes = 1u << 20;  // checksum block size at most (aio.block_size)
 };

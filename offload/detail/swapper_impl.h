@@ -17,11 +17,14 @@
 #include "offload/optimizer_swapper.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/moment_format.h"
 
 namespace strata::offload {
 
-// Bytes per element of a sub-group's state: the fp32 master, exp_avg and exp_avg_sq.
-inline std::uint64_t unit_bytes(const SwapperOptions& o) { return 4 + 2 * dtype_size(o.moment_dtype); }
+// Bytes of `elems` elements' state: the fp32 master, exp_avg and exp_avg_sq.
+inline std::uint64_t payload_of(const SwapperOptions& o, std::uint64_t elems) {
+  return 4 * elems + 2 * moment_bytes(o.moment_format, elems);
+}
 
 // A sub-group's swap files; its length counts elements.
 using Chunk = detail::SwapChunk;
@@ -76,13 +79,13 @@ struct OptimizerSwapper::Impl {
                   e.where(), e.sys_errno());
     }
   }
-  std::uint64_t payload(const Chunk& c) const { return c.length * unit_bytes(options); }
-  // [master | exp_avg | exp_avg_sq] of the sub-group's elements, the moments in moment_dtype.
+  std::uint64_t payload(const Chunk& c) const { return payload_of(options, c.length); }
+  // [master | exp_avg | exp_avg_sq] of the sub-group's elements, the moments in moment_format.
   SubGroup view(const Chunk& c, const io::PoolBuffer& b) const {
     std::byte* base = b.data();
-    const std::uint64_t es = dtype_size(options.moment_dtype);
+    const std::uint64_t mb = moment_bytes(options.moment_format, c.length);
     return {
-        c.tensor, c.offset, c.length, reinterpret_cast<float*>(base), base + 4 * c.length, base + (4 + es) * c.length};
+        c.tensor, c.offset, c.length, reinterpret_cast<float*>(base), base + 4 * c.length, base + 4 * c.length + mb};
   }
 };
 

@@ -32,8 +32,9 @@ template <class F> void with_grad_dtype(DType t, F&& f) {
   }
 }
 
-template <class F> void with_state_dtype(DType t, F&& f) {
-  if (t == DType::bf16)
+// fp32 and bf16 moments (q8 moments have a kernel of their own, detail/q8_step.h).
+template <class F> void with_state_dtype(MomentFormat t, F&& f) {
+  if (t == MomentFormat::bf16)
     f(DTag<DType::bf16>{});
   else
     f(DTag<DType::fp32>{});
@@ -64,12 +65,12 @@ inline Shard make_shard(const StepArgs& a, StateUse use) {
   sh.elem_bytes[kGrad] = dtype_size(a.grad_dtype);
   if (use.m) {
     sh.base.ptr[kM] = a.m;
-    sh.elem_bytes[kM] = dtype_size(a.state_dtype);
+    sh.elem_bytes[kM] = (a.state_format == MomentFormat::bf16 ? 2 : 4);
     sh.written[kM] = true;
   }
   if (use.v) {
     sh.base.ptr[kV] = a.v;
-    sh.elem_bytes[kV] = dtype_size(a.state_dtype);
+    sh.elem_bytes[kV] = (a.state_format == MomentFormat::bf16 ? 2 : 4);
     sh.written[kV] = true;
   }
   if (a.copy) {

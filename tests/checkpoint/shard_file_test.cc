@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -65,6 +66,38 @@ TEST_CASE("shard files read back any range across chunks and segments", "[checkp
   r.verify_all();
 }
 
+TEST_CASE("q8 moments are stored as exp_avg and sqrt(exp_avg_sq) in bf16, version 4, read back squared",
+          "[checkpoint]") {
+  test::TempDir dir("ckpt-shard");
+  Manifest m;
+  m.chunk_bytes = 1024;
+  m.moment_dtype = "q8";
+  m.tensors = {{"t", {100}, 100, {}}};
+  ShardWriter w(dir.file("rank00000.bin"), m.chunk_bytes);
+  std::vector<float> master(100, 1.0f);
+  m.tensors[0].states[0] = {{0, w.append(master.data(), 400), 0, 100}};
+  std::vector<std::uint16_t> roots(100);  // what a q8 square root may be: 5 significant bits
+  for (std::size_t i = 0; i < roots.size(); ++i) roots[i] = fp32_to_bf16(std::ldexp(17.0f + float(i % 15), -30));
+  for (int s = 1; s < kStates; ++s) m.tensors[0].states[s] = {{0, w.append(roots.data(), 200), 0, 100}};
+  m.files.push_back(w.finish("rank00000.bin", 0));
+  const std::string text = to_json(m);
+  CHECK(text.find("\"version\": 4") != std::string::npos);
+  const Manifest back = parse_manifest(text, "test");
+  ShardReader r(dir.path(), back);
+  std::vector<float> sq(100), avg(100);
+  r.read_tensor(back.tensors[0], State::exp_avg_sq, 0, 100, sq.data());
+  r.read_tensor(back.tensors[0], State::exp_avg, 0, 100, avg.data());
+  for (std::size_t i = 0; i < sq.size(); ++i) {
+    const float root = bf16_to_fp32(roots[i]);
+    REQUIRE(avg[i] == root);        // exp_avg as it is
+    REQUIRE(sq[i] == root * root);  // exp_avg_sq squared back, exactly
+  }
+  std::string as_v3 = text;
+  as_v3.replace(as_v3.find("\"version\": 4"), 12, "\"version\": 3");
+  CHECK_THAT(error_of([&] { parse_manifest(as_v3, "test"); }),
+             Catch::Contains("is format version 3 but has 'moment_dtype' q8 (version 4)"));
+}
+
 TEST_CASE("bf16 moments are stored in two bytes, written as version 3 and read back widened", "[checkpoint]") {
   test::TempDir dir("ckpt-shard");
   Manifest m;
@@ -97,11 +130,11 @@ TEST_CASE("bf16 moments are stored in two bytes, written as version 3 and read b
   std::string as_v2 = text;
   as_v2.replace(as_v2.find("\"version\": 3"), 12, "\"version\": 2");
   CHECK_THAT(error_of([&] { parse_manifest(as_v2, "test"); }),
-             Catch::Contains("is format version 2 but has 'moment_dtype' (version 3)"));
+             Catch::Contains("is format version 2 but has 'moment_dtype' bf16 (version 3)"));
   std::string fp8 = text;
   fp8.replace(fp8.find("\"bf16\""), 6, "\"fp8\"");
   CHECK_THAT(error_of([&] { parse_manifest(fp8, "test"); }),
-             Catch::Contains("'moment_dtype' is 'fp8' but must be fp32 or bf16"));
+             Catch::Contains("'moment_dtype' is 'fp8' but must be fp32, bf16 or q8"));
 }
 
 TEST_CASE("a flipped byte is named by file, chunk and tensor; a truncated file by its sizes", "[checkpoint]") {

@@ -30,7 +30,7 @@ test::TrainSpec bf16_moments_spec(int stage, OffloadDevice opt, OffloadDevice pa
   spec.config = test::stage3_config(2);
   spec.config.zero.stage = stage;
   spec.config.zero.stage3_param_persistence_threshold = stage == 3 ? 1100 : 0;  // one layer persistent
-  spec.config.optimizer.moment_dtype = DType::bf16;
+  spec.config.optimizer.moment_format = MomentFormat::bf16;
   test::place(spec.config, opt, par, dir);
   return spec;
 }
@@ -59,7 +59,7 @@ TEST_CASE("bf16 moments train bitwise alike at every stage and placement, in 8 b
     CHECK(run.losses == reference.losses);
     CHECK(run.params == reference.params);
     // The same run with fp32 moments: 12 bytes an element of state where bf16 moments take 8.
-    spec.config.optimizer.moment_dtype = DType::fp32;
+    spec.config.optimizer.moment_format = MomentFormat::fp32;
     const auto wide = test::train_mlp(spec);
     const auto opt = test::kind_bytes(run.memory, engine::Kind::optimizer);
     const auto opt_wide = test::kind_bytes(wide.memory, engine::Kind::optimizer);
@@ -97,7 +97,7 @@ TEST_CASE("Lion and Adagrad keep their one bf16 moment alike on the device and i
     CHECK(overlapped.params == device.params);
     CHECK(overlapped.losses == device.losses);
     // Held in two bytes (Lion's update is a sign, which six steps of rounded moments need not move).
-    spec.config.optimizer.moment_dtype = DType::fp32;
+    spec.config.optimizer.moment_format = MomentFormat::fp32;
     const auto wide = test::train_mlp(spec);
     CHECK(test::kind_bytes(device.memory, engine::Kind::optimizer) * 3 ==
           test::kind_bytes(wide.memory, engine::Kind::optimizer) * 2);
@@ -135,7 +135,7 @@ TEST_CASE("a checkpoint stores bf16 moments as they are held and resumes bitwise
     CHECK(bf16_values);
     CHECK(nonzero);
     // The same checkpoint into a run with fp32 moments: widened exactly, training goes on.
-    spec.config.optimizer.moment_dtype = DType::fp32;
+    spec.config.optimizer.moment_format = MomentFormat::fp32;
     spec.steps = 0;
     spec.save_checkpoint = at + "/widened";
     (void)test::train_mlp(spec);
@@ -153,7 +153,7 @@ TEST_CASE("the raw shard file of bf16 moments is 8 bytes an element, an fp32 che
   spec.config.offload_optimizer.device = OffloadDevice::cpu;
   spec.save_checkpoint = dir.path() + "/wide";
   const auto wide = test::train_mlp(spec);
-  spec.config.optimizer.moment_dtype = DType::bf16;
+  spec.config.optimizer.moment_format = MomentFormat::bf16;
   spec.save_checkpoint = dir.path() + "/narrow";
   const auto narrow = test::train_mlp(spec);
   REQUIRE(wide.saved.size() == 1);
@@ -185,7 +185,7 @@ TEST_CASE("offload_states moves bf16 moments off the device and back bit for bit
   test::TrainSpec spec;
   spec.steps = 3;
   spec.config = test::mlp_config(0, 1, DType::bf16, 2, 1);
-  spec.config.optimizer.moment_dtype = DType::bf16;
+  spec.config.optimizer.moment_format = MomentFormat::bf16;
   const auto straight = test::train_mlp(spec);
   std::uint64_t moved = 0, device_between = 1;
   spec.after_step = [&](engine::Engine& e, int step) {  // records only: the rank runs on a thread

@@ -345,21 +345,44 @@ TEST_CASE("the fp8 block: Transformer Engine's defaults, every key read, bad val
 }
 
 TEST_CASE("bf16.bf16_optimizer_states keeps the moments in bf16 with DeepSpeed's meaning", "[config]") {
-  CHECK(parse(with_batch("")).optimizer.moment_dtype == DType::fp32);
+  CHECK(parse(with_batch("")).optimizer.moment_format == MomentFormat::fp32);
   const EngineConfig c = parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true})"));
-  CHECK(c.optimizer.moment_dtype == DType::bf16);
+  CHECK(c.optimizer.moment_format == MomentFormat::bf16);
   CHECK(state_bytes_per_elem(c.optimizer) == 8);
   CHECK(state_description(c.optimizer) == "fp32 master, bf16 exp_avg and exp_avg_sq");
-  CHECK(parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": false})")).optimizer.moment_dtype ==
-        DType::fp32);
+  CHECK(parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": false})")).optimizer.moment_format ==
+        MomentFormat::fp32);
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": false, "bf16_optimizer_states": true})")),
              Catch::Contains("bf16.bf16_optimizer_states") && Catch::Contains("needs bf16.enabled true"));
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
       "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}})")),
-             Catch::Contains("bf16.bf16_optimizer_states with optimizer Lamb"));
+             Catch::Contains("bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Lamb"));
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": "yes"})")),
              Catch::Contains("bf16.bf16_optimizer_states"));
   // The master stays fp32: DeepSpeed's bf16 master weights are still refused by name.
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})")),
              Catch::Contains("bf16.bf16_master_weights_and_grads") && Catch::Contains("fp32 master weights"));
+}
+
+TEST_CASE("optimizer.moments chooses fp32, bf16 or q8 moments beside DeepSpeed's key", "[config]") {
+  const EngineConfig q8 =
+      parse(with_batch(R"("optimizer": {"type": "AdamW", "moments": "q8", "params": {"lr": 1e-3}})"));
+  CHECK(q8.optimizer.moment_format == MomentFormat::q8);
+  CHECK(state_bytes_per_elem(q8.optimizer) == 6.125);
+  CHECK(state_bytes(q8.optimizer, 32) == 32 * 4 + 2 * 34);
+  CHECK(state_description(q8.optimizer) == "fp32 master, q8 exp_avg and exp_avg_sq");
+  CHECK(
+      parse(with_batch(R"("optimizer": {"type": "Adam", "moments": "bf16", "params": {}})")).optimizer.moment_format ==
+      MomentFormat::bf16);
+  // The same choice twice is fine; two different ones are refused by name.
+  CHECK(parse(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
+      "optimizer": {"type": "AdamW", "moments": "bf16", "params": {}})"))
+            .optimizer.moment_format == MomentFormat::bf16);
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
+      "optimizer": {"type": "AdamW", "moments": "q8", "params": {}})")),
+             Catch::Contains("optimizer.moments") && Catch::Contains("disagrees with bf16.bf16_optimizer_states"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Lion", "moments": "q8", "params": {}})")),
+             Catch::Contains("q8 moments are for Adam and AdamW"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "AdamW", "moments": "int8", "params": {}})")),
+             Catch::Contains("optimizer.moments"));
 }

@@ -3,7 +3,8 @@
 // tier (the device, host RAM, and its own swapper in real swap files), missing
 // moments are written as zeros, resident arrays are handed out only off NVMe, and every
 // byte goes back to the ledger with the state. bf16 moments (bf16.bf16_optimizer_states) take
-// two bytes an element on every tier and read back as the fp32 values rounded to nearest even.
+// two bytes an element on every tier and read back as the fp32 values rounded to nearest even;
+// q8 moments take 17 bytes per 16 elements and read back as their codes decode.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -24,8 +25,8 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
   specs[1].name = "b", specs[1].shape = {41}, specs[1].layer = 1;
   test::TempDir dir("strata-optstate");
   for (const int stage : {0, 2})
-    for (const DType moments : {DType::fp32, DType::bf16}) {
-      INFO("stage " << stage << ", moments " << dtype_name(moments));
+    for (const MomentFormat moments : {MomentFormat::fp32, MomentFormat::bf16, MomentFormat::q8}) {
+      INFO("stage " << stage << ", moments " << moment_format_name(moments));
       const Layout lay(specs, 1, 32);
       auto dev = test::host_device(8 << 20, 8 << 20);
       auto stream = dev->create_stream();
@@ -33,12 +34,12 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
       EngineConfig cfg;
       cfg.zero.stage = stage;
       cfg.offload_optimizer.nvme_path = dir.path();
-      cfg.optimizer.moment_dtype = moments;
-      const auto held = [&](const std::vector<float>& x) {  // what the state keeps of fp32 moments
-        std::vector<std::byte> narrow(x.size() * dtype_size(moments));
+      cfg.optimizer.moment_format = moments;
+      const auto held = [&](const std::vector<float>& x, Moment which) {  // what the state keeps of fp32 moments
+        std::vector<std::byte> narrow(moment_bytes(moments, x.size()));
         std::vector<float> r(x.size());
-        convert(x.data(), DType::fp32, narrow.data(), moments, x.size());
-        convert(narrow.data(), moments, r.data(), DType::fp32, x.size());
+        moments_from_fp32(x.data(), narrow.data(), moments, which, x.size());
+        moments_to_fp32(narrow.data(), moments, which, r.data(), x.size());
         return r;
       };
       for (const Tier t : {Tier::device, Tier::host, Tier::nvme}) {
@@ -72,16 +73,16 @@ TEST_CASE("optimizer state: a layer's state round-trips bitwise on every tier", 
           st.commit_writes();
           if (t != Tier::nvme) {  // 4 bytes of master and two moments of the moment dtype per element
             CHECK(ledger.usage(t).kind_used[static_cast<std::size_t>(Kind::optimizer)] ==
-                  st.elems(0) * (4 + 2 * dtype_size(moments)));
+                  st.elems(0) * 4 + 2 * moment_bytes(moments, st.elems(0)));
           }
           for (int li = 0; li < 2; ++li) {
             const std::size_t n = st.elems(li);
             std::vector<float> rm(n, -1), rmm(n, -1), rv(n, -1);
             st.read(li, rm.data(), rmm.data(), rv.data());
             CHECK(std::memcmp(rm.data(), master[li].data(), n * 4) == 0);
-            CHECK(rmm == held(m[li]));
-            CHECK(rv == held(v[li]));
-            if (moments == DType::bf16) CHECK(rmm != m[li]);  // they were rounded
+            CHECK(rmm == held(m[li], Moment::first));
+            CHECK(rv == held(v[li], Moment::second));
+            if (moments != MomentFormat::fp32) CHECK(rmm != m[li]);  // they were rounded
           }
           for (int li = 0; li < 2; ++li) st.write(li, master[li].data(), nullptr, nullptr);  // fresh moments
           st.commit_writes();

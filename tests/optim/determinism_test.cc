@@ -26,7 +26,7 @@ constexpr std::size_t kOffset = 3;                       // misaligns every buff
 
 optim::StepArgs offset_args(TestShard& sh, std::int64_t step) {
   optim::StepArgs a = sh.args(step, 0.75f);
-  const std::size_t es = dtype_size(a.state_dtype);
+  const std::size_t es = a.state_format == MomentFormat::bf16 ? 2 : 4;
   a.master += kOffset;
   a.grad = static_cast<const unsigned char*>(a.grad) + kOffset * dtype_size(a.grad_dtype);
   a.m = static_cast<unsigned char*>(a.m) + kOffset * es;

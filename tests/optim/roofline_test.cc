@@ -46,7 +46,7 @@ TEST_CASE("bytes per parameter match the anchors' 28 and 30 for fp32 AdamW", "[o
   CHECK(t.read == 16);
   CHECK(t.written == 14);
   a.grad_dtype = DType::bf16;
-  a.state_dtype = DType::bf16;
+  a.state_format = MomentFormat::bf16;
   CHECK(optim::traffic_per_param(a, optim::state_use(optim::UpdateRule::adam)).total() == 4 + 2 + 4 + 4 + 4 + 2);
   CHECK(optim::traffic_per_param(a, optim::state_use(optim::UpdateRule::lion)).total() == 4 + 2 + 2 + 4 + 2 + 2);
 }

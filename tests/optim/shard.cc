@@ -22,7 +22,7 @@ optim::StepArgs TestShard::args(std::int64_t step, float grad_scale) {
   a.grad_dtype = spec_.grad;
   a.m = m_.data();
   a.v = v_.data();
-  a.state_dtype = spec_.state;
+  a.state_format = spec_.state == DType::bf16 ? MomentFormat::bf16 : MomentFormat::fp32;
   a.copy = spec_.copy ? copy_.data() : nullptr;
   a.copy_dtype = spec_.copy_dtype;
   a.n = n_;

@@ -37,6 +37,16 @@ void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float l
   });
 }
 
+void fill_moments(void* dst, MomentFormat f, Moment which, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  if (f != MomentFormat::q8) {
+    fill_uniform(dst, f == MomentFormat::bf16 ? DType::bf16 : DType::fp32, n, seed, lo, hi);
+    return;
+  }
+  std::vector<float> tmp(n);
+  fill_uniform(tmp.data(), DType::fp32, n, seed, lo, hi);
+  moments_from_fp32(tmp.data(), dst, f, which, n);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -47,6 +57,17 @@ device::DeviceBuffer filled(device::Device& dev, device::Stream& s, DType t, std
   device::DeviceBuffer b(dev, n * dtype_size(t), what);
   std::vector<unsigned char> host(n * dtype_size(t));
   fill_uniform(host.data(), t, n, seed, lo, hi);
+  s.copy_async(b.get(), host.data(), host.size(), device::CopyKind::host_to_device);
+  s.synchronize();
+  return b;
+}
+
+// The same for moments of format f.
+device::DeviceBuffer filled_moments(device::Device& dev, device::Stream& s, MomentFormat f, Moment which, std::size_t n,
+                                    std::uint64_t seed, float lo, float hi, const char* what) {
+  device::DeviceBuffer b(dev, moment_bytes(f, n), what);
+  std::vector<unsigned char> host(moment_bytes(f, n));
+  fill_moments(host.data(), f, which, n, seed, lo, hi);
   s.copy_async(b.get(), host.data(), host.size(), device::CopyKind::host_to_device);
   s.synchronize();
   return b;
@@ -66,17 +87,16 @@ nlohmann::json bench_adam_device(const std::string& name, const optim::AdamConfi
   optim::StepArgs a;
   a.n = shape.n;
   a.grad_dtype = shape.grad_dtype;
-  a.state_dtype = shape.state_dtype;
+  a.state_format = shape.state_format;
   a.copy_dtype = shape.copy_dtype;
   const std::size_t n = a.n;
   // The roofline's copy reads and writes half the step's bytes each: the step reads master,
   // gradient and both moments and writes master, moments and the copy-out.
+  const std::size_t moments = moment_bytes(a.state_format, n);
   const std::size_t half =
-      n *
-      (2 * 4 + dtype_size(a.grad_dtype) + 4 * dtype_size(a.state_dtype) + (copy_out ? dtype_size(a.copy_dtype) : 0)) /
-      2;
+      (n * (2 * 4 + dtype_size(a.grad_dtype) + (copy_out ? dtype_size(a.copy_dtype) : 0)) + 4 * moments) / 2;
   const std::size_t state =
-      n * (4 + dtype_size(a.grad_dtype) + 2 * dtype_size(a.state_dtype) + (copy_out ? dtype_size(a.copy_dtype) : 0));
+      n * (4 + dtype_size(a.grad_dtype) + (copy_out ? dtype_size(a.copy_dtype) : 0)) + 2 * moments;
   device::DeviceOptions opt;
   opt.backend = device::parse_backend(name);
   opt.budget_bytes = state + 2 * half + (std::uint64_t{64} << 20);
@@ -86,8 +106,8 @@ nlohmann::json bench_adam_device(const std::string& name, const optim::AdamConfi
   auto& s = *stream;
   device::DeviceBuffer master = filled(*dev, s, DType::fp32, n, 1, -0.05f, 0.05f, "bench adam master");
   device::DeviceBuffer grad = filled(*dev, s, a.grad_dtype, n, 2, -1e-3f, 1e-3f, "bench adam gradient");
-  device::DeviceBuffer m = filled(*dev, s, a.state_dtype, n, 3, -1e-4f, 1e-4f, "bench adam m");
-  device::DeviceBuffer v = filled(*dev, s, a.state_dtype, n, 4, 0.0f, 1e-6f, "bench adam v");
+  device::DeviceBuffer m = filled_moments(*dev, s, a.state_format, Moment::first, n, 3, -1e-4f, 1e-4f, "bench adam m");
+  device::DeviceBuffer v = filled_moments(*dev, s, a.state_format, Moment::second, n, 4, 0.0f, 1e-6f, "bench adam v");
   std::optional<device::DeviceBuffer> copy;
   if (copy_out) copy.emplace(*dev, n * dtype_size(a.copy_dtype), "bench adam copy-out");
   const std::size_t copy_bytes = opt.backend == device::Backend::host ? 1 : half;
@@ -130,7 +150,7 @@ nlohmann::json bench_adam_device(const std::string& name, const optim::AdamConfi
           {"backend", device::backend_name(opt.backend)},
           {"params", n},
           {"grad_dtype", dtype_name(a.grad_dtype)},
-          {"state_dtype", dtype_name(a.state_dtype)},
+          {"state_dtype", moment_format_name(a.state_format)},
           {"copy_out", a.copy ? dtype_name(a.copy_dtype) : "none"},
           {"iters", iters},
           {"bytes_per_param", traffic.total()},

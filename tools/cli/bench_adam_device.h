@@ -14,12 +14,15 @@
 #include "optim/adam.h"
 #include "optim/step_args.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/moment_format.h"
 
 namespace strata::cli {
 
 // Deterministic pseudo-random values in [lo, hi) (splitmix64 of the index), written in
 // parallel so every page is first touched by the workers that will stream it.
 void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi);
+// fill_uniform's values as moments of format f (moment_bytes(f, n) bytes at dst).
+void fill_moments(void* dst, MomentFormat f, Moment which, std::size_t n, std::uint64_t seed, float lo, float hi);
 
 // `shape` gives n and the dtypes (its pointers are ignored); copy_out: a 16-bit parameter copy
 // (shape.copy_dtype) is written in the same pass. Returns the figures as JSON (step_ms, gbps,

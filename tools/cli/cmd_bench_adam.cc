@@ -90,18 +90,18 @@ optim::UpdateRule parse_rule(const std::string& name) {
 // Alternated; adds the medians to `j`.
 void time_out_of_place(optim::StepArgs& a, optim::StateUse use, int iters, const std::function<void()>& step,
                        nlohmann::json& j) {
-  const std::size_t n = a.n, sb = dtype_size(a.state_dtype);
+  const std::size_t n = a.n, sb = moment_bytes(a.state_format, n);
   HostArray from_master(n * 4);
   std::unique_ptr<HostArray> from_m, from_v;
-  if (use.m) from_m = std::make_unique<HostArray>(n * sb);
-  if (use.v) from_v = std::make_unique<HostArray>(n * sb);
+  if (use.m) from_m = std::make_unique<HostArray>(sb);
+  if (use.v) from_v = std::make_unique<HostArray>(sb);
   fill_uniform(from_master.get(), DType::fp32, n, 6, -0.05f, 0.05f);
-  if (from_m) fill_uniform(from_m->get(), a.state_dtype, n, 7, -1e-4f, 1e-4f);
-  if (from_v) fill_uniform(from_v->get(), a.state_dtype, n, 8, 0.0f, 1e-6f);
+  if (from_m) fill_moments(from_m->get(), a.state_format, Moment::first, n, 7, -1e-4f, 1e-4f);
+  if (from_v) fill_moments(from_v->get(), a.state_format, Moment::second, n, 8, 0.0f, 1e-6f);
   const auto copy_over = [&] {
     std::memcpy(a.master, from_master.get(), n * 4);
-    if (from_m) std::memcpy(a.m, from_m->get(), n * sb);
-    if (from_v) std::memcpy(a.v, from_v->get(), n * sb);
+    if (from_m) std::memcpy(a.m, from_m->get(), sb);
+    if (from_v) std::memcpy(a.v, from_v->get(), sb);
   };
   const optim::StepArgs::Source src{from_master.as<float>(), from_m ? from_m->get() : nullptr,
                                     from_v ? from_v->get() : nullptr};
@@ -128,8 +128,8 @@ void print_text(const Options& o, const nlohmann::json& j) {
               j["params"].get<std::size_t>(), j["grad_dtype"].get<std::string>().c_str(),
               j["state_dtype"].get<std::string>().c_str(), j["copy_out"].get<std::string>().c_str(),
               j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
-  std::printf("bytes per param:    %zu (read %zu, written %zu)\n", j["bytes_per_param"].get<std::size_t>(),
-              j["bytes_read_per_param"].get<std::size_t>(), j["bytes_written_per_param"].get<std::size_t>());
+  std::printf("bytes per param:    %g (read %g, written %g)\n", j["bytes_per_param"].get<double>(),
+              j["bytes_read_per_param"].get<double>(), j["bytes_written_per_param"].get<double>());
   std::printf("step:               %8.2f ms  %6.3f Gparam/s  %6.2f GB/s   (median of %d)\n", num("step_ms"),
               num("gparams_per_s"), num("gbps"), o.iters);
   std::printf("roofline (stream):  %8.2f ms                   %6.2f GB/s\n", num("roofline_ms"), num("roofline_gbps"));
@@ -156,7 +156,7 @@ int run_on_device(const Options& o, optim::UpdateRule rule, optim::StepArgs a, b
     return 0;
   }
   std::printf("%s step on %s, %zu params, grad %s, state %s, copy-out %s\n", o.optimizer.c_str(),
-              j["device"].get<std::string>().c_str(), a.n, dtype_name(a.grad_dtype), dtype_name(a.state_dtype),
+              j["device"].get<std::string>().c_str(), a.n, dtype_name(a.grad_dtype), moment_format_name(a.state_format),
               j["copy_out"].get<std::string>().c_str());
   std::printf("step:               %8.3f ms  %7.2f GB/s   (median of %d)\n", j["step_ms"].get<double>(),
               j["gbps"].get<double>(), o.iters);
@@ -171,7 +171,8 @@ Action setup(CLI::App& cmd) {
   cmd.add_option("--params", o->params, "Parameters in the shard (e.g. 256M, 1e9)");
   cmd.add_option("--optimizer", o->optimizer, "adamw|adam|lion|adagrad");
   cmd.add_option("--grad-dtype", o->grad_dtype, "Gradient dtype: fp32|bf16|fp16");
-  cmd.add_option("--state-dtype", o->state_dtype, "Optimizer state dtype: fp32|bf16");
+  cmd.add_option("--state-dtype", o->state_dtype,
+                 "Optimizer moments: fp32|bf16|q8 (q8: 8-bit, a scale per 16 elements; AdamW/Adam)");
   cmd.add_option("--copy-out", o->copy_out, "16-bit parameter copy written in the same pass: none|bf16|fp16");
   cmd.add_option("--threads", o->threads, "Worker threads (0: all hardware threads)")->check(CLI::Range(0, 4096));
   cmd.add_option("--iters", o->iters, "Timed repetitions; figures are medians")->check(CLI::Range(1, 1000));
@@ -193,15 +194,15 @@ Action setup(CLI::App& cmd) {
     optim::StepArgs a;
     a.n = n;
     a.grad_dtype = parse_dtype(o->grad_dtype);
-    a.state_dtype = parse_dtype(o->state_dtype);
+    a.state_format = parse_moment_format(o->state_dtype);
     const bool copy = o->copy_out != "none";
     if (copy) a.copy_dtype = parse_dtype(o->copy_out);
     if (!o->device.empty()) return run_on_device(*o, rule, a, copy);
     const optim::StateUse use = optim::state_use(rule);
     HostArray master(n * 4), grad(n * dtype_size(a.grad_dtype));
     std::unique_ptr<HostArray> m, v, out;
-    if (use.m) m = std::make_unique<HostArray>(n * dtype_size(a.state_dtype));
-    if (use.v) v = std::make_unique<HostArray>(n * dtype_size(a.state_dtype));
+    if (use.m) m = std::make_unique<HostArray>(moment_bytes(a.state_format, n));
+    if (use.v) v = std::make_unique<HostArray>(moment_bytes(a.state_format, n));
     if (copy) out = std::make_unique<HostArray>(n * dtype_size(a.copy_dtype));
     a.master = master.as<float>();
     a.grad = grad.get();
@@ -210,8 +211,8 @@ Action setup(CLI::App& cmd) {
     a.copy = out ? out->get() : nullptr;
     fill_uniform(a.master, DType::fp32, n, 1, -0.05f, 0.05f);
     fill_uniform(grad.get(), a.grad_dtype, n, 2, -1e-3f, 1e-3f);
-    if (m) fill_uniform(m->get(), a.state_dtype, n, 3, -1e-4f, 1e-4f);
-    if (v) fill_uniform(v->get(), a.state_dtype, n, 4, 0.0f, 1e-6f);
+    if (m) fill_moments(m->get(), a.state_format, Moment::first, n, 3, -1e-4f, 1e-4f);
+    if (v) fill_moments(v->get(), a.state_format, Moment::second, n, 4, 0.0f, 1e-6f);
     if (out) fill_uniform(out->get(), a.copy_dtype, n, 5, 0.0f, 1.0f);
     a.grad_scale = 0.5f;  // as if clipping: exercises the fused multiply
     a.step = 100;
@@ -248,7 +249,7 @@ Action setup(CLI::App& cmd) {
     nlohmann::json j = {{"optimizer", o->optimizer},
                         {"params", n},
                         {"grad_dtype", dtype_name(a.grad_dtype)},
-                        {"state_dtype", dtype_name(a.state_dtype)},
+                        {"state_dtype", moment_format_name(a.state_format)},
                         {"copy_out", copy ? dtype_name(a.copy_dtype) : "none"},
                         {"threads", threads},
                         {"iters", o->iters},

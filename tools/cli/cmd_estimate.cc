@@ -145,7 +145,7 @@ int run(const Options& o) {
       j["tiers"][name] = tier_json(e.tiers[t]);
       j["tiers"][name]["bytes_per_parameter"] = per_param(e.tiers[t].total());
     }
-    j["optimizer_state"] = {{"moment_dtype", dtype_name(in.config.optimizer.moment_dtype)},
+    j["optimizer_state"] = {{"moment_dtype", moment_format_name(in.config.optimizer.moment_format)},
                             {"bytes_per_element", engine::state_bytes_per_elem(in.config.optimizer)}};
     if (o.lora_rank > 0) {
       j["lora"] = {{"rank", o.lora_rank},       {"adapted_weights", lora.adapted}, {"trainable", lora.trainable},
@@ -165,7 +165,7 @@ int run(const Options& o) {
                 format_bytes(k[0]).c_str(), format_bytes(k[1]).c_str(), format_bytes(k[2]).c_str(),
                 format_bytes(k[3]).c_str(), format_bytes(e.tiers[t].total()).c_str());
   }
-  std::printf("  bytes per parameter: device %.2f, host %.2f, nvme %.2f; optimizer state %u bytes an element (%s)\n",
+  std::printf("  bytes per parameter: device %.2f, host %.2f, nvme %.2f; optimizer state %g bytes an element (%s)\n",
               per_param(e.tiers[0].total()), per_param(e.tiers[1].total()), per_param(e.tiers[2].total()),
               engine::state_bytes_per_elem(in.config.optimizer),
               engine::state_description(in.config.optimizer).c_str());
