@@ -3,7 +3,8 @@
 // A checkpoint is one directory per saved step (`step-00000012`) under a root directory,
 // holding one shard file per rank (`rank00000.bin`) and `manifest.json`. A shard file is
 // raw little-endian data: the pieces of fp32 master weights and optimizer moments (fp32, or
-// bf16 where the manifest's "moment_dtype" says so, version 3) that its rank owned, unpadded,
+// bf16 where the manifest's "moment_dtype" says bf16 (version 3) or q8 (version 4: exp_avg
+// and the square root of exp_avg_sq, the q8 values exactly)) that its rank owned, unpadded,
 // one segment per (tensor, state, contiguous range). The manifest says
 // everything needed to read them back at any world size and stage:
 //   - format and version, the step, the world size, ZeRO stage and compute dtype it was

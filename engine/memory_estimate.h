@@ -15,9 +15,9 @@
 // (the prefetch window), the updated copies staged for the host link or NVMe (one layer; every NVMe layer's shards
 // while their write-backs queue) and the device copies of the device optimizer for off-device shards (one layer, in the
 // optimizer step, when nothing is gathered). With overlap_step and no host budget, each host layer's spare optimizer
-// arrays (OptimizerState::spare: 12 bytes an element, 8 with bf16 moments). Each tier's step buffers are capped
-// by what its budget leaves. A tier's peak adds the kinds' peaks: an upper bound, reached
-// when the buffers' peaks coincide.
+// arrays (OptimizerState::spare: 12 bytes an element, 8 with bf16 moments, 6.125 with q8). Each tier's step buffers are
+// capped by what its budget leaves. A tier's peak adds the kinds' peaks: an upper bound, reached when the buffers'
+// peaks coincide.
 #pragma once
 
 #include <array>

@@ -1,6 +1,6 @@
 // OptimizerState: each layer's optimizer state (docs/design.md, "The engine's parts"): the
-// fp32 master weights and exp_avg and exp_avg_sq in the moment dtype (fp32, or bf16 with
-// bf16.bf16_optimizer_states), opt_elems(li) elements each (the padded layer at stage 0, this
+// fp32 master weights and exp_avg and exp_avg_sq in the moment format (fp32, bf16 or q8:
+// runtime/core/moment_format.h), opt_elems(li) elements each (the padded layer at stage 0, this
 // rank's shard of it above), wherever it lives: it owns the arrays of the layers whose state
 // lives on the device or in host RAM, and the optimizer swapper (offload/optimizer_swapper.h)
 // that holds the state of the layers on NVMe in checksummed swap files under
@@ -13,7 +13,7 @@
 // the arrays are allocated but hold nothing until write(). read(li, ...) and write(li, ...)
 // move a layer's whole state to or from fp32 host arrays wherever it lives (a null pointer is
 // skipped on read, zeros on write; bf16 moments are widened on read, exactly, and rounded to
-// nearest even on write); both are synchronous. Writes of layers on NVMe go to the
+// nearest even on write, q8 ones decoded and coded); both are synchronous. Writes of layers on NVMe go to the
 // swapper's other generation: commit_writes(), after every layer was written, makes them
 // current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
 // layers in place through resident(li) and layers on NVMe through step_swapped(), which runs

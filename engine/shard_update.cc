@@ -138,8 +138,8 @@ void ShardUpdate::lamb(const optim::StepArgs& base, float lr) {
 }
 
 // Sub-groups come in layer then offset order; a sub-group may cover parts of several buckets
-// and a bucket may span sub-groups: the optimizer is elementwise, so the bits do not depend on
-// where the state is cut.
+// and a bucket may span sub-groups: the optimizer is elementwise (q8: blockwise, cut only at
+// block edges), so the bits do not depend on where the state is cut.
 void ShardUpdate::sub_group(const optim::StepArgs& base, float lr, int li, const offload::SubGroup& g) {
   const auto& L = c_.layout.layers()[li];
   for (std::size_t k = 0; k < L.buckets.size(); ++k) {

@@ -14,9 +14,11 @@
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
 // whole tensors (stage 0 only). commit() and abort() end a step's writes of compute copies;
 // restore_copies() rewrites copies from the masters after an abort() (the overlapped undo).
-// The moments are in the state's moment dtype. Bits depend only
+// The moments are in the state's moment format. Bits depend only
 // on the gradients, the arguments and the state, never on where state lives or how a range is
-// cut (every optimizer but LAMB is elementwise).
+// cut (every optimizer but LAMB is elementwise; q8 moments are stepped a block of 16 at a time,
+// and every cut falls on a block: shards, buckets and sub-groups are whole blocks, and q8
+// refuses parameters with a learning rate of their own, where a range would be cut inside one).
 #pragma once
 
 #include <cstddef>

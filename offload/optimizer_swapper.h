@@ -1,5 +1,5 @@
 // OptimizerSwapper: one rank's optimizer state (fp32 master weights; exp_avg and exp_avg_sq
-// in fp32 or bf16)
+// in fp32, bf16 or q8)
 // kept on NVMe in checksummed swap files and stepped in sub-groups through a pipeline of
 // pinned buffers: sub-group i+1 is read while the caller's optimizer runs on i and i-1 is
 // written back (the pipelined swapping of ZeRO-Infinity and DeepSpeed).
@@ -34,8 +34,8 @@ namespace strata::offload {
 // file holding [master | exp_avg | exp_avg_sq] of its elements, so a sub-group is always one
 // whole-file transfer that fits one buffer, and any tensor size works. write_state() and
 // read_state() take and give fp32 arrays: bf16 moments are rounded to nearest even on the way
-// in and widened exactly on the way out. Not thread-safe: one caller at a time. Files are
-// removed when the swapper is destroyed.
+// in and widened exactly on the way out, q8 ones coded and decoded (runtime/core/moment_format.h). Not thread-safe: one
+// caller at a time. Files are removed when the swapper is destroyed.
 //
 // A step is a pull iterator (Step, from begin_step(order)): it reads every sub-group from the
 // current generation, in the order's tensors (each in offset order), reads running ahead into

@@ -105,7 +105,7 @@ template <bool kSecond> inline void encode(const float* x, std::uint8_t* out, st
     mag[b] = kSecond ? xsimd::sqrt(v) : as_float(as_bits(v) & UB(0x7fffffffu));
     top = xsimd::max(top, mag[b]);
   }
-  const std::uint8_t s = q8::scale_for(max_lane(top));
+  const std::uint8_t s = q8::scale_for(max_lane(top), kSecond);
   out[0] = s;
   if (s == 0) {
     for (int i = 0; i < q8::kBlockElems; ++i) out[1 + i] = 0;
@@ -119,7 +119,7 @@ template <bool kSecond> inline void encode(const float* x, std::uint8_t* out, st
       0x2F5E5358u, 0xB54A1DC3u, 0x3B35E82Eu, 0xC121B299u, 0x470D7D04u, 0xCCF9476Fu, 0x52E511DAu, 0xD8D0DC45u};
   alignas(64) std::uint32_t code[q8::kBlockElems];
   for (int b = 0; b < kBatches; ++b) {
-    const FB t = mag[b] * inv;  // exact; in [0, 256)
+    const FB t = mag[b] * inv;  // exact; at most 240 (248): rounds to at most that
     // dither(): mix of the bits, the salt, the lane and the moment
     UB h = as_bits(t) ^ key ^ UB::load_aligned(kLaneKey + b * kLanes);
     h ^= h >> 16;
@@ -132,9 +132,17 @@ template <bool kSecond> inline void encode(const float* x, std::uint8_t* out, st
     const IB e = as_i((as_bits(t) >> 23) & UB(0xffu)) - IB(127);
     IB k = xsimd::max(e, IB(-6));
     const FB p = as_float(as_u(IB(kMan + 127) - k) << 23);
-    IB r = xsimd::to_int(t * p + u);  // truncation of a non-negative value: floor
-    r = xsimd::select((k == IB(7)) & (r == IB(2 << kMan)), r - IB(1), r);
-    if constexpr (kSecond) r = xsimd::select((r == IB(0)) & (as_i(as_bits(t)) > IB(0)), IB(1), r);  // t > 0
+    IB r;
+    if constexpr (kSecond) {  // the step up with the square's probability
+      const FB a = t * p;
+      const IB r0 = xsimd::to_int(a);
+      const FB r0f = xsimd::to_float(r0);
+      const FB num = (a - r0f) * (a + r0f), den = r0f + r0f + FB(1.0f);
+      r = r0 + xsimd::to_int(xsimd::select(u * den < num, FB(1.0f), FB(0.0f)));
+      r = xsimd::select((r == IB(0)) & (as_i(as_bits(t)) > IB(0)), IB(1), r);  // never zero (t > 0)
+    } else {
+      r = xsimd::to_int(t * p + u);  // truncation of a non-negative value: floor
+    }
     // code_of()
     const auto sub = (k == IB(-6)) & (r < IB(1 << kMan));
     const auto big = r >= IB(2 << kMan);

@@ -8,17 +8,26 @@
 //   second moment (exp_avg_sq, >= 0):     the square root of the value, in an unsigned
 //                                         e4m4 (bias 7, subnormals down to 2^-10, max 496),
 //                                         so the stored value is (decode(c) x 2^(s-127))^2.
-// The scale puts the block's largest magnitude (largest square root) in [128, 256), and
-// rounding stays below 256 (at most 240 or 248), so a decoded block codes back to itself
-// bit for bit (the same scale and codes); 2^-9 (2^-10) is the smallest nonzero step.
+// The scale puts the block's largest magnitude (largest square root) in [128, 240] ([128,
+// 248]), or in (120, 128) (124, 128) where it is larger: the largest code below 256, so no
+// value can round up out of the scale's range and none is clamped (a clamp would bias it).
+// A decoded block codes back to the same values for any salt (every value is on the grid: a
+// block whose largest value is 240 or 248 may come back at the finer scale), so training
+// from decoded moments, a checkpoint's, goes on bit for bit; 2^-9 (2^-10) of the scale is the
+// smallest nonzero step.
 // Rounding is stochastic: the value lands on one of the two neighbouring codes with
 // probabilities that make its expectation exact, so the long memory of beta2 = 0.999 is kept
 // (round to nearest would freeze a second moment whose per-step change is below half a step).
+// For the second moment the probabilities are those of the square (the stored value), not of
+// the root: a root rounded without bias squares to v plus the rounding's variance, a bias of
+// up to 1/1024 a step that compounds through beta2 (at 0.999 to half as much again).
 // The random number is a hash of the element's own unrounded bits, its lane in the block and
 // a salt (the step), nothing about where the block lives, so a block codes to the same bits
 // on every rank, tier, stage and world size. A nonzero second moment never codes to zero
 // (Adam would divide the first moment by eps alone): it rounds up to the smallest step.
-// Magnitudes below 2^-100 code as zero. Values must be finite.
+// Magnitudes below 2^-100 (square roots below 2^-50) code as zero, so every decoded value and
+// square is an exact fp32 (and bf16) number. Values must be finite (the optimizers skip a
+// step whose gradients are not).
 #pragma once
 
 #include <cmath>
@@ -77,14 +86,19 @@ STRATA_Q8_HD float dither(float x, int lane, bool second, std::uint32_t salt) {
 
 // x >= 0 and below 256 rounded stochastically to `man` mantissa bits with normal exponents
 // down to -6 (below that a fixed step of 2^(-6 - man)); returns the number of steps r, the
-// value being r x 2^(k - man) with k = max(exponent of x, -6), and sets k.
-STRATA_Q8_HD std::uint32_t round_steps(float x, int man, float u, int& k) {
+// value being r x 2^(k - man) with k = max(exponent of x, -6), and sets k. With `square`, the
+// step up is taken with the probability that makes r^2 (not r) exact in expectation:
+// (a^2 - r0^2) / ((r0 + 1)^2 - r0^2) for a = x in steps and r0 its floor. Each operation is
+// one rounding with no product feeding a sum, so no compiler can fuse it differently.
+STRATA_Q8_HD std::uint32_t round_steps(float x, int man, float u, bool square, int& k) {
   const int e = static_cast<int>((bits_of(x) >> 23) & 0xffu) - 127;
   k = e < -6 ? -6 : e;
-  const float t = x * pow2(man - k);  // exact: a power of two
-  float r = t + u;
-  r = static_cast<float>(static_cast<std::uint32_t>(r));  // floor (r >= 0)
-  return static_cast<std::uint32_t>(r);
+  const float a = x * pow2(man - k);                      // exact: a power of two
+  if (!square) return static_cast<std::uint32_t>(a + u);  // floor (a + u >= 0)
+  const std::uint32_t r0 = static_cast<std::uint32_t>(a);
+  const float r0f = static_cast<float>(r0);
+  const float num = (a - r0f) * (a + r0f), den = r0f + r0f + 1.0f;
+  return r0 + (u * den < num ? 1u : 0u);
 }
 
 // Code of r steps at exponent k (r <= 2^(man + 1)) for e4m3 magnitudes (man 3) and e4m4 (man 4).
@@ -105,10 +119,14 @@ STRATA_Q8_HD float magnitude_of(std::uint8_t code, int man) {
 }
 
 // The block's scale byte for a largest magnitude `amax` (a square root for the second moment).
-STRATA_Q8_HD std::uint8_t scale_for(float amax) {
-  if (!(amax >= 7.888609052210118e-31f)) return 0;  // below 2^-100 (or zero): a zero block
-  const int e = static_cast<int>((bits_of(amax) >> 23) & 0xffu) - 127;
-  return static_cast<std::uint8_t>(e - 7 + 127);
+STRATA_Q8_HD std::uint8_t scale_for(float amax, bool second) {
+  // below 2^-100 (2^-50 for square roots) or zero: a zero block
+  if (!(amax >= (second ? 8.881784197001252e-16f : 7.888609052210118e-31f))) return 0;
+  const std::uint32_t b = bits_of(amax);
+  const int e = static_cast<int>((b >> 23) & 0xffu) - 127;
+  // above the largest code below 256 (248 = 1.9375 x 128; 240 = 1.875 x 128): the next scale
+  const bool above = (b & 0x7fffffu) > (second ? 0x780000u : 0x700000u);
+  return static_cast<std::uint8_t>(e - 7 + 127 + (above ? 1 : 0));
 }
 
 // Codes x[0..15] into out[0..16]. second: x are second moments (>= 0), coded by square root.
@@ -119,7 +137,7 @@ STRATA_Q8_HD void encode_block(const float* x, std::uint8_t* out, bool second, s
     mag[i] = second ? sqrt_rn(x[i]) : from_bits(bits_of(x[i]) & 0x7fffffffu);
     amax = mag[i] > amax ? mag[i] : amax;
   }
-  const std::uint8_t s = scale_for(amax);
+  const std::uint8_t s = scale_for(amax, second);
   out[0] = s;
   if (s == 0) {
     for (int i = 0; i < kBlockElems; ++i) out[1 + i] = 0;
@@ -128,10 +146,9 @@ STRATA_Q8_HD void encode_block(const float* x, std::uint8_t* out, bool second, s
   const float inv = pow2(127 - static_cast<int>(s));
   const int man = second ? 4 : 3;
   for (int i = 0; i < kBlockElems; ++i) {
-    const float t = mag[i] * inv;  // exact; in [0, 256)
+    const float t = mag[i] * inv;  // exact; at most 240 (248): rounds to at most that
     int k = 0;
-    std::uint32_t r = round_steps(t, man, dither(t, i, second, salt), k);
-    if (k == 7 && r == (2u << man)) --r;      // stay below 256: the scale stays the block's
+    std::uint32_t r = round_steps(t, man, dither(t, i, second, salt), second, k);
     if (second && r == 0 && t > 0.0f) r = 1;  // never zero: see the header
     std::uint8_t c = code_of(r, k, man);
     if (!second && x[i] < 0.0f && c != 0) c |= 0x80u;  // e4m3 sign bit

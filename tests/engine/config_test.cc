@@ -381,8 +381,12 @@ TEST_CASE("optimizer.moments chooses fp32, bf16 or q8 moments beside DeepSpeed's
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
       "optimizer": {"type": "AdamW", "moments": "q8", "params": {}})")),
              Catch::Contains("optimizer.moments") && Catch::Contains("disagrees with bf16.bf16_optimizer_states"));
-  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Lion", "moments": "q8", "params": {}})")),
-             Catch::Contains("q8 moments are for Adam and AdamW"));
+  for (const char* type : {"Lion", "Adagrad", "Lamb"}) {
+    INFO(type);
+    CHECK_THAT(
+        error_of(with_batch(std::string(R"("optimizer": {"type": ")") + type + R"(", "moments": "q8", "params": {}})")),
+        Catch::Contains("q8 moments are for Adam and AdamW"));
+  }
   CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "AdamW", "moments": "int8", "params": {}})")),
              Catch::Contains("optimizer.moments"));
 }

@@ -2,6 +2,7 @@
 // update where the scale changes, wherever the shard and bucket boundaries fall, so every
 // parameter steps exactly as AdamW would step it alone with lr x lr_scale (decoupled decay at
 // the base rate), at every stage, on two ranks, with the optimizer state on the device or host.
+// q8 moments, stepped a block of 16 at one rate, refuse a parameter with a rate of its own.
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -113,4 +114,18 @@ TEST_CASE("an lr_scale that is not a finite positive number is refused naming th
   engine::Engine e(o);
   CHECK_THROWS_WITH(e.register_param("w", {8}, 0, {}, 0.0f), Catch::Contains("register_param('w'): lr_scale 0"));
   CHECK_THROWS_WITH(e.register_param("w", {8}, 0, {}, -1.0f), Catch::Contains("must be finite and above 0"));
+}
+
+TEST_CASE("q8 moments refuse a parameter with its own learning rate, naming it", "[zero][q8]") {
+  auto c = config(1, false);
+  c.optimizer.moment_format = MomentFormat::q8;
+  auto dev = device::Device::create({});
+  engine::EngineOptions o;
+  o.config = c;
+  o.device = dev.get();
+  engine::Engine e(o);
+  e.register_param("plain", {32}, 0);  // lr_scale 1: a block's rate is the step's
+  CHECK_THROWS_WITH(e.register_param("scaled", {32}, 0, {}, 0.5f),
+                    Catch::Contains("register_param('scaled'): lr_scale 0.5 with q8 moments") &&
+                        Catch::Contains("use bf16 or fp32 moments"));
 }

@@ -3,7 +3,8 @@
 // state lives (device, host RAM, NVMe, the overlapped step), the ledger and the NVMe traffic
 // hold 6.125 bytes an element of state where fp32 moments take 12, the run stays near the
 // fp32-moment run, checkpoints store the q8 values exactly and resume bitwise, a checkpoint
-// of another format loads into a q8 run and a q8 one into an fp32 run, and offload_states
+// of another format loads into a q8 run and a q8 one into an fp32 run, a q8 checkpoint moves
+// between world sizes and stages with its values (tensors straddling blocks), and offload_states
 // moves q8 moments off the device and back bit for bit.
 #include <catch2/catch.hpp>
 
@@ -122,6 +123,36 @@ TEST_CASE("a checkpoint keeps q8 moments exactly, resumes bitwise and loads acro
     spec.save_checkpoint = at + "/again";
     (void)test::train_mlp(spec);
     CHECK(test::checkpoint_contents(at + "/again") == contents);
+  }
+}
+
+TEST_CASE("a q8 checkpoint moves between world sizes and stages with its values, tensors straddling blocks",
+          "[compact][q8][offload]") {
+  // Hidden 20: a weight of 400 and a bias of 20 elements, so q8 blocks hold the end of one
+  // tensor and the start of the next, and the ranks' shards cut the layers elsewhere at
+  // world 2 than at world 1. Loading re-codes each block from the stored values: the same
+  // values come back at any world size and stage, saved again as they were.
+  test::TempDir dir("strata-q8-world");
+  auto spec = q8_spec(3, OffloadDevice::cpu, OffloadDevice::none, dir.path() + "/swap");
+  spec.hidden = 20;
+  spec.steps = 3;
+  spec.save_checkpoint = dir.path() + "/w2";
+  (void)test::train_mlp(spec);
+  const auto saved = test::checkpoint_contents(dir.path() + "/w2");
+  REQUIRE(saved.at("layers.1.bias/exp_avg_sq").size() == 20 * 4);
+  for (const int world : {1, 2}) {
+    for (const int stage : {0, 2}) {
+      INFO("world " << world << ", stage " << stage);
+      auto to = q8_spec(stage, stage == 0 ? OffloadDevice::none : OffloadDevice::cpu, OffloadDevice::none,
+                        dir.path() + "/swap");
+      to.world = world;
+      to.hidden = 20;
+      to.steps = 0;
+      to.load_checkpoint = dir.path() + "/w2";
+      to.save_checkpoint = dir.path() + "/re" + std::to_string(world) + std::to_string(stage);
+      (void)test::train_mlp(to);
+      CHECK(test::checkpoint_contents(to.save_checkpoint) == saved);
+    }
   }
 }
 

@@ -195,6 +195,9 @@ Action setup(CLI::App& cmd) {
     a.n = n;
     a.grad_dtype = parse_dtype(o->grad_dtype);
     a.state_format = parse_moment_format(o->state_dtype);
+    STRATA_CHECK(a.state_format != MomentFormat::q8 || n % moment_align(MomentFormat::q8) == 0, Errc::invalid_argument,
+                 "--params ", n, " with --state-dtype q8: q8 steps whole blocks of ", moment_align(MomentFormat::q8),
+                 " elements; give a multiple of ", moment_align(MomentFormat::q8));
     const bool copy = o->copy_out != "none";
     if (copy) a.copy_dtype = parse_dtype(o->copy_out);
     if (!o->device.empty()) return run_on_device(*o, rule, a, copy);
