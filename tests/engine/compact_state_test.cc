@@ -1,10 +1,11 @@
-// Compact optimizer state: bf16 moments (bf16.bf16_optimizer_states). The demo MLP trains
-// bitwise alike with them at every stage and wherever the state lives (device, host RAM,
-// NVMe, the overlapped step), the ledger holds 8 bytes an element of state instead of 12 on
-// every tier, the run stays close to the fp32-moment run without being it, checkpoints store
-// the moments in two bytes (raw shard files and linked NVMe swap files alike) and resume
-// bitwise, a checkpoint of either format loads into a run of the other, and offload_states
-// moves bf16 moments off the device and back bit for bit.
+// Compact optimizer state: bf16 moments (bf16.bf16_optimizer_states) and q8 moments
+// (optimizer.moments "q8"). The demo MLP trains bitwise alike with either at every stage and
+// wherever the state lives (device, host RAM, NVMe, the overlapped step), the ledger holds 8
+// (6.125) bytes an element of state instead of 12 on every tier, the run stays close to the
+// fp32-moment run without being it, and offload_states moves the moments off the device and
+// back bit for bit. bf16 moments: checkpoints store them in two bytes (raw shard files and
+// linked NVMe swap files alike) and resume bitwise, and a checkpoint of either format loads
+// into a run of the other (q8 checkpoints: q8_state_test.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -23,62 +24,75 @@ namespace {
 
 using engine::OffloadDevice;
 
-test::TrainSpec bf16_moments_spec(int stage, OffloadDevice opt, OffloadDevice par, const std::string& dir) {
+test::TrainSpec bf16_moments_spec(int stage, OffloadDevice opt, OffloadDevice par, const std::string& dir,
+                                  MomentFormat format = MomentFormat::bf16) {
   test::TrainSpec spec;
   spec.world = 2;
   spec.steps = 6;
   spec.config = test::stage3_config(2);
   spec.config.zero.stage = stage;
   spec.config.zero.stage3_param_persistence_threshold = stage == 3 ? 1100 : 0;  // one layer persistent
-  spec.config.optimizer.moment_format = MomentFormat::bf16;
+  spec.config.optimizer.moment_format = format;
   test::place(spec.config, opt, par, dir);
   return spec;
 }
 
 }  // namespace
 
-TEST_CASE("bf16 moments train bitwise alike at every stage and placement, in 8 bytes an element", "[compact][uring]") {
-  test::TempDir dir("strata-compact");
-  const auto reference = test::train_mlp(bf16_moments_spec(0, OffloadDevice::none, OffloadDevice::none, dir.path()));
-  REQUIRE(reference.losses.back() < reference.losses.front());
-  struct Case {
-    int stage;
-    OffloadDevice opt, par;
-    bool overlap;
+TEST_CASE("compact moments train bitwise alike at every stage and placement, in 8 or 6.125 bytes an element",
+          "[compact][uring]") {
+  struct Format {
+    MomentFormat format;
+    std::uint64_t num, den;  // optimizer bytes against fp32 moments': 8/12, and 6.125/12 = 49/96
+    double drift;            // the bound on the distance from the fp32-moment run, in lr x steps
   };
-  const Case cases[] = {
-      {1, OffloadDevice::none, OffloadDevice::none, false}, {2, OffloadDevice::cpu, OffloadDevice::none, false},
-      {2, OffloadDevice::cpu, OffloadDevice::none, true},   {3, OffloadDevice::nvme, OffloadDevice::none, false},
-      {3, OffloadDevice::nvme, OffloadDevice::nvme, true},  {3, OffloadDevice::cpu, OffloadDevice::cpu, true}};
-  for (const auto& c : cases) {
-    INFO("stage " << c.stage << ", optimizer " << static_cast<int>(c.opt) << ", parameters " << static_cast<int>(c.par)
-                  << (c.overlap ? ", overlapped" : ""));
-    auto spec = bf16_moments_spec(c.stage, c.opt, c.par, dir.path() + "/" + std::to_string(&c - cases));
-    spec.config.offload_optimizer.overlap_step = c.overlap;
-    const auto run = test::train_mlp(spec);
-    CHECK(run.losses == reference.losses);
-    CHECK(run.params == reference.params);
-    // The same run with fp32 moments: 12 bytes an element of state where bf16 moments take 8.
-    spec.config.optimizer.moment_format = MomentFormat::fp32;
-    const auto wide = test::train_mlp(spec);
-    const auto opt = test::kind_bytes(run.memory, engine::Kind::optimizer);
-    const auto opt_wide = test::kind_bytes(wide.memory, engine::Kind::optimizer);
-    if (c.opt != OffloadDevice::nvme) {
-      CHECK(opt * 3 == opt_wide * 2);
-    } else if (c.par == OffloadDevice::none) {
-      // Tiny sub-groups fill the same 4 KiB blocks either way; the bytes a step moves show it.
-      CHECK(run.io.back().nvme_read_bytes * 3 == wide.io.back().nvme_read_bytes * 2);
-      CHECK(run.io.back().nvme_write_bytes * 3 == wide.io.back().nvme_write_bytes * 2);
+  // bf16 rounds each moment to 8 significant bits; q8 reads m within 1/8 and sqrt(v) within
+  // 1/16, so a step's update lr x m / sqrt(v) is within about 20% of lr (Adam moves a weight
+  // at most ~lr a step early on): a quarter of lr a step bounds the drift.
+  for (const Format f : {Format{MomentFormat::bf16, 2, 3, 0.05}, Format{MomentFormat::q8, 49, 96, 0.25}}) {
+    INFO(moment_format_name(f.format) << " moments");
+    test::TempDir dir("strata-compact");
+    const auto reference =
+        test::train_mlp(bf16_moments_spec(0, OffloadDevice::none, OffloadDevice::none, dir.path(), f.format));
+    REQUIRE(reference.losses.back() < reference.losses.front());
+    struct Case {
+      int stage;
+      OffloadDevice opt, par;
+      bool overlap;
+    };
+    const Case cases[] = {
+        {1, OffloadDevice::none, OffloadDevice::none, false}, {2, OffloadDevice::cpu, OffloadDevice::none, false},
+        {2, OffloadDevice::cpu, OffloadDevice::none, true},   {3, OffloadDevice::nvme, OffloadDevice::none, false},
+        {3, OffloadDevice::nvme, OffloadDevice::nvme, true},  {3, OffloadDevice::cpu, OffloadDevice::cpu, true}};
+    for (const auto& c : cases) {
+      INFO("stage " << c.stage << ", optimizer " << static_cast<int>(c.opt) << ", parameters "
+                    << static_cast<int>(c.par) << (c.overlap ? ", overlapped" : ""));
+      auto spec = bf16_moments_spec(c.stage, c.opt, c.par, dir.path() + "/" + std::to_string(&c - cases), f.format);
+      spec.config.offload_optimizer.overlap_step = c.overlap;
+      const auto run = test::train_mlp(spec);
+      CHECK(run.losses == reference.losses);
+      CHECK(run.params == reference.params);
+      // The same run with fp32 moments: 12 bytes an element of state.
+      spec.config.optimizer.moment_format = MomentFormat::fp32;
+      const auto wide = test::train_mlp(spec);
+      const auto opt = test::kind_bytes(run.memory, engine::Kind::optimizer);
+      const auto opt_wide = test::kind_bytes(wide.memory, engine::Kind::optimizer);
+      if (c.opt != OffloadDevice::nvme) {
+        CHECK(opt * f.den == opt_wide * f.num);
+      } else if (c.par == OffloadDevice::none) {
+        // Tiny sub-groups fill the same 4 KiB blocks either way; the bytes a step moves show it.
+        CHECK(run.io.back().nvme_read_bytes * f.den == wide.io.back().nvme_read_bytes * f.num);
+        CHECK(run.io.back().nvme_write_bytes * f.den == wide.io.back().nvme_write_bytes * f.num);
+      }
+      // Close to the fp32-moment run and not that run.
+      REQUIRE(wide.params.size() == run.params.size());
+      CHECK(wide.params != run.params);
+      double worst = 0;
+      for (std::size_t i = 0; i < run.params.size(); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(run.params[i]) - wide.params[i]));
+      const double lr = spec.config.optimizer.lr;
+      CHECK(worst < f.drift * lr * spec.steps);
     }
-    // Close to the fp32-moment run (the moments round to 8 significant bits, the update is
-    // their ratio), and not that run.
-    REQUIRE(wide.params.size() == run.params.size());
-    CHECK(wide.params != run.params);
-    double worst = 0;
-    for (std::size_t i = 0; i < run.params.size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(run.params[i]) - wide.params[i]));
-    const double lr = spec.config.optimizer.lr;
-    CHECK(worst < 0.05 * lr * spec.steps);  // Adam moves a weight at most ~lr a step
   }
 }
 
@@ -181,22 +195,25 @@ TEST_CASE("the raw shard file of bf16 moments is 8 bytes an element, an fp32 che
   }
 }
 
-TEST_CASE("offload_states moves bf16 moments off the device and back bit for bit", "[compact][offload]") {
-  test::TrainSpec spec;
-  spec.steps = 3;
-  spec.config = test::mlp_config(0, 1, DType::bf16, 2, 1);
-  spec.config.optimizer.moment_format = MomentFormat::bf16;
-  const auto straight = test::train_mlp(spec);
-  std::uint64_t moved = 0, device_between = 1;
-  spec.after_step = [&](engine::Engine& e, int step) {  // records only: the rank runs on a thread
-    if (step != 0) return;
-    moved = e.offload_states().bytes;
-    device_between = e.memory().device.used_bytes;
-    e.reload_states();
-  };
-  const auto run = test::train_mlp(spec);
-  CHECK(device_between == 0);
-  CHECK(moved > 0);
-  CHECK(run.params == straight.params);
-  CHECK(run.losses == straight.losses);
+TEST_CASE("offload_states moves compact moments off the device and back bit for bit", "[compact][offload]") {
+  for (const MomentFormat f : {MomentFormat::bf16, MomentFormat::q8}) {
+    INFO(moment_format_name(f) << " moments");
+    test::TrainSpec spec;
+    spec.steps = 3;
+    spec.config = test::mlp_config(0, 1, DType::bf16, 2, 1);
+    spec.config.optimizer.moment_format = f;
+    const auto straight = test::train_mlp(spec);
+    std::uint64_t moved = 0, device_between = 1;
+    spec.after_step = [&](engine::Engine& e, int step) {  // records only: the rank runs on a thread
+      if (step != 0) return;
+      moved = e.offload_states().bytes;
+      device_between = e.memory().device.used_bytes;
+      e.reload_states();
+    };
+    const auto run = test::train_mlp(spec);
+    CHECK(device_between == 0);
+    CHECK(moved > 0);
+    CHECK(run.params == straight.params);
+    CHECK(run.losses == straight.losses);
+  }
 }

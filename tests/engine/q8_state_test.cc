@@ -1,11 +1,9 @@
-// q8 optimizer moments (optimizer.moments "q8": 8-bit codes with a power-of-two scale per 16
-// elements). The demo MLP trains bitwise alike with them at every stage and wherever the
-// state lives (device, host RAM, NVMe, the overlapped step), the ledger and the NVMe traffic
-// hold 6.125 bytes an element of state where fp32 moments take 12, the run stays near the
-// fp32-moment run, checkpoints store the q8 values exactly and resume bitwise, a checkpoint
-// of another format loads into a q8 run and a q8 one into an fp32 run, a q8 checkpoint moves
-// between world sizes and stages with its values (tensors straddling blocks), and offload_states
-// moves q8 moments off the device and back bit for bit.
+// Checkpoints of q8 optimizer moments (optimizer.moments "q8": 8-bit codes with a
+// power-of-two scale per 16 elements): they store the q8 values exactly and resume bitwise, a
+// checkpoint of another format loads into a q8 run and a q8 one into an fp32 run, and a q8
+// checkpoint moves between world sizes and stages with its values, tensors straddling
+// blocks. (Training across stages and tiers, the bytes and offload_states:
+// compact_state_test.cc.)
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -37,52 +35,6 @@ test::TrainSpec q8_spec(int stage, OffloadDevice opt, OffloadDevice par, const s
 }
 
 }  // namespace
-
-TEST_CASE("q8 moments train bitwise alike at every stage and placement, in 6.125 bytes an element",
-          "[compact][q8][uring]") {
-  test::TempDir dir("strata-q8");
-  const auto reference = test::train_mlp(q8_spec(0, OffloadDevice::none, OffloadDevice::none, dir.path()));
-  REQUIRE(reference.losses.back() < reference.losses.front());
-  struct Case {
-    int stage;
-    OffloadDevice opt, par;
-    bool overlap;
-  };
-  const Case cases[] = {
-      {1, OffloadDevice::none, OffloadDevice::none, false}, {2, OffloadDevice::cpu, OffloadDevice::none, false},
-      {2, OffloadDevice::cpu, OffloadDevice::none, true},   {3, OffloadDevice::nvme, OffloadDevice::none, false},
-      {3, OffloadDevice::nvme, OffloadDevice::nvme, true},  {3, OffloadDevice::cpu, OffloadDevice::cpu, true}};
-  for (const auto& c : cases) {
-    INFO("stage " << c.stage << ", optimizer " << static_cast<int>(c.opt) << ", parameters " << static_cast<int>(c.par)
-                  << (c.overlap ? ", overlapped" : ""));
-    auto spec = q8_spec(c.stage, c.opt, c.par, dir.path() + "/" + std::to_string(&c - cases));
-    spec.config.offload_optimizer.overlap_step = c.overlap;
-    const auto run = test::train_mlp(spec);
-    CHECK(run.losses == reference.losses);
-    CHECK(run.params == reference.params);
-    // The same run with fp32 moments: 12 bytes an element of state where q8 takes 6.125 (49/8).
-    spec.config.optimizer.moment_format = MomentFormat::fp32;
-    const auto wide = test::train_mlp(spec);
-    const auto opt = test::kind_bytes(run.memory, engine::Kind::optimizer);
-    const auto opt_wide = test::kind_bytes(wide.memory, engine::Kind::optimizer);
-    if (c.opt != OffloadDevice::nvme) {
-      CHECK(opt * 96 == opt_wide * 49);
-    } else if (c.par == OffloadDevice::none) {
-      CHECK(run.io.back().nvme_read_bytes * 96 == wide.io.back().nvme_read_bytes * 49);
-      CHECK(run.io.back().nvme_write_bytes * 96 == wide.io.back().nvme_write_bytes * 49);
-    }
-    // Near the fp32-moment run and not it: a step's update lr x m / sqrt(v) reads m within
-    // 1/8 and sqrt(v) within 1/16 of their values, so it is within about 20% of lr (Adam's
-    // update is at most ~lr an element early on); a quarter of lr a step bounds the drift.
-    REQUIRE(wide.params.size() == run.params.size());
-    CHECK(wide.params != run.params);
-    double worst = 0;
-    for (std::size_t i = 0; i < run.params.size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(run.params[i]) - wide.params[i]));
-    const double lr = spec.config.optimizer.lr;
-    CHECK(worst < 0.25 * lr * spec.steps);
-  }
-}
 
 TEST_CASE("a checkpoint keeps q8 moments exactly, resumes bitwise and loads across formats",
           "[compact][q8][offload][uring]") {
@@ -154,24 +106,4 @@ TEST_CASE("a q8 checkpoint moves between world sizes and stages with its values,
       CHECK(test::checkpoint_contents(to.save_checkpoint) == saved);
     }
   }
-}
-
-TEST_CASE("offload_states moves q8 moments off the device and back bit for bit", "[compact][q8][offload]") {
-  test::TrainSpec spec;
-  spec.steps = 3;
-  spec.config = test::mlp_config(0, 1, DType::bf16, 2, 1);
-  spec.config.optimizer.moment_format = MomentFormat::q8;
-  const auto straight = test::train_mlp(spec);
-  std::uint64_t moved = 0, device_between = 1;
-  spec.after_step = [&](engine::Engine& e, int step) {  // records only: the rank runs on a thread
-    if (step != 0) return;
-    moved = e.offload_states().bytes;
-    device_between = e.memory().device.used_bytes;
-    e.reload_states();
-  };
-  const auto run = test::train_mlp(spec);
-  CHECK(device_between == 0);
-  CHECK(moved > 0);
-  CHECK(run.params == straight.params);
-  CHECK(run.losses == straight.losses);
 }
