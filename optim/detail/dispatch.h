@@ -65,12 +65,12 @@ inline Shard make_shard(const StepArgs& a, StateUse use) {
   sh.elem_bytes[kGrad] = dtype_size(a.grad_dtype);
   if (use.m) {
     sh.base.ptr[kM] = a.m;
-    sh.elem_bytes[kM] = (a.state_format == MomentFormat::bf16 ? 2 : 4);
+    sh.elem_bytes[kM] = moment_bytes(a.state_format, 1);
     sh.written[kM] = true;
   }
   if (use.v) {
     sh.base.ptr[kV] = a.v;
-    sh.elem_bytes[kV] = (a.state_format == MomentFormat::bf16 ? 2 : 4);
+    sh.elem_bytes[kV] = moment_bytes(a.state_format, 1);
     sh.written[kV] = true;
   }
   if (a.copy) {

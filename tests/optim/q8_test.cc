@@ -276,6 +276,24 @@ TEST_CASE("q8 moments are for Adam: other optimizers and ragged shards are refus
   CHECK_THROWS_WITH(optim::adam_step({}, a), Contains("whole blocks of 16"));
 }
 
+namespace {
+
+// One in-place Adam step of fp32 master p and gradient g with moments m, v of format f.
+void adam_in_place(const optim::AdamConfig& c, MomentFormat f, std::vector<float>& p, const std::vector<float>& g,
+                   void* m, void* v, std::int64_t step) {
+  optim::StepArgs a;
+  a.master = p.data();
+  a.grad = g.data();
+  a.m = m;
+  a.v = v;
+  a.state_format = f;
+  a.n = p.size();
+  a.step = step;
+  optim::adam_step(c, a);
+}
+
+}  // namespace
+
 TEST_CASE("q8 exp_avg_sq keeps the mean of g^2 at beta2 = 0.999 over thousands of steps", "[q8]") {
   // Gradients of unit variance and lr 0 (the parameters stay put): exp_avg_sq's mean over the
   // shard is that of fp32 moments up to sampling. Coding its square root without bias would
@@ -290,15 +308,7 @@ TEST_CASE("q8 exp_avg_sq keeps the mean of g^2 at beta2 = 0.999 over thousands o
     std::normal_distribution<float> z(0.0f, 1.0f);
     for (int step = 1; step <= 3000; ++step) {
       for (auto& x : g) x = z(r);
-      optim::StepArgs a;
-      a.master = p.data();
-      a.grad = g.data();
-      a.m = m8.data();
-      a.v = v8.data();
-      a.state_format = f;
-      a.n = n;
-      a.step = step;
-      optim::adam_step(c, a);
+      adam_in_place(c, f, p, g, m8.data(), v8.data(), step);
     }
     moments_to_fp32(v8.data(), f, Moment::second, v.data(), n);
     double sum = 0;
@@ -337,15 +347,7 @@ TEST_CASE("q8 Adam follows a gradient whose scale falls 1000-fold as fp32 Adam d
       const float sigma = step <= 200 ? 10.0f : 0.01f;
       const float shift = step <= 200 ? 0.0f : 0.5f;
       for (std::size_t i = 0; i < n; ++i) g[i] = p[i] - (target[i] + shift) + sigma * z(r);
-      optim::StepArgs a;
-      a.master = p.data();
-      a.grad = g.data();
-      a.m = m.data();
-      a.v = v.data();
-      a.state_format = f;
-      a.n = n;
-      a.step = step;
-      optim::adam_step(c, a);
+      adam_in_place(c, f, p, g, m.data(), v.data(), step);
     }
     double err = 0;
     for (std::size_t i = 0; i < n; ++i) err += std::pow(double(p[i]) - (target[i] + 0.5), 2);
