@@ -24,43 +24,54 @@
 
 namespace strata::optim::detail {
 
-// One block of 16 elements starting at element i (a multiple of 16).
+// Blocks [b, e) of the shard. The shard and the kernel are copied in first: the codes are
+// stored through byte pointers, which may alias anything reachable from a reference, so
+// through references every block would reload the buffers' addresses and the kernel's
+// constants.
 template <class Kernel>
-void q8_block(const Shard& sh, std::size_t i, std::uint32_t salt, const Kernel& kernel) noexcept {
+void q8_blocks(const Shard& shard, std::size_t b, std::size_t e, std::uint32_t salt, const Kernel& kernel) noexcept {
   static_assert(q8::kBlockElems % kLanes == 0, "a q8 block is whole batches");
-  alignas(64) float m[q8::kBlockElems], v[q8::kBlockElems];
-  const std::size_t block = i / q8::kBlockElems * q8::kBlockBytes;
-  auto bytes = [&](const void* p) { return static_cast<const std::uint8_t*>(p) + block; };
+  constexpr std::size_t kB = q8::kBlockElems;
+  const Shard sh = shard;
+  const Kernel k = kernel;
   const bool oop = sh.from[kMaster] != nullptr;
-  if (sh.base.ptr[kM]) q8simd::decode<false>(bytes(oop ? sh.from[kM] : sh.base.ptr[kM]), m);
-  if (sh.base.ptr[kV]) q8simd::decode<true>(bytes(oop ? sh.from[kV] : sh.base.ptr[kV]), v);
-  if (oop)
-    std::memcpy(static_cast<float*>(sh.base.ptr[kMaster]) + i, static_cast<const float*>(sh.from[kMaster]) + i,
-                sizeof(float) * q8::kBlockElems);
+  auto* const master = static_cast<float*>(sh.base.ptr[kMaster]);
+  const auto* const master_in = oop ? static_cast<const float*>(sh.from[kMaster]) : master;
+  auto* const m_out = static_cast<std::uint8_t*>(sh.base.ptr[kM]);
+  auto* const v_out = static_cast<std::uint8_t*>(sh.base.ptr[kV]);
+  const auto* const m_in = static_cast<const std::uint8_t*>(oop ? sh.from[kM] : sh.base.ptr[kM]);
+  const auto* const v_in = static_cast<const std::uint8_t*>(oop ? sh.from[kV] : sh.base.ptr[kV]);
+  auto* const grad = static_cast<unsigned char*>(sh.base.ptr[kGrad]);
+  auto* const copy = static_cast<unsigned char*>(sh.base.ptr[kCopy]);
+  const std::size_t grad_bytes = kB * sh.elem_bytes[kGrad], copy_bytes = kB * sh.elem_bytes[kCopy];
+  alignas(64) float m[kB], v[kB];
   Slots s;
-  for (int k : {kMaster, kGrad, kCopy})
-    if (sh.base.ptr[k]) s.ptr[k] = static_cast<unsigned char*>(sh.base.ptr[k]) + i * sh.elem_bytes[k];
-  s.ptr[kM] = sh.base.ptr[kM] ? m : nullptr;
-  s.ptr[kV] = sh.base.ptr[kV] ? v : nullptr;
-  for (std::size_t j = 0; j < q8::kBlockElems; j += kLanes) kernel.template apply<false>(s, j);
-  auto out = [&](void* p) { return static_cast<std::uint8_t*>(p) + block; };
-  if (sh.base.ptr[kM]) q8simd::encode<false>(m, out(sh.base.ptr[kM]), salt);
-  if (sh.base.ptr[kV]) q8simd::encode<true>(v, out(sh.base.ptr[kV]), salt);
+  s.ptr[kM] = m_out ? m : nullptr;
+  s.ptr[kV] = v_out ? v : nullptr;
+  for (; b < e; ++b) {
+    const std::size_t block = b * q8::kBlockBytes;
+    if (m_out) q8simd::decode<false>(m_in + block, m);
+    if (v_out) q8simd::decode<true>(v_in + block, v);
+    if (oop) std::memcpy(master + b * kB, master_in + b * kB, sizeof(float) * kB);
+    s.ptr[kMaster] = master + b * kB;
+    s.ptr[kGrad] = grad + b * grad_bytes;
+    s.ptr[kCopy] = copy ? copy + b * copy_bytes : nullptr;
+    for (std::size_t j = 0; j < kB; j += kLanes) k.template apply<false>(s, j);
+    if (m_out) q8simd::encode<false>(m, m_out + block, salt);
+    if (v_out) q8simd::encode<true>(v, v_out + block, salt);
+  }
 }
 
 template <class Kernel>
 void run_q8(const Shard& sh, std::size_t n, std::size_t block_elems, std::uint32_t salt, const Kernel& kernel) {
   const std::size_t blocks = n / q8::kBlockElems;
   const std::size_t per_task = std::max<std::size_t>(1, block_elems / q8::kBlockElems);
-  auto range = [&](std::size_t b, std::size_t e) {
-    for (; b < e; ++b) q8_block(sh, b * q8::kBlockElems, salt, kernel);
-  };
   if (n < kParallelMinElems || blocks <= per_task) {
-    range(0, blocks);
+    q8_blocks(sh, 0, blocks, salt, kernel);
     return;
   }
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, blocks, per_task),
-                    [&](const tbb::blocked_range<std::size_t>& r) { range(r.begin(), r.end()); });
+                    [&](const tbb::blocked_range<std::size_t>& r) { q8_blocks(sh, r.begin(), r.end(), salt, kernel); });
 }
 
 }  // namespace strata::optim::detail

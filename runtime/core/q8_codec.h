@@ -101,15 +101,12 @@ STRATA_Q8_HD std::uint32_t round_steps(float x, int man, float u, bool square, i
   return r0 + (u * den < num ? 1u : 0u);
 }
 
-// Code of r steps at exponent k (r <= 2^(man + 1)) for e4m3 magnitudes (man 3) and e4m4 (man 4).
+// Code of r steps at exponent k for e4m3 magnitudes (man 3) and e4m4 (man 4): r < 2^man only
+// at k = -6 (a subnormal, whose code is r), otherwise r in [2^man, 2^(man+1)]. The code is
+// (k + 7) << man for the exponent plus r - 2^man for the mantissa, which is one sum: r =
+// 2^(man+1) carries into the next exponent's first code, and a subnormal r lands on itself.
 STRATA_Q8_HD std::uint8_t code_of(std::uint32_t r, int k, int man) {
-  if (k == -6 && r < (1u << man)) return static_cast<std::uint8_t>(r);  // subnormal
-  // normal: r in [2^man, 2^(man+1)]; 2^(man+1) is the next exponent's first code
-  if (r >= (2u << man)) {
-    r >>= 1;
-    ++k;
-  }
-  return static_cast<std::uint8_t>(((k + 7) << man) | (r - (1u << man)));
+  return static_cast<std::uint8_t>(static_cast<std::uint32_t>(k + 6) * (1u << man) + r);
 }
 
 STRATA_Q8_HD float magnitude_of(std::uint8_t code, int man) {

@@ -8,6 +8,7 @@
 #include <tbb/task_arena.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -100,16 +101,18 @@ TEST_CASE("the CPU kernels' vector codec codes and decodes blocks as the scalar 
     if (trial % 17 == 0) x[5] = (second ? x[5] * 1e20f : x[5] * 1e10f);       // one large element
     std::uint8_t a[q8::kBlockBytes], b[q8::kBlockBytes];
     q8::encode_block(x.data(), a, second, static_cast<std::uint32_t>(trial));
+    alignas(64) float xa[kB];  // the vector codec's lanes are 64-byte aligned
+    std::copy(x.begin(), x.end(), xa);
     if (second)
-      optim::detail::q8simd::encode<true>(x.data(), b, static_cast<std::uint32_t>(trial));
+      optim::detail::q8simd::encode<true>(xa, b, static_cast<std::uint32_t>(trial));
     else
-      optim::detail::q8simd::encode<false>(x.data(), b, static_cast<std::uint32_t>(trial));
+      optim::detail::q8simd::encode<false>(xa, b, static_cast<std::uint32_t>(trial));
     INFO("trial " << trial);
     REQUIRE(std::memcmp(a, b, sizeof a) == 0);
     // Decoding any codes (not only what the coder writes) agrees too, under any finite scale.
     for (auto& c : a) c = static_cast<std::uint8_t>(rng());
     a[0] = static_cast<std::uint8_t>(1 + rng() % 254);
-    float ya[kB], yb[kB];
+    alignas(64) float ya[kB], yb[kB];
     q8::decode_block(a, ya, second);
     if (second)
       optim::detail::q8simd::decode<true>(a, yb);
