@@ -133,8 +133,10 @@ template <bool kSecond>
     h *= UB(0x846ca68bu);
     h ^= h >> 16;
     const FB u = xsimd::to_float(as_i(h >> 13)) * FB(1.0f / 524288.0f);
-    // round_steps() with the exponent biased: kb = k + 127 (t >= 0: no sign bit to clear)
-    const IB kb = xsimd::max(as_i(bits >> 23), IB(121));
+    // round_steps() with the exponent biased: kb = k + 127. A first moment's t has its sign
+    // cleared; a second moment of -0.0 has a root of -0.0, whose sign bit must not reach kb.
+    const UB ebits = kSecond ? (bits >> 23) & UB(0xffu) : bits >> 23;
+    const IB kb = xsimd::max(as_i(ebits), IB(121));
     const FB p = as_float(as_u(IB(kMan + 254) - kb) << 23);  // 2^(man - k)
     IB r;
     if constexpr (kSecond) {  // the step up with the square's probability
