@@ -89,6 +89,7 @@ void Engine::begin_step() {
   STRATA_CHECK(!I.checkpoints.loads->state_mixed(), Errc::invalid_argument,
                "begin_step() after a checkpoint load failed while writing the state (its error said why): the "
                "state is partly loaded; load a checkpoint again before training");
+  I.write_pending_values();
   if (I.flags.grads_stale) {
     I.step.overlap->finish_tail();
     I.grads->zero();
@@ -110,6 +111,7 @@ void Engine::begin_eval() {
   STRATA_CHECK(!I.checkpoints.loads->state_mixed(), Errc::invalid_argument,
                "begin_eval() after a checkpoint load failed while writing the state: the state is partly loaded; "
                "load a checkpoint again first");
+  I.write_pending_values();
   I.flags.in_eval = true;
 }
 
@@ -275,6 +277,7 @@ std::string Engine::explain_placement() const {
 std::vector<float> Engine::full_parameters() {
   auto& I = *impl_;
   I.require_complete_setup("full_parameters");
+  I.write_pending_values();
   I.finish_tail();
   const Layout& lay = *I.layout;
   std::vector<std::vector<float>> per_layer(lay.layers().size());
@@ -292,6 +295,7 @@ std::vector<float> Engine::full_parameters() {
 std::vector<float> Engine::layer_parameters(int layer) {
   auto& I = *impl_;
   I.require_complete_setup("layer_parameters");
+  I.write_pending_values();
   I.finish_tail();
   const int li = I.layout->layer_index(layer);
   const auto& L = I.layout->layers()[static_cast<std::size_t>(li)];
@@ -319,6 +323,7 @@ SaveResult Engine::save_checkpoint(const std::string& root, const std::string& t
                "save_checkpoint() after a checkpoint load ",
                "failed while writing the state: the state is partly loaded and must not become a checkpoint; load "
                "one first");
+  I.write_pending_values();
   synchronize();  // parameter write-backs and reductions have landed
   return I.checkpoints.saves->save(root, trainer_state, opts);
 }
@@ -334,23 +339,26 @@ void Engine::wait_checkpoint() {
 
 std::string Engine::load_checkpoint(const std::string& path) {
   auto& I = *impl_;
-  I.require_complete_setup("load_checkpoint");
+  I.require_complete_setup("load_checkpoint");  // a load writes every value: pending initial ones are not needed
   STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "load_checkpoint() inside a step or an evaluation: call it between steps");
   synchronize();
   I.checkpoints.saves->poll(true);
   I.drop_gathered();
-  return I.checkpoints.loads->load(path);
+  std::string trainer_state = I.checkpoints.loads->load(path);
+  I.flags.first_values_pending = false;
+  return trainer_state;
 }
 
 void Engine::init_weights(const WeightReader& read) {
   auto& I = *impl_;
-  I.require_complete_setup("init_weights");
+  I.require_complete_setup("init_weights");  // writes every value: pending initial ones are never drawn
   STRATA_CHECK(I.step_calls() == 0 && !I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "init_weights() after training began: call it right after setup()");
   synchronize();
   I.drop_gathered();
   I.checkpoints.loads->init_weights(read);
+  I.flags.first_values_pending = false;
 }
 
 void Engine::write_weights(const WeightReader& read, int source_rank) {
@@ -360,6 +368,7 @@ void Engine::write_weights(const WeightReader& read, int source_rank) {
                "write_weights() inside a step or an evaluation: call it between steps");
   STRATA_CHECK(source_rank >= -1 && source_rank < I.ranks.world, Errc::invalid_argument, "write_weights: source rank ",
                source_rank, " is not one of the ", I.ranks.world, " ranks");
+  I.write_pending_values();  // the moments it keeps
   synchronize();
   I.checkpoints.saves->poll(true);  // a pending asynchronous checkpoint holds the values before the write
   I.drop_gathered();

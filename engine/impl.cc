@@ -119,6 +119,10 @@ void Engine::Impl::require_complete_setup(const char* op) const {
                "(): the engine's states are offloaded to host RAM (offload_states()): call reload_states() first");
 }
 
+void Engine::Impl::write_pending_values() {
+  if (flags.first_values_pending) write_first_values();
+}
+
 void Engine::Impl::fill_init(const LayerLayout& L, std::size_t begin, std::size_t count, float* out) const {
   std::size_t pos = begin;
   const std::size_t end = begin + count;

@@ -1,8 +1,9 @@
 // Engine::setup (the protocol in engine.h): checks that every rank registered the same model,
-// lays it out, places every layer's state on its tiers (placement_plan.h), allocates the
-// buffers and streams the step needs and gives every layer its initial values: fp32
-// masters and zeroed moments where the optimizer state lives, compute-dtype parameters
-// where they live (replicated at stages 0-2, sharded at stage 3), zeroed accumulators.
+// lays it out, places every layer's state on its tiers (placement_plan.h) and allocates it
+// and the buffers and streams the step needs. The initial values (fp32 masters and zeroed
+// moments where the optimizer state lives, compute-dtype parameters where they live,
+// replicated at stages 0-2 and sharded at stage 3) are written by write_first_values() when
+// the first call needs them; init_weights() and load_checkpoint() write their own instead.
 #include <cstring>
 
 #include "engine/detail/engine_impl.h"
@@ -167,18 +168,22 @@ void Engine::Impl::make_stepper() {
                                                                     .settle = settle_after_failure});
 }
 
+void Engine::Impl::add_layer(std::size_t li) {
+  // A frozen layer has no master, moments or accumulator: its compute-dtype parameters are
+  // all it holds.
+  if (!layout->layers()[li].frozen) {
+    opt_state->add_layer(static_cast<int>(li));
+    grads->add_layer(static_cast<int>(li));
+  }
+  homes->add_layer(static_cast<int>(li));
+}
+
 void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   const Layout& lay = *layout;
   const int stage = cfg.zero.stage;
   std::vector<float>& init = buf.init;
   std::vector<float>& master_shard = buf.master_shard;
   const auto& L = lay.layers()[li];
-  // A frozen layer has no master, moments or accumulator: its compute-dtype parameters below
-  // are all it holds.
-  if (!L.frozen) {
-    opt_state->add_layer(static_cast<int>(li));
-    grads->add_layer(static_cast<int>(li));
-  }
 
   // Master weights: the whole layer (stage 0) or this rank's shard of every bucket, built
   // in host memory and written to their tier with zeroed moments.
@@ -193,9 +198,31 @@ void Engine::Impl::init_layer(std::size_t li, InitScratch& buf) {
   }
   if (!L.frozen)
     opt_state->write(static_cast<int>(li), stage == 0 ? init.data() : master_shard.data(), nullptr, nullptr);
-  homes->add_layer(static_cast<int>(li));
   homes->write(static_cast<int>(li), init.data(), master_shard.data());
   dev_stream->synchronize();  // the host buffers above are reused for the next layer
+}
+
+// The initial values (the registered initialisers, keyed by the seed) into every tier,
+// committed. A failure (an NVMe write) discards what the swap files and the parameter store
+// took and leaves them pending: the next call that needs them writes them all again, and
+// init_weights() or load_checkpoint() may still replace them.
+void Engine::Impl::write_first_values() {
+  InitScratch buf;
+  // Drawing the values and writing them to NVMe take minutes at scale.
+  Progress progress("setup: first values into the tiers (fp32)", layout->total_padded() * 4, ranks.rank != 0);
+  try {
+    for (std::size_t li = 0; li < layout->layers().size(); ++li) {
+      init_layer(li, buf);
+      progress.advance(layout->layers()[li].padded * 4);
+    }
+    opt_state->commit_writes();
+    homes->commit_writes();
+  } catch (...) {
+    opt_state->discard_writes();
+    homes->discard_writes();
+    throw;
+  }
+  flags.first_values_pending = false;
 }
 
 void Engine::reserve_for_trainer(std::uint64_t device_bytes, int layers_at_once) {
@@ -259,15 +286,8 @@ void Engine::setup() {
 
   I.allocate_step_buffers();
 
-  Impl::InitScratch buf;
-  // Reading a checkpoint's weights and writing the first values to NVMe take minutes at scale.
-  Progress progress("setup: first values into the tiers (fp32)", lay.total_padded() * 4, I.ranks.rank != 0);
-  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    I.init_layer(li, buf);
-    progress.advance(lay.layers()[li].padded * 4);
-  }
-  I.opt_state->commit_writes();
-  I.homes->commit_writes();
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) I.add_layer(li);
+  I.flags.first_values_pending = true;  // written by the first call that needs them (write_first_values())
   if (stage == 3) I.make_gather_path();
   I.make_stepper();
   I.checkpoints.saves = std::make_unique<CheckpointSave>(CheckpointSave::Context{.cfg = I.cfg,

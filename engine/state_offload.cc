@@ -17,6 +17,7 @@ Engine::StateMove Engine::offload_states() {
   I.require_complete_setup("offload_states");
   STRATA_CHECK(!I.flags.in_step && !I.flags.in_eval, Errc::invalid_argument,
                "offload_states() inside a step or an evaluation: call it between steps");
+  I.write_pending_values();
   const auto t0 = std::chrono::steady_clock::now();
   synchronize();  // this rank's background work (an asynchronous save's writer has its own copy)
   if (I.gather_path) I.gather_path->evict_all();  // gathered layers are rebuilt from the shards

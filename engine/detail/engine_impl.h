@@ -103,6 +103,11 @@ struct Engine::Impl {
     bool in_step = false;
     bool in_eval = false;      // between begin_eval() and end_eval(): gathers only, no trace
     bool grads_stale = false;  // a step failed past its checks: begin_step() zeroes its gradients
+    // setup() allocated every layer's state but wrote no values: the first call that reads or
+    // keeps them writes the initial ones (write_first_values()), and init_weights() replaces
+    // them unwritten, so a run that starts from given weights never draws or stores the
+    // initial ones (at 8B parameters, minutes of random draws and a whole write of the tiers).
+    bool first_values_pending = false;
   } flags;
 
   // NVMe parameter reads and write-backs run on the parameter store's queue: the read of the
@@ -128,6 +133,9 @@ struct Engine::Impl {
   void walk_device_memory(const DeviceSwap::Fn& fn);  // every part holding device memory between steps
   void require_setup(const char* op) const;
   void require_complete_setup(const char* op) const;  // a step or evaluation may begin
+  // The initial values written if they are still pending (flags.first_values_pending): what
+  // every entry point that reads or keeps values calls, after its own refusals.
+  void write_pending_values();
 
   // Layout helpers.
   std::size_t own_begin(const Bucket& b) const { return static_cast<std::size_t>(ranks.rank) * b.shard; }
@@ -141,7 +149,9 @@ struct Engine::Impl {
   };
   void check_same_model() const;                      // every rank registered the same parameters in the same order
   void allocate_step_buffers();                       // reduction scratch, gradient staging, streams, NVMe stores
-  void init_layer(std::size_t li, InitScratch& buf);  // allocates and initialises layer li's state
+  void add_layer(std::size_t li);                     // allocates layer li's state
+  void init_layer(std::size_t li, InitScratch& buf);  // writes layer li's initial values to its tiers
+  void write_first_values();                          // every layer's, committed; a failure discards them
   void make_stepper();
   // step()'s protocol checks, and the placement's check against the first trace.
   void check_step_ready() const;                    // every layer reduced each micro-batch and released
