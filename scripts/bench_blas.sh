@@ -21,7 +21,9 @@ c++ -O2 -std=c++20 -march=native -o "$bin" "$root/scripts/bench_blas.cc" -ldnnl 
 threads=$(nproc)
 echo "$threads threads; $(grep -o -w -m1 avx512_bf16 /proc/cpuinfo || echo 'no avx512_bf16'); GFLOP/s, median of $repeat processes per library (alternated)"
 shapes=(512 192 576  512 192 768  512 768 192  1024 768 2304  1024 768 3072  1024 3072 768)
-libs=(openblas blis onednn onednn-bf16)
+libs=(openblas blis onednn)
+# oneDNN makes no bf16 matmul without bf16 dot products (avx512_bf16 or AMX): it refuses the primitive.
+grep -q -w avx512_bf16 /proc/cpuinfo && libs+=(onednn-bf16)
 for r in $(seq "$repeat"); do
   for lib in "${libs[@]}"; do
     OPENBLAS_NUM_THREADS=$threads BLIS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$bin" "$lib" "$iters" "${shapes[@]}"

@@ -27,10 +27,18 @@ strata=${STRATA:-$root/build/bin/strata}
 # PyTorch's fp32 CPU products go through the system BLAS: the reference BLAS (libblas3) runs
 # them at a few GFLOP/s, which would compare Strata with a crippled PyTorch.
 if [ "$precision" = fp32 ] && [ "$device" = host ] &&
-  [[ "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)" == */blas/libblas.so.3 ]]; then
+  [[ "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)" == */blas/libblas.so.3* ]]; then
   echo "bench_gpt_vs_torch: PyTorch's fp32 products would run on the reference BLAS (libblas3):" \
     "apt-get install libopenblas0-pthread first (on a VM whose CPU OpenBLAS does not recognize," \
     "name its core type, e.g. OPENBLAS_CORETYPE=SkylakeX)" >&2
+  exit 1
+fi
+# PyTorch 1.13 multiplies bf16 through oneDNN only on CPUs with AVX-512 (BW, VL, DQ); elsewhere
+# its reference loops run them at a few GFLOP/s (2.4 measured on an AVX2 AMD EPYC), and
+# Strata's bf16 products are fp32 ones there (no bf16 dot products): no comparison at all.
+if [ "$precision" = bf16 ] && [ "$device" = host ] && ! grep -q -w avx512bw /proc/cpuinfo; then
+  echo "bench_gpt_vs_torch: this CPU has no AVX-512, so PyTorch's bf16 products would run on its" \
+    "reference loops at a few GFLOP/s and Strata's on fp32 products: compare PRECISION=fp32 here" >&2
   exit 1
 fi
 vocab=256
