@@ -218,6 +218,7 @@ void Engine::Impl::write_first_values() {
     opt_state->commit_writes();
     homes->commit_writes();
   } catch (...) {
+    settle({dev_stream.get()}, "");  // copies queued from the scratch buffers land before they go
     opt_state->discard_writes();
     homes->discard_writes();
     throw;
