@@ -14,6 +14,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/q8_codec.h"
 
 namespace strata::checkpoint {
 namespace {
@@ -70,7 +71,10 @@ template <class T> T need(const json& j, const char* key, const std::string& whe
 
 json segments_json(const std::vector<Segment>& segs) {
   json a = json::array();
-  for (const auto& s : segs) a.push_back({s.file, s.file_offset, s.elem, s.count});
+  for (const auto& s : segs) {
+    a.push_back({s.file, s.file_offset, s.elem, s.count});
+    if (s.lane != 0) a.back().push_back(s.lane);
+  }
   return a;
 }
 
@@ -78,13 +82,23 @@ std::vector<Segment> parse_segments(const json& a, const std::string& where, con
   STRATA_CHECK(a.is_array(), Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " is not an array");
   std::vector<Segment> out;
   for (const auto& s : a) {
-    STRATA_CHECK(s.is_array() && s.size() == 4 && fits<int>(s[0]) && s[1].is_number_unsigned() &&
-                     s[2].is_number_unsigned() && s[3].is_number_unsigned(),
+    STRATA_CHECK(s.is_array() && (s.size() == 4 || s.size() == 5) && fits<int>(s[0]) && s[1].is_number_unsigned() &&
+                     s[2].is_number_unsigned() && s[3].is_number_unsigned() &&
+                     (s.size() == 4 || fits<std::uint32_t>(s[4])),
                  Errc::corrupt, "checkpoint manifest ", where, ": ", ctx,
-                 " has a segment that is not [file, offset, elem, count]: ", s.dump().substr(0, 200));
-    out.push_back({s[0].get<int>(), s[1].get<std::uint64_t>(), s[2].get<std::uint64_t>(), s[3].get<std::uint64_t>()});
+                 " has a segment that is not [file, offset, elem, count] or [file, offset, elem, count, lane]: ",
+                 s.dump().substr(0, 200));
+    out.push_back({s[0].get<int>(), s[1].get<std::uint64_t>(), s[2].get<std::uint64_t>(), s[3].get<std::uint64_t>(),
+                   s.size() == 5 ? s[4].get<std::uint32_t>() : 0u});
   }
   return out;
+}
+
+// The oldest version that can hold the manifest's moments (fp32: any).
+int moments_version(const Manifest& m) {
+  if (m.moment_dtype == "fp32") return 0;
+  if (m.moment_dtype == "q8") return m.q8_as_bf16 ? 4 : 5;
+  return 3;
 }
 
 // A file name the reader may join to the checkpoint directory: one plain component, not a
@@ -149,9 +163,16 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
       for (const auto& g : segs) {
         STRATA_CHECK(g.file >= 0 && g.file < static_cast<int>(m.files.size()), Errc::corrupt, "checkpoint manifest ",
                      where, ": ", ctx, " names file #", g.file, " of ", m.files.size());
-        const std::uint64_t bytes = m.files[g.file].bytes, eb = m.elem_bytes(static_cast<State>(s));
-        STRATA_CHECK(g.count <= bytes / eb && g.file_offset <= bytes - g.count * eb && g.count <= t.numel &&
-                         g.elem <= t.numel - g.count,
+        const std::uint64_t bytes = m.files[g.file].bytes;
+        const bool blocks = m.blocks(static_cast<State>(s));
+        STRATA_CHECK(g.lane == 0 || (blocks && g.lane < static_cast<std::uint32_t>(q8::kBlockElems)), Errc::corrupt,
+                     "checkpoint manifest ", where, ": ", ctx, " has a segment with lane ", g.lane,
+                     blocks ? " (0 to 15)" : " (only q8 blocks have lanes)");
+        // The element count first, so the byte count below cannot overflow.
+        const std::uint64_t most =
+            blocks ? bytes / q8::kBlockBytes * q8::kBlockElems : bytes / m.elem_bytes(static_cast<State>(s));
+        STRATA_CHECK(g.count <= most && g.file_offset <= bytes - m.segment_bytes(static_cast<State>(s), g) &&
+                         g.count <= t.numel && g.elem <= t.numel - g.count,
                      Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
                      m.files[g.file].name, " or the tensor");
       }
@@ -200,6 +221,12 @@ std::uint64_t Manifest::elem_bytes(State s) const noexcept {
   return s == State::master || moment_dtype == "fp32" ? 4 : 2;
 }
 
+std::uint64_t Manifest::segment_bytes(State s, const Segment& g) const noexcept {
+  if (!blocks(s)) return g.count * elem_bytes(s);
+  const std::uint64_t lanes = g.lane + g.count;
+  return (lanes / q8::kBlockElems + (lanes % q8::kBlockElems != 0 ? 1 : 0)) * q8::kBlockBytes;
+}
+
 std::uint64_t Manifest::payload_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& f : files) n += f.bytes;
@@ -225,7 +252,7 @@ std::string to_json(const Manifest& m) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"numel", t.numel}, {"states", states}});
   }
   json j = {{"format", kFormatName},
-            {"version", m.moment_dtype == "fp32" ? m.version : std::max(m.version, m.moment_dtype == "q8" ? 4 : 3)},
+            {"version", std::max(m.version, moments_version(m))},
             {"step", m.step},
             {"world_size", m.world_size},
             {"zero_stage", m.zero_stage},
@@ -235,7 +262,7 @@ std::string to_json(const Manifest& m) {
             {"trainer", json::parse(m.trainer_state)},
             {"files", files},
             {"tensors", tensors}};
-  if (m.moment_dtype != "fp32") j["moment_dtype"] = m.moment_dtype;  // version 3 (bf16) or 4 (q8); absent: fp32
+  if (m.moment_dtype != "fp32") j["moment_dtype"] = m.moment_dtype;  // version 3 (bf16) or 5 (q8); absent: fp32
   return j.dump(1) + "\n";
 }
 
@@ -267,7 +294,8 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
   m.chunk_bytes = need<std::uint64_t>(j, "chunk_bytes", where, top);
   if (j.contains("moment_dtype")) {
     m.moment_dtype = need<std::string>(j, "moment_dtype", where, top);
-    const int needs = m.moment_dtype == "q8" ? 4 : 3;
+    m.q8_as_bf16 = m.moment_dtype == "q8" && m.version == 4;
+    const int needs = moments_version(m);
     STRATA_CHECK(m.version >= needs, Errc::corrupt, "checkpoint manifest ", where, " is format version ", m.version,
                  " but has 'moment_dtype' ", m.moment_dtype, " (version ", needs,
                  "): the file was changed or damaged; load another checkpoint");
@@ -318,7 +346,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where, bool 
 
 std::string manifest_file_text(const Manifest& m) {
   Manifest v = m;
-  v.version = 2;  // to_json makes it 3 when the moments need it; what earlier Strata reads stays 2
+  v.version = 2;  // to_json raises it to what the moments need (3 or 5); what earlier Strata reads stays 2
   const std::string body = to_json(v);  // "{\n \"chunk_bytes\": ..."
   std::string text = str_cat(kChecksumOpen, std::string(16, '0'), kChecksumClose, body.substr(1));
   text.replace(kChecksumOpen.size(), 16, hex64(XXH3_64bits(text.data(), text.size())));

@@ -3,8 +3,8 @@
 // A checkpoint is one directory per saved step (`step-00000012`) under a root directory,
 // holding one shard file per rank (`rank00000.bin`) and `manifest.json`. A shard file is
 // raw little-endian data: the pieces of fp32 master weights and optimizer moments (fp32, or
-// bf16 where the manifest's "moment_dtype" says bf16 (version 3) or q8 (version 4: exp_avg
-// and the square root of exp_avg_sq, the q8 values exactly)) that its rank owned, unpadded,
+// bf16 where the manifest's "moment_dtype" says bf16 (version 3), or q8 blocks as the
+// optimizer holds them (version 5; runtime/core/q8_codec.h)) that its rank owned, unpadded,
 // one segment per (tensor, state, contiguous range). The manifest says
 // everything needed to read them back at any world size and stage:
 //   - format and version, the step, the world size, ZeRO stage and compute dtype it was
@@ -18,6 +18,12 @@
 //   - per tensor: its name, global shape and, per state (master, exp_avg, exp_avg_sq), the
 //     segments (file, byte offset, first element, element count) that tile it exactly; a
 //     frozen tensor (no optimizer state) has master segments only and both moments empty.
+//     A q8 moment segment points at whole 17-byte blocks of 16 elements, and a fifth number,
+//     the lane (0-15, written when not 0), says where in its first block the tensor's element
+//     `elem` is: tensors are packed into a layer's flat buffer with no regard for blocks, so a
+//     block may hold the end of one tensor and the start of the next, and both segments
+//     point at it. Blocks are stored as the optimizer holds them (a parameter's moments take
+//     2.125 bytes, not version 4's 4), and a swap file of q8 state joins a checkpoint as any other.
 // A manifest is only accepted when every field is in range (each refusal names its key),
 // its segments lie inside their files and tile every tensor with no gap or overlap, so a
 // reader never returns an element nobody saved.
@@ -42,9 +48,10 @@
 namespace strata::checkpoint {
 
 // 2: manifest.json carries its XXH3. 3: the moments may be bf16 ("moment_dtype"). 4: or q8
-// (exp_avg's values and exp_avg_sq's square roots stored as bf16, both exact). A checkpoint
-// is written at the lowest version its moments need (fp32: 2), which earlier Strata reads.
-inline constexpr int kFormatVersion = 4;
+// (exp_avg's values and exp_avg_sq's square roots stored as bf16, both exact; still read).
+// 5: q8 moments stored as q8 blocks (segments with lanes). A checkpoint is written at the
+// lowest version its moments need (fp32: 2, bf16: 3, q8: 5), which earlier Strata reads.
+inline constexpr int kFormatVersion = 5;
 inline constexpr int kOldestFormatVersion = 1;  // read, with a warning (no checksum)
 inline constexpr const char* kFormatName = "strata-checkpoint";
 inline constexpr const char* kManifestName = "manifest.json";
@@ -61,6 +68,7 @@ struct Segment {
   std::uint64_t file_offset = 0;  // bytes
   std::uint64_t elem = 0;         // first element within the tensor (row-major, unpadded)
   std::uint64_t count = 0;        // elements
+  std::uint32_t lane = 0;         // q8 blocks: element `elem`'s place in the block at file_offset
 };
 
 struct TensorEntry {
@@ -84,14 +92,16 @@ struct FileEntry {
 };
 
 struct Manifest {
-  int version = 2;  // to_json writes 3 for bf16 moments and 4 for q8 ones
+  int version = 2;  // to_json writes 3 for bf16 moments and 5 for q8 ones (4 when q8_as_bf16)
   std::int64_t step = 0;
   int world_size = 1;
   int zero_stage = 0;
   std::string compute_dtype = "fp32";
-  // exp_avg and exp_avg_sq: fp32, bf16, or q8 (stored as exp_avg and sqrt(exp_avg_sq) in
-  // bf16: the q8 values exactly); the master is fp32.
+  // exp_avg and exp_avg_sq: fp32, bf16, or q8 (as blocks); the master is fp32.
   std::string moment_dtype = "fp32";
+  // Version 4's q8: exp_avg and sqrt(exp_avg_sq) stored in bf16 (the q8 values exactly).
+  // Set by parse_manifest for such files; Strata writes blocks.
+  bool q8_as_bf16 = false;
   std::uint64_t chunk_bytes = kDefaultChunkBytes;
   std::string engine_state = "{}";   // a JSON object, the engine's (step counters, loss scaler)
   std::string trainer_state = "{}";  // a JSON object, the trainer's (data position, seed)
@@ -99,8 +109,13 @@ struct Manifest {
   std::vector<TensorEntry> tensors;
 
   const TensorEntry* find(const std::string& tensor) const noexcept;
-  std::uint64_t elem_bytes(State s) const noexcept;  // 4, or 2 for bf16 and q8 moments
-  std::uint64_t payload_bytes() const noexcept;      // sum of the files' sizes
+  // The state's moments are q8 blocks (segments with lanes, segment_bytes) rather than an
+  // array of elem_bytes(s) bytes an element: 4, or 2 for bf16 moments (and version 4's q8).
+  bool blocks(State s) const noexcept { return s != State::master && moment_dtype == "q8" && !q8_as_bf16; }
+  std::uint64_t elem_bytes(State s) const noexcept;
+  // Bytes of the file a segment of state s covers (blocks: every block it touches).
+  std::uint64_t segment_bytes(State s, const Segment& g) const noexcept;
+  std::uint64_t payload_bytes() const noexcept;  // sum of the files' sizes
 };
 
 // JSON text of a manifest (also used for one rank's part before they are merged).

@@ -13,7 +13,9 @@
 #include "io/swap_format.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/moment_format.h"
 #include "runtime/core/progress.h"
+#include "runtime/core/q8_codec.h"
 #include "runtime/core/units.h"
 
 namespace strata::checkpoint {
@@ -209,7 +211,7 @@ std::string ShardReader::holders(int file, std::uint64_t begin, std::uint64_t en
     for (int s = 0; s < kStates; ++s) {
       for (const auto& g : t.states[s]) {
         if (g.file != file || g.file_offset >= end ||
-            g.file_offset + g.count * m_.elem_bytes(static_cast<State>(s)) <= begin)
+            g.file_offset + m_.segment_bytes(static_cast<State>(s), g) <= begin)
           continue;
         if (listed++ < 4)
           out += str_cat(out.empty() ? "" : ", ", "'", t.name, "' (", state_name(static_cast<State>(s)), ")");
@@ -269,10 +271,18 @@ void ShardReader::read_tensor(const TensorEntry& t, State s, std::uint64_t elem,
   std::uint64_t covered = 0;
   const std::uint64_t eb = m_.elem_bytes(s);
   std::vector<std::uint16_t> narrow;
+  std::vector<std::uint8_t> blocks;
   for (const auto& g : t.states[static_cast<int>(s)]) {
     const std::uint64_t lo = std::max(elem, g.elem), hi = std::min(end, g.elem + g.count);
     if (lo >= hi) continue;
-    if (eb == 4) {
+    if (m_.blocks(s)) {  // q8 blocks: read the blocks that hold lanes [first, first + count), decode those lanes
+      const std::uint64_t first = g.lane + (lo - g.elem), b0 = first / q8::kBlockElems;
+      const std::uint64_t b1 = (g.lane + (hi - g.elem) + q8::kBlockElems - 1) / q8::kBlockElems;
+      blocks.resize((b1 - b0) * q8::kBlockBytes);
+      read(g.file, g.file_offset + b0 * q8::kBlockBytes, blocks.size(), blocks.data(), what);
+      moments_range_to_fp32(blocks.data(), MomentFormat::q8, s == State::exp_avg ? Moment::first : Moment::second,
+                            first - b0 * q8::kBlockElems, hi - lo, out + (lo - elem));
+    } else if (eb == 4) {
       read(g.file, g.file_offset + (lo - g.elem) * 4, (hi - lo) * 4, out + (lo - elem), what);
     } else {  // bf16 moments, widened exactly (q8's exp_avg_sq: its square roots, squared back)
       narrow.resize(hi - lo);

@@ -70,7 +70,8 @@ class ShardReader {
 
   // Bytes [offset, offset + bytes) of file `file`, verified; `what` names the data in errors.
   void read(int file, std::uint64_t offset, std::uint64_t bytes, void* out, const std::string& what);
-  // Elements [elem, elem + count) of a tensor's state as fp32 (bf16 moments widened; q8's exp_avg_sq squared back),
+  // Elements [elem, elem + count) of a tensor's state as fp32 (bf16 moments widened, q8 blocks decoded; version
+  // 4's q8 exp_avg_sq squared back),
   // from whichever files hold them.
   void read_tensor(const TensorEntry& t, State s, std::uint64_t elem, std::uint64_t count, float* out);
   // Reads and verifies every chunk of every file; throws on the first bad one, naming the

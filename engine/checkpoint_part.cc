@@ -8,7 +8,6 @@
 #include "engine/checkpoint_part.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +15,8 @@
 #include "checkpoint/shard_file.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/moment_format.h"
+#include "runtime/core/q8_codec.h"
 #include "runtime/core/units.h"
 
 namespace strata::engine {
@@ -40,7 +41,7 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     const auto& L = lay.layers()[li];
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && links(link_nvme)) {
+    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) {
       // The sealed generation's files join the checkpoint as they are; segments point into
       // their payloads ([master | exp_avg | exp_avg_sq] of each sub-group's elements, the
       // moments in the moment dtype).
@@ -53,6 +54,7 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
         part.files.push_back(checkpoint::adopt_swap_file(f.path, staging, fname, c_.ranks.rank, &linked));
         (linked ? counts.nvme_linked_bytes : counts.nvme_copied_bytes) += part.files.back().bytes;
       }
+      const MomentFormat f = c_.state.moment_format();
       for (int s = 0; s < checkpoint::kStates; ++s) {
         for (const auto& pc : pieces(l)) {
           detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
@@ -60,10 +62,14 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
               const std::uint64_t lo = std::max<std::uint64_t>(index, sealed[c].offset);
               const std::uint64_t hi = std::min<std::uint64_t>(index + count, sealed[c].offset + sealed[c].elems);
               if (lo >= hi) continue;
-              const std::uint64_t es = part.elem_bytes(static_cast<checkpoint::State>(s));
-              const std::uint64_t before = s == 0 ? 0 : s == 1 ? 4 : 4 + es;  // bytes per element of earlier states
-              const std::uint64_t at = before * sealed[c].elems + (lo - sealed[c].offset) * es;
-              part.tensors[pi].states[s].push_back({first + static_cast<int>(c), at, elem + (lo - index), hi - lo});
+              // The file's payload: [master (fp32) | exp_avg | exp_avg_sq], the moments of its
+              // elems elements in the moment format (q8: whole blocks; a lane into the first).
+              const std::uint64_t n = sealed[c].elems, i = lo - sealed[c].offset;
+              const std::uint64_t lane = s == 0 ? 0 : i % moment_align(f);
+              const std::uint64_t at =
+                  s == 0 ? 4 * i : 4 * n + (s - 1) * moment_bytes(f, n) + moment_offset(f, i - lane);
+              part.tensors[pi].states[s].push_back(
+                  {first + static_cast<int>(c), at, elem + (lo - index), hi - lo, static_cast<std::uint32_t>(lane)});
             }
           });
         }
@@ -72,15 +78,23 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
     }
     for (auto& v : st) v.resize(c_.state.elems(l));
     // A frozen layer saves its values (its compute copies, widened) and no moments.
-    if (L.frozen)
+    std::vector<std::uint8_t> held[2];  // q8: the moments' blocks as held
+    if (L.frozen) {
       c_.homes.read_own(l, st[0].data());
-    else
+    } else if (q8) {
+      for (auto& h : held) h.resize(moment_bytes(MomentFormat::q8, st[0].size()));
+      c_.state.read(l, st[0].data(), nullptr, nullptr);
+      c_.state.read_held_moments(l, held[0].data(), held[1].data());
+    } else {
       c_.state.read(l, st[0].data(), st[1].data(), st[2].data());
+    }
     std::vector<std::uint16_t> narrow;  // bf16 moments are stored as they are held
-    if (q8 && !L.frozen)                // q8: exp_avg_sq by its square root, exact in bf16 as exp_avg is
-      for (float& x : st[2]) x = std::sqrt(x);
     for (int s = 0; s < (L.frozen ? 1 : checkpoint::kStates); ++s) {
       const bool wide = part.elem_bytes(static_cast<checkpoint::State>(s)) == 4;
+      if (q8 && s > 0) {
+        append_q8_blocks(l, s, held[s - 1], part, append);
+        continue;
+      }
       for (const auto& pc : pieces(l)) {
         detail::for_each_param_range(lay, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
           std::uint64_t off = 0;
@@ -88,7 +102,7 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
             off = append(st[s].data() + index, count * 4);
           } else {
             narrow.resize(count);
-            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 or q8 values
+            convert(st[s].data() + index, DType::fp32, narrow.data(), DType::bf16, count);  // exact: bf16 values
             off = append(narrow.data(), count * 2);
           }
           part.tensors[pi].states[s].push_back({0, off, elem, count});
@@ -99,18 +113,40 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
   return part;
 }
 
+void CheckpointPart::append_q8_blocks(int l, int s, const std::vector<std::uint8_t>& coded, checkpoint::Manifest& part,
+                                      const Appender& append) const {
+  const auto& L = c_.layout.layers()[static_cast<std::size_t>(l)];
+  for (const auto& pc : pieces(l)) {
+    // The blocks that hold the piece, once; each tensor's range points into them.
+    const std::size_t b0 = pc.index / q8::kBlockElems, b1 = (pc.index + pc.len + q8::kBlockElems - 1) / q8::kBlockElems;
+    const std::uint64_t off = append(coded.data() + b0 * q8::kBlockBytes, (b1 - b0) * q8::kBlockBytes);
+    detail::for_each_param_range(c_.layout, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
+      const std::size_t b = index / q8::kBlockElems;
+      part.tensors[pi].states[s].push_back(
+          {0, off + (b - b0) * q8::kBlockBytes, elem, count, static_cast<std::uint32_t>(index % q8::kBlockElems)});
+    });
+  }
+}
+
 std::uint64_t CheckpointPart::shard_file_bytes(bool link_nvme) const {
   const Layout& lay = c_.layout;
   // Per element: the fp32 master, and the two moments unless frozen (values only): 4 bytes
-  // each in fp32, 2 for bf16 and q8 (checkpoint/format.h).
-  const std::uint64_t moments = c_.state.moment_format() == MomentFormat::fp32 ? 8 : 4;
+  // each in fp32, 2 for bf16; q8's blocks are counted per piece (checkpoint/format.h).
+  const MomentFormat f = c_.state.moment_format();
+  const std::uint64_t moments = f == MomentFormat::fp32 ? 8 : f == MomentFormat::bf16 ? 4 : 0;
   std::uint64_t bytes = 0;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && links(link_nvme)) continue;
-    const std::uint64_t per = lay.layers()[li].frozen ? 4 : 4 + moments;
+    if (c_.state.tier(static_cast<int>(li)) == Tier::nvme && link_nvme) continue;
+    const bool frozen = lay.layers()[li].frozen;
+    const std::uint64_t per = frozen ? 4 : 4 + moments;
     for (const auto& pc : pieces(static_cast<int>(li))) {
       detail::for_each_param_range(lay, lay.layers()[li], pc,
                                    [&](int, std::size_t, std::size_t, std::size_t count) { bytes += count * per; });
+      if (f == MomentFormat::q8 && !frozen) {
+        const std::size_t b0 = pc.index / q8::kBlockElems;
+        const std::size_t b1 = (pc.index + pc.len + q8::kBlockElems - 1) / q8::kBlockElems;
+        bytes += 2 * (b1 - b0) * q8::kBlockBytes;
+      }
     }
   }
   return bytes;

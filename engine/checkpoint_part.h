@@ -52,9 +52,10 @@ class CheckpointPart {
 
  private:
   std::string engine_state_json() const;
-  // NVMe swap files join the checkpoint by link (link_nvme) unless they hold q8 moments: a
-  // q8 block may straddle two tensors, and the format addresses states by element.
-  bool links(bool link_nvme) const { return link_nvme && c_.state.moment_format() != MomentFormat::q8; }
+  // Layer l's moment s (1 exp_avg, 2 exp_avg_sq) from its q8 blocks as held: the blocks of
+  // each of the rank's pieces appended once, every tensor's range a segment into them.
+  void append_q8_blocks(int l, int s, const std::vector<std::uint8_t>& coded, checkpoint::Manifest& part,
+                        const Appender& append) const;
   std::vector<detail::Piece> pieces(int li) const {
     return detail::pieces(c_.layout, c_.cfg.zero.stage, c_.ranks.rank, li, false);
   }

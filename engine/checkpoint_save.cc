@@ -79,7 +79,7 @@ SaveResult CheckpointSave::save(const std::string& root, const std::string& trai
   phase([&] {
     if (c_.ranks.rank == 0) checkpoint::prepare_save(root, step);
   });
-  if (opts.link_nvme && c_.state.moment_format() != MomentFormat::q8)  // q8 files are copied, not linked
+  if (opts.link_nvme)
     phase([&] {
       if (const auto run = c_.state.linked_run())
         checkpoint::check_link_space(root, step, opts.keep, c_.ranks.rank, *run);

@@ -76,7 +76,7 @@ TEST_CASE("a damaged, foreign or newer manifest is refused naming the file", "[c
   std::string newer = good;
   newer.replace(newer.find("\"version\": 2"), 12, "\"version\": 9");
   CHECK_THAT(error_of([&] { parse_manifest(newer, "d/manifest.json"); }),
-             Catch::Contains("has format version 9; this Strata reads versions 1 to 4"));
+             Catch::Contains("has format version 9; this Strata reads versions 1 to 5"));
   CHECK_THAT(error_of([&] { parse_manifest(R"({"format": "pytorch"})", "x"); }),
              Catch::Contains("is not a Strata checkpoint"));
   std::string no_step = good;

@@ -113,7 +113,7 @@ TEST_CASE("every manifest field out of range is refused naming its key", "[check
       {"\"compute_dtype\": \"bf16\"", "\"compute_dtype\": \"bf61\"", "'compute_dtype' is 'bf61' but must be fp32"},
       {"\"chunk_bytes\": 1048576", "\"chunk_bytes\": 0", "'chunk_bytes' is 0 but must be in 1 to 2^30"},
       {"\"chunk_bytes\": 1048576", "\"chunk_bytes\": 2147483648", "'chunk_bytes' is 2147483648"},
-      {"\"version\": 2", "\"version\": 0", "has format version 0; this Strata reads versions 1 to 4"},
+      {"\"version\": 2", "\"version\": 0", "has format version 0; this Strata reads versions 1 to 5"},
       {"\"rank00001.bin\"", "\"../rank00001.bin\"", "file name \"../rank00001.bin\" is not a plain file name"},
       {"\"rank00001.bin\"", "\"\"", "file name \"\" is not a plain file name"},
       {"\"rank00001.bin\"", "\"manifest.json\"", "file name \"manifest.json\" is not a plain file name"},

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <numeric>
 
 #include "checkpoint/shard_file.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/moment_format.h"
 #include "tests/support/error_of.h"
 #include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
@@ -66,12 +68,74 @@ TEST_CASE("shard files read back any range across chunks and segments", "[checkp
   r.verify_all();
 }
 
-TEST_CASE("q8 moments are stored as exp_avg and sqrt(exp_avg_sq) in bf16, version 4, read back squared",
+TEST_CASE("q8 moments are stored as blocks with lanes, version 5, tensors sharing the blocks they straddle",
           "[checkpoint]") {
+  // One layer's flat buffer of 64 elements (4 blocks): tensor "a" at [0, 20), "b" at [20, 50),
+  // padding after; block 1 holds the end of a and the start of b, and both point at it.
+  test::TempDir dir("ckpt-shard");
+  Manifest m;
+  m.chunk_bytes = 40;  // blocks cross chunks
+  m.moment_dtype = "q8";
+  m.tensors = {{"a", {4, 5}, 20, {}}, {"b", {30}, 30, {}}};
+  ShardWriter w(dir.file("rank00000.bin"), m.chunk_bytes);
+  std::vector<float> flat(64, 0.0f), master(64);
+  for (std::size_t i = 0; i < 50; ++i) flat[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, -static_cast<int>(i % 9));
+  std::iota(master.begin(), master.end(), 0.0f);
+  m.tensors[0].states[0] = {{0, w.append(master.data(), 80), 0, 20}};
+  m.tensors[1].states[0] = {{0, w.append(master.data() + 20, 120), 0, 30}};
+  std::vector<std::vector<float>> want(kStates);
+  for (int s = 1; s < kStates; ++s) {
+    const Moment which = s == 1 ? Moment::first : Moment::second;
+    std::vector<float> values = flat;
+    if (which == Moment::second)
+      for (float& x : values) x *= x;
+    std::vector<std::uint8_t> coded(moment_bytes(MomentFormat::q8, 64));
+    moments_from_fp32(values.data(), coded.data(), MomentFormat::q8, which, 64);
+    want[s].resize(64);
+    moments_to_fp32(coded.data(), MomentFormat::q8, which, want[s].data(), 64);
+    const std::uint64_t off = w.append(coded.data(), coded.size());
+    m.tensors[0].states[s] = {{0, off, 0, 20}};
+    m.tensors[1].states[s] = {{0, off + 17, 0, 30, 4}};
+  }
+  m.files.push_back(w.finish("rank00000.bin", 0));
+  const std::string text = to_json(m);
+  CHECK(text.find("\"version\": 5") != std::string::npos);
+  const Manifest back = parse_manifest(text, "test");
+  REQUIRE(back.tensors[1].states[2][0].lane == 4);
+  CHECK(back.segment_bytes(State::exp_avg, back.tensors[1].states[1][0]) == 3 * 17);  // lanes 4 to 33
+  ShardReader r(dir.path(), back);
+  for (int s = 1; s < kStates; ++s) {
+    std::vector<float> a(20), b(30), part(11);
+    r.read_tensor(back.tensors[0], static_cast<State>(s), 0, 20, a.data());
+    r.read_tensor(back.tensors[1], static_cast<State>(s), 0, 30, b.data());
+    r.read_tensor(back.tensors[1], static_cast<State>(s), 9, 11, part.data());  // lanes 13 to 23: two blocks
+    for (std::size_t i = 0; i < 20; ++i) REQUIRE(a[i] == want[s][i]);
+    for (std::size_t i = 0; i < 30; ++i) REQUIRE(b[i] == want[s][20 + i]);
+    for (std::size_t i = 0; i < 11; ++i) REQUIRE(part[i] == want[s][29 + i]);
+  }
+  std::vector<float> b(30);
+  r.read_tensor(back.tensors[1], State::master, 0, 30, b.data());
+  CHECK(b[29] == 49.0f);
+  r.verify_all();
+  // A lane out of a block, a lane on the fp32 master and blocks past the file's end are damage.
+  const auto damaged = [&](const std::function<void(Manifest&)>& edit) {
+    Manifest d = back;
+    edit(d);
+    return error_of([&] { parse_manifest(to_json(d), "test"); });
+  };
+  CHECK_THAT(damaged([](Manifest& d) { d.tensors[1].states[1][0].lane = 16; }), Catch::Contains("lane 16 (0 to 15)"));
+  CHECK_THAT(damaged([](Manifest& d) { d.tensors[1].states[0][0].lane = 3; }),
+             Catch::Contains("only q8 blocks have lanes"));
+  CHECK_THAT(damaged([](Manifest& d) { d.tensors[1].states[2][0].file_offset = d.files[0].bytes - 17; }),
+             Catch::Contains("has a segment outside rank00000.bin"));
+}
+
+TEST_CASE("version 4's q8 moments, exp_avg and sqrt(exp_avg_sq) in bf16, still read back squared", "[checkpoint]") {
   test::TempDir dir("ckpt-shard");
   Manifest m;
   m.chunk_bytes = 1024;
   m.moment_dtype = "q8";
+  m.q8_as_bf16 = true;
   m.tensors = {{"t", {100}, 100, {}}};
   ShardWriter w(dir.file("rank00000.bin"), m.chunk_bytes);
   std::vector<float> master(100, 1.0f);
@@ -95,7 +159,9 @@ TEST_CASE("q8 moments are stored as exp_avg and sqrt(exp_avg_sq) in bf16, versio
   std::string as_v3 = text;
   as_v3.replace(as_v3.find("\"version\": 4"), 12, "\"version\": 3");
   CHECK_THAT(error_of([&] { parse_manifest(as_v3, "test"); }),
-             Catch::Contains("is format version 3 but has 'moment_dtype' q8 (version 4)"));
+             Catch::Contains("is format version 3 but has 'moment_dtype' q8 (version 5)"));
+  CHECK_FALSE(back.blocks(State::exp_avg));
+  CHECK(back.q8_as_bf16);
 }
 
 TEST_CASE("bf16 moments are stored in two bytes, written as version 3 and read back widened", "[checkpoint]") {

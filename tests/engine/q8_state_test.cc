@@ -1,5 +1,6 @@
 // Checkpoints of q8 optimizer moments (optimizer.moments "q8": 8-bit codes with a
-// power-of-two scale per 16 elements): they store the q8 values exactly and resume bitwise, a
+// power-of-two scale per 16 elements): they store the q8 blocks as they are (the NVMe tier's
+// swap files linked like any other's) and resume bitwise, a
 // checkpoint of another format loads into a q8 run and a q8 one into an fp32 run, and a q8
 // checkpoint moves between world sizes and stages with its values, tensors straddling
 // blocks. (Training across stages and tiers, the bytes and offload_states:
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/directory.h"
 #include "engine/engine.h"
 #include "tests/engine/engine_support.h"
 #include "tests/engine/param_offload_support.h"
@@ -49,13 +51,20 @@ TEST_CASE("a checkpoint keeps q8 moments exactly, resumes bitwise and loads acro
     spec.async_save = opt == OffloadDevice::cpu;
     const auto saved = test::train_mlp(spec);
     spec.async_save = false;
-    // exp_avg and sqrt(exp_avg_sq) in bf16: 8 bytes an element with the master, as bf16 moments
-    // (the NVMe tier's files are read and stored, not linked: a q8 block may straddle tensors).
+    // The blocks as held: 4 + 2 x 17/16 bytes an element (the layers' 1056 elements are whole
+    // blocks on both ranks), in the shard files from host RAM; from NVMe, the sealed swap
+    // files linked and nothing written.
     REQUIRE(saved.saved.size() == 1);
-    if (!saved.saved[0].async) {
-      CHECK(saved.saved[0].bytes == std::uint64_t{3} * (32 * 32 + 32) * 8);
-      CHECK(saved.saved[0].nvme_linked_bytes == 0);
+    const std::uint64_t layer = 32 * 32 + 32, bytes = 3 * (layer * 4 + 2 * layer / 16 * 17);
+    const auto manifest = checkpoint::open_checkpoint(at + "/ckpt").manifest;
+    CHECK(manifest.payload_bytes() == bytes);
+    if (opt == OffloadDevice::nvme) {
+      CHECK(saved.saved[0].bytes == 0);
+      CHECK(saved.saved[0].nvme_linked_bytes == bytes);
+      CHECK(saved.saved[0].nvme_copied_bytes == 0);
     }
+    CHECK(manifest.version == 5);
+    CHECK(manifest.blocks(checkpoint::State::exp_avg));
     const auto contents = test::checkpoint_contents(at + "/ckpt");
     spec.save_checkpoint.clear();
     spec.load_checkpoint = at + "/ckpt";
