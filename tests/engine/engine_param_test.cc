@@ -271,15 +271,22 @@ TEST_CASE("budget-driven placement re-places parameter shards from the recorded 
   place(budgeted, OffloadDevice::nvme, OffloadDevice::none, dir.path());
   budgeted.memory_budget.device = kTiedN * 2 * 2 + 1000;  // one gathered layer and its gradient buffer
   budgeted.memory_budget.nvme = 8 << 20;
-  int left = -1;
   TiedRun plain;
-  for (std::uint64_t host = 256 << 10; host > (32 << 10) && left < 0; host -= 1024) {
+  const auto nvme_layer = [&](std::uint64_t host) {  // the layer whose shard lands on NVMe at `host`, or -1
     budgeted.memory_budget.host = host;
     plain = train_tied(budgeted, budgeted.memory_budget.device, -1, 1);
+    int left = -1;
     for (int l = 0; l < 3; ++l) {
       if (layer_params_place(plain.placement, l) == "nvme") left = l;
     }
-  }
+    return left;
+  };
+  // The largest such budget to 1 KiB: down in 8 KiB steps to the first, then up 1 KiB at a time.
+  constexpr std::uint64_t kMost = 256 << 10;
+  std::uint64_t host = kMost;
+  while (host > (32 << 10) && nvme_layer(host) < 0) host -= 8 << 10;
+  while (host < kMost && nvme_layer(host + 1024) >= 0) host += 1024;
+  const int left = nvme_layer(host);
   INFO(plain.placement);
   REQUIRE(left >= 0);
   CHECK(plain.placement.find("re-placed") == std::string::npos);

@@ -55,6 +55,11 @@ struct Placement {
 
 engine::EngineConfig config_for(const Placement& p, const std::string& dir) {
   auto c = test::stage3_config(1);
+  // One swap file per layer and few parameter chunks: what is tested is which bytes are
+  // written, not how they are cut (stage3_config's 100-element sub-groups made this file
+  // open, fallocate and write thousands of files, 42 s of the suite).
+  c.zero.sub_group_size = 1 << 20;
+  c.offload_param.buffer_size = 1 << 14;
   c.zero.stage = p.stage;
   if (p.persistent) c.zero.stage3_param_persistence_threshold = 1 << 20;
   test::place(c, p.opt, p.par, dir);
