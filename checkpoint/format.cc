@@ -168,13 +168,19 @@ void validate(const Manifest& m, const std::string& where, bool partial) {
         STRATA_CHECK(g.lane == 0 || (blocks && g.lane < static_cast<std::uint32_t>(q8::kBlockElems)), Errc::corrupt,
                      "checkpoint manifest ", where, ": ", ctx, " has a segment with lane ", g.lane,
                      blocks ? " (0 to 15)" : " (only q8 blocks have lanes)");
-        // The element count first, so the byte count below cannot overflow.
-        const std::uint64_t most =
-            blocks ? bytes / q8::kBlockBytes * q8::kBlockElems : bytes / m.elem_bytes(static_cast<State>(s));
-        STRATA_CHECK(g.count <= most && g.file_offset <= bytes - m.segment_bytes(static_cast<State>(s), g) &&
-                         g.count <= t.numel && g.elem <= t.numel - g.count,
-                     Errc::corrupt, "checkpoint manifest ", where, ": ", ctx, " has a segment outside ",
-                     m.files[g.file].name, " or the tensor");
+        // In whole elements (blocks) first, so no byte count below can overflow or wrap.
+        bool inside = false;
+        if (blocks) {
+          const std::uint64_t have = bytes / q8::kBlockBytes;
+          inside = g.count <= have * q8::kBlockElems &&
+                   (g.lane + g.count + q8::kBlockElems - 1) / q8::kBlockElems <= have &&
+                   g.file_offset <= bytes - m.segment_bytes(static_cast<State>(s), g);
+        } else {
+          const std::uint64_t eb = m.elem_bytes(static_cast<State>(s));
+          inside = g.count <= bytes / eb && g.file_offset <= bytes - g.count * eb;
+        }
+        STRATA_CHECK(inside && g.count <= t.numel && g.elem <= t.numel - g.count, Errc::corrupt, "checkpoint manifest ",
+                     where, ": ", ctx, " has a segment outside ", m.files[g.file].name, " or the tensor");
       }
       if (partial || (s > 0 && !t.has_moments())) continue;  // a frozen tensor has no moments
       std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.elem < b.elem; });

@@ -255,6 +255,8 @@ void ShardReader::read(int file, std::uint64_t offset, std::uint64_t bytes, void
     const std::uint64_t unit = open(file).unit;
     const std::uint64_t index = offset / unit, within = offset % unit;
     const auto& data = chunk(file, index, what);
+    STRATA_CHECK(within < data.size(), Errc::corrupt, "checkpoint '", dir_, "': reading ", what, " at byte ", offset,
+                 " of ", m_.files[static_cast<std::size_t>(file)].name, ", past its end");
     const std::uint64_t take = std::min<std::uint64_t>(bytes, data.size() - within);
     std::memcpy(dst, data.data() + within, take);
     dst += take;

@@ -76,15 +76,16 @@ checkpoint::Manifest CheckpointPart::build(const std::string& staging, std::int6
       }
       continue;
     }
-    for (auto& v : st) v.resize(c_.state.elems(l));
+    const std::size_t n = c_.state.elems(l);
+    st[0].resize(n);
+    for (int s = 1; s < checkpoint::kStates; ++s) st[s].resize(q8 || L.frozen ? 0 : n);
     // A frozen layer saves its values (its compute copies, widened) and no moments.
     std::vector<std::uint8_t> held[2];  // q8: the moments' blocks as held
     if (L.frozen) {
       c_.homes.read_own(l, st[0].data());
     } else if (q8) {
-      for (auto& h : held) h.resize(moment_bytes(MomentFormat::q8, st[0].size()));
-      c_.state.read(l, st[0].data(), nullptr, nullptr);
-      c_.state.read_held_moments(l, held[0].data(), held[1].data());
+      for (auto& h : held) h.resize(moment_bytes(MomentFormat::q8, n));
+      c_.state.read_held(l, st[0].data(), held[0].data(), held[1].data());
     } else {
       c_.state.read(l, st[0].data(), st[1].data(), st[2].data());
     }
@@ -117,8 +118,9 @@ void CheckpointPart::append_q8_blocks(int l, int s, const std::vector<std::uint8
                                       const Appender& append) const {
   const auto& L = c_.layout.layers()[static_cast<std::size_t>(l)];
   for (const auto& pc : pieces(l)) {
-    // The blocks that hold the piece, once; each tensor's range points into them.
-    const std::size_t b0 = pc.index / q8::kBlockElems, b1 = (pc.index + pc.len + q8::kBlockElems - 1) / q8::kBlockElems;
+    // The blocks that hold the piece's parameters, once; each tensor's range points into them.
+    const auto [b0, b1] = q8_blocks_of(L, pc);
+    if (b0 == b1) continue;
     const std::uint64_t off = append(coded.data() + b0 * q8::kBlockBytes, (b1 - b0) * q8::kBlockBytes);
     detail::for_each_param_range(c_.layout, L, pc, [&](int pi, std::size_t elem, std::size_t index, std::size_t count) {
       const std::size_t b = index / q8::kBlockElems;
@@ -126,6 +128,16 @@ void CheckpointPart::append_q8_blocks(int l, int s, const std::vector<std::uint8
           {0, off + (b - b0) * q8::kBlockBytes, elem, count, static_cast<std::uint32_t>(index % q8::kBlockElems)});
     });
   }
+}
+
+std::pair<std::size_t, std::size_t> CheckpointPart::q8_blocks_of(const LayerLayout& L, const detail::Piece& pc) const {
+  std::size_t lo = pc.index + pc.len, hi = pc.index;
+  detail::for_each_param_range(c_.layout, L, pc, [&](int, std::size_t, std::size_t index, std::size_t count) {
+    lo = std::min(lo, index);
+    hi = std::max(hi, index + count);
+  });
+  if (lo >= hi) return {0, 0};
+  return {lo / q8::kBlockElems, (hi + q8::kBlockElems - 1) / q8::kBlockElems};
 }
 
 std::uint64_t CheckpointPart::shard_file_bytes(bool link_nvme) const {
@@ -143,8 +155,7 @@ std::uint64_t CheckpointPart::shard_file_bytes(bool link_nvme) const {
       detail::for_each_param_range(lay, lay.layers()[li], pc,
                                    [&](int, std::size_t, std::size_t, std::size_t count) { bytes += count * per; });
       if (f == MomentFormat::q8 && !frozen) {
-        const std::size_t b0 = pc.index / q8::kBlockElems;
-        const std::size_t b1 = (pc.index + pc.len + q8::kBlockElems - 1) / q8::kBlockElems;
+        const auto [b0, b1] = q8_blocks_of(lay.layers()[li], pc);
         bytes += 2 * (b1 - b0) * q8::kBlockBytes;
       }
     }

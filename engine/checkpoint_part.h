@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/format.h"
@@ -56,6 +57,9 @@ class CheckpointPart {
   // each of the rank's pieces appended once, every tensor's range a segment into them.
   void append_q8_blocks(int l, int s, const std::vector<std::uint8_t>& coded, checkpoint::Manifest& part,
                         const Appender& append) const;
+  // The q8 blocks [first, end) that hold the piece's parameters (padding before the first and
+  // after the last left out); {0, 0} when it holds none.
+  std::pair<std::size_t, std::size_t> q8_blocks_of(const LayerLayout& L, const detail::Piece& pc) const;
   std::vector<detail::Piece> pieces(int li) const {
     return detail::pieces(c_.layout, c_.cfg.zero.stage, c_.ranks.rank, li, false);
   }

@@ -82,20 +82,20 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
   if (v != nullptr) moments_to_fp32(narrow.data() + mb, f, Moment::second, v, n);
 }
 
-void OptimizerState::read_held_moments(int li, void* m, void* v) {
+void OptimizerState::read_held(int li, float* master, void* m, void* v) {
   const std::size_t n = elems(li);
   const MomentFormat f = moment_format();
   if (tier(li) == Tier::nvme) {
-    std::vector<float> mf(m != nullptr ? n : 0), vf(v != nullptr ? n : 0);
-    swapper_->read_state(static_cast<std::size_t>(swap_index(li)), 0, n, nullptr, m != nullptr ? mf.data() : nullptr,
-                         v != nullptr ? vf.data() : nullptr);
-    if (m != nullptr) moments_from_fp32(mf.data(), m, f, Moment::first, n);
-    if (v != nullptr) moments_from_fp32(vf.data(), v, f, Moment::second, n);
+    std::vector<float> mf(n), vf(n);
+    swapper_->read_state(static_cast<std::size_t>(swap_index(li)), 0, n, master, mf.data(), vf.data());
+    moments_from_fp32(mf.data(), m, f, Moment::first, n);
+    moments_from_fp32(vf.data(), v, f, Moment::second, n);
     return;
   }
   const auto& o = layers_[li];
-  if (m != nullptr) copy_between(c_.dev_stream, m, Tier::host, o.arrays.m, tier(li), moment_bytes(f, n));
-  if (v != nullptr) copy_between(c_.dev_stream, v, Tier::host, o.arrays.v, tier(li), moment_bytes(f, n));
+  copy_between(c_.dev_stream, master, Tier::host, o.arrays.master, tier(li), n * 4);
+  copy_between(c_.dev_stream, m, Tier::host, o.arrays.m, tier(li), moment_bytes(f, n));
+  copy_between(c_.dev_stream, v, Tier::host, o.arrays.v, tier(li), moment_bytes(f, n));
   c_.dev_stream.synchronize();
 }
 

@@ -97,10 +97,10 @@ class OptimizerState {
   const Arrays& spare(int li);
   void swap_spare(int li);
   void read(int li, float* master, float* m, float* v);
-  // Layer li's moments as held: moment_bytes(moment_format(), elems(li)) bytes each (a null
-  // destination skips one). From NVMe, where the swapper hands out values, coded back (the
-  // same bytes: moment_format.h).
-  void read_held_moments(int li, void* m, void* v);
+  // Layer li's masters (fp32) and moments as held: moment_bytes(moment_format(), elems(li))
+  // bytes each. From NVMe, where the swapper hands out values, the moments are coded back
+  // (the same values: moment_format.h).
+  void read_held(int li, float* master, void* m, void* v);
   void write(int li, const float* master, const float* m, const float* v);
   void commit_writes();
   void discard_writes() noexcept;

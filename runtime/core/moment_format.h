@@ -8,7 +8,7 @@
 // multiples of moment_align(format) elements and element e starts moment_offset(format, e)
 // bytes in. Conversions to and from fp32 are exact for fp32, widen bf16 exactly and round to
 // bf16 to nearest even, and code q8 blocks as q8_codec.h says (salt 0): coding what a
-// decode gave reproduces the same blocks.
+// decode gave reproduces the same values (a block may come back at the finer of two scales).
 #pragma once
 
 #include <cstddef>

@@ -128,6 +128,18 @@ TEST_CASE("q8 moments are stored as blocks with lanes, version 5, tensors sharin
              Catch::Contains("only q8 blocks have lanes"));
   CHECK_THAT(damaged([](Manifest& d) { d.tensors[1].states[2][0].file_offset = d.files[0].bytes - 17; }),
              Catch::Contains("has a segment outside rank00000.bin"));
+  // A lane that pushes the last element into a block the file does not have (16 elements
+  // from lane 1 of a one-block file): the byte count must not wrap around and let it in.
+  Manifest one;
+  one.moment_dtype = "q8";
+  one.files = {{"master.bin", 0, 64, {0}}, {"moments.bin", 0, 17, {0}}};
+  one.tensors = {{"t", {16}, 16, {}}};
+  one.tensors[0].states[0] = {{0, 0, 0, 16}};
+  for (int s = 1; s < kStates; ++s) one.tensors[0].states[s] = {{1, 0, 0, 16, 1}};  // 34 bytes of a 17-byte file
+  CHECK_THAT(error_of([&] { parse_manifest(to_json(one), "test"); }),
+             Catch::Contains("has a segment outside moments.bin"));
+  for (int s = 1; s < kStates; ++s) one.tensors[0].states[s] = {{1, 0, 0, 16, 0}};  // one whole block: in the file
+  CHECK_NOTHROW(parse_manifest(to_json(one), "test"));
 }
 
 TEST_CASE("version 4's q8 moments, exp_avg and sqrt(exp_avg_sq) in bf16, still read back squared", "[checkpoint]") {
