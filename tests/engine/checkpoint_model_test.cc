@@ -2,7 +2,8 @@
 // steps, saves (synchronous or asynchronous, NVMe state linked or copied, two save roots,
 // retention on one), loads of any committed checkpoint, restarts (the engine destroyed and
 // a new one resumed from `latest`, its swap directory cleaned as after a crash) and reads
-// (what export does) run against one engine with every piece of state on NVMe. The model
+// (what export does) run against one engine with every piece of state on NVMe (the third
+// seed with q8 moments, whose swap files are linked too, lanes into their blocks). The model
 // records each checkpoint's exact file bytes when it commits; after every operation each
 // recorded checkpoint must verify and hold exactly those bytes, unless retention removed it
 // (only ever the oldest) or a later save of the same step replaced it. A load must also
@@ -74,6 +75,7 @@ TEST_CASE("no sequence of saves, loads, steps, restarts and reads changes a comm
   INFO("seed " << seed);
   TempDir dir("ckpt-model");
   auto c = mlp_config(3, 1, DType::bf16);
+  if (seed == 3) c.optimizer.moment_format = MomentFormat::q8;
   c.offload_optimizer.device = engine::OffloadDevice::nvme;
   c.offload_optimizer.nvme_path = dir.file("nvme");
   c.offload_param.device = engine::OffloadDevice::nvme;
