@@ -5,6 +5,13 @@ target_compile_options(strata_options INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-missing-field-initializers>)
 if(STRATA_STRICT)
   target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  # GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), a self-initialized variable,
+  # and once inlined its -Wmaybe-uninitialized fires on them (GCC bug 105593, fixed in 13):
+  # with -march=native that depends on the build machine's CPU (q8_test.cc on an AVX-512 EPYC).
+  # The warning stays printed; it only stops failing the build.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(strata_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-error=maybe-uninitialized>)
+  endif()
 endif()
 if(STRATA_ARCH)
   # SIMD width is chosen at build time; STRATA_ARCH="" gives a portable (SSE2) build.
