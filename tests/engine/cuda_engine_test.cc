@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "tests/engine/engine_support.h"
+#include "tests/support/same_bits.h"
 
 using namespace strata;
 
@@ -23,9 +24,7 @@ test::TrainSpec cuda_spec(int stage, DType compute) {
   return spec;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
+using test::same_bits;
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "runtime/core/error.h"
 #include "tests/engine/engine_support.h"
 #include "tests/engine/param_offload_support.h"
+#include "tests/support/same_bits.h"
 #include "tests/support/temp_dir.h"
 
 using namespace strata;
@@ -43,9 +44,7 @@ void given(const std::string& name, std::uint64_t elem, std::uint64_t n, float* 
   for (std::uint64_t i = 0; i < n; ++i) out[i] = 0.05f * std::sin(phase + 0.37f * static_cast<float>(elem + i));
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 struct Placement {
   int stage;

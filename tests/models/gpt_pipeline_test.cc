@@ -25,6 +25,7 @@
 #include "runtime/device/arena.h"
 #include "runtime/device/device.h"
 #include "tests/support/randn.h"
+#include "tests/support/same_bits.h"
 
 using namespace strata;
 using namespace strata::model;
@@ -32,9 +33,7 @@ using strata::test::randn;
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 GptConfig small_gpt() {
   GptConfig c;

@@ -14,6 +14,7 @@
 
 #include "models/llama/block.h"
 #include "models/llama/ops.h"
+#include "tests/support/same_bits.h"
 
 using namespace strata;
 using namespace strata::model;
@@ -48,9 +49,7 @@ std::vector<float> normal(std::size_t n, std::mt19937& rng, float mean, float sd
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 }  // namespace
 

@@ -23,15 +23,14 @@
 #include "runtime/core/random.h"
 #include "runtime/device/device.h"
 #include "tests/support/fp32_bound.h"
+#include "tests/support/same_bits.h"
 
 using namespace strata;
 using namespace strata::model;
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 LlamaShape small_llama(const std::string& kind) {
   LlamaShape s;

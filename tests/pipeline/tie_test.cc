@@ -13,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "tests/pipeline/common.h"
 #include "tests/support/error_of.h"
+#include "tests/support/same_bits.h"
 
 using namespace strata;
 using namespace strata::pipeline;
@@ -40,9 +41,7 @@ std::vector<int> all(const PipelineModel& m) {
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 }  // namespace
 
