@@ -49,6 +49,11 @@ class HostDevice final : public Device {
                      " device arena: ", errno_text(err), ". Use a smaller device budget");
       }
       base_ = static_cast<unsigned char*>(p);
+      // Transparent huge pages where the kernel offers them on request (its "madvise" mode):
+      // first touches fault 2 MiB at a time instead of 4 KiB. On a VM each fault is a trap,
+      // and setup's first values of an 85M GPT took 6.4-7.4 s instead of 2.9 s. Advisory:
+      // where it fails, only speed is lost.
+      madvise(p, o.budget_bytes, MADV_HUGEPAGE);
     }
     if (o.guard_memory) guard();
   }

@@ -31,6 +31,7 @@ PinnedAllocation pinned_map(std::size_t bytes) {
     STRATA_THROW(Errc::out_of_budget, "pinned host tier: mmap of ", format_bytes(size), " failed: ", errno_text(err),
                  ". Lower the host budget or free host memory");
   }
+  madvise(p, size, MADV_HUGEPAGE);  // mlock below faults it in: 2 MiB at a time (advisory)
   PinnedAllocation a{p, size, false};
   if (mlock(p, size) == 0) {
     a.locked = true;
