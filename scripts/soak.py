@@ -11,9 +11,10 @@ not pile up), the committed checkpoints' bytes (--keep 2) and the staging direct
 inside a save leaves (at most one: the next run removes it); the uninterrupted run's RSS step
 by step.
 Writes DIR/soak.json and, with matplotlib, DIR/soak.png; exits 1 when the bytes differ or a
-figure grows (peak RSS over the first runs' by more than --rss-slack, or
-the later runs' smallest swap or checkpoint bytes above the first runs' by more than 5%, or
-a moment above what replacing a file or pruning late can explain).
+figure grows (peak RSS over the first runs' by more than --rss-slack, the later runs' smallest
+swap bytes or bytes per committed checkpoint above the first runs' by more than 5%, more than
+--keep + 1 committed checkpoints after a kill, or a moment above what replacing a file can
+explain).
 Usage: soak.py --strata BIN --dir DIR [--kills N] [--seed N] [--rss-slack F]"""
 import argparse
 import json
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 
+KEEP = 2  # the runs' --keep
 
 def tensors(path):
     b = open(path, "rb").read()
@@ -48,6 +50,15 @@ def tree_bytes(root, suffix=""):
                 except OSError:
                     pass  # removed while walking
     return total
+
+
+def committed(root):
+    """The committed checkpoints under root: step-N directories holding their manifest."""
+    try:
+        return [x for x in os.listdir(root) if x.startswith("step-") and
+                os.path.exists(os.path.join(root, x, "manifest.json"))]
+    except OSError:
+        return []
 
 
 def peak_rss(log):
@@ -86,7 +97,7 @@ def plot(report, straight_rss, path):
     ax[0].set_title(f"{report['kills']} SIGKILLs: {'same bytes as one run' if report['same_bytes'] else 'BYTES DIFFER'}")
     # Hollow circles under crosses: both show where the two are about the same size.
     ax[1].plot(x, [r["checkpoint_bytes"] / mib for r in runs], "o", markersize=5, mfc="none",
-               label="committed checkpoints (keep 2)")
+               label=f"committed checkpoints (keep {KEEP})")
     ax[1].plot(x, [r["swap_bytes"] / mib for r in runs], "x", markersize=3, label="swap files while training")
     ax[1].set_ylim(0, max([r["checkpoint_bytes"] / mib for r in runs] + [1]) * 1.4)
     ax[1].set_ylabel("bytes on disk (MiB)")
@@ -150,7 +161,7 @@ def main():
         log = os.path.join(a.dir, f"run{i}.jsonl")
         resume = ["--resume", "latest"] if os.path.exists(os.path.join(ck, "latest")) else []
         extra = ["--save-async"] if i % 2 else []
-        p = train("--steps", "1000000", "--save-dir", ck, "--save-every", "1", "--keep", "2", *resume, *extra,
+        p = train("--steps", "1000000", "--save-dir", ck, "--save-every", "1", "--keep", str(KEEP), *resume, *extra,
                   log=log)
         wait = rng.uniform(0.3, 2.5)
         swap = 0
@@ -172,15 +183,16 @@ def main():
         if staging > 1:
             sys.exit(f"soak: kill {i + 1}: {staging} staging directories under {ck}: the runs do not remove them")
         runs.append({"run": i, "killed_after_s": round(wait, 3), "latest": latest, "staging_left": staging,
-                     "peak_rss": peak_rss(log), "swap_bytes": swap, "checkpoint_bytes": tree_bytes(ck)})
+                     "peak_rss": peak_rss(log), "swap_bytes": swap, "checkpoint_bytes": tree_bytes(ck),
+                     "checkpoints": len(committed(ck))})
         print(f"kill {i + 1}/{a.kills}: after {wait:.2f} s, latest {latest or '-'}, peak RSS "
               f"{runs[-1]['peak_rss'] / 2**20:.1f} MiB, swap {swap / 2**20:.2f} MiB, checkpoints "
-              f"{runs[-1]['checkpoint_bytes'] / 2**20:.2f} MiB", flush=True)
+              f"{runs[-1]['checkpoint_bytes'] / 2**20:.2f} MiB ({runs[-1]['checkpoints']})", flush=True)
     if not runs[-1]["latest"]:
         sys.exit("soak: no checkpoint was ever committed: give the runs longer (a larger model or fewer kills)")
     # The chain taken 5 steps further, and one uninterrupted run to that step (its RSS step by step).
     end = int(runs[-1]["latest"].split("-")[1]) + 5
-    p = train("--steps", str(end), "--save-dir", ck, "--save-every", "1", "--keep", "2", "--resume", "latest",
+    p = train("--steps", str(end), "--save-dir", ck, "--save-every", "1", "--keep", str(KEEP), "--resume", "latest",
               "--save-params", os.path.join(a.dir, "chain.st"))
     _, err = p.communicate()
     if p.returncode != 0:
@@ -212,6 +224,13 @@ def main():
     rss = [r["peak_rss"] for r in runs if r["peak_rss"] > 0]
     swaps = [r["swap_bytes"] for r in runs if r["swap_bytes"] > 0]
     cks = [r["checkpoint_bytes"] for r in runs if r["checkpoint_bytes"] > 0]
+    # Bytes per committed checkpoint: a kill between committing one and pruning the oldest
+    # leaves a third whole checkpoint until the next run's first save prunes it, a moment
+    # that can land on any kill (saves take much of a step here), twice in a row as well.
+    # Whole checkpoints that pile up are counted (never more than keep + 1 after a kill);
+    # bytes that pile up inside checkpoints lift the bytes of each (a checkpoint of this model
+    # has the same size at every step, but for a few bytes of manifest and trainer state).
+    per_ck = [r["checkpoint_bytes"] / r["checkpoints"] for r in runs if r["checkpoints"] > 0]
     base_rss = sorted(rss[:10])[len(rss[:10]) // 2] if rss else 0
     problems = []
     if not same:
@@ -219,13 +238,16 @@ def main():
                         f"step off: {first_off}")
     if rss and max(rss) > base_rss * (1 + a.rss_slack):
         problems.append(f"peak RSS grew to {max(rss) / 2**20:.1f} MiB from {base_rss / 2**20:.1f} MiB")
+    piled = [r for r in runs if r["checkpoints"] > KEEP + 1]
+    if piled:
+        problems.append(f"{piled[0]['checkpoints']} committed checkpoints after kill {piled[0]['run'] + 1} with "
+                        f"--keep {KEEP}: at most {KEEP + 1} may exist (one a kill kept from pruning)")
     # Growth, not moments: a swap file being replaced exists twice for a moment (one file of
-    # several: up to a quarter more), and a kill between committing a checkpoint and pruning
-    # the oldest leaves a third until the next run prunes it (half as much again). A moment
-    # lifts one sample; leftovers that piled up lift every later one, so growth compares the
-    # floors (the smallest sample of the last third against the first third's). A median of
-    # the two samples a six-kill run has per third is their mean, which one moment moves.
-    for what, xs, moment in (("swap files", swaps, 1.25), ("checkpoints (--keep 2)", cks, 1.6)):
+    # several: up to a quarter more). A moment lifts one sample; leftovers that piled up lift
+    # every later one, so growth compares the floors (the smallest sample of the last third
+    # against the first third's). A median of the two samples a six-kill run has per third is
+    # their mean, which one moment moves.
+    for what, xs, moment in (("swap files", swaps, 1.25), ("bytes per committed checkpoint", per_ck, 1.05)):
         if len(xs) < 6:
             continue
         third = len(xs) // 3
@@ -233,7 +255,8 @@ def main():
         if late > early * 1.05:
             problems.append(f"{what}: the last runs' smallest {late:.0f} bytes against the first runs' {early:.0f}")
         if max(xs) > early * moment:
-            problems.append(f"{what}: {max(xs)} bytes at one point, over {moment}x the first runs' smallest {early:.0f}")
+            problems.append(f"{what}: {max(xs):.0f} bytes at one point, over {moment}x the first runs' smallest "
+                            f"{early:.0f}")
     if straight_rss and max(straight_rss[len(straight_rss) // 10:]) > straight_rss[len(straight_rss) // 10] * 1.1:
         problems.append("the uninterrupted run's RSS grew over its steps")
     report = {"kills": len(runs), "steps": end, "seconds": round(time.time() - started, 1), "same_bytes": same,
