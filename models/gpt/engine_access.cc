@@ -2,6 +2,7 @@
 #include "models/gpt/engine_access.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "models/gpt/kernels.h"
 #include "runtime/core/error.h"
@@ -45,8 +46,16 @@ std::uint64_t EngineAccess::bytes(const LayerNumels& n, DType compute) {
   return compute == DType::fp32 ? two : 2 * two;
 }
 
-EngineAccess::EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels)
-    : engine_(engine), k_(kernels), numels_(std::move(numels)), open_(numels_.size(), false) {
+EngineAccess::EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels,
+                           std::vector<std::vector<bool>> products_only)
+    : engine_(engine),
+      k_(kernels),
+      numels_(std::move(numels)),
+      open_(numels_.size(), false),
+      shadow_(engine.device().backend() == device::Backend::host),
+      shadows_(numels_.size()),
+      products_only_(std::move(products_only)) {
+  skip_widening_ = shadow_ && ops::bf16_products_available();
   auto& dev = engine.device();
   const std::size_t n0 = layer_total(numels_[0]), nl = largest_other_layer(numels_);
   convert_ = engine.compute_dtype() != DType::fp32;
@@ -62,20 +71,41 @@ std::vector<const float*> EngineAccess::acquire(int layer) {
   const auto views = engine_.gather(layer);
   std::vector<const float*> out;
   float* dst = layer == 0 ? w0_.as<float>() : wl_.as<float>();
+  // Shadows of whatever last used this buffer end here, a pass that threw before its release
+  // included (layer 0 has w0_; every other layer shares wl_).
+  for (std::size_t l = 0; l < shadows_.size(); ++l)
+    if ((l == 0) == (layer == 0)) shadows_[l].clear();
+  auto& shadows = shadows_[static_cast<std::size_t>(layer)];
   for (const auto& v : views) {
     if (!convert_) {
       out.push_back(v.as<float>());
       continue;
     }
-    k_.convert(v.data, v.dtype, dst, DType::fp32, v.numel);
+    const std::size_t i = out.size();
+    const bool bf16 = shadow_ && v.dtype == DType::bf16;
+    if (bf16 && skip_widening_ && products_only(layer, i)) {
+#ifndef NDEBUG
+      std::fill(dst, dst + v.numel, std::numeric_limits<float>::quiet_NaN());  // any other reader shows
+#endif
+    } else {
+      k_.convert(v.data, v.dtype, dst, DType::fp32, v.numel);  // on the host: done on return
+    }
+    if (bf16)
+      shadows.push_back(std::make_unique<ops::Bf16Shadow>(dst, static_cast<const std::uint16_t*>(v.data), v.numel));
     out.push_back(dst);
     dst += v.numel;
   }
   return out;
 }
 
+bool EngineAccess::products_only(int layer, std::size_t i) const noexcept {
+  const auto l = static_cast<std::size_t>(layer);
+  return l < products_only_.size() && i < products_only_[l].size() && products_only_[l][i];
+}
+
 void EngineAccess::release(int layer) {
   k_.sync();
+  shadows_[static_cast<std::size_t>(layer)].clear();
   engine_.release(layer);
 }
 

@@ -5,14 +5,24 @@
 // compute dtype is not fp32, and two fp32 gradient buffers likewise. Conversions and zeroing
 // go through the pass's kernels; their work is waited for before a layer goes back to the
 // engine (release, reduce_grads), which may reuse its memory.
+//
+// bf16 views on the host device: each weight is shadowed by its view (gemm.h's Bf16Shadow)
+// from acquire to release, so bf16 products on the acquiring thread read the engine's codes
+// (valid until release, engine.h) instead of rounding the widened copy back. A parameter the
+// model marks products-only (read by nothing but its bf16 weight products on that thread: no
+// FP8, no other kernel) is not widened at all where bf16 products run: its fp32 slot is left
+// unwritten (NaN in debug builds, so a reader breaking the rule shows) and the shadow alone
+// serves it. A later acquire of the same buffer ends the shadows of what used it before.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/engine.h"
 #include "models/gpt/config.h"
+#include "models/gpt/gemm.h"
 #include "models/gpt/pass.h"
 #include "runtime/device/device.h"
 
@@ -39,7 +49,10 @@ void require_device_room(engine::Engine& engine, std::uint64_t need, std::uint64
 
 class EngineAccess : public LayerAccess {
  public:
-  EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels);
+  // products_only[layer][i]: parameter i of the layer is read only by bf16 weight products
+  // (missing entries: false).
+  EngineAccess(engine::Engine& engine, LayerNumels numels, GptKernels& kernels,
+               std::vector<std::vector<bool>> products_only = {});
   // Device bytes of the conversion buffers for `numels` at `compute`.
   static std::uint64_t bytes(const LayerNumels& numels, DType compute);
 
@@ -49,11 +62,17 @@ class EngineAccess : public LayerAccess {
   void commit(int layer) override;
 
  private:
+  bool products_only(int layer, std::size_t i) const noexcept;
+
   engine::Engine& engine_;
   GptKernels& k_;
   LayerNumels numels_;
   std::vector<bool> open_;
   bool convert_ = false;
+  bool shadow_ = false;                                                 // host device: shadow bf16 views
+  bool skip_widening_ = false;                                          // and bf16 products run here
+  std::vector<std::vector<std::unique_ptr<ops::Bf16Shadow>>> shadows_;  // by layer, until release
+  std::vector<std::vector<bool>> products_only_;
   device::DeviceBuffer w0_, wl_, g0_, gl_;
 };
 

@@ -4,7 +4,8 @@
 // bits for any thread count, and the GPT's compute has one thread pool (TBB) rather than an
 // OpenMP pool spinning beside it. bf16 products convert A and B once (the whole strided span,
 // so panels keep their offsets) and run a oneDNN matmul primitive per panel shape, created
-// once per thread and kept (primitives are not shared across threads).
+// once per thread and kept (primitives are not shared across threads). An operand a live
+// Bf16Shadow covers is read from the shadow's codes instead of being converted.
 #include "models/gpt/gemm.h"
 
 #include <omp.h>
@@ -13,7 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <utility>
@@ -96,13 +100,43 @@ void bf16_panel(bool ta, bool tb, int M, int N, int K, float alpha, const std::u
   stream.wait();
 }
 
+// The live Bf16Shadows of this thread, newest last.
+struct Shadow {
+  const Bf16Shadow* owner;
+  const float* values;
+  const std::uint16_t* codes;
+  std::size_t n;
+};
+thread_local std::vector<Shadow> shadows;
+
+// The rounding shadows' buffers of this thread, kept between shadows.
+struct CodeBuffer {
+  std::vector<std::uint16_t> codes;
+  bool busy = false;
+};
+thread_local std::vector<std::unique_ptr<CodeBuffer>> code_buffers;
+
+// The span of op(X) (rows x cols, leading dimension ld) in X's storage, in elements.
+std::size_t stored_span(bool trans, int rows, int cols, int ld) {
+  if (trans) std::swap(rows, cols);
+  return static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + static_cast<std::size_t>(cols);
+}
+
+// The codes of a live shadow covering [x, x + span), or null.
+const std::uint16_t* shadowed(const float* x, std::size_t span) {
+  for (auto it = shadows.rbegin(); it != shadows.rend(); ++it) {
+    if (std::less_equal<const float*>()(it->values, x) && std::less_equal<const float*>()(x + span, it->values + it->n))
+      return it->codes + (x - it->values);
+  }
+  return nullptr;
+}
+
 // Writes the stored span of an operand, op(X) of rows x cols with leading dimension ld (X
 // transposed when trans), into buf converted by f(src, n, dst), in parallel blocks (the
 // conversion streams memory as long as a small product computes).
 template <class T, class F>
 const T* converted(std::vector<T>& buf, const float* x, bool trans, int rows, int cols, int ld, F&& f) {
-  if (trans) std::swap(rows, cols);
-  const std::size_t span = static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) + cols;
+  const std::size_t span = stored_span(trans, rows, cols, ld);
   if (buf.size() < span) buf.resize(span);
   T* out = buf.data();
   tbb::parallel_for(std::size_t{0}, (span + kConvertBlock - 1) / kConvertBlock, [&](std::size_t k) {
@@ -150,8 +184,10 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
     STRATA_CHECK(beta == 0.0f || beta == 1.0f, Errc::invalid_argument, "bf16 products take beta 0 or 1 (got ", beta,
                  ")");
     thread_local std::vector<std::uint16_t> abuf, bbuf;
-    a16 = converted(abuf, A, ta, M, K, lda, to_bf16);
-    b16 = converted(bbuf, B, tb, K, N, ldb, to_bf16);
+    a16 = shadowed(A, stored_span(ta, M, K, lda));
+    if (a16 == nullptr) a16 = converted(abuf, A, ta, M, K, lda, to_bf16);
+    b16 = shadowed(B, stored_span(tb, K, N, ldb));
+    if (b16 == nullptr) b16 = converted(bbuf, B, tb, K, N, ldb, to_bf16);
   } else if (p == Products::fp16) {
     thread_local std::vector<float> abuf, bbuf;
     A = converted(abuf, A, ta, M, K, lda, to_fp16_values);
@@ -177,6 +213,45 @@ void gemm(Products p, bool ta, bool tb, int M, int N, int K, float alpha, const 
         }
       },
       tbb::simple_partitioner());
+}
+
+Bf16Shadow::Bf16Shadow(const float* values, const std::uint16_t* codes, std::size_t n) { enter(values, codes, n); }
+
+Bf16Shadow::Bf16Shadow(Products p, const float* values, std::size_t n) {
+  if (p != Products::bf16 || !bf16_products_available() || n == 0) return;
+  CodeBuffer* b = nullptr;
+  for (auto& c : code_buffers) {
+    if (!c->busy) {
+      b = c.get();
+      break;
+    }
+  }
+  if (b == nullptr) b = code_buffers.emplace_back(std::make_unique<CodeBuffer>()).get();
+  if (b->codes.size() < n) b->codes.resize(n);
+  std::uint16_t* out = b->codes.data();
+  tbb::parallel_for(std::size_t{0}, (n + kConvertBlock - 1) / kConvertBlock, [&](std::size_t k) {
+    const std::size_t at = k * kConvertBlock;
+    to_bf16(values + at, std::min(kConvertBlock, n - at), out + at);
+  });
+  b->busy = true;  // only once nothing can throw: the destructor frees it
+  buffer_ = b;
+  enter(values, out, n);
+}
+
+void Bf16Shadow::enter(const float* values, const std::uint16_t* codes, std::size_t n) {
+  shadows.push_back(Shadow{this, values, codes, n});
+  active_ = true;
+}
+
+Bf16Shadow::~Bf16Shadow() {
+  if (buffer_ != nullptr) static_cast<CodeBuffer*>(buffer_)->busy = false;
+  if (!active_) return;
+  for (auto it = shadows.rbegin(); it != shadows.rend(); ++it) {
+    if (it->owner == this) {
+      shadows.erase(std::next(it).base());
+      return;
+    }
+  }
 }
 
 double library_gemm_seconds(Products p, int M, int N, int K, int threads, int reps) {

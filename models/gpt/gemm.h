@@ -15,6 +15,9 @@
 // products).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "runtime/core/dtype.h"
 
 namespace strata::model::ops {
@@ -28,6 +31,33 @@ void gemm(Products p, bool trans_a, bool trans_b, int M, int N, int K, float alp
           const float* B, int ldb, float beta, float* C, int ldc);
 void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc);
+
+// Bf16Shadow protocol. A bf16 copy of fp32 values that products read more than once (a
+// weight in forward and in backward, an output gradient in both halves of its backward).
+// While a shadow lives, gemm() with bf16 products on the thread that made it, reading an
+// operand whose stored span lies inside [values, values + n), reads the bf16 codes at the
+// same offset of the shadow instead of rounding the fp32 values again. The bits are the same
+// as without it, provided the codes are the values rounded to bf16 (nearest even): a bf16
+// tensor widened to fp32 is such a pair, and the rounding constructor makes one. Neither
+// buffer may change while the shadow lives; a newer shadow of the same memory hides an older
+// one. Shadows are per thread: a product on another thread rounds the fp32 values (which
+// must then hold them), and a shadow ends on the thread that made it.
+class Bf16Shadow {
+ public:
+  // codes[i] is values[i] rounded to bf16, for i < n.
+  Bf16Shadow(const float* values, const std::uint16_t* codes, std::size_t n);
+  // Rounds values into a buffer of this thread's (kept for later shadows, as large as the
+  // largest it held) when p's products run in bf16 here; otherwise shadows nothing.
+  Bf16Shadow(Products p, const float* values, std::size_t n);
+  ~Bf16Shadow();
+  Bf16Shadow(const Bf16Shadow&) = delete;
+  Bf16Shadow& operator=(const Bf16Shadow&) = delete;
+
+ private:
+  void enter(const float* values, const std::uint16_t* codes, std::size_t n);
+  bool active_ = false;
+  void* buffer_ = nullptr;  // the thread's buffer the rounding constructor took
+};
 
 // The library at its best on C[M,N] = A[M,K] B[K,N] (row-major, no transposes): one oneDNN
 // call over the whole product on oneDNN's own `threads` OpenMP threads, operands already in

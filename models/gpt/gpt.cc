@@ -63,7 +63,17 @@ Gpt::Gpt(engine::Engine& engine, const GptConfig& config, const Batcher& batcher
   // has bf16 dot products, else fp32), as PyTorch's autocast runs linear layers.
   pass_ = std::make_unique<GptPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                     ops::products_for(engine_.compute_dtype()), cfg_.fp8, cfg_.unit_scaled);
-  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels());
+  // Each block's four matrices feed only their products, unless FP8 products quantize them.
+  std::vector<std::vector<bool>> products_only(static_cast<std::size_t>(cfg_.shape.layers + 2));
+  if (!cfg_.fp8.enabled) {
+    for (int l = 1; l <= cfg_.shape.layers; ++l) {
+      auto& m = products_only[static_cast<std::size_t>(l)];
+      m.assign(kBlockParams, false);
+      for (int i : {qkv_w, attproj_w, fc_w, fcproj_w}) m[static_cast<std::size_t>(i)] = true;
+    }
+  }
+  access_ =
+      std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels(), std::move(products_only));
 }
 
 Gpt::~Gpt() = default;

@@ -23,6 +23,13 @@ class HostKernels final : public GptKernels {
                               ops::Products p, const ops::ProductScales& s) override {
     ops::matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
   }
+  void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
+                       int IC, int OC, ops::Products p, const ops::ProductScales& s) override {
+    ops::matmul_backward(dinp, dW, db, dout, inp, W, N, IC, OC, false, p, s);
+  }
+  std::unique_ptr<ops::Bf16Shadow> round_once(ops::Products p, const float* x, std::size_t n) override {
+    return std::make_unique<ops::Bf16Shadow>(p, x, n);
+  }
   void bias_backward(float* db, const float* dout, int N, int OC) override { ops::bias_backward(db, dout, N, OC); }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, ops::Products p,
                        const ops::ProductScales& s) override {

@@ -37,11 +37,16 @@ class GptKernels {
                                      bool accumulate, ops::Products p, const ops::ProductScales& s) = 0;
   virtual void matmul_backward_weight(float* dW, float* db, const float* dout, const float* inp, int N, int IC, int OC,
                                       ops::Products p, const ops::ProductScales& s) = 0;
-  void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
-                       int IC, int OC, ops::Products p, const ops::ProductScales& s) {
+  // Both halves (dinp null: the weight's alone); the host rounds dout to bf16 once for both.
+  virtual void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W,
+                               int N, int IC, int OC, ops::Products p, const ops::ProductScales& s) {
     if (dinp != nullptr) matmul_backward_input(dinp, dout, W, N, IC, OC, false, p, s);
     matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
   }
+  // While the returned shadow lives, products in p on this thread read x[0, n) rounded to bf16
+  // once for all of them (gemm.h's Bf16Shadow): for an operand several products read. The
+  // host's shadows nothing unless p's products run in bf16 there; other backends return null.
+  virtual std::unique_ptr<ops::Bf16Shadow> round_once(ops::Products, const float*, std::size_t) { return nullptr; }
   // db[OC] += the column sums of dout[N,OC] (matmul_backward_weight's bias part alone).
   virtual void bias_backward(float* db, const float* dout, int N, int OC) = 0;
   virtual void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, ops::Products p,

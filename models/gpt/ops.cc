@@ -28,6 +28,8 @@ void matmul_forward(float* out, const float* inp, const float* W, const float* b
 
 void matmul_backward(float* dinp, float* dW, float* db, const float* dout, const float* inp, const float* W, int N,
                      int IC, int OC, bool accumulate, Products p, const ProductScales& s) {
+  // Both products read dout: with bf16 products it is rounded once (the same codes twice).
+  const Bf16Shadow once(dinp != nullptr ? p : Products::fp32, dout, static_cast<std::size_t>(N) * OC);
   if (dinp != nullptr) matmul_backward_input(dinp, dout, W, N, IC, OC, accumulate, p, s);
   matmul_backward_weight(dW, db, dout, inp, N, IC, OC, p, s);
 }
@@ -226,6 +228,7 @@ void lm_head_forward(float* logits, const float* inp, const float* wte, int N, i
 
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
                       int V, Products p, const ProductScales& s) {
+  const Bf16Shadow once(p, dlogits, static_cast<std::size_t>(N) * V);  // both products read dlogits: rounded once
   gemm(p, false, false, N, C, V, s.grad_in, dlogits, V, wte, C, 0.0f, dinp, C);
   gemm(p, true, false, V, C, N, s.grad_w, dlogits, V, inp, C, 1.0f, dwte, C);
 }

@@ -6,7 +6,9 @@
 // each layer's weights and gradient accumulators, in the host-trainer contract's order.
 //
 // LayerAccess protocol, per pass: acquire(layer) ... release(layer) brackets every use of a
-// layer's weights (fp32 pointers in registration order, valid until release). grads(layer)
+// layer's weights (fp32 pointers in registration order, valid until release; a weight the
+// access was told only bf16 products read may be served to them through a Bf16Shadow,
+// gemm.h, its fp32 slot unwritten: engine_access.h). grads(layer)
 // returns fp32 accumulators in the same order, zeroed at the first call since the layer's
 // last commit; commit(layer) hands them over (the engine: convert, reduce). The order of
 // acquires in a training pass is 0, 1..L (forward), L+1 and 0 (the head: ln_f and wte),

@@ -110,12 +110,16 @@ void llama_block_forward(float* out, const float* x, const LlamaWeights& w, cons
   const float eps = static_cast<float>(s.rms_eps);
   const auto p = d.products;
   LlamaKernels& ker = kernels_of(d);
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NI = static_cast<std::size_t>(N) * I;
   ker.rmsnorm_forward(a.h1, a.rstd1, x, w[in_norm], N, C, eps);
   float* q = s.qk_norm ? a.qpre : a.q;
   float* k = s.qk_norm ? a.kpre : a.k;
-  ker.linear_forward(q, a.h1, w[q_w], w[q_b], N, C, Q, p);
-  ker.linear_forward(k, a.h1, w[k_w], w[k_b], N, C, KV, p);
-  ker.linear_forward(a.v, a.h1, w[v_w], w[v_b], N, C, KV, p);
+  {
+    const auto h1 = ker.gpt().round_once(p, a.h1, NC);  // three products read it
+    ker.linear_forward(q, a.h1, w[q_w], w[q_b], N, C, Q, p);
+    ker.linear_forward(k, a.h1, w[k_w], w[k_b], N, C, KV, p);
+    ker.linear_forward(a.v, a.h1, w[v_w], w[v_b], N, C, KV, p);
+  }
   if (s.qk_norm) {
     ker.rmsnorm_forward(a.q, a.qrstd, a.qpre, w[q_norm], N * s.heads, D, eps);
     ker.rmsnorm_forward(a.k, a.krstd, a.kpre, w[k_norm], N * s.kv_heads, D, eps);
@@ -124,13 +128,16 @@ void llama_block_forward(float* out, const float* x, const LlamaWeights& w, cons
   ker.rope_forward(a.k, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
   ker.attention_forward(a.y, a.att, a.q, a.k, a.v, d.B, d.T, s.heads, s.kv_heads, D);
   ker.linear_forward(a.res1, a.y, w[o_w], w[o_b], N, Q, C, p);
-  ker.gpt().accumulate(a.res1, x, static_cast<std::size_t>(N) * C);
+  ker.gpt().accumulate(a.res1, x, NC);
   ker.rmsnorm_forward(a.h2, a.rstd2, a.res1, w[post_norm], N, C, eps);
-  ker.linear_forward(a.gate, a.h2, w[gate_w], nullptr, N, C, I, p);
-  ker.linear_forward(a.up, a.h2, w[up_w], nullptr, N, C, I, p);
-  ker.swiglu_forward(a.act, a.gate, a.up, static_cast<std::size_t>(N) * I);
+  {
+    const auto h2 = ker.gpt().round_once(p, a.h2, NC);
+    ker.linear_forward(a.gate, a.h2, w[gate_w], nullptr, N, C, I, p);
+    ker.linear_forward(a.up, a.h2, w[up_w], nullptr, N, C, I, p);
+  }
+  ker.swiglu_forward(a.act, a.gate, a.up, NI);
   ker.linear_forward(out, a.act, w[down_w], nullptr, N, I, C, p);
-  ker.gpt().accumulate(out, a.res1, static_cast<std::size_t>(N) * C);
+  ker.gpt().accumulate(out, a.res1, NC);
 }
 
 void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, const LlamaGrads& g, const LlamaActs& a,
@@ -140,18 +147,37 @@ void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, co
   const int Q = s.heads * D, KV = s.kv_heads * D;
   const auto p = d.products;
   LlamaKernels& ker = kernels_of(d);
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NI = static_cast<std::size_t>(N) * I;
+  const std::size_t NQ = static_cast<std::size_t>(N) * Q, NKV = static_cast<std::size_t>(N) * KV;
+  GptKernels& gk = ker.gpt();
+  // Each product's output gradient feeds its input and weight gradients, and h2 and h1 feed
+  // two and three weight gradients: each is rounded once for all (round_once), and the
+  // products keep the order of every sum (dh: gate's, then up's; q's, k's, v's).
   // MLP branch: dres is dL/d(out), which is also the residual's share of dL/d(res1).
-  ker.linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
-  ker.linear_backward_weight(g[down_w], nullptr, dres, a.act, N, I, C, p);
-  ker.swiglu_backward(sc.dgate, sc.dup, sc.dact, a.gate, a.up, static_cast<std::size_t>(N) * I);
-  ker.linear_backward_input(sc.dh, sc.dgate, w[gate_w], N, C, I, false, p);
-  ker.linear_backward_input(sc.dh, sc.dup, w[up_w], N, C, I, true, p);
-  ker.linear_backward_weight(g[gate_w], nullptr, sc.dgate, a.h2, N, C, I, p);
-  ker.linear_backward_weight(g[up_w], nullptr, sc.dup, a.h2, N, C, I, p);
+  {
+    const auto once = gk.round_once(p, dres, NC);
+    ker.linear_backward_input(sc.dact, dres, w[down_w], N, I, C, false, p);
+    ker.linear_backward_weight(g[down_w], nullptr, dres, a.act, N, I, C, p);
+  }
+  ker.swiglu_backward(sc.dgate, sc.dup, sc.dact, a.gate, a.up, NI);
+  {
+    const auto h2 = gk.round_once(p, a.h2, NC);
+    {
+      const auto once = gk.round_once(p, sc.dgate, NI);
+      ker.linear_backward_input(sc.dh, sc.dgate, w[gate_w], N, C, I, false, p);
+      ker.linear_backward_weight(g[gate_w], nullptr, sc.dgate, a.h2, N, C, I, p);
+    }
+    const auto once = gk.round_once(p, sc.dup, NI);
+    ker.linear_backward_input(sc.dh, sc.dup, w[up_w], N, C, I, true, p);
+    ker.linear_backward_weight(g[up_w], nullptr, sc.dup, a.h2, N, C, I, p);
+  }
   ker.rmsnorm_backward(dres, g[post_norm], sc.dh, a.res1, w[post_norm], a.rstd2, N, C, true);
   // Attention branch: dres is now dL/d(res1).
-  ker.linear_backward_input(sc.dy, dres, w[o_w], N, Q, C, false, p);
-  ker.linear_backward_weight(g[o_w], g[o_b], dres, a.y, N, Q, C, p);
+  {
+    const auto once = gk.round_once(p, dres, NC);
+    ker.linear_backward_input(sc.dy, dres, w[o_w], N, Q, C, false, p);
+    ker.linear_backward_weight(g[o_w], g[o_b], dres, a.y, N, Q, C, p);
+  }
   ker.attention_backward(sc.dq, sc.dk, sc.dv, sc.dy, a.q, a.k, a.v, a.att, d.B, d.T, s.heads, s.kv_heads, D);
   ker.rope_backward(sc.dq, d.cos, d.sin, d.B, d.T, s.heads, D);
   ker.rope_backward(sc.dk, d.cos, d.sin, d.B, d.T, s.kv_heads, D);
@@ -163,12 +189,22 @@ void llama_block_backward(float* dres, const float* x, const LlamaWeights& w, co
     dq = sc.dqn;
     dk = sc.dkn;
   }
-  ker.linear_backward_input(sc.dh, dq, w[q_w], N, C, Q, false, p);
-  ker.linear_backward_input(sc.dh, dk, w[k_w], N, C, KV, true, p);
-  ker.linear_backward_input(sc.dh, sc.dv, w[v_w], N, C, KV, true, p);
-  ker.linear_backward_weight(g[q_w], g[q_b], dq, a.h1, N, C, Q, p);
-  ker.linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
-  ker.linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
+  {
+    const auto h1 = gk.round_once(p, a.h1, NC);
+    {
+      const auto once = gk.round_once(p, dq, NQ);
+      ker.linear_backward_input(sc.dh, dq, w[q_w], N, C, Q, false, p);
+      ker.linear_backward_weight(g[q_w], g[q_b], dq, a.h1, N, C, Q, p);
+    }
+    {
+      const auto once = gk.round_once(p, dk, NKV);
+      ker.linear_backward_input(sc.dh, dk, w[k_w], N, C, KV, true, p);
+      ker.linear_backward_weight(g[k_w], g[k_b], dk, a.h1, N, C, KV, p);
+    }
+    const auto once = gk.round_once(p, sc.dv, NKV);
+    ker.linear_backward_input(sc.dh, sc.dv, w[v_w], N, C, KV, true, p);
+    ker.linear_backward_weight(g[v_w], g[v_b], sc.dv, a.h1, N, C, KV, p);
+  }
   ker.rmsnorm_backward(dres, g[in_norm], sc.dh, x, w[in_norm], a.rstd1, N, C, true);
 }
 

@@ -65,7 +65,16 @@ Llama::Llama(engine::Engine& engine, const LlamaConfig& config, const Batcher& b
   for (const auto& p : llama_params(cfg_.shape)) engine_.register_param(p.name, p.shape, p.layer, p.init);
   pass_ = std::make_unique<LlamaPass>(cfg_.shape, micro, cfg_.seq_len, cfg_.remat, dev,
                                       ops::products_for(engine_.compute_dtype()));
-  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels().gpt());
+  // Each block's seven matrices feed only their products.
+  std::vector<std::vector<bool>> products_only(static_cast<std::size_t>(cfg_.shape.layers + 2));
+  const auto slots = llama_block_slots(cfg_.shape);
+  for (int l = 1; l <= cfg_.shape.layers; ++l) {
+    for (LlamaSlot slot : slots)
+      products_only[static_cast<std::size_t>(l)].push_back(slot == q_w || slot == k_w || slot == v_w || slot == o_w ||
+                                                           slot == gate_w || slot == up_w || slot == down_w);
+  }
+  access_ = std::make_unique<EngineAccess>(engine_, layer_numels(cfg_.shape), pass_->kernels().gpt(),
+                                           std::move(products_only));
 }
 
 Llama::~Llama() = default;

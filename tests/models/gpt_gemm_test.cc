@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "models/gpt/gemm.h"
@@ -194,4 +195,53 @@ TEST_CASE("fp16 products flush what fp16 cannot hold: below 2^-25 to zero, above
   CHECK(product(1.0e-6f, 1.0f) == std::ldexp(17.0f, -24));               // subnormals keep few bits
   CHECK(std::isinf(product(70000.0f, 1.0f)));
   CHECK(product(0.1f, 1.0f) == fp16_to_fp32(fp32_to_fp16(0.1f)));
+}
+
+TEST_CASE("a Bf16Shadow gives bf16 products its codes: the same bits for true codes, only while it lives",
+          "[gpt][gemm]") {
+  if (!model::ops::bf16_products_available()) return;  // no bf16 products: shadows are never read
+  const Case c{false, true, 150, 70, 90, 1.0f, 1.0f};
+  const Operands o = operands(c);
+  const auto plain = run(c, o, Products::bf16);
+  std::vector<std::uint16_t> a16(o.A.size()), b16(o.B.size());
+  for (std::size_t i = 0; i < a16.size(); ++i) a16[i] = fp32_to_bf16(o.A[i]);
+  for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = fp32_to_bf16(o.B[i]);
+  {
+    const model::ops::Bf16Shadow sa(o.A.data(), a16.data(), a16.size()), sb(o.B.data(), b16.data(), b16.size());
+    CHECK(run(c, o, Products::bf16) == plain);
+  }
+  {  // the rounding constructor keeps the codes of the values it saw, each shadow in a buffer
+     // of its own: values changed under them (against the protocol, to show it) are not read
+    Operands o3 = o;
+    const model::ops::Bf16Shadow sa(Products::bf16, o3.A.data(), o3.A.size());
+    const model::ops::Bf16Shadow sb(Products::bf16, o3.B.data(), o3.B.size());
+    for (auto& x : o3.A) x *= 4.0f;
+    for (auto& x : o3.B) x *= 2.0f;
+    CHECK(run(c, o3, Products::bf16) == plain);
+    const model::ops::Bf16Shadow fp32(Products::fp32, o3.B.data(), o3.B.size());  // fp32 products: no shadow
+    CHECK(run(c, o3, Products::bf16) == plain);
+  }
+  // Codes that are not the values' show whether the product read them: B's doubled.
+  std::vector<std::uint16_t> twice(b16.size());
+  for (std::size_t i = 0; i < twice.size(); ++i) twice[i] = fp32_to_bf16(2.0f * bf16_to_fp32(b16[i]));
+  Operands o2 = o;
+  for (auto& x : o2.B) x = bf16_to_fp32(fp32_to_bf16(x)) * 2.0f;  // the values the doubled codes hold
+  const auto doubled = run(c, o2, Products::bf16);
+  REQUIRE(doubled != plain);
+  {
+    const model::ops::Bf16Shadow sb(o.B.data(), twice.data(), twice.size());
+    CHECK(run(c, o, Products::bf16) == doubled);
+    // A shadow covering only part of the operand's span is not used.
+    const model::ops::Bf16Shadow part(o.A.data() + 1, a16.data() + 1, a16.size() - 1);
+    CHECK(run(c, o, Products::bf16) == doubled);
+    // A newer shadow of the same memory hides the older one.
+    const model::ops::Bf16Shadow newer(o.B.data(), b16.data(), b16.size());
+    CHECK(run(c, o, Products::bf16) == plain);
+  }
+  CHECK(run(c, o, Products::bf16) == plain);  // gone with its scope
+  // Per thread: a product on another thread rounds the values itself.
+  const model::ops::Bf16Shadow sb(o.B.data(), twice.data(), twice.size());
+  std::vector<float> other;
+  std::thread([&] { other = run(c, o, Products::bf16); }).join();
+  CHECK(other == plain);
 }
