@@ -18,7 +18,7 @@
 
 namespace strata::engine {
 
-enum class OptimizerType { adam, adamw, lion, adagrad, lamb };
+enum class OptimizerType { adam, adamw, lion, adagrad, lamb, muon };
 enum class SchedulerType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr };
 enum class OffloadDevice { none, cpu, nvme };
 
@@ -31,6 +31,14 @@ struct OptimizerConfig {
   bool bias_correction = true;
   // DeepSpeed's "Adam" with adam_w_mode=true (its default) is AdamW; false is Adam with L2.
   float max_coeff = 10.0f, min_coeff = 0.01f;  // Lamb: the trust ratio's clamp
+  // Muon (optim/muon.h) on the hidden matrices (2-D parameters outside the first and the last
+  // layer) at lr; AdamW with betas, eps and the same weight decay on the rest at adam_lr (< 0:
+  // lr). Under a scheduler its rate is Muon's, and AdamW's that rate times adam_lr / lr.
+  float momentum = 0.95f;
+  bool nesterov = true;
+  int ns_steps = 5;
+  bool muon_match_rms_adamw = false;  // lr_adjust "match_rms_adamw" (else "original")
+  float adam_lr = -1.0f;
   // exp_avg and exp_avg_sq: fp32, bf16 (bf16.bf16_optimizer_states, or optimizer.moments
   // "bf16"; rounded to nearest even each step) or q8 (optimizer.moments "q8", Adam and AdamW:
   // 8-bit codes with a power-of-two scale per 16 elements, runtime/core/q8_codec.h). The
@@ -197,11 +205,11 @@ inline std::uint64_t host_budget_of(const EngineConfig& c) {
 }
 
 // Whether the overlapped step (offload_optimizer.overlap_step) steps host-RAM optimizer state
-// during backward, into spare arrays: not for LAMB, not under a host budget (the placement
+// during backward, into spare arrays: not for LAMB or Muon, not under a host budget (the placement
 // fills it), and not beside state on NVMe (which only a host budget puts there).
 inline bool overlaps_host_state(const EngineConfig& c, bool state_on_nvme) {
-  return c.offload_optimizer.overlap_step && c.optimizer.type != OptimizerType::lamb && c.memory_budget.host == 0 &&
-         !state_on_nvme;
+  return c.offload_optimizer.overlap_step && c.optimizer.type != OptimizerType::lamb &&
+         c.optimizer.type != OptimizerType::muon && c.memory_budget.host == 0 && !state_on_nvme;
 }
 
 // The dtype of parameters and gradients the trainer sees: bf16, fp16 or fp32.

@@ -21,6 +21,8 @@ const char* optimizer_type_name(OptimizerType t) {
       return "Adagrad";
     case OptimizerType::lamb:
       return "Lamb";
+    case OptimizerType::muon:
+      return "Muon";
   }
   return "?";
 }
@@ -31,6 +33,15 @@ std::string describe_training(const EngineConfig& c) {
   std::snprintf(text, sizeof text, "%s lr %g, betas %g/%g, eps %g, weight decay %g", optimizer_type_name(o.type), o.lr,
                 o.beta1, o.beta2, o.eps, o.weight_decay);
   std::string out = text;
+  if (o.type == OptimizerType::muon) {
+    std::snprintf(text, sizeof text,
+                  "Muon lr %g on the hidden matrices (momentum %g%s, %d Newton-Schulz steps, lr adjusted %s), AdamW "
+                  "lr %g on the rest (betas %g/%g, eps %g), weight decay %g",
+                  o.lr, o.momentum, o.nesterov ? ", Nesterov" : "", o.ns_steps,
+                  o.muon_match_rms_adamw ? "to AdamW's RMS" : "by shape", o.adam_lr < 0 ? o.lr : o.adam_lr, o.beta1,
+                  o.beta2, o.eps, o.weight_decay);
+    out = text;
+  }
   const SchedulerConfig& s = c.scheduler;
   switch (s.type) {
     case SchedulerType::none:

@@ -89,6 +89,25 @@ void not_for(ObjectReader& p, const char* key, const std::string& type, const ch
   if (p.has(key)) p.fail_value(key, *p.find(key), str_cat("is not a parameter of ", type, ": ", advice));
 }
 
+// Muon's own keys (DeepSpeed's muon_lr and adam_lr, torch.optim.Muon's momentum, nesterov,
+// ns_steps and adjust_lr_fn as lr_adjust); betas and eps are its AdamW side's.
+void read_muon(ObjectReader& p, OptimizerConfig& opt) {
+  float muon_lr = opt.lr;
+  if (p.read_float("muon_lr", 0, kMax, "use a number >= 0", muon_lr)) {
+    if (p.has("lr") && muon_lr != opt.lr)
+      p.fail_value("muon_lr", *p.find("muon_lr"), "disagrees with lr (both are Muon's learning rate): keep one");
+    opt.lr = muon_lr;
+  }
+  p.read_float("adam_lr", 0, kMax, "use a number >= 0 (the AdamW side's learning rate)", opt.adam_lr);
+  p.read_float("momentum", 0, 0.999999, "use a number from 0 up to (not including) 1, like 0.95", opt.momentum);
+  p.read_bool("nesterov", opt.nesterov);
+  p.read_int("ns_steps", 1, 100, "use a whole number of Newton-Schulz iterations from 1 to 100 (5 is usual)",
+             opt.ns_steps);
+  std::string adjust;
+  if (p.read_choice("lr_adjust", {"original", "match_rms_adamw"}, adjust))
+    opt.muon_match_rms_adamw = adjust == "match_rms_adamw";
+}
+
 void read_fp8(ObjectReader& top, Fp8Config& fp8) {
   ObjectReader r = top.child("fp8");
   r.read_bool("enabled", fp8.enabled);
@@ -118,6 +137,10 @@ void read_precision(ObjectReader& top, EngineConfig& config) {
       ctx.fail(
           "bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Lamb: Strata's Lamb keeps "
           "fp32 moments; use AdamW, Lion or Adagrad, or remove the key");
+    if (config.optimizer.moment_format == MomentFormat::bf16 && t == OptimizerType::muon)
+      ctx.fail(
+          "bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Muon: Strata's Muon keeps "
+          "fp32 state; use AdamW, Lion or Adagrad, or remove the key");
     if (config.optimizer.moment_format == MomentFormat::q8 && t != OptimizerType::adam && t != OptimizerType::adamw)
       ctx.fail(str_cat("optimizer.moments \"q8\" with optimizer ", optimizer_type_name(t),
                        ": q8 moments are for Adam and AdamW; use \"bf16\" (or fp32) with this optimizer"));
@@ -136,11 +159,11 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
       if (name == other) {
         r.fail_value("type", *t,
                      "is a DeepSpeed optimizer Strata does not implement (its optimizers are Adam, AdamW, Lion, "
-                     "Adagrad and Lamb): use one of those");
+                     "Adagrad, Lamb and Muon): use one of those");
       }
     }
   }
-  const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}, type);
+  const bool typed = r.read_choice("type", {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon"}, type);
   // Strata's key beside DeepSpeed's bf16.bf16_optimizer_states: how exp_avg and exp_avg_sq are kept.
   std::string moments;
   if (r.read_choice("moments", {"fp32", "bf16", "q8"}, moments)) {
@@ -156,17 +179,19 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
   if (!typed) {
     // Declare every parameter name, so that only a misspelled "type" is reported before this.
     for (const char* key : {"lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode", "amsgrad",
-                            "torch_adam", "max_grad_norm", "max_coeff", "min_coeff"}) {
+                            "torch_adam", "max_grad_norm", "max_coeff", "min_coeff", "momentum", "nesterov", "ns_steps",
+                            "lr_adjust", "muon_lr", "adam_lr"}) {
       p.find(key);
     }
     r.context().defer(
-        [&ctx = r.context()] { ctx.fail("optimizer.type is missing: use Adam, AdamW, Lion, Adagrad or Lamb"); });
+        [&ctx = r.context()] { ctx.fail("optimizer.type is missing: use Adam, AdamW, Lion, Adagrad, Lamb or Muon"); });
     return;
   }
   const bool adam = type == "Adam" || type == "AdamW";
   opt.type = type == "Lion"      ? OptimizerType::lion
              : type == "Adagrad" ? OptimizerType::adagrad
              : type == "Lamb"    ? OptimizerType::lamb
+             : type == "Muon"    ? OptimizerType::muon
                                  : OptimizerType::adamw;
   if (type == "Lamb") {  // DeepSpeed's FusedLamb: bias_correction, max_coeff and min_coeff too
     p.read_bool("bias_correction", opt.bias_correction);
@@ -178,6 +203,7 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
     opt.eps = 1e-10f;
   }
   p.read_float("lr", 0, kMax, "use a number >= 0", opt.lr);
+  if (type == "Muon") read_muon(p, opt);
   if (type != "Adagrad") read_betas(p, opt);
   if (type != "Lion") p.read_float("eps", 0, kMax, "use a number >= 0", opt.eps);
   p.read_float("weight_decay", 0, kMax, "use a number >= 0", opt.weight_decay);
@@ -208,6 +234,16 @@ void read_optimizer(ObjectReader& top, EngineConfig& config) {
   if (type == "Lamb") {
     not_for(p, "adam_w_mode", type, "it applies to Adam and AdamW only: remove it");
     not_for(p, "torch_adam", type, "it applies to Adam and AdamW only: remove it");
+  }
+  if (type != "Muon") {
+    for (const char* key : {"momentum", "nesterov", "ns_steps", "lr_adjust", "muon_lr", "adam_lr"})
+      not_for(p, key, type, "it applies to Muon only: remove it");
+  }
+  if (type == "Muon") {
+    const char* adamw = "Muon's other parameters take plain AdamW (bias-corrected, decoupled decay): remove it";
+    not_for(p, "adam_w_mode", type, adamw);
+    not_for(p, "bias_correction", type, adamw);
+    not_for(p, "torch_adam", type, adamw);
   }
   if (type == "Lion") not_for(p, "eps", type, "Lion uses the sign of its update and has no epsilon: remove it");
   if (type == "Adagrad") not_for(p, "betas", type, "Adagrad keeps no moving averages: remove it");

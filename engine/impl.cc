@@ -48,7 +48,13 @@ Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.
                "optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", cfg.zero.stage,
                "): LAMB scales each tensor's update by a ratio of whole-tensor norms, and ZeRO stages 1-3 split "
                "tensors across ranks (DeepSpeed refuses it there too, as an untested ZeRO optimizer)");
+  STRATA_CHECK(cfg.optimizer.type != OptimizerType::muon || cfg.zero.stage == 0, Errc::invalid_argument,
+               "optimizer.type = \"Muon\" needs zero_optimization.stage 0 for now (stage is ", cfg.zero.stage,
+               "): its Newton-Schulz iterations need each matrix whole, and stages 1-3 split matrices across ranks");
   const MomentFormat mf = cfg.optimizer.moment_format;
+  STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::muon, Errc::invalid_argument,
+               moment_format_name(mf),
+               " moments with optimizer Muon: Strata's Muon keeps fp32 state; use fp32 moments");
   STRATA_CHECK(mf == MomentFormat::fp32 || mf == MomentFormat::bf16 || mf == MomentFormat::q8, Errc::invalid_argument,
                "optimizer moments in format ", static_cast<int>(mf), ": Strata keeps them in fp32, bf16 or q8");
   STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::lamb, Errc::invalid_argument,
@@ -61,6 +67,9 @@ Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.
       ": q8 moments are for Adam and AdamW; use bf16 (or fp32) moments with this optimizer");
   STRATA_CHECK(cfg.optimizer.type != OptimizerType::lamb || dev.backend() == device::Backend::host, Errc::unsupported,
                "optimizer.type = \"Lamb\" has no CUDA kernel yet ('", dev.name(),
+               "'): use Adam/AdamW on a GPU, or --device host");
+  STRATA_CHECK(cfg.optimizer.type != OptimizerType::muon || dev.backend() == device::Backend::host, Errc::unsupported,
+               "optimizer.type = \"Muon\" has no CUDA kernel yet ('", dev.name(),
                "'): use Adam/AdamW on a GPU, or --device host");
   // Collectives on device memory need a communicator that reaches it (NCCL): Gloo's work
   // on host memory only.

@@ -61,6 +61,10 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
       c_.update.lamb(base, lr);
       return;
     }
+    if (c_.cfg.optimizer.type == OptimizerType::muon) {
+      c_.update.muon(base, lr);
+      return;
+    }
     if (!c_.overlap.tail()) c_.update.swapped(base, lr, c_.io);   // a tail steps and commits them itself
     c_.update.resident(base, lr, c_.overlap.kept_host_layers());  // the lane's kept host layers are done
     c_.update.commit();

@@ -23,7 +23,9 @@ void OverlappedStep::begin(bool allowed, const StepBet& bet) {
   const bool swapped = c_.state.has_swapped();
   if (run_.active()) run_.undo();  // a step abandoned before run(): never kept
   deferred_ = false;
-  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb) return;
+  if (!allowed || !c_.cfg.offload_optimizer.overlap_step || c_.cfg.optimizer.type == OptimizerType::lamb ||
+      c_.cfg.optimizer.type == OptimizerType::muon)
+    return;
   run_.host().plan(swapped);
   if (!swapped && run_.host().empty()) return;
   run_.tail().check();

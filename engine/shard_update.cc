@@ -10,7 +10,6 @@
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/device_step.h"
-#include "optim/lamb.h"
 #include "optim/lion.h"
 #include "runtime/core/error.h"
 
@@ -102,39 +101,6 @@ void ShardUpdate::piece(const optim::StepArgs& base, float lr, float lr_scale, i
     if (c_.cdt == DType::fp32) std::memcpy(copy, a.master, n * 4);  // host: staging or host shards
   }
   if (target.staged) c_.updates.written(li, n);
-}
-
-// LAMB (stage 0 only, impl.cc): each tensor whole on the device stream, where its state and
-// compute copies may be device memory; its trust ratio needs the whole tensor's norms.
-void ShardUpdate::lamb(const optim::StepArgs& base, float lr) {
-  const auto& oc = c_.cfg.optimizer;
-  const bool fp32 = c_.cdt == DType::fp32;
-  const std::size_t cbytes = dtype_size(c_.cdt);
-  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
-    const int l = static_cast<int>(li);
-    if (c_.layout.layers()[li].frozen) continue;
-    for (int pi : c_.layout.layers()[li].params) {
-      const auto& p = c_.layout.params()[pi];
-      const optim::LambConfig lamb{lr * p.lr_scale, oc.beta1,           oc.beta2,     oc.eps,
-                                   oc.weight_decay, oc.bias_correction, oc.max_coeff, oc.min_coeff};
-      optim::StepArgs a = base;
-      a.n = p.numel;
-      const auto& st = c_.state.resident(l);
-      a.master = st.master + p.offset;
-      a.m = static_cast<float*>(st.m) + p.offset;  // Lamb keeps fp32 moments (the config refuses bf16)
-      a.v = static_cast<float*>(st.v) + p.offset;
-      a.grad = c_.grads.acc_at(l, p.offset);
-      a.grad_dtype = c_.grads.acc_dtype(l);  // lamb_step takes fp32 (device accumulators, stage 0)
-      char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
-      a.copy = fp32 ? nullptr : copy;
-      c_.dev_stream.launch_host([lamb, a, copy, fp32] {
-        std::vector<float> update(a.n);
-        optim::lamb_step(lamb, a, update.data());
-        if (fp32) std::memcpy(copy, a.master, a.n * 4);  // an fp32 compute copy is the master's bits
-      });
-    }
-  }
-  c_.dev_stream.synchronize();
 }
 
 // Sub-groups come in layer then offset order; a sub-group may cover parts of several buckets

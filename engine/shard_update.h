@@ -12,13 +12,15 @@
 // (OptimizerState::step_swapped); resident() every layer whose state lives on the device or in
 // host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
-// whole tensors (stage 0 only). commit() and abort() end a step's writes of compute copies;
-// restore_copies() rewrites copies from the masters after an abort() (the overlapped undo).
-// The moments are in the state's moment format. Bits depend only
-// on the gradients, the arguments and the state, never on where state lives or how a range is
-// cut (every optimizer but LAMB is elementwise; q8 moments are stepped a block of 16 at a time,
-// and every cut falls on a block: shards, buckets and sub-groups are whole blocks, and q8
-// refuses parameters with a learning rate of their own, where a range would be cut inside one).
+// whole tensors and muon() Muon's (stage 0 only: Muon orthogonalizes each hidden matrix,
+// muon_matrix(): a 2-D parameter outside the first and the last layer whose name does not
+// name an embedding ("emb", "wte", "wpe", "lm_head"), with its registered shape as rows x
+// cols, and steps every other parameter with AdamW). commit() and abort() end a step's writes of
+// compute copies; restore_copies() rewrites copies from the masters after an abort() (the overlapped undo). The moments
+// are in the state's moment format. Bits depend only on the gradients, the arguments and the state, never on where
+// state lives or how a range is cut (every optimizer but LAMB and Muon is elementwise; q8 moments are stepped a block
+// of 16 at a time, and every cut falls on a block: shards, buckets and sub-groups are whole blocks, and q8 refuses
+// parameters with a learning rate of their own, where a range would be cut inside one).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +67,8 @@ class ShardUpdate {
   void resident(const optim::StepArgs& base, float lr, const std::vector<char>& skip);
   void out_of_place(const optim::StepArgs& base, float lr, int li);
   void lamb(const optim::StepArgs& base, float lr);
+  void muon(const optim::StepArgs& base, float lr);
+  bool muon_matrix(int li, int pi) const;
   // The step's written compute copies: commit() queues the commit of the NVMe parameter
   // shards written behind their writes; abort() drops them and the staging (the last
   // committed shards stay current; the caller has let queued work finish).

@@ -27,6 +27,12 @@ std::string StageStore::tensor_name(int layer) { return "pipeline.layer" + std::
 StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std::vector<int> layers,
                        int pipeline_stages)
     : engine_(engine), model_(model), ids_(std::move(layers)) {
+  // Muon tells hidden matrices by their layer's place among the engine's layers (the first and
+  // the last are the embeddings' and the head's), which a stage of several cannot see.
+  STRATA_CHECK(pipeline_stages <= 1 || engine.config().optimizer.type != OptimizerType::muon, Errc::unsupported,
+               "optimizer.type = \"Muon\" in a ", pipeline_stages,
+               "-stage pipeline: a stage's engine holds only its own layers and cannot tell the model's hidden "
+               "matrices from its embeddings and head; use Muon without pipeline stages (ZeRO stage 0), or AdamW");
   // Clipping and the overflow skip must see every stage's gradients, or the stages would
   // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
   STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",

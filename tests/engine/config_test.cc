@@ -390,3 +390,44 @@ TEST_CASE("optimizer.moments chooses fp32, bf16 or q8 moments beside DeepSpeed's
   CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "AdamW", "moments": "int8", "params": {}})")),
              Catch::Contains("optimizer.moments"));
 }
+
+TEST_CASE("Muon's keys: its own rate and AdamW's, torch.optim.Muon's knobs, and what belongs to other types",
+          "[config]") {
+  const EngineConfig plain = parse(with_batch(R"("optimizer": {"type": "Muon", "params": {"lr": 0.02}})"));
+  CHECK(plain.optimizer.type == OptimizerType::muon);
+  CHECK(plain.optimizer.lr == 0.02f);
+  CHECK(plain.optimizer.adam_lr < 0);  // AdamW's side at lr
+  CHECK(plain.optimizer.momentum == 0.95f);
+  CHECK(plain.optimizer.nesterov);
+  CHECK(plain.optimizer.ns_steps == 5);
+  CHECK_FALSE(plain.optimizer.muon_match_rms_adamw);
+  CHECK_THAT(describe_training(plain),
+             Catch::StartsWith("Muon lr 0.02 on the hidden matrices (momentum 0.95, Nesterov, "
+                               "5 Newton-Schulz steps, lr adjusted by shape), AdamW lr 0.02"));
+  const EngineConfig all = parse(with_batch(R"("optimizer": {"type": "Muon", "params": {"muon_lr": 0.01,
+      "adam_lr": 3e-4, "momentum": 0.9, "nesterov": false, "ns_steps": 6, "lr_adjust": "match_rms_adamw",
+      "betas": [0.9, 0.95], "eps": 1e-10, "weight_decay": 0.1}})"));
+  CHECK(all.optimizer.lr == 0.01f);
+  CHECK(all.optimizer.adam_lr == 3e-4f);
+  CHECK(all.optimizer.momentum == 0.9f);
+  CHECK_FALSE(all.optimizer.nesterov);
+  CHECK(all.optimizer.ns_steps == 6);
+  CHECK(all.optimizer.muon_match_rms_adamw);
+  CHECK(all.optimizer.beta2 == 0.95f);
+  CHECK(all.optimizer.weight_decay == 0.1f);
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "params": {"lr": 0.02, "muon_lr": 0.01}})")),
+             Catch::Contains("muon_lr") && Catch::Contains("disagrees with lr"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "params": {"momentum": 1.0}})")),
+             Catch::Contains("momentum"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "params": {"ns_steps": 0}})")),
+             Catch::Contains("ns_steps"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "params": {"lr_adjust": "spectral"}})")),
+             Catch::Contains("lr_adjust"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "params": {"adam_w_mode": true}})")),
+             Catch::Contains("adam_w_mode") && Catch::Contains("is not a parameter of Muon"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "AdamW", "params": {"momentum": 0.9}})")),
+             Catch::Contains("momentum") && Catch::Contains("applies to Muon only"));
+  CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
+      "optimizer": {"type": "Muon", "params": {}})")),
+             Catch::Contains("with optimizer Muon"));
+}

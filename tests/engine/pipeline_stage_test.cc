@@ -191,7 +191,7 @@ TEST_CASE("a stage's device budget is refused below the named minimum and trains
   CHECK(compare(run_pipelined(s, p, 1, dir.path(), {.device_budget = budget}), plain.params) == "");
 }
 
-TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "[offload][negative]") {
+TEST_CASE("a pipeline stage refuses an engine not linked to the other stages, and Muon", "[offload][negative]") {
   const auto model = replica_model(0);
   auto dev = test::host_device(64 << 20);
   {
@@ -200,6 +200,17 @@ TEST_CASE("a pipeline stage refuses an engine not linked to the other stages", "
     CHECK_THAT(what, Catch::Contains("2-stage pipeline") && Catch::Contains("EngineOptions::pipeline_comm") &&
                          Catch::Contains("overflow skip"));
     CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));  // one stage: nothing to link
+  }
+  {  // Muon picks hidden matrices by their layer's place in the engine, which a stage cannot see
+    auto c = config_for({}, 1, "");
+    c.optimizer.type = engine::OptimizerType::muon;
+    c.zero.stage = 0;
+    engine::Engine e({.config = c, .device = dev.get()});
+    CHECK_THAT(test::error_of([&] {
+                 engine::StageStore(e, model, {0, 1}, 2);
+               }),
+               Catch::Contains("\"Muon\" in a 2-stage pipeline"));
+    CHECK_NOTHROW(engine::StageStore(e, model, {2, 3}, 1));
   }
 }
 

@@ -108,6 +108,52 @@ print(f"mlp: 20 LAMB steps through strata (stage 0, fp32) against LAMB written i
       f"{worst:.2e}")
 check(worst < 1e-5, f"LAMB against torch: {worst}")
 
+
+def muon_update(hidden, lr=0.02, adam_lr=3e-3, wd=0.01, mu=0.95):
+    """torch.optim.Muon's arithmetic (PyTorch 2.9's; Debian's PyTorch predates it) written in
+    torch, its Newton-Schulz iterations in float64, on the parameters hidden(name) names;
+    torch.optim.AdamW on the rest."""
+    state, adamw = {}, []
+
+    def orthogonalized(u):
+        a, b, c = 3.4445, -4.7750, 2.0315
+        x = u.double()
+        tall = x.shape[0] > x.shape[1]
+        x = x.T if tall else x
+        x = x / x.norm().clamp(min=1e-7)
+        for _ in range(5):
+            g = x @ x.T
+            x = a * x + (b * g + c * (g @ g)) @ x
+        return x.T if tall else x
+
+    def update(t, model):
+        if not adamw:
+            rest = [p for n, p in model.named_parameters() if not hidden(n)]
+            adamw.append(torch.optim.AdamW(rest, lr=adam_lr, weight_decay=wd, eps=1e-8))
+        for n, p in model.named_parameters():
+            if hidden(n):
+                m = state.setdefault(n, torch.zeros_like(p))
+                m.lerp_(p.grad, 1 - mu)
+                rows, cols = p.shape
+                step = lr * max(1.0, rows / cols) ** 0.5 * orthogonalized(p.grad.lerp(m, mu))
+                p.mul_(1 - lr * wd)
+                p.sub_(step.float())
+        adamw[0].step()
+    return update
+
+
+# Muon on the hidden matrices: the middle Linear of the MLP; the GPT's blocks' four matrices,
+# stored (out, in) as torch.nn.Linear stores them (qkv 3c x c and fc 4c x c take the shape factor).
+for kind, steps, hidden in (("mlp", 20, lambda n: n == "layers.1.weight"),
+                            ("gpt", 8, lambda n: n.startswith("h.") and n.endswith("weight") and ".ln" not in n)):
+    muon = config(0)
+    muon["optimizer"] = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3, "weight_decay": 0.01, "eps": 1e-8}}
+    mine, _ = train_strata(kind, muon, steps)
+    worst = worst_relative(mine, train_torch(kind, steps, update=muon_update(hidden)))
+    print(f"{kind}: {steps} Muon steps through strata (stage 0, fp32) against Muon written in torch: worst relative "
+          f"difference {worst:.2e}")
+    check(worst < 1e-5, f"{kind}: Muon against torch: {worst}")
+
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     cases = [(0, "none", "none"), (1, "cpu", "none"), (1, "nvme", "none"), (2, "none", "none"), (2, "nvme", "none"),
              (3, "none", "none"), (3, "cpu", "cpu"), (3, "nvme", "nvme"), (3, "cpu", "nvme")]

@@ -1,0 +1,114 @@
+// ShardUpdate's whole-tensor optimizers (the protocol in shard_update.h): LAMB and Muon, at
+// ZeRO stage 0 only (impl.cc), where every rank holds every tensor whole. Each tensor steps on
+// the device's stream, where its state and compute copies may be device memory (the host
+// backend's: these optimizers have no CUDA kernel).
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/shard_update.h"
+#include "optim/adam.h"
+#include "optim/lamb.h"
+#include "optim/muon.h"
+
+namespace strata::engine {
+
+// LAMB: its trust ratio needs the whole tensor's norms.
+void ShardUpdate::lamb(const optim::StepArgs& base, float lr) {
+  const auto& oc = c_.cfg.optimizer;
+  const bool fp32 = c_.cdt == DType::fp32;
+  const std::size_t cbytes = dtype_size(c_.cdt);
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    if (c_.layout.layers()[li].frozen) continue;
+    for (int pi : c_.layout.layers()[li].params) {
+      const auto& p = c_.layout.params()[pi];
+      const optim::LambConfig lamb{lr * p.lr_scale, oc.beta1,           oc.beta2,     oc.eps,
+                                   oc.weight_decay, oc.bias_correction, oc.max_coeff, oc.min_coeff};
+      optim::StepArgs a = base;
+      a.n = p.numel;
+      const auto& st = c_.state.resident(l);
+      a.master = st.master + p.offset;
+      a.m = static_cast<float*>(st.m) + p.offset;  // Lamb keeps fp32 moments (the config refuses bf16)
+      a.v = static_cast<float*>(st.v) + p.offset;
+      a.grad = c_.grads.acc_at(l, p.offset);
+      a.grad_dtype = c_.grads.acc_dtype(l);  // lamb_step takes fp32 (device accumulators, stage 0)
+      char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
+      a.copy = fp32 ? nullptr : copy;
+      c_.dev_stream.launch_host([lamb, a, copy, fp32] {
+        std::vector<float> update(a.n);
+        optim::lamb_step(lamb, a, update.data());
+        if (fp32) std::memcpy(copy, a.master, a.n * 4);  // an fp32 compute copy is the master's bits
+      });
+    }
+  }
+  c_.dev_stream.synchronize();
+}
+
+bool ShardUpdate::muon_matrix(int li, int pi) const {
+  const auto n = static_cast<int>(c_.layout.layers().size());
+  const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
+  if (li == 0 || li + 1 == n || p.shape.size() != 2) return false;
+  // An embedding table is a 2-D parameter too, and a host trainer may give it a layer of its
+  // own (a position embedding after the token embedding's layer): its name tells it.
+  std::string name = p.name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  for (const char* part : {"emb", "wte", "wpe", "lm_head"})
+    if (name.find(part) != std::string::npos) return false;
+  return true;
+}
+
+// Muon on the hidden matrices (muon_matrix), each orthogonalized whole; AdamW on the rest. A
+// schedule's lr scales the AdamW side's rate by the same factor as Muon's.
+void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
+  const auto& oc = c_.cfg.optimizer;
+  const bool fp32 = c_.cdt == DType::fp32;
+  const std::size_t cbytes = dtype_size(c_.cdt);
+  const float adam_base = oc.adam_lr < 0 ? oc.lr : oc.adam_lr;
+  const float adam_lr = oc.lr > 0 ? lr * (adam_base / oc.lr) : adam_base;
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    if (c_.layout.layers()[li].frozen) continue;
+    for (int pi : c_.layout.layers()[li].params) {
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
+      optim::StepArgs a = base;
+      a.n = p.numel;
+      const auto& st = c_.state.resident(l);
+      a.master = st.master + p.offset;
+      a.m = static_cast<float*>(st.m) + p.offset;  // Muon keeps fp32 state (the config refuses other formats)
+      a.v = static_cast<float*>(st.v) + p.offset;
+      a.grad = c_.grads.acc_at(l, p.offset);
+      a.grad_dtype = c_.grads.acc_dtype(l);
+      char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
+      a.copy = fp32 ? nullptr : copy;
+      if (muon_matrix(l, pi)) {
+        optim::MuonConfig mc;
+        mc.lr = lr * p.lr_scale;
+        mc.momentum = oc.momentum;
+        mc.nesterov = oc.nesterov;
+        mc.weight_decay = oc.weight_decay / p.lr_scale;  // decoupled: decays at the base rate
+        mc.adjust = oc.muon_match_rms_adamw ? optim::MuonLrAdjust::match_rms_adamw : optim::MuonLrAdjust::original;
+        mc.ns.steps = oc.ns_steps;
+        a.v = nullptr;
+        const int rows = static_cast<int>(p.shape[0]), cols = static_cast<int>(p.shape[1]);
+        c_.dev_stream.launch_host([mc, a, rows, cols, copy, fp32] {
+          optim::MuonScratch scratch;
+          optim::muon_step(mc, a, rows, cols, scratch);
+          if (fp32) std::memcpy(copy, a.master, a.n * 4);
+        });
+      } else {
+        const float slr = adam_lr * p.lr_scale;
+        const optim::AdamConfig adam{slr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay / p.lr_scale, true, true};
+        c_.dev_stream.launch_host([adam, a, copy, fp32] {
+          optim::adam_step(adam, a);
+          if (fp32) std::memcpy(copy, a.master, a.n * 4);
+        });
+      }
+    }
+  }
+  c_.dev_stream.synchronize();
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,118 @@
+// Muon in the engine (ZeRO stage 0): the hidden matrices (2-D, outside the first and the last
+// layer) take Muon and everything else AdamW, each at its own learning rate; a Muon step moves
+// a matrix by lr times an orthogonalized update (its Frobenius norm about lr sqrt(rank)); on
+// two ranks the same bits with the state on the device or in host RAM, and through a
+// checkpoint and a resume; the configs it refuses name why.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "tests/engine/engine_support.h"
+#include "tests/support/error_of.h"
+#include "tests/support/same_bits.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+using test::same_bits;
+
+namespace {
+
+constexpr int kHidden = 32;
+constexpr std::size_t kW = kHidden * kHidden, kLayer = kW + kHidden;  // each layer: W, then b
+
+test::TrainSpec muon_spec(int world, int steps) {
+  test::TrainSpec s;
+  s.config = test::mlp_config(0, world, DType::bf16);
+  s.config.optimizer.type = engine::OptimizerType::muon;
+  s.config.optimizer.lr = 0.02f;
+  s.config.optimizer.adam_lr = 1e-3f;
+  s.world = world;
+  s.layers = 3;
+  s.hidden = kHidden;
+  s.steps = steps;
+  return s;
+}
+
+// How many elements of [at, at + n) moved, and the Frobenius norm of the move.
+struct Moved {
+  std::size_t count = 0;
+  double norm = 0;
+};
+Moved moved(const test::TrainRun& r, std::size_t at, std::size_t n) {
+  Moved m;
+  for (std::size_t i = at; i < at + n; ++i) {
+    const double d = static_cast<double>(r.params[i]) - r.initial[i];
+    m.count += d != 0;
+    m.norm += d * d;
+  }
+  m.norm = std::sqrt(m.norm);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("Muon steps the hidden matrices and AdamW the rest, each at its own rate", "[muon]") {
+  test::TrainSpec s = muon_spec(1, 1);
+  s.config = test::mlp_config(0, 1, DType::fp32);
+  s.config.optimizer.type = engine::OptimizerType::muon;
+  s.config.gradient_clipping = 0;
+  s.read_initial = true;
+  SECTION("AdamW's rate 0: only layer 1's matrix moves, by lr times an orthogonalized update") {
+    s.config.optimizer.lr = 0.02f;
+    s.config.optimizer.adam_lr = 0.0f;
+    const auto r = test::train_mlp(s);
+    for (int l : {0, 2}) CHECK(moved(r, l * kLayer, kLayer).count == 0);
+    CHECK(moved(r, kLayer + kW, kHidden).count == 0);  // layer 1's bias
+    const Moved w = moved(r, kLayer, kW);
+    CHECK(w.count > kW * 9 / 10);
+    // The first step's gradient of a 32 x 32 matrix has rank at most the step's 8 samples
+    // (micro-batches of 2, accumulated 4 times: mlp_config), and the nonzero
+    // singular values of the orthogonalized update lie about 0.7-1.2 (newton_schulz.h): the
+    // move's norm is lr sqrt(8) times about that (a square matrix: no shape factor). AdamW's
+    // first step would move every element by about lr: a norm of lr x 32.
+    const double unit = 0.02 * std::sqrt(8.0);
+    CHECK(w.norm > 0.5 * unit);
+    CHECK(w.norm < 1.25 * unit);
+  }
+  SECTION("Muon's rate 0: everything but layer 1's matrix moves, about lr an element") {
+    s.config.optimizer.lr = 0.0f;
+    s.config.optimizer.adam_lr = 1e-3f;
+    const auto r = test::train_mlp(s);
+    CHECK(moved(r, kLayer, kW).count == 0);
+    for (int l : {0, 2}) CHECK(moved(r, l * kLayer, kLayer).count > kLayer * 9 / 10);
+    CHECK(moved(r, kLayer + kW, kHidden).count == kHidden);
+    const Moved w0 = moved(r, 0, kW);  // Adam's first step: every element by lr (to rounding)
+    CHECK(w0.norm == Approx(1e-3 * kHidden).epsilon(0.02));
+  }
+}
+
+TEST_CASE("Muon gives the same bits with its state on the device or in host RAM, and resumed", "[muon]") {
+  const auto straight = test::train_mlp(muon_spec(2, 6));
+  REQUIRE(straight.losses.back() < straight.losses.front());
+  auto host = muon_spec(2, 6);
+  host.config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  CHECK(same_bits(test::train_mlp(host).params, straight.params));
+  test::TempDir dir("strata-muon");
+  auto first = muon_spec(2, 3);
+  first.save_checkpoint = dir.file("ck");
+  test::train_mlp(first);
+  auto second = muon_spec(2, 3);
+  second.first_step = 3;
+  second.load_checkpoint = dir.file("ck");
+  const auto resumed = test::train_mlp(second);
+  CHECK(resumed.step_numbers == std::vector<std::int64_t>{4, 5, 6});
+  CHECK(same_bits(resumed.params, straight.params));
+}
+
+TEST_CASE("Muon refuses ZeRO stages 1-3 and compact moments, saying why", "[muon]") {
+  auto s = muon_spec(1, 1);
+  s.config.zero.stage = 1;
+  CHECK_THAT(test::error_of([&] { test::train_mlp(s); }),
+             Catch::Contains("\"Muon\" needs zero_optimization.stage 0") && Catch::Contains("each matrix whole"));
+  s = muon_spec(1, 1);
+  s.config.optimizer.moment_format = MomentFormat::q8;
+  CHECK_THAT(test::error_of([&] { test::train_mlp(s); }), Catch::Contains("q8 moments with optimizer Muon"));
+}
