@@ -15,24 +15,33 @@ namespace {
 
 using detail::FB;
 constexpr int kW = static_cast<int>(FB::size);
-constexpr int kRows = 4;     // rows of C a tile holds in registers
+constexpr int kRows = 8;     // rows of C a tile holds in registers (16 accumulators)
 constexpr int kChunk = 256;  // columns of C a task covers (whole vectors)
 
 // C[R rows, V vectors] from A's rows (lda) and B's columns (ldb), k ascending, one fused
-// multiply-add chain per element starting from +0.
+// multiply-add chain per element starting from +0. The pragmas unroll the loops over rows
+// and vectors: left to GCC at -O2 the accumulators lived on the stack and the product ran at
+// a third of the rate (70 against 180-300 GFLOP/s on 2 cores of an AMD EPYC).
 template <int R, int V> void tile(int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
   FB acc[R][V];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = FB(0.0f);
   for (int k = 0; k < K; ++k) {
     FB b[V];
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) b[v] = FB::load_unaligned(B + static_cast<std::size_t>(k) * ldb + v * kW);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const FB a(A[static_cast<std::size_t>(r) * lda + k]);
+#pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = detail::fmadd(a, b[v], acc[r][v]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v].store_unaligned(C + static_cast<std::size_t>(r) * ldc + v * kW);
 }
 
@@ -50,6 +59,14 @@ template <int R> void row_tail(int N, int K, const float* A, int lda, const floa
   tile<R, 1>(K, A, lda, panel, kW, out, kW);
   for (int r = 0; r < R; ++r)
     std::memcpy(C + static_cast<std::size_t>(r) * ldc + j, out + r * kW, sizeof(float) * (N - j));
+}
+
+// f(i) for i in [0, n), in parallel blocks (elementwise: the bits do not depend on them).
+template <class F> void each(std::size_t n, F&& f) {
+  constexpr std::size_t kBlock = 16384;
+  tbb::parallel_for(std::size_t{0}, (n + kBlock - 1) / kBlock, [&](std::size_t b) {
+    for (std::size_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) f(i);
+  });
 }
 
 void transpose(const float* x, int rows, int cols, float* out) {
@@ -115,7 +132,7 @@ void newton_schulz(float* u, int rows, int cols, const NewtonSchulz& ns, std::ve
     std::memcpy(x, u, rc * sizeof(float));
   else
     transpose(u, rows, cols, x);
-  for (std::size_t i = 0; i < rc; ++i) x[i] /= norm;
+  each(rc, [&](std::size_t i) { x[i] /= norm; });
   std::vector<float> step;  // the iteration's products (r c + 2 r^2 floats)
   for (int s = 0; s < ns.steps; ++s) newton_schulz_iteration(x, r, c, ns, step);
   if (wide)
@@ -135,9 +152,9 @@ void newton_schulz_iteration(float* x, int r, int c, const NewtonSchulz& ns, std
   transpose(x, r, c, t);
   deterministic_matmul(r, r, c, x, c, t, r, g, r);
   deterministic_matmul(r, r, r, g, r, g, r, h, r);
-  for (std::size_t i = 0; i < rr; ++i) h[i] = ns.b * g[i] + ns.c * h[i];
+  each(rr, [&](std::size_t i) { h[i] = ns.b * g[i] + ns.c * h[i]; });
   deterministic_matmul(r, c, r, h, r, x, c, t, c);
-  for (std::size_t i = 0; i < rc; ++i) x[i] = ns.a * x[i] + t[i];
+  each(rc, [&](std::size_t i) { x[i] = ns.a * x[i] + t[i]; });
 }
 
 double newton_schulz_flops(int rows, int cols, int steps) noexcept {
