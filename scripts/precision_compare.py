@@ -153,10 +153,12 @@ def plot(results, seeds, png, device):
                             [max(r[i][1] for r in runs) for i in range(len(steps))], color=line.get_color(), alpha=0.12)
     later = [median([by_seed[s][0][i][1] for s in seeds]) for by_seed in results.values()
              for i in range(1, len(by_seed[seeds[0]][0]))]  # the first evaluation would flatten the rest
+    lowest = min(by_seed[s][0][i][1] for by_seed in results.values() for s in seeds
+                 for i in range(1, len(by_seed[s][0])))  # the bands' bottom
     first = [median([by_seed[s][0][0][1] for s in seeds]) for by_seed in results.values()]
     cut = ""
     if later:
-        ax.set_ylim(min(later) * 0.97, max(later) * 1.05)
+        ax.set_ylim(min(min(later) * 0.97, lowest * 0.99), max(later) * 1.05)
         if max(first) > max(later) * 1.05:
             cut = (f"; the first evaluation (step {results[next(iter(results))][seeds[0]][0][0][0]}, "
                    f"{min(first):.2f}-{max(first):.2f}) is above the plotted range")
@@ -165,11 +167,11 @@ def plot(results, seeds, png, device):
     listed = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     seeds_txt = f"median of seeds {listed}, band: their range" if len(seeds) > 1 else f"seed {seeds[0]}"
     last = max(by_seed[seeds[0]][0][-1][0] for by_seed in results.values())
-    ax.set_title(f"GPT 6 x 192 on fortunes, ZeRO-3 (scripts/configs/gpt-demo.json), --device {device}, {last} steps:\n"
-                 f"validation loss by precision recipe ({seeds_txt}){cut}", fontsize=8)
+    ax.set_title(f"GPT 6 x 192 on fortunes (scripts/configs/gpt-demo.json and each recipe's changes), --device "
+                 f"{device}, {last} steps:\nvalidation loss by recipe ({seeds_txt}){cut}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
-              title="recipe (dashed: a control)", title_fontsize=8)
+              title="recipe (dashed: not held to\nthe tolerance)", title_fontsize=8)
     fig.tight_layout()
     fig.savefig(png, bbox_inches="tight")
 
