@@ -137,10 +137,14 @@ void read_precision(ObjectReader& top, EngineConfig& config) {
       ctx.fail(
           "bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Lamb: Strata's Lamb keeps "
           "fp32 moments; use AdamW, Lion or Adagrad, or remove the key");
-    if (config.optimizer.moment_format == MomentFormat::bf16 && t == OptimizerType::muon)
-      ctx.fail(
-          "bf16 moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Muon: Strata's Muon keeps "
-          "fp32 state; use AdamW, Lion or Adagrad, or remove the key");
+    if (config.optimizer.moment_format != MomentFormat::fp32 && t == OptimizerType::muon)
+      ctx.fail(str_cat(moment_format_name(config.optimizer.moment_format),
+                       " moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Muon: Strata's Muon "
+                       "keeps an fp32 momentum; remove the key, or use AdamW"));
+    // The optimizers of whole tensors: what the engine refuses, said before a run is sized.
+    if ((t == OptimizerType::lamb || t == OptimizerType::muon) && config.zero.stage != 0)
+      ctx.fail(str_cat("optimizer.type = \"", optimizer_type_name(t), "\" needs zero_optimization.stage 0 (stage is ",
+                       config.zero.stage, "): it steps whole tensors, and ZeRO stages 1-3 split them across ranks"));
     if (config.optimizer.moment_format == MomentFormat::q8 && t != OptimizerType::adam && t != OptimizerType::adamw)
       ctx.fail(str_cat("optimizer.moments \"q8\" with optimizer ", optimizer_type_name(t),
                        ": q8 moments are for Adam and AdamW; use \"bf16\" (or fp32) with this optimizer"));

@@ -429,5 +429,14 @@ TEST_CASE("Muon's keys: its own rate and AdamW's, torch.optim.Muon's knobs, and 
              Catch::Contains("momentum") && Catch::Contains("applies to Muon only"));
   CHECK_THAT(error_of(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
       "optimizer": {"type": "Muon", "params": {}})")),
-             Catch::Contains("with optimizer Muon"));
+             Catch::Contains("bf16 moments") && Catch::Contains("with optimizer Muon"));
+  CHECK_THAT(error_of(with_batch(R"("optimizer": {"type": "Muon", "moments": "q8", "params": {}})")),
+             Catch::Contains("q8 moments") && Catch::Contains("fp32 momentum"));
+  // Stages 1-3 are refused as the config is read (strata estimate and plan size no such run).
+  for (const char* type : {"Muon", "Lamb"}) {
+    INFO(type);
+    CHECK_THAT(error_of(with_batch(std::string(R"("zero_optimization": {"stage": 2}, "optimizer": {"type": ")") + type +
+                                   R"(", "params": {}})")),
+               Catch::Contains(std::string("\"") + type + "\" needs zero_optimization.stage 0 (stage is 2)"));
+  }
 }
