@@ -141,10 +141,15 @@ void read_precision(ObjectReader& top, EngineConfig& config) {
       ctx.fail(str_cat(moment_format_name(config.optimizer.moment_format),
                        " moments (bf16.bf16_optimizer_states or optimizer.moments) with optimizer Muon: Strata's Muon "
                        "keeps an fp32 momentum; remove the key, or use AdamW"));
-    // The optimizers of whole tensors: what the engine refuses, said before a run is sized.
-    if ((t == OptimizerType::lamb || t == OptimizerType::muon) && config.zero.stage != 0)
-      ctx.fail(str_cat("optimizer.type = \"", optimizer_type_name(t), "\" needs zero_optimization.stage 0 (stage is ",
-                       config.zero.stage, "): it steps whole tensors, and ZeRO stages 1-3 split them across ranks"));
+    // What the engine refuses, said before a run is sized.
+    if (t == OptimizerType::lamb && config.zero.stage != 0)
+      ctx.fail(str_cat("optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", config.zero.stage,
+                       "): it scales each tensor's update by whole-tensor norms, and ZeRO stages 1-3 split tensors "
+                       "across ranks"));
+    if (t == OptimizerType::muon && config.offload_optimizer.device == OffloadDevice::nvme)
+      ctx.fail(
+          "optimizer.type = \"Muon\" with offload_optimizer.device \"nvme\": Muon's state lives in device memory or "
+          "host RAM for now; use \"cpu\"");
     if (config.optimizer.moment_format == MomentFormat::q8 && t != OptimizerType::adam && t != OptimizerType::adamw)
       ctx.fail(str_cat("optimizer.moments \"q8\" with optimizer ", optimizer_type_name(t),
                        ": q8 moments are for Adam and AdamW; use \"bf16\" (or fp32) with this optimizer"));

@@ -48,9 +48,6 @@ Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.
                "optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", cfg.zero.stage,
                "): LAMB scales each tensor's update by a ratio of whole-tensor norms, and ZeRO stages 1-3 split "
                "tensors across ranks (DeepSpeed refuses it there too, as an untested ZeRO optimizer)");
-  STRATA_CHECK(cfg.optimizer.type != OptimizerType::muon || cfg.zero.stage == 0, Errc::invalid_argument,
-               "optimizer.type = \"Muon\" needs zero_optimization.stage 0 for now (stage is ", cfg.zero.stage,
-               "): its Newton-Schulz iterations need each matrix whole, and stages 1-3 split matrices across ranks");
   const MomentFormat mf = cfg.optimizer.moment_format;
   STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::muon, Errc::invalid_argument,
                moment_format_name(mf),

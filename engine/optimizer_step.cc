@@ -61,8 +61,13 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
       c_.update.lamb(base, lr);
       return;
     }
-    if (c_.cfg.optimizer.type == OptimizerType::muon) {
+    if (c_.cfg.optimizer.type == OptimizerType::muon && c_.cfg.zero.stage == 0) {
       c_.update.muon(base, lr);
+      return;
+    }
+    if (c_.cfg.optimizer.type == OptimizerType::muon) {  // stages 1-3: no swapped state (setup refuses it)
+      c_.update.muon_sharded(base, lr);
+      c_.update.commit();
       return;
     }
     if (!c_.overlap.tail()) c_.update.swapped(base, lr, c_.io);   // a tail steps and commits them itself

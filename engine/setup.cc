@@ -145,7 +145,8 @@ void Engine::Impl::make_stepper() {
                                                                    .grads = *grads,
                                                                    .state = *opt_state,
                                                                    .updates = *updates,
-                                                                   .tracer = options.tracer});
+                                                                   .tracer = options.tracer,
+                                                                   .comm = ranks.comm});
   // What a failed update still has queued finishes before its staging goes.
   auto settle_after_failure = [this] {
     settle({dev_stream.get()}, "device work or a parameter write-back after a failed step");
@@ -285,6 +286,13 @@ void Engine::setup() {
     }
   }
 
+  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
+    STRATA_CHECK(oc.type != OptimizerType::muon || lay.layers()[li].frozen ||
+                     I.plan->shards().opt_tier(static_cast<int>(li)) != Tier::nvme,
+                 Errc::unsupported, "optimizer.type \"Muon\": layer ", lay.layers()[li].id,
+                 "'s optimizer state is placed on NVMe, where Muon cannot gather its matrices yet: keep the state in "
+                 "device memory or host RAM (offload_optimizer.device \"cpu\", or a larger memory_budget.host)");
+  }
   I.allocate_step_buffers();
 
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.add_layer(li);

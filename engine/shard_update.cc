@@ -74,13 +74,14 @@ void ShardUpdate::piece(const optim::StepArgs& base, float lr, float lr_scale, i
   a.copy = c_.cdt == DType::fp32 ? nullptr : copy;  // an fp32 compute copy is the master's bits
   // Decoupled decay (p *= 1 - lr * weight_decay) keeps the base rate; L2 decay is lr-free.
   const float slr = lr * lr_scale, decoupled_wd = oc.weight_decay / lr_scale;
-  const bool adamw = oc.type == OptimizerType::adamw;
+  // Muon steps everything but its hidden matrices with AdamW (muon_sharded passes its rate).
+  const bool adamw = oc.type == OptimizerType::adamw || oc.type == OptimizerType::muon;
   const optim::AdamConfig adam{slr,   oc.beta1,          oc.beta2, oc.eps, adamw ? decoupled_wd : oc.weight_decay,
                                adamw, oc.bias_correction};
   const optim::LionConfig lion{slr, oc.beta1, oc.beta2, decoupled_wd};
   const optim::AdagradConfig adagrad{slr, 0.0f, oc.eps, oc.weight_decay};
   STRATA_CHECK(oc.type != OptimizerType::lamb, Errc::internal, "ShardUpdate::range: LAMB steps whole tensors (lamb)");
-  const bool adam_like = oc.type == OptimizerType::adam || oc.type == OptimizerType::adamw;
+  const bool adam_like = oc.type == OptimizerType::adam || adamw;
   if (c_.state.tier(li) == Tier::device) {
     // On the device's stream: the CUDA kernels, or the same CPU kernels on the host
     // backend's worker (Lion and Adagrad have no CUDA kernel: setup() refuses them there).

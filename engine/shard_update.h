@@ -12,10 +12,12 @@
 // (OptimizerState::step_swapped); resident() every layer whose state lives on the device or in
 // host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
-// whole tensors and muon() Muon's (stage 0 only: Muon orthogonalizes each hidden matrix,
-// muon_matrix(): a 2-D parameter outside the first and the last layer whose name does not
-// name an embedding ("emb", "wte", "wpe", "lm_head"), with its registered shape as rows x
-// cols, and steps every other parameter with AdamW). commit() and abort() end a step's writes of
+// whole tensors (stage 0 only) and muon() Muon's at stage 0: Muon orthogonalizes each hidden
+// matrix, muon_matrix(): a 2-D parameter outside the first and the last layer whose name does
+// not name an embedding ("emb", "wte", "wpe", "lm_head"), with its registered shape as rows x
+// cols, and steps every other parameter with AdamW. muon_sharded() is Muon at stages 1-3,
+// where the ranks gather each matrix's update to orthogonalize it (muon_update.cc), with the
+// state in device memory or host RAM. commit() and abort() end a step's writes of
 // compute copies; restore_copies() rewrites copies from the masters after an abort() (the overlapped undo). The moments
 // are in the state's moment format. Bits depend only on the gradients, the arguments and the state, never on where
 // state lives or how a range is cut (every optimizer but LAMB and Muon is elementwise; q8 moments are stepped a block
@@ -33,6 +35,7 @@
 #include "engine/update_staging.h"
 #include "offload/optimizer_swapper.h"
 #include "optim/step_args.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/core/trace.h"
 #include "runtime/device/device.h"
 
@@ -49,7 +52,8 @@ class ShardUpdate {
     const GradReducer& grads;
     OptimizerState& state;
     UpdateStaging& updates;
-    Tracer* tracer = nullptr;  // the host optimizer's spans, or null
+    Tracer* tracer = nullptr;            // the host optimizer's spans, or null
+    comm::Communicator* comm = nullptr;  // the data-parallel ranks (Muon's whole matrices), or null
   };
   struct Source {  // out-of-place state (null master: in place)
     const float* master;
@@ -68,6 +72,7 @@ class ShardUpdate {
   void out_of_place(const optim::StepArgs& base, float lr, int li);
   void lamb(const optim::StepArgs& base, float lr);
   void muon(const optim::StepArgs& base, float lr);
+  void muon_sharded(const optim::StepArgs& base, float lr);
   bool muon_matrix(int li, int pi) const;
   // The step's written compute copies: commit() queues the commit of the NVMe parameter
   // shards written behind their writes; abort() drops them and the staging (the last

@@ -25,8 +25,8 @@ once per precision recipe and compares the validation loss against bf16's:
   fp16-no-scaler-8k  the same with no loss scaler: does fp16 underflow at this batch?
   muon           not a precision: the bf16 run with Muon on the blocks' matrices and AdamW on the rest, at
                  AdamW's rate, betas and decay (lr_adjust "match_rms_adamw"), at ZeRO stage 0 with an 80 MiB
-                 device budget (Muon's stage for now: every state on the device; AdamW's bits do not depend on
-                 the stage or the placement); compared, not held to the tolerance
+                 device budget (the main job's budgets put optimizer state on NVMe, where Muon's cannot be yet;
+                 AdamW's bits do not depend on the stage or the placement); compared, not held to the tolerance
 Writes a CSV of every evaluation and a PNG of the validation curves, and prints each recipe's final
 validation loss, its relative difference to bf16, its tokens/s and, from the step logs, the share of
 steps the loss scaler skipped. With several --seeds (each changes the initial weights and the data

@@ -1,7 +1,9 @@
 """strata.torch under PyTorch training loops (Debian's python3-torch, the host device):
 an MLP and a small GPT written in torch train through strata.torch.initialize to torch's own
-AdamW results within fp32 tolerance (stage 0; the GPT's head tied to its embedding); ZeRO stages 0-3 with optimizer state and
-parameters on the device, in host RAM and on NVMe give bitwise-identical parameters; a
+AdamW results within fp32 tolerance (stage 0; the GPT's head tied to its embedding), and to
+LAMB and Muon written in torch; ZeRO stages 0-3 with optimizer state and
+parameters on the device, in host RAM and on NVMe give bitwise-identical parameters (Muon's
+state: not on NVMe); a
 checkpoint saved and loaded into a fresh model continues with the same bits; misuse raises
 StrataError with Strata's message. Exits 77 (skipped) without torch."""
 import math
@@ -167,6 +169,21 @@ with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
                 same = all(got[n].tobytes() == first[n].tobytes() for n in first)
                 check(same, f"{kind} bf16: stage {stage} ({opt}/{params}) differs from stage 0")
         print(f"{kind} (bf16): {len(cases)} stage x placement runs give bitwise-identical parameters")
+
+    # Muon: at stages 1-3 the ranks gather each matrix whole; its state on NVMe is refused.
+    muon_cases = [c for c in cases if c[1] != "nvme"]
+    for kind in ("mlp", "gpt"):
+        first = None
+        for stage, opt, params in muon_cases:
+            cfg = config(stage, opt, params, bf16=True, nvme=tmp + "/nvme")
+            cfg["optimizer"] = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3, "weight_decay": 0.01}}
+            got, _ = train_strata(kind, cfg, 3)
+            if first is None:
+                first = got
+            else:
+                same = all(got[n].tobytes() == first[n].tobytes() for n in first)
+                check(same, f"{kind} bf16 Muon: stage {stage} ({opt}/{params}) differs from stage 0")
+        print(f"{kind} (bf16, Muon): {len(muon_cases)} stage x placement runs give bitwise-identical parameters")
 
     # A checkpoint: saved after 3 steps, loaded into a fresh model, the next 2 steps are the same.
     cfg = config(3, "cpu", "none")

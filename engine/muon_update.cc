@@ -1,0 +1,158 @@
+// ShardUpdate::muon_sharded (the protocol in shard_update.h): Muon at ZeRO stages 1-3, where a
+// hidden matrix is split across the ranks' shards and its orthogonalization needs it whole.
+// Layer by layer: (1) each rank updates the momentum of its shard's Muon elements and writes
+// their update u to host memory; (2) an all-gather per bucket puts the layer's whole u on every
+// rank, each matrix's owner (its place among the layer's Muon matrices, modulo the world size)
+// orthogonalizes it and broadcasts the result; (3) each rank steps its shard: Muon elements by
+// the orthogonalized update, every other run of elements (padding included) with AdamW through
+// piece(), compute copies written where UpdateStaging says. Everything is elementwise but the
+// orthogonalization, which sees the same whole matrix as at stage 0: the bits are stage 0's.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/shard_update.h"
+#include "engine/tier_copy.h"
+#include "optim/muon.h"
+#include "runtime/core/error.h"
+
+namespace strata::engine {
+
+void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
+  const auto& oc = c_.cfg.optimizer;
+  const int world = c_.comm == nullptr ? 1 : c_.comm->world_size();
+  const float adam_base = oc.adam_lr < 0 ? oc.lr : oc.adam_lr;
+  const float adam_lr = oc.lr > 0 ? lr * (adam_base / oc.lr) : adam_base;
+  std::vector<float> whole, gathered;
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    const int l = static_cast<int>(li);
+    const auto& L = c_.layout.layers()[li];
+    if (L.frozen) continue;
+    const bool device = c_.state.tier(l) == Tier::device;
+    const auto& st = c_.state.resident(l);
+    // The Muon matrices of the layer and their configs, in registration order.
+    struct Matrix {
+      int pi;
+      optim::MuonConfig config;
+    };
+    std::vector<Matrix> matrices;
+    for (int pi : L.params) {
+      if (!muon_matrix(l, pi)) continue;
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
+      optim::MuonConfig mc;
+      mc.lr = lr * p.lr_scale;
+      mc.momentum = oc.momentum;
+      mc.nesterov = oc.nesterov;
+      mc.weight_decay = oc.weight_decay / p.lr_scale;  // decoupled: decays at the base rate
+      mc.adjust = oc.muon_match_rms_adamw ? optim::MuonLrAdjust::match_rms_adamw : optim::MuonLrAdjust::original;
+      mc.ns.steps = oc.ns_steps;
+      matrices.push_back({pi, mc});
+    }
+    // Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of this rank's shard of each
+    // bucket: a matrix's elements, or anything else (other parameters, padding).
+    const auto runs = [&](auto&& fn) {
+      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+        const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+        const std::size_t first = static_cast<std::size_t>(c_.rank) * b.shard;  // in the bucket
+        const std::size_t base_e = b.layer_offset + first;                      // its layer element
+        for (std::size_t q = 0; q < b.shard;) {
+          const std::size_t e = base_e + q;
+          const bool real = first + q < b.numel;
+          const Matrix* kind = nullptr;
+          std::size_t end = b.shard;
+          for (const auto& m : matrices) {
+            const auto& p = c_.layout.params()[static_cast<std::size_t>(m.pi)];
+            if (real && e >= p.offset && e < p.offset + p.numel) {
+              kind = &m;
+              end = std::min(b.shard, p.offset + p.numel - base_e);
+              break;
+            }
+          }
+          if (kind == nullptr) {  // up to the next matrix that starts in this bucket
+            for (const auto& m : matrices) {
+              const auto& p = c_.layout.params()[static_cast<std::size_t>(m.pi)];
+              if (p.offset > e && p.offset < b.layer_offset + b.numel) end = std::min(end, p.offset - base_e);
+            }
+          }
+          fn(k, q, end - q, kind);
+          q = end;
+        }
+      }
+    };
+    // (1) The momentum of this rank's Muon elements, their update u to host memory.
+    std::vector<std::vector<float>> u(L.buckets.size());
+    for (std::size_t k = 0; k < L.buckets.size(); ++k)
+      u[k].assign(c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])].shard, 0.0f);
+    runs([&](std::size_t k, std::size_t q, std::size_t n, const Matrix* m) {
+      if (m == nullptr) return;
+      const std::size_t at = OptimizerState::offset(c_.layout, c_.cfg.zero.stage, l, k) + q;
+      optim::StepArgs a = base;
+      a.n = n;
+      a.master = st.master + at;
+      a.m = c_.state.moment_at(st.m, at);
+      a.grad = c_.grads.acc_at(l, c_.grads.update_offset(l, k, false) + q);
+      a.grad_dtype = c_.grads.acc_dtype(l);
+      float* out = u[k].data() + q;
+      const optim::MuonConfig mc = m->config;
+      if (device)
+        c_.dev_stream.launch_host([mc, a, out] { optim::muon_momentum(mc, a, out); });
+      else
+        optim::muon_momentum(mc, a, out);
+    });
+    if (device) c_.dev_stream.synchronize();
+    // (2) The layer's whole u; each matrix orthogonalized by its owner and broadcast.
+    whole.assign(L.numel, 0.0f);
+    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+      const float* all = u[k].data();
+      if (world > 1) {
+        gathered.resize(b.padded);
+        c_.comm->all_gather(u[k].data(), gathered.data(), b.shard, DType::fp32);
+        all = gathered.data();
+      }
+      std::memcpy(whole.data() + b.layer_offset, all, b.numel * sizeof(float));
+    }
+    optim::MuonScratch scratch;
+    for (std::size_t i = 0; i < matrices.size(); ++i) {
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(matrices[i].pi)];
+      const int owner = static_cast<int>(i % static_cast<std::size_t>(world));
+      float* x = whole.data() + p.offset;
+      if (owner == c_.rank)
+        optim::newton_schulz(x, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]), matrices[i].config.ns,
+                             scratch.ns);
+      if (world > 1) c_.comm->broadcast(x, p.numel, DType::fp32, owner);
+    }
+    // (3) This rank's shard stepped: Muon's elements by their orthogonalized update, the rest
+    // with AdamW at its own rate.
+    runs([&](std::size_t k, std::size_t q, std::size_t n, const Matrix* m) {
+      const std::size_t at = OptimizerState::offset(c_.layout, c_.cfg.zero.stage, l, k) + q;
+      float* master = st.master + at;
+      if (m == nullptr) {
+        range(base, adam_lr, l, k, q, n, master, c_.state.moment_at(st.m, at), c_.state.moment_at(st.v, at));
+        return;
+      }
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(m->pi)];
+      const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+      const float* o = whole.data() + b.layer_offset + static_cast<std::size_t>(c_.rank) * b.shard + q;
+      const UpdateStaging::Target target = c_.updates.target(l, k, q);
+      optim::StepArgs a = base;
+      a.n = n;
+      a.master = master;
+      a.copy = c_.cdt == DType::fp32 ? nullptr : target.copy;
+      const optim::MuonConfig mc = m->config;
+      const float alr = optim::muon_adjusted_lr(mc, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]));
+      if (device) {
+        c_.dev_stream.launch_host([mc, a, o, alr] { optim::muon_apply(mc, a, o, alr); });
+        if (c_.cdt == DType::fp32) copy_between(c_.dev_stream, target.copy, Tier::device, master, Tier::device, n * 4);
+      } else {
+        optim::muon_apply(mc, a, o, alr);
+        if (c_.cdt == DType::fp32) std::memcpy(target.copy, master, n * 4);
+      }
+      if (target.staged) c_.updates.written(l, n);
+    });
+    c_.updates.flush_device(l);
+    c_.dev_stream.synchronize();  // its updates read `whole`, which the next layer reuses
+  }
+}
+
+}  // namespace strata::engine
