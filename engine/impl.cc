@@ -51,7 +51,7 @@ Engine::Impl::Impl(const EngineOptions& o) : options(o), dev(*o.device), ranks{.
   const MomentFormat mf = cfg.optimizer.moment_format;
   STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::muon, Errc::invalid_argument,
                moment_format_name(mf),
-               " moments with optimizer Muon: Strata's Muon keeps fp32 state; use fp32 moments");
+               " moments with optimizer Muon: Strata's Muon keeps an fp32 momentum; use fp32 moments, or AdamW");
   STRATA_CHECK(mf == MomentFormat::fp32 || mf == MomentFormat::bf16 || mf == MomentFormat::q8, Errc::invalid_argument,
                "optimizer moments in format ", static_cast<int>(mf), ": Strata keeps them in fp32, bf16 or q8");
   STRATA_CHECK(mf == MomentFormat::fp32 || cfg.optimizer.type != OptimizerType::lamb, Errc::invalid_argument,

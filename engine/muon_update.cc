@@ -1,9 +1,10 @@
 // ShardUpdate::muon_sharded (the protocol in shard_update.h): Muon at ZeRO stages 1-3, where a
 // hidden matrix is split across the ranks' shards and its orthogonalization needs it whole.
 // Layer by layer: (1) each rank updates the momentum of its shard's Muon elements and writes
-// their update u to host memory; (2) an all-gather per bucket puts the layer's whole u on every
-// rank, each matrix's owner (its place among the layer's Muon matrices, modulo the world size)
-// orthogonalizes it and broadcasts the result; (3) each rank steps its shard: Muon elements by
+// their update u to host memory; (2) an all-gather per bucket that holds matrix elements puts
+// the layer's whole u on every rank, each matrix's owner (its place among the layer's Muon
+// matrices, modulo the world size) orthogonalizes it, the owners side by side, and broadcasts
+// the result (a layer without matrices skips both); (3) each rank steps its shard: Muon elements by
 // the orthogonalized update, every other run of elements (padding included) with AdamW through
 // piece(), compute copies written where UpdateStaging says. Everything is elementwise but the
 // orthogonalization, which sees the same whole matrix as at stage 0: the bits are stage 0's.
@@ -48,6 +49,16 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
       mc.ns.steps = oc.ns_steps;
       matrices.push_back({pi, mc});
     }
+    // A stream task may read `u` or `whole` until the stream is drained, on the way out too.
+    struct Drain {
+      device::Stream& stream;
+      ~Drain() {
+        try {
+          stream.synchronize();
+        } catch (...) {  // the step's own error is the one to report
+        }
+      }
+    } drain{c_.dev_stream};
     // Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of this rank's shard of each
     // bucket: a matrix's elements, or anything else (other parameters, padding).
     const auto runs = [&](auto&& fn) {
@@ -79,10 +90,19 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
         }
       }
     };
+    // Whether bucket k holds elements of a matrix (the layout's: the same on every rank).
+    const auto holds_matrix = [&](std::size_t k) {
+      const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+      for (const auto& m : matrices) {
+        const auto& p = c_.layout.params()[static_cast<std::size_t>(m.pi)];
+        if (p.offset < b.layer_offset + b.numel && p.offset + p.numel > b.layer_offset) return true;
+      }
+      return false;
+    };
     // (1) The momentum of this rank's Muon elements, their update u to host memory.
     std::vector<std::vector<float>> u(L.buckets.size());
-    for (std::size_t k = 0; k < L.buckets.size(); ++k)
-      u[k].assign(c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])].shard, 0.0f);
+    for (std::size_t k = 0; k < L.buckets.size() && !matrices.empty(); ++k)
+      if (holds_matrix(k)) u[k].assign(c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])].shard, 0.0f);
     runs([&](std::size_t k, std::size_t q, std::size_t n, const Matrix* m) {
       if (m == nullptr) return;
       const std::size_t at = OptimizerState::offset(c_.layout, c_.cfg.zero.stage, l, k) + q;
@@ -100,9 +120,11 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
         optim::muon_momentum(mc, a, out);
     });
     if (device) c_.dev_stream.synchronize();
-    // (2) The layer's whole u; each matrix orthogonalized by its owner and broadcast.
-    whole.assign(L.numel, 0.0f);
+    // (2) The layer's whole u (buckets without matrix elements left out); each matrix
+    // orthogonalized by its owner, the owners at once, then broadcast.
+    if (!matrices.empty()) whole.assign(L.numel, 0.0f);
     for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+      if (u[k].empty()) continue;
       const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
       const float* all = u[k].data();
       if (world > 1) {
@@ -112,15 +134,17 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
       }
       std::memcpy(whole.data() + b.layer_offset, all, b.numel * sizeof(float));
     }
+    const auto owner = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)); };
     optim::MuonScratch scratch;
     for (std::size_t i = 0; i < matrices.size(); ++i) {
+      if (owner(i) != c_.rank) continue;
       const auto& p = c_.layout.params()[static_cast<std::size_t>(matrices[i].pi)];
-      const int owner = static_cast<int>(i % static_cast<std::size_t>(world));
-      float* x = whole.data() + p.offset;
-      if (owner == c_.rank)
-        optim::newton_schulz(x, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]), matrices[i].config.ns,
-                             scratch.ns);
-      if (world > 1) c_.comm->broadcast(x, p.numel, DType::fp32, owner);
+      optim::newton_schulz(whole.data() + p.offset, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]),
+                           matrices[i].config.ns, scratch.ns);
+    }
+    for (std::size_t i = 0; i < matrices.size() && world > 1; ++i) {
+      const auto& p = c_.layout.params()[static_cast<std::size_t>(matrices[i].pi)];
+      c_.comm->broadcast(whole.data() + p.offset, p.numel, DType::fp32, owner(i));
     }
     // (3) This rank's shard stepped: Muon's elements by their orthogonalized update, the rest
     // with AdamW at its own rate.
@@ -151,8 +175,7 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
       if (target.staged) c_.updates.written(l, n);
     });
     c_.updates.flush_device(l);
-    c_.dev_stream.synchronize();  // its updates read `whole`, which the next layer reuses
-  }
+  }  // Drain: the layer's updates read `whole`, which the next layer reuses
 }
 
 }  // namespace strata::engine

@@ -84,6 +84,8 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   }
   const std::uint64_t largest = lay.largest_layer_padded();
   p.device_budget = device_room();
+  p.device_held = c_.device_held_by_others;
+  p.optimizer_nvme = c_.cfg.optimizer.type != OptimizerType::muon;  // Muon gathers its matrices from memory
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations

@@ -32,7 +32,7 @@ StageStore::StageStore(Engine& engine, const pipeline::PipelineModel& model, std
   STRATA_CHECK(pipeline_stages <= 1 || engine.config().optimizer.type != OptimizerType::muon, Errc::unsupported,
                "optimizer.type = \"Muon\" in a ", pipeline_stages,
                "-stage pipeline: a stage's engine holds only its own layers and cannot tell the model's hidden "
-               "matrices from its embeddings and head; use Muon without pipeline stages (ZeRO stage 0), or AdamW");
+               "matrices from its embeddings and head; use Muon without pipeline stages, or AdamW");
   // Clipping and the overflow skip must see every stage's gradients, or the stages would
   // step differently: the engines of a replica's stages are linked (EngineOptions::pipeline_comm).
   STRATA_CHECK(engine.pipeline_stages() == std::max(1, pipeline_stages), Errc::invalid_argument, "a stage of a ",

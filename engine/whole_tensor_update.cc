@@ -100,7 +100,8 @@ void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
         });
       } else {
         const float slr = adam_lr * p.lr_scale;
-        const optim::AdamConfig adam{slr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay / p.lr_scale, true, true};
+        const optim::AdamConfig adam{slr,  oc.beta1,          oc.beta2, oc.eps, oc.weight_decay / p.lr_scale,
+                                     true, oc.bias_correction};  // as piece() steps it at stages 1-3
         c_.dev_stream.launch_host([adam, a, copy, fp32] {
           optim::adam_step(adam, a);
           if (fp32) std::memcpy(copy, a.master, a.n * 4);

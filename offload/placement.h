@@ -34,6 +34,9 @@ struct PlacementProblem {
   std::uint32_t host_accumulator_bytes = 4;
   std::vector<PlacementLayer> layers;
   std::uint64_t device_budget = 0, host_budget = 0, nvme_budget = 0;  // bytes; 0 = unlimited for nvme only
+  // Bytes of memory_budget.device the trainer holds (its activations), already taken out of
+  // device_budget: a refusal names the budget as configured and asks for this much more.
+  std::uint64_t device_held = 0;
   bool nvme_available = false;  // an nvme_path is configured (otherwise nothing may go to NVMe)
   // NVMe bytes per byte of state placed there: the engine keeps two generations of every
   // swap file (the last good state survives a failed step), so it passes 2.
@@ -47,6 +50,7 @@ struct PlacementProblem {
   std::uint64_t host_fixed_bytes = 0;   // always on host: reduction scratch, gather staging
   std::uint64_t nvme_buffer_bytes = 0;  // host bytes the NVMe swap buffers take once anything lives on NVMe
   std::optional<Tier> optimizer_fixed, params_fixed;  // DeepSpeed static form: every layer forced to this place
+  bool optimizer_nvme = true;                         // optimizer state may live on NVMe (Muon's may not yet)
   // Exact refinement after the greedy passes: at most this many branch-and-bound nodes
   // (10^5 take a few ms). 0 = greedy only. The default usually completes up to ~16 layers.
   std::uint64_t search_nodes = 200000;

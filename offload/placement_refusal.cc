@@ -50,6 +50,18 @@ std::string budget_text(const Model& m, int t) {
   return round_trips(m.cap[t]) ? format_bytes(m.cap[t]) : str_cat(m.cap[t], " B (", format_bytes(m.cap[t]), ")");
 }
 
+// A budget as the model's state has it: the device's is what the trainer leaves of it.
+std::string budget_text(const PlacementProblem& p, const Model& m, int t) {
+  if (t != kDevice || p.device_held == 0 || m.cap[t] == kUnlimited) return budget_text(m, t);
+  return str_cat(budget_text(m, t), " (what is left of it after the ", format_bytes(p.device_held),
+                 " the trainer holds)");
+}
+
+// What to set a budget to for the model's state to have `bytes` of it.
+std::string raise_to(const PlacementProblem& p, int t, std::uint64_t bytes) {
+  return typeable(bytes + (t == kDevice ? p.device_held : 0));
+}
+
 struct Floor {
   std::uint64_t total = 0;
   std::string parts;  // "live window 40.00 MiB, parameters 8.00 MiB"
@@ -113,10 +125,10 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
     if (f.total <= m.cap[t]) continue;
     floored = true;
     raised.cap[t] = f.total;
-    os << " " << key(t) << " = " << budget_text(m, t) << " is too small for this model at ZeRO stage " << p.stage
+    os << " " << key(t) << " = " << budget_text(p, m, t) << " is too small for this model at ZeRO stage " << p.stage
        << ": " << needs(t, f.total) << " with everything else " << (t == kDevice ? "offloaded" : "on other tiers")
-       << " (" << f.parts << "). Raise " << key(t) << " to at least " << typeable(f.total) << ".";
-    required.push_back(str_cat(key(t), " to at least ", typeable(f.total)));
+       << " (" << f.parts << "). Raise " << key(t) << " to at least " << raise_to(p, t, f.total) << ".";
+    required.push_back(str_cat(key(t), " to at least ", raise_to(p, t, f.total)));
   }
   const auto lead = [&] {
     std::string text = "no placement of the model state fits the memory budgets: ";
@@ -134,17 +146,17 @@ std::string refusal_message(const PlacementProblem& p, const Model& m) {
     if (t == kNvme && (!p.nvme_available || raised.cap[kNvme] == kUnlimited)) continue;
     const auto least = min_cap(raised, t, p.search_nodes);
     if (!least || *least <= raised.cap[t]) continue;
-    os << (alternatives++ ? " Or:" : "") << " " << key(t) << " = " << budget_text(raised, t)
+    os << (alternatives++ ? " Or:" : "") << " " << key(t) << " = " << budget_text(p, raised, t)
        << " is too small for this model at ZeRO stage " << p.stage << " with ";
     int others = 0;
     for (int u = 0; u < 3; ++u) {
       if (u == t || (u == kNvme && !p.nvme_available)) continue;
-      os << (others++ ? " and " : "") << key(u) << " = " << budget_text(raised, u);
+      os << (others++ ? " and " : "") << key(u) << " = " << budget_text(p, raised, u);
     }
-    os << ": " << needs(t, *least) << ". Raise " << key(t) << " to at least " << typeable(*least) << ".";
+    os << ": " << needs(t, *least) << ". Raise " << key(t) << " to at least " << raise_to(p, t, *least) << ".";
     // The smallest raise, relative to the budget it changes, leads.
     raises.emplace_back(static_cast<double>(*least) / static_cast<double>(std::max<std::uint64_t>(1, raised.cap[t])),
-                        str_cat("raise ", key(t), " to at least ", typeable(*least)));
+                        str_cat("raise ", key(t), " to at least ", raise_to(p, t, *least)));
   }
   std::stable_sort(raises.begin(), raises.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& r : raises) either.push_back(std::move(r.second));

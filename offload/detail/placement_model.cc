@@ -108,6 +108,7 @@ Model build_model(const PlacementProblem& p) {
       Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);
       it.fixed = p.optimizer_fixed.has_value();
       it.allowed = it.fixed ? static_cast<std::uint8_t>(1u << static_cast<int>(*p.optimizer_fixed)) : free_places;
+      if (!p.optimizer_nvme) it.allowed = static_cast<std::uint8_t>(it.allowed & ~(1u << kNvme));
       m.opt_item[i] = static_cast<int>(m.items.size());
       m.items.push_back(it);
     }

@@ -1,8 +1,10 @@
-// Muon in the engine (ZeRO stage 0): the hidden matrices (2-D, outside the first and the last
-// layer) take Muon and everything else AdamW, each at its own learning rate; a Muon step moves
-// a matrix by lr times an orthogonalized update (its Frobenius norm about lr sqrt(rank)); on
-// two ranks the same bits with the state on the device or in host RAM, and through a
-// checkpoint and a resume; the configs it refuses name why.
+// Muon in the engine, on the demo MLP (one hidden matrix: the GPT's blocks, four matrices
+// each, are tests/tools/muon_test.sh's): the hidden matrices (2-D, outside the first and the
+// last layer) take Muon and everything else AdamW, each at its own learning rate; a Muon step
+// moves a matrix by lr times an orthogonalized update (its Frobenius norm about lr
+// sqrt(rank)); on two ranks the same bits with the state on the device or in host RAM, and
+// through a checkpoint and a resume; at ZeRO stages 1-3 on two and three ranks, stage 0's
+// bits; the configs it refuses name why.
 #include <catch2/catch.hpp>
 
 #include <cmath>

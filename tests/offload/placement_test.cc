@@ -159,6 +159,25 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   CHECK(r.moved_bytes() == 2700);
 }
 
+TEST_CASE("optimizer state barred from NVMe (Muon's) goes elsewhere, or the refusal asks for room elsewhere",
+          "[placement]") {
+  auto p = two_layers();
+  p.device_fixed_bytes = 1000;
+  p.device_budget = 2600;
+  p.nvme_available = true;
+  p.nvme_buffer_bytes = 64;
+  p.host_fixed_bytes = 100;
+  p.host_budget = 100 + 64 + 200 + 300;  // the case above, where optimizer 1 went to NVMe
+  p.optimizer_nvme = false;
+  const std::string msg = refusal(p);
+  CHECK_THAT(msg, Catch::Contains("Raise memory_budget.host to at least"));
+  CHECK_THAT(msg, !Catch::Contains("Raise memory_budget.nvme") && !Catch::Contains("nvme_path"));
+  p.host_budget = 100 + 200 + 300 + 600;  // optimizer 1's state fits in host RAM
+  const auto r = offload::plan_placement(p);
+  for (const auto& l : r.layers) CHECK(l.optimizer != Tier::nvme);
+  CHECK(r.layers[1].optimizer == Tier::host);
+}
+
 TEST_CASE("the DeepSpeed static form forces every layer to the configured place", "[placement]") {
   auto p = two_layers();
   p.nvme_available = true;
@@ -246,6 +265,18 @@ TEST_CASE("a device below its fixed part is refused with the device minimum", "[
                       "window and persistent layers 40.00 MiB). Raise memory_budget.device to at least 40.00 MiB."));
   CHECK_THAT(msg, !Catch::Contains("memory_budget.host"));
   check_minimum(p, Tier::device, 40ull << 20);
+}
+
+TEST_CASE("a device budget the trainer holds part of is named as what is left, and the raise includes the part",
+          "[placement][negative][boundary]") {
+  auto p = two_layers();
+  p.device_fixed_bytes = 40ull << 20;
+  p.device_budget = 32ull << 20;  // of 80 MiB: the trainer's activations hold 48
+  p.device_held = 48ull << 20;
+  p.nvme_available = true;
+  CHECK_THAT(refusal(p), Catch::Contains("memory_budget.device = 32.00 MiB (what is left of it after the 48.00 MiB the "
+                                         "trainer holds) is too small for this model at ZeRO stage 3") &&
+                             Catch::Contains("Raise memory_budget.device to at least 88.00 MiB."));
 }
 
 TEST_CASE("a short host names the host minimum, the device alternative and the nvme_path",
