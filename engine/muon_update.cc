@@ -20,10 +20,8 @@
 namespace strata::engine {
 
 void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
-  const auto& oc = c_.cfg.optimizer;
   const int world = c_.comm == nullptr ? 1 : c_.comm->world_size();
-  const float adam_base = oc.adam_lr < 0 ? oc.lr : oc.adam_lr;
-  const float adam_lr = oc.lr > 0 ? lr * (adam_base / oc.lr) : adam_base;
+  const float adam_lr = muon_adam_lr(lr);
   std::vector<float> whole, gathered;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
@@ -39,15 +37,7 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
     std::vector<Matrix> matrices;
     for (int pi : L.params) {
       if (!muon_matrix(l, pi)) continue;
-      const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
-      optim::MuonConfig mc;
-      mc.lr = lr * p.lr_scale;
-      mc.momentum = oc.momentum;
-      mc.nesterov = oc.nesterov;
-      mc.weight_decay = oc.weight_decay / p.lr_scale;  // decoupled: decays at the base rate
-      mc.adjust = oc.muon_match_rms_adamw ? optim::MuonLrAdjust::match_rms_adamw : optim::MuonLrAdjust::original;
-      mc.ns.steps = oc.ns_steps;
-      matrices.push_back({pi, mc});
+      matrices.push_back({pi, muon_config(pi, lr)});
     }
     // A stream task may read `u` or `whole` until the stream is drained, on the way out too.
     struct Drain {

@@ -34,6 +34,7 @@
 #include "engine/optimizer_state.h"
 #include "engine/update_staging.h"
 #include "offload/optimizer_swapper.h"
+#include "optim/muon.h"
 #include "optim/step_args.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/trace.h"
@@ -74,6 +75,9 @@ class ShardUpdate {
   void muon(const optim::StepArgs& base, float lr);
   void muon_sharded(const optim::StepArgs& base, float lr);
   bool muon_matrix(int li, int pi) const;
+  // Muon's config for parameter pi at the step's rate lr, and the rate of its AdamW side.
+  optim::MuonConfig muon_config(int pi, float lr) const;
+  float muon_adam_lr(float lr) const;
   // The step's written compute copies: commit() queues the commit of the NVMe parameter
   // shards written behind their writes; abort() drops them and the staging (the last
   // committed shards stay current; the caller has let queued work finish).

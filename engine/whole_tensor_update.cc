@@ -60,14 +60,32 @@ bool ShardUpdate::muon_matrix(int li, int pi) const {
   return true;
 }
 
+optim::MuonConfig ShardUpdate::muon_config(int pi, float lr) const {
+  const auto& oc = c_.cfg.optimizer;
+  const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
+  optim::MuonConfig mc;
+  mc.lr = lr * p.lr_scale;
+  mc.momentum = oc.momentum;
+  mc.nesterov = oc.nesterov;
+  mc.weight_decay = oc.weight_decay / p.lr_scale;  // decoupled: decays at the base rate
+  mc.adjust = oc.muon_match_rms_adamw ? optim::MuonLrAdjust::match_rms_adamw : optim::MuonLrAdjust::original;
+  mc.ns.steps = oc.ns_steps;
+  return mc;
+}
+
+float ShardUpdate::muon_adam_lr(float lr) const {
+  const auto& oc = c_.cfg.optimizer;
+  const float base = oc.adam_lr < 0 ? oc.lr : oc.adam_lr;
+  return oc.lr > 0 ? lr * (base / oc.lr) : base;
+}
+
 // Muon on the hidden matrices (muon_matrix), each orthogonalized whole; AdamW on the rest. A
 // schedule's lr scales the AdamW side's rate by the same factor as Muon's.
 void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
   const auto& oc = c_.cfg.optimizer;
   const bool fp32 = c_.cdt == DType::fp32;
   const std::size_t cbytes = dtype_size(c_.cdt);
-  const float adam_base = oc.adam_lr < 0 ? oc.lr : oc.adam_lr;
-  const float adam_lr = oc.lr > 0 ? lr * (adam_base / oc.lr) : adam_base;
+  const float adam_lr = muon_adam_lr(lr);
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (c_.layout.layers()[li].frozen) continue;
@@ -84,13 +102,7 @@ void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
       char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
       if (muon_matrix(l, pi)) {
-        optim::MuonConfig mc;
-        mc.lr = lr * p.lr_scale;
-        mc.momentum = oc.momentum;
-        mc.nesterov = oc.nesterov;
-        mc.weight_decay = oc.weight_decay / p.lr_scale;  // decoupled: decays at the base rate
-        mc.adjust = oc.muon_match_rms_adamw ? optim::MuonLrAdjust::match_rms_adamw : optim::MuonLrAdjust::original;
-        mc.ns.steps = oc.ns_steps;
+        const optim::MuonConfig mc = muon_config(pi, lr);
         a.v = nullptr;
         const int rows = static_cast<int>(p.shape[0]), cols = static_cast<int>(p.shape[1]);
         c_.dev_stream.launch_host([mc, a, rows, cols, copy, fp32] {

@@ -138,7 +138,9 @@ TEST_CASE("a device budget with room for one optimizer keeps the one that saves 
   CHECK(r.moved_bytes() == 1500);
 }
 
-TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffers once", "[placement]") {
+// Two layers whose host has room for the NVMe swap buffers, one optimizer's accumulator and
+// both parameter shards, and the device for one optimizer.
+PlacementProblem full_host() {
   auto p = two_layers();
   p.device_fixed_bytes = 1000;
   p.device_budget = 2600;
@@ -146,6 +148,11 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   p.nvme_buffer_bytes = 64;
   p.host_fixed_bytes = 100;
   p.host_budget = 100 + 64 + 200 + 300;  // buffers, optimizer 1's accumulator, both shards
+  return p;
+}
+
+TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffers once", "[placement]") {
+  const auto p = full_host();
   const auto r = offload::plan_placement(p);
   CHECK(r.layers[0].optimizer == Tier::device);
   CHECK(r.layers[1].optimizer == Tier::nvme);
@@ -161,13 +168,7 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
 
 TEST_CASE("optimizer state barred from NVMe (Muon's) goes elsewhere, or the refusal asks for room elsewhere",
           "[placement]") {
-  auto p = two_layers();
-  p.device_fixed_bytes = 1000;
-  p.device_budget = 2600;
-  p.nvme_available = true;
-  p.nvme_buffer_bytes = 64;
-  p.host_fixed_bytes = 100;
-  p.host_budget = 100 + 64 + 200 + 300;  // the case above, where optimizer 1 went to NVMe
+  auto p = full_host();  // the case above, where optimizer 1 went to NVMe
   p.optimizer_nvme = false;
   const std::string msg = refusal(p);
   CHECK_THAT(msg, Catch::Contains("Raise memory_budget.host to at least"));

@@ -159,30 +159,30 @@ for kind, steps, hidden in (("mlp", 20, lambda n: n == "layers.1.weight"),
 with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
     cases = [(0, "none", "none"), (1, "cpu", "none"), (1, "nvme", "none"), (2, "none", "none"), (2, "nvme", "none"),
              (3, "none", "none"), (3, "cpu", "cpu"), (3, "nvme", "nvme"), (3, "cpu", "nvme")]
-    for kind in ("mlp", "gpt"):
-        first = None
-        for stage, opt, params in cases:
-            got, _ = train_strata(kind, config(stage, opt, params, bf16=True, nvme=tmp + "/nvme"), 3)
-            if first is None:
-                first = got
-            else:
-                same = all(got[n].tobytes() == first[n].tobytes() for n in first)
-                check(same, f"{kind} bf16: stage {stage} ({opt}/{params}) differs from stage 0")
-        print(f"{kind} (bf16): {len(cases)} stage x placement runs give bitwise-identical parameters")
 
-    # Muon: at stages 1-3 the ranks gather each matrix whole; its state on NVMe is refused.
-    muon_cases = [c for c in cases if c[1] != "nvme"]
-    for kind in ("mlp", "gpt"):
+    def same_across(kind, runs, optimizer=None):
+        """The parameters of 3 bf16 steps at each (stage, optimizer device, parameter device) are
+        the first run's bits."""
         first = None
-        for stage, opt, params in muon_cases:
+        for stage, opt, params in runs:
             cfg = config(stage, opt, params, bf16=True, nvme=tmp + "/nvme")
-            cfg["optimizer"] = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3, "weight_decay": 0.01}}
+            if optimizer is not None:
+                cfg["optimizer"] = optimizer
             got, _ = train_strata(kind, cfg, 3)
             if first is None:
                 first = got
             else:
                 same = all(got[n].tobytes() == first[n].tobytes() for n in first)
-                check(same, f"{kind} bf16 Muon: stage {stage} ({opt}/{params}) differs from stage 0")
+                check(same, f"{kind} bf16 {cfg['optimizer']['type']}: stage {stage} ({opt}/{params}) differs from "
+                            f"stage 0")
+
+    for kind in ("mlp", "gpt"):
+        same_across(kind, cases)
+        print(f"{kind} (bf16): {len(cases)} stage x placement runs give bitwise-identical parameters")
+    # Muon: at stages 1-3 the ranks gather each matrix whole; its state on NVMe is refused.
+    muon_cases = [c for c in cases if c[1] != "nvme"]
+    for kind in ("mlp", "gpt"):
+        same_across(kind, muon_cases, {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3, "weight_decay": 0.01}})
         print(f"{kind} (bf16, Muon): {len(muon_cases)} stage x placement runs give bitwise-identical parameters")
 
     # A checkpoint: saved after 3 steps, loaded into a fresh model, the next 2 steps are the same.
