@@ -5,6 +5,7 @@
 // sqrt(rank)); on two ranks the same bits with the state on the device or in host RAM, and
 // through a checkpoint and a resume; at ZeRO stages 1-3 on two and three ranks, stage 0's
 // bits; the configs it refuses name why.
+#include <tbb/global_control.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -22,6 +23,12 @@ using namespace strata;
 using test::same_bits;
 
 namespace {
+
+// TBB's loops on one thread. The orthogonalization splits its products over TBB's workers from
+// the device stream's thread, and libtbb is not instrumented: ThreadSanitizer reads its work
+// stealing as races. The bits do not depend on the thread count (tests/optim/muon_test.cc), so
+// the ranks, streams and collectives these tests exercise are the same.
+tbb::global_control one_thread() { return tbb::global_control(tbb::global_control::max_allowed_parallelism, 1); }
 
 constexpr int kHidden = 32;
 constexpr std::size_t kW = kHidden * kHidden, kLayer = kW + kHidden;  // each layer: W, then b
@@ -58,6 +65,7 @@ Moved moved(const test::TrainRun& r, std::size_t at, std::size_t n) {
 }  // namespace
 
 TEST_CASE("Muon steps the hidden matrices and AdamW the rest, each at its own rate", "[muon]") {
+  const auto serial = one_thread();
   test::TrainSpec s = muon_spec(1, 1);
   s.config = test::mlp_config(0, 1, DType::fp32);
   s.config.optimizer.type = engine::OptimizerType::muon;
@@ -93,6 +101,7 @@ TEST_CASE("Muon steps the hidden matrices and AdamW the rest, each at its own ra
 }
 
 TEST_CASE("Muon gives the same bits with its state on the device or in host RAM, and resumed", "[muon]") {
+  const auto serial = one_thread();
   const auto straight = test::train_mlp(muon_spec(2, 6));
   REQUIRE(straight.losses.back() < straight.losses.front());
   auto host = muon_spec(2, 6);
@@ -111,6 +120,7 @@ TEST_CASE("Muon gives the same bits with its state on the device or in host RAM,
 }
 
 TEST_CASE("Muon at ZeRO stages 1-3 gives stage 0's bits: the ranks gather each matrix to orthogonalize it", "[muon]") {
+  const auto serial = one_thread();
   // Buckets of 300 elements cut the 32 x 32 matrices, so a matrix lies in several buckets and
   // each rank's shard of a bucket holds parts of matrices; three ranks split them unevenly.
   for (const int world : {2, 3}) {
@@ -138,6 +148,7 @@ TEST_CASE("Muon at ZeRO stages 1-3 gives stage 0's bits: the ranks gather each m
 }
 
 TEST_CASE("Muon refuses state on NVMe and compact moments, saying why", "[muon]") {
+  const auto serial = one_thread();
   test::TempDir dir("strata-muon");
   auto s = muon_spec(2, 1);
   s.config.zero.stage = 2;
