@@ -1,7 +1,8 @@
-// ShardUpdate's whole-tensor optimizers (the protocol in shard_update.h): LAMB and Muon, at
-// ZeRO stage 0 only (impl.cc), where every rank holds every tensor whole. Each tensor steps on
-// the device's stream, where its state and compute copies may be device memory (the host
-// backend's: these optimizers have no CUDA kernel).
+// ShardUpdate's whole-tensor optimizers (the protocol in shard_update.h) at ZeRO stage 0,
+// where every rank holds every tensor whole: LAMB (only there: impl.cc) and Muon (above it:
+// muon_update.cc), and what both Muon paths share. Each tensor steps on the device's stream,
+// where its state and compute copies may be device memory (the host backend's: these
+// optimizers have no CUDA kernel).
 #include <algorithm>
 #include <cctype>
 #include <cstring>
