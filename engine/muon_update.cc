@@ -18,9 +18,83 @@
 #include "runtime/core/error.h"
 
 namespace strata::engine {
+namespace {
+
+// A Muon matrix of a layer: its parameter and its config.
+struct Matrix {
+  int pi;
+  optim::MuonConfig config;
+};
+
+// Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of `rank`'s shard of each bucket
+// of layer L: a matrix's elements, or anything else (other parameters, padding).
+template <class F>
+void for_each_run(const Layout& layout, const LayerLayout& L, int rank, const std::vector<Matrix>& matrices, F&& fn) {
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+    const std::size_t first = static_cast<std::size_t>(rank) * b.shard;  // in the bucket
+    const std::size_t base_e = b.layer_offset + first;                   // its layer element
+    for (std::size_t q = 0; q < b.shard;) {
+      const std::size_t e = base_e + q;
+      const bool real = first + q < b.numel;
+      const Matrix* kind = nullptr;
+      std::size_t end = b.shard;
+      for (const auto& m : matrices) {
+        const auto& p = layout.params()[static_cast<std::size_t>(m.pi)];
+        if (real && e >= p.offset && e < p.offset + p.numel) {
+          kind = &m;
+          end = std::min(b.shard, p.offset + p.numel - base_e);
+          break;
+        }
+      }
+      if (kind == nullptr) {  // up to the next matrix that starts in this bucket
+        for (const auto& m : matrices) {
+          const auto& p = layout.params()[static_cast<std::size_t>(m.pi)];
+          if (p.offset > e && p.offset < b.layer_offset + b.numel) end = std::min(end, p.offset - base_e);
+        }
+      }
+      fn(k, q, end - q, kind);
+      q = end;
+    }
+  }
+}
+
+// Phase (2): layer L's whole u in `whole` from each rank's bucket shards `u` (empty: a bucket
+// without matrix elements), each matrix orthogonalized by its owner, the owners side by side,
+// then broadcast. `gathered` is scratch.
+void gather_and_orthogonalize(const Layout& layout, const LayerLayout& L, const std::vector<Matrix>& matrices,
+                              const std::vector<std::vector<float>>& u, comm::Communicator* comm, int rank,
+                              std::vector<float>& whole, std::vector<float>& gathered) {
+  const int world = comm == nullptr ? 1 : comm->world_size();
+  whole.assign(L.numel, 0.0f);
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    if (u[k].empty()) continue;
+    const auto& b = layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+    const float* all = u[k].data();
+    if (world > 1) {
+      gathered.resize(b.padded);
+      comm->all_gather(u[k].data(), gathered.data(), b.shard, DType::fp32);
+      all = gathered.data();
+    }
+    std::memcpy(whole.data() + b.layer_offset, all, b.numel * sizeof(float));
+  }
+  const auto owner = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)); };
+  optim::MuonScratch scratch;
+  for (std::size_t i = 0; i < matrices.size(); ++i) {
+    if (owner(i) != rank) continue;
+    const auto& p = layout.params()[static_cast<std::size_t>(matrices[i].pi)];
+    optim::newton_schulz(whole.data() + p.offset, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]),
+                         matrices[i].config.ns, scratch.ns);
+  }
+  for (std::size_t i = 0; i < matrices.size() && world > 1; ++i) {
+    const auto& p = layout.params()[static_cast<std::size_t>(matrices[i].pi)];
+    comm->broadcast(whole.data() + p.offset, p.numel, DType::fp32, owner(i));
+  }
+}
+
+}  // namespace
 
 void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
-  const int world = c_.comm == nullptr ? 1 : c_.comm->world_size();
   const float adam_lr = muon_adam_lr(lr);
   std::vector<float> whole, gathered;
   for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
@@ -30,10 +104,6 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
     const bool device = c_.state.tier(l) == Tier::device;
     const auto& st = c_.state.resident(l);
     // The Muon matrices of the layer and their configs, in registration order.
-    struct Matrix {
-      int pi;
-      optim::MuonConfig config;
-    };
     std::vector<Matrix> matrices;
     for (int pi : L.params) {
       if (!muon_matrix(l, pi)) continue;
@@ -49,37 +119,7 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
         }
       }
     } drain{c_.dev_stream};
-    // Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of this rank's shard of each
-    // bucket: a matrix's elements, or anything else (other parameters, padding).
-    const auto runs = [&](auto&& fn) {
-      for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-        const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
-        const std::size_t first = static_cast<std::size_t>(c_.rank) * b.shard;  // in the bucket
-        const std::size_t base_e = b.layer_offset + first;                      // its layer element
-        for (std::size_t q = 0; q < b.shard;) {
-          const std::size_t e = base_e + q;
-          const bool real = first + q < b.numel;
-          const Matrix* kind = nullptr;
-          std::size_t end = b.shard;
-          for (const auto& m : matrices) {
-            const auto& p = c_.layout.params()[static_cast<std::size_t>(m.pi)];
-            if (real && e >= p.offset && e < p.offset + p.numel) {
-              kind = &m;
-              end = std::min(b.shard, p.offset + p.numel - base_e);
-              break;
-            }
-          }
-          if (kind == nullptr) {  // up to the next matrix that starts in this bucket
-            for (const auto& m : matrices) {
-              const auto& p = c_.layout.params()[static_cast<std::size_t>(m.pi)];
-              if (p.offset > e && p.offset < b.layer_offset + b.numel) end = std::min(end, p.offset - base_e);
-            }
-          }
-          fn(k, q, end - q, kind);
-          q = end;
-        }
-      }
-    };
+    const auto runs = [&](auto&& fn) { for_each_run(c_.layout, L, c_.rank, matrices, fn); };
     // Whether bucket k holds elements of a matrix (the layout's: the same on every rank).
     const auto holds_matrix = [&](std::size_t k) {
       const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
@@ -110,32 +150,8 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr) {
         optim::muon_momentum(mc, a, out);
     });
     if (device) c_.dev_stream.synchronize();
-    // (2) The layer's whole u (buckets without matrix elements left out); each matrix
-    // orthogonalized by its owner, the owners at once, then broadcast.
-    if (!matrices.empty()) whole.assign(L.numel, 0.0f);
-    for (std::size_t k = 0; k < L.buckets.size(); ++k) {
-      if (u[k].empty()) continue;
-      const auto& b = c_.layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
-      const float* all = u[k].data();
-      if (world > 1) {
-        gathered.resize(b.padded);
-        c_.comm->all_gather(u[k].data(), gathered.data(), b.shard, DType::fp32);
-        all = gathered.data();
-      }
-      std::memcpy(whole.data() + b.layer_offset, all, b.numel * sizeof(float));
-    }
-    const auto owner = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)); };
-    optim::MuonScratch scratch;
-    for (std::size_t i = 0; i < matrices.size(); ++i) {
-      if (owner(i) != c_.rank) continue;
-      const auto& p = c_.layout.params()[static_cast<std::size_t>(matrices[i].pi)];
-      optim::newton_schulz(whole.data() + p.offset, static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1]),
-                           matrices[i].config.ns, scratch.ns);
-    }
-    for (std::size_t i = 0; i < matrices.size() && world > 1; ++i) {
-      const auto& p = c_.layout.params()[static_cast<std::size_t>(matrices[i].pi)];
-      c_.comm->broadcast(whole.data() + p.offset, p.numel, DType::fp32, owner(i));
-    }
+    // (2) The layer's whole u; each matrix orthogonalized by its owner and broadcast.
+    if (!matrices.empty()) gather_and_orthogonalize(c_.layout, L, matrices, u, c_.comm, c_.rank, whole, gathered);
     // (3) This rank's shard stepped: Muon's elements by their orthogonalized update, the rest
     // with AdamW at its own rate.
     runs([&](std::size_t k, std::size_t q, std::size_t n, const Matrix* m) {
