@@ -11,6 +11,17 @@
 #   STRATA_JOBS=N      build parallelism (default 2)
 set -euo pipefail
 source "$(dirname "$0")/deps.sh"
+# Each stage's wall time, printed as it ends and summed up at the end (CI's budget is
+# spent stage by stage: the figures say which one to trim).
+stage_name="" stage_start=$SECONDS timings=()
+stage() {
+  if [ -n "$stage_name" ]; then
+    timings+=("$stage_name: $((SECONDS - stage_start)) s")
+    echo "-- $stage_name took $((SECONDS - stage_start)) s"
+  fi
+  stage_name="$1" stage_start=$SECONDS
+}
+stage "installs"
 # python3-torch: the GPT's PyTorch oracle (tests/models/gpt_oracle_test.py); iproute2 and
 # procps: the two-hosts and peer-failure tests (ip netns, pgrep); python3-regex and
 # python3-sentencepiece: the tokenizer's references (tests/tokenizer/); fortunes and
@@ -19,15 +30,18 @@ strata_install_deps python3-torch iproute2 procps python3-regex python3-sentence
 jobs=${STRATA_JOBS:-2}
 strict=${STRATA_STRICT:-OFF}
 
+stage "build"
 echo "== build (strict=$strict)"
 strata_configure "$STRATA_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_STRICT="$strict"
 cmake --build "$STRATA_ROOT/build" -j"$jobs"
 strata_python_path  # `import strata` with Debian's python3 (python/strata, build/lib/libstrata_c.so)
 
+stage "ctest"
 echo "== tests"
 (cd "$STRATA_ROOT/build" && ctest --output-on-failure -j"$jobs")
 
 if [ "${STRATA_TSAN:-1}" != "0" ]; then
+  stage "ThreadSanitizer"
   echo "== ThreadSanitizer: device streams and events, io engine, comm, engine, offload, pipeline"
   strata_configure "$STRATA_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread \
     -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
@@ -52,6 +66,7 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   tsan "$STRATA_ROOT/build-tsan/bin/strata_pipeline_tests" "~[.]~[process]~[timing]"
 fi
 if [ "${STRATA_ASAN:-1}" != "0" ]; then
+  stage "AddressSanitizer"
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (leaks included): every suite"
   strata_configure "$STRATA_ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSTRATA_SANITIZE=address,undefined -DSTRATA_WITH_CUDA=OFF -DSTRATA_STRICT="$strict"
@@ -75,7 +90,9 @@ if [ "${STRATA_ASAN:-1}" != "0" ]; then
   done
 fi
 if [ "${STRATA_FUZZ:-1}" != "0" ]; then
+  stage "fuzz"
   echo "== fuzz: libFuzzer harnesses (config, schedule, swap header, safetensors, manifest) under ASan and UBSan"
   bash "$STRATA_ROOT/scripts/fuzz.sh" "${STRATA_FUZZ_SECONDS:-10}"
 fi
-echo "== all test stages passed"
+stage ""
+echo "== all test stages passed in $SECONDS s: ${timings[*]/%/;}"
