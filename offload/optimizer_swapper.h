@@ -50,7 +50,9 @@ namespace strata::offload {
 // untouched and readable. While a step is open, another step, reads and write_state() are
 // refused (the step owns the buffers), and the step must not outlive the swapper; while a
 // generation is pending, a step is refused and reads and write_state() see the old generation.
-// step(fn) is the whole loop with fn on each sub-group.
+// A scan (StepOrder::read_only) is a step that writes nothing: Muon's first pass, which
+// needs each matrix's momentum whole before the step proper. step(fn) is the whole loop with
+// fn on each sub-group.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)
   std::uint64_t sub_group_elems = 1000000000;      // zero_optimization.sub_group_size
@@ -105,8 +107,12 @@ class OptimizerSwapper {
   void discard_written() noexcept;
   bool has_written() const noexcept;  // a write_state() waits for commit_written()
   struct StepOrder {
-    std::vector<std::size_t> tensors;  // every tensor once; empty: tensor order
+    std::vector<std::size_t> tensors;  // every tensor once (a scan: any of them once); empty: tensor order
     bool defer_commit = false;         // the new generation waits for commit_pending()
+    // A scan: the sub-groups are read (checksums verified) and handed out as a step's are, but
+    // put() only frees the buffer and finish() changes no generation; the caller may change
+    // the buffer, which is never written. Every buffer may read ahead.
+    bool read_only = false;
   };
   class Step {
    public:

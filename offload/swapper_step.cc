@@ -23,7 +23,7 @@ struct OptimizerSwapper::Step::State {
     Clock::time_point issued = Clock::now();
   };
   OptimizerSwapper::Impl& I;
-  bool defer_commit = false;
+  bool defer_commit = false, read_only = false;
   int rd = 0, wr = 1;
   std::vector<std::size_t> seq;  // the chunks in visiting order: each tensor's sub-groups in offset order
   std::deque<Pending> reads, writes;
@@ -165,6 +165,11 @@ void OptimizerSwapper::Step::put() {
     const std::size_t ci = S.taken->chunk;
     const int b = S.taken->buffer;
     S.taken.reset();
+    if (S.read_only) {  // a scan: the buffer reads the next sub-group
+      S.free_buffers.push_back(b);
+      S.pump();
+      return;
+    }
     Chunk& c = S.I.chunks[ci];
     S.writes.push_back({ci, b, c.file[S.wr]->swap_out(S.I.buffers[b].data(), S.I.buffers[b].bytes())});
     S.st.bytes_written += S.I.payload(c);
@@ -180,9 +185,9 @@ void OptimizerSwapper::Step::finish() {
     while (!S.writes.empty()) S.finish_write();
   });
   if (S.defer_commit)
-    S.I.pending = true;  // on disk, current once the caller commits
-  else
-    S.I.current = S.wr;  // every sub-group of the new state is on disk
+    S.I.pending = true;   // on disk, current once the caller commits
+  else if (!S.read_only)  // a scan changes nothing
+    S.I.current = S.wr;   // every sub-group of the new state is on disk
   S.close();
 }
 
@@ -193,7 +198,8 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
   STRATA_CHECK(!has_written(), Errc::internal,
                "optimizer swapper: step() after write_state() without commit_written() or discard_written()");
   auto S = std::make_unique<Step::State>(I);
-  S->defer_commit = order.defer_commit;
+  S->defer_commit = order.defer_commit && !order.read_only;
+  S->read_only = order.read_only;
   S->rd = I.current;
   S->wr = 1 - I.current;
   S->seq.reserve(I.chunks.size());
@@ -207,12 +213,13 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
       seen[t] = 1;
       for (std::size_t ci = I.first_chunk[t]; ci < I.first_chunk[t + 1]; ++ci) S->seq.push_back(ci);
     }
-    STRATA_CHECK(S->seq.size() == I.chunks.size(), Errc::internal,
+    STRATA_CHECK(order.read_only || S->seq.size() == I.chunks.size(), Errc::internal,
                  "optimizer swapper: the step order leaves tensors out");
   }
-  for (auto& c : I.chunks) I.unshare(c, S->wr);
+  if (!order.read_only)
+    for (auto& c : I.chunks) I.unshare(c, S->wr);
   for (int i = static_cast<int>(I.buffers.size()); i-- > 0;) S->free_buffers.push_back(i);
-  S->max_reads = std::max<std::size_t>(1, I.buffers.size() / 2);
+  S->max_reads = order.read_only ? I.buffers.size() : std::max<std::size_t>(1, I.buffers.size() / 2);
   S->t0 = Clock::now();  // the step's time: its transfers and the caller's updates
   I.stepping = true;
   return Step(std::move(S));

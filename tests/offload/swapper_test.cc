@@ -273,3 +273,67 @@ TEST_CASE("a step is pulled a sub-group at a time, in order, and a deferred gene
   CHECK_THROWS_AS(sw.step(add_one, order), Error);
   CHECK_THROWS_AS(sw.begin_step(order), Error);
 }
+
+TEST_CASE("a scan reads the sub-groups it names, in order, and writes nothing", "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  const std::vector<offload::SwapTensor> tensors = {{"layer 0", 3000}, {"layer 1", 500}, {"layer 2", 2100}};
+  const int buffers = GENERATE(1, 4);
+  offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 1024, buffers), tensors);
+  for (std::size_t t = 0; t < tensors.size(); ++t) sw.write_state(t, ramp(tensors[t].elems, 1000.0f * t).data());
+  sw.commit_written();
+  const auto files = [&] {  // the current generation's files as they are on disk
+    std::vector<std::string> paths;
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      for (const auto& f : sw.sealed_files(t)) paths.push_back(f.path);
+    return paths;
+  };
+  const std::vector<std::string> before = files();
+  const auto mtime = [](const std::string& p) { return std::filesystem::last_write_time(p); };
+  std::vector<std::filesystem::file_time_type> times;
+  for (const auto& p : before) times.push_back(mtime(p));
+
+  offload::OptimizerSwapper::StepOrder scan;
+  scan.tensors = {2, 0};  // a subset, in any order
+  scan.read_only = true;
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::size_t> lasts;
+  {
+    auto s = sw.begin_step(scan);
+    CHECK_THROWS_AS(sw.begin_step(), Error);  // a scan is a step: one at a time
+    while (auto next = s.peek()) {
+      const offload::SubGroup g = s.take();
+      for (std::uint64_t i = 0; i < g.elems; ++i) {  // the state as committed
+        if (g.master[i] != 1000.0f * g.tensor + static_cast<float>(g.offset + i))
+          FAIL("tensor " << g.tensor << " element " << g.offset + i << " read wrong");
+        g.master[i] = -1.0f;  // changed in the buffer: never written
+      }
+      offsets.push_back(g.offset);
+      s.put();
+      if (next->last) lasts.push_back(next->tensor);
+    }
+    s.finish();
+  }
+  CHECK(offsets == std::vector<std::uint64_t>{0, 1024, 2048, 0, 1024, 2048});
+  CHECK(lasts == std::vector<std::size_t>{2, 0});
+  CHECK(sw.stats().bytes_read == (2100 + 3000) * 12u);
+  CHECK(sw.stats().bytes_written == 0);
+  CHECK(!sw.pending());
+  CHECK(files() == before);  // no generation switched
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(mtime(before[i]) == times[i]);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    std::vector<float> m(tensors[t].elems);
+    sw.read_state(t, 0, m.size(), m.data());
+    CHECK(m == ramp(tensors[t].elems, 1000.0f * t));
+  }
+  // A scan given up halfway drains its reads; the swapper steps on.
+  {
+    auto s = sw.begin_step(scan);
+    (void)s.take();
+  }
+  sw.step([](const offload::SubGroup& g) {
+    for (std::uint64_t i = 0; i < g.elems; ++i) g.master[i] += 1.0f;
+  });
+  std::vector<float> m(500);
+  sw.read_state(1, 0, 500, m.data());
+  CHECK(m == ramp(500, 1001.0f));
+}
