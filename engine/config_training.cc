@@ -146,10 +146,6 @@ void read_precision(ObjectReader& top, EngineConfig& config) {
       ctx.fail(str_cat("optimizer.type = \"Lamb\" needs zero_optimization.stage 0 (stage is ", config.zero.stage,
                        "): it scales each tensor's update by whole-tensor norms, and ZeRO stages 1-3 split tensors "
                        "across ranks"));
-    if (t == OptimizerType::muon && config.offload_optimizer.device == OffloadDevice::nvme)
-      ctx.fail(
-          "optimizer.type = \"Muon\" with offload_optimizer.device \"nvme\": Muon's state lives in device memory or "
-          "host RAM for now; use \"cpu\"");
     if (config.optimizer.moment_format == MomentFormat::q8 && t != OptimizerType::adam && t != OptimizerType::adamw)
       ctx.fail(str_cat("optimizer.moments \"q8\" with optimizer ", optimizer_type_name(t),
                        ": q8 moments are for Adam and AdamW; use \"bf16\" (or fp32) with this optimizer"));

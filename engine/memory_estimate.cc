@@ -62,6 +62,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
   // allocated after it (PlacementPlan::HostParts).
   const PlacementPlan::HostParts parts = plan.host_parts();
   std::uint64_t host_used = scratch + parts.after_stores();
+  at(e, Tier::host, Kind::buffers) += parts.muon;  // Muon's gathers and held updates (setup charges them)
   if (shards.any_opt_on(Tier::nvme)) {
     const auto f = offload::OptimizerSwapper::footprint(
         OptimizerState::swapper_options(in.config, host_budget - std::min(host_budget, host_used + parts.param_min)),

@@ -65,8 +65,8 @@ void OptimizerStep::run_optimizer(const optim::StepArgs& base, float lr) {
       c_.update.muon(base, lr);
       return;
     }
-    if (c_.cfg.optimizer.type == OptimizerType::muon) {  // stages 1-3: no swapped state (setup refuses it)
-      c_.update.muon_sharded(base, lr);
+    if (c_.cfg.optimizer.type == OptimizerType::muon) {  // stages 1-3: the NVMe layers first, then the rest
+      c_.update.muon_sharded(base, lr, c_.io);
       c_.update.commit();
       return;
     }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/detail/muon_runs.h"
 #include "engine/grad_reducer.h"
 #include "engine/nvme_homes.h"
 #include "engine/optimizer_state.h"
@@ -56,6 +57,15 @@ offload::Placement PlacementPlan::traffic() const {
   return offload::evaluate_placement(make_problem({}), places);
 }
 
+bool PlacementPlan::muon_scan(int li) const {
+  return c_.cfg.optimizer.type == OptimizerType::muon && detail::holds_muon_matrix(c_.layout, li);
+}
+
+std::uint64_t PlacementPlan::muon_scratch() const {
+  const bool sharded = c_.cfg.optimizer.type == OptimizerType::muon && c_.cfg.zero.stage > 0;
+  return sharded ? detail::muon_host_scratch(c_.layout) : 0;
+}
+
 std::uint32_t PlacementPlan::host_acc_bytes() const {
   return static_cast<std::uint32_t>(
       dtype_size(GradReducer::host_acc_dtype(compute_dtype_of(c_.cfg), c_.world, c_.cfg.gradient_accumulation_steps)));
@@ -78,6 +88,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
     pl.padded_elems = L.padded;
     pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
     pl.frozen = L.frozen;
+    pl.nvme_scan = muon_scan(static_cast<int>(li));
     p.layers.push_back(pl);
     if (shards_.persistent(static_cast<int>(li))) persistent += L.padded * c_.cbytes;
     largest_shard = std::max<std::uint64_t>(largest_shard, shard(static_cast<int>(li)));
@@ -85,7 +96,6 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   const std::uint64_t largest = lay.largest_layer_padded();
   p.device_budget = device_room();
   p.device_held = c_.device_held_by_others;
-  p.optimizer_nvme = c_.cfg.optimizer.type != OptimizerType::muon;  // Muon gathers its matrices from memory
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
   p.nvme_copies = 2;  // swap files hold two generations
@@ -96,7 +106,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.device_fixed_bytes = device::Arena::round_up(largest * c_.cbytes) * 2 + persistent + device_scratch_bytes();
   // Reduction scratch, gradient staging, one gather's staging, one layer's updated shards.
   p.host_fixed_bytes = GradReducer::host_scratch_bytes(lay, c_.cbytes, true) + (stage == 3 ? largest * c_.cbytes : 0) +
-                       largest_shard * c_.cbytes;
+                       largest_shard * c_.cbytes + muon_scratch();
   const int opt_buffers = c_.cfg.offload_optimizer.buffer_count > 0 ? c_.cfg.offload_optimizer.buffer_count : 4;
   const std::uint64_t sub_group =
       std::min<std::uint64_t>(c_.cfg.zero.sub_group_size, std::max<std::uint64_t>(1, largest_shard));
@@ -331,9 +341,13 @@ PlacementPlan::HostParts PlacementPlan::host_parts() const {
       h.opt += state_bytes(c_.cfg.optimizer, OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i));
     if (shards_.acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
     if (c_.cfg.zero.stage == 3 && shards_.param_tier(i) == Tier::host) h.params += shard(i) * c_.cbytes;
+    if (shards_.opt_tier(i) == Tier::nvme && muon_scan(i))
+      h.muon += 4 * OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i);
   }
   h.reducer = GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, shards_.any_acc_on_host());
-  h.fixed = make_problem({}).host_fixed_bytes - GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, true) + h.reducer;
+  h.muon += muon_scratch();  // in host_fixed_bytes for the placement; here a part of its own
+  h.fixed = make_problem({}).host_fixed_bytes - GradReducer::host_scratch_bytes(c_.layout, c_.cbytes, true) +
+            h.reducer - muon_scratch();
   if (shards_.any_opt_on(Tier::nvme))
     h.swap_min = offload::OptimizerSwapper::min_budget_bytes(OptimizerState::swapper_options(c_.cfg, 0),
                                                              OptimizerState::swap_tensors(c_.layout, shards_));
@@ -354,6 +368,7 @@ void PlacementPlan::check_host_budget() const {
                "), or place less in host RAM (offload_optimizer.device / offload_param.device \"nvme\"). Why: the "
                "placement needs ",
                format_bytes(h.opt), " optimizer state, ", format_bytes(h.acc), " gradient accumulators, ",
+               h.muon ? str_cat(format_bytes(h.muon), " of Muon's gathers and orthogonalized updates, ") : "",
                format_bytes(h.params), " parameter shards, ", format_bytes(h.fixed),
                " of reduction scratch and staging (the largest bucket and layer: zero_optimization.reduce_bucket_size "
                "bounds the first) and ",

@@ -58,10 +58,13 @@ class PlacementPlan {
   // buffers (one each; they take more, up to their buffer_count, where the budget leaves room).
   struct HostParts {
     std::uint64_t opt = 0, acc = 0, params = 0, fixed = 0, reducer = 0, swap_min = 0, param_min = 0;
-    std::uint64_t total() const { return opt + acc + params + fixed + swap_min + param_min; }
+    // Muon's host buffers at stages 1-3: one layer's gather and orthogonalization, and the
+    // orthogonalized updates of the layers on NVMe, held from its scan to its step.
+    std::uint64_t muon = 0;
+    std::uint64_t total() const { return opt + acc + params + fixed + muon + swap_min + param_min; }
     // What setup allocates after the NVMe stores open: the layers' state and the fixed
     // buffers but the reducer's scratch (allocated before them).
-    std::uint64_t after_stores() const { return opt + acc + params + fixed - reducer; }
+    std::uint64_t after_stores() const { return opt + acc + params + fixed + muon - reducer; }
   };
   HostParts host_parts() const;
   // With memory_budget.host, refuses a placement (static or budget-driven) whose host tier
@@ -93,7 +96,11 @@ class PlacementPlan {
   std::uint64_t device_scratch_bytes() const;
   std::size_t shard(int li) const { return c_.layout.layer_shard(li); }
   std::uint32_t host_acc_bytes() const;  // per element of a gradient accumulator in host RAM
-  std::string frozen_note() const;       // explain()'s line on frozen layers (empty without)
+  // Layer li's state on NVMe takes Muon's scan as well (it holds a hidden matrix); the host
+  // scratch of Muon's step at stages 1-3 (detail::muon_host_scratch), else 0.
+  bool muon_scan(int li) const;
+  std::uint64_t muon_scratch() const;
+  std::string frozen_note() const;  // explain()'s line on frozen layers (empty without)
 
   Context c_;
   ShardMap shards_;

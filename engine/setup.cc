@@ -68,6 +68,11 @@ void Engine::Impl::allocate_step_buffers() {
                                                                        .shards = shards,
                                                                        .tracer = options.tracer});
   if (shards.any_opt_on(Tier::nvme)) opt_state->open_swapper(host.after_stores() + host.param_min);
+  // Muon's step gathers and orthogonalizes in host RAM (muon_update.cc, muon_swapped.cc): charged once, for the run.
+  if (host.muon)
+    ledger->charge(
+        Tier::host, Kind::buffers, host.muon,
+        "Muon's gathers and orthogonalized updates (the layers on NVMe hold theirs from the scan to the step)");
   if (shards.any_params_on(Tier::nvme)) nvme->open_params(shards.param_tiers(), host.after_stores());
   homes = std::make_unique<ParamHomes>(ParamHomes::Context{.layout = *layout,
                                                            .stage = cfg.zero.stage,
@@ -286,13 +291,6 @@ void Engine::setup() {
     }
   }
 
-  for (std::size_t li = 0; li < lay.layers().size(); ++li) {
-    STRATA_CHECK(oc.type != OptimizerType::muon || lay.layers()[li].frozen ||
-                     I.plan->shards().opt_tier(static_cast<int>(li)) != Tier::nvme,
-                 Errc::unsupported, "optimizer.type \"Muon\": layer ", lay.layers()[li].id,
-                 "'s optimizer state is placed on NVMe, where Muon cannot gather its matrices yet: keep the state in "
-                 "device memory or host RAM (offload_optimizer.device \"cpu\", or a larger memory_budget.host)");
-  }
   I.allocate_step_buffers();
 
   for (std::size_t li = 0; li < lay.layers().size(); ++li) I.add_layer(li);

@@ -13,22 +13,22 @@
 // host RAM but those `skip` names, then waits for the device's updates; out_of_place() a host
 // layer from its state into its spare arrays (the overlapped step's lane); lamb() LAMB's
 // whole tensors (stage 0 only) and muon() Muon's at stage 0: Muon orthogonalizes each hidden
-// matrix, muon_matrix(): a 2-D parameter outside the first and the last layer whose name does
-// not name an embedding ("emb", "wte", "wpe", "lm_head"), with its registered shape as rows x
-// cols, and steps every other parameter with AdamW. muon_sharded() is Muon at stages 1-3,
-// where the ranks gather each matrix's update to orthogonalize it (muon_update.cc), with the
-// state in device memory or host RAM. commit() and abort() end a step's writes of
-// compute copies; restore_copies() rewrites copies from the masters after an abort() (the overlapped undo). The moments
-// are in the state's moment format. Bits depend only on the gradients, the arguments and the state, never on where
-// state lives or how a range is cut (every optimizer but LAMB and Muon is elementwise; q8 moments are stepped a block
-// of 16 at a time, and every cut falls on a block: shards, buckets and sub-groups are whole blocks, and q8 refuses
-// parameters with a learning rate of their own, where a range would be cut inside one).
+// matrix (detail::muon_matrix, muon_runs.h) and steps every other parameter with AdamW. muon_sharded() is Muon at
+// stages 1-3, where the ranks gather each matrix's update to orthogonalize it (muon_update.cc), with the state
+// anywhere: the layers on NVMe take two passes over the swapper (muon_swapped.cc), a scan that writes nothing and then
+// the step. commit() and abort() end a step's writes of compute copies; restore_copies() rewrites copies from the
+// masters after an abort() (the overlapped undo). The moments are in the state's moment format. Bits depend only on the
+// gradients, the arguments and the state, never on where state lives or how a range is cut (every optimizer but LAMB
+// and Muon is elementwise; q8 moments are stepped a block of 16 at a time, and every cut falls on a block: shards,
+// buckets and sub-groups are whole blocks, and q8 refuses parameters with a learning rate of their own, where a range
+// would be cut inside one).
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/detail/muon_runs.h"
 #include "engine/grad_reducer.h"
 #include "engine/layout.h"
 #include "engine/optimizer_state.h"
@@ -73,8 +73,7 @@ class ShardUpdate {
   void out_of_place(const optim::StepArgs& base, float lr, int li);
   void lamb(const optim::StepArgs& base, float lr);
   void muon(const optim::StepArgs& base, float lr);
-  void muon_sharded(const optim::StepArgs& base, float lr);
-  bool muon_matrix(int li, int pi) const;
+  void muon_sharded(const optim::StepArgs& base, float lr, IoStats& io);
   // Muon's config for parameter pi at the step's rate lr, and the rate of its AdamW side.
   optim::MuonConfig muon_config(int pi, float lr) const;
   float muon_adam_lr(float lr) const;
@@ -93,6 +92,10 @@ class ShardUpdate {
   void count_into(IoStats* io) noexcept { c_.updates.count_into(io); }
 
  private:
+  // Muon at stages 1-3 on the layers whose state is on NVMe (muon_swapped.cc), and layer li's
+  // hidden matrices with their configs at the step's rate lr, in registration order.
+  void muon_swapped(const optim::StepArgs& base, float lr, float adam_lr, IoStats& io);
+  std::vector<detail::MuonMatrix> muon_matrices(int li, float lr) const;
   // One piece of a range whose parameters share lr_scale.
   void piece(const optim::StepArgs& base, float lr, float lr_scale, int li, std::size_t k, std::size_t e0,
              std::size_t n, float* master, void* m, void* v, Source from);

@@ -3,12 +3,10 @@
 // muon_update.cc), and what both Muon paths share. Each tensor steps on the device's stream,
 // where its state and compute copies may be device memory (the host backend's: these
 // optimizers have no CUDA kernel).
-#include <algorithm>
-#include <cctype>
 #include <cstring>
-#include <string>
 #include <vector>
 
+#include "engine/detail/muon_runs.h"
 #include "engine/shard_update.h"
 #include "optim/adam.h"
 #include "optim/lamb.h"
@@ -48,19 +46,6 @@ void ShardUpdate::lamb(const optim::StepArgs& base, float lr) {
   c_.dev_stream.synchronize();
 }
 
-bool ShardUpdate::muon_matrix(int li, int pi) const {
-  const auto n = static_cast<int>(c_.layout.layers().size());
-  const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
-  if (li == 0 || li + 1 == n || p.shape.size() != 2) return false;
-  // An embedding table is a 2-D parameter too, and a host trainer may give it a layer of its
-  // own (a position embedding after the token embedding's layer): its name tells it.
-  std::string name = p.name;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  for (const char* part : {"emb", "wte", "wpe", "lm_head"})
-    if (name.find(part) != std::string::npos) return false;
-  return true;
-}
-
 optim::MuonConfig ShardUpdate::muon_config(int pi, float lr) const {
   const auto& oc = c_.cfg.optimizer;
   const auto& p = c_.layout.params()[static_cast<std::size_t>(pi)];
@@ -80,7 +65,7 @@ float ShardUpdate::muon_adam_lr(float lr) const {
   return oc.lr > 0 ? lr * (base / oc.lr) : base;
 }
 
-// Muon on the hidden matrices (muon_matrix), each orthogonalized whole; AdamW on the rest. A
+// Muon on the hidden matrices (detail::muon_matrix), each orthogonalized whole; AdamW on the rest. A
 // schedule's lr scales the AdamW side's rate by the same factor as Muon's.
 void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
   const auto& oc = c_.cfg.optimizer;
@@ -102,7 +87,7 @@ void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
       a.grad_dtype = c_.grads.acc_dtype(l);
       char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
-      if (muon_matrix(l, pi)) {
+      if (detail::muon_matrix(c_.layout, l, pi)) {
         const optim::MuonConfig mc = muon_config(pi, lr);
         a.v = nullptr;
         const int rows = static_cast<int>(p.shape[0]), cols = static_cast<int>(p.shape[1]);

@@ -20,6 +20,10 @@ struct PlacementLayer {
   std::uint64_t padded_elems = 0;  // the whole padded layer
   int gathers_per_step = 2;        // stage 3: times the layer is gathered per step (from the recorded trace)
   bool frozen = false;             // no gradient and no optimizer state: its parameters are all it places
+  // Its optimizer state on NVMe is scanned before each step as well (Muon's hidden matrices:
+  // their momentum is needed whole before the step proper), and the scan's result kept in host
+  // RAM until the step: state_bytes x E more read per step and 4E more on the host.
+  bool nvme_scan = false;
 };
 
 struct PlacementProblem {
@@ -50,7 +54,6 @@ struct PlacementProblem {
   std::uint64_t host_fixed_bytes = 0;   // always on host: reduction scratch, gather staging
   std::uint64_t nvme_buffer_bytes = 0;  // host bytes the NVMe swap buffers take once anything lives on NVMe
   std::optional<Tier> optimizer_fixed, params_fixed;  // DeepSpeed static form: every layer forced to this place
-  bool optimizer_nvme = true;                         // optimizer state may live on NVMe (Muon's may not yet)
   // Exact refinement after the greedy passes: at most this many branch-and-bound nodes
   // (10^5 take a few ms). 0 = greedy only. The default usually completes up to ~16 layers.
   std::uint64_t search_nodes = 200000;
@@ -81,8 +84,8 @@ struct Placement {
 //    plus the gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device when
 //    the optimizer is there, else on the host (host_accumulator_bytes per element there).
 //    Off the device it costs A*P*c d2h (gradients each micro-batch) and c*E h2d (updated
-//    params) per step; on NVMe also 12E read and 12E written. At stage 0 it is always on
-//    the device.
+//    params) per step; on NVMe also 12E read and 12E written (a layer with nvme_scan: 24E
+//    read, and 4E more on the host). At stage 0 it is always on the device.
 //  * params (stage 3): the c*E shard on its place. A gather stages shards through pinned
 //    host memory (engine/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,
 //    a host shard G*c*P h2d, an NVMe shard G*c*P h2d + G*c*E read + c*E written: host is

@@ -32,6 +32,10 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   it.bytes[kNvme][kNvme] = SE * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
   it.flow[kNvme] = {c * E, A * P * c, SE, SE};
+  if (L.nvme_scan) {  // read twice a step; the scan's result held in host RAM until the step
+    it.bytes[kNvme][kHost] += 4 * E;
+    it.flow[kNvme][kNvmeRead] += SE;
+  }
   return it;
 }
 
@@ -108,7 +112,6 @@ Model build_model(const PlacementProblem& p) {
       Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);
       it.fixed = p.optimizer_fixed.has_value();
       it.allowed = it.fixed ? static_cast<std::uint8_t>(1u << static_cast<int>(*p.optimizer_fixed)) : free_places;
-      if (!p.optimizer_nvme) it.allowed = static_cast<std::uint8_t>(it.allowed & ~(1u << kNvme));
       m.opt_item[i] = static_cast<int>(m.items.size());
       m.items.push_back(it);
     }

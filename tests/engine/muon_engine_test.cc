@@ -4,7 +4,8 @@
 // moves a matrix by lr times an orthogonalized update (its Frobenius norm about lr
 // sqrt(rank)); on two ranks the same bits with the state on the device or in host RAM, and
 // through a checkpoint and a resume; at ZeRO stages 1-3 on two and three ranks, stage 0's
-// bits; the configs it refuses name why.
+// bits, with the state on NVMe too (in sub-groups that cut the matrices), resumed from a
+// checkpoint that links its swap files; the configs it refuses name why.
 #include <tbb/global_control.h>
 #include <catch2/catch.hpp>
 
@@ -135,27 +136,48 @@ TEST_CASE("Muon at ZeRO stages 1-3 gives stage 0's bits: the ranks gather each m
     for (const Case c :
          {Case{1, OffloadDevice::none, OffloadDevice::none}, Case{1, OffloadDevice::cpu, OffloadDevice::none},
           Case{2, OffloadDevice::cpu, OffloadDevice::none}, Case{3, OffloadDevice::none, OffloadDevice::none},
-          Case{3, OffloadDevice::cpu, OffloadDevice::cpu}, Case{3, OffloadDevice::cpu, OffloadDevice::nvme}}) {
+          Case{3, OffloadDevice::cpu, OffloadDevice::cpu}, Case{3, OffloadDevice::cpu, OffloadDevice::nvme},
+          Case{1, OffloadDevice::nvme, OffloadDevice::none}, Case{2, OffloadDevice::nvme, OffloadDevice::none},
+          Case{3, OffloadDevice::nvme, OffloadDevice::nvme}}) {
       INFO("stage " << c.stage << ", optimizer " << static_cast<int>(c.opt) << ", parameters "
                     << static_cast<int>(c.par));
       auto spec = muon_spec(world, 4);
       spec.config.zero.stage = c.stage;
       spec.config.zero.stage3_param_persistence_threshold = 0;
+      spec.config.zero.sub_group_size = 208;  // NVMe: sub-groups of 13 blocks cut buckets and matrices
       test::place(spec.config, c.opt, c.par, dir.path());
       CHECK(same_bits(test::train_mlp(spec).params, reference.params));
     }
   }
 }
 
-TEST_CASE("Muon refuses state on NVMe and compact moments, saying why", "[muon]") {
+TEST_CASE("Muon with its state on NVMe resumes from a checkpoint that links the swap files", "[muon]") {
   const auto serial = one_thread();
+  auto reference = muon_spec(2, 6);
+  reference.config.zero.stage = 2;
+  const auto straight = test::train_mlp(reference);
   test::TempDir dir("strata-muon");
-  auto s = muon_spec(2, 1);
-  s.config.zero.stage = 2;
-  test::place(s.config, engine::OffloadDevice::nvme, engine::OffloadDevice::none, dir.path());
-  CHECK_THAT(test::error_of([&] { test::train_mlp(s); }),
-             Catch::Contains("optimizer state is placed on NVMe") && Catch::Contains("offload_optimizer.device"));
-  s = muon_spec(1, 1);
+  const auto on_nvme = [&](int steps) {
+    auto s = muon_spec(2, steps);
+    s.config.zero.stage = 2;
+    s.config.zero.sub_group_size = 208;
+    test::place(s.config, engine::OffloadDevice::nvme, engine::OffloadDevice::none, dir.file("nvme"));
+    return s;
+  };
+  auto first = on_nvme(3);
+  first.save_checkpoint = dir.file("ck");
+  test::train_mlp(first);
+  auto second = on_nvme(3);
+  second.first_step = 3;
+  second.load_checkpoint = dir.file("ck");
+  const auto resumed = test::train_mlp(second);
+  CHECK(resumed.step_numbers == std::vector<std::int64_t>{4, 5, 6});
+  CHECK(same_bits(resumed.params, straight.params));
+}
+
+TEST_CASE("Muon refuses compact moments, saying why", "[muon]") {
+  const auto serial = one_thread();
+  auto s = muon_spec(1, 1);
   s.config.optimizer.moment_format = MomentFormat::q8;
   CHECK_THAT(test::error_of([&] { test::train_mlp(s); }), Catch::Contains("q8 moments with optimizer Muon"));
 }

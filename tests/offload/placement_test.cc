@@ -166,17 +166,23 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   CHECK(r.moved_bytes() == 2700);
 }
 
-TEST_CASE("optimizer state barred from NVMe (Muon's) goes elsewhere, or the refusal asks for room elsewhere",
+TEST_CASE("optimizer state scanned before its step (Muon's) reads twice and holds 4 bytes an element on the host",
           "[placement]") {
   auto p = full_host();  // the case above, where optimizer 1 went to NVMe
-  p.optimizer_nvme = false;
-  const std::string msg = refusal(p);
-  CHECK_THAT(msg, Catch::Contains("Raise memory_budget.host to at least"));
-  CHECK_THAT(msg, !Catch::Contains("Raise memory_budget.nvme") && !Catch::Contains("nvme_path"));
-  p.host_budget = 100 + 200 + 300 + 600;  // optimizer 1's state fits in host RAM
+  p.layers[1].nvme_scan = true;
+  // That placement now holds the scan's result (4 x 50 B) on the host and reads the state twice.
+  const auto e = offload::evaluate_placement(p, {{Tier::device, Tier::host}, {Tier::nvme, Tier::host}});
+  CHECK(e.tier_bytes == std::array<std::uint64_t, 3>{2600, 664 + 200, 600});
+  CHECK(e.nvme_read_bytes == 2 * 600);
+  CHECK(e.nvme_write_bytes == 600);
+  // So it no longer fits the host budget: whatever the planner does instead stays within it.
+  const auto tight = offload::plan_placement(p);
+  CHECK(tight.tier_bytes[1] <= p.host_budget);
+  CHECK(tight.layers[0].params == Tier::nvme);  // room for the scan's result: a shard goes to NVMe
+  p.host_budget += 4 * 50;
   const auto r = offload::plan_placement(p);
-  for (const auto& l : r.layers) CHECK(l.optimizer != Tier::nvme);
-  CHECK(r.layers[1].optimizer == Tier::host);
+  CHECK(r.layers[1].optimizer == Tier::nvme);
+  CHECK(r.tier_bytes == e.tier_bytes);
 }
 
 TEST_CASE("the DeepSpeed static form forces every layer to the configured place", "[placement]") {
