@@ -9,9 +9,9 @@
 //     again from the same state and gradient (the same bits as in the scan), then its master
 //     stepped by the kept result; every other run of elements steps with AdamW through range().
 // The scan writes nothing, so a failure before the step commits leaves the last good state on
-// NVMe. Its price: a second read of the matrix layers' state (the step reads 12 bytes per
-// element, the scan too, of which it uses the momentum's 4), and the kept result, 4 bytes per
-// element of this rank's shard of those layers, in host RAM until the step.
+// NVMe. Its price: a second read of the matrix layers' momentum (the checksum blocks holding
+// it: 4 bytes an element and the blocks' rounding, beside the step's 12), and the kept
+// result, 4 bytes per element of this rank's shard of those layers, in host RAM until the step.
 #include <cstring>
 #include <vector>
 
@@ -40,7 +40,7 @@ void ShardUpdate::muon_swapped(const optim::StepArgs& base, float lr, float adam
   const std::size_t layers = c_.layout.layers().size();
   std::vector<std::vector<detail::MuonMatrix>> matrices(layers);
   std::vector<std::vector<float>> kept(layers);
-  offload::OptimizerSwapper::StepOrder scan{.read_only = true};
+  offload::OptimizerSwapper::StepOrder scan{.read_only = true, .first_moment_only = true};
   for (std::size_t t = 0; t < c_.state.swapped_layers(); ++t) {
     const int l = c_.state.swapped_layer(t);
     matrices[static_cast<std::size_t>(l)] = muon_matrices(l, lr);

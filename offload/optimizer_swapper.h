@@ -113,6 +113,9 @@ class OptimizerSwapper {
     // put() only frees the buffer and finish() changes no generation; the caller may change
     // the buffer, which is never written. Every buffer may read ahead.
     bool read_only = false;
+    // A scan that reads only the checksum blocks holding exp_avg: the SubGroup's exp_avg is
+    // the state, its master and exp_avg_sq undefined (what the blocks around exp_avg hold).
+    bool first_moment_only = false;
   };
   class Step {
    public:

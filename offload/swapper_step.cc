@@ -23,7 +23,7 @@ struct OptimizerSwapper::Step::State {
     Clock::time_point issued = Clock::now();
   };
   OptimizerSwapper::Impl& I;
-  bool defer_commit = false, read_only = false;
+  bool defer_commit = false, read_only = false, first_moment_only = false;
   int rd = 0, wr = 1;
   std::vector<std::size_t> seq;  // the chunks in visiting order: each tensor's sub-groups in offset order
   std::deque<Pending> reads, writes;
@@ -58,9 +58,23 @@ struct OptimizerSwapper::Step::State {
       free_buffers.pop_back();
       const std::size_t ci = seq[next_read++];
       Chunk& c = I.chunks[ci];
+      if (first_moment_only) {
+        reads.push_back({ci, b, read_first_moment(c, I.buffers[b])});
+        continue;
+      }
       reads.push_back({ci, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
       st.bytes_read += I.payload(c);  // counted when issued: a failed step's reads moved bytes too
     }
+  }
+  // The blocks of c's file holding exp_avg, each at its place in the buffer, so that the
+  // SubGroup's exp_avg points at them.
+  io::SwapOp read_first_moment(const Chunk& c, const io::PoolBuffer& buffer) {
+    io::SwapFile& f = *c.file[rd];
+    const std::uint64_t block = f.layout().spec.block_bytes;
+    const std::uint64_t from = 4 * c.length, to = from + moment_bytes(I.options.moment_format, c.length);
+    const std::uint64_t first = from / block, count = (to + block - 1) / block - first;
+    st.bytes_read += std::min(f.layout().payload_bytes, (first + count) * block) - first * block;
+    return f.read_blocks(first, count, buffer.data() + first * block, buffer.bytes() - first * block);
   }
   void finish_write() {
     Pending w = std::move(writes.front());
@@ -200,6 +214,9 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
   auto S = std::make_unique<Step::State>(I);
   S->defer_commit = order.defer_commit && !order.read_only;
   S->read_only = order.read_only;
+  STRATA_CHECK(order.read_only || !order.first_moment_only, Errc::internal,
+               "optimizer swapper: first_moment_only is for a scan (read_only)");
+  S->first_moment_only = order.first_moment_only;
   S->rd = I.current;
   S->wr = 1 - I.current;
   S->seq.reserve(I.chunks.size());

@@ -337,3 +337,38 @@ TEST_CASE("a scan reads the sub-groups it names, in order, and writes nothing", 
   sw.read_state(1, 0, 500, m.data());
   CHECK(m == ramp(500, 1001.0f));
 }
+
+TEST_CASE("a first-moment scan reads only the blocks holding exp_avg, at their place in the buffer",
+          "[offload][uring]") {
+  test::TempDir dir("strata-offload");
+  // Sub-groups of 8192 elements: 96 KiB of payload in 16 KiB blocks, exp_avg in blocks 2-3;
+  // the tensor's last sub-group (1000 elements) is one block.
+  const std::vector<offload::SwapTensor> tensors = {{"layer 0", 2 * 8192 + 1000}};
+  offload::OptimizerSwapper sw(small_options(dir.file("rank0"), 8192, 2), tensors);
+  const std::uint64_t n = tensors[0].elems;
+  sw.write_state(0, ramp(n, 0.0f).data(), ramp(n, 0.5f).data(), ramp(n, 0.25f).data());
+  sw.commit_written();
+  offload::OptimizerSwapper::StepOrder scan;
+  scan.read_only = true;
+  scan.first_moment_only = true;
+  std::uint64_t seen = 0;
+  {
+    auto s = sw.begin_step(scan);
+    while (s.peek()) {
+      const offload::SubGroup g = s.take();
+      const auto* m = static_cast<const float*>(g.exp_avg);
+      for (std::uint64_t i = 0; i < g.elems; ++i)
+        if (m[i] != 0.5f + static_cast<float>(g.offset + i))
+          FAIL("exp_avg of element " << g.offset + i << " read wrong");
+      seen += g.elems;
+      s.put();
+    }
+    s.finish();
+  }
+  CHECK(seen == n);
+  CHECK(sw.stats().bytes_read == 2 * (32u << 10) + 12u * 1000);
+  CHECK(sw.stats().bytes_written == 0);
+  offload::OptimizerSwapper::StepOrder not_a_scan;
+  not_a_scan.first_moment_only = true;
+  CHECK_THROWS_AS(sw.begin_step(not_a_scan), Error);
+}
