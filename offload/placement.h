@@ -22,7 +22,8 @@ struct PlacementLayer {
   bool frozen = false;             // no gradient and no optimizer state: its parameters are all it places
   // Its optimizer state on NVMe is scanned before each step as well (Muon's hidden matrices:
   // their momentum is needed whole before the step proper), and the scan's result kept in host
-  // RAM until the step: state_bytes x E more read per step and 4E more on the host.
+  // RAM until the step: exp_avg read again, (state_bytes - 4) E / 2 more per step, and 4E more
+  // on the host.
   bool nvme_scan = false;
 };
 
@@ -84,7 +85,7 @@ struct Placement {
 //    plus the gradient accumulator, 4E (stage 2-3) or 4P (stage 0-1), on the device when
 //    the optimizer is there, else on the host (host_accumulator_bytes per element there).
 //    Off the device it costs A*P*c d2h (gradients each micro-batch) and c*E h2d (updated
-//    params) per step; on NVMe also 12E read and 12E written (a layer with nvme_scan: 24E
+//    params) per step; on NVMe also 12E read and 12E written (a layer with nvme_scan: 16E
 //    read, and 4E more on the host). At stage 0 it is always on the device.
 //  * params (stage 3): the c*E shard on its place. A gather stages shards through pinned
 //    host memory (engine/gather.cc), so a device shard costs G*c*E d2h + G*c*P h2d,

@@ -32,9 +32,9 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   it.bytes[kNvme][kNvme] = SE * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
   it.flow[kNvme] = {c * E, A * P * c, SE, SE};
-  if (L.nvme_scan) {  // read twice a step; the scan's result held in host RAM until the step
+  if (L.nvme_scan) {  // exp_avg read again a step; the scan's result held in host RAM until the step
     it.bytes[kNvme][kHost] += 4 * E;
-    it.flow[kNvme][kNvmeRead] += SE;
+    it.flow[kNvme][kNvmeRead] += (SE - 4 * E) / 2;
   }
   return it;
 }

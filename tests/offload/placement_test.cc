@@ -166,14 +166,15 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   CHECK(r.moved_bytes() == 2700);
 }
 
-TEST_CASE("optimizer state scanned before its step (Muon's) reads twice and holds 4 bytes an element on the host",
-          "[placement]") {
+TEST_CASE(
+    "optimizer state scanned before its step (Muon's) reads exp_avg again and holds 4 bytes an element on the host",
+    "[placement]") {
   auto p = full_host();  // the case above, where optimizer 1 went to NVMe
   p.layers[1].nvme_scan = true;
-  // That placement now holds the scan's result (4 x 50 B) on the host and reads the state twice.
+  // That placement now holds the scan's result (4 x 50 B) on the host and reads exp_avg again.
   const auto e = offload::evaluate_placement(p, {{Tier::device, Tier::host}, {Tier::nvme, Tier::host}});
   CHECK(e.tier_bytes == std::array<std::uint64_t, 3>{2600, 664 + 200, 600});
-  CHECK(e.nvme_read_bytes == 2 * 600);
+  CHECK(e.nvme_read_bytes == 600 + 4 * 50);
   CHECK(e.nvme_write_bytes == 600);
   // So it no longer fits the host budget: whatever the planner does instead stays within it.
   const auto tight = offload::plan_placement(p);
