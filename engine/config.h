@@ -55,6 +55,9 @@ inline std::uint64_t state_bytes(const OptimizerConfig& o, std::uint64_t elems) 
 }
 // What that state is, for messages: "fp32 master, exp_avg, exp_avg_sq" or with "bf16 moments".
 inline std::string state_description(const OptimizerConfig& o) {
+  if (o.type == OptimizerType::muon)
+    return "fp32 master, exp_avg, exp_avg_sq; Muon keeps no exp_avg_sq for hidden matrices in device memory or host "
+           "RAM";
   return o.moment_format == MomentFormat::fp32
              ? "fp32 master, exp_avg, exp_avg_sq"
              : std::string("fp32 master, ") + moment_format_name(o.moment_format) + " exp_avg and exp_avg_sq";

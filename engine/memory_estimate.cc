@@ -44,7 +44,7 @@ void add_model_state(const EstimateInput& in, const Layout& lay, const Placement
     if (!L.frozen) {  // a frozen layer: its parameters only
       if (shards.opt_tier(l) != Tier::nvme)
         at(e, shards.opt_tier(l), Kind::optimizer) +=
-            state_bytes(in.config.optimizer, OptimizerState::elems(lay, stage, l));
+            state_bytes(in.config.optimizer, OptimizerState::elems(lay, stage, l)) - plan.muon_saving(l);
       at(e, shards.acc_on_host(l) ? Tier::host : Tier::device, Kind::grads) +=
           (shards.acc_on_host(l) ? host_acc : 4) * GradReducer::acc_elems(lay, stage, l);
     }

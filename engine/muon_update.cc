@@ -83,7 +83,7 @@ void ShardUpdate::muon_sharded(const optim::StepArgs& base, float lr, IoStats& i
       const std::size_t at = OptimizerState::offset(c_.layout, c_.cfg.zero.stage, l, k) + q;
       float* master = st.master + at;
       if (m == nullptr) {
-        range(base, adam_lr, l, k, q, n, master, c_.state.moment_at(st.m, at), c_.state.moment_at(st.v, at));
+        range(base, adam_lr, l, k, q, n, master, c_.state.moment_at(st.m, at), c_.state.v_at(l, st.v, at));
         return;
       }
       const auto& p = c_.layout.params()[static_cast<std::size_t>(m->pi)];

@@ -21,7 +21,9 @@
 // The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
 // through the ledger, which refuses what the host budget cannot hold) a second set of arrays
 // of the layer's tier that it writes the new state into, and swap_spare(li) makes them the
-// layer's state (the old arrays become the spare) when the step is kept.
+// layer's state (the old arrays become the spare) when the step is kept. Muon's layers in
+// device memory or host RAM keep exp_avg_sq only for the elements outside hidden matrices
+// (v_at(), v_elems()); read() and write() give and take it whole, zeros where none is kept.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +56,7 @@ class OptimizerState {
     NvmeHomes& nvme;         // the rank directory's lock
     const ShardMap& shards;  // each layer's optimizer tier
     Tracer* tracer = nullptr;
+    int rank = 0;  // whose shard (the elements of Muon's matrices in it)
   };
   struct Arrays {  // a resident layer's state; null on NVMe
     float* master = nullptr;
@@ -94,6 +97,12 @@ class OptimizerState {
     return stage == 0 ? layout.buckets()[L.buckets[k]].flat_offset - L.flat_offset : L.shard_offsets[k];
   }
   const Arrays& resident(int li) const { return layers_[li].arrays; }
+  // Element `at` (in the layer's state) of v, one of a resident layer's exp_avg_sq arrays, and
+  // that array's elements. Muon keeps no exp_avg_sq for its hidden matrices: in device memory
+  // and host RAM a layer holding them has a compact v over its other elements (on NVMe the swap
+  // files keep Adam's three arrays). `at` must be an element that keeps one.
+  void* v_at(int li, void* v, std::size_t at) const;
+  std::size_t v_elems(int li) const;
   const Arrays& spare(int li);
   void swap_spare(int li);
   void read(int li, float* master, float* m, float* v);
@@ -139,7 +148,17 @@ class OptimizerState {
   struct LayerOpt {
     Arrays arrays;
     Arrays spare;  // the overlapped step's (null until first used)
+    // A compact v (Muon's): state elements [at, at + n) at element v of the array; the rest of
+    // the layer (its hidden matrices) keeps none. Empty: v covers every element.
+    struct VRun {
+      std::size_t at, n, v;
+    };
+    std::vector<VRun> v_runs;
   };
+  // Layer li's v from (expand) or into (compact) every element's fp32 v, zeros at the elements
+  // that keep none.
+  void expand_v(int li, const float* compact, float* full) const;
+  void compact_v(int li, const float* full, float* compact) const;
   Arrays allocate(int li, const char* what);  // on the layer's tier
   int swap_index(int li) const { return swap_index_.empty() ? -1 : swap_index_[li]; }
   Context c_;

@@ -61,6 +61,10 @@ bool PlacementPlan::muon_scan(int li) const {
   return c_.cfg.optimizer.type == OptimizerType::muon && detail::holds_muon_matrix(c_.layout, li);
 }
 
+std::uint64_t PlacementPlan::muon_saving(int li) const {
+  return muon_scan(li) ? 4 * detail::fewest_matrix_elems(c_.layout, c_.cfg.zero.stage, li) : 0;
+}
+
 std::uint64_t PlacementPlan::muon_scratch() const {
   const bool sharded = c_.cfg.optimizer.type == OptimizerType::muon && c_.cfg.zero.stage > 0;
   return sharded ? detail::muon_host_scratch(c_.layout) : 0;
@@ -89,6 +93,7 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
     pl.gathers_per_step = gathers.empty() ? 2 * p.accumulation_steps : gathers[li];
     pl.frozen = L.frozen;
     pl.nvme_scan = muon_scan(static_cast<int>(li));
+    pl.resident_saving = muon_saving(static_cast<int>(li));
     p.layers.push_back(pl);
     if (shards_.persistent(static_cast<int>(li))) persistent += L.padded * c_.cbytes;
     largest_shard = std::max<std::uint64_t>(largest_shard, shard(static_cast<int>(li)));
@@ -294,7 +299,8 @@ std::uint64_t PlacementPlan::check_device_fit(bool opt_on_device, bool params_on
     if (shards_.persistent(i)) persistent += L.padded * c_.cbytes;
     if (shards_.opt_tier(i) == Tier::device && !L.frozen)
       persistent += GradReducer::acc_elems(lay, stage, static_cast<int>(li)) * 4 +
-                    state_bytes(c_.cfg.optimizer, OptimizerState::elems(lay, stage, static_cast<int>(li)));
+                    state_bytes(c_.cfg.optimizer, OptimizerState::elems(lay, stage, static_cast<int>(li))) -
+                    muon_saving(i);
   }
   if (stage == 3) {
     STRATA_CHECK(c_.cfg.zero.stage3_max_live_parameters >= largest, Errc::invalid_argument,
@@ -338,7 +344,7 @@ PlacementPlan::HostParts PlacementPlan::host_parts() const {
   for (std::size_t li = 0; li < shards_.size(); ++li) {
     const int i = static_cast<int>(li);
     if (shards_.opt_tier(i) == Tier::host)
-      h.opt += state_bytes(c_.cfg.optimizer, OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i));
+      h.opt += state_bytes(c_.cfg.optimizer, OptimizerState::elems(c_.layout, c_.cfg.zero.stage, i)) - muon_saving(i);
     if (shards_.acc_on_host(i)) h.acc += GradReducer::acc_elems(c_.layout, c_.cfg.zero.stage, i) * host_acc_bytes();
     if (c_.cfg.zero.stage == 3 && shards_.param_tier(i) == Tier::host) h.params += shard(i) * c_.cbytes;
     if (shards_.opt_tier(i) == Tier::nvme && muon_scan(i))

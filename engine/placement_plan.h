@@ -67,6 +67,9 @@ class PlacementPlan {
     std::uint64_t after_stores() const { return opt + acc + params + fixed + muon - reducer; }
   };
   HostParts host_parts() const;
+  // Bytes layer li's optimizer state takes less in device memory or host RAM than Adam's: Muon
+  // keeps no exp_avg_sq for its hidden matrices (counted on the rank whose shard holds fewest).
+  std::uint64_t muon_saving(int li) const;
   // With memory_budget.host, refuses a placement (static or budget-driven) whose host tier
   // cannot hold its parts before anything is allocated, naming each part and the minimum.
   void check_host_budget() const;

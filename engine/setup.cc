@@ -66,7 +66,8 @@ void Engine::Impl::allocate_step_buffers() {
                                                                        .ledger = *ledger,
                                                                        .nvme = *nvme,
                                                                        .shards = shards,
-                                                                       .tracer = options.tracer});
+                                                                       .tracer = options.tracer,
+                                                                       .rank = ranks.rank});
   if (shards.any_opt_on(Tier::nvme)) opt_state->open_swapper(host.after_stores() + host.param_min);
   // Muon's step gathers and orthogonalizes in host RAM (muon_update.cc, muon_swapped.cc): charged once, for the run.
   if (host.muon)

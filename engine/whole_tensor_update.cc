@@ -82,14 +82,12 @@ void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
       const auto& st = c_.state.resident(l);
       a.master = st.master + p.offset;
       a.m = static_cast<float*>(st.m) + p.offset;  // Muon keeps fp32 state (the config refuses other formats)
-      a.v = static_cast<float*>(st.v) + p.offset;
       a.grad = c_.grads.acc_at(l, p.offset);
       a.grad_dtype = c_.grads.acc_dtype(l);
       char* copy = static_cast<char*>(c_.updates.resident_copy(l)) + p.offset * cbytes;
       a.copy = fp32 ? nullptr : copy;
       if (detail::muon_matrix(c_.layout, l, pi)) {
         const optim::MuonConfig mc = muon_config(pi, lr);
-        a.v = nullptr;
         const int rows = static_cast<int>(p.shape[0]), cols = static_cast<int>(p.shape[1]);
         c_.dev_stream.launch_host([mc, a, rows, cols, copy, fp32] {
           optim::MuonScratch scratch;
@@ -97,6 +95,7 @@ void ShardUpdate::muon(const optim::StepArgs& base, float lr) {
           if (fp32) std::memcpy(copy, a.master, a.n * 4);
         });
       } else {
+        a.v = c_.state.v_at(l, st.v, p.offset);  // the layer's v has no matrix elements
         const float slr = adam_lr * p.lr_scale;
         const optim::AdamConfig adam{slr,  oc.beta1,          oc.beta2, oc.eps, oc.weight_decay / p.lr_scale,
                                      true, oc.bias_correction};  // as piece() steps it at stages 1-3

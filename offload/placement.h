@@ -25,6 +25,9 @@ struct PlacementLayer {
   // RAM until the step: exp_avg read again, (state_bytes - 4) E / 2 more per step, and 4E more
   // on the host.
   bool nvme_scan = false;
+  // Bytes its optimizer state takes less in device memory or host RAM than state_bytes x E
+  // (Muon keeps no exp_avg_sq for hidden matrices there; its swap files keep all three arrays).
+  std::uint64_t resident_saving = 0;
 };
 
 struct PlacementProblem {

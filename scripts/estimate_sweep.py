@@ -35,7 +35,7 @@ COLUMNS = TIERS + ["device_total", "rss", "rss_growth"]
 
 
 def config(stage, opt="none", par="none", micro=2, accum=2, bf16=True, overlap=False, nvme="", budget=None,
-           bucket=20000, persistence=0, overlap_step=False, moments="fp32"):
+           bucket=20000, persistence=0, overlap_step=False, moments="fp32", optimizer="AdamW"):
     zero = {"stage": stage, "overlap_comm": overlap, "reduce_bucket_size": bucket, "sub_group_size": 30000,
             "stage3_param_persistence_threshold": persistence, "stage3_prefetch_bucket_size": 50000,
             "offload_optimizer": {"device": opt, "nvme_path": nvme, "overlap_step": overlap_step},
@@ -43,7 +43,7 @@ def config(stage, opt="none", par="none", micro=2, accum=2, bf16=True, overlap=F
     c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum,
          "bf16": {"enabled": bf16, **({"bf16_optimizer_states": True} if moments == "bf16" else {})},
          "gradient_clipping": 1.0,
-         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01},
+         "optimizer": {"type": optimizer, "params": {"lr": 1e-3, "weight_decay": 0.01},
                        **({"moments": "q8"} if moments == "q8" else {})},
          "zero_optimization": zero, "aio": {"block_size": 65536}}
     if budget:
@@ -82,6 +82,11 @@ def sweep(nvme, quick):
                      config(3, "cpu", "cpu", overlap_step=True, moments=m)))
         runs.append((f"mlp w2 s2 opt-nvme {m}-moments", MLP, 2, config(2, "nvme", nvme=nvme, moments=m)))
         runs.append((f"gpt w1 s0 {m}-moments", GPT, 1, config(0, moments=m)))
+    # Muon: no exp_avg_sq for hidden matrices in memory, its gather and orthogonalization
+    # buffers, and on NVMe the scan's kept result.
+    runs.append(("mlp w1 s0 muon", MLP, 1, config(0, optimizer="Muon")))
+    runs.append(("mlp w2 s2 opt-cpu muon", MLP, 2, config(2, "cpu", optimizer="Muon")))
+    runs.append(("gpt w2 s3 nvme/nvme muon", GPT, 2, config(3, "nvme", "nvme", nvme=nvme, optimizer="Muon")))
     runs.append(("gpt w1 s3 seq64 remat", GPT_LONG + ["--remat", "always"], 1, config(3)))
     runs.append(("gpt w1 s3 seq64 micro4", GPT_LONG, 1, config(3, micro=4, accum=1)))
     runs.append(("gpt w1 s2 remat opt-nvme", GPT + ["--remat", "always"], 1, config(2, "nvme", nvme=nvme)))

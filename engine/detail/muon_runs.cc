@@ -36,6 +36,38 @@ bool holds_matrix(const Layout& layout, const LayerLayout& L, const std::vector<
   return false;
 }
 
+std::vector<StateRun> state_runs(const Layout& layout, int stage, int rank, int li) {
+  const auto& L = layout.layers()[static_cast<std::size_t>(li)];
+  std::vector<MuonMatrix> matrices;
+  for (int pi : L.params)
+    if (muon_matrix(layout, li, pi)) matrices.push_back({pi, {}});
+  std::vector<StateRun> runs;
+  for (std::size_t k = 0; k < L.buckets.size(); ++k) {
+    const auto& b = layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+    const std::size_t at = stage == 0 ? b.flat_offset - L.flat_offset : L.shard_offsets[k];
+    const std::size_t first = stage == 0 ? 0 : static_cast<std::size_t>(rank) * b.shard;
+    for_each_run_from(
+        layout, L, first, matrices, k, 0, stage == 0 ? b.padded : b.shard,
+        [&](std::size_t, std::size_t q, std::size_t n, const MuonMatrix* m) {
+          if (!runs.empty() && runs.back().matrix == (m != nullptr) && runs.back().at + runs.back().n == at + q)
+            runs.back().n += n;
+          else
+            runs.push_back({at + q, n, m != nullptr});
+        });
+  }
+  return runs;
+}
+
+std::uint64_t fewest_matrix_elems(const Layout& layout, int stage, int li) {
+  std::uint64_t fewest = ~std::uint64_t{0};
+  for (int r = 0; r < (stage == 0 ? 1 : layout.world_size()); ++r) {
+    std::uint64_t n = 0;
+    for (const auto& run : state_runs(layout, stage, r, li)) n += run.matrix ? run.n : 0;
+    fewest = std::min(fewest, n);
+  }
+  return fewest;
+}
+
 std::uint64_t muon_host_scratch(const Layout& layout) {
   std::uint64_t most = 0;
   for (std::size_t li = 0; li < layout.layers().size(); ++li) {

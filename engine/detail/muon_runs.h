@@ -34,15 +34,14 @@ struct MuonMatrix {
   optim::MuonConfig config;
 };
 
-// Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of `rank`'s shard of bucket k of
-// layer L within [q0, q1) (elements of the shard): a matrix's elements, or anything else
-// (other parameters, padding).
-template <class F> void for_each_run(const Layout& layout, const LayerLayout& L, int rank,
-                                     const std::vector<MuonMatrix>& matrices, std::size_t k, std::size_t q0,
-                                     std::size_t q1, F&& fn) {
+// Calls fn(k, q, n, matrix or null) for the runs [q, q + n) of bucket k of layer L within
+// [q0, q1), counted from its element `first` (a rank's shard: rank x shard; the whole bucket:
+// 0): a matrix's elements, or anything else (other parameters, padding).
+template <class F> void for_each_run_from(const Layout& layout, const LayerLayout& L, std::size_t first,
+                                          const std::vector<MuonMatrix>& matrices, std::size_t k, std::size_t q0,
+                                          std::size_t q1, F&& fn) {
   const auto& b = layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
-  const std::size_t first = static_cast<std::size_t>(rank) * b.shard;  // in the bucket
-  const std::size_t base_e = b.layer_offset + first;                   // its layer element
+  const std::size_t base_e = b.layer_offset + first;  // its layer element
   for (std::size_t q = q0; q < q1;) {
     const std::size_t e = base_e + q;
     const bool real = first + q < b.numel;
@@ -67,12 +66,31 @@ template <class F> void for_each_run(const Layout& layout, const LayerLayout& L,
   }
 }
 
+// The runs of `rank`'s shard of bucket k of layer L within [q0, q1) (elements of the shard).
+template <class F> void for_each_run(const Layout& layout, const LayerLayout& L, int rank,
+                                     const std::vector<MuonMatrix>& matrices, std::size_t k, std::size_t q0,
+                                     std::size_t q1, F&& fn) {
+  const auto& b = layout.buckets()[static_cast<std::size_t>(L.buckets[k])];
+  for_each_run_from(layout, L, static_cast<std::size_t>(rank) * b.shard, matrices, k, q0, q1, fn);
+}
+
 // The same over the whole shard of every bucket of the layer.
 template <class F> void for_each_run(const Layout& layout, const LayerLayout& L, int rank,
                                      const std::vector<MuonMatrix>& matrices, F&& fn) {
   for (std::size_t k = 0; k < L.buckets.size(); ++k)
     for_each_run(layout, L, rank, matrices, k, 0, layout.buckets()[static_cast<std::size_t>(L.buckets[k])].shard, fn);
 }
+
+// The runs of layer li's optimizer state on `rank` in state order (the padded layer at stage 0,
+// the rank's shard above): its first element, its length, whether a hidden matrix's.
+struct StateRun {
+  std::size_t at, n;
+  bool matrix;
+};
+std::vector<StateRun> state_runs(const Layout& layout, int stage, int rank, int li);
+// The elements of hidden matrices in layer li's state on the rank that holds the fewest: what
+// placement counts, the same on every rank.
+std::uint64_t fewest_matrix_elems(const Layout& layout, int stage, int li);
 
 // Whether bucket k of layer L holds elements of a matrix (the layout's: the same on every rank).
 bool holds_matrix(const Layout& layout, const LayerLayout& L, const std::vector<MuonMatrix>& matrices, std::size_t k);

@@ -25,9 +25,9 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   Item it;
   it.layer = layer;
   it.optimizer = true;
-  const std::uint64_t SE = state_of(p, E);
-  it.bytes[kDevice][kDevice] = SE + 4 * acc_elems;
-  it.bytes[kHost][kHost] = SE + host_acc;
+  const std::uint64_t SE = state_of(p, E), RE = SE - std::min(SE, L.resident_saving);  // RE: in memory
+  it.bytes[kDevice][kDevice] = RE + 4 * acc_elems;
+  it.bytes[kHost][kHost] = RE + host_acc;
   it.bytes[kNvme][kHost] = host_acc;
   it.bytes[kNvme][kNvme] = SE * p.nvme_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
@@ -107,7 +107,7 @@ Model build_model(const PlacementProblem& p) {
     if (L.frozen) {
       // No optimizer item: a frozen layer has no master, moments, accumulator or gradient flow.
     } else if (p.stage == 0) {
-      m.immovable[kDevice] += state_of(p, P) + 4 * P;
+      m.immovable[kDevice] += state_of(p, P) - std::min(state_of(p, P), L.resident_saving) + 4 * P;
     } else {
       Item it = make_optimizer(p, i, p.stage >= 2 ? E : P);
       it.fixed = p.optimizer_fixed.has_value();

@@ -175,6 +175,33 @@ TEST_CASE("Muon with its state on NVMe resumes from a checkpoint that links the 
   CHECK(same_bits(resumed.params, straight.params));
 }
 
+TEST_CASE("Muon keeps no exp_avg_sq for its hidden matrices in device memory or host RAM", "[muon]") {
+  const auto serial = one_thread();
+  const auto optimizer_bytes = [](const test::TrainRun& r, bool host) {
+    const auto& tier = host ? r.memory.host : r.memory.device;
+    return tier.kind_used[static_cast<int>(engine::Kind::optimizer)];
+  };
+  const auto adamw_of = [](test::TrainSpec s) {
+    s.config.optimizer.type = engine::OptimizerType::adamw;
+    return s;
+  };
+  // Stage 0, one rank, the state on the device: the one hidden matrix (32 x 32) keeps 8 bytes
+  // an element, not 12.
+  auto s0 = muon_spec(1, 2);
+  const auto muon0 = test::train_mlp(s0);
+  const auto adamw0 = test::train_mlp(adamw_of(s0));
+  CHECK(optimizer_bytes(adamw0, false) - optimizer_bytes(muon0, false) == 4 * kW);
+  // Stage 2 on two ranks, the state in host RAM: rank 0's shard of the hidden layer holds 528
+  // of the matrix's elements (buckets of 288, 288, 288 and 192 elements, halved; rank 1's last
+  // half-bucket holds the bias), and it keeps their exp_avg_sq no more.
+  auto s2 = muon_spec(2, 2);
+  s2.config.zero.stage = 2;
+  s2.config.offload_optimizer.device = engine::OffloadDevice::cpu;
+  const auto muon2 = test::train_mlp(s2);
+  const auto adamw2 = test::train_mlp(adamw_of(s2));
+  CHECK(optimizer_bytes(adamw2, true) - optimizer_bytes(muon2, true) == 4 * (3 * 144 + 96));
+}
+
 TEST_CASE("Muon refuses compact moments, saying why", "[muon]") {
   const auto serial = one_thread();
   auto s = muon_spec(1, 1);
