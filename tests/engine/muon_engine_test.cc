@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,19 @@ test::TrainSpec muon_spec(int world, int steps) {
   s.hidden = kHidden;
   s.steps = steps;
   return s;
+}
+
+// Three steps of spec(3) saved to checkpoint `ck`, then three more loaded from it: the resumed run.
+test::TrainRun save_and_resume(const std::function<test::TrainSpec(int steps)>& spec, const std::string& ck) {
+  auto first = spec(3);
+  first.save_checkpoint = ck;
+  test::train_mlp(first);
+  auto second = spec(3);
+  second.first_step = 3;
+  second.load_checkpoint = ck;
+  auto resumed = test::train_mlp(second);
+  CHECK(resumed.step_numbers == std::vector<std::int64_t>{4, 5, 6});
+  return resumed;
 }
 
 // How many elements of [at, at + n) moved, and the Frobenius norm of the move.
@@ -109,15 +123,8 @@ TEST_CASE("Muon gives the same bits with its state on the device or in host RAM,
   host.config.offload_optimizer.device = engine::OffloadDevice::cpu;
   CHECK(same_bits(test::train_mlp(host).params, straight.params));
   test::TempDir dir("strata-muon");
-  auto first = muon_spec(2, 3);
-  first.save_checkpoint = dir.file("ck");
-  test::train_mlp(first);
-  auto second = muon_spec(2, 3);
-  second.first_step = 3;
-  second.load_checkpoint = dir.file("ck");
-  const auto resumed = test::train_mlp(second);
-  CHECK(resumed.step_numbers == std::vector<std::int64_t>{4, 5, 6});
-  CHECK(same_bits(resumed.params, straight.params));
+  CHECK(same_bits(save_and_resume([](int steps) { return muon_spec(2, steps); }, dir.file("ck")).params,
+                  straight.params));
 }
 
 TEST_CASE("Muon at ZeRO stages 1-3 gives stage 0's bits: the ranks gather each matrix to orthogonalize it", "[muon]") {
@@ -164,15 +171,7 @@ TEST_CASE("Muon with its state on NVMe resumes from a checkpoint that links the 
     test::place(s.config, engine::OffloadDevice::nvme, engine::OffloadDevice::none, dir.file("nvme"));
     return s;
   };
-  auto first = on_nvme(3);
-  first.save_checkpoint = dir.file("ck");
-  test::train_mlp(first);
-  auto second = on_nvme(3);
-  second.first_step = 3;
-  second.load_checkpoint = dir.file("ck");
-  const auto resumed = test::train_mlp(second);
-  CHECK(resumed.step_numbers == std::vector<std::int64_t>{4, 5, 6});
-  CHECK(same_bits(resumed.params, straight.params));
+  CHECK(same_bits(save_and_resume(on_nvme, dir.file("ck")).params, straight.params));
 }
 
 TEST_CASE("Muon keeps no exp_avg_sq for its hidden matrices in device memory or host RAM", "[muon]") {
