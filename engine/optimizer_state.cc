@@ -111,7 +111,8 @@ void OptimizerState::read(int li, float* master, float* m, float* v) {
   if (!o.v_runs.empty()) {  // Muon's compact v (fp32)
     std::vector<float> compact(v_elems(li));
     if (m != nullptr) copy_between(c_.dev_stream, m, Tier::host, o.arrays.m, tier(li), n * 4);
-    if (v != nullptr) copy_between(c_.dev_stream, compact.data(), Tier::host, o.arrays.v, tier(li), compact.size() * 4);
+    if (v != nullptr && !compact.empty())  // a shard of matrix elements alone keeps none
+      copy_between(c_.dev_stream, compact.data(), Tier::host, o.arrays.v, tier(li), compact.size() * 4);
     c_.dev_stream.synchronize();
     if (v != nullptr) expand_v(li, compact.data(), v);
     return;
@@ -168,7 +169,8 @@ void OptimizerState::write(int li, const float* master, const float* m, const fl
   if (!o.v_runs.empty()) {
     compact.resize(v_elems(li));
     if (v != nullptr) compact_v(li, v, compact.data());
-    copy_between(c_.dev_stream, o.arrays.v, tier(li), compact.data(), Tier::host, compact.size() * 4);
+    if (!compact.empty())  // a shard of matrix elements alone keeps none
+      copy_between(c_.dev_stream, o.arrays.v, tier(li), compact.data(), Tier::host, compact.size() * 4);
   }
   std::vector<std::byte> narrow(f == MomentFormat::fp32 ? 0 : 2 * mb);
   for (auto [dst, src, k] : {std::tuple{o.arrays.m, m, 0}, std::tuple{o.arrays.v, v, 1}}) {
