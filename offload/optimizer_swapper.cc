@@ -1,5 +1,5 @@
-// OptimizerSwapper (see optimizer_swapper.h): sub-group layout, the two swap-file
-// generations, the buffer budget, and the reads and writes outside a step (swapper_step.cc).
+// OptimizerSwapper (see optimizer_swapper.h): sub-group layout, the committed and spare swap
+// files, the buffer budget, and the reads and writes outside a step (swapper_step.cc).
 #include "offload/optimizer_swapper.h"
 
 #include <sys/stat.h>
@@ -38,7 +38,8 @@ detail::SwapLayout layout_for(const SwapperOptions& o, std::uint64_t buffer_elem
           .unit_bytes = payload_of(o, group),
           .group_units = group,
           .element_bytes = group == 1 ? 4u : 1u,  // q8 payloads are whole blocks of bytes
-          .block_bytes = o.block_bytes};
+          .block_bytes = o.block_bytes,
+          .spares = o.spare_sub_groups};
 }
 
 std::vector<std::uint64_t> sizes_of(const std::vector<SwapTensor>& tensors) {
@@ -103,28 +104,37 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
   STRATA_CHECK(!I.pending, Errc::internal,
                "optimizer swapper: write_state() while a deferred step waits for its commit");
-  // Into the other generation, never the current one: the current files may be the ones a
-  // checkpoint hard-linked (its bytes must not change), and until commit_written() the
-  // current generation stays the last good state if a write fails.
-  const int wr = 1 - I.current;
+  // Into spare files, never the committed ones: those may be the ones a checkpoint hard-linked
+  // (its bytes must not change), and until commit_written() they stay the last good state if a
+  // write fails (unless the spares ran out and the load committed sub-groups as it went).
   const io::PoolBuffer& b = I.buffers[0];
   I.written.resize(I.tensors.size(), 0);
   I.written[tensor] = 0;  // a failed write leaves the tensor unwritten
-  for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
-    Chunk& c = I.chunks[ci];
-    I.unshare(c, wr);
-    const SubGroup g = I.view(c, b);
-    std::memcpy(g.master, master + c.offset, c.length * 4);
-    const MomentFormat f = I.options.moment_format;
-    for (auto [dst, src, which] :
-         {std::tuple{g.exp_avg, exp_avg, Moment::first}, std::tuple{g.exp_avg_sq, exp_avg_sq, Moment::second}}) {
-      if (src != nullptr)
-        moments_from_fp32(src + c.offset, dst, f, which, c.length);
-      else
-        std::memset(dst, 0, moment_bytes(f, c.length));  // zero codes: zero moments in every format
+  std::size_t ci = I.first_chunk[tensor];
+  try {
+    for (; ci < I.first_chunk[tensor + 1]; ++ci) {
+      Chunk& c = I.chunks[ci];
+      if (!c.has_next) {  // a tensor written again: its earlier write is replaced
+        STRATA_CHECK(I.lend(ci, true), Errc::internal, "optimizer swapper: no spare file for ", I.where(c));
+        I.uncommitted.push_back(ci);
+      }
+      I.unshare(c.next);
+      const SubGroup g = I.view(c, b);
+      std::memcpy(g.master, master + c.offset, c.length * 4);
+      const MomentFormat f = I.options.moment_format;
+      for (auto [dst, src, which] :
+           {std::tuple{g.exp_avg, exp_avg, Moment::first}, std::tuple{g.exp_avg_sq, exp_avg_sq, Moment::second}}) {
+        if (src != nullptr)
+          moments_from_fp32(src + c.offset, dst, f, which, c.length);
+        else
+          std::memset(dst, 0, moment_bytes(f, c.length));  // zero codes: zero moments in every format
+      }
+      std::memset(b.data() + I.payload(c), 0, b.bytes() - I.payload(c));
+      STRATA_IO_CHECK(I.files.file(c.next).swap_out(b.data(), b.bytes()).wait(), I.where(c));
     }
-    std::memset(b.data() + I.payload(c), 0, b.bytes() - I.payload(c));
-    STRATA_IO_CHECK(c.file[wr]->swap_out(b.data(), b.bytes()).wait(), I.where(c));
+  } catch (const std::exception& e) {
+    if (I.early > 0) I.tear(I.early, str_cat("a load failed (", e.what(), ")"));
+    throw;
   }
   I.written[tensor] = 1;
 }
@@ -136,11 +146,19 @@ void OptimizerSwapper::commit_written() {
     STRATA_CHECK(I.written[t] != 0, Errc::internal, "optimizer swapper: commit_written() before ", I.tensors[t].name,
                  "'s state was written (write_state() every tensor first)");
   }
-  I.current = 1 - I.current;
+  I.settle_uncommitted(true);
+  I.early = 0;
+  I.torn.clear();  // every sub-group holds the loaded state
   I.written.assign(I.tensors.size(), 0);
 }
 
-void OptimizerSwapper::discard_written() noexcept { impl_->written.assign(impl_->tensors.size(), 0); }
+void OptimizerSwapper::discard_written() noexcept {
+  auto& I = *impl_;
+  I.settle_uncommitted(false);
+  if (I.early > 0 && I.torn.empty()) I.tear(I.early, "a load was dropped");
+  I.early = 0;
+  I.written.assign(I.tensors.size(), 0);
+}
 
 bool OptimizerSwapper::has_written() const noexcept {
   for (char w : impl_->written)
@@ -155,12 +173,13 @@ void OptimizerSwapper::read_state(std::size_t tensor, std::uint64_t offset, std:
                "optimizer swapper: read_state() while a step is open (finish or drop it first)");
   STRATA_CHECK(tensor < I.tensors.size() && offset + elems <= I.tensors[tensor].elems, Errc::invalid_argument,
                "optimizer swapper: read_state outside tensor ", tensor);
+  I.check_whole();
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
     const std::uint64_t lo = std::max(offset, c.offset), hi = std::min(offset + elems, c.offset + c.length);
     if (lo >= hi) continue;
-    STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
+    STRATA_IO_CHECK(I.files.file(c.slot).swap_in(b.data(), b.bytes()).wait(), I.where(c));
     const SubGroup g = I.view(c, b);
     if (master != nullptr) std::memcpy(master + (lo - offset), g.master + (lo - c.offset), (hi - lo) * 4);
     for (auto [dst, src, which] :
@@ -177,10 +196,11 @@ void OptimizerSwapper::visit_masters(
   STRATA_CHECK(!I.stepping, Errc::internal,
                "optimizer swapper: visit_masters() while a step is open (finish or drop it first)");
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "optimizer swapper: no tensor ", tensor);
+  I.check_whole();
   const io::PoolBuffer& b = I.buffers[0];
   for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
     Chunk& c = I.chunks[ci];
-    STRATA_IO_CHECK(c.file[I.current]->swap_in(b.data(), b.bytes()).wait(), I.where(c));
+    STRATA_IO_CHECK(I.files.file(c.slot).swap_in(b.data(), b.bytes()).wait(), I.where(c));
     fn(c.offset, I.view(c, b).master, c.length);
   }
 }
@@ -190,11 +210,19 @@ bool OptimizerSwapper::pending() const noexcept { return impl_->pending; }
 void OptimizerSwapper::commit_pending() {
   auto& I = *impl_;
   STRATA_CHECK(I.pending, Errc::internal, "optimizer swapper: commit_pending() without a deferred step");
-  I.current = 1 - I.current;
+  I.settle_uncommitted(true);
+  I.early = 0;
   I.pending = false;
 }
 
-void OptimizerSwapper::discard_pending() noexcept { impl_->pending = false; }
+void OptimizerSwapper::discard_pending() noexcept {
+  auto& I = *impl_;
+  if (!I.pending) return;
+  I.settle_uncommitted(false);
+  if (I.early > 0 && I.torn.empty()) I.tear(I.early, "a step that had begun to commit was undone");
+  I.early = 0;
+  I.pending = false;
+}
 
 std::uint64_t OptimizerSwapper::buffer_bytes() const noexcept { return impl_->buffer_bytes; }
 int OptimizerSwapper::buffer_count() const noexcept { return static_cast<int>(impl_->buffers.size()); }
@@ -214,25 +242,22 @@ std::uint64_t OptimizerSwapper::file_bytes() const noexcept { return impl_->file
 
 std::vector<OptimizerSwapper::SealedFile> OptimizerSwapper::sealed_files(std::size_t tensor) const {
   const auto& I = *impl_;
+  I.check_whole();
   std::vector<SealedFile> out;
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const Chunk& c = I.chunks[ci];
-    out.push_back({c.path[I.current], c.offset, c.length});
+    out.push_back({I.files.path(c.slot), c.offset, c.length});
   }
   return out;
 }
 
-std::vector<std::string> OptimizerSwapper::all_files() const {
-  std::vector<std::string> out;
-  for (const Chunk& c : impl_->chunks) out.insert(out.end(), {c.path[0], c.path[1]});
-  return out;
-}
+std::vector<std::string> OptimizerSwapper::all_files() const { return impl_->files.all_paths(); }
 
 std::string OptimizerSwapper::file_of(std::size_t tensor, std::uint64_t elem) const {
   const auto& I = *impl_;
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const Chunk& c = I.chunks[ci];
-    if (elem >= c.offset && elem < c.offset + c.length) return c.path[I.current];
+    if (elem >= c.offset && elem < c.offset + c.length) return I.files.path(c.slot);
   }
   return {};
 }

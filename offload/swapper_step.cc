@@ -24,7 +24,8 @@ struct OptimizerSwapper::Step::State {
   };
   OptimizerSwapper::Impl& I;
   bool defer_commit = false, read_only = false, first_moment_only = false;
-  int rd = 0, wr = 1;
+  bool may_commit = true;  // a sub-group may commit before finish() when its length has no spare free
+  bool finished = false;
   std::vector<std::size_t> seq;  // the chunks in visiting order: each tensor's sub-groups in offset order
   std::deque<Pending> reads, writes;
   std::vector<int> free_buffers;
@@ -62,14 +63,14 @@ struct OptimizerSwapper::Step::State {
         reads.push_back({ci, b, read_first_moment(c, I.buffers[b])});
         continue;
       }
-      reads.push_back({ci, b, c.file[rd]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+      reads.push_back({ci, b, I.files.file(c.slot).swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
       st.bytes_read += I.payload(c);  // counted when issued: a failed step's reads moved bytes too
     }
   }
   // The blocks of c's file holding exp_avg, each at its place in the buffer, so that the
   // SubGroup's exp_avg points at them.
   io::SwapOp read_first_moment(const Chunk& c, const io::PoolBuffer& buffer) {
-    io::SwapFile& f = *c.file[rd];
+    io::SwapFile& f = I.files.file(c.slot);
     const std::uint64_t block = f.layout().spec.block_bytes;
     const std::uint64_t from = 4 * c.length, to = from + moment_bytes(I.options.moment_format, c.length);
     const std::uint64_t first = from / block, count = (to + block - 1) / block - first;
@@ -84,14 +85,36 @@ struct OptimizerSwapper::Step::State {
     st.wait_seconds += since(tw);
     trace("nvme write", label("write", w.chunk), w.issued);
     free_buffers.push_back(w.buffer);
-    STRATA_IO_CHECK(s, I.where(I.chunks[w.chunk]) + ", writing generation " + (wr == 0 ? "a" : "b"));
+    const Chunk& c = I.chunks[w.chunk];
+    STRATA_IO_CHECK(s, I.where(c) + ", writing " + I.files.path(c.next));
+    I.uncommitted.push_back(w.chunk);
   }
-  // Nothing may still be reading or writing a buffer when a step ends unfinished: drain.
-  void close() noexcept {
+  // A spare file for the taken sub-group's new state: when its length has none free, a
+  // sub-group of that length whose write landed commits first (waiting for one in flight).
+  void lend(std::size_t ci) {
+    while (!I.lend(ci, may_commit)) {
+      const std::size_t k = I.chunks[ci].klass;
+      const bool in_flight =
+          std::any_of(writes.begin(), writes.end(), [&](const Pending& w) { return I.chunks[w.chunk].klass == k; });
+      STRATA_CHECK(may_commit && in_flight, Errc::internal, "optimizer swapper: no spare file free for ",
+                   I.where(I.chunks[ci]),
+                   may_commit ? "" : " (a deferred step must allow_commit() when room() is false)");
+      finish_write();
+    }
+  }
+  // Nothing may still be reading or writing a buffer when a step ends unfinished: drain, and
+  // drop its writes (`why` it ended, for the message when sub-groups had committed already).
+  void close(const char* why = nullptr) noexcept {
     if (!open) return;
     open = false;
     for (auto& p : reads) (void)p.op.wait();
     for (auto& p : writes) (void)p.op.wait();
+    if (!finished) {  // every spare the step was lent goes back
+      I.uncommitted.clear();
+      for (std::size_t ci = 0; ci < I.chunks.size(); ++ci) I.files.discard(ci);
+      if (I.early > 0) I.tear(I.early, str_cat("a step ended before it was complete (", why ? why : "given up", ")"));
+      I.early = 0;
+    }
     reads.clear();
     writes.clear();
     taken.reset();
@@ -105,6 +128,9 @@ struct OptimizerSwapper::Step::State {
     STRATA_CHECK(open, Errc::internal, "optimizer swapper: the step has ended");
     try {
       return f();
+    } catch (const std::exception& e) {
+      close(e.what());
+      throw;
     } catch (...) {
       close();
       throw;
@@ -147,6 +173,14 @@ std::optional<OptimizerSwapper::Step::Upcoming> OptimizerSwapper::Step::peek() {
   });
 }
 
+bool OptimizerSwapper::Step::room() const {
+  const State& S = *s_;
+  STRATA_CHECK(!S.reads.empty() || S.taken, Errc::internal, "optimizer swapper: room() before peek()");
+  return S.read_only || S.may_commit || S.I.files.has_free(S.taken ? S.taken->chunk : S.reads.front().chunk);
+}
+
+void OptimizerSwapper::Step::allow_commit() { s_->may_commit = true; }
+
 SubGroup OptimizerSwapper::Step::take() {
   State& S = *s_;
   if (!peek()) throw Error(Errc::internal, "optimizer swapper: take() after the last sub-group");
@@ -185,7 +219,9 @@ void OptimizerSwapper::Step::put() {
       return;
     }
     Chunk& c = S.I.chunks[ci];
-    S.writes.push_back({ci, b, c.file[S.wr]->swap_out(S.I.buffers[b].data(), S.I.buffers[b].bytes())});
+    S.lend(ci);
+    S.I.unshare(c.next);
+    S.writes.push_back({ci, b, S.I.files.file(c.next).swap_out(S.I.buffers[b].data(), S.I.buffers[b].bytes())});
     S.st.bytes_written += S.I.payload(c);
     S.pump();
   });
@@ -198,10 +234,13 @@ void OptimizerSwapper::Step::finish() {
   S.guarded([&] {
     while (!S.writes.empty()) S.finish_write();
   });
-  if (S.defer_commit)
-    S.I.pending = true;   // on disk, current once the caller commits
-  else if (!S.read_only)  // a scan changes nothing
-    S.I.current = S.wr;   // every sub-group of the new state is on disk
+  S.finished = true;
+  if (S.defer_commit) {
+    S.I.pending = true;  // on disk, committed once the caller commits
+  } else {               // every sub-group's new state is on disk (a scan has none)
+    S.I.settle_uncommitted(true);
+    S.I.early = 0;
+  }
   S.close();
 }
 
@@ -217,8 +256,8 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
   STRATA_CHECK(order.read_only || !order.first_moment_only, Errc::internal,
                "optimizer swapper: first_moment_only is for a scan (read_only)");
   S->first_moment_only = order.first_moment_only;
-  S->rd = I.current;
-  S->wr = 1 - I.current;
+  I.check_whole();
+  S->may_commit = !S->defer_commit;
   S->seq.reserve(I.chunks.size());
   if (order.tensors.empty()) {
     for (std::size_t ci = 0; ci < I.chunks.size(); ++ci) S->seq.push_back(ci);
@@ -233,8 +272,6 @@ OptimizerSwapper::Step OptimizerSwapper::begin_step(const StepOrder& order) {
     STRATA_CHECK(order.read_only || S->seq.size() == I.chunks.size(), Errc::internal,
                  "optimizer swapper: the step order leaves tensors out");
   }
-  if (!order.read_only)
-    for (auto& c : I.chunks) I.unshare(c, S->wr);
   for (int i = static_cast<int>(I.buffers.size()); i-- > 0;) S->free_buffers.push_back(i);
   S->max_reads = order.read_only ? I.buffers.size() : std::max<std::size_t>(1, I.buffers.size() / 2);
   S->t0 = Clock::now();  // the step's time: its transfers and the caller's updates

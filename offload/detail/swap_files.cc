@@ -9,6 +9,8 @@
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "io/aligned.h"
 #include "io/status.h"
@@ -68,29 +70,26 @@ io::SwapSpec pair_spec(std::uint32_t element_bytes, std::uint64_t payload_bytes,
   return spec;
 }
 
-// Both generations of one chunk's swap file, `base` + ".a.swap" and ".b.swap", with their
-// blocks reserved. Each path goes into `created` before its file is made, so that a failure
-// can remove it. Returns the bytes of both files.
-std::uint64_t create_swap_pair(io::Engine& engine, const std::string& base, const io::SwapSpec& spec, SwapChunk& c,
-                               std::vector<std::string>& created, const SwapChunks::Where& where, const char* tier) {
-  std::uint64_t total = 0;
-  for (int g = 0; g < 2; ++g) {
-    c.path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
-    created.push_back(c.path[g]);
-    // A file of this name is a dead run's that its cleanup could not remove; it may share
-    // its inode with a checkpoint, so it is unlinked, never truncated in place.
-    if (::unlink(c.path[g].c_str()) != 0 && errno != ENOENT) {
-      STRATA_IO_CHECK(
-          io::Status(-errno, str_cat("unlink '", c.path[g], "' (a dead run's file): ", io::errno_text(errno))),
-          where(c, g));
-    }
-    auto f = io::SwapFile::create(engine, c.path[g], spec);
-    STRATA_IO_CHECK(f.status(), where(c, g));
-    reserve_blocks(c.path[g], f->layout().file_bytes, tier);
-    total += f->layout().file_bytes;
-    c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+// One of chunk c's files, `base` + ".a.swap" (gen 0) or ".b.swap" (gen 1), with its blocks
+// reserved. The path goes into `created` before the file is made, so that a failure can
+// remove it. Returns the file's bytes.
+std::uint64_t create_swap_file(io::Engine& engine, const std::string& base, int g, const io::SwapSpec& spec,
+                               SwapChunk& c, std::vector<std::string>& created, const SwapChunks::Where& where,
+                               const char* tier) {
+  c.path[g] = base + (g == 0 ? ".a.swap" : ".b.swap");
+  created.push_back(c.path[g]);
+  // A file of this name is a dead run's that its cleanup could not remove; it may share
+  // its inode with a checkpoint, so it is unlinked, never truncated in place.
+  if (::unlink(c.path[g].c_str()) != 0 && errno != ENOENT) {
+    STRATA_IO_CHECK(
+        io::Status(-errno, str_cat("unlink '", c.path[g], "' (a dead run's file): ", io::errno_text(errno))),
+        where(c, g));
   }
-  return total;
+  auto f = io::SwapFile::create(engine, c.path[g], spec);
+  STRATA_IO_CHECK(f.status(), where(c, g));
+  reserve_blocks(c.path[g], f->layout().file_bytes, tier);
+  c.file[g] = std::make_unique<io::SwapFile>(std::move(f).value());
+  return c.file[g]->layout().file_bytes;
 }
 
 // Calls fn(index, offset, length) for each chunk of a tensor of `size` units.
@@ -98,17 +97,31 @@ template <class Fn> void for_each_chunk(std::uint64_t size, std::uint64_t chunk_
   for (std::uint64_t off = 0, k = 0; off < size; off += chunk_units, ++k) fn(k, off, std::min(chunk_units, size - off));
 }
 
+// The chunk lengths of tensors of these sizes, in chunk order, and how many files each
+// chunk has: its ".a" file, and a ".b" spare for every chunk (spares 0) or for the first
+// `spares` chunks of each length.
+std::vector<std::pair<std::uint64_t, int>> chunk_files(const std::vector<std::uint64_t>& sizes,
+                                                       const SwapLayout& layout) {
+  std::vector<std::pair<std::uint64_t, int>> out;
+  std::map<std::uint64_t, std::uint64_t> spares_of;  // per length: spares made so far
+  for (const std::uint64_t size : sizes) {
+    for_each_chunk(size, layout.chunk_units, [&](std::uint64_t, std::uint64_t, std::uint64_t length) {
+      const bool spare = layout.spares == 0 || spares_of[length]++ < layout.spares;
+      out.emplace_back(length, spare ? 2 : 1);
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 void count_swap_files(SwapFootprint& f, const std::vector<std::uint64_t>& sizes, const SwapLayout& layout) {
-  for (const std::uint64_t size : sizes) {
-    for_each_chunk(size, layout.chunk_units, [&](std::uint64_t, std::uint64_t, std::uint64_t length) {
-      auto l = io::swap_layout(pair_spec(layout.element_bytes, layout.payload(length), layout.block_bytes));
-      STRATA_IO_CHECK(l.status(), "swap file layout");
-      f.file_bytes += 2 * l->file_bytes;
-      f.file_count += 2;
-      f.host_bytes += 2 * io::SwapFile::host_bytes(*l);
-    });
+  for (const auto& [length, files] : chunk_files(sizes, layout)) {
+    auto l = io::swap_layout(pair_spec(layout.element_bytes, layout.payload(length), layout.block_bytes));
+    STRATA_IO_CHECK(l.status(), "swap file layout");
+    f.file_bytes += files * l->file_bytes;
+    f.file_count += static_cast<std::uint64_t>(files);
+    f.host_bytes += files * io::SwapFile::host_bytes(*l);
   }
 }
 
@@ -117,29 +130,76 @@ void SwapChunks::create(io::Engine& engine, const std::string& dir, const char* 
                         const SwapLayout& layout, const char* infix, const Where& where, const char* tier) {
   created_dirs_ = create_swap_dir(dir, dir_key);
   std::vector<std::string> created;
+  const auto files = chunk_files(sizes, layout);
+  std::map<std::uint64_t, std::size_t> class_of;  // per length (spares > 0)
   try {
     for (std::size_t t = 0; t < sizes.size(); ++t) {
       first.push_back(chunks.size());
       const std::string stem = str_cat(dir, "/", file_stem(names[t]), infix);
       for_each_chunk(sizes[t], layout.chunk_units, [&](std::uint64_t k, std::uint64_t off, std::uint64_t length) {
+        const std::size_t ci = chunks.size();
         SwapChunk c;
         c.tensor = t;
         c.index = k;
         c.offset = off;
         c.length = length;
+        c.slot = {ci, 0};
+        if (layout.spares == 0) {
+          c.klass = free_.size();
+        } else {
+          c.klass = class_of.try_emplace(length, free_.size()).first->second;
+        }
+        if (c.klass == free_.size()) free_.emplace_back();
         const auto spec = pair_spec(layout.element_bytes, layout.payload(length), layout.block_bytes);
-        file_bytes += create_swap_pair(engine, str_cat(stem, k), spec, c, created, where, tier);
+        for (int g = 0; g < files[ci].second; ++g)
+          file_bytes += create_swap_file(engine, str_cat(stem, k), g, spec, c, created, where, tier);
+        if (files[ci].second == 2) free_[c.klass].push_back({ci, 1});
         chunks.push_back(std::move(c));
       });
     }
   } catch (...) {
     chunks.clear();
+    free_.clear();
     for (const auto& p : created) ::unlink(p.c_str());
     remove_swap_dirs(created_dirs_);
     created_dirs_.clear();
     throw;
   }
   first.push_back(chunks.size());
+}
+
+bool SwapChunks::acquire(std::size_t ci) {
+  SwapChunk& c = chunks[ci];
+  STRATA_CHECK(!c.has_next, Errc::internal, "swap files: chunk ", ci, " already holds an uncommitted write");
+  auto& pool = free_[c.klass];
+  if (pool.empty()) return false;
+  c.next = pool.back();
+  pool.pop_back();
+  c.has_next = true;
+  return true;
+}
+
+void SwapChunks::commit(std::size_t ci) {
+  SwapChunk& c = chunks[ci];
+  STRATA_CHECK(c.has_next, Errc::internal, "swap files: commit of chunk ", ci, " without a write");
+  free_[c.klass].push_back(c.slot);
+  c.slot = c.next;
+  c.has_next = false;
+}
+
+void SwapChunks::discard(std::size_t ci) noexcept {
+  SwapChunk& c = chunks[ci];
+  if (!c.has_next) return;
+  free_[c.klass].push_back(c.next);
+  c.has_next = false;
+}
+
+std::vector<std::string> SwapChunks::all_paths() const {
+  std::vector<std::string> out;
+  for (const SwapChunk& c : chunks)
+    for (const auto& p : c.path)
+      if (!p.empty()) out.push_back(p);
+  return out;
 }
 
 SwapChunks::~SwapChunks() {

@@ -26,13 +26,24 @@ void reserve_blocks(const std::string& path, std::uint64_t bytes, const char* ti
 // for remove_swap_dirs. Throws naming `key` (the config key that chose the directory) when
 // it cannot be created.
 std::vector<std::string> create_swap_dir(const std::string& dir, const char* key);
+// A swap file: chunk `chunk`'s own generation `gen` (0: ".a.swap", 1: ".b.swap").
+struct SlotRef {
+  std::size_t chunk = 0;
+  int gen = 0;
+  bool operator==(const SlotRef&) const = default;
+};
 // One chunk of a store's tensor on NVMe: `length` units from `offset` of the tensor (the
-// store's units: elements or bytes), in two generation files.
+// store's units: elements or bytes). It owns its ".a" file and, unless the store keeps fewer
+// spares than chunks, its ".b" file; `slot` names the file holding its committed state and
+// `next` (when has_next) the file a write of its new state went to.
 struct SwapChunk {
   std::size_t tensor = 0, index = 0;  // index: the chunk's place within its tensor
   std::uint64_t offset = 0, length = 0;
+  std::size_t klass = 0;  // chunks of one class share spare files (all of one length)
   std::string path[2];
   std::unique_ptr<io::SwapFile> file[2];
+  SlotRef slot{}, next{};
+  bool has_next = false;
 };
 // How a store cuts its tensors into swap files.
 struct SwapLayout {
@@ -42,18 +53,28 @@ struct SwapLayout {
   std::uint64_t payload(std::uint64_t units) const { return (units + group_units - 1) / group_units * unit_bytes; }
   std::uint32_t element_bytes = 1;       // the files' element size
   std::uint32_t block_bytes = 1u << 20;  // checksum block size at most (aio.block_size)
+  // Spare files: 0, one per chunk (two generations of everything); n > 0, n per distinct
+  // chunk length (at most one per chunk of that length), shared by the chunks of that length.
+  std::uint64_t spares = 0;
 };
 // Adds to `f` what the files of tensors of these sizes take (file_bytes, file_count,
 // host_bytes), without creating anything; the buffer fields are the caller's.
 void count_swap_files(SwapFootprint& f, const std::vector<std::uint64_t>& sizes, const SwapLayout& layout);
 
 // A store's swap files. create() cuts tensor t (`sizes[t]` units, named `names[t]`) into
-// chunks per the layout and makes each chunk's two generations, `dir`/<file_stem(name)>
-// <infix><chunk index>.a.swap and .b.swap, with their blocks reserved so that a full device
-// fails here rather than mid-step. It is all or nothing: on a failure every file and
-// directory it made is removed before the error propagates; `where(chunk, gen)` names the
-// chunk in errors, `tier` the tier. The destructor closes and unlinks every file and removes
-// the directories create() made, each only if then empty.
+// chunks per the layout and makes each chunk's ".a" file, `dir`/<file_stem(name)><infix>
+// <chunk index>.a.swap, which holds its first state, and the spare files (".b.swap" of the
+// first chunks of each class), with their blocks reserved so that a full device fails here
+// rather than mid-step. It is all or nothing: on a failure every file and directory it made
+// is removed before the error propagates; `where(chunk, gen)` names the file in errors,
+// `tier` the tier. The destructor closes and unlinks every file and removes the directories
+// create() made, each only if then empty.
+//
+// Slots: a chunk's committed state is in file `slot`; acquire(ci) lends it a free spare of
+// its class as `next` (false when the class has none free), commit(ci) makes `next` its
+// committed file and frees the old one, discard(ci) frees `next` unused. A free spare may be
+// a file a checkpoint hard-linked while it was committed: the caller replaces it (new inode)
+// before writing.
 class SwapChunks {
  public:
   using Where = std::function<std::string(const SwapChunk&, int gen)>;
@@ -65,11 +86,20 @@ class SwapChunks {
               const std::vector<std::uint64_t>& sizes, const SwapLayout& layout, const char* infix, const Where& where,
               const char* tier);
 
+  io::SwapFile& file(SlotRef s) { return *chunks[s.chunk].file[s.gen]; }
+  const std::string& path(SlotRef s) const { return chunks[s.chunk].path[s.gen]; }
+  bool acquire(std::size_t ci);
+  bool has_free(std::size_t ci) const { return !free_[chunks[ci].klass].empty(); }
+  void commit(std::size_t ci);
+  void discard(std::size_t ci) noexcept;
+  std::vector<std::string> all_paths() const;  // every file, committed or spare
+
   std::vector<SwapChunk> chunks;
   std::vector<std::size_t> first;  // tensor t's chunks are [first[t], first[t + 1])
-  std::uint64_t file_bytes = 0;    // both generations of every chunk, headers included
+  std::uint64_t file_bytes = 0;    // every file, headers included
 
  private:
+  std::vector<std::vector<SlotRef>> free_;  // per class: its spare files not lent out
   std::vector<std::string> created_dirs_;
 };
 // Removes the directories create_swap_dir made, innermost first, each only if now empty.
