@@ -97,6 +97,9 @@ struct OffloadConfig {
   // each layer as its gradient completes, during backward, and rolls back when the step's
   // global check fails (overlapped_step.h).
   bool overlap_step = false;
+  // offload_optimizer (Strata's key): spare swap files per sub-group length (0: one per
+  // sub-group, so the drive holds two generations of the state; offload/optimizer_swapper.h).
+  std::uint64_t spare_sub_groups = 0;
 };
 
 struct AioConfig {

@@ -76,6 +76,7 @@ void read_offload(ObjectReader& r, bool param, OffloadConfig& out) {
     bool_without_effect(r, "pipeline_write");
     bool_without_effect(r, "fast_init");
     r.read_bool("overlap_step", out.overlap_step);
+    r.read_count("spare_sub_groups", 0, out.spare_sub_groups);
     // DeepSpeed's partial offload (a share of the optimizer state stepped on the device).
     r.notice_if("ratio", 1.0,
                 "is partial optimizer offload, which Strata does not support (1.0, all of it offloaded, it does): set "

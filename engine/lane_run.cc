@@ -40,6 +40,8 @@ void LaneRun::start(const Plan& plan, const StepBet& bet) {
   c_.update.count_into(&io_);
 }
 
+void LaneRun::decide(bool keep) { lane_.decide(keep); }
+
 void LaneRun::publish(const optim::StepArgs& args, float lr) {
   args_ = args;  // the lane reads them only past the gate
   lr_ = lr;
@@ -59,9 +61,17 @@ void LaneRun::step_swapped_layers(const Plan& plan) {
     const int li = c_.state.swapped_layer(next->tensor);
     if (next->first && plan.deferred) {
       lane_.wait_plan();
+      step.allow_commit();  // a deferred lane bets on nothing: kept from its plan on
     } else if (next->first) {
       lane_.wait_ready(li);
       check_bet(li);
+    }
+    if (!step.room()) {  // the swapper's spares for this sub-group's length are all lent: commits must begin
+      if (!lane_.wait_decision()) {
+        abandoned_ = true;
+        throw Error(Errc::internal, "overlapped optimizer step abandoned: it is undone");
+      }
+      step.allow_commit();
     }
     const offload::SubGroup g = step.take();
     touched_[static_cast<std::size_t>(li)] = 1;

@@ -10,7 +10,9 @@
 // abandons the lane (it throws; abandoned() says so) before work it would undo. A deferred plan
 // waits instead for publish(args, lr), which gives the lane its arguments and opens its gate.
 // With plan.tail each layer stepped goes to the tail, which may ask for the layers not begun
-// lowest first; as the lane ends the tail commits the swapper's generation if it kept the step.
+// lowest first; as the lane ends the tail commits the swapper's step if it kept the step. When the
+// swapper's spare files for a sub-group's length are all lent, the lane waits for decide(keep)
+// before it takes the sub-group: kept, sub-groups commit as it goes on; undone, it is abandoned.
 // join() waits for the lane and adds its wait and traffic to the step's; what it threw comes
 // back. undo() drops everything the lane wrote (the swapper's pending generation, the staging,
 // the parameter store's uncommitted writes) and rewrites the compute copies it touched from
@@ -75,6 +77,7 @@ class LaneRun {
   LaneRun& operator=(const LaneRun&) = delete;
 
   void start(const Plan& plan, const StepBet& bet);
+  void decide(bool keep);  // run()'s keep-or-undo, for a lane waiting to commit early
   void publish(const optim::StepArgs& args, float lr);
   void ready(int li, std::unique_ptr<device::Event> done) { lane_.ready(li, std::move(done)); }
   bool active() const noexcept { return lane_.active(); }

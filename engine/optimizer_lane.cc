@@ -14,6 +14,7 @@ void OptimizerLane::start(std::size_t layers, std::function<void()> work) {
     done_.resize(layers);
     cancelled_ = false;
     plan_open_ = false;
+    decision_ = -1;
     error_ = nullptr;
   }
   thread_ = std::thread([this, work = std::move(work)] {
@@ -60,6 +61,21 @@ void OptimizerLane::wait_plan() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return cancelled_ || plan_open_; });
   STRATA_CHECK(!cancelled_, Errc::internal, "overlapped optimizer step cancelled: the step was abandoned");
+}
+
+void OptimizerLane::decide(bool keep) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    decision_ = keep ? 1 : 0;
+  }
+  cv_.notify_all();
+}
+
+bool OptimizerLane::wait_decision() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return cancelled_ || decision_ >= 0; });
+  STRATA_CHECK(!cancelled_, Errc::internal, "overlapped optimizer step cancelled: the step was abandoned");
+  return decision_ == 1;
 }
 
 void OptimizerLane::join() {

@@ -12,7 +12,10 @@
 // the lane's reads), and throws once cancel() was called. join() waits for work to return and
 // rethrows what it threw. cancel()
 // makes every wait throw, joins and drops the error; the destructor cancels. One step at a
-// time: start() again only after join() or cancel().
+// time: start() again only after join() or cancel(). A lane that must know whether its work is
+// kept before it goes on (the swapper's spares are all lent: optimizer_swapper.h) calls
+// wait_decision(): it blocks until the trainer's thread calls decide(keep) and returns keep,
+// and throws once cancel() was called.
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +44,8 @@ class OptimizerLane {
   void wait_ready(int li);  // on the lane's thread
   void open_plan();
   void wait_plan();  // on the lane's thread
+  void decide(bool keep);
+  bool wait_decision();  // on the lane's thread
   void join();
   void cancel() noexcept;
 
@@ -51,6 +56,7 @@ class OptimizerLane {
   std::vector<std::unique_ptr<device::Event>> done_;
   bool cancelled_ = false;
   bool plan_open_ = false;
+  int decision_ = -1;  // -1 undecided, 0 undone, 1 kept
   std::exception_ptr error_;
   std::thread thread_;
 };

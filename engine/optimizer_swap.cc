@@ -17,6 +17,7 @@ offload::SwapperOptions OptimizerState::swapper_options(const EngineConfig& cfg,
   so.buffer_count = oc.buffer_count > 0 ? oc.buffer_count : 4;
   so.budget_bytes = host_room;
   so.moment_format = cfg.optimizer.moment_format;
+  so.spare_sub_groups = oc.spare_sub_groups;
   NvmeHomes::apply_aio(cfg, so);
   return so;
 }
@@ -47,7 +48,8 @@ void OptimizerState::open_swapper(std::uint64_t host_reserve) {
   c_.ledger.charge(Tier::host, Kind::buffers, buffers, "the NVMe optimizer swap buffers");
   swap_buffer_bytes_ = buffers;
   c_.ledger.charge(Tier::nvme, Kind::optimizer, swapper_->file_bytes(),
-                   str_cat("the optimizer swap files in ", so.dir, " (two generations)"));
+                   str_cat("the optimizer swap files in ", so.dir,
+                           so.spare_sub_groups == 0 ? " (two generations)" : " (the state and its spare files)"));
   swap_file_bytes_ = swapper_->file_bytes();
 }
 

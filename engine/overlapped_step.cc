@@ -113,6 +113,7 @@ bool OverlappedStep::finish_overlap(const optim::StepPlan& plan, const optim::St
     return true;
   }
   const bool same = !plan.skip && plan.grad_scale == speculated_scale_;  // the same update, bit for bit
+  run_.decide(same);  // a lane waiting for the decision before it commits early goes on, or stops
   // Kept, and the lane is still at work: it finishes the step as the tail, lowest layer
   // first, while the next forward runs. What it wrote so far commits behind its writes.
   if (same && tail_ok_ && run_.tail().keep([this] { c_.update.commit(); })) return true;

@@ -1,0 +1,129 @@
+// Optimizer state on NVMe with fewer spare files than sub-groups
+// (offload_optimizer.spare_sub_groups): the bits of two generations at stages 2 and 3 on one
+// and two ranks, NVMe files of the state plus the spares (so a budget only that fits trains,
+// where two generations are refused), and a step that fails after it began to commit: the
+// engine refuses to go on, naming why and what to do, until a checkpoint is loaded, after
+// which training gives the bits of a run that never failed.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "checkpoint/directory.h"
+#include "engine/engine.h"
+#include "offload/ledger.h"
+#include "tests/engine/engine_support.h"
+#include "tests/engine/stack_trainer.h"
+#include "tests/support/error_of.h"
+#include "tests/support/temp_dir.h"
+
+using namespace strata;
+using engine::OffloadDevice;
+
+namespace {
+
+constexpr auto kOptimizer = static_cast<std::size_t>(offload::Kind::optimizer);
+
+void on_nvme(engine::EngineConfig& c, const std::string& dir, OffloadDevice params, std::uint64_t spares) {
+  c.zero.sub_group_size = 100;  // many sub-groups of one length, a few shorter ones
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.offload_optimizer.device = OffloadDevice::nvme;
+  c.offload_optimizer.nvme_path = dir;
+  c.offload_optimizer.spare_sub_groups = spares;
+  c.offload_param.device = params;
+  c.offload_param.nvme_path = dir;
+  c.offload_param.buffer_size = 200;
+}
+
+}  // namespace
+
+TEST_CASE("spare sub-groups: two generations' bits from the state plus its spares on NVMe", "[offload][uring]") {
+  const int world = GENERATE(1, 2);
+  const int stage = GENERATE(2, 3);
+  const auto params = stage == 3 ? GENERATE(OffloadDevice::none, OffloadDevice::nvme) : OffloadDevice::none;
+  INFO("world " << world << " stage " << stage << " parameters offloaded to " << static_cast<int>(params));
+  test::TempDir dir("strata-spares");
+  test::TrainSpec spec;
+  spec.world = world;
+  spec.steps = 5;
+  spec.config = test::mlp_config(stage, world, DType::bf16);
+  on_nvme(spec.config, dir.file("two"), params, 0);
+  const test::TrainRun two = test::train_mlp(spec);
+  on_nvme(spec.config, dir.file("spare"), params, 1);
+  const test::TrainRun spare = test::train_mlp(spec);
+  REQUIRE(spare.params.size() == two.params.size());
+  CHECK(std::memcmp(spare.params.data(), two.params.data(), two.params.size() * 4) == 0);
+  CHECK(spare.losses == two.losses);
+  // Two generations hold the state twice; one spare per length adds a sub-group or two to once.
+  const std::uint64_t twice = two.memory.nvme.kind_peak[kOptimizer], once = twice / 2;
+  const std::uint64_t files = spare.memory.nvme.kind_peak[kOptimizer];
+  INFO("NVMe optimizer files: " << twice << " B with two generations, " << files << " B with spares");
+  CHECK(files > once);
+  CHECK(files < once + once / 3);
+  CHECK(spare.io.back().nvme_write_bytes == two.io.back().nvme_write_bytes);
+}
+
+TEST_CASE("spare sub-groups: an NVMe budget only the state plus its spares fit trains; two generations are refused",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-spares");
+  test::TrainSpec spec;
+  spec.steps = 2;
+  spec.config = test::mlp_config(2, 1, DType::bf16);
+  on_nvme(spec.config, dir.file("a"), OffloadDevice::none, 1);
+  const std::uint64_t files = test::train_mlp(spec).memory.nvme.kind_peak[kOptimizer];
+  spec.config.memory_budget.nvme = files;
+  CHECK(test::error_of([&] { (void)test::train_mlp(spec); }).empty());
+  spec.config.offload_optimizer.spare_sub_groups = 0;
+  spec.config.offload_optimizer.nvme_path = dir.file("b");
+  const std::string m = test::error_of([&] { (void)test::train_mlp(spec); });
+  INFO(m);
+  CHECK(m.find("NVMe tier: this placement's swap files need ") != std::string::npos);
+}
+
+TEST_CASE("spare sub-groups: a step that fails after it began to commit stops training until a checkpoint is loaded",
+          "[offload][uring][negative]") {
+  test::TempDir dir("strata-spares");
+  auto config = [&](const std::string& path) {
+    auto c = test::mlp_config(2, 1, DType::bf16);
+    on_nvme(c, path, OffloadDevice::none, 1);
+    return c;
+  };
+  test::MlpRank ref(config(dir.file("ref"))), t(config(dir.file("run")));
+  ref.train(0, 4);
+  t.train(0, 2);
+  engine::SaveOptions copy;
+  copy.link_nvme = false;  // the damage below must not reach the checkpoint
+  t.engine->save_checkpoint(dir.file("ckpt"), "{}", copy);
+  // The swap file that holds the last tensor's state now (files rotate between sub-groups of a
+  // length), found through a save that links it, is damaged: the next step reads it after the
+  // sub-groups before it have used the one spare of their length and begun to commit.
+  t.engine->save_checkpoint(dir.file("links"), "{}");
+  const auto links = checkpoint::open_checkpoint(dir.file("links"));
+  const auto& last = links.manifest.tensors.back().states[0].back();
+  const std::string linked = links.dir + "/" + links.manifest.files[static_cast<std::size_t>(last.file)].name;
+  std::string damaged;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.file("run")))
+    if (std::filesystem::equivalent(e.path(), linked)) damaged = e.path().string();
+  REQUIRE_FALSE(damaged.empty());
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8192 + 5);  // the first payload block (4 KiB header, 4 KiB checksum table)
+    f.put('\x5a');
+  }
+  const std::string failed = test::error_of([&] { (void)t.mlp->train_step(2); });
+  INFO(failed);
+  CHECK(failed.find("checksum mismatch") != std::string::npos);
+  const std::string refused = test::error_of([&] { (void)t.mlp->train_step(2); });
+  INFO(refused);
+  CHECK(refused.find("mixes two states") != std::string::npos);
+  CHECK(refused.find("resume from the last checkpoint") != std::string::npos);
+  CHECK(test::error_of([&] { t.engine->save_checkpoint(dir.file("mixed"), "{}", copy); }).find("mixes two states") !=
+        std::string::npos);
+  t.engine->load_checkpoint(dir.file("ckpt"));
+  t.train(2, 4);
+  const auto got = t.engine->full_parameters(), want = ref.engine->full_parameters();
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+}
