@@ -103,7 +103,9 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.device_held = c_.device_held_by_others;
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
-  p.nvme_copies = 2;  // swap files hold two generations
+  // Swap files hold two generations; optimizer state with spare files, about once.
+  p.nvme_copies = 2;
+  p.nvme_state_copies = c_.cfg.offload_optimizer.spare_sub_groups == 0 ? 2 : 1;
   p.state_bytes = state_bytes_per_elem(c_.cfg.optimizer);
   p.device_gathers = c_.device_collectives;
   p.nvme_available = !c_.cfg.offload_optimizer.nvme_path.empty() || !c_.cfg.offload_param.nvme_path.empty();
@@ -186,6 +188,12 @@ void PlacementPlan::place() {
   out << "  optimizer state (" << state_description(c_.cfg.optimizer) << "): " << counts(opt_n)
       << " (offload_optimizer.device; gradient accumulators follow: device with device state, else host)";
   if (frozen > 0) out << "; " << frozen << " frozen layers hold none";
+  if (opt_n[static_cast<int>(Tier::nvme)] > 0) {
+    const std::uint64_t spares = c_.cfg.offload_optimizer.spare_sub_groups;
+    out << "; its NVMe files "
+        << (spares == 0 ? std::string("in two generations (offload_optimizer.spare_sub_groups 0)")
+                        : str_cat("once, plus ", spares, " spare files per sub-group length (spare_sub_groups)"));
+  }
   out << "\n";
   out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
   if (stage == 3 && par == Tier::nvme)
@@ -395,12 +403,15 @@ void PlacementPlan::check_nvme_budget() const {
                                                  NvmeHomes::param_tensors(c_.layout, c_.cbytes, shards_.param_tiers()))
                       .file_bytes;
   const std::uint64_t need = opt_files + param_files;
+  const bool spares = c_.cfg.offload_optimizer.spare_sub_groups > 0;
   STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
                " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", format_bytes(opt_files),
-               " of optimizer state files and ", format_bytes(param_files),
-               " of parameter files (each in two generations, so a step's writes never overwrite what a crash would "
-               "resume from). Raise memory_budget.nvme to at least ",
-               need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")");
+               spares ? " of optimizer state files (the state and its spare files)" : " of optimizer state files",
+               " and ", format_bytes(param_files), " of parameter files (", spares ? "these" : "each",
+               " in two generations, so a step's writes never overwrite what a crash would resume from). Raise "
+               "memory_budget.nvme to at least ",
+               need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
+               spares ? "" : ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)");
 }
 
 void PlacementPlan::check_host_fit() const {

@@ -73,7 +73,7 @@ class PlacementPlan {
   // With memory_budget.host, refuses a placement (static or budget-driven) whose host tier
   // cannot hold its parts before anything is allocated, naming each part and the minimum.
   void check_host_budget() const;
-  // With memory_budget.nvme, refuses a placement whose swap files (both generations of every
+  // With memory_budget.nvme, refuses a placement whose swap files (every generation or spare of every
   // NVMe store) exceed it, before any is created, naming each store's bytes and the minimum.
   void check_nvme_budget() const;
   using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;

@@ -46,9 +46,12 @@ struct PlacementProblem {
   // device_budget: a refusal names the budget as configured and asks for this much more.
   std::uint64_t device_held = 0;
   bool nvme_available = false;  // an nvme_path is configured (otherwise nothing may go to NVMe)
-  // NVMe bytes per byte of state placed there: the engine keeps two generations of every
-  // swap file (the last good state survives a failed step), so it passes 2.
-  std::uint32_t nvme_copies = 1;
+  // NVMe bytes per byte placed there: the engine keeps two generations of every swap file (the
+  // last good state survives a failed step), so it passes 2; optimizer state with spare files
+  // shared per sub-group length (offload_optimizer.spare_sub_groups) takes about once its
+  // bytes, nvme_state_copies 1 (the spares themselves are checked against memory_budget.nvme
+  // once the layers are placed).
+  std::uint32_t nvme_copies = 1, nvme_state_copies = 1;
   // Stage-3 gathers all-gather in device memory (the engine's device collectives, NCCL on
   // GPUs): only the shard crosses the link, c*E per gather from a host or NVMe shard and
   // nothing from a device shard, instead of the whole layer through pinned staging.

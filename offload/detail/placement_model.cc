@@ -29,7 +29,7 @@ Item make_optimizer(const PlacementProblem& p, std::size_t layer, std::uint64_t 
   it.bytes[kDevice][kDevice] = RE + 4 * acc_elems;
   it.bytes[kHost][kHost] = RE + host_acc;
   it.bytes[kNvme][kHost] = host_acc;
-  it.bytes[kNvme][kNvme] = SE * p.nvme_copies;
+  it.bytes[kNvme][kNvme] = SE * p.nvme_state_copies;
   it.flow[kHost] = {c * E, A * P * c, 0, 0};
   it.flow[kNvme] = {c * E, A * P * c, SE, SE};
   if (L.nvme_scan) {  // exp_avg read again a step; the scan's result held in host RAM until the step

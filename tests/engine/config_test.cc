@@ -85,7 +85,7 @@ TEST_CASE("every honoured key is read", "[config]") {
       "stage3_max_live_parameters": 8e8, "stage3_max_reuse_distance": 9e8,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt/nvme", "pin_memory": true, "buffer_count": 6,
                             "fast_init": true, "pipeline_read": true, "pipeline_write": true, "ratio": 1.0,
-                            "overlap_step": true}
+                            "overlap_step": true, "spare_sub_groups": 2}
     },
     "offload_param": {"device": "none", "nvme_path": "/mnt/p", "pin_memory": true, "buffer_count": 7,
                       "buffer_size": 2e8, "max_in_cpu": 3e9},
@@ -124,6 +124,7 @@ TEST_CASE("every honoured key is read", "[config]") {
   CHECK(o.pin_memory);
   CHECK(o.buffer_count == 6);
   CHECK(o.overlap_step);
+  CHECK(o.spare_sub_groups == 2);
   CHECK_FALSE(c.offload_param.overlap_step);
   const OffloadConfig& p = c.offload_param;
   CHECK(p.device == OffloadDevice::none);

@@ -80,6 +80,7 @@ TEST_CASE("spare sub-groups: an NVMe budget only the state plus its spares fit t
   const std::string m = test::error_of([&] { (void)test::train_mlp(spec); });
   INFO(m);
   CHECK(m.find("NVMe tier: this placement's swap files need ") != std::string::npos);
+  CHECK(m.find("offload_optimizer.spare_sub_groups") != std::string::npos);  // the way out it names
 }
 
 TEST_CASE("spare sub-groups: a step that fails after it began to commit stops training until a checkpoint is loaded",
