@@ -15,7 +15,7 @@ namespace strata::checkpoint {
 
 struct LinkedRun {
   std::string swap_dir;                     // where the run's swap files live
-  std::vector<std::string> run_files;       // every swap file of the run (both generations)
+  std::vector<std::string> run_files;       // every swap file of the run (committed and spare)
   std::vector<std::string> linked_by_save;  // the files this save links
 };
 

@@ -7,8 +7,9 @@
 // write_weights(), and drops the gathered copies of the old values first). A load runs twice over every
 // layer: first reading and verifying what this rank will load without changing anything,
 // then, when every rank passed, reading again and writing it, the compute copies rebuilt from
-// the masters. Writes of NVMe state go to the stores' other generation and switch only when
-// every layer was written (the files a checkpoint hard-linked are never written); a failure
+// the masters. Writes of NVMe state go to the stores' spare files or other generation and
+// commit only when every layer was written (or, optimizer state with fewer spares than
+// sub-groups, as they go) (the files a checkpoint hard-linked are never written); a failure
 // while writing discards them, and state_mixed() then stays set, for the engine to refuse
 // training, until a load succeeds.
 #pragma once

@@ -13,9 +13,11 @@
 //   step(): global gradient norm, overflow skip (fp16), clipping, the optimizer on this
 //   rank's shards, and the re-gather of updated parameters (stages 1-2).
 //   A step() that fails past its checks ends the step and drops its gradients: queued work
-//   finishes, state on NVMe keeps its last committed generation and the step count does not
+//   finishes, state on NVMe keeps its last committed state and the step count does not
 //   move, so with every shard on NVMe the next step runs as if the failed one never had;
-//   state updated in place (device, host RAM) keeps its update: resume from a checkpoint.
+//   state updated in place (device, host RAM) keeps its update: resume from a checkpoint
+//   (as with optimizer state on NVMe whose step had begun to commit sub-groups because its
+//   spare files ran out, offload_optimizer.spare_sub_groups: the engine then refuses to go on).
 // Views point into device memory of the engine's Device and stay valid until release()
 // (gather) or reduce_grads() (grad buffers). On a CUDA device the trainer's kernels that
 // read a view or write a gradient buffer must have completed (its stream synchronized)

@@ -106,7 +106,7 @@ std::exception_ptr LaneRun::join() {
   return failed;
 }
 
-// Nothing the lane wrote survives: the swapper's pending generation, the host layers' spare
+// Nothing the lane wrote survives: the swapper's pending writes, the host layers' spare
 // arrays (HostLane::keep() never ran) and the parameter store's uncommitted writes are dropped,
 // and compute copies it rewrote in place are rebuilt from the masters, which are still the last
 // committed ones.

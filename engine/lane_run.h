@@ -14,7 +14,7 @@
 // swapper's spare files for a sub-group's length are all lent, the lane waits for decide(keep)
 // before it takes the sub-group: kept, sub-groups commit as it goes on; undone, it is abandoned.
 // join() waits for the lane and adds its wait and traffic to the step's; what it threw comes
-// back. undo() drops everything the lane wrote (the swapper's pending generation, the staging,
+// back. undo() drops everything the lane wrote (the swapper's pending writes, the staging,
 // the parameter store's uncommitted writes) and rewrites the compute copies it touched from
 // their masters, still the committed ones; mark_kept() says a kept lane's work is the step's
 // (nothing left to undo).

@@ -5,7 +5,7 @@
 // lives on the device or in host RAM, and the optimizer swapper (offload/optimizer_swapper.h)
 // that holds the state of the layers on NVMe in checksummed swap files under
 // offload_optimizer.nvme_path/rank<R> (the directory locked through the NVMe tier), with what it
-// charges to the ledger: its buffers to the host tier, its files (both generations) to NVMe.
+// charges to the ledger: its buffers to the host tier, its files (committed and spare) to NVMe.
 //
 // Protocol. Each layer's tier is the shard map's (shard_map.h). setup() calls open_swapper()
 // when some layers' state is on NVMe (host_reserve: host bytes its buffers leave for what setup
@@ -14,16 +14,16 @@
 // move a layer's whole state to or from fp32 host arrays wherever it lives (a null pointer is
 // skipped on read, zeros on write; bf16 moments are widened on read, exactly, and rounded to
 // nearest even on write, q8 ones decoded and coded); both are synchronous. Writes of layers on NVMe go to the
-// swapper's other generation: commit_writes(), after every layer was written, makes them
-// current, discard_writes() drops them (a failed load leaves NVMe state as it was). The optimizer step updates resident
-// layers in place through resident(li) and layers on NVMe through step_swapped(), which runs
-// the swapper's step over their sub-groups (begin_swapped(): the overlapped lane pulls its own).
-// The overlapped step updates a host layer out of place: spare(li) allocates (on first use,
-// through the ledger, which refuses what the host budget cannot hold) a second set of arrays
-// of the layer's tier that it writes the new state into, and swap_spare(li) makes them the
-// layer's state (the old arrays become the spare) when the step is kept. Muon's layers in
-// device memory or host RAM keep exp_avg_sq only for the elements outside hidden matrices
-// (v_at(), v_elems()); read() and write() give and take it whole, zeros where none is kept.
+// swapper's spare files: commit_writes(), after every layer was written, commits them,
+// discard_writes() drops them (a failed load leaves NVMe state as it was, unless the swapper's
+// spares ran out and it committed sub-groups as it wrote: then it refuses them until a load).
+// The optimizer step updates resident layers in place through resident(li) and layers on NVMe through step_swapped(),
+// which runs the swapper's step over their sub-groups (begin_swapped(): the overlapped lane pulls its own). The
+// overlapped step updates a host layer out of place: spare(li) allocates (on first use, through the ledger, which
+// refuses what the host budget cannot hold) a second set of arrays of the layer's tier that it writes the new state
+// into, and swap_spare(li) makes them the layer's state (the old arrays become the spare) when the step is kept. Muon's
+// layers in device memory or host RAM keep exp_avg_sq only for the elements outside hidden matrices (v_at(),
+// v_elems()); read() and write() give and take it whole, zeros where none is kept.
 #pragma once
 
 #include <cstddef>
@@ -114,21 +114,21 @@ class OptimizerState {
   void commit_writes();
   void discard_writes() noexcept;
   // The NVMe state as a checkpoint links it (nothing without NVMe state): layer li's sealed
-  // generation (its sub-groups' files, each with the elements it holds), and the run's swap
+  // files (its sub-groups' committed files, each with the elements it holds), and the run's swap
   // files for a save's room check.
   std::vector<offload::OptimizerSwapper::SealedFile> sealed_files(int li) const;
   std::optional<checkpoint::LinkedRun> linked_run() const;
   // The synchronous optimizer step over the layers on NVMe: fn(li, g) on each of the
   // swapper's sub-groups in its order, each written back as the swapper pipelines it, and
   // the step's traffic added to `io`; when the overlapped step's lane already wrote this step's
-  // state (the swapper's pending generation, kept), that commits instead. Nothing without
+  // state (the swapper's pending step, kept), that commits instead. Nothing without
   // NVMe state.
   void step_swapped(const std::function<void(int li, const offload::SubGroup& g)>& fn, IoStats& io);
   // The overlapped step's lane over the layers on NVMe (lane_run.h), in layer ids:
   // has_swapped() (false: none on NVMe), swapped_layers() of them, swap index t's layer;
   // begin_swapped(order) opens the swapper's step in `order` (swap indices), a pull iterator
   // whose sub-groups name swap indices; commit_pending() / discard_pending()
-  // keep or drop the generation a deferred commit left pending; committed_masters(li, fn)
+  // keep or drop the writes a deferred commit left pending; committed_masters(li, fn)
   // hands an NVMe layer's current masters to fn(first element, values, count) a sub-group at a
   // time; add_swap_traffic(io) adds the swapper's traffic since it last counted.
   bool has_swapped() const;

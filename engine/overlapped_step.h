@@ -10,14 +10,14 @@
 // will have when nothing overflows and nothing is clipped (the current loss scale, clip
 // coefficient 1, the next step's learning rate). The engine hands each layer over
 // with layer_done() once its last reduction of the step is queued; the lane updates it while
-// backward goes on, an NVMe layer's new state going to the swapper's pending generation, a host
+// backward goes on, an NVMe layer's new state going to the swapper's spare files, a host
 // layer's to its spare arrays (OptimizerState::spare: the layer's state copied, then stepped),
 // and the compute copies to their tier (NVMe shards: the parameter store's uncommitted writes).
 // OptimizerStep::run() calls before_step() (the last step's tail ends) and computes the global
 // norm and the plan as always, then settle(plan, its arguments): when the plan's gradient scale is the
 // speculated one (same bits) the pending state commits, the host layers' spare arrays become
 // their state and the other resident layers step; otherwise (overflow, clipping) the lane's work
-// is undone (pending generation, spare arrays and parameter writes dropped, compute copies
+// is undone (pending swapper writes, spare arrays and parameter writes dropped, compute copies
 // rebuilt from the unchanged masters: ShardUpdate::restore_copies) and the step runs
 // synchronously. Host layers step in OptimizerStep::run() instead under a host budget
 // (memory_budget.host: the placement fills it), as does a layer whose spare arrays the host
@@ -39,7 +39,7 @@
 // lane has layers left does not wait for them: settle() commits what the lane wrote so far and
 // the step returns, and the lane steps the rest lowest layer first (what the next forward needs
 // first), committing each layer's parameter shards behind their write, zeroing its accumulator,
-// and the swapper's generation at its end. Before the trainer touches layer li (gather, gradient
+// and the swapper's step at its end. Before the trainer touches layer li (gather, gradient
 // buffer, reduction) the engine calls before_layer(li), which waits until the tail has stepped li
 // (the gather path's prefetch waits the same way). begin_step() during a tail arms the next lane,
 // started when the tail ends; finish_tail() waits for it (synchronize(), checkpoints,

@@ -6,7 +6,7 @@
 // layer_stepped(li) after a layer's last sub-group: before keep() the layer is run()'s to
 // commit and zero; after it the tail commits the layer's parameter shards behind their write and
 // zeroes its accumulator itself; lane_ended() as the lane returns or throws, committing the
-// swapper's generation (the caller's `commit`) when the step was kept and nothing failed.
+// swapper's step (the caller's `commit`) when the step was kept and nothing failed.
 // kept() says whether run() kept the step (the lane's bets are off from then on). On the
 // trainer's thread: keep() turns the lane still at work into the tail (false when it has ended
 // already); wait_for(li) blocks until the tail has stepped layer li or the lane has ended
