@@ -21,8 +21,10 @@ undone (clipping, overflow) and redone moves more, and that is its cost, not a h
 the measured steps that clipped, were rolled back and were deferred (under clipping the overlapped step waits for the
 norm and runs as the tail: docs/offload.md). --moments bf16
 keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12),
---moments q8 in 8-bit blocks (optimizer.moments "q8": 6.125). Reports medians over rounds, the process's peak RSS against the
-bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
+--moments q8 in 8-bit blocks (optimizer.moments "q8": 6.125). --spares N keeps the optimizer state's swap files once
+plus N spare files per sub-group length (offload_optimizer.spare_sub_groups; 0, two generations). Reports medians over
+rounds, the NVMe footprint (every swap file's bytes, from the ledger) against the state it holds, the process's peak
+RSS against the bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
 import argparse
 import json
@@ -56,7 +58,7 @@ def config(a, overlap):
             "stage3_param_persistence_threshold": 0,
             "sub_group_size": a.sub_group,
             "offload_optimizer": {"device": "nvme", "nvme_path": a.dir, "buffer_count": a.buffers,
-                                  "overlap_step": overlap},
+                                  "overlap_step": overlap, "spare_sub_groups": a.spares},
             "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group,
                               "max_in_cpu": 0},
         },
@@ -103,11 +105,13 @@ def summarize(steps, mixed_gbps, compute_s, warmup, floor_bytes):
                      "ratio": step / max(compute_s, floor), "rolled_back": s.get("rolled_back", False),
                      "deferred": s.get("deferred", False), "clipped": s.get("clip_coef", 1.0) < 1.0,
                      "optimizer_wait_s": s["io"].get("optimizer_wait_ms", 0) / 1e3,
-                     "rss_peak": s["rss"]["peak_bytes"], "rss_base": s["rss"]["base_bytes"], "loss": s["loss"]})
+                     "rss_peak": s["rss"]["peak_bytes"], "rss_base": s["rss"]["base_bytes"], "loss": s["loss"],
+                     "nvme_files": s["tiers"]["nvme"]["peak_bytes"]})
     med = lambda k: statistics.median(r[k] for r in rows)
     return {"steps": rows, "step_s": med("step_s"), "floor_s": med("floor_s"), "ratio": med("ratio"),
             "nvme_bytes": med("nvme_bytes"), "optimizer_wait_s": med("optimizer_wait_s"),
             "rss_peak": max(r["rss_peak"] for r in rows), "rss_base": max(r["rss_base"] for r in rows),
+            "nvme_files": max(r["nvme_files"] for r in rows),
             "rolled_back": sum(r["rolled_back"] for r in rows), "deferred": sum(r["deferred"] for r in rows),
             "clipped": sum(r["clipped"] for r in rows)}
 
@@ -138,6 +142,8 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0, help="gradient_clipping")
     ap.add_argument("--moments", choices=("fp32", "bf16", "q8"), default="fp32",
                     help="the optimizer's moments: fp32, bf16 (bf16.bf16_optimizer_states) or q8 (optimizer.moments)")
+    ap.add_argument("--spares", type=int, default=0,
+                    help="offload_optimizer.spare_sub_groups (0: two generations of the optimizer state's files)")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
     ap.add_argument("--steps", type=int, default=6, help="per train run")
@@ -184,6 +190,8 @@ def main():
     host, device = parse_bytes(a.host_budget), parse_bytes(a.device_budget)
     # fp32 master, exp_avg and exp_avg_sq (bf16 or q8 with --moments); bf16 parameters and gradients
     states = int(params * {"fp32": 16, "bf16": 12, "q8": 10.125}[a.moments])
+    # What the NVMe tier holds: the optimizer state and the bf16 parameters, once.
+    on_nvme = int(params * ({"fp32": 12, "bf16": 8, "q8": 6.125}[a.moments] + 2))
     med = lambda f: statistics.median(f(x) for x in rounds)
     summary = {
         "parameters": params, "model_states_bytes": states, "host_budget": host, "device_budget": device,
@@ -191,7 +199,8 @@ def main():
         "compute_s": med(lambda x: x["compute_s"]),
         **{f"{t}_{k}": med(lambda x, t=t, k=k: x[t][k])
            for t in ("sync", "overlap") for k in ("step_s", "floor_s", "ratio", "optimizer_wait_s", "nvme_bytes")},
-        "moments": a.moments,
+        "moments": a.moments, "spares": a.spares, "nvme_state_bytes": on_nvme,
+        "nvme_files": max(max(x["sync"]["nvme_files"], x["overlap"]["nvme_files"]) for x in rounds),
         "rss_peak": max(max(x["sync"]["rss_peak"], x["overlap"]["rss_peak"]) for x in rounds),
         "rss_base": max(max(x["sync"]["rss_base"], x["overlap"]["rss_base"]) for x in rounds),
         "rounds": rounds,
@@ -206,6 +215,8 @@ def main():
         print(f"{t:8s} step {summary[t + '_step_s']:.2f} s  I/O floor {summary[t + '_floor_s']:.2f} s  "
               f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}  NVMe "
               f"{summary[t + '_nvme_bytes'] / params:.1f} B a parameter a step")
+    print(f"NVMe footprint {summary['nvme_files'] / 1e9:.2f} GB of swap files for {on_nvme / 1e9:.2f} GB of state "
+          f"(optimizer state and parameters): {summary['nvme_files'] / on_nvme:.3f}x (spare_sub_groups {a.spares})")
     # The bound tests/tools/rss_bound_test.sh asserts (docs/offload.md, "How the estimate and the plan are built").
     bound = host + device + summary["rss_base"] + (40 << 20)
     print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "
