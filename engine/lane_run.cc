@@ -83,7 +83,9 @@ void LaneRun::step_swapped_layers(const Plan& plan) {
 }
 
 void LaneRun::check_bet(int li) {
-  if (tail_.kept()) return;  // run() decided: the rest is the tail
+  // run() decided to keep the step: the rest is the tail, or work it keeps (its sub-groups may
+  // have begun to commit, so a partial norm summed in another order must not abandon it now).
+  if (tail_.kept() || lane_.kept()) return;
   c_.grads.add_shard_norm(li, partial_);
   if (partial_.finite && partial_.sumsq <= abandon_above_) return;
   abandoned_ = true;

@@ -78,6 +78,11 @@ bool OptimizerLane::wait_decision() {
   return decision_ == 1;
 }
 
+bool OptimizerLane::kept() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return decision_ == 1;
+}
+
 void OptimizerLane::join() {
   if (!active()) return;
   thread_.join();

@@ -46,11 +46,12 @@ class OptimizerLane {
   void wait_plan();  // on the lane's thread
   void decide(bool keep);
   bool wait_decision();  // on the lane's thread
+  bool kept() const;     // decide(true) was called
   void join();
   void cancel() noexcept;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<char> ready_;
   std::vector<std::unique_ptr<device::Event>> done_;

@@ -133,6 +133,14 @@ void OptimizerSwapper::write_state(std::size_t tensor, const float* master, cons
       STRATA_IO_CHECK(I.files.file(c.next).swap_out(b.data(), b.bytes()).wait(), I.where(c));
     }
   } catch (const std::exception& e) {
+    // This tensor's writes are dropped (one may not have landed), so no later write commits
+    // them early.
+    for (std::size_t k = I.first_chunk[tensor]; k < I.first_chunk[tensor + 1]; ++k) {
+      const auto at = std::find(I.uncommitted.begin(), I.uncommitted.end(), k);
+      if (at == I.uncommitted.end()) continue;
+      I.uncommitted.erase(at);
+      I.files.discard(k);
+    }
     if (I.early > 0) I.tear(I.early, str_cat("a load failed (", e.what(), ")"));
     throw;
   }
@@ -154,6 +162,10 @@ void OptimizerSwapper::commit_written() {
 
 void OptimizerSwapper::discard_written() noexcept {
   auto& I = *impl_;
+  if (I.pending || I.stepping) {  // write_state() was refused: the spares lent are the step's
+    I.written.assign(I.tensors.size(), 0);
+    return;
+  }
   I.settle_uncommitted(false);
   if (I.early > 0 && I.torn.empty()) I.tear(I.early, "a load was dropped");
   I.early = 0;

@@ -58,9 +58,9 @@ namespace strata::offload {
 // mixing two states: the swapper then refuses steps, reads and checkpoints (naming why) until
 // a load (every tensor written, then commit_written()) replaces the whole state. While a step is
 // open, another step, reads and write_state() are refused (the step owns the buffers), and the
-// step must not outlive the swapper; while a step is pending, a step is refused and reads and
-// write_state() see the committed state. A scan (StepOrder::read_only) is a step that writes
-// nothing: Muon's first pass, which needs each matrix's momentum whole before the step proper.
+// step must not outlive the swapper; while a step is pending, a step is refused and reads see
+// the committed state (with the new state of the sub-groups it committed early, if any). A scan (StepOrder::read_only)
+// is a step that writes nothing: Muon's first pass, which needs each matrix's momentum whole before the step proper.
 // step(fn) is the whole loop with fn on each sub-group.
 struct SwapperOptions {
   std::string dir;                                 // created if missing (one per rank)

@@ -97,8 +97,7 @@ struct OptimizerSwapper::Step::State {
       const bool in_flight =
           std::any_of(writes.begin(), writes.end(), [&](const Pending& w) { return I.chunks[w.chunk].klass == k; });
       STRATA_CHECK(may_commit && in_flight, Errc::internal, "optimizer swapper: no spare file free for ",
-                   I.where(I.chunks[ci]),
-                   may_commit ? "" : " (a deferred step must allow_commit() when room() is false)");
+                   I.where(I.chunks[ci]));
       finish_write();
     }
   }
@@ -207,6 +206,9 @@ SubGroup OptimizerSwapper::Step::take() {
 void OptimizerSwapper::Step::put() {
   State& S = *s_;
   STRATA_CHECK(S.taken.has_value(), Errc::internal, "optimizer swapper: put() without a taken sub-group");
+  STRATA_CHECK(S.read_only || S.may_commit || S.I.files.has_free(S.taken->chunk), Errc::internal,
+               "optimizer swapper: put() of a deferred step needs an early commit: allow_commit() it when room() is "
+               "false");
   S.guarded([&] {
     S.st.compute_seconds += since(S.taken_at);
     S.trace("optimizer", S.label("adam", S.taken->chunk), S.taken_at);

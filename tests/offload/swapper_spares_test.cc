@@ -163,6 +163,15 @@ TEST_CASE(
     CHECK(m.find("EFBIG") != std::string::npos);
     CHECK(read_all(sw, 0, 5000) == good);
     sw.step(update);  // and the next step works
+    // A damaged last sub-group fails the step after the first two were written (queued or
+    // landed): with a spare for each, none of them committed.
+    const State before = read_all(sw, 0, 5000);
+    flip_a_byte(sw.file_of(0, 4500));
+    CHECK(error_of([&] { sw.step(update); }).find("checksum mismatch") != std::string::npos);
+    State head = read_all(sw, 0, 4096), want = before;
+    for (auto* v : {&want.master, &want.m, &want.v}) v->resize(4096);
+    CHECK(head == want);
+    CHECK(error_of([&] { sw.step(update); }).find("mixes two states") == std::string::npos);
   }
   SECTION("one spare for three sub-groups of a length: a failure after the first commit") {
     offload::OptimizerSwapper sw(options_in(dir.file("rank0"), 1), {{"layer 0", 6144}});
@@ -196,8 +205,11 @@ TEST_CASE(
   }
   SECTION("a deferred step may not commit early until allowed, and undoing one that did leaves mixed files") {
     offload::OptimizerSwapper sw(options_in(dir.file("rank0"), 1), {{"layer 0", 6144}});
-    sw.write_state(0, ramp(6144, 1.0f).data());
-    sw.commit_written();
+    offload::OptimizerSwapper ref(options_in(dir.file("ref"), 0), {{"layer 0", 6144}});
+    for (auto* s : {&sw, &ref}) {
+      s->write_state(0, ramp(6144, 1.0f).data());
+      s->commit_written();
+    }
     offload::OptimizerSwapper::StepOrder order;
     order.defer_commit = true;
     {
@@ -210,7 +222,17 @@ TEST_CASE(
       CHECK_FALSE(step.room());  // the one spare holds sub-group 0's undecided state
       update(step.take());
       CHECK(error_of([&] { step.put(); }).find("allow_commit") != std::string::npos);
+      step.allow_commit();  // refused before anything changed: once allowed, the step goes on
+      step.put();
+      while (step.peek()) {
+        update(step.take());
+        step.put();
+      }
+      step.finish();
     }
+    sw.commit_pending();
+    ref.step(update);
+    CHECK(read_all(sw, 0, 6144) == read_all(ref, 0, 6144));
     const State before = read_all(sw, 0, 6144);
     auto step = sw.begin_step(order);
     while (step.peek()) {
@@ -222,6 +244,22 @@ TEST_CASE(
     CHECK(read_all(sw, 0, 6144) != before);  // sub-groups committed early are read as they are now
     sw.discard_pending();
     CHECK(error_of([&] { sw.step(update); }).find("a step that had begun to commit was undone") != std::string::npos);
+  }
+  SECTION("a step given up after it began to commit leaves mixed files") {
+    offload::OptimizerSwapper sw(options_in(dir.file("rank0"), 1), {{"layer 0", 6144}});
+    sw.write_state(0, ramp(6144, 1.0f).data());
+    sw.commit_written();
+    {
+      auto step = sw.begin_step();
+      for (int k = 0; k < 2; ++k) {  // sub-group 1's put() commits sub-group 0 to free a spare
+        REQUIRE(step.peek());
+        update(step.take());
+        step.put();
+      }
+    }  // the caller gives the step up (an update threw, say)
+    const std::string m = error_of([&] { (void)read_all(sw, 0, 6144); });
+    CHECK(m.find("mixes two states: a step ended before it was complete (given up) after 1 of its 3") !=
+          std::string::npos);
   }
 }
 
