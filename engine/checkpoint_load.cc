@@ -7,12 +7,11 @@
 // verified against its checksum) without changing anything; only when every rank passed
 // does the second read them again and write them. Corrupt, truncated, mismatched or
 // missing input so fails before any state changes, and training goes on from the state
-// it had. Writes of optimizer state on NVMe go to the swapper's spare files and
-// parameter shards on NVMe to the store's other generation (both committed only when every
-// layer was written, or the optimizer's sub-groups as they go when its spares run out): the
-// files a checkpoint hard-linked are never written. The one failure left in the second
-// phase, an I/O error writing NVMe state, discards those writes; the state in device and host
-// memory may then be part loaded, and the engine refuses to train until a load succeeds.
+// it had. Writes of optimizer state and parameter shards on NVMe go to the stores' spare
+// files (committed only when every layer was written, or sub-groups and chunks as they go
+// when a store's spares run out): the files a checkpoint hard-linked are never written. The one failure left in the
+// second phase, an I/O error writing NVMe state, discards those writes; the state in device and host memory may then be
+// part loaded, and the engine refuses to train until a load succeeds.
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>

@@ -100,6 +100,10 @@ struct OffloadConfig {
   // offload_optimizer (Strata's key): spare swap files per sub-group length (0: one per
   // sub-group, so the drive holds two generations of the state; offload/optimizer_swapper.h).
   std::uint64_t spare_sub_groups = 0;
+  // offload_param (Strata's key): spare swap files per chunk length of the NVMe parameter
+  // shards (a chunk: buffer_size elements of a layer's shard; 0: one per chunk, two
+  // generations; offload/param_store.h).
+  std::uint64_t spare_chunks = 0;
 };
 
 struct AioConfig {

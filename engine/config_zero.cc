@@ -69,6 +69,7 @@ void read_offload(ObjectReader& r, bool param, OffloadConfig& out) {
   if (param) {
     r.read_count("buffer_size", 1, out.buffer_size);
     r.read_count("max_in_cpu", 0, out.max_in_cpu);
+    r.read_count("spare_chunks", 0, out.spare_chunks);
   } else {
     // DeepSpeed's speed knobs for its swapper: Strata's always pipelines reads and writes and
     // creates its files directly, so any value is accepted without effect (and said so).

@@ -110,8 +110,8 @@ std::exception_ptr LaneRun::join() {
 
 // Nothing the lane wrote survives: the swapper's pending writes, the host layers' spare
 // arrays (HostLane::keep() never ran) and the parameter store's uncommitted writes are dropped,
-// and compute copies it rewrote in place are rebuilt from the masters, which are still the last
-// committed ones.
+// and compute copies it rewrote in place (and NVMe shards it had begun to commit) are rebuilt
+// from the masters, which are still the last committed ones.
 void LaneRun::undo() noexcept {
   lane_.cancel();
   c_.update.count_into(nullptr);

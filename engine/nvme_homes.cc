@@ -40,6 +40,7 @@ offload::ParamStoreOptions NvmeHomes::param_options(const EngineConfig& cfg, std
   po.chunk_bytes = (pc.buffer_size > 0 ? pc.buffer_size : 100000000) * cbytes;
   po.buffer_count = pc.buffer_count > 0 ? pc.buffer_count : 5;
   po.budget_bytes = host_room;
+  po.spares = pc.spare_chunks;
   apply_aio(cfg, po);
   return po;
 }
@@ -85,7 +86,9 @@ NvmeHomes::ParamFiles NvmeHomes::build_params(const std::vector<Tier>& tiers, co
     if (tiers[li] == Tier::nvme) b.index[li] = static_cast<int>(n++);
   }
   b.store = std::make_unique<offload::ParamStore>(po, std::move(tensors));
-  charge(b, "the NVMe parameter buffers", str_cat("the parameter swap files in ", po.dir, " (two generations)"));
+  charge(b, "the NVMe parameter buffers",
+         str_cat("the parameter swap files in ", po.dir,
+                 po.spares == 0 ? " (two generations)" : " (the shards and their spare files)"));
   return b;
 }
 
@@ -147,6 +150,16 @@ void NvmeHomes::write_params(int li, const void* src) {
 
 void NvmeHomes::commit_params() {
   if (params_.store) params_.store->commit();
+}
+
+bool NvmeHomes::params_stale(int li) const {
+  return params_.store && store_index(li) >= 0 && params_.store->stale(static_cast<std::size_t>(store_index(li)));
+}
+
+void NvmeHomes::rewrite_params(int li, const void* src) {
+  const auto t = static_cast<std::size_t>(store_index(li));
+  params_.store->write(t, src);
+  params_.store->commit(t);
 }
 
 void NvmeHomes::abort_params() noexcept {

@@ -3,7 +3,7 @@
 // swapper, optimizer_state.h, takes its directory from lock_rank_dir()), the parameter store
 // (stage-3 compute-dtype shards of the layers whose parameters live there, under
 // offload_param.nvme_path/rank<R>/params) with the requests queued on it, and what the store
-// charges to the ledger: buffers to the host tier, files (both generations) to the NVMe tier.
+// charges to the ledger: buffers to the host tier, files (committed and spare) to the NVMe tier.
 //
 // Protocol. setup() calls open_params(tiers) with every layer's parameter tier (only the NVMe
 // ones get files), once. The gather path and the staging of updated parameters queue their
@@ -75,6 +75,10 @@ class NvmeHomes {
   void commit_params();
   void abort_params() noexcept;
   void copy_params(int li, ParamFiles& into);
+  // Layer li's shard files mix two states (a dropped write had begun to commit when the spare
+  // files ran out: the store's stale()); rewrite_params writes it whole and commits it alone.
+  bool params_stale(int li) const;
+  void rewrite_params(int li, const void* src);
   const std::string& params_subdir() const noexcept { return params_.subdir; }
   // The parameter store's queued requests, by layer (the store's protocol: param_store.h).
   // A write's staging goes back to the ledger once written.

@@ -103,8 +103,8 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.device_held = c_.device_held_by_others;
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
-  // Swap files hold two generations; optimizer state with spare files, about once.
-  p.nvme_copies = 2;
+  // Swap files hold two generations; with spare files, about once.
+  p.nvme_copies = c_.cfg.offload_param.spare_chunks == 0 ? 2 : 1;
   p.nvme_state_copies = c_.cfg.offload_optimizer.spare_sub_groups == 0 ? 2 : 1;
   p.state_bytes = state_bytes_per_elem(c_.cfg.optimizer);
   p.device_gathers = c_.device_collectives;
@@ -196,9 +196,14 @@ void PlacementPlan::place() {
   }
   out << "\n";
   out << "  parameters: " << (stage == 3 ? counts(par_n) : std::string("all on device (stages 0-2 replicate them)"));
-  if (stage == 3 && par == Tier::nvme)
+  if (stage == 3 && par == Tier::nvme) {
+    const std::uint64_t spares = c_.cfg.offload_param.spare_chunks;
     out << " (offload_param.device nvme, max_in_cpu " << c_.cfg.offload_param.max_in_cpu
-        << " elements kept in host RAM)";
+        << " elements kept in host RAM; its NVMe files "
+        << (spares == 0 ? std::string("in two generations (offload_param.spare_chunks 0)")
+                        : str_cat("once, plus ", spares, " spare files per chunk length (spare_chunks)"))
+        << ")";
+  }
   out << "\n  device minimum " << format_bytes(minimum) << " of budget " << format_bytes(c_.device_budget);
   if (device_room() < c_.device_budget) {
     out << " (" << format_bytes(c_.device_budget - device_room()) << " of it held by the trainer)";
@@ -403,15 +408,21 @@ void PlacementPlan::check_nvme_budget() const {
                                                  NvmeHomes::param_tensors(c_.layout, c_.cbytes, shards_.param_tiers()))
                       .file_bytes;
   const std::uint64_t need = opt_files + param_files;
-  const bool spares = c_.cfg.offload_optimizer.spare_sub_groups > 0;
+  const bool opt_spares = c_.cfg.offload_optimizer.spare_sub_groups > 0;
+  const bool param_spares = c_.cfg.offload_param.spare_chunks > 0;
+  auto kept = [](bool spares) { return spares ? "once plus spare files" : "in two generations"; };
   STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
                " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", format_bytes(opt_files),
-               spares ? " of optimizer state files (the state and its spare files)" : " of optimizer state files",
-               " and ", format_bytes(param_files), " of parameter files (", spares ? "these" : "each",
-               " in two generations, so a step's writes never overwrite what a crash would resume from). Raise "
-               "memory_budget.nvme to at least ",
+               " of optimizer state files (", kept(opt_spares), ") and ", format_bytes(param_files),
+               " of parameter files (", kept(param_spares),
+               "; a step's writes never overwrite what it would fall back to). Raise memory_budget.nvme to at least ",
                need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
-               spares ? "" : ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)");
+               opt_files > 0 && !opt_spares
+                   ? ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)"
+                   : "",
+               param_files > 0 && !param_spares
+                   ? ", or the parameter shards once plus spares (offload_param.spare_chunks 2)"
+                   : "");
 }
 
 void PlacementPlan::check_host_fit() const {

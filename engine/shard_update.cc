@@ -167,11 +167,25 @@ void ShardUpdate::out_of_place(const optim::StepArgs& base, float lr, int li) {
 }
 
 void ShardUpdate::restore_copies(int li) {
-  if (c_.state.tier(li) != Tier::nvme) {
-    c_.updates.restore_copies(li, 0, c_.state.elems(li), c_.state.resident(li).master);
+  // fn(first, master, n) over the layer's committed masters, in pieces.
+  auto masters = [&](const auto& fn) {
+    if (c_.state.tier(li) != Tier::nvme)
+      fn(std::uint64_t{0}, static_cast<const float*>(c_.state.resident(li).master), std::uint64_t{c_.state.elems(li)});
+    else
+      c_.state.committed_masters(li, fn);
+  };
+  if (c_.updates.params_stale(li)) {  // its NVMe shard had begun to commit: rebuilt whole from the masters
+    const std::size_t cbytes = dtype_size(c_.cdt);
+    STRATA_CHECK(c_.state.elems(li) == c_.layout.layer_shard(li), Errc::internal, "layer ", li, ": ",
+                 c_.state.elems(li), " optimizer elements for a shard of ", c_.layout.layer_shard(li));
+    std::vector<char> shard(c_.state.elems(li) * cbytes);
+    masters([&](std::uint64_t first, const float* master, std::uint64_t n) {
+      convert(master, DType::fp32, shard.data() + first * cbytes, c_.cdt, n);
+    });
+    c_.updates.rewrite_params(li, shard.data());
     return;
   }
-  c_.state.committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
+  masters([&](std::uint64_t first, const float* master, std::uint64_t n) {
     c_.updates.restore_copies(li, first, n, master);
   });
 }

@@ -84,7 +84,8 @@ class ShardUpdate {
   void commit(int li) { c_.updates.commit_params(li); }  // layer li's shards alone (the tail)
   void abort() noexcept;
   // The overlapped step's undo (after abort()): layer li's compute copies rewritten from its
-  // committed fp32 masters (UpdateStaging::restore_copies).
+  // committed fp32 masters (UpdateStaging::restore_copies), and its NVMe shard written whole
+  // from them and committed if the store had begun to commit the undone write (params_stale).
   void restore_copies(int li);
   // Layer li keeps a whole compute copy on the device (stages 0-2; persistent stage-3 layers).
   bool replicated(int li) const { return c_.updates.resident_copy(li) != nullptr; }

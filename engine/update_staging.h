@@ -83,6 +83,11 @@ class UpdateStaging {
   void commit_params();
   void commit_params(int li);
   void abort_params() noexcept;
+  // After abort_params(): layer li's NVMe shard files mix two states (the store had committed
+  // part of its write early, its spare files in use); rewrite_params() writes the whole shard
+  // (compute dtype, as laid out) and commits it.
+  bool params_stale(int li) const { return home(li).param_tier == Tier::nvme && c_.nvme.params_stale(li); }
+  void rewrite_params(int li, const void* shard) { c_.nvme.rewrite_params(li, shard); }
   void synchronize();  // the transfer stream, if there is one
   // Counts traffic into `io` instead of the context's (null: the context's again): the
   // overlapped step's lane counts its own while the trainer's thread counts the step's.

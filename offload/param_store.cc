@@ -1,5 +1,5 @@
-// ParamStore (see param_store.h): chunk layout, the two generations per chunk, and reads
-// kept buffer_count chunks deep.
+// ParamStore (see param_store.h): chunk layout, the committed and spare files per chunk, early
+// commits when the spares run out, and reads kept buffer_count chunks deep.
 #include "offload/param_store.h"
 
 #include <algorithm>
@@ -35,7 +35,11 @@ std::uint64_t chunk_bytes_for(const ParamStoreOptions& o, const std::vector<Para
 using Chunk = detail::SwapChunk;
 
 detail::SwapLayout layout_for(const ParamStoreOptions& o, std::uint64_t chunk_bytes) {
-  return {.chunk_units = chunk_bytes, .unit_bytes = 1, .element_bytes = 1, .block_bytes = o.block_bytes};
+  return {.chunk_units = chunk_bytes,
+          .unit_bytes = 1,
+          .element_bytes = 1,
+          .block_bytes = o.block_bytes,
+          .spares = o.spares};
 }
 
 std::vector<std::uint64_t> sizes_of(const std::vector<ParamTensor>& tensors) {
@@ -55,8 +59,10 @@ struct ParamStore::Impl {
   std::vector<io::PoolBuffer>& buffers = sio.buffers;
   std::vector<Chunk>& chunks = files.chunks;
   std::vector<std::size_t>& first_chunk = files.first;  // per tensor, plus the end
-  std::vector<int> current;                             // per tensor: the generation holding the last commit
-  std::vector<char> written;                            // per tensor: the other generation holds a newer write
+  // Per tensor: written, every chunk's spare holds a landed write since the last commit;
+  // early, some chunks were committed ahead of the tensor's commit; stale, its committed files
+  // mix two states (an early-committed write was dropped).
+  std::vector<char> written, early, stale;
   mutable std::mutex mutex;
   ParamStoreStats stats;
   std::unique_ptr<IoWorker> worker;  // declared last: its queue drains before anything above goes
@@ -73,9 +79,32 @@ struct ParamStore::Impl {
     return v;
   }
 
-  std::string where(const Chunk& c, int gen) const {
+  std::string where(const Chunk& c, const std::string& path) const {
     return str_cat("parameter shard of ", tensors[c.tensor].name, " (chunk ", c.index, ", bytes [", c.offset, ", ",
-                   c.offset + c.length, "), generation ", gen == 0 ? "a" : "b", ") on the NVMe tier");
+                   c.offset + c.length, "), file ", path, ") on the NVMe tier");
+  }
+  std::string where(const Chunk& c, detail::SlotRef s) const { return where(c, files.path(s)); }
+
+  // Drops tensor t's uncommitted writes; if some of its chunks were committed early, its
+  // files now mix two states.
+  void drop_writes(std::size_t t) noexcept {
+    for (std::size_t ci = first_chunk[t]; ci < first_chunk[t + 1]; ++ci) files.discard(ci);
+    if (early[t]) stale[t] = 1;
+    early[t] = written[t] = 0;
+  }
+
+  // Lends chunk ci a spare file as its `next`. With none free, a chunk of its length whose
+  // write has landed (not busy(chunk)) is committed early, which frees its old file; false
+  // when every such chunk is still busy (the caller waits for one and asks again).
+  template <class Busy> bool lend(std::size_t ci, const Busy& busy) {
+    if (files.acquire(ci)) return true;
+    for (std::size_t j = 0; j < chunks.size(); ++j) {
+      if (!chunks[j].has_next || chunks[j].klass != chunks[ci].klass || busy(j)) continue;
+      files.commit(j);
+      early[chunks[j].tensor] = 1;
+      return files.acquire(ci);
+    }
+    return false;
   }
 };
 
@@ -115,10 +144,11 @@ ParamStore::ParamStore(const ParamStoreOptions& options, std::vector<ParamTensor
   for (const auto& t : I.tensors) names.push_back(t.name);
   I.files.create(
       *I.sio.engine, options.dir, "offload_param.nvme_path", names, sizes_of(I.tensors),
-      layout_for(options, I.chunk_bytes), ".params.c", [&I](const Chunk& c, int gen) { return I.where(c, gen); },
-      "NVMe tier (parameters)");
-  I.current.assign(I.tensors.size(), 0);
+      layout_for(options, I.chunk_bytes), ".params.c",
+      [&I](const Chunk& c, int gen) { return I.where(c, c.path[gen]); }, "NVMe tier (parameters)");
   I.written.assign(I.tensors.size(), 0);
+  I.early.assign(I.tensors.size(), 0);
+  I.stale.assign(I.tensors.size(), 0);
   if (options.device != nullptr) I.worker = std::make_unique<IoWorker>(*options.device);
 }
 
@@ -149,14 +179,26 @@ void ParamStore::abort() {
   settle();
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
-  std::fill(I.written.begin(), I.written.end(), 0);
+  for (std::size_t t = 0; t < I.tensors.size(); ++t) I.drop_writes(t);
+}
+
+bool ParamStore::stale(std::size_t tensor) const {
+  settle();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stale.at(tensor) != 0;
 }
 
 void ParamStore::read_now(std::size_t tensor, const ChunkFn& fn) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
-  const int gen = I.current[tensor];
+  STRATA_CHECK(!I.stale[tensor], Errc::io, "parameter shard of ", I.tensors[tensor].name,
+               " on the NVMe tier mixes two states: a write that had begun to commit (its spare files, "
+               "offload_param.spare_chunks, ran out) was dropped. It must be written whole again; the engine rebuilds "
+               "it from the optimizer's masters when it undoes a step, and otherwise refuses until a checkpoint is "
+               "loaded: resume from the last checkpoint");
+  STRATA_CHECK(!I.early[tensor], Errc::internal, "parameter store: read of ", I.tensors[tensor].name,
+               " while its write is committed in part: commit or abort it first");
   const auto t0 = Clock::now();
   std::deque<Impl::Pending> inflight;
   std::size_t next = I.first_chunk[tensor];
@@ -167,7 +209,8 @@ void ParamStore::read_now(std::size_t tensor, const ChunkFn& fn) {
       while (next < end && !free_buffers.empty()) {
         const std::size_t b = free_buffers.back();
         free_buffers.pop_back();
-        inflight.push_back({next, b, I.chunks[next].file[gen]->swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
+        inflight.push_back(
+            {next, b, I.files.file(I.chunks[next].slot).swap_in(I.buffers[b].data(), I.buffers[b].bytes())});
         ++next;
       }
       Impl::Pending p = std::move(inflight.front());
@@ -175,7 +218,7 @@ void ParamStore::read_now(std::size_t tensor, const ChunkFn& fn) {
       const io::Status s = p.op.wait();
       free_buffers.push_back(p.buffer);
       const Chunk& c = I.chunks[p.chunk];
-      STRATA_IO_CHECK(s, I.where(c, gen));
+      STRATA_IO_CHECK(s, I.where(c, c.slot));
       fn(c.offset, I.buffers[p.buffer].data(), c.length);
       I.stats.bytes_read += c.length;
     }
@@ -191,20 +234,28 @@ void ParamStore::write_now(std::size_t tensor, const void* src) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
-  const int gen = 1 - I.current[tensor];
+  I.drop_writes(tensor);  // an earlier uncommitted write of it is replaced
   const auto t0 = Clock::now();
   std::deque<Impl::Pending> inflight;
   std::vector<std::size_t> free_buffers = I.all_buffers();
-  I.written[tensor] = 0;  // a failed write leaves the other generation unusable until rewritten
   auto finish = [&] {
     Impl::Pending p = std::move(inflight.front());
     inflight.pop_front();
     const io::Status s = p.op.wait();
     free_buffers.push_back(p.buffer);
-    STRATA_IO_CHECK(s, I.where(I.chunks[p.chunk], gen));
+    const Chunk& c = I.chunks[p.chunk];
+    STRATA_IO_CHECK(s, I.where(c, c.next));
+  };
+  auto busy = [&](std::size_t j) {
+    return std::any_of(inflight.begin(), inflight.end(), [j](const Impl::Pending& p) { return p.chunk == j; });
   };
   try {
     for (std::size_t ci = I.first_chunk[tensor]; ci < I.first_chunk[tensor + 1]; ++ci) {
+      while (!I.lend(ci, busy)) {  // its length's spares are all in writes still in flight
+        STRATA_CHECK(!inflight.empty(), Errc::internal, "parameter store: no spare file for ",
+                     I.where(I.chunks[ci], I.chunks[ci].slot));
+        finish();
+      }
       if (free_buffers.empty()) finish();
       const std::size_t b = free_buffers.back();
       free_buffers.pop_back();
@@ -212,12 +263,13 @@ void ParamStore::write_now(std::size_t tensor, const void* src) {
       auto& buf = I.buffers[b];
       std::memcpy(buf.data(), static_cast<const char*>(src) + c.offset, c.length);
       std::memset(buf.data() + c.length, 0, buf.bytes() - c.length);
-      inflight.push_back({ci, b, c.file[gen]->swap_out(buf.data(), buf.bytes())});
+      inflight.push_back({ci, b, I.files.file(c.next).swap_out(buf.data(), buf.bytes())});
       I.stats.bytes_written += c.length;
     }
     while (!inflight.empty()) finish();
   } catch (...) {
     for (auto& p : inflight) (void)p.op.wait();
+    I.drop_writes(tensor);  // stale if some chunks were committed early
     I.stats.write_seconds += since(t0);
     throw;
   }
@@ -231,34 +283,41 @@ void ParamStore::write_from(std::size_t tensor, ParamStore& src, std::size_t src
   settle();
   std::lock_guard<std::mutex> lock(I.mutex);
   STRATA_CHECK(tensor < I.tensors.size(), Errc::invalid_argument, "parameter store: no tensor ", tensor);
-  const int gen = 1 - I.current[tensor];
-  I.written[tensor] = 0;
+  I.drop_writes(tensor);
   const auto t0 = Clock::now();
   std::size_t ci = I.first_chunk[tensor];
   std::uint64_t filled = 0;
   auto& buf = I.buffers[0];
-  src.read(src_tensor, [&](std::uint64_t, const void* data, std::uint64_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument,
-                   "parameter store: write_from: ", I.tensors[tensor].name, " is smaller than its source");
-      const Chunk& c = I.chunks[ci];
-      const std::uint64_t take = std::min(n, c.length - filled);
-      std::memcpy(buf.data() + filled, p, take);
-      filled += take;
-      p += take;
-      n -= take;
-      if (filled == c.length) {
-        std::memset(buf.data() + c.length, 0, buf.bytes() - c.length);
-        STRATA_IO_CHECK(c.file[gen]->swap_out(buf.data(), buf.bytes()).wait(), I.where(c, gen));
-        I.stats.bytes_written += c.length;
-        ++ci;
-        filled = 0;
+  try {
+    src.read(src_tensor, [&](std::uint64_t, const void* data, std::uint64_t n) {
+      const char* p = static_cast<const char*>(data);
+      while (n > 0) {
+        STRATA_CHECK(ci < I.first_chunk[tensor + 1], Errc::invalid_argument,
+                     "parameter store: write_from: ", I.tensors[tensor].name, " is smaller than its source");
+        const Chunk& c = I.chunks[ci];
+        const std::uint64_t take = std::min(n, c.length - filled);
+        std::memcpy(buf.data() + filled, p, take);
+        filled += take;
+        p += take;
+        n -= take;
+        if (filled == c.length) {
+          std::memset(buf.data() + c.length, 0, buf.bytes() - c.length);
+          STRATA_CHECK(I.lend(ci, [](std::size_t) { return false; }), Errc::internal,
+                       "parameter store: no spare file for ", I.where(c, c.slot));
+          STRATA_IO_CHECK(I.files.file(c.next).swap_out(buf.data(), buf.bytes()).wait(), I.where(c, c.next));
+          I.stats.bytes_written += c.length;
+          ++ci;
+          filled = 0;
+        }
       }
-    }
-  });
-  STRATA_CHECK(ci == I.first_chunk[tensor + 1], Errc::invalid_argument,
-               "parameter store: write_from: ", I.tensors[tensor].name, " is larger than its source");
+    });
+    STRATA_CHECK(ci == I.first_chunk[tensor + 1], Errc::invalid_argument,
+                 "parameter store: write_from: ", I.tensors[tensor].name, " is larger than its source");
+  } catch (...) {
+    I.drop_writes(tensor);
+    I.stats.write_seconds += since(t0);
+    throw;
+  }
   I.written[tensor] = 1;
   I.stats.write_seconds += since(t0);
 }
@@ -269,8 +328,10 @@ void ParamStore::commit_now(std::size_t tensor, bool all) {
   STRATA_CHECK(all || tensor < I.tensors.size(), Errc::internal, "parameter store: commit of tensor ", tensor, " of ",
                I.tensors.size());
   for (std::size_t t = all ? 0 : tensor; t < (all ? I.tensors.size() : tensor + 1); ++t) {
-    if (I.written[t]) I.current[t] = 1 - I.current[t];
-    I.written[t] = 0;
+    if (!I.written[t]) continue;
+    for (std::size_t ci = I.first_chunk[t]; ci < I.first_chunk[t + 1]; ++ci)
+      if (I.chunks[ci].has_next) I.files.commit(ci);
+    I.written[t] = I.early[t] = I.stale[t] = 0;
   }
 }
 
@@ -289,7 +350,7 @@ std::string ParamStore::file_of(std::size_t tensor, std::uint64_t offset) const 
   std::lock_guard<std::mutex> lock(I.mutex);
   for (std::size_t ci = I.first_chunk.at(tensor); ci < I.first_chunk.at(tensor + 1); ++ci) {
     const auto& c = I.chunks[ci];
-    if (offset >= c.offset && offset < c.offset + c.length) return c.path[I.current[tensor]];
+    if (offset >= c.offset && offset < c.offset + c.length) return I.files.path(c.slot);
   }
   return {};
 }

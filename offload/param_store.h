@@ -4,15 +4,23 @@
 //
 // Protocol. The constructor sizes a pool of buffer_count pinned buffers of chunk_bytes
 // (offload_param.buffer_size elements, rounded up to 4 KiB), checks it against the budget
-// (naming the minimum), creates the directory and, per chunk, two checksummed swap files
-// (generations a and b) with their blocks reserved, so a full device fails here. A tensor
-// larger than a buffer is split into chunks: nothing is asserted on size. write(t, src)
-// writes tensor t's new bytes into its other generation; commit() makes every write since
+// (naming the minimum), creates the directory and the checksummed swap files with their
+// blocks reserved, so a full device fails here. A tensor larger than a buffer is split into
+// chunks: nothing is asserted on size. Each chunk's committed bytes are in one file; a write
+// goes to a spare file of the chunk's length. With options.spares 0 every chunk has its own
+// spare (two generations of everything); with n > 0 the chunks of one length share n spares.
+// write(t, src) writes tensor t's new bytes into spares; commit() makes every write since
 // the last commit current (commit(t): tensor t's), abort() drops them, so a step that fails
-// halfway leaves the last good state readable. read(t, fn) reads the current generation
-// chunk by chunk (up to buffer_count chunks in flight), verifies checksums and hands each
-// chunk to fn(offset, data, bytes) in offset order on the calling thread; a mismatch is an
-// error naming the tensor, the file and the block. Files are removed on destruction.
+// halfway leaves the last good state readable. When a write finds no spare free, a chunk of
+// that length whose write has landed is committed early to free its old file: the tensor it
+// belongs to is then ahead of the last commit, and if the write is dropped (abort(), or its
+// own write failing) the tensor is stale, its files mixing two states: stale(t) says so,
+// reads of it are refused naming why, and a whole write of it and a commit make it whole
+// (parameter shards are the compute-dtype copy of the optimizer's masters, so the engine
+// rebuilds them from those). read(t, fn) reads the committed files chunk by chunk (up to
+// buffer_count chunks in flight), verifies checksums and hands each chunk to
+// fn(offset, data, bytes) in offset order on the calling thread; a mismatch is an error
+// naming the tensor, the file and the block. Files are removed on destruction.
 //
 // Queued requests. With options.device set, the store has an I/O worker of its own (a thread
 // private to it; io_worker.h): read_async(t, pieces) scatters tensor t's bytes into the
@@ -55,6 +63,7 @@ struct ParamStoreOptions {
   unsigned queue_depth = 32;             // aio.queue_depth
   unsigned submit_batch = 8;             // pieces per io_uring_submit (aio.single_submit: 1)
   std::uint32_t block_bytes = 1u << 20;  // aio.block_size
+  std::uint64_t spares = 0;              // spare files per chunk length (offload_param.spare_chunks); 0: one per chunk
   device::Device* device = nullptr;      // set: queued requests (a worker thread), signalled to its streams
   Tracer* tracer = nullptr;              // optional: "nvme read", "nvme write" rows of queued requests
 };
@@ -85,6 +94,9 @@ class ParamStore {
   void commit();
   void commit(std::size_t tensor);  // tensor's write since the last commit only
   void abort();
+  // Tensor t's files mix two states (a write committed in part was dropped): write it whole
+  // and commit before reading it.
+  bool stale(std::size_t tensor) const;
 
   // Queued requests (options.device set; see the protocol above).
   using Ticket = IoWorker::Ticket;
@@ -105,15 +117,15 @@ class ParamStore {
 
   std::uint64_t buffer_bytes() const noexcept;
   int buffer_count() const noexcept;
-  std::uint64_t file_bytes() const noexcept;  // both generations, headers included
+  std::uint64_t file_bytes() const noexcept;  // committed and spare files, headers included
   std::size_t chunks() const noexcept;
-  // The current generation's file holding byte `offset` of `tensor`.
+  // The committed file holding byte `offset` of `tensor`.
   std::string file_of(std::size_t tensor, std::uint64_t offset) const;
   ParamStoreStats stats() const;
 
   static std::uint64_t min_budget_bytes(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);
   // What a store for these tensors takes, computed without creating it: the buffers the
-  // constructor allocates and both generations of the swap files on disk, headers included.
+  // constructor allocates and the swap files on disk (spares included), headers included.
   // Refuses, as the constructor does, a buffer count below 1 or a budget below one buffer.
   using Footprint = SwapFootprint;
   static Footprint footprint(const ParamStoreOptions& options, const std::vector<ParamTensor>& tensors);

@@ -46,11 +46,12 @@ struct PlacementProblem {
   // device_budget: a refusal names the budget as configured and asks for this much more.
   std::uint64_t device_held = 0;
   bool nvme_available = false;  // an nvme_path is configured (otherwise nothing may go to NVMe)
-  // NVMe bytes per byte placed there: the engine keeps two generations of every swap file (the
-  // last good state survives a failed step), so it passes 2; optimizer state with spare files
-  // shared per sub-group length (offload_optimizer.spare_sub_groups) takes about once its
-  // bytes, nvme_state_copies 1 (the spares themselves are checked against memory_budget.nvme
-  // once the layers are placed).
+  // NVMe bytes per byte placed there (nvme_copies: parameter shards, nvme_state_copies:
+  // optimizer state): the engine keeps two generations of every swap file (the last good state
+  // survives a failed step), so it passes 2; with spare files shared per chunk length
+  // (offload_optimizer.spare_sub_groups, offload_param.spare_chunks) the files take about once
+  // their bytes, 1 (the spares themselves are checked against memory_budget.nvme once the layers
+  // are placed).
   std::uint32_t nvme_copies = 1, nvme_state_copies = 1;
   // Stage-3 gathers all-gather in device memory (the engine's device collectives, NCCL on
   // GPUs): only the shard crosses the link, c*E per gather from a host or NVMe shard and

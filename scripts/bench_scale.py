@@ -21,8 +21,8 @@ undone (clipping, overflow) and redone moves more, and that is its cost, not a h
 the measured steps that clipped, were rolled back and were deferred (under clipping the overlapped step waits for the
 norm and runs as the tail: docs/offload.md). --moments bf16
 keeps the optimizer's moments in bf16 (bf16.bf16_optimizer_states: 8 bytes of state a parameter, not 12),
---moments q8 in 8-bit blocks (optimizer.moments "q8": 6.125). --spares N keeps the optimizer state's swap files once
-plus N spare files per sub-group length (offload_optimizer.spare_sub_groups; 0, two generations). Reports medians over
+--moments q8 in 8-bit blocks (optimizer.moments "q8": 6.125). --spares N keeps the swap files once plus N spare files
+per length (offload_optimizer.spare_sub_groups and offload_param.spare_chunks; 0, two generations). Reports medians over
 rounds, the NVMe footprint (every swap file's bytes, from the ledger) against the state it holds, the process's peak
 RSS against the bound the RSS test asserts (host + device budgets + the RSS before setup + 40 MiB), writes
 scale.json, and draws the last overlapped step's trace as scale-step.svg (scripts/trace_svg.py)."""
@@ -60,7 +60,7 @@ def config(a, overlap):
             "offload_optimizer": {"device": "nvme", "nvme_path": a.dir, "buffer_count": a.buffers,
                                   "overlap_step": overlap, "spare_sub_groups": a.spares},
             "offload_param": {"device": "nvme", "nvme_path": a.dir, "buffer_count": 4, "buffer_size": a.sub_group,
-                              "max_in_cpu": 0},
+                              "max_in_cpu": 0, "spare_chunks": a.spares},
         },
         "aio": {"queue_depth": a.qd},
         "memory_budget": {"device": a.device_budget, "host": a.host_budget},
@@ -143,7 +143,8 @@ def main():
     ap.add_argument("--moments", choices=("fp32", "bf16", "q8"), default="fp32",
                     help="the optimizer's moments: fp32, bf16 (bf16.bf16_optimizer_states) or q8 (optimizer.moments)")
     ap.add_argument("--spares", type=int, default=0,
-                    help="offload_optimizer.spare_sub_groups (0: two generations of the optimizer state's files)")
+                    help="offload_optimizer.spare_sub_groups and offload_param.spare_chunks (0: two generations of "
+                         "the swap files)")
     ap.add_argument("--host-budget", default="3.75GiB", help="a quarter of the 1B model states")
     ap.add_argument("--device-budget", default="1GiB")
     ap.add_argument("--steps", type=int, default=6, help="per train run")
@@ -216,7 +217,7 @@ def main():
               f"step / max(compute, floor) = {summary[t + '_ratio']:.3f}  NVMe "
               f"{summary[t + '_nvme_bytes'] / params:.1f} B a parameter a step")
     print(f"NVMe footprint {summary['nvme_files'] / 1e9:.2f} GB of swap files for {on_nvme / 1e9:.2f} GB of state "
-          f"(optimizer state and parameters): {summary['nvme_files'] / on_nvme:.3f}x (spare_sub_groups {a.spares})")
+          f"(optimizer state and parameters): {summary['nvme_files'] / on_nvme:.3f}x (spare files per length {a.spares})")
     # The bound tests/tools/rss_bound_test.sh asserts (docs/offload.md, "How the estimate and the plan are built").
     bound = host + device + summary["rss_base"] + (40 << 20)
     print(f"peak RSS {summary['rss_peak'] / 2**30:.2f} GiB against the bound {bound / 2**30:.2f} GiB (host + device "

@@ -3,9 +3,12 @@
 // stage, with gradient accumulation, overlapped reductions, stage-3 prefetch (the first
 // trace's step dropped too) and the overlapped optimizer step (host and NVMe lanes that
 // already updated a layer with the dropped step's gradients: an evaluation right after the
-// abandon must not see that update).
+// abandon must not see that update; with the parameter shards on NVMe and one spare file, the
+// second layer's write commits the first's early, and the abandon rebuilds it from the masters).
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -51,11 +54,12 @@ void good_step(engine::Engine& e) {
   (void)e.step();
 }
 
-enum class Failure { forward, backward, eval };
+enum class Failure { forward, backward, late_backward, eval };
 
 // A step that fails midway: in the forward of layer 1 (layers 0 and 1 left gathered), or in
 // the backward of layer 1 (layer 2's garbage gradient reduced and, at accumulation 1, handed to
-// an overlapped optimizer; layer 1's garbage gradient written and never reduced), or an
+// an overlapped optimizer; layer 1's garbage gradient written and never reduced), or in the
+// backward of layer 0 (layers 2 and 1 reduced, and given the time to be stepped), or an
 // evaluation failing in layer 1's forward. Every earlier micro-batch completed.
 void failing_step(engine::Engine& e, Failure how) {
   const auto accum = std::max<std::int64_t>(1, e.config().gradient_accumulation_steps);
@@ -91,6 +95,13 @@ void failing_step(engine::Engine& e, Failure how) {
     e.reduce_grads(2);
     e.release(2);
     write_grads(e, 1, 0, 0.5f);
+    if (how == Failure::late_backward) {
+      e.reduce_grads(1);
+      e.release(1);
+      write_grads(e, 0, 0, 0.5f);
+      // An overlapped lane steps layers 2 and 1 within microseconds; this is ample time.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
   e.abandon_step();
 }
@@ -163,15 +174,23 @@ TEST_CASE("an abandoned step leaves the engine as if it had never begun", "[engi
   nvme_lane.offload_optimizer.device = engine::OffloadDevice::nvme;
   nvme_lane.offload_optimizer.nvme_path = dir.file("nvme");
   cases.push_back({"overlap_step, NVMe optimizer (the tail)", nvme_lane});
+  auto nvme_shards = host_lane;
+  nvme_shards.zero.stage = 3;
+  nvme_shards.zero.stage3_param_persistence_threshold = 0;
+  nvme_shards.offload_param.device = engine::OffloadDevice::nvme;
+  nvme_shards.offload_param.nvme_path = dir.file("shards");
+  nvme_shards.offload_param.spare_chunks = 1;  // three one-chunk shards, one spare
+  cases.push_back({"overlap_step, host optimizer, NVMe shards with one spare", nvme_shards});
 
   for (const auto& k : cases) {
     for (int fail_before : {0, 1}) {  // 0: the stage-3 trace's first step is the dropped one
       const Run reference = run(k.config, 3, -1, Failure::forward, fail_before);
-      for (Failure how : {Failure::forward, Failure::backward, Failure::eval}) {
+      for (Failure how : {Failure::forward, Failure::backward, Failure::late_backward, Failure::eval}) {
         INFO(k.name << ", failure before step " << fail_before << ", in "
-                    << (how == Failure::forward    ? "forward"
-                        : how == Failure::backward ? "backward"
-                                                   : "evaluation"));
+                    << (how == Failure::forward         ? "forward"
+                        : how == Failure::backward      ? "backward"
+                        : how == Failure::late_backward ? "layer 0's backward"
+                                                        : "evaluation"));
         const Run r = run(k.config, 3, fail_before, how, fail_before);
         CHECK(r.live_after_abandon == 0);
         CHECK(r.probed == reference.probed);

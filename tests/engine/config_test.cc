@@ -88,7 +88,7 @@ TEST_CASE("every honoured key is read", "[config]") {
                             "overlap_step": true, "spare_sub_groups": 2}
     },
     "offload_param": {"device": "none", "nvme_path": "/mnt/p", "pin_memory": true, "buffer_count": 7,
-                      "buffer_size": 2e8, "max_in_cpu": 3e9},
+                      "buffer_size": 2e8, "max_in_cpu": 3e9, "spare_chunks": 3},
     "aio": {"block_size": 262144, "queue_depth": 32, "intra_op_parallelism": 4, "single_submit": true,
             "overlap_events": false},
     "optimizer": {"type": "adam", "params": {"lr": 3e-4, "betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.01,
@@ -133,6 +133,8 @@ TEST_CASE("every honoured key is read", "[config]") {
   CHECK(p.buffer_count == 7);
   CHECK(p.buffer_size == 200000000u);
   CHECK(p.max_in_cpu == 3000000000u);
+  CHECK(p.spare_chunks == 3);
+  CHECK(o.spare_chunks == 0);  // the parameters' key only
   CHECK(c.aio.block_size == 262144u);
   CHECK(c.aio.queue_depth == 32);
   CHECK(c.aio.intra_op_parallelism == 4);

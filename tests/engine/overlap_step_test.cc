@@ -80,7 +80,8 @@ TEST_CASE("an overlapped optimizer step gives the synchronous step's bits", "[of
       stage == 3 ? GENERATE(OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme) : OffloadDevice::none;
   const auto opt = GENERATE(OffloadDevice::nvme, OffloadDevice::cpu);
   // One spare file per sub-group length: the lane waits for run()'s decision before it commits.
-  const std::uint64_t spares = opt == OffloadDevice::nvme ? GENERATE(0, 1) : 0;
+  // The parameter shards on NVMe take one spare per chunk length too: their writes commit early.
+  const std::uint64_t spares = opt == OffloadDevice::nvme || params == OffloadDevice::nvme ? GENERATE(0, 1) : 0;
   INFO("world " << world << " stage " << stage << " parameters offloaded to " << static_cast<int>(params)
                 << ", optimizer state to " << static_cast<int>(opt) << ", spare sub-groups " << spares);
   test::TempDir dir("strata-offload");
@@ -91,6 +92,7 @@ TEST_CASE("an overlapped optimizer step gives the synchronous step's bits", "[of
   spec.config.gradient_clipping = 0;  // nothing to undo here
   place(spec.config, params, dir.path(), opt);
   spec.config.offload_optimizer.spare_sub_groups = spares;
+  spec.config.offload_param.spare_chunks = spares;
   const Runs r = both(spec);
   check_same_bits(r);
   CHECK(rolled_back(r.overlapped) == 0);
@@ -122,10 +124,11 @@ TEST_CASE("an overlapped optimizer step gives the synchronous step's bits", "[of
 TEST_CASE("a step that overflows or clips undoes the overlapped update exactly", "[offload][uring]") {
   const int world = GENERATE(1, 2);
   // Parameters in host RAM take the device's path for the undo (compute copies rebuilt from
-  // the masters) and the first test covers them kept: device and NVMe here.
+  // the masters) and the first test covers them kept: device and NVMe here. With one spare
+  // per chunk length, an undone step's NVMe shards have begun to commit: rebuilt from the masters.
   const auto params = GENERATE(OffloadDevice::none, OffloadDevice::nvme);
   const auto opt = GENERATE(OffloadDevice::nvme, OffloadDevice::cpu);
-  const std::uint64_t spares = opt == OffloadDevice::nvme ? GENERATE(0, 1) : 0;
+  const std::uint64_t spares = opt == OffloadDevice::nvme || params == OffloadDevice::nvme ? GENERATE(0, 1) : 0;
   test::TempDir dir("strata-offload");
   test::TrainSpec spec;
   spec.world = world;
@@ -147,6 +150,7 @@ TEST_CASE("a step that overflows or clips undoes the overlapped update exactly",
                 << static_cast<int>(opt) << ", spare sub-groups " << spares);
   place(spec.config, params, dir.path(), opt);
   spec.config.offload_optimizer.spare_sub_groups = spares;
+  spec.config.offload_param.spare_chunks = spares;
   Runs r = both(spec);
   REQUIRE(r.overlapped.params.size() == r.sync.params.size());
   CHECK(std::memcmp(r.overlapped.params.data(), r.sync.params.data(), r.sync.params.size() * 4) == 0);

@@ -1,6 +1,7 @@
 // Optimizer state on NVMe with fewer spare files than sub-groups
-// (offload_optimizer.spare_sub_groups): the bits of two generations at stages 2 and 3 on one
-// and two ranks, NVMe files of the state plus the spares (so a budget only that fits trains,
+// (offload_optimizer.spare_sub_groups), and stage-3 parameter shards with fewer than chunks
+// (offload_param.spare_chunks): the bits of two generations at stages 2 and 3 on one and two
+// ranks, NVMe files of the state plus the spares (so a budget only that fits trains,
 // where two generations are refused), and a step that fails after it began to commit: the
 // engine refuses to go on, naming why and what to do, until a checkpoint is loaded, after
 // which training gives the bits of a run that never failed.
@@ -25,6 +26,7 @@ using engine::OffloadDevice;
 namespace {
 
 constexpr auto kOptimizer = static_cast<std::size_t>(offload::Kind::optimizer);
+constexpr auto kParams = static_cast<std::size_t>(offload::Kind::params);
 
 void on_nvme(engine::EngineConfig& c, const std::string& dir, OffloadDevice params, std::uint64_t spares) {
   c.zero.sub_group_size = 100;  // many sub-groups of one length, a few shorter ones
@@ -32,6 +34,7 @@ void on_nvme(engine::EngineConfig& c, const std::string& dir, OffloadDevice para
   c.offload_optimizer.device = OffloadDevice::nvme;
   c.offload_optimizer.nvme_path = dir;
   c.offload_optimizer.spare_sub_groups = spares;
+  c.offload_param.spare_chunks = spares;
   c.offload_param.device = params;
   c.offload_param.nvme_path = dir;
   c.offload_param.buffer_size = 200;
@@ -63,9 +66,15 @@ TEST_CASE("spare sub-groups: two generations' bits from the state plus its spare
   CHECK(files > once);
   CHECK(files < once + once / 3);
   CHECK(spare.io.back().nvme_write_bytes == two.io.back().nvme_write_bytes);
+  if (params == OffloadDevice::nvme) {  // the shards' files likewise (offload_param.spare_chunks 1)
+    const std::uint64_t p_twice = two.memory.nvme.kind_peak[kParams], p_files = spare.memory.nvme.kind_peak[kParams];
+    INFO("NVMe parameter files: " << p_twice << " B with two generations, " << p_files << " B with spares");
+    CHECK(p_files > p_twice / 2);  // a layer's shard is one 4 KiB chunk here: three, and one spare
+    CHECK(p_files <= p_twice / 2 + p_twice / 6);
+  }
 }
 
-TEST_CASE("spare sub-groups: an NVMe budget only the state plus its spares fit trains; two generations are refused",
+TEST_CASE("spare files: an NVMe budget only the state plus its spares fit trains; two generations are refused",
           "[offload][uring][negative]") {
   test::TempDir dir("strata-spares");
   test::TrainSpec spec;
@@ -81,6 +90,22 @@ TEST_CASE("spare sub-groups: an NVMe budget only the state plus its spares fit t
   INFO(m);
   CHECK(m.find("NVMe tier: this placement's swap files need ") != std::string::npos);
   CHECK(m.find("offload_optimizer.spare_sub_groups") != std::string::npos);  // the way out it names
+  CHECK(m.find("offload_param.spare_chunks") == std::string::npos);          // no parameters on NVMe
+
+  // Stage 3 with the shards on NVMe too: their spares fit where their two generations do not.
+  spec.config = test::mlp_config(3, 1, DType::bf16);
+  on_nvme(spec.config, dir.file("c"), OffloadDevice::nvme, 1);
+  const auto run = test::train_mlp(spec);
+  spec.config.memory_budget.nvme = run.memory.nvme.kind_peak[kOptimizer] + run.memory.nvme.kind_peak[kParams];
+  on_nvme(spec.config, dir.file("d"), OffloadDevice::nvme, 1);
+  CHECK(test::error_of([&] { (void)test::train_mlp(spec); }).empty());
+  spec.config.offload_param.spare_chunks = 0;
+  spec.config.offload_param.nvme_path = dir.file("e");
+  const std::string p = test::error_of([&] { (void)test::train_mlp(spec); });
+  INFO(p);
+  CHECK(p.find("of parameter files (in two generations") != std::string::npos);
+  CHECK(p.find("offload_param.spare_chunks") != std::string::npos);
+  CHECK(p.find("offload_optimizer.spare_sub_groups") == std::string::npos);  // already once plus spares
 }
 
 TEST_CASE("spare sub-groups: a step that fails after it began to commit stops training until a checkpoint is loaded",
