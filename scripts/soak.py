@@ -14,8 +14,9 @@ Writes DIR/soak.json and, with matplotlib, DIR/soak.png; exits 1 when the bytes 
 figure grows (peak RSS over the first runs' by more than --rss-slack, the later runs' smallest
 swap bytes or bytes per committed checkpoint above the first runs' by more than 5%, more than
 --keep + 1 committed checkpoints after a kill, or a moment above what replacing a file can
-explain).
-Usage: soak.py --strata BIN --dir DIR [--kills N] [--seed N] [--rss-slack F]"""
+explain). --spares N keeps the swap files once plus N spare files per length
+(offload_optimizer.spare_sub_groups and offload_param.spare_chunks; 0, two generations).
+Usage: soak.py --strata BIN --dir DIR [--kills N] [--seed N] [--rss-slack F] [--spares N]"""
 import argparse
 import json
 import os
@@ -123,6 +124,7 @@ def main():
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rss-slack", type=float, default=0.15)
+    ap.add_argument("--spares", type=int, default=0)
     a = ap.parse_args()
     if a.kills < 1:
         sys.exit("soak: --kills must be >= 1")
@@ -140,9 +142,11 @@ def main():
     json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
                "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
                "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-                                     "offload_optimizer": {"device": "nvme", "nvme_path": nvme},
+                                     "offload_optimizer": {"device": "nvme", "nvme_path": nvme,
+                                                           "spare_sub_groups": a.spares},
                                      "offload_param": {"device": "nvme", "nvme_path": nvme, "buffer_count": 4,
-                                                       "buffer_size": 65536}}}, open(cfg, "w"))
+                                                       "buffer_size": 65536, "spare_chunks": a.spares}}},
+              open(cfg, "w"))
     # The text is copied: the runs span minutes, and a file edited meanwhile would give the
     # uninterrupted run other batches (the README did, twice, before this copy).
     data = os.path.join(a.dir, "text.txt")
