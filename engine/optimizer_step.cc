@@ -90,8 +90,11 @@ void OptimizerStep::roll_back() noexcept {
   // Device work and parameter write-backs already queued may still read or write the
   // buffers dropped below: let them finish.
   c_.settle();
-  // The last good parameter shards on NVMe stay current; staged copies are dropped.
+  // Staged copies are dropped and the NVMe shards' uncommitted writes too. The last good
+  // shards stay current, but for a layer whose write had begun to commit (the store's spare
+  // files in use): it is rebuilt from the committed masters, or left refused.
   c_.update.abort();
+  c_.update.rebuild_stale_shards();
 }
 
 }  // namespace strata::engine

@@ -410,13 +410,19 @@ void PlacementPlan::check_nvme_budget() const {
   const std::uint64_t need = opt_files + param_files;
   const bool opt_spares = c_.cfg.offload_optimizer.spare_sub_groups > 0;
   const bool param_spares = c_.cfg.offload_param.spare_chunks > 0;
+  if (need <= budget) return;
+  // What holds the bytes: two generations (a step's writes never overwrite the last commit) or
+  // once plus spare files.
   auto kept = [](bool spares) { return spares ? "once plus spare files" : "in two generations"; };
+  std::string parts;
+  if (opt_files > 0) parts = str_cat(format_bytes(opt_files), " of optimizer state files (", kept(opt_spares), ")");
+  if (param_files > 0)
+    parts += str_cat(parts.empty() ? "" : " and ", format_bytes(param_files), " of parameter files (",
+                     kept(param_spares), ")");
   STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
-               " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", format_bytes(opt_files),
-               " of optimizer state files (", kept(opt_spares), ") and ", format_bytes(param_files),
-               " of parameter files (", kept(param_spares),
-               "; a step's writes never overwrite what it would fall back to). Raise memory_budget.nvme to at least ",
-               need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
+               " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", parts,
+               ". Raise memory_budget.nvme to at least ", need,
+               " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
                opt_files > 0 && !opt_spares
                    ? ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)"
                    : "",

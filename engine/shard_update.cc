@@ -12,6 +12,7 @@
 #include "optim/device_step.h"
 #include "optim/lion.h"
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 
 namespace strata::engine {
 
@@ -166,28 +167,45 @@ void ShardUpdate::out_of_place(const optim::StepArgs& base, float lr, int li) {
   }
 }
 
+template <class Fn> void ShardUpdate::committed_masters(int li, const Fn& fn) {
+  if (c_.state.tier(li) != Tier::nvme)
+    fn(std::uint64_t{0}, static_cast<const float*>(c_.state.resident(li).master), std::uint64_t{c_.state.elems(li)});
+  else
+    c_.state.committed_masters(li, fn);
+}
+
 void ShardUpdate::restore_copies(int li) {
-  // fn(first, master, n) over the layer's committed masters, in pieces.
-  auto masters = [&](const auto& fn) {
-    if (c_.state.tier(li) != Tier::nvme)
-      fn(std::uint64_t{0}, static_cast<const float*>(c_.state.resident(li).master), std::uint64_t{c_.state.elems(li)});
-    else
-      c_.state.committed_masters(li, fn);
-  };
-  if (c_.updates.params_stale(li)) {  // its NVMe shard had begun to commit: rebuilt whole from the masters
+  if (rebuild_stale_shard(li)) return;
+  committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
+    c_.updates.restore_copies(li, first, n, master);
+  });
+}
+
+void ShardUpdate::rebuild_stale_shards() noexcept {
+  for (std::size_t li = 0; li < c_.layout.layers().size(); ++li) {
+    try {
+      (void)rebuild_stale_shard(static_cast<int>(li));
+    } catch (const std::exception& e) {
+      STRATA_LOG(error, "rank ", c_.rank, ": rebuilding layer ", c_.layout.layers()[li].id,
+                 "'s parameter shard from its masters failed: ", e.what(),
+                 "; it stays refused until a checkpoint is loaded");
+    }
+  }
+}
+
+bool ShardUpdate::rebuild_stale_shard(int li) {
+  if (!c_.updates.params_stale(li)) return false;
+  {
     const std::size_t cbytes = dtype_size(c_.cdt);
     STRATA_CHECK(c_.state.elems(li) == c_.layout.layer_shard(li), Errc::internal, "layer ", li, ": ",
                  c_.state.elems(li), " optimizer elements for a shard of ", c_.layout.layer_shard(li));
     std::vector<char> shard(c_.state.elems(li) * cbytes);
-    masters([&](std::uint64_t first, const float* master, std::uint64_t n) {
+    committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
       convert(master, DType::fp32, shard.data() + first * cbytes, c_.cdt, n);
     });
     c_.updates.rewrite_params(li, shard.data());
-    return;
   }
-  masters([&](std::uint64_t first, const float* master, std::uint64_t n) {
-    c_.updates.restore_copies(li, first, n, master);
-  });
+  return true;
 }
 
 }  // namespace strata::engine

@@ -87,12 +87,21 @@ class ShardUpdate {
   // committed fp32 masters (UpdateStaging::restore_copies), and its NVMe shard written whole
   // from them and committed if the store had begun to commit the undone write (params_stale).
   void restore_copies(int li);
+  // After abort(): every layer's NVMe shard that the store had begun to commit
+  // (UpdateStaging::params_stale) written whole from the committed masters and committed. A
+  // failed synchronous step's roll-back; a shard that cannot be rebuilt (its masters' files
+  // mix two states, or the drive fails) is logged and stays refused until a checkpoint load.
+  void rebuild_stale_shards() noexcept;
   // Layer li keeps a whole compute copy on the device (stages 0-2; persistent stage-3 layers).
   bool replicated(int li) const { return c_.updates.resident_copy(li) != nullptr; }
   // The staging's traffic goes to `io` (null: the engine's again): the overlapped lane's.
   void count_into(IoStats* io) noexcept { c_.updates.count_into(io); }
 
  private:
+  // fn(first, master, n) over layer li's committed fp32 masters, in pieces.
+  template <class Fn> void committed_masters(int li, const Fn& fn);
+  // rebuild_stale_shards() for layer li; false when its shard was whole.
+  bool rebuild_stale_shard(int li);
   // Muon at stages 1-3 on the layers whose state is on NVMe (muon_swapped.cc), and layer li's
   // hidden matrices with their configs at the step's rate lr, in registration order.
   void muon_swapped(const optim::StepArgs& base, float lr, float adam_lr, IoStats& io);

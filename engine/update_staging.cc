@@ -81,8 +81,9 @@ void UpdateStaging::written(int li, std::uint64_t elems) {
     // Written behind the optimizer on the parameter store's queue: its order puts the write (and
     // the commit the step queues after the last one) before the next step's read of the layer,
     // so the next forward overlaps the write-back. A failed write is the store's sticky
-    // failure: the commit is skipped (the last good shards stay current) and the next gather
-    // reports it. The store hands the staging back to the host tier in every case.
+    // failure: the commit is skipped (the last good shards stay current, or are rebuilt from the
+    // masters where the store had begun to commit: ShardUpdate::rebuild_stale_shards) and the
+    // next gather reports it. The store hands the staging back to the host tier in every case.
     void* buf = s.stage;
     io().nvme_write_bytes += c_.layout.layer_shard(li) * cbytes_;
     s.stage = nullptr;

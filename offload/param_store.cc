@@ -3,6 +3,7 @@
 #include "offload/param_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -63,6 +64,7 @@ struct ParamStore::Impl {
   // early, some chunks were committed ahead of the tensor's commit; stale, its committed files
   // mix two states (an early-committed write was dropped).
   std::vector<char> written, early, stale;
+  std::atomic<std::size_t> stale_tensors{0};  // how many are stale: read_async's check without the lock
   mutable std::mutex mutex;
   ParamStoreStats stats;
   std::unique_ptr<IoWorker> worker;  // declared last: its queue drains before anything above goes
@@ -89,7 +91,10 @@ struct ParamStore::Impl {
   // files now mix two states.
   void drop_writes(std::size_t t) noexcept {
     for (std::size_t ci = first_chunk[t]; ci < first_chunk[t + 1]; ++ci) files.discard(ci);
-    if (early[t]) stale[t] = 1;
+    if (early[t] && !stale[t]) {
+      stale[t] = 1;
+      ++stale_tensors;
+    }
     early[t] = written[t] = 0;
   }
 
@@ -331,6 +336,7 @@ void ParamStore::commit_now(std::size_t tensor, bool all) {
     if (!I.written[t]) continue;
     for (std::size_t ci = I.first_chunk[t]; ci < I.first_chunk[t + 1]; ++ci)
       if (I.chunks[ci].has_next) I.files.commit(ci);
+    if (I.stale[t]) --I.stale_tensors;
     I.written[t] = I.early[t] = I.stale[t] = 0;
   }
 }
@@ -375,6 +381,12 @@ ParamStore::Ticket ParamStore::read_async(std::size_t tensor, std::vector<Piece>
   for (const auto& p : into) total += p.bytes;
   STRATA_CHECK(total == I.tensors[tensor].bytes, Errc::internal, "parameter store: read of ", I.tensors[tensor].name,
                " into ", total, " B of pieces, but it holds ", I.tensors[tensor].bytes, " B");
+  // A stale tensor is refused here, on the caller's thread, rather than as the worker's
+  // sticky failure, which would also refuse the load that repairs it. Requests queued before
+  // this one may still rewrite it: those finish first. (Stale tensors are rare: the check
+  // takes neither the lock, which a write holds, nor a wait while there are none.)
+  if (I.stale_tensors.load() > 0 && stale(tensor))
+    read_now(tensor, [](std::uint64_t, const void*, std::uint64_t) {});  // throws, naming why
   return worker_of(I.worker).submit([this, tensor, into = std::move(into)] {
     Tracer::Span span(impl_->options.tracer, "nvme read", str_cat("params ", impl_->tensors[tensor].name));
     std::size_t k = 0;

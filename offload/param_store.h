@@ -15,7 +15,8 @@
 // that length whose write has landed is committed early to free its old file: the tensor it
 // belongs to is then ahead of the last commit, and if the write is dropped (abort(), or its
 // own write failing) the tensor is stale, its files mixing two states: stale(t) says so,
-// reads of it are refused naming why, and a whole write of it and a commit make it whole
+// reads of it are refused naming why (read_async on the caller's thread, not as the
+// worker's sticky failure), and a whole write of it and a commit make it whole
 // (parameter shards are the compute-dtype copy of the optimizer's masters, so the engine
 // rebuilds them from those). read(t, fn) reads the committed files chunk by chunk (up to
 // buffer_count chunks in flight), verifies checksums and hands each chunk to

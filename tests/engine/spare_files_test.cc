@@ -110,10 +110,15 @@ TEST_CASE("spare files: an NVMe budget only the state plus its spares fit trains
 
 TEST_CASE("spare sub-groups: a step that fails after it began to commit stops training until a checkpoint is loaded",
           "[offload][uring][negative]") {
+  // With the shards on NVMe too (stage 3, one spare chunk), they cannot be rebuilt from masters
+  // whose files mix two states: the gather refuses on the trainer's thread, and the load that
+  // repairs the optimizer's files rewrites them as well.
+  const auto params = GENERATE(OffloadDevice::none, OffloadDevice::nvme);
+  INFO("parameters offloaded to " << static_cast<int>(params));
   test::TempDir dir("strata-spares");
   auto config = [&](const std::string& path) {
-    auto c = test::mlp_config(2, 1, DType::bf16);
-    on_nvme(c, path, OffloadDevice::none, 1);
+    auto c = test::mlp_config(params == OffloadDevice::nvme ? 3 : 2, 1, DType::bf16);
+    on_nvme(c, path, params, 1);
     return c;
   };
   test::MlpRank ref(config(dir.file("ref"))), t(config(dir.file("run")));
@@ -145,8 +150,55 @@ TEST_CASE("spare sub-groups: a step that fails after it began to commit stops tr
   INFO(refused);
   CHECK(refused.find("mixes two states") != std::string::npos);
   CHECK(refused.find("resume from the last checkpoint") != std::string::npos);
+  t.engine->abandon_step();  // a refused gather leaves the step open, as any failed forward does
   CHECK(test::error_of([&] { t.engine->save_checkpoint(dir.file("mixed"), "{}", copy); }).find("mixes two states") !=
         std::string::npos);
+  t.engine->load_checkpoint(dir.file("ckpt"));
+  t.train(2, 4);
+  const auto got = t.engine->full_parameters(), want = ref.engine->full_parameters();
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+}
+
+TEST_CASE("spare chunks: a step that fails after a shard began to commit rebuilds it, and a load recovers",
+          "[offload][uring][negative]") {
+  // Optimizer state in two generations (a failed step leaves its masters whole), shards with
+  // one spare for the three layers' chunks of one length: layer 1's write commits layer 0's
+  // early, then layer 2's state is found damaged. The roll-back rebuilds layer 0 from its
+  // masters, so the next step fails on the damage again (not on layer 0's shard, and not on a
+  // sticky failure that would also refuse the load), and a load then continues the run.
+  test::TempDir dir("strata-spares");
+  auto config = [&](const std::string& path) {
+    auto c = test::mlp_config(3, 1, DType::bf16);
+    on_nvme(c, path, OffloadDevice::nvme, 0);
+    c.offload_param.spare_chunks = 1;
+    return c;
+  };
+  test::MlpRank ref(config(dir.file("ref"))), t(config(dir.file("run")));
+  ref.train(0, 4);
+  t.train(0, 2);
+  engine::SaveOptions copy;
+  copy.link_nvme = false;
+  t.engine->save_checkpoint(dir.file("ckpt"), "{}", copy);
+  t.engine->save_checkpoint(dir.file("links"), "{}");
+  const auto links = checkpoint::open_checkpoint(dir.file("links"));
+  const auto& last = links.manifest.tensors.back().states[0].back();
+  const std::string linked = links.dir + "/" + links.manifest.files[static_cast<std::size_t>(last.file)].name;
+  std::string damaged;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.file("run")))
+    if (std::filesystem::equivalent(e.path(), linked)) damaged = e.path().string();
+  REQUIRE_FALSE(damaged.empty());
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8192 + 5);
+    f.put('\x5a');
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string failed = test::error_of([&] { (void)t.mlp->train_step(2); });
+    INFO("attempt " << attempt << ": " << failed);
+    CHECK(failed.find("checksum mismatch") != std::string::npos);
+    CHECK(failed.find("mixes two states") == std::string::npos);
+  }
   t.engine->load_checkpoint(dir.file("ckpt"));
   t.train(2, 4);
   const auto got = t.engine->full_parameters(), want = ref.engine->full_parameters();
