@@ -40,6 +40,22 @@ void on_nvme(engine::EngineConfig& c, const std::string& dir, OffloadDevice para
   c.offload_param.buffer_size = 200;
 }
 
+// Flips a byte in the swap file that holds the last tensor's optimizer state now (files rotate
+// between sub-groups of a length), found through a save into `links` that hard-links it.
+void damage_last_state(engine::Engine& e, const std::string& links_dir, const std::string& swap_dir) {
+  e.save_checkpoint(links_dir, "{}");
+  const auto links = checkpoint::open_checkpoint(links_dir);
+  const auto& last = links.manifest.tensors.back().states[0].back();
+  const std::string linked = links.dir + "/" + links.manifest.files[static_cast<std::size_t>(last.file)].name;
+  std::string damaged;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(swap_dir))
+    if (std::filesystem::equivalent(entry.path(), linked)) damaged = entry.path().string();
+  REQUIRE_FALSE(damaged.empty());
+  std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8192 + 5);  // the first payload block (4 KiB header, 4 KiB checksum table)
+  f.put('\x5a');
+}
+
 }  // namespace
 
 TEST_CASE("spare sub-groups: two generations' bits from the state plus its spares on NVMe", "[offload][uring]") {
@@ -127,22 +143,9 @@ TEST_CASE("spare sub-groups: a step that fails after it began to commit stops tr
   engine::SaveOptions copy;
   copy.link_nvme = false;  // the damage below must not reach the checkpoint
   t.engine->save_checkpoint(dir.file("ckpt"), "{}", copy);
-  // The swap file that holds the last tensor's state now (files rotate between sub-groups of a
-  // length), found through a save that links it, is damaged: the next step reads it after the
-  // sub-groups before it have used the one spare of their length and begun to commit.
-  t.engine->save_checkpoint(dir.file("links"), "{}");
-  const auto links = checkpoint::open_checkpoint(dir.file("links"));
-  const auto& last = links.manifest.tensors.back().states[0].back();
-  const std::string linked = links.dir + "/" + links.manifest.files[static_cast<std::size_t>(last.file)].name;
-  std::string damaged;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.file("run")))
-    if (std::filesystem::equivalent(e.path(), linked)) damaged = e.path().string();
-  REQUIRE_FALSE(damaged.empty());
-  {
-    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8192 + 5);  // the first payload block (4 KiB header, 4 KiB checksum table)
-    f.put('\x5a');
-  }
+  // The last tensor's state is damaged: the next step reads it after the sub-groups before it
+  // have used the one spare of their length and begun to commit.
+  damage_last_state(*t.engine, dir.file("links"), dir.file("run"));
   const std::string failed = test::error_of([&] { (void)t.mlp->train_step(2); });
   INFO(failed);
   CHECK(failed.find("checksum mismatch") != std::string::npos);
@@ -180,19 +183,7 @@ TEST_CASE("spare chunks: a step that fails after a shard began to commit rebuild
   engine::SaveOptions copy;
   copy.link_nvme = false;
   t.engine->save_checkpoint(dir.file("ckpt"), "{}", copy);
-  t.engine->save_checkpoint(dir.file("links"), "{}");
-  const auto links = checkpoint::open_checkpoint(dir.file("links"));
-  const auto& last = links.manifest.tensors.back().states[0].back();
-  const std::string linked = links.dir + "/" + links.manifest.files[static_cast<std::size_t>(last.file)].name;
-  std::string damaged;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.file("run")))
-    if (std::filesystem::equivalent(e.path(), linked)) damaged = e.path().string();
-  REQUIRE_FALSE(damaged.empty());
-  {
-    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8192 + 5);
-    f.put('\x5a');
-  }
+  damage_last_state(*t.engine, dir.file("links"), dir.file("run"));
   for (int attempt = 0; attempt < 2; ++attempt) {
     const std::string failed = test::error_of([&] { (void)t.mlp->train_step(2); });
     INFO("attempt " << attempt << ": " << failed);
