@@ -9,9 +9,10 @@
 // missing input so fails before any state changes, and training goes on from the state
 // it had. Writes of optimizer state and parameter shards on NVMe go to the stores' spare
 // files (committed only when every layer was written, or sub-groups and chunks as they go
-// when a store's spares run out): the files a checkpoint hard-linked are never written. The one failure left in the
-// second phase, an I/O error writing NVMe state, discards those writes; the state in device and host memory may then be
-// part loaded, and the engine refuses to train until a load succeeds.
+// when a store's spares run out): the files a checkpoint hard-linked are never written. The
+// one failure left in the second phase, an I/O error writing NVMe state, discards those
+// writes; the state in device and host memory may then be part loaded, and the engine
+// refuses to train until a load succeeds.
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>

@@ -419,16 +419,15 @@ void PlacementPlan::check_nvme_budget() const {
   if (param_files > 0)
     parts += str_cat(parts.empty() ? "" : " and ", format_bytes(param_files), " of parameter files (",
                      kept(param_spares), ")");
-  STRATA_CHECK(need <= budget, Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need),
-               " (", need, " B) but memory_budget.nvme is ", format_bytes(budget), ": ", parts,
-               ". Raise memory_budget.nvme to at least ", need,
-               " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
-               opt_files > 0 && !opt_spares
-                   ? ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)"
-                   : "",
-               param_files > 0 && !param_spares
-                   ? ", or the parameter shards once plus spares (offload_param.spare_chunks 2)"
-                   : "");
+  STRATA_THROW(
+      Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need), " (", need,
+      " B) but memory_budget.nvme is ", format_bytes(budget), ": ", parts, ". Raise memory_budget.nvme to at least ",
+      need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
+      opt_files > 0 && !opt_spares
+          ? ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)"
+          : "",
+      param_files > 0 && !param_spares ? ", or the parameter shards once plus spares (offload_param.spare_chunks 2)"
+                                       : "");
 }
 
 void PlacementPlan::check_host_fit() const {

@@ -195,16 +195,14 @@ void ShardUpdate::rebuild_stale_shards() noexcept {
 
 bool ShardUpdate::rebuild_stale_shard(int li) {
   if (!c_.updates.params_stale(li)) return false;
-  {
-    const std::size_t cbytes = dtype_size(c_.cdt);
-    STRATA_CHECK(c_.state.elems(li) == c_.layout.layer_shard(li), Errc::internal, "layer ", li, ": ",
-                 c_.state.elems(li), " optimizer elements for a shard of ", c_.layout.layer_shard(li));
-    std::vector<char> shard(c_.state.elems(li) * cbytes);
-    committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
-      convert(master, DType::fp32, shard.data() + first * cbytes, c_.cdt, n);
-    });
-    c_.updates.rewrite_params(li, shard.data());
-  }
+  const std::size_t cbytes = dtype_size(c_.cdt);
+  STRATA_CHECK(c_.state.elems(li) == c_.layout.layer_shard(li), Errc::internal, "layer ", li, ": ", c_.state.elems(li),
+               " optimizer elements for a shard of ", c_.layout.layer_shard(li));
+  std::vector<char> shard(c_.state.elems(li) * cbytes);
+  committed_masters(li, [&](std::uint64_t first, const float* master, std::uint64_t n) {
+    convert(master, DType::fp32, shard.data() + first * cbytes, c_.cdt, n);
+  });
+  c_.updates.rewrite_params(li, shard.data());
   return true;
 }
 
