@@ -103,9 +103,12 @@ offload::PlacementProblem PlacementPlan::make_problem(const std::vector<int>& ga
   p.device_held = c_.device_held_by_others;
   p.host_budget = c_.cfg.memory_budget.host ? c_.cfg.memory_budget.host : ~std::uint64_t{0};
   p.nvme_budget = c_.cfg.memory_budget.nvme;
-  // Swap files hold two generations; with spare files, about once.
+  // Swap files hold two generations; with spare files, once plus the spares.
   p.nvme_copies = c_.cfg.offload_param.spare_chunks == 0 ? 2 : 1;
   p.nvme_state_copies = c_.cfg.offload_optimizer.spare_sub_groups == 0 ? 2 : 1;
+  const NvmeSpares spares = nvme_spares();
+  p.nvme_state_spare_bytes = spares.state;
+  p.nvme_param_spare_bytes = spares.params;
   p.state_bytes = state_bytes_per_elem(c_.cfg.optimizer);
   p.device_gathers = c_.device_collectives;
   p.nvme_available = !c_.cfg.offload_optimizer.nvme_path.empty() || !c_.cfg.offload_param.nvme_path.empty();
@@ -392,42 +395,6 @@ void PlacementPlan::check_host_budget() const {
                " of reduction scratch and staging (the largest bucket and layer: zero_optimization.reduce_bucket_size "
                "bounds the first) and ",
                format_bytes(h.swap_min + h.param_min), " for one NVMe swap buffer per store there");
-}
-
-void PlacementPlan::check_nvme_budget() const {
-  const std::uint64_t budget = c_.cfg.memory_budget.nvme;
-  if (budget == 0) return;
-  constexpr std::uint64_t kRoom = ~std::uint64_t{0} / 4;  // the files' sizes do not depend on the buffers
-  std::uint64_t opt_files = 0, param_files = 0;
-  if (shards_.any_opt_on(Tier::nvme))
-    opt_files = offload::OptimizerSwapper::footprint(OptimizerState::swapper_options(c_.cfg, kRoom),
-                                                     OptimizerState::swap_tensors(c_.layout, shards_))
-                    .file_bytes;
-  if (shards_.any_params_on(Tier::nvme))
-    param_files = offload::ParamStore::footprint(NvmeHomes::param_options(c_.cfg, c_.cbytes, kRoom),
-                                                 NvmeHomes::param_tensors(c_.layout, c_.cbytes, shards_.param_tiers()))
-                      .file_bytes;
-  const std::uint64_t need = opt_files + param_files;
-  const bool opt_spares = c_.cfg.offload_optimizer.spare_sub_groups > 0;
-  const bool param_spares = c_.cfg.offload_param.spare_chunks > 0;
-  if (need <= budget) return;
-  // What holds the bytes: two generations (a step's writes never overwrite the last commit) or
-  // once plus spare files.
-  auto kept = [](bool spares) { return spares ? "once plus spare files" : "in two generations"; };
-  std::string parts;
-  if (opt_files > 0) parts = str_cat(format_bytes(opt_files), " of optimizer state files (", kept(opt_spares), ")");
-  if (param_files > 0)
-    parts += str_cat(parts.empty() ? "" : " and ", format_bytes(param_files), " of parameter files (",
-                     kept(param_spares), ")");
-  STRATA_THROW(
-      Errc::out_of_budget, "NVMe tier: this placement's swap files need ", format_bytes(need), " (", need,
-      " B) but memory_budget.nvme is ", format_bytes(budget), ": ", parts, ". Raise memory_budget.nvme to at least ",
-      need, " B, or place less on NVMe (offload_optimizer.device / offload_param.device \"cpu\")",
-      opt_files > 0 && !opt_spares
-          ? ", or keep the optimizer state once plus spares (offload_optimizer.spare_sub_groups 2)"
-          : "",
-      param_files > 0 && !param_spares ? ", or the parameter shards once plus spares (offload_param.spare_chunks 2)"
-                                       : "");
 }
 
 void PlacementPlan::check_host_fit() const {

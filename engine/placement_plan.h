@@ -76,6 +76,13 @@ class PlacementPlan {
   // With memory_budget.nvme, refuses a placement whose swap files (every generation or spare of every
   // NVMe store) exceed it, before any is created, naming each store's bytes and the minimum.
   void check_nvme_budget() const;
+  // The spare swap files (offload_optimizer.spare_sub_groups, offload_param.spare_chunks) the
+  // planner reserves on NVMe once any optimizer state or parameter shard goes there, in bytes
+  // (0 without spares: two generations are counted per byte placed).
+  struct NvmeSpares {
+    std::uint64_t state = 0, params = 0;
+  };
+  NvmeSpares nvme_spares() const;
   using Migrate = std::function<std::vector<int>(const std::vector<Tier>& to)>;
   void replan(const std::vector<int>& gathers, std::int64_t step, const Migrate& migrate);
   // replan() may still move stage-3 shards (budget-driven, not yet checked against a trace).

@@ -232,6 +232,7 @@ std::optional<std::uint64_t> min_cap(Model m, int tier, std::uint64_t nodes) {
     upper = sat_add(upper, most);
   }
   if (tier == kHost) upper = sat_add(upper, m.buffer);
+  if (tier == kNvme) upper = sat_add(upper, m.spare[0] + m.spare[1]);
   const std::uint64_t lowest = tier == kNvme ? 1 : 0;  // an NVMe budget of 0 means unlimited
   upper = std::max(upper, lowest);
   auto works = [&](std::uint64_t b) {

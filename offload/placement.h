@@ -49,10 +49,11 @@ struct PlacementProblem {
   // NVMe bytes per byte placed there (nvme_copies: parameter shards, nvme_state_copies:
   // optimizer state): the engine keeps two generations of every swap file (the last good state
   // survives a failed step), so it passes 2; with spare files shared per chunk length
-  // (offload_optimizer.spare_sub_groups, offload_param.spare_chunks) the files take about once
-  // their bytes, 1 (the spares themselves are checked against memory_budget.nvme once the layers
-  // are placed).
+  // (offload_optimizer.spare_sub_groups, offload_param.spare_chunks) the files take their bytes
+  // once, 1, plus the spare files: NVMe bytes taken once any parameter shard
+  // (nvme_param_spare_bytes) or any optimizer state (nvme_state_spare_bytes) is placed there.
   std::uint32_t nvme_copies = 1, nvme_state_copies = 1;
+  std::uint64_t nvme_param_spare_bytes = 0, nvme_state_spare_bytes = 0;
   // Stage-3 gathers all-gather in device memory (the engine's device collectives, NCCL on
   // GPUs): only the shard crosses the link, c*E per gather from a host or NVMe shard and
   // nothing from a device shard, instead of the whole layer through pinned staging.

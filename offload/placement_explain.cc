@@ -119,6 +119,12 @@ std::string Placement::explain(const PlacementProblem& p) const {
   const bool any_nvme = std::any_of(layers.begin(), layers.end(), [](const LayerPlacement& l) {
     return l.optimizer == Tier::nvme || l.params == Tier::nvme;
   });
+  std::uint64_t spares = 0;  // the spare files of the kinds placed on NVMe
+  for (const bool opt : {false, true}) {
+    if (std::any_of(layers.begin(), layers.end(),
+                    [&](const LayerPlacement& l) { return (opt ? l.optimizer : l.params) == Tier::nvme; }))
+      spares += opt ? p.nvme_state_spare_bytes : p.nvme_param_spare_bytes;
+  }
   os << "tiers (model state, fixed parts included):\n";
   os << "  device  " << pad(format_bytes(tier_bytes[0]), 12) << "of " << pad(budget(p.device_budget), 12)
      << "(fixed: live window and persistent layers " << format_bytes(p.device_fixed_bytes) << ")\n";
@@ -129,7 +135,7 @@ std::string Placement::explain(const PlacementProblem& p) const {
      << (!p.nvme_available    ? std::string("nothing (no nvme_path configured)")
          : p.nvme_budget == 0 ? std::string("unlimited")
                               : budget(p.nvme_budget))
-     << "\n";
+     << (spares > 0 ? str_cat(" (fixed: spare swap files ", format_bytes(spares), ")") : std::string()) << "\n";
   os << "moved per step: " << format_bytes(h2d_bytes) << " host-to-device, " << format_bytes(d2h_bytes)
      << " device-to-host, " << format_bytes(nvme_read_bytes) << " read from NVMe, " << format_bytes(nvme_write_bytes)
      << " written to NVMe; " << format_bytes(moved_bytes()) << " in all\n";

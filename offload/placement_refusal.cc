@@ -83,12 +83,14 @@ Floor floor_of(const PlacementProblem& p, const Model& m, int t) {
         m.immovable[kDevice]);
   std::uint64_t opt = 0, params = 0;
   bool nvme = false;
+  std::array<bool, 2> nvme_of{};  // [optimizer]
   for (const Item& it : m.items) {
     if (!it.fixed) continue;
     for (int q = 0; q < 3; ++q) {
       if (!it.can(q)) continue;
       (it.optimizer ? opt : params) += it.bytes[q][t];
       nvme = nvme || q == kNvme;
+      nvme_of[it.optimizer] = nvme_of[it.optimizer] || q == kNvme;
     }
   }
   if (p.optimizer_fixed)
@@ -96,6 +98,8 @@ Floor floor_of(const PlacementProblem& p, const Model& m, int t) {
   if (p.params_fixed)
     add(str_cat("parameter shards (offload_param.device = \"", config_value(*p.params_fixed), "\")"), params);
   if (t == kHost && nvme) add("NVMe swap buffers", m.buffer);
+  if (t == kNvme && nvme_of[1]) add("spare files (offload_optimizer.spare_sub_groups)", m.spare[1]);
+  if (t == kNvme && nvme_of[0]) add("spare files (offload_param.spare_chunks)", m.spare[0]);
   return f;
 }
 

@@ -133,6 +133,7 @@ Model build_model(const PlacementProblem& p) {
   m.base[kHost] += p.host_fixed_bytes;
   m.cap = {p.device_budget, p.host_budget, !p.nvme_available ? 0 : p.nvme_budget == 0 ? kUnlimited : p.nvme_budget};
   m.buffer = p.nvme_buffer_bytes;
+  m.spare = {p.nvme_param_spare_bytes, p.nvme_state_spare_bytes};
   return m;
 }
 
@@ -149,6 +150,7 @@ bool fits(const Model& m, const State& s, std::size_t item, int place) {
   for (int t = 0; t < 3; ++t) {
     std::uint64_t need = sat_add(s.used[t], it.bytes[place][t]);
     if (t == kHost && place == kNvme && s.on_nvme == 0) need = sat_add(need, m.buffer);
+    if (t == kNvme && place == kNvme && s.on_nvme_of[it.optimizer] == 0) need = sat_add(need, m.spare[it.optimizer]);
     if (need > m.cap[t]) return false;
   }
   return true;
@@ -158,6 +160,7 @@ void put(const Model& m, State& s, std::size_t item, int place) {
   const Item& it = m.items[item];
   for (int t = 0; t < 3; ++t) s.used[t] += it.bytes[place][t];
   if (place == kNvme && s.on_nvme++ == 0) s.used[kHost] += m.buffer;
+  if (place == kNvme && s.on_nvme_of[it.optimizer]++ == 0) s.used[kNvme] += m.spare[it.optimizer];
   s.moved += it.moved[place];
   s.place[item] = place;
 }
@@ -167,6 +170,7 @@ void take(const Model& m, State& s, std::size_t item) {
   const int place = s.place[item];
   for (int t = 0; t < 3; ++t) s.used[t] -= it.bytes[place][t];
   if (place == kNvme && --s.on_nvme == 0) s.used[kHost] -= m.buffer;
+  if (place == kNvme && --s.on_nvme_of[it.optimizer] == 0) s.used[kNvme] -= m.spare[it.optimizer];
   s.moved -= it.moved[place];
   s.place[item] = -1;
 }

@@ -40,6 +40,7 @@ struct Model {
   std::array<std::uint64_t, 3> immovable{};  // the state part of base (for messages)
   std::array<std::uint64_t, 3> cap{};
   std::uint64_t buffer = 0;               // host bytes once anything is on NVMe
+  std::array<std::uint64_t, 2> spare{};   // NVMe bytes once any item of a kind is there ([optimizer]: 1, params: 0)
   std::vector<int> opt_item, param_item;  // per layer: item index or -1
   bool device_gathers = false;            // PlacementProblem::device_gathers
 };
@@ -52,6 +53,7 @@ struct State {
   std::vector<int> place;  // per item, -1 = unplaced
   std::array<std::uint64_t, 3> used{};
   std::size_t on_nvme = 0;
+  std::array<std::size_t, 2> on_nvme_of{};  // of them, items of each kind ([optimizer])
   std::uint64_t moved = 0;
 };
 

@@ -1,10 +1,11 @@
 // Optimizer state on NVMe with fewer spare files than sub-groups
 // (offload_optimizer.spare_sub_groups), and stage-3 parameter shards with fewer than chunks
 // (offload_param.spare_chunks): the bits of two generations at stages 2 and 3 on one and two
-// ranks, NVMe files of the state plus the spares (so a budget only that fits trains,
-// where two generations are refused), and a step that fails after it began to commit: the
-// engine refuses to go on, naming why and what to do, until a checkpoint is loaded, after
-// which training gives the bits of a run that never failed.
+// ranks; NVMe files of the state plus the spares (so a budget only that fits trains, where two
+// generations are refused, and budget-driven placement reserves the spares it makes); and a
+// step that fails after it began to commit: the engine refuses to go on, naming why and what
+// to do, until a checkpoint is loaded, after which training gives the bits of a run that never
+// failed.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -15,6 +16,8 @@
 #include "checkpoint/directory.h"
 #include "engine/engine.h"
 #include "offload/ledger.h"
+#include "runtime/core/error.h"
+#include "runtime/core/units.h"
 #include "tests/engine/engine_support.h"
 #include "tests/engine/stack_trainer.h"
 #include "tests/support/error_of.h"
@@ -122,6 +125,33 @@ TEST_CASE("spare files: an NVMe budget only the state plus its spares fit trains
   CHECK(p.find("of parameter files (in two generations") != std::string::npos);
   CHECK(p.find("offload_param.spare_chunks") != std::string::npos);
   CHECK(p.find("offload_optimizer.spare_sub_groups") == std::string::npos);  // already once plus spares
+}
+
+TEST_CASE("spare files: budget-driven placement reserves them on NVMe at the bytes the stores then create",
+          "[offload][uring]") {
+  test::TempDir dir("strata-spares");
+  test::TrainSpec spec;
+  spec.steps = 1;
+  spec.config = test::mlp_config(3, 1, DType::bf16);
+  // The optimizer state on NVMe, the shards where the budgets put them (the planner's choice).
+  on_nvme(spec.config, dir.file("two"), OffloadDevice::none, 0);
+  spec.config.memory_budget.nvme = std::uint64_t{1} << 30;
+  const test::TrainRun two = test::train_mlp(spec);
+  on_nvme(spec.config, dir.file("spare"), OffloadDevice::none, 1);
+  const test::TrainRun spare = test::train_mlp(spec);
+  INFO(spare.placement);
+  CHECK(spare.placement.find("placement (budget-driven") != std::string::npos);
+  // The spare files: what the store holds beyond its bytes once (half of two generations).
+  std::uint64_t spares = 0;
+  for (const std::size_t kind : {kOptimizer, kParams})
+    spares += spare.memory.nvme.kind_peak[kind] - two.memory.nvme.kind_peak[kind] / 2;
+  REQUIRE(spares > 0);
+  CHECK(spare.placement.find(str_cat("(fixed: spare swap files ", format_bytes(spares), ")")) != std::string::npos);
+  CHECK(two.placement.find("spare swap files") == std::string::npos);
+  // A budget of the files it creates is one the planner accepts.
+  spec.config.memory_budget.nvme = spare.memory.nvme.kind_peak[kOptimizer] + spare.memory.nvme.kind_peak[kParams];
+  on_nvme(spec.config, dir.file("exact"), OffloadDevice::none, 1);
+  CHECK(test::error_of([&] { (void)test::train_mlp(spec); }).empty());
 }
 
 TEST_CASE("spare sub-groups: a step that fails after it began to commit stops training until a checkpoint is loaded",

@@ -1,10 +1,11 @@
 // The placement planner against exhaustive search on random 3-4 layer problems. The search
-// and the cost model here are written from the model in placement.h, not from the
-// planner's code, so they check both the accounting and the choices. Measured (seeds
-// fixed): on 3-4 layers the planner as configured finds a placement whenever one exists
-// and always the optimum; greedy alone (search_nodes = 0) misses 3 of 1455 that fit and is
-// at worst 1.23x the optimum (mean 1.001x); on 16 layers the default search is within
-// 1.001x of a completed search and greedy alone within 1.05x.
+// and the cost model here are written from the model in placement.h, not from the planner's
+// code, so they check both the accounting and the choices. A third of the problems have spare
+// swap files (NVMe bytes taken once any item of their kind is there). Measured (seeds fixed):
+// on 3-4 layers the planner as configured finds a placement whenever one exists and always the
+// optimum; greedy alone (search_nodes = 0) misses 3 of 1454 that fit and is at worst 1.23x the
+// optimum (mean 1.001x); on 16 layers the default search is within 1.001x of a completed
+// search and greedy alone within 1.05x.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -32,7 +33,7 @@ Eval evaluate(const PlacementProblem& p, const std::vector<LayerPlacement>& lp) 
   const std::uint64_t c = p.compute_bytes, A = static_cast<std::uint64_t>(p.accumulation_steps);
   e.tier[0] = p.device_fixed_bytes;
   e.tier[1] = p.host_fixed_bytes;
-  bool nvme = false;
+  bool nvme = false, opt_nvme = false, params_nvme = false;
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
     const std::uint64_t E = p.layers[i].shard_elems, P = p.layers[i].padded_elems;
     const std::uint64_t G = static_cast<std::uint64_t>(p.layers[i].gathers_per_step);
@@ -40,7 +41,7 @@ Eval evaluate(const PlacementProblem& p, const std::vector<LayerPlacement>& lp) 
     e.tier[static_cast<int>(o)] += 12 * E;
     e.tier[o == Tier::device ? 0 : 1] += p.stage >= 2 ? 4 * E : 4 * P;
     if (o != Tier::device) e.d2h += A * P * c, e.h2d += c * E;
-    if (o == Tier::nvme) e.read += 12 * E, e.write += 12 * E, nvme = true;
+    if (o == Tier::nvme) e.read += 12 * E, e.write += 12 * E, nvme = opt_nvme = true;
     if (p.stage < 3) {
       e.tier[0] += c * P;
       continue;
@@ -54,9 +55,11 @@ Eval evaluate(const PlacementProblem& p, const std::vector<LayerPlacement>& lp) 
       e.h2d += G * c * P;
       if (q == Tier::device) e.d2h += G * c * E;
     }
-    if (q == Tier::nvme) e.read += G * c * E, e.write += c * E, nvme = true;
+    if (q == Tier::nvme) e.read += G * c * E, e.write += c * E, nvme = params_nvme = true;
   }
   if (nvme) e.tier[1] += p.nvme_buffer_bytes;
+  if (opt_nvme) e.tier[2] += p.nvme_state_spare_bytes;
+  if (params_nvme) e.tier[2] += p.nvme_param_spare_bytes;
   e.fits = e.tier[0] <= p.device_budget && e.tier[1] <= p.host_budget &&
            (!nvme || (p.nvme_available && (p.nvme_budget == 0 || e.tier[2] <= p.nvme_budget)));
   return e;
@@ -111,6 +114,10 @@ PlacementProblem random_problem(std::mt19937_64& rng, std::uint64_t n_layers = 0
   p.device_budget = p.device_fixed_bytes + state * pick(0, 100) / 100;
   p.host_budget = p.host_fixed_bytes + state * pick(0, 100) / 100 + (pick(0, 1) ? p.nvme_buffer_bytes : 0);
   p.nvme_budget = pick(0, 1) ? 0 : state * pick(1, 100) / 100;
+  // Spare swap files in about a third of the problems, drawn from the problem's own numbers so
+  // that the random stream (and so every other problem) stays as it was.
+  if (p.layers[0].shard_elems % 3 == 0) p.nvme_state_spare_bytes = 12 * p.layers[1].shard_elems;
+  if (p.layers[1].shard_elems % 3 == 0) p.nvme_param_spare_bytes = p.compute_bytes * p.layers[0].shard_elems;
   return p;
 }
 
@@ -169,11 +176,11 @@ TEST_CASE("the planner finds the optimum whenever any placement fits (exhaustive
               greedy.sum / std::max(1, greedy.feasible - greedy.missed));
   CHECK(full.missed == 0);
   CHECK(full.optimal == full.feasible);
-  // Greedy alone, measured: 3 of 1455 missed (tight partitions: the optimum leaves 22 B,
-  // 69 B, 365 B free on some tier), 1424 optimal, worst 1.225x, mean 1.0012x. The seed is
+  // Greedy alone, measured: 3 of 1454 missed (tight partitions: the optimum leaves a few
+  // hundred bytes free on some tier), 1423 optimal, worst 1.2245x, mean 1.0012x. The seed is
   // fixed, so these are exact; a change to the greedy passes that makes them worse fails here.
   CHECK(greedy.missed <= 3);
-  CHECK(greedy.optimal >= 1424);
+  CHECK(greedy.optimal >= 1423);
   CHECK(greedy.worst <= 1.23);
 }
 

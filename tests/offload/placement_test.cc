@@ -166,6 +166,30 @@ TEST_CASE("a full host sends optimizer state to NVMe and pays for the swap buffe
   CHECK(r.moved_bytes() == 2700);
 }
 
+TEST_CASE("spare swap files take their bytes on NVMe once their kind is there, and the NVMe minimum counts them",
+          "[placement][boundary]") {
+  auto p = full_host();  // the case above: optimizer 1 on NVMe (600 B), both shards on the host
+  p.nvme_state_spare_bytes = 100;
+  p.nvme_param_spare_bytes = 50;  // no shard on NVMe: not taken
+  const auto r = offload::plan_placement(p);
+  CHECK(r.layers[1].optimizer == Tier::nvme);
+  CHECK(r.layers[0].params == Tier::host);
+  CHECK(r.layers[1].params == Tier::host);
+  CHECK(r.tier_bytes == std::array<std::uint64_t, 3>{2600, 664, 600 + 100});
+  CHECK_THAT(r.explain(p), Catch::Contains("(fixed: spare swap files 100 B)"));
+  check_minimum(p, Tier::nvme, 700);
+  // Both kinds there: each kind's spares once, however many of its items.
+  const auto both = offload::evaluate_placement(p, {{Tier::nvme, Tier::nvme}, {Tier::nvme, Tier::nvme}});
+  CHECK(both.tier_bytes[2] == 1200 + 600 + 200 + 100 + 100 + 50);
+  // A budget the state fits once but not with its spares: the refusal's NVMe floor names them.
+  p.optimizer_fixed = Tier::nvme;
+  p.host_budget = 10000;
+  p.nvme_budget = 1800 + 99;
+  const std::string msg = refusal(p);
+  CHECK_THAT(msg, Catch::Contains("spare files (offload_optimizer.spare_sub_groups) 100 B"));
+  CHECK_THAT(msg, Catch::Contains("Raise memory_budget.nvme to at least 1900 B"));
+}
+
 TEST_CASE(
     "optimizer state scanned before its step (Muon's) reads exp_avg again and holds 4 bytes an element on the host",
     "[placement]") {
