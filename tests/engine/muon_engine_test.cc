@@ -3,7 +3,8 @@
 // last layer) take Muon and everything else AdamW, each at its own learning rate; a Muon step
 // moves a matrix by lr times an orthogonalized update (its Frobenius norm about lr
 // sqrt(rank)); on two ranks the same bits with the state on the device or in host RAM, and
-// through a checkpoint and a resume; at ZeRO stages 1-3 on two and three ranks, stage 0's
+// through a checkpoint and a resume; on two ranks one rank's bits for the same global batch;
+// at ZeRO stages 1-3 on two and three ranks, stage 0's
 // bits, with the state on NVMe too (in sub-groups that cut the matrices), resumed from a
 // checkpoint that links its swap files; the configs it refuses name why.
 #include <tbb/global_control.h>
@@ -155,6 +156,31 @@ TEST_CASE("Muon at ZeRO stages 1-3 gives stage 0's bits: the ranks gather each m
       test::place(spec.config, c.opt, c.par, dir.path());
       CHECK(same_bits(test::train_mlp(spec).params, reference.params));
     }
+  }
+}
+
+TEST_CASE("Muon gives one rank's bits on two ranks for one global batch: no rank's share changes a matrix", "[muon]") {
+  const auto serial = one_thread();
+  // One global batch of two samples: one rank accumulating two micro-batches, or two ranks one
+  // each (the trainer's samples depend on the micro-batch's place in the step, not on the
+  // world size). fp32 throughout, so each gradient is the sum of the same two fp32 terms
+  // (addition of two commutes), and no clipping (a norm summed over shards rounds differently
+  // on more ranks). Then every bit that differs is the ranks' split of the matrices: which rank
+  // owns one, and where buckets cut it.
+  auto spec = [](int world, int stage) {
+    auto s = muon_spec(world, 4);
+    s.config = test::mlp_config(stage, world, DType::fp32, 1, 2 / world);
+    s.config.optimizer.type = engine::OptimizerType::muon;
+    s.config.optimizer.lr = 0.02f;
+    s.config.optimizer.adam_lr = 1e-3f;
+    s.config.gradient_clipping = 0;
+    s.config.zero.stage3_param_persistence_threshold = 0;
+    return s;
+  };
+  const auto one = test::train_mlp(spec(1, 0));
+  for (const int stage : {0, 1, 2, 3}) {
+    INFO("two ranks, stage " << stage);
+    CHECK(same_bits(test::train_mlp(spec(2, stage)).params, one.params));
   }
 }
 
