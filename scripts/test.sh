@@ -90,8 +90,9 @@ if [ "${STRATA_TSAN:-1}" != "0" ]; then
   # The engine's gather, io, reduce and transfer streams against its ledger and stores; the
   # planner's brute-force comparisons are single-threaded and slow under TSan, and the
   # pipeline-on-engine sweeps ([sweep]) repeat one threading pattern that a small case covers.
-  # Longest first, so the two lanes end together.
-  run_parallel \
+  # One at a time: TSan's slowdown (5-15x) leaves the timeouts of the comm and engine suites
+  # little room, and its suites take about two minutes in all.
+  jobs=1 run_parallel \
     "$tsan/strata_engine_offload_tests '~[cuda]~[pku]~[sweep]'" \
     "$tsan/strata_engine_tests '~[.]~[cuda]~[pku]'" \
     "$tsan/strata_offload_tests '~[brute]'" \
