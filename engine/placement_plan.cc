@@ -67,7 +67,7 @@ std::uint64_t PlacementPlan::muon_saving(int li) const {
 
 std::uint64_t PlacementPlan::muon_scratch() const {
   const bool sharded = c_.cfg.optimizer.type == OptimizerType::muon && c_.cfg.zero.stage > 0;
-  return sharded ? detail::muon_host_scratch(c_.layout) : 0;
+  return sharded ? detail::muon_host_scratch(c_.layout, c_.world) : 0;
 }
 
 std::uint32_t PlacementPlan::host_acc_bytes() const {

@@ -68,15 +68,15 @@ std::uint64_t fewest_matrix_elems(const Layout& layout, int stage, int li) {
   return fewest;
 }
 
-std::uint64_t muon_host_scratch(const Layout& layout) {
+std::uint64_t muon_host_scratch(const Layout& layout, int world) {
   std::uint64_t most = 0;
   for (std::size_t li = 0; li < layout.layers().size(); ++li) {
     const int l = static_cast<int>(li);
     if (!holds_muon_matrix(layout, l)) continue;
     const auto& L = layout.layers()[li];
     std::uint64_t bucket = 0, ns = 0;
-    for (int k : L.buckets)
-      bucket = std::max<std::uint64_t>(bucket, layout.buckets()[static_cast<std::size_t>(k)].padded);
+    for (int k : L.buckets)  // gather_and_orthogonalize() all-gathers into a bucket's buffer on 2+ ranks
+      if (world > 1) bucket = std::max<std::uint64_t>(bucket, layout.buckets()[static_cast<std::size_t>(k)].padded);
     for (int pi : L.params) {
       if (!muon_matrix(layout, l, pi)) continue;
       const auto& p = layout.params()[static_cast<std::size_t>(pi)];

@@ -24,9 +24,9 @@ bool muon_matrix(const Layout& layout, int li, int pi);
 bool holds_muon_matrix(const Layout& layout, int li);
 
 // Host bytes Muon's step at ZeRO stages 1-3 uses at most for one layer at a time: the layer's
-// gathered update, this rank's part of it, one bucket's all-gather and the orthogonalization's
-// scratch for its largest matrix (0 without hidden matrices).
-std::uint64_t muon_host_scratch(const Layout& layout);
+// gathered update, this rank's part of it, one bucket's all-gather (on more than one rank) and
+// the orthogonalization's scratch for its largest matrix (0 without hidden matrices).
+std::uint64_t muon_host_scratch(const Layout& layout, int world);
 
 // A Muon matrix of a layer: its parameter and its config.
 struct MuonMatrix {
